@@ -1,0 +1,256 @@
+// The binary layout of a session's shared-memory ring: the one contract for
+// pixels between stokerd, its workers and the client. Included by all three;
+// nothing else defines where bytes lie in the ring.
+//
+// Glossary
+//   ring        One POSIX shm object per session, "/stoker-<tag>-<pid>-<n>",
+//               created by the daemon with mode 0600, removed at Detach, at
+//               reclaim, at shutdown, or by the next daemon's sweep.
+//   slot        Room for one batch: a SlotDescriptor in the descriptor area
+//               and `slot_bytes` of page-aligned data in the data area.
+//   sequence    The session's batch counter, 0, 1, 2, ... Batch n always
+//               lives in slot n % slot_count, so the client reads batches in
+//               order and the ring's depth is the prefetch depth.
+//   sample      One image's place in a slot's data: `sample_bytes` from
+//               `index * sample_bytes` (fixed shape), or anywhere the
+//               record's offset/bytes say (variable-size decode, batch 1).
+//
+// A slot's life (each arrow is one atomic store to `state`; the writer of a
+// state is the only writer of the slot's other fields while it holds it):
+//   1. kFree -> kFilling   The daemon picks the next sequence n whose slot is
+//                          free, writes sequence/epoch/sample_count and hands
+//                          each sample to a worker process.
+//   2. (filling)           Workers decode straight into the slot's data area
+//                          (their mapping covers only the data area) and
+//                          report back over their private socket. A worker
+//                          that dies has its samples redone by another.
+//   3. kFilling -> kReady  When every sample is written the daemon fills the
+//                          per-sample records (label, dataset index, status,
+//                          shape) and the batch status, then stores kReady
+//                          (release order) and wakes the slot's futex.
+//   4. kReady -> kLeased   The client waits (futex, with a deadline) until
+//                          slot n % slot_count holds sequence n in kReady,
+//                          and takes it by compare-and-swap. It validates
+//                          every record against the sizes it learned at
+//                          attach before it exposes a byte.
+//   5. kLeased -> kFree    When the lease ends (its Batch is destroyed, or
+//                          the device copy reading it has completed) the
+//                          client stores kFree, bumps `release_count` and
+//                          wakes that futex, on which a daemon thread waits.
+//
+// Liveness, both ways, never by spinning:
+//   - The daemon bumps `daemon_heartbeat` every kHeartbeatPeriodMs. A client
+//     whose futex wait times out checks it; one that stood still for
+//     `heartbeat_timeout_ms` (from Attach) means the daemon is gone.
+//   - `daemon_state` turns kDraining at shutdown (wakes every slot futex).
+//   - The client's liveness is its gRPC KeepAlive stream, not the ring.
+//
+// Every multi-byte field is little-endian host order; the daemon and the
+// client share a host. All sizes and offsets are in bytes.
+
+#ifndef STOKER_PROTO_RING_LAYOUT_H_
+#define STOKER_PROTO_RING_LAYOUT_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+namespace stoker::ring {
+
+inline constexpr uint64_t kMagic = 0x314e49524b4f5453ULL;  // "STOKRIN1"
+inline constexpr uint32_t kLayoutVersion = 1;
+inline constexpr uint64_t kPageBytes = 4096;
+inline constexpr uint64_t kHeaderBytes = 4096;
+inline constexpr uint32_t kMaxSlots = 256;
+inline constexpr uint32_t kMaxBatchSize = 65536;
+inline constexpr uint32_t kMaxChannels = 4;
+inline constexpr uint32_t kErrorBytes = 512;
+inline constexpr uint32_t kHeartbeatPeriodMs = 100;
+
+enum SlotState : uint32_t {
+  kFree = 0,
+  kFilling = 1,
+  kReady = 2,
+  kLeased = 3,
+};
+
+enum DaemonState : uint32_t {
+  kRunning = 0,
+  kDraining = 1,  // no new batches; the client reports an error when it runs dry
+  kStopped = 2,
+};
+
+enum SampleStatus : uint32_t {
+  kSampleOk = 0,
+  // The planned sample failed; the pixels are those of the replacement whose
+  // dataset index the record names (policy `skip`).
+  kSampleReplaced = 1,
+  // The sample failed and was not replaced; its pixels are zero.
+  kSampleFailed = 2,
+};
+
+enum BatchStatus : uint32_t {
+  kBatchOk = 0,
+  // A sample failed under policy `error`; `error` says which and why.
+  kBatchFailed = 1,
+};
+
+enum DType : uint32_t {
+  kUint8 = 1,
+  kFloat32 = 2,
+  kFloat16 = 3,
+};
+
+enum Layout : uint32_t {
+  kNHWC = 1,
+  kNCHW = 2,
+};
+
+inline constexpr uint32_t DTypeBytes(uint32_t dtype) {
+  return dtype == kUint8 ? 1 : dtype == kFloat32 ? 4 : dtype == kFloat16 ? 2 : 0;
+}
+
+// At offset 0 of the ring, padded to kHeaderBytes. Written once by the daemon
+// before the ring's name is given to anyone, except the "live" fields.
+struct RingHeader {
+  // -- Constant after creation --------------------------------------------
+  uint64_t magic;
+  uint32_t version;
+  uint32_t header_bytes;        // == kHeaderBytes
+  uint64_t total_bytes;         // size of the shm object
+  uint64_t descriptor_offset;   // page aligned
+  uint64_t descriptor_stride;   // bytes per SlotDescriptor incl. its records
+  uint64_t data_offset;         // page aligned
+  uint64_t slot_bytes;          // data bytes per slot, page aligned
+  uint32_t slot_count;
+  uint32_t batch_size;          // sample records per slot
+  uint32_t height;              // output shape; 0 for variable-size decode
+  uint32_t width;
+  uint32_t channels;
+  uint32_t dtype;               // DType
+  uint32_t layout;              // Layout
+  uint32_t reserved0;
+  uint64_t sample_bytes;        // stride per sample; 0 for variable size
+  uint64_t session_number;      // the daemon's session counter
+  uint64_t batches_per_epoch;
+  uint64_t total_batches;       // 0: without end
+  uint64_t reserved1[8];
+
+  // -- Live fields ----------------------------------------------------------
+  alignas(64) std::atomic<uint32_t> daemon_state;  // DaemonState; futex word
+  uint32_t reserved2;
+  std::atomic<uint64_t> daemon_heartbeat;          // bumped by the daemon
+  alignas(64) std::atomic<uint32_t> release_count; // bumped by the client; futex word
+  uint32_t reserved3;
+  std::atomic<uint64_t> batches_consumed;          // bumped by the client
+};
+
+// Per sample in a slot. Written by the daemon before kReady.
+struct SampleRecord {
+  int64_t label;
+  uint64_t dataset_index;  // index into the dataset of the pixels delivered
+  uint64_t offset;         // from the slot's data start
+  uint64_t bytes;
+  uint32_t status;         // SampleStatus
+  uint32_t height;
+  uint32_t width;
+  uint32_t channels;
+  uint64_t planned_index;  // the dataset index the sampler planned here
+};
+
+struct SlotDescriptor {
+  std::atomic<uint32_t> state;  // SlotState; futex word
+  uint32_t batch_status;        // BatchStatus
+  uint64_t sequence;
+  uint64_t batch_in_epoch;
+  uint32_t epoch;
+  uint32_t sample_count;        // <= batch_size (the last batch may be short)
+  char error[kErrorBytes];      // NUL-terminated when batch_status != kBatchOk
+  // Followed by batch_size SampleRecords.
+};
+
+static_assert(std::atomic<uint32_t>::is_always_lock_free);
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+static_assert(std::is_standard_layout_v<RingHeader>);
+static_assert(std::is_standard_layout_v<SlotDescriptor>);
+static_assert(sizeof(RingHeader) <= kHeaderBytes);
+static_assert(sizeof(SlotDescriptor) % 8 == 0);
+static_assert(sizeof(SampleRecord) % 8 == 0);
+
+inline constexpr uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+// The geometry of a ring, computed the same way by daemon and client.
+struct Geometry {
+  uint64_t descriptor_offset = 0;
+  uint64_t descriptor_stride = 0;
+  uint64_t data_offset = 0;
+  uint64_t slot_bytes = 0;
+  uint64_t total_bytes = 0;
+};
+
+// Returns false when the sizes are out of range or overflow.
+inline bool ComputeGeometry(uint32_t slot_count, uint32_t batch_size,
+                            uint64_t slot_data_bytes, Geometry* g) {
+  if (slot_count == 0 || slot_count > kMaxSlots) return false;
+  if (batch_size == 0 || batch_size > kMaxBatchSize) return false;
+  if (slot_data_bytes == 0 || slot_data_bytes > (uint64_t{1} << 40)) return false;
+  g->descriptor_offset = kHeaderBytes;
+  g->descriptor_stride = sizeof(SlotDescriptor) + uint64_t{batch_size} * sizeof(SampleRecord);
+  g->data_offset =
+      AlignUp(g->descriptor_offset + g->descriptor_stride * slot_count, kPageBytes);
+  g->slot_bytes = AlignUp(slot_data_bytes, kPageBytes);
+  g->total_bytes = g->data_offset + g->slot_bytes * slot_count;
+  return true;
+}
+
+inline SlotDescriptor* Descriptor(void* base, const Geometry& g, uint32_t slot) {
+  return reinterpret_cast<SlotDescriptor*>(static_cast<char*>(base) + g.descriptor_offset +
+                                           g.descriptor_stride * slot);
+}
+
+inline SampleRecord* Records(SlotDescriptor* d) {
+  return reinterpret_cast<SampleRecord*>(reinterpret_cast<char*>(d) + sizeof(SlotDescriptor));
+}
+
+// Checks that a header read from shared memory describes a ring that fits in
+// `mapped_bytes` and matches the geometry the caller expects. Every size the
+// reader later uses must come from `expected`, not from the shared header.
+// Returns nullptr when it is valid, else a static description of the fault.
+inline const char* ValidateHeader(const RingHeader& h, uint64_t mapped_bytes,
+                                  const Geometry& expected, uint32_t expected_slots,
+                                  uint32_t expected_batch) {
+  if (mapped_bytes < kHeaderBytes) return "mapping smaller than the header";
+  if (h.magic != kMagic) return "bad magic";
+  if (h.version != kLayoutVersion) return "unsupported layout version";
+  if (h.header_bytes != kHeaderBytes) return "bad header size";
+  if (h.slot_count != expected_slots || h.batch_size != expected_batch)
+    return "slot count or batch size differ from Attach";
+  if (h.total_bytes != expected.total_bytes || h.total_bytes > mapped_bytes)
+    return "ring size differs from Attach or exceeds the mapping";
+  if (h.descriptor_offset != expected.descriptor_offset ||
+      h.descriptor_stride != expected.descriptor_stride || h.data_offset != expected.data_offset ||
+      h.slot_bytes != expected.slot_bytes)
+    return "ring geometry differs from Attach";
+  if (h.channels > kMaxChannels || DTypeBytes(h.dtype) == 0) return "bad pixel format";
+  if (h.layout != kNHWC && h.layout != kNCHW) return "bad layout";
+  if (h.sample_bytes != 0 &&
+      (h.sample_bytes > h.slot_bytes || h.sample_bytes * h.batch_size > h.slot_bytes))
+    return "samples do not fit in a slot";
+  return nullptr;
+}
+
+// Checks one record (copied out of shared memory first) against the slot it
+// claims to be in. Returns nullptr when every byte it names is inside the slot.
+inline const char* ValidateRecord(const SampleRecord& r, uint64_t slot_bytes, uint32_t dtype) {
+  if (r.offset > slot_bytes || r.bytes > slot_bytes - r.offset) return "sample outside its slot";
+  if (r.channels > kMaxChannels) return "bad channel count";
+  const uint64_t need = uint64_t{r.height} * r.width * r.channels * DTypeBytes(dtype);
+  if (r.status != kSampleFailed && need != r.bytes) return "sample size disagrees with its shape";
+  if (r.status > kSampleFailed) return "bad sample status";
+  return nullptr;
+}
+
+}  // namespace stoker::ring
+
+#endif  // STOKER_PROTO_RING_LAYOUT_H_

@@ -1,0 +1,92 @@
+// Datasets the daemon serves: where the files are, their labels, and the
+// confinement of every path to the daemon's --data-root.
+
+#ifndef STOKER_SERVER_DATASET_DATASET_H_
+#define STOKER_SERVER_DATASET_DATASET_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace stoker {
+
+// The daemon's data root: a directory, held open. Every dataset and every
+// file the daemon or a worker opens must lie beneath it, after symlinks.
+// Thread-safe after construction (const).
+class DataRoot {
+ public:
+  // INVALID_ARGUMENT / NOT_FOUND when `dir` is not an existing directory.
+  static absl::StatusOr<std::unique_ptr<DataRoot>> Open(const std::string& dir);
+  ~DataRoot();
+
+  // The canonical absolute path of the root.
+  const std::string& path() const { return path_; }
+  int fd() const { return fd_; }
+
+  // Resolves a path named by a client (relative to the root, or absolute and
+  // inside it) to a canonical path relative to the root ("" for the root
+  // itself). PERMISSION_DENIED when it escapes the root (through "..", an
+  // absolute path elsewhere, or a symlink), NOT_FOUND when it does not exist.
+  absl::StatusOr<std::string> Resolve(std::string_view user_path) const;
+
+ private:
+  DataRoot(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  std::string path_;
+  int fd_;
+};
+
+// Opens `relative_path` for reading beneath the directory `root_fd`, refusing
+// any path that leaves it (openat2 RESOLVE_BENEATH, with a checked fallback
+// where the kernel lacks openat2). Returns the fd or a status naming the
+// path and the errno.
+absl::StatusOr<int> OpenBeneath(int root_fd, std::string_view relative_path);
+
+enum class DatasetFormat { kAuto = 0, kImageFolder = 1, kManifest = 2 };
+
+// An indexed dataset: immutable, shared between sessions (shared_ptr<const>).
+// Paths are stored in one buffer (no per-entry allocation) so that millions
+// of entries stay small.
+class Dataset {
+ public:
+  // Indexes the dataset at `user_path` (resolved through `root`).
+  //  - kImageFolder: a sub-folder per class, sorted class names give labels
+  //    0..K-1 (as torchvision's ImageFolder); files ending .jpg/.jpeg in any
+  //    case, found recursively under each class folder, sorted by path.
+  //  - kManifest: `path<TAB>label` per line, paths relative to the
+  //    manifest's folder; blank lines and '#' comments skipped.
+  //  - kAuto: a directory is an ImageFolder, a file a manifest.
+  // Every entry is confined to the root (PERMISSION_DENIED naming the entry).
+  // NOT_FOUND for a missing path, FAILED_PRECONDITION for an empty dataset,
+  // INVALID_ARGUMENT for a malformed manifest line (with its line number).
+  static absl::StatusOr<std::shared_ptr<const Dataset>> Open(const DataRoot& root,
+                                                             std::string_view user_path,
+                                                             DatasetFormat format);
+
+  uint64_t size() const { return labels_.size(); }
+  // Path of entry i relative to the data root, for OpenBeneath.
+  std::string_view path(uint64_t i) const {
+    return std::string_view(paths_).substr(offsets_[i], offsets_[i + 1] - offsets_[i]);
+  }
+  int64_t label(uint64_t i) const { return labels_[i]; }
+  // ImageFolder: the class names in label order; manifest: empty.
+  const std::vector<std::string>& class_names() const { return class_names_; }
+  // Canonical path relative to the root: the dataset's identity.
+  const std::string& name() const { return name_; }
+
+ private:
+  Dataset() = default;
+  std::string name_;
+  std::string paths_;              // all paths, concatenated
+  std::vector<uint64_t> offsets_;  // size() + 1 entries into paths_
+  std::vector<int64_t> labels_;
+  std::vector<std::string> class_names_;
+};
+
+}  // namespace stoker
+
+#endif  // STOKER_SERVER_DATASET_DATASET_H_
