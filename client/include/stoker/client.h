@@ -1,0 +1,266 @@
+// The stoker client: attach a trainer to a running stokerd and take batches
+// out of its shared-memory ring.
+//
+//   auto client = stoker::Client::Connect("/run/stoker/stoker.sock");
+//   if (!client.ok()) ...
+//   stoker::AttachOptions o;
+//   o.dataset = "imagenet/train";     // relative to the daemon's --data-root
+//   o.batch_size = 256;
+//   auto session = (*client)->Attach(o);
+//   for (;;) {
+//     absl::StatusOr<stoker::Batch> b = (*session)->Next();
+//     if (absl::IsOutOfRange(b.status())) break;   // all epochs served
+//     if (!b.ok()) ...                              // daemon gone, bad batch
+//     Train(b->data(), b->labels(), b->size());
+//   }                                               // ~Batch returns the slot
+//
+// Errors are absl::Status values; no exception crosses this API. Types of
+// gRPC, protobuf and CUDA stay out of it.
+
+#ifndef STOKER_CLIENT_INCLUDE_STOKER_CLIENT_H_
+#define STOKER_CLIENT_INCLUDE_STOKER_CLIENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace stoker {
+
+namespace internal {
+class SessionCore;
+class RpcChannel;
+}  // namespace internal
+
+enum class PipelineKind { kTrain = 1, kEval = 2, kDecode = 3 };
+enum class Interpolation { kAntialias = 1, kBilinear = 2 };
+enum class DType { kUint8 = 1, kFloat32 = 2, kFloat16 = 3 };
+enum class Layout { kNHWC = 1, kNCHW = 2 };
+enum class DatasetFormat { kAuto = 0, kImageFolder = 1, kManifest = 2 };
+enum class FailurePolicy { kSkip = 1, kError = 2 };
+
+// What happened to one sample of a batch.
+enum class SampleStatus {
+  kOk = 0,
+  kReplaced = 1,  // the planned file failed; another sample of the shard stands in
+  kFailed = 2,    // it failed and was not replaced; its pixels are zero
+};
+
+// The decode/augment pipeline, spelled as torchvision spells its transforms.
+// 0 / empty means the default in the comment (the daemon applies them and
+// reports the effective values in SessionInfo::effective_pipeline_json).
+struct PipelineOptions {
+  // train: RandomResizedCrop + RandomHorizontalFlip; eval: Resize (shorter
+  // side) + CenterCrop; decode: the whole image (tests and tools).
+  PipelineKind kind = PipelineKind::kTrain;
+  // Output size (default 224x224; decode: 0x0 means each image's own size,
+  // batch_size 1 only).
+  uint32_t height = 0;
+  uint32_t width = 0;
+  // eval: the shorter side before the crop (default 256 for 224).
+  uint32_t resize_size = 0;
+  // train: RandomResizedCrop's scale and ratio ranges (default (0.08, 1.0)
+  // and (3/4, 4/3)).
+  float scale_min = 0, scale_max = 0;
+  float ratio_min = 0, ratio_max = 0;
+  // train: probability of a horizontal flip (default 0.5; no_flip for 0).
+  float flip_prob = 0;
+  bool no_flip = false;
+  Interpolation interpolation = Interpolation::kAntialias;
+  // uint8 NHWC (default: fewest bytes through shared memory and PCIe), or
+  // float32/float16, normalized (x/255 - mean) / std, NCHW or NHWC.
+  DType dtype = DType::kUint8;
+  Layout layout = Layout::kNHWC;
+  std::vector<float> mean;  // RGB; default ImageNet's
+  std::vector<float> std;
+  // Images larger than this fail as samples (default 64 Mpx; 16 Mpx for the
+  // variable-size decode pipeline, whose ring slots are sized by it).
+  uint64_t max_decode_pixels = 0;
+  // Never decode at a reduced DCT scale (slower, a hair closer to PIL).
+  bool exact_decode = false;
+  // Do not apply EXIF orientation (applied by default).
+  bool ignore_exif_orientation = false;
+};
+
+struct AttachOptions {
+  // The dataset, relative to the daemon's --data-root (or absolute inside
+  // it): an ImageFolder directory or a manifest file.
+  std::string dataset;
+  DatasetFormat format = DatasetFormat::kAuto;
+  PipelineOptions pipeline;
+  uint32_t batch_size = 64;
+  // The order of each epoch is a permutation from (seed, epoch); a sample's
+  // augmentation is keyed by (seed, epoch, dataset index).
+  uint64_t seed = 0;
+  bool shuffle = true;
+  // Epochs to serve; 0 means without end.
+  uint32_t epochs = 1;
+  // DistributedSampler's rank and world size.
+  uint32_t rank = 0;
+  uint32_t world_size = 1;
+  // Drop the last, partial batch of each epoch.
+  bool drop_last = false;
+  // Ring depth in batches (the prefetch depth); 0 means 4.
+  uint32_t ring_slots = 0;
+  FailurePolicy failure_policy = FailurePolicy::kSkip;
+  // Resume: the first epoch, and the batch within it, to serve.
+  uint32_t start_epoch = 0;
+  uint64_t start_batch = 0;
+  // Shown in the daemon's status and logs.
+  std::string client_name;
+};
+
+// What the daemon said at Attach, after defaults.
+struct SessionInfo {
+  std::string session_id;
+  std::string shm_name;
+  uint64_t dataset_size = 0;
+  uint64_t shard_size = 0;         // this rank's samples per epoch
+  uint64_t batches_per_epoch = 0;
+  uint64_t total_batches = 0;      // 0: without end
+  uint32_t start_epoch = 0;
+  uint64_t start_batch = 0;
+  uint32_t batch_size = 0;
+  uint32_t height = 0;             // 0 for variable-size decode
+  uint32_t width = 0;
+  uint32_t channels = 3;
+  DType dtype = DType::kUint8;
+  Layout layout = Layout::kNHWC;
+  uint32_t ring_slots = 0;
+  uint64_t slot_bytes = 0;
+  uint64_t sample_bytes = 0;       // 0 for variable-size decode
+  std::vector<std::string> class_names;
+  std::string effective_pipeline_json;
+};
+
+// A lease on one ready batch in the ring. Move-only. The pixels stay valid
+// and unchanged until the lease ends: when the Batch is destroyed or
+// Release() is called; then the slot goes back to the daemon. Labels,
+// indices and per-sample shapes are copies, valid for the Batch's life.
+// A Batch may outlive its Session and Client (the mapping stays until the
+// last lease ends). Not thread-safe; distinct Batches may be used and
+// released on different threads.
+class Batch {
+ public:
+  Batch();
+  ~Batch();
+  Batch(Batch&&) noexcept;
+  Batch& operator=(Batch&&) noexcept;
+  Batch(const Batch&) = delete;
+  Batch& operator=(const Batch&) = delete;
+
+  bool valid() const { return core_ != nullptr; }
+  // The batch's number in the session (0, 1, 2, ...), its epoch and its
+  // position within the epoch.
+  uint64_t sequence() const { return sequence_; }
+  uint32_t epoch() const { return epoch_; }
+  uint64_t batch_in_epoch() const { return batch_in_epoch_; }
+  // Samples in this batch (the last of an epoch may be short).
+  uint32_t size() const { return static_cast<uint32_t>(labels_.size()); }
+
+  // Sample i's pixels: height x width x channels (NHWC) or channels x height
+  // x width (NCHW) elements of the session's dtype. For fixed-shape
+  // pipelines the samples are contiguous, so data() is the whole
+  // [size, ...] tensor of data_bytes() bytes. Writable: the slot is the
+  // lease holder's until released.
+  void* data() const;
+  uint64_t data_bytes() const;
+  void* sample_data(uint32_t i) const;
+  uint64_t sample_bytes(uint32_t i) const { return bytes_[i]; }
+  uint32_t height(uint32_t i) const { return heights_[i]; }
+  uint32_t width(uint32_t i) const { return widths_[i]; }
+  uint32_t channels() const { return 3; }
+
+  const std::vector<int64_t>& labels() const { return labels_; }
+  // The dataset index whose pixels were delivered (a replacement's, for a
+  // replaced sample) and the one the sampler planned.
+  const std::vector<int64_t>& indices() const { return indices_; }
+  const std::vector<int64_t>& planned_indices() const { return planned_; }
+  SampleStatus status(uint32_t i) const { return static_cast<SampleStatus>(statuses_[i]); }
+
+  // Ends the lease now. Idempotent.
+  void Release();
+
+ private:
+  friend class Session;
+  std::shared_ptr<internal::SessionCore> core_;
+  uint32_t slot_ = 0;
+  uint64_t sequence_ = 0;
+  uint32_t epoch_ = 0;
+  uint64_t batch_in_epoch_ = 0;
+  uint8_t* slot_data_ = nullptr;
+  std::vector<int64_t> labels_, indices_, planned_;
+  std::vector<uint64_t> offsets_, bytes_;
+  std::vector<uint32_t> heights_, widths_, statuses_;
+};
+
+// One attached session. Next() hands batches out in order. Thread-safe:
+// Next may be called from one thread while leases end on others.
+class Session {
+ public:
+  ~Session();  // detaches (best effort) and stops the KeepAlive stream
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  const SessionInfo& info() const { return info_; }
+
+  // Waits for the next batch and leases it. Errors:
+  //   OUT_OF_RANGE         every batch of every epoch was delivered;
+  //   UNAVAILABLE          the daemon went away, is shutting down, or ended
+  //                        the session (the message says which);
+  //   ABORTED              a sample failed under FailurePolicy::kError (the
+  //                        message names the file and the reason); the
+  //                        session goes on with the next batch;
+  //   DEADLINE_EXCEEDED    nothing ready within timeout_ms (< 0: no limit;
+  //                        a dead daemon is still noticed within seconds);
+  //   FAILED_PRECONDITION  every slot is held by unreleased batches;
+  //   DATA_LOSS            the ring's contents are inconsistent.
+  absl::StatusOr<Batch> Next(int64_t timeout_ms = -1);
+
+  // Batches handed out so far.
+  uint64_t delivered() const;
+
+  // Ends the session on the daemon. Outstanding Batches stay readable.
+  absl::Status Detach();
+
+ private:
+  friend class Client;
+  Session() = default;
+  SessionInfo info_;
+  std::shared_ptr<internal::SessionCore> core_;
+};
+
+struct ClientOptions {
+  // Deadline of each control RPC.
+  int64_t rpc_timeout_ms = 30000;
+};
+
+// A connection to one daemon. Thread-safe.
+class Client {
+ public:
+  // `address`: a Unix socket path, "unix:PATH", or "HOST:PORT" (status and
+  // health only). Connects lazily; fails only on a malformed address.
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& address,
+                                                         const ClientOptions& options = {});
+  ~Client();
+
+  absl::StatusOr<std::unique_ptr<Session>> Attach(const AttachOptions& options);
+
+  // The daemon's status (stoker.v1.StatusResponse) as JSON.
+  absl::StatusOr<std::string> StatusJson(bool include_failures = false);
+
+  // OK when the standard health service reports SERVING.
+  absl::Status Health(const std::string& service = "");
+
+ private:
+  Client() = default;
+  std::shared_ptr<internal::RpcChannel> rpc_;
+  ClientOptions options_;
+};
+
+}  // namespace stoker
+
+#endif  // STOKER_CLIENT_INCLUDE_STOKER_CLIENT_H_

@@ -1,0 +1,526 @@
+#include "stoker/client.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/util/json_util.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "stoker/ring_futex.h"
+#include "stoker/ring_layout.h"
+#include "stoker/v1/stoker.grpc.pb.h"
+
+namespace stoker {
+namespace internal {
+
+namespace {
+
+int64_t NowMs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1000 + ts.tv_nsec / 1000000;
+}
+
+absl::Status FromGrpc(const grpc::Status& s, const std::string& what) {
+  if (s.ok()) return absl::OkStatus();
+  std::string msg = s.error_message();
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    msg = absl::StrCat("cannot reach stokerd (", msg, ")");
+  }
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                      absl::StrCat(what, ": ", msg));
+}
+
+std::chrono::system_clock::time_point Deadline(int64_t ms) {
+  return std::chrono::system_clock::now() + std::chrono::milliseconds(ms);
+}
+
+}  // namespace
+
+class RpcChannel {
+ public:
+  explicit RpcChannel(std::shared_ptr<grpc::Channel> ch)
+      : channel(std::move(ch)),
+        stub(v1::Stoker::NewStub(channel)),
+        health(grpc::health::v1::Health::NewStub(channel)) {}
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::Stoker::Stub> stub;
+  std::unique_ptr<grpc::health::v1::Health::Stub> health;
+};
+
+// The client's side of one session: the mapped ring, the KeepAlive stream
+// and the order of batches. Shared by the Session and its Batches, so the
+// mapping outlives every lease.
+class SessionCore {
+ public:
+  ~SessionCore() {
+    if (base_ != nullptr) ::munmap(base_, geometry_.total_bytes);
+  }
+
+  absl::Status Map(const v1::AttachResponse& r, uint32_t batch_size) {
+    const v1::RingInfo& ri = r.ring();
+    slots_ = ri.slot_count();
+    batch_size_ = batch_size;
+    if (ri.layout_version() != ring::kLayoutVersion) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the daemon's ring layout is version ", ri.layout_version(),
+                       ", this client reads version ", ring::kLayoutVersion));
+    }
+    // Every size used below comes from this geometry, computed here.
+    uint64_t slot_data = ri.sample_bytes() != 0 ? ri.sample_bytes() * batch_size : ri.slot_bytes();
+    if (!ring::ComputeGeometry(slots_, batch_size, slot_data, &geometry_) ||
+        geometry_.total_bytes != ri.total_bytes() || geometry_.slot_bytes != ri.slot_bytes() ||
+        geometry_.data_offset != ri.data_offset()) {
+      return absl::DataLossError("the daemon's ring geometry is inconsistent");
+    }
+    sample_bytes_ = ri.sample_bytes();
+    dtype_ = r.effective_pipeline().dtype() == v1::DTYPE_FLOAT32   ? ring::kFloat32
+             : r.effective_pipeline().dtype() == v1::DTYPE_FLOAT16 ? ring::kFloat16
+                                                                   : ring::kUint8;
+    total_batches_ = r.total_batches();
+    heartbeat_timeout_ms_ = r.heartbeat_timeout_ms() != 0 ? r.heartbeat_timeout_ms() : 3000;
+    int fd = ::shm_open(ri.shm_name().c_str(), O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0) {
+      return absl::UnavailableError(absl::StrCat(
+          "cannot open the ring ", ri.shm_name(), ": ", std::strerror(errno),
+          " (the trainer and stokerd must share /dev/shm and run as the same user)"));
+    }
+    struct stat st;
+    if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < geometry_.total_bytes) {
+      ::close(fd);
+      return absl::DataLossError("the ring's shm object is smaller than its layout");
+    }
+    void* p = ::mmap(nullptr, geometry_.total_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (p == MAP_FAILED) {
+      return absl::ResourceExhaustedError(absl::StrCat("mmap ring: ", std::strerror(errno)));
+    }
+    base_ = p;
+    ring::RingHeader snapshot;
+    std::memcpy(static_cast<void*>(&snapshot), base_, sizeof(snapshot));
+    if (const char* why =
+            ring::ValidateHeader(snapshot, geometry_.total_bytes, geometry_, slots_, batch_size)) {
+      return absl::DataLossError(absl::StrCat("ring header: ", why));
+    }
+    return absl::OkStatus();
+  }
+
+  ring::RingHeader* header() const { return static_cast<ring::RingHeader*>(base_); }
+  ring::SlotDescriptor* descriptor(uint32_t slot) const {
+    return ring::Descriptor(base_, geometry_, slot);
+  }
+  uint8_t* slot_data(uint32_t slot) const {
+    return static_cast<uint8_t*>(base_) + geometry_.data_offset + geometry_.slot_bytes * slot;
+  }
+
+  void StartKeepAlive(std::shared_ptr<RpcChannel> rpc, const std::string& session_id) {
+    rpc_ = std::move(rpc);
+    session_id_ = session_id;
+    keepalive_ctx_ = std::make_unique<grpc::ClientContext>();
+    keepalive_ = std::thread([this] { KeepAliveLoop(); });
+  }
+
+  void StopKeepAlive() {
+    stopping_.store(true);
+    if (keepalive_ctx_ != nullptr) keepalive_ctx_->TryCancel();
+    if (keepalive_.joinable()) keepalive_.join();
+  }
+
+  void KeepAliveLoop() {
+    v1::KeepAliveRequest req;
+    req.set_session_id(session_id_);
+    auto reader = rpc_->stub->KeepAlive(keepalive_ctx_.get(), req);
+    v1::SessionEvent e;
+    std::string ended;
+    while (reader->Read(&e)) {
+      if (e.kind() == v1::SessionEvent::KIND_ENDED) ended = e.message();
+      if (e.kind() == v1::SessionEvent::KIND_DRAINING) {
+        std::lock_guard<std::mutex> l(mu_);
+        draining_ = e.message();
+      }
+    }
+    grpc::Status st = reader->Finish();
+    if (stopping_.load()) return;
+    SetGone(!ended.empty()
+                ? absl::StrCat("stokerd ended the session: ", ended)
+                : absl::StrCat("lost the connection to stokerd: ", st.error_message()));
+  }
+
+  void SetGone(const std::string& why) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (gone_.empty()) gone_ = why;
+    }
+    // Wake our own waiter, if any.
+    for (uint32_t s = 0; s < slots_; ++s) ring::FutexWakeAll(&descriptor(s)->state);
+  }
+
+  std::string gone() {
+    std::lock_guard<std::mutex> l(mu_);
+    return gone_;
+  }
+
+  void Release(uint32_t slot) {
+    ring::SlotDescriptor* d = descriptor(slot);
+    d->state.store(ring::kFree, std::memory_order_release);
+    auto* h = header();
+    h->batches_consumed.fetch_add(1, std::memory_order_relaxed);
+    h->release_count.fetch_add(1, std::memory_order_release);
+    ring::FutexWakeAll(&h->release_count);
+    leased_.fetch_sub(1);
+  }
+
+  // Constant after Map.
+  void* base_ = nullptr;
+  ring::Geometry geometry_;
+  uint32_t slots_ = 0;
+  uint32_t batch_size_ = 0;
+  uint64_t sample_bytes_ = 0;
+  uint32_t dtype_ = ring::kUint8;
+  uint64_t total_batches_ = 0;
+  int64_t heartbeat_timeout_ms_ = 3000;
+  std::shared_ptr<RpcChannel> rpc_;
+  std::string session_id_;
+
+  std::mutex next_mu_;  // one Next at a time
+  uint64_t next_seq_ = 0;
+  std::atomic<uint32_t> leased_{0};
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> detached_{false};
+  std::unique_ptr<grpc::ClientContext> keepalive_ctx_;
+  std::thread keepalive_;
+  std::mutex mu_;
+  std::string gone_;      // guarded by mu_
+  std::string draining_;  // guarded by mu_
+};
+
+}  // namespace internal
+
+// ---------------------------------------------------------------------------
+// Batch
+
+Batch::Batch() = default;
+Batch::~Batch() { Release(); }
+Batch::Batch(Batch&& o) noexcept { *this = std::move(o); }
+Batch& Batch::operator=(Batch&& o) noexcept {
+  if (this != &o) {
+    Release();
+    core_ = std::move(o.core_);
+    slot_ = o.slot_;
+    sequence_ = o.sequence_;
+    epoch_ = o.epoch_;
+    batch_in_epoch_ = o.batch_in_epoch_;
+    slot_data_ = std::exchange(o.slot_data_, nullptr);
+    labels_ = std::move(o.labels_);
+    indices_ = std::move(o.indices_);
+    planned_ = std::move(o.planned_);
+    offsets_ = std::move(o.offsets_);
+    bytes_ = std::move(o.bytes_);
+    heights_ = std::move(o.heights_);
+    widths_ = std::move(o.widths_);
+    statuses_ = std::move(o.statuses_);
+  }
+  return *this;
+}
+
+void* Batch::data() const { return slot_data_; }
+
+uint64_t Batch::data_bytes() const {
+  uint64_t end = 0;
+  for (size_t i = 0; i < offsets_.size(); ++i) end = std::max(end, offsets_[i] + bytes_[i]);
+  return end;
+}
+
+void* Batch::sample_data(uint32_t i) const { return slot_data_ + offsets_[i]; }
+
+void Batch::Release() {
+  if (core_ == nullptr) return;
+  core_->Release(slot_);
+  core_.reset();
+  slot_data_ = nullptr;
+}
+
+// ---------------------------------------------------------------------------
+// Session
+
+Session::~Session() {
+  if (core_ == nullptr) return;
+  (void)Detach();
+  core_->StopKeepAlive();
+}
+
+uint64_t Session::delivered() const {
+  std::lock_guard<std::mutex> l(core_->next_mu_);
+  return core_->next_seq_;
+}
+
+absl::Status Session::Detach() {
+  if (core_->detached_.exchange(true)) return absl::OkStatus();
+  core_->stopping_.store(true);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(internal::Deadline(5000));
+  v1::DetachRequest req;
+  req.set_session_id(info_.session_id);
+  v1::DetachResponse resp;
+  grpc::Status st = core_->rpc_->stub->Detach(&ctx, req, &resp);
+  core_->StopKeepAlive();
+  if (st.error_code() == grpc::StatusCode::NOT_FOUND) return absl::OkStatus();  // already gone
+  return internal::FromGrpc(st, "detach");
+}
+
+absl::StatusOr<Batch> Session::Next(int64_t timeout_ms) {
+  internal::SessionCore& c = *core_;
+  std::lock_guard<std::mutex> l(c.next_mu_);
+  const uint64_t seq = c.next_seq_;
+  if (c.total_batches_ != 0 && seq >= c.total_batches_) {
+    return absl::OutOfRangeError("every batch of every epoch was delivered");
+  }
+  if (c.detached_.load()) return absl::FailedPreconditionError("the session was detached");
+  const uint32_t slot = static_cast<uint32_t>(seq % c.slots_);
+  ring::SlotDescriptor* d = c.descriptor(slot);
+  ring::RingHeader* h = c.header();
+  const int64_t start = internal::NowMs();
+  const int64_t deadline = timeout_ms < 0 ? INT64_MAX : start + timeout_ms;
+  uint64_t heartbeat = h->daemon_heartbeat.load(std::memory_order_acquire);
+  int64_t heartbeat_seen = start;
+  for (;;) {
+    uint32_t st = d->state.load(std::memory_order_acquire);
+    if (st == ring::kReady) {
+      if (d->sequence != seq) {
+        return absl::DataLossError(absl::StrCat("ring out of order: slot ", slot, " holds batch ",
+                                                d->sequence, ", expected ", seq));
+      }
+      if (d->state.compare_exchange_strong(st, ring::kLeased, std::memory_order_acq_rel)) break;
+      continue;
+    }
+    std::string gone = c.gone();
+    if (!gone.empty()) return absl::UnavailableError(gone);
+    uint32_t ds = h->daemon_state.load(std::memory_order_acquire);
+    if (ds == ring::kDraining) return absl::UnavailableError("stokerd is shutting down");
+    if (ds != ring::kRunning) return absl::UnavailableError("stokerd ended the session");
+    if (c.leased_.load() >= c.slots_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "all ", c.slots_, " ring slots are held by unreleased batches; release one (or drop "
+          "its tensors) before asking for the next, or attach with more ring_slots"));
+    }
+    const int64_t now = internal::NowMs();
+    uint64_t hb = h->daemon_heartbeat.load(std::memory_order_acquire);
+    if (hb != heartbeat) {
+      heartbeat = hb;
+      heartbeat_seen = now;
+    } else if (now - heartbeat_seen > c.heartbeat_timeout_ms_) {
+      return absl::UnavailableError(absl::StrCat(
+          "stokerd stopped responding (no heartbeat for ", now - heartbeat_seen, " ms)"));
+    }
+    if (now >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("no batch within ", timeout_ms, " ms (batch ", seq, ")"));
+    }
+    ring::FutexWait(&d->state, st, std::min<int64_t>(100, deadline - now));
+  }
+
+  // The slot is ours. Copy what we need out of shared memory, and check it
+  // against the geometry learned at attach before exposing a byte.
+  c.leased_.fetch_add(1);
+  Batch b;
+  b.core_ = core_;
+  b.slot_ = slot;
+  b.sequence_ = seq;
+  b.epoch_ = d->epoch;
+  b.batch_in_epoch_ = d->batch_in_epoch;
+  b.slot_data_ = c.slot_data(slot);
+  c.next_seq_ = seq + 1;
+  const uint32_t count = d->sample_count;
+  if (count == 0 || count > c.batch_size_) {
+    return absl::DataLossError(absl::StrCat("ring: batch of ", count, " samples"));
+  }
+  if (d->batch_status != ring::kBatchOk) {
+    char msg[ring::kErrorBytes];
+    std::memcpy(msg, d->error, sizeof(msg));
+    msg[sizeof(msg) - 1] = '\0';
+    return absl::AbortedError(msg);  // ~Batch releases the slot
+  }
+  const ring::SampleRecord* recs = ring::Records(d);
+  b.labels_.resize(count);
+  b.indices_.resize(count);
+  b.planned_.resize(count);
+  b.offsets_.resize(count);
+  b.bytes_.resize(count);
+  b.heights_.resize(count);
+  b.widths_.resize(count);
+  b.statuses_.resize(count);
+  for (uint32_t i = 0; i < count; ++i) {
+    ring::SampleRecord r;
+    std::memcpy(&r, &recs[i], sizeof(r));
+    if (const char* why = ring::ValidateRecord(r, c.geometry_.slot_bytes, c.dtype_)) {
+      return absl::DataLossError(absl::StrCat("ring: sample ", i, ": ", why));
+    }
+    if (c.sample_bytes_ != 0 &&
+        (r.offset != c.sample_bytes_ * i || r.bytes != c.sample_bytes_ ||
+         uint64_t{r.height} * r.width * r.channels * ring::DTypeBytes(c.dtype_) !=
+             c.sample_bytes_)) {
+      return absl::DataLossError(absl::StrCat("ring: sample ", i, " is not where its shape says"));
+    }
+    b.labels_[i] = r.label;
+    b.indices_[i] = static_cast<int64_t>(r.dataset_index);
+    b.planned_[i] = static_cast<int64_t>(r.planned_index);
+    b.offsets_[i] = r.offset;
+    b.bytes_[i] = r.bytes;
+    b.heights_[i] = r.height;
+    b.widths_[i] = r.width;
+    b.statuses_[i] = r.status;
+  }
+  return b;
+}
+
+// ---------------------------------------------------------------------------
+// Client
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& address,
+                                                        const ClientOptions& options) {
+  if (address.empty()) return absl::InvalidArgumentError("empty daemon address");
+  std::string target = address;
+  if (absl::StartsWith(address, "/") || absl::StartsWith(address, "./")) {
+    target = "unix:" + address;
+  } else if (!absl::StartsWith(address, "unix:") && address.find(':') == std::string::npos) {
+    target = "unix:" + address;  // a relative socket path
+  }
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  auto channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  auto c = std::unique_ptr<Client>(new Client());
+  c->rpc_ = std::make_shared<internal::RpcChannel>(std::move(channel));
+  c->options_ = options;
+  return c;
+}
+
+Client::~Client() = default;
+
+absl::StatusOr<std::unique_ptr<Session>> Client::Attach(const AttachOptions& o) {
+  v1::AttachRequest req;
+  req.set_dataset(o.dataset);
+  req.set_format(static_cast<v1::DatasetFormat>(o.format));
+  v1::PipelineSpec* p = req.mutable_pipeline();
+  p->set_kind(static_cast<v1::PipelineKind>(o.pipeline.kind));
+  p->set_height(o.pipeline.height);
+  p->set_width(o.pipeline.width);
+  p->set_resize_size(o.pipeline.resize_size);
+  p->set_scale_min(o.pipeline.scale_min);
+  p->set_scale_max(o.pipeline.scale_max);
+  p->set_ratio_min(o.pipeline.ratio_min);
+  p->set_ratio_max(o.pipeline.ratio_max);
+  p->set_flip_prob(o.pipeline.flip_prob);
+  p->set_no_flip(o.pipeline.no_flip);
+  p->set_interpolation(static_cast<v1::Interpolation>(o.pipeline.interpolation));
+  p->set_dtype(static_cast<v1::DType>(o.pipeline.dtype));
+  p->set_layout(static_cast<v1::Layout>(o.pipeline.layout));
+  for (float m : o.pipeline.mean) p->add_mean(m);
+  for (float s : o.pipeline.std) p->add_std(s);
+  p->set_max_decode_pixels(o.pipeline.max_decode_pixels);
+  p->set_exact_decode(o.pipeline.exact_decode);
+  p->set_ignore_exif_orientation(o.pipeline.ignore_exif_orientation);
+  req.set_batch_size(o.batch_size);
+  req.set_seed(o.seed);
+  req.set_shuffle(o.shuffle);
+  req.set_epochs(o.epochs);
+  req.set_rank(o.rank);
+  req.set_world_size(o.world_size);
+  req.set_drop_last(o.drop_last);
+  req.set_ring_slots(o.ring_slots);
+  req.set_failure_policy(static_cast<v1::FailurePolicy>(o.failure_policy));
+  req.set_start_epoch(o.start_epoch);
+  req.set_start_batch(o.start_batch);
+  req.set_client_name(o.client_name);
+  req.set_client_pid(static_cast<uint32_t>(::getpid()));
+
+  grpc::ClientContext ctx;
+  ctx.set_deadline(internal::Deadline(options_.rpc_timeout_ms));
+  v1::AttachResponse resp;
+  grpc::Status st = rpc_->stub->Attach(&ctx, req, &resp);
+  if (!st.ok()) return internal::FromGrpc(st, "attach");
+
+  auto session = std::unique_ptr<Session>(new Session());
+  auto core = std::make_shared<internal::SessionCore>();
+  absl::Status ms = core->Map(resp, o.batch_size);
+  if (!ms.ok()) {
+    grpc::ClientContext dctx;
+    dctx.set_deadline(internal::Deadline(5000));
+    v1::DetachRequest dreq;
+    dreq.set_session_id(resp.session_id());
+    v1::DetachResponse dresp;
+    (void)rpc_->stub->Detach(&dctx, dreq, &dresp);
+    return ms;
+  }
+  core->StartKeepAlive(rpc_, resp.session_id());
+  SessionInfo& i = session->info_;
+  i.session_id = resp.session_id();
+  i.shm_name = resp.ring().shm_name();
+  i.dataset_size = resp.dataset_size();
+  i.shard_size = resp.shard_size();
+  i.batches_per_epoch = resp.batches_per_epoch();
+  i.total_batches = resp.total_batches();
+  i.start_epoch = o.start_epoch;
+  i.start_batch = o.start_batch;
+  i.batch_size = o.batch_size;
+  i.height = resp.height();
+  i.width = resp.width();
+  i.channels = resp.channels();
+  i.dtype = static_cast<DType>(core->dtype_);
+  i.layout = resp.effective_pipeline().layout() == v1::LAYOUT_NCHW ? Layout::kNCHW : Layout::kNHWC;
+  i.ring_slots = resp.ring().slot_count();
+  i.slot_bytes = resp.ring().slot_bytes();
+  i.sample_bytes = resp.ring().sample_bytes();
+  i.class_names.assign(resp.class_names().begin(), resp.class_names().end());
+  google::protobuf::util::JsonPrintOptions jo;
+  jo.preserve_proto_field_names = true;
+  jo.always_print_primitive_fields = true;
+  (void)google::protobuf::util::MessageToJsonString(resp.effective_pipeline(),
+                                                    &i.effective_pipeline_json, jo);
+  session->core_ = std::move(core);
+  return session;
+}
+
+absl::StatusOr<std::string> Client::StatusJson(bool include_failures) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(internal::Deadline(options_.rpc_timeout_ms));
+  v1::StatusRequest req;
+  req.set_include_failures(include_failures);
+  v1::StatusResponse resp;
+  grpc::Status st = rpc_->stub->Status(&ctx, req, &resp);
+  if (!st.ok()) return internal::FromGrpc(st, "status");
+  std::string json;
+  google::protobuf::util::JsonPrintOptions jo;
+  jo.preserve_proto_field_names = true;
+  jo.always_print_primitive_fields = true;
+  auto js = google::protobuf::util::MessageToJsonString(resp, &json, jo);
+  if (!js.ok()) return absl::InternalError("status: cannot render JSON");
+  return json;
+}
+
+absl::Status Client::Health(const std::string& service) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(internal::Deadline(std::min<int64_t>(options_.rpc_timeout_ms, 5000)));
+  grpc::health::v1::HealthCheckRequest req;
+  req.set_service(service);
+  grpc::health::v1::HealthCheckResponse resp;
+  grpc::Status st = rpc_->health->Check(&ctx, req, &resp);
+  if (!st.ok()) return internal::FromGrpc(st, "health");
+  if (resp.status() != grpc::health::v1::HealthCheckResponse::SERVING) {
+    return absl::UnavailableError(absl::StrCat(
+        "health: ", grpc::health::v1::HealthCheckResponse::ServingStatus_Name(resp.status())));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace stoker

@@ -1,0 +1,176 @@
+// stokerctl: look inside a running stokerd, and feed from it.
+//
+//   stokerctl consume --socket PATH --dataset PATH [--pipeline train|eval|decode]
+//                     [--batch-size N] [--epochs N] [--seed N] [--json]
+//   stokerctl status  --socket PATH [--json]
+//   stokerctl health  --socket PATH
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <set>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_format.h"
+#include "stoker/client.h"
+
+namespace {
+
+int Fail(const absl::Status& s) {
+  std::fprintf(stderr, "stokerctl: %s\n", s.ToString().c_str());
+  return s.code() == absl::StatusCode::kUnavailable ? 3 : 1;
+}
+
+struct ConsumeArgs {
+  std::string socket;
+  std::string dataset;
+  std::string pipeline = "train";
+  uint32_t batch_size = 64;
+  uint32_t epochs = 1;
+  uint64_t seed = 0;
+  uint32_t rank = 0;
+  uint32_t world_size = 1;
+  uint32_t size = 0;
+  std::string dtype = "uint8";
+  std::string policy = "skip";
+  bool no_shuffle = false;
+  bool json = false;
+  bool list_indices = false;
+};
+
+int Consume(const ConsumeArgs& a) {
+  auto client = stoker::Client::Connect(a.socket);
+  if (!client.ok()) return Fail(client.status());
+  stoker::AttachOptions o;
+  o.dataset = a.dataset;
+  o.batch_size = a.batch_size;
+  o.epochs = a.epochs;
+  o.seed = a.seed;
+  o.rank = a.rank;
+  o.world_size = a.world_size;
+  o.shuffle = !a.no_shuffle;
+  o.client_name = "stokerctl consume";
+  if (a.pipeline == "train") {
+    o.pipeline.kind = stoker::PipelineKind::kTrain;
+  } else if (a.pipeline == "eval") {
+    o.pipeline.kind = stoker::PipelineKind::kEval;
+  } else if (a.pipeline == "decode") {
+    o.pipeline.kind = stoker::PipelineKind::kDecode;
+  } else {
+    return Fail(absl::InvalidArgumentError("--pipeline must be train, eval or decode"));
+  }
+  o.pipeline.height = o.pipeline.width = a.size;
+  o.pipeline.dtype = a.dtype == "float32"   ? stoker::DType::kFloat32
+                     : a.dtype == "float16" ? stoker::DType::kFloat16
+                                            : stoker::DType::kUint8;
+  o.failure_policy = a.policy == "error" ? stoker::FailurePolicy::kError
+                                         : stoker::FailurePolicy::kSkip;
+  auto session = (*client)->Attach(o);
+  if (!session.ok()) return Fail(session.status());
+  const auto t0 = std::chrono::steady_clock::now();
+  uint64_t batches = 0, samples = 0, failed = 0, replaced = 0, errors = 0;
+  std::string first_error;
+  std::vector<int64_t> indices;
+  for (;;) {
+    auto b = (*session)->Next();
+    if (absl::IsOutOfRange(b.status())) break;
+    if (absl::IsAborted(b.status())) {
+      ++errors;
+      if (first_error.empty()) first_error = std::string(b.status().message());
+      continue;
+    }
+    if (!b.ok()) return Fail(b.status());
+    ++batches;
+    samples += b->size();
+    for (uint32_t i = 0; i < b->size(); ++i) {
+      if (b->status(i) == stoker::SampleStatus::kFailed) ++failed;
+      if (b->status(i) == stoker::SampleStatus::kReplaced) ++replaced;
+      if (a.list_indices) indices.push_back(b->indices()[i]);
+    }
+  }
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double ips = secs > 0 ? samples / secs : 0;
+  if (a.json) {
+    std::string idx;
+    if (a.list_indices) {
+      idx = ",\"indices\":[";
+      for (size_t i = 0; i < indices.size(); ++i) {
+        idx += (i ? "," : "") + std::to_string(indices[i]);
+      }
+      idx += "]";
+    }
+    std::printf(
+        "{\"images_per_s\":%.1f,\"seconds\":%.3f,\"batches\":%lu,\"samples\":%lu,"
+        "\"failed\":%lu,\"replaced\":%lu,\"failed_batches\":%lu,\"batches_per_epoch\":%lu%s}\n",
+        ips, secs, batches, samples, failed, replaced, errors,
+        (*session)->info().batches_per_epoch, idx.c_str());
+  } else {
+    std::printf("%lu batches, %lu samples in %.2f s: %.1f images/s (%lu failed, %lu replaced)\n",
+                batches, samples, secs, ips, failed, replaced);
+    if (errors) std::printf("%lu failed batches; first: %s\n", errors, first_error.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"stokerctl: inspect and exercise a running stokerd"};
+  app.require_subcommand(1);
+  std::string socket = "/run/stoker/stoker.sock";
+  if (const char* env = std::getenv("STOKER_SOCKET")) socket = env;
+
+  ConsumeArgs ca;
+  ca.socket = socket;
+  auto* consume = app.add_subcommand("consume", "attach, consume every batch, print throughput");
+  consume->add_option("--socket", ca.socket, "daemon socket (env STOKER_SOCKET)");
+  consume->add_option("--dataset", ca.dataset, "dataset path under the data root")->required();
+  consume->add_option("--pipeline", ca.pipeline, "train, eval or decode");
+  consume->add_option("--batch-size", ca.batch_size);
+  consume->add_option("--epochs", ca.epochs);
+  consume->add_option("--seed", ca.seed);
+  consume->add_option("--rank", ca.rank);
+  consume->add_option("--world-size", ca.world_size);
+  consume->add_option("--size", ca.size, "output height and width (0: default)");
+  consume->add_option("--dtype", ca.dtype, "uint8, float32 or float16");
+  consume->add_option("--failure-policy", ca.policy, "skip or error");
+  consume->add_flag("--no-shuffle", ca.no_shuffle);
+  consume->add_flag("--json", ca.json, "one JSON object");
+  consume->add_flag("--list-indices", ca.list_indices, "with --json: every delivered index");
+
+  std::string status_socket = socket;
+  bool status_json = false, failures = false;
+  auto* status = app.add_subcommand("status", "the daemon's status");
+  status->add_option("--socket", status_socket, "daemon socket or HOST:PORT");
+  status->add_flag("--json", status_json, "the raw status as JSON");
+  status->add_flag("--failures", failures, "include each session's failed samples");
+
+  std::string health_socket = socket;
+  auto* health = app.add_subcommand("health", "exit 0 when the daemon is SERVING");
+  health->add_option("--socket", health_socket, "daemon socket or HOST:PORT");
+
+  CLI11_PARSE(app, argc, argv);
+
+  if (consume->parsed()) return Consume(ca);
+  if (status->parsed()) {
+    auto c = stoker::Client::Connect(status_socket);
+    if (!c.ok()) return Fail(c.status());
+    auto js = (*c)->StatusJson(failures);
+    if (!js.ok()) return Fail(js.status());
+    std::printf("%s\n", js->c_str());
+    return 0;
+  }
+  if (health->parsed()) {
+    auto c = stoker::Client::Connect(health_socket);
+    if (!c.ok()) return Fail(c.status());
+    absl::Status st = (*c)->Health();
+    if (!st.ok()) return Fail(st);
+    std::printf("SERVING\n");
+    return 0;
+  }
+  return 0;
+}

@@ -1,0 +1,42 @@
+# Shared by scripts/test.sh, scripts/demo.sh and bench/run.sh: install what
+# stoker needs from Debian 12's packages, then configure and build.
+
+STOKER_PACKAGES=(
+  build-essential cmake ninja-build pkg-config
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  libjpeg62-turbo-dev libturbojpeg0-dev libjpeg-turbo-progs
+  libspdlog-dev libcli11-dev catch2 pybind11-dev libseccomp-dev
+  python3 python3-dev python3-pytest python3-numpy python3-pil
+  python3-torch python3-torchvision python3-matplotlib
+  procps
+)
+
+# Installs the packages above that are missing (as root; otherwise says
+# what to run).
+stoker_ensure_packages() {
+  local missing=()
+  for p in "${STOKER_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [[ ${#missing[@]} -eq 0 ]] && return 0
+  echo "==> installing ${#missing[@]} Debian package(s): ${missing[*]}"
+  local sudo=()
+  if [[ $(id -u) -ne 0 ]]; then
+    if command -v sudo >/dev/null; then sudo=(sudo); else
+      echo "run as root: apt-get install -y ${missing[*]}" >&2; return 1
+    fi
+  fi
+  "${sudo[@]}" apt-get update -q >/dev/null
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q --no-install-recommends \
+    "${missing[@]}" >/dev/null
+}
+
+# stoker_build DIR [cmake args...]: configure (once) and build.
+stoker_build() {
+  local dir=$1; shift
+  local jobs; jobs=$(nproc)
+  if [[ ! -f $dir/build.ninja ]]; then
+    cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"
+  fi
+  cmake --build "$dir" -j "$jobs"
+}

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Installs what stoker needs (Debian 12 packages), builds into build/ and runs
+# every test (C++ unit tests, end-to-end tests against the real daemon,
+# Python tests) through CTest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib.sh
+stoker_ensure_packages
+echo "==> building into build/"
+stoker_build build -DSTOKER_WERROR=ON
+echo "==> running the tests"
+ctest --test-dir build --output-on-failure --timeout 900 -j 2

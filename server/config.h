@@ -1,0 +1,54 @@
+// The daemon's configuration: one struct, filled from flags, exported as
+// JSON by Status. 0 / empty means the default named in the comment.
+
+#ifndef STOKER_SERVER_CONFIG_H_
+#define STOKER_SERVER_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+
+namespace stoker {
+
+struct DaemonConfig {
+  // gRPC Unix socket path. Created mode 0600 (see socket_mode).
+  std::string socket_path;
+  // Every dataset and file must lie beneath this directory.
+  std::string data_root;
+  // Decode/augment worker processes. 0: the number of CPUs.
+  uint32_t workers = 0;
+  // The worker executable. Empty: stoker-worker beside stokerd.
+  std::string worker_binary;
+  // Permission bits of the socket and of each ring's shm object.
+  uint32_t socket_mode = 0600;
+  uint32_t shm_mode = 0600;
+  // Attached sessions at most.
+  uint32_t max_sessions = 64;
+  // Bytes of shared memory one session's ring may take (4 GiB).
+  uint64_t max_ring_bytes = 4ull << 30;
+  // Tasks sent to a worker before its results come back (hides the
+  // round-trip; each is redone if the worker dies).
+  uint32_t worker_queue_depth = 2;
+  // A worker that holds a task longer than this is killed and replaced.
+  uint32_t task_timeout_ms = 30000;
+  // A session whose KeepAlive stream is not open for this long is reclaimed.
+  uint32_t keepalive_grace_ms = 5000;
+  // A client declares the daemon dead after this long without a heartbeat.
+  uint32_t heartbeat_timeout_ms = 3000;
+  // Input files larger than this fail as samples (256 MiB).
+  uint64_t max_file_bytes = 256ull << 20;
+  // On SIGTERM, wait at most this long for in-flight samples.
+  uint32_t drain_timeout_ms = 5000;
+  // Logging: trace, debug, info, warn, error; JSON lines when log_json.
+  std::string log_level = "info";
+  bool log_json = false;
+  // Tests only: a worker given a file whose path contains this crashes
+  // (abort) or hangs, to exercise supervision. Empty: off.
+  std::string fault_crash_substring;
+  std::string fault_hang_substring;
+
+  std::string ToJson() const;
+};
+
+}  // namespace stoker
+
+#endif  // STOKER_SERVER_CONFIG_H_

@@ -1,0 +1,1391 @@
+#include "server/engine.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/statvfs.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "server/dataset/sampler.h"
+#include "server/image/pipeline.h"
+#include "server/ring_owner.h"
+#include "server/worker_protocol.h"
+#include "spdlog/spdlog.h"
+#include "stoker/ring_futex.h"
+#include "stoker/ring_layout.h"
+
+extern char** environ;
+
+namespace stoker {
+
+namespace {
+
+constexpr uint32_t kDefaultSlots = 4;
+constexpr uint32_t kMaxSlotsPerSession = 64;
+constexpr uint32_t kMaxReplacements = 64;
+// Deaths of a worker while on the same sample before the sample fails:
+// crashes it caused itself (SIGSEGV, abort, a hang), and any death at all.
+constexpr uint32_t kMaxSelfCrashes = 2;
+constexpr uint32_t kMaxAnyDeaths = 8;
+constexpr uint64_t kDefaultVariableDecodePixels = 16ull << 20;
+constexpr size_t kMaxFailuresListed = 1000;
+
+std::string PipelineName(v1::PipelineKind k) {
+  switch (k) {
+    case v1::PIPELINE_KIND_TRAIN:
+      return "train";
+    case v1::PIPELINE_KIND_EVAL:
+      return "eval";
+    case v1::PIPELINE_KIND_DECODE:
+      return "decode";
+    default:
+      return "unspecified";
+  }
+}
+
+// Applies the defaults documented in stoker.proto and converts.
+absl::StatusOr<image::PipelineParams> ParamsFromSpec(const v1::PipelineSpec& spec,
+                                                     uint32_t batch_size) {
+  image::PipelineParams p;
+  switch (spec.kind()) {
+    case v1::PIPELINE_KIND_TRAIN:
+      p.kind = image::PipelineKind::kTrain;
+      break;
+    case v1::PIPELINE_KIND_EVAL:
+      p.kind = image::PipelineKind::kEval;
+      break;
+    case v1::PIPELINE_KIND_DECODE:
+      p.kind = image::PipelineKind::kDecode;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown pipeline kind ", static_cast<int>(spec.kind()),
+                       ": use train, eval or decode"));
+  }
+  if ((spec.height() == 0) != (spec.width() == 0)) {
+    return absl::InvalidArgumentError("pipeline height and width must both be set or both be 0");
+  }
+  if (p.kind == image::PipelineKind::kDecode) {
+    p.out_height = spec.height();
+    p.out_width = spec.width();
+    if (p.out_height == 0 && batch_size != 1) {
+      return absl::InvalidArgumentError(
+          "the decode pipeline needs batch_size 1 or a fixed height and width");
+    }
+  } else {
+    p.out_height = spec.height() != 0 ? spec.height() : 224;
+    p.out_width = spec.width() != 0 ? spec.width() : 224;
+  }
+  if (spec.resize_size() != 0) {
+    p.resize_size = spec.resize_size();
+  } else {
+    uint32_t side = std::min(p.out_height, p.out_width);
+    p.resize_size = static_cast<uint32_t>(std::lround(side * 256.0 / 224.0));
+  }
+  if (spec.scale_min() != 0 || spec.scale_max() != 0) {
+    p.scale_min = spec.scale_min();
+    p.scale_max = spec.scale_max();
+  }
+  if (spec.ratio_min() != 0 || spec.ratio_max() != 0) {
+    p.ratio_min = spec.ratio_min();
+    p.ratio_max = spec.ratio_max();
+  }
+  if (spec.no_flip()) {
+    p.flip_prob = 0.0f;
+  } else if (spec.flip_prob() != 0) {
+    p.flip_prob = spec.flip_prob();
+  }
+  if (p.kind != image::PipelineKind::kTrain) p.flip_prob = 0.0f;
+  switch (spec.interpolation()) {
+    case v1::INTERPOLATION_UNSPECIFIED:
+    case v1::INTERPOLATION_ANTIALIAS:
+      p.interpolation = image::Interpolation::kAntialias;
+      break;
+    case v1::INTERPOLATION_BILINEAR:
+      p.interpolation = image::Interpolation::kBilinear;
+      break;
+    default:
+      return absl::InvalidArgumentError("unknown interpolation");
+  }
+  switch (spec.dtype()) {
+    case v1::DTYPE_UNSPECIFIED:
+    case v1::DTYPE_UINT8:
+      p.dtype = ring::kUint8;
+      break;
+    case v1::DTYPE_FLOAT32:
+      p.dtype = ring::kFloat32;
+      break;
+    case v1::DTYPE_FLOAT16:
+      p.dtype = ring::kFloat16;
+      break;
+    default:
+      return absl::InvalidArgumentError("unknown dtype");
+  }
+  switch (spec.layout()) {
+    case v1::LAYOUT_UNSPECIFIED:
+    case v1::LAYOUT_NHWC:
+      p.layout = ring::kNHWC;
+      break;
+    case v1::LAYOUT_NCHW:
+      p.layout = ring::kNCHW;
+      break;
+    default:
+      return absl::InvalidArgumentError("unknown layout");
+  }
+  if (spec.mean_size() != 0 && spec.mean_size() != 3) {
+    return absl::InvalidArgumentError("mean must have 3 values (RGB)");
+  }
+  if (spec.std_size() != 0 && spec.std_size() != 3) {
+    return absl::InvalidArgumentError("std must have 3 values (RGB)");
+  }
+  for (int c = 0; c < 3; ++c) {
+    if (spec.mean_size() == 3) p.mean[c] = spec.mean(c);
+    if (spec.std_size() == 3) p.stdev[c] = spec.std(c);
+  }
+  if (spec.max_decode_pixels() != 0) {
+    p.max_decode_pixels = spec.max_decode_pixels();
+  } else if (p.kind == image::PipelineKind::kDecode && p.out_height == 0) {
+    p.max_decode_pixels = kDefaultVariableDecodePixels;
+  }
+  p.exact_decode = spec.exact_decode() ? 1 : 0;
+  p.ignore_exif = spec.ignore_exif_orientation() ? 1 : 0;
+  absl::Status st = image::ValidateParams(p);
+  if (!st.ok()) return absl::InvalidArgumentError(absl::StrCat("pipeline: ", st.message()));
+  return p;
+}
+
+v1::PipelineSpec EffectiveSpec(const image::PipelineParams& p, v1::PipelineKind kind) {
+  v1::PipelineSpec s;
+  s.set_kind(kind);
+  s.set_height(p.out_height);
+  s.set_width(p.out_width);
+  s.set_resize_size(p.resize_size);
+  s.set_scale_min(p.scale_min);
+  s.set_scale_max(p.scale_max);
+  s.set_ratio_min(p.ratio_min);
+  s.set_ratio_max(p.ratio_max);
+  s.set_flip_prob(p.flip_prob);
+  s.set_no_flip(p.flip_prob == 0.0f);
+  s.set_interpolation(p.interpolation == image::Interpolation::kBilinear
+                          ? v1::INTERPOLATION_BILINEAR
+                          : v1::INTERPOLATION_ANTIALIAS);
+  s.set_dtype(p.dtype == ring::kFloat32   ? v1::DTYPE_FLOAT32
+              : p.dtype == ring::kFloat16 ? v1::DTYPE_FLOAT16
+                                          : v1::DTYPE_UINT8);
+  s.set_layout(p.layout == ring::kNCHW ? v1::LAYOUT_NCHW : v1::LAYOUT_NHWC);
+  for (int c = 0; c < 3; ++c) {
+    s.add_mean(p.mean[c]);
+    s.add_std(p.stdev[c]);
+  }
+  s.set_max_decode_pixels(p.max_decode_pixels);
+  s.set_exact_decode(p.exact_decode != 0);
+  s.set_ignore_exif_orientation(p.ignore_exif != 0);
+  return s;
+}
+
+std::string JsonEscape(std::string_view in) {
+  std::string out;
+  for (char c : in) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          out += absl::StrFormat("\\u%04x", c);
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out;
+}
+
+double ProcessCpuSeconds(pid_t pid) {
+  std::ifstream f(absl::StrCat("/proc/", pid, "/stat"));
+  std::string line;
+  if (!std::getline(f, line)) return 0;
+  size_t close = line.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(line.substr(close + 2));
+  std::string field;
+  unsigned long long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && (rest >> field); ++i) {
+    if (i == 14) utime = std::stoull(field);
+    if (i == 15) stime = std::stoull(field);
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+}  // namespace
+
+std::string DaemonConfig::ToJson() const {
+  return absl::StrFormat(
+      "{\"socket_path\":\"%s\",\"data_root\":\"%s\",\"workers\":%u,\"worker_binary\":\"%s\","
+      "\"socket_mode\":\"%o\",\"shm_mode\":\"%o\",\"max_sessions\":%u,\"max_ring_bytes\":%u,"
+      "\"worker_queue_depth\":%u,\"task_timeout_ms\":%u,\"keepalive_grace_ms\":%u,"
+      "\"heartbeat_timeout_ms\":%u,\"max_file_bytes\":%u,\"drain_timeout_ms\":%u,"
+      "\"log_level\":\"%s\",\"log_json\":%s,\"fault_injection\":%s}",
+      JsonEscape(socket_path), JsonEscape(data_root), workers, JsonEscape(worker_binary),
+      socket_mode, shm_mode, max_sessions, max_ring_bytes, worker_queue_depth, task_timeout_ms,
+      keepalive_grace_ms, heartbeat_timeout_ms, max_file_bytes, drain_timeout_ms,
+      JsonEscape(log_level), log_json ? "true" : "false",
+      (fault_crash_substring.empty() && fault_hang_substring.empty()) ? "false" : "true");
+}
+
+// One sample's work. Lives in its BatchFill until the batch is finished.
+struct SampleTask {
+  uint64_t id = 0;  // while in flight
+  bool in_flight = false;
+  uint64_t session = 0;
+  uint64_t seq = 0;
+  uint32_t pos = 0;
+  uint32_t epoch = 0;
+  uint64_t shard_pos = 0;
+  uint64_t planned_index = 0;
+  uint64_t index = 0;  // what is being decoded: planned or a replacement
+  uint32_t replacements = 0;
+  uint32_t self_crashes = 0;
+  uint32_t deaths = 0;
+};
+
+struct SampleOutcome {
+  uint32_t status = ring::kSampleOk;
+  uint32_t height = 0;
+  uint32_t width = 0;
+  uint32_t channels = 0;
+  uint64_t bytes = 0;
+  uint64_t index = 0;
+};
+
+struct BatchFill {
+  uint64_t seq = 0;
+  uint32_t slot = 0;
+  uint32_t epoch = 0;
+  uint64_t batch_in_epoch = 0;
+  uint32_t remaining = 0;
+  std::vector<std::unique_ptr<SampleTask>> tasks;  // one per sample, stable addresses
+  std::vector<SampleOutcome> outcomes;
+  bool failed = false;
+  std::string error;
+};
+
+struct FailureRecord {
+  std::string path;
+  std::string reason;
+  uint64_t count = 0;
+};
+
+struct Session {
+  // Constant after Attach.
+  std::string id;
+  uint64_t number = 0;
+  v1::AttachRequest req;
+  std::shared_ptr<const Dataset> dataset;
+  SamplerOptions sampler;
+  image::PipelineParams params;
+  std::string pipeline_name;
+  bool variable_size = false;
+  uint64_t sample_bytes = 0;  // capacity per sample
+  uint64_t shard_size = 0;
+  uint64_t batches_per_epoch = 0;
+  uint64_t total_batches = 0;  // 0: without end
+  uint64_t start_global = 0;   // start_epoch * bpe + start_batch
+  uint32_t slots = 0;
+  bool policy_error = false;
+  std::unique_ptr<RingOwner> ring;
+  int64_t created_ns = 0;
+  std::thread watcher;
+  std::atomic<bool> stop_watch{false};
+
+  // Guarded by Engine::mu_.
+  uint64_t next_fill_seq = 0;
+  std::map<uint64_t, BatchFill> filling;
+  std::deque<SampleTask*> queue;  // front first
+  std::vector<uint8_t> slot_busy;
+  std::map<uint32_t, std::vector<uint64_t>> shards;  // by epoch
+  uint64_t batches_produced = 0;
+  uint64_t batches_consumed = 0;
+  uint64_t samples_produced = 0;
+  uint64_t samples_failed = 0;
+  uint64_t samples_replaced = 0;
+  uint32_t current_epoch = 0;
+  std::map<uint64_t, FailureRecord> failures;  // by dataset index
+  std::deque<v1::SessionEvent> events;
+  bool ended = false;
+  std::string end_reason;
+  bool keepalive_open = false;
+  int64_t keepalive_closed_ns = 0;
+  std::deque<std::pair<int64_t, uint64_t>> rate_window;  // (ns, samples_produced)
+};
+
+struct WorkerSlot {
+  uint32_t id = 0;
+  pid_t pid = -1;
+  UniqueFd channel;
+  std::string state = "starting";
+  std::deque<uint64_t> in_flight;  // task ids, oldest first
+  int64_t last_progress_ns = 0;
+  int64_t respawn_at_ns = 0;  // when dead: when to start again
+  int64_t started_ns = 0;
+  bool dead = true;
+  bool hung = false;
+  uint64_t restarts = 0;
+  uint64_t crashes = 0;
+  uint64_t samples_done = 0;
+  uint64_t samples_failed = 0;
+  double cpu_seconds_before = 0;  // of earlier incarnations
+};
+
+struct ResultView {
+  const worker::ResultMsg* msg;
+};
+
+namespace {
+
+bool SendWithFd(int channel, const void* msg, size_t bytes, int fd) {
+  struct iovec iov = {const_cast<void*>(msg), bytes};
+  struct msghdr mh = {};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+  if (fd >= 0) {
+    std::memset(control, 0, sizeof(control));
+    mh.msg_control = control;
+    mh.msg_controllen = sizeof(control);
+    struct cmsghdr* c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+  }
+  for (;;) {
+    ssize_t n = ::sendmsg(channel, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n == static_cast<ssize_t>(bytes)) return true;
+    if (n < 0 && errno == EINTR) continue;
+    return false;
+  }
+}
+
+void SendMapRing(WorkerSlot& w, const Session& s) {
+  worker::MapRingMsg m;
+  m.ring_id = s.number;
+  m.data_offset = s.ring->geometry().data_offset;
+  m.data_bytes = s.ring->geometry().slot_bytes * s.slots;
+  SendWithFd(w.channel.get(), &m, sizeof(m), s.ring->fd());
+}
+
+}  // namespace
+
+Engine::Engine(DaemonConfig config) : config_(std::move(config)) {}
+
+Engine::~Engine() { Stop(); }
+
+std::string Engine::state() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return state_;
+}
+
+absl::Status Engine::Start() {
+  start_ns_ = MonotonicNs();
+  auto root = DataRoot::Open(config_.data_root);
+  if (!root.ok()) return root.status();
+  data_root_ = std::move(*root);
+  shm_tag_ = absl::StrFormat(
+      "%08x", static_cast<uint32_t>(std::hash<std::string>{}(
+                  absl::StrCat(config_.socket_path, ":", ::getuid()))));
+  int swept = SweepStaleRings(shm_tag_);
+  if (swept > 0) spdlog::info("swept {} stale shared-memory ring(s) of an earlier daemon", swept);
+
+  worker_binary_ = config_.worker_binary;
+  if (worker_binary_.empty()) {
+    char self[4096];
+    ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n <= 0) return PosixError("readlink /proc/self/exe", errno);
+    self[n] = '\0';
+    std::string dir(self);
+    dir.resize(dir.rfind('/'));
+    worker_binary_ = dir + "/stoker-worker";
+  }
+  if (::access(worker_binary_.c_str(), X_OK) != 0) {
+    return PosixError("worker binary " + worker_binary_, errno);
+  }
+
+  epoll_fd_.Reset(::epoll_create1(EPOLL_CLOEXEC));
+  if (!epoll_fd_.valid()) return PosixError("epoll_create1", errno);
+  wake_fd_.Reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!wake_fd_.valid()) return PosixError("eventfd", errno);
+  struct epoll_event ev = {};
+  ev.events = EPOLLIN;
+  ev.data.u64 = UINT64_MAX;
+  ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, wake_fd_.get(), &ev);
+
+  uint32_t n = config_.workers != 0 ? config_.workers
+                                    : std::max(1u, std::thread::hardware_concurrency());
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (uint32_t i = 0; i < n; ++i) {
+      auto w = std::make_unique<WorkerSlot>();
+      w->id = i;
+      absl::Status st = SpawnWorkerLocked(*w);
+      if (!st.ok()) return st;
+      workers_.push_back(std::move(w));
+    }
+    state_ = "serving";
+  }
+  dispatcher_ = std::thread([this] { DispatchLoop(); });
+  ticker_ = std::thread([this] { TickerLoop(); });
+  spdlog::info("engine serving: {} worker(s), data root {}", n, data_root_->path());
+  return absl::OkStatus();
+}
+
+absl::Status Engine::SpawnWorkerLocked(WorkerSlot& w) {
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
+    return PosixError("socketpair", errno);
+  }
+  UniqueFd ours(sv[0]);
+  // Above the range the child's dup2 targets use, so no dup2 is a no-op
+  // that would leave FD_CLOEXEC set.
+  UniqueFd theirs(::fcntl(sv[1], F_DUPFD_CLOEXEC, 10));
+  ::close(sv[1]);
+  UniqueFd root(::fcntl(data_root_->fd(), F_DUPFD_CLOEXEC, 10));
+  if (!theirs.valid() || !root.valid()) return PosixError("fcntl F_DUPFD_CLOEXEC", errno);
+
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, theirs.get(), worker::kChannelFd);
+  posix_spawn_file_actions_adddup2(&fa, root.get(), worker::kDataRootFd);
+  std::string parent = std::to_string(::getpid());
+  std::string id = std::to_string(w.id);
+  char* argv[] = {const_cast<char*>(worker_binary_.c_str()), const_cast<char*>("--parent"),
+                  parent.data(), const_cast<char*>("--id"), id.data(), nullptr};
+  pid_t pid = -1;
+  // posix_spawn uses vfork-style cloning and runs no atfork handlers: safe in
+  // a process whose gRPC threads are running.
+  int rc = ::posix_spawn(&pid, worker_binary_.c_str(), &fa, nullptr, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) return PosixError("posix_spawn " + worker_binary_, rc);
+
+  w.pid = pid;
+  w.channel = std::move(ours);
+  w.dead = false;
+  w.hung = false;
+  w.state = "idle";
+  w.in_flight.clear();
+  w.started_ns = MonotonicNs();
+  w.last_progress_ns = w.started_ns;
+  struct epoll_event ev = {};
+  ev.events = EPOLLIN | EPOLLRDHUP;
+  ev.data.u64 = w.id;
+  ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, w.channel.get(), &ev);
+  for (auto& [sid, s] : sessions_) SendMapRing(w, *s);
+  spdlog::debug("worker {} started, pid {}", w.id, pid);
+  return absl::OkStatus();
+}
+
+void Engine::Wake() {
+  uint64_t one = 1;
+  ssize_t n = ::write(wake_fd_.get(), &one, sizeof(one));
+  (void)n;
+}
+
+absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (state_ != "serving") {
+      return absl::UnavailableError(absl::StrCat("stokerd is ", state_));
+    }
+    if (sessions_.size() >= config_.max_sessions) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the daemon serves its maximum of ", config_.max_sessions, " sessions"));
+    }
+  }
+  if (req.batch_size() == 0) return absl::InvalidArgumentError("batch_size must be at least 1");
+  if (req.batch_size() > ring::kMaxBatchSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch_size ", req.batch_size(), " is over the limit of ",
+                     ring::kMaxBatchSize));
+  }
+  const uint32_t world = req.world_size() == 0 ? 1 : req.world_size();
+  if (req.rank() >= world) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", req.rank(), " is not below world_size ", world));
+  }
+  const uint32_t slots = req.ring_slots() == 0 ? kDefaultSlots : req.ring_slots();
+  if (slots < 2 || slots > kMaxSlotsPerSession) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ring_slots must be within 2..", kMaxSlotsPerSession));
+  }
+  if (req.failure_policy() != v1::FAILURE_POLICY_UNSPECIFIED &&
+      req.failure_policy() != v1::FAILURE_POLICY_SKIP &&
+      req.failure_policy() != v1::FAILURE_POLICY_ERROR) {
+    return absl::InvalidArgumentError("unknown failure_policy");
+  }
+  auto params = ParamsFromSpec(req.pipeline(), req.batch_size());
+  if (!params.ok()) return params.status();
+  if (req.dataset().empty()) return absl::InvalidArgumentError("dataset is empty");
+
+  // Index the dataset (outside the lock: it may take seconds); cached by its
+  // canonical name.
+  auto resolved = data_root_->Resolve(req.dataset());
+  if (!resolved.ok()) return resolved.status();
+  std::shared_ptr<const Dataset> ds;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = datasets_.find(*resolved);
+    if (it != datasets_.end()) ds = it->second;
+  }
+  if (ds == nullptr) {
+    int64_t t0 = MonotonicNs();
+    auto opened = Dataset::Open(*data_root_, req.dataset(),
+                                static_cast<DatasetFormat>(req.format()));
+    if (!opened.ok()) return opened.status();
+    ds = *opened;
+    spdlog::info("indexed dataset {}: {} samples, {} classes in {:.1f} ms", ds->name(), ds->size(),
+                 ds->class_names().size(), (MonotonicNs() - t0) / 1e6);
+    std::lock_guard<std::mutex> l(mu_);
+    datasets_[*resolved] = ds;
+  }
+
+  auto s = std::make_shared<Session>();
+  s->req = req;
+  s->dataset = ds;
+  s->params = *params;
+  s->pipeline_name = PipelineName(req.pipeline().kind());
+  s->sampler.seed = req.seed();
+  s->sampler.shuffle = req.shuffle();
+  s->sampler.rank = req.rank();
+  s->sampler.world_size = world;
+  s->sampler.batch_size = req.batch_size();
+  s->sampler.drop_last = req.drop_last();
+  s->shard_size = ShardSize(ds->size(), s->sampler);
+  if (req.batch_size() > s->shard_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "batch_size ", req.batch_size(), " is larger than this rank's shard of the dataset (",
+        s->shard_size, " of ", ds->size(), " samples)"));
+  }
+  s->batches_per_epoch = BatchesPerEpoch(ds->size(), s->sampler);
+  s->start_global = uint64_t{req.start_epoch()} * s->batches_per_epoch + req.start_batch();
+  if (req.start_batch() >= s->batches_per_epoch) {
+    return absl::OutOfRangeError(absl::StrCat("start_batch ", req.start_batch(),
+                                              " is not below the batches per epoch, ",
+                                              s->batches_per_epoch));
+  }
+  if (req.epochs() != 0) {
+    uint64_t end = uint64_t{req.epochs()} * s->batches_per_epoch;
+    if (s->start_global >= end) {
+      return absl::OutOfRangeError("the start position is at or past the last epoch");
+    }
+    s->total_batches = end - s->start_global;
+  }
+  s->slots = slots;
+  s->policy_error = req.failure_policy() == v1::FAILURE_POLICY_ERROR;
+  s->variable_size = s->params.kind == image::PipelineKind::kDecode && s->params.out_height == 0;
+  s->sample_bytes = image::MaxSampleBytes(s->params);
+  const uint64_t ring_bytes = s->sample_bytes * req.batch_size() * slots;
+  if (s->sample_bytes == 0 || ring_bytes / slots / req.batch_size() != s->sample_bytes ||
+      ring_bytes > config_.max_ring_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the ring would take ", ring_bytes, " bytes (", slots, " slots x ", req.batch_size(),
+        " samples x ", s->sample_bytes, " bytes), over this daemon's --max-ring-bytes of ",
+        config_.max_ring_bytes));
+  }
+  struct statvfs vfs;
+  if (::statvfs("/dev/shm", &vfs) == 0) {
+    uint64_t free_bytes = uint64_t{vfs.f_bavail} * vfs.f_frsize;
+    if (ring_bytes + (1u << 20) > free_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the ring needs ", ring_bytes, " bytes of /dev/shm but only ", free_bytes,
+          " are free: give the container a larger /dev/shm (e.g. --shm-size) or use fewer "
+          "ring_slots or a smaller batch"));
+    }
+  }
+
+  std::vector<std::shared_ptr<Session>> none;
+  std::unique_lock<std::mutex> l(mu_);
+  if (state_ != "serving") return absl::UnavailableError(absl::StrCat("stokerd is ", state_));
+  s->number = next_session_number_++;
+  s->id = absl::StrFormat("%s-%d", shm_tag_, s->number);
+  RingSpec rs;
+  rs.slot_count = slots;
+  rs.batch_size = req.batch_size();
+  if (s->variable_size) {
+    rs.variable_bytes = s->sample_bytes;
+  } else {
+    rs.sample_bytes = s->sample_bytes;
+  }
+  rs.height = s->params.out_height;
+  rs.width = s->params.out_width;
+  rs.channels = 3;
+  rs.dtype = s->params.dtype;
+  rs.layout = s->params.layout;
+  rs.session_number = s->number;
+  rs.batches_per_epoch = s->batches_per_epoch;
+  rs.total_batches = s->total_batches;
+  rs.mode = config_.shm_mode;
+  const std::string shm_name =
+      absl::StrFormat("/stoker-%s-%d-%d", shm_tag_, ::getpid(), s->number);
+  auto ring = RingOwner::Create(shm_name, rs);
+  if (!ring.ok()) return ring.status();
+  s->ring = std::move(*ring);
+  s->slot_busy.assign(slots, 0);
+  s->created_ns = MonotonicNs();
+  s->keepalive_closed_ns = s->created_ns;
+  s->current_epoch = req.start_epoch();
+  sessions_[s->id] = s;
+  ++sessions_total_;
+  for (auto& w : workers_) {
+    if (!w->dead) SendMapRing(*w, *s);
+  }
+  s->watcher = std::thread([this, s] { WatchReleases(s); });
+
+  v1::AttachResponse resp;
+  resp.set_session_id(s->id);
+  auto* ri = resp.mutable_ring();
+  const ring::Geometry& g = s->ring->geometry();
+  ri->set_shm_name(shm_name);
+  ri->set_total_bytes(g.total_bytes);
+  ri->set_slot_count(slots);
+  ri->set_slot_bytes(g.slot_bytes);
+  ri->set_sample_bytes(s->variable_size ? 0 : s->sample_bytes);
+  ri->set_layout_version(ring::kLayoutVersion);
+  ri->set_data_offset(g.data_offset);
+  ri->set_descriptor_offset(g.descriptor_offset);
+  resp.set_dataset_size(ds->size());
+  resp.set_shard_size(s->shard_size);
+  resp.set_batches_per_epoch(s->batches_per_epoch);
+  resp.set_total_batches(s->total_batches);
+  for (const auto& c : ds->class_names()) resp.add_class_names(c);
+  resp.set_height(s->params.out_height);
+  resp.set_width(s->params.out_width);
+  resp.set_channels(3);
+  *resp.mutable_effective_pipeline() = EffectiveSpec(s->params, req.pipeline().kind());
+  resp.set_heartbeat_timeout_ms(config_.heartbeat_timeout_ms);
+  spdlog::info(
+      "session {} attached: client '{}' pid {}, dataset {} ({} samples), pipeline {}, batch {}, "
+      "rank {}/{}, {} slots of {} bytes, ring {}",
+      s->id, req.client_name(), req.client_pid(), ds->name(), ds->size(), s->pipeline_name,
+      req.batch_size(), req.rank(), world, slots, g.slot_bytes, shm_name);
+  l.unlock();
+  Wake();
+  return resp;
+}
+
+void Engine::WatchReleases(std::shared_ptr<Session> s) {
+  auto* h = s->ring->header();
+  uint32_t last = h->release_count.load(std::memory_order_acquire);
+  while (!s->stop_watch.load()) {
+    ring::FutexWait(&h->release_count, last, 200);
+    uint32_t now = h->release_count.load(std::memory_order_acquire);
+    if (now != last) {
+      last = now;
+      Wake();
+    }
+  }
+}
+
+absl::Status Engine::Detach(const std::string& session_id, const std::string& why) {
+  std::vector<std::shared_ptr<Session>> removed;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (sessions_.find(session_id) == sessions_.end()) {
+      return absl::NotFoundError(absl::StrCat("no session ", session_id));
+    }
+    RemoveSessionLocked(session_id, why, &removed);
+  }
+  FinalizeRemoved(removed);
+  return absl::OkStatus();
+}
+
+void Engine::RemoveSessionLocked(const std::string& id, const std::string& why,
+                                 std::vector<std::shared_ptr<Session>>* removed) {
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return;
+  std::shared_ptr<Session> s = it->second;
+  sessions_.erase(it);
+  s->ended = true;
+  s->end_reason = why;
+  for (auto& [seq, fill] : s->filling) {
+    for (auto& t : fill.tasks) {
+      if (t->in_flight) in_flight_.erase(t->id);
+    }
+  }
+  s->queue.clear();
+  worker::UnmapRingMsg m;
+  m.ring_id = s->number;
+  for (auto& w : workers_) {
+    if (!w->dead) SendWithFd(w->channel.get(), &m, sizeof(m), -1);
+  }
+  auto* h = s->ring->header();
+  h->daemon_state.store(ring::kStopped, std::memory_order_release);
+  ring::FutexWakeAll(&h->daemon_state);
+  for (uint32_t slot = 0; slot < s->slots; ++slot) {
+    ring::FutexWakeAll(&s->ring->descriptor(slot)->state);
+  }
+  spdlog::info("session {} ended: {} ({} batches produced, {} samples failed)", s->id, why,
+               s->batches_produced, s->samples_failed);
+  removed->push_back(s);
+  cv_.notify_all();
+}
+
+void Engine::FinalizeRemoved(std::vector<std::shared_ptr<Session>>& removed) {
+  for (auto& s : removed) {
+    s->stop_watch.store(true);
+    ring::FutexWakeAll(&s->ring->header()->release_count);
+    if (s->watcher.joinable()) s->watcher.join();
+    std::lock_guard<std::mutex> l(mu_);
+    s->filling.clear();
+    s->ring.reset();  // unmaps and unlinks
+  }
+  removed.clear();
+}
+
+absl::Status Engine::KeepAlive(const std::string& session_id,
+                               const std::function<bool()>& cancelled,
+                               const std::function<bool(const v1::SessionEvent&)>& send) {
+  std::shared_ptr<Session> s;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = sessions_.find(session_id);
+    if (it == sessions_.end()) return absl::NotFoundError(absl::StrCat("no session ", session_id));
+    s = it->second;
+    if (s->keepalive_open) {
+      return absl::AlreadyExistsError("this session's KeepAlive stream is already open");
+    }
+    s->keepalive_open = true;
+  }
+  v1::SessionEvent hello;
+  hello.set_kind(v1::SessionEvent::KIND_ATTACHED);
+  hello.set_message(s->id);
+  bool peer_ok = send(hello);
+  for (;;) {
+    std::deque<v1::SessionEvent> out;
+    bool ended;
+    std::string reason;
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      cv_.wait_for(l, std::chrono::milliseconds(200),
+                   [&] { return !s->events.empty() || s->ended; });
+      out.swap(s->events);
+      ended = s->ended;
+      reason = s->end_reason;
+    }
+    for (const auto& e : out) peer_ok = peer_ok && send(e);
+    if (ended) {
+      v1::SessionEvent e;
+      e.set_kind(v1::SessionEvent::KIND_ENDED);
+      e.set_message(reason);
+      send(e);
+      return absl::OkStatus();
+    }
+    if (!peer_ok || cancelled()) {
+      std::vector<std::shared_ptr<Session>> removed;
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        s->keepalive_open = false;
+        if (!s->ended) {
+          ++sessions_reclaimed_;
+          RemoveSessionLocked(s->id, "client went away (its KeepAlive stream closed)", &removed);
+        }
+      }
+      FinalizeRemoved(removed);
+      return absl::CancelledError("client went away");
+    }
+  }
+}
+
+const std::vector<uint64_t>& ShardFor(Session& s, uint32_t epoch) {
+  auto it = s.shards.find(epoch);
+  if (it != s.shards.end()) return it->second;
+  // A ring spans few epochs at once; keep the last four computed.
+  while (s.shards.size() >= 4) s.shards.erase(s.shards.begin());
+  return s.shards[epoch] = ShardIndices(s.dataset->size(), s.sampler, epoch);
+}
+
+void Engine::StartBatchesLocked() {
+  if (state_ != "serving") return;
+  for (auto& [id, sp] : sessions_) {
+    Session& s = *sp;
+    while ((s.total_batches == 0 || s.next_fill_seq < s.total_batches) &&
+           s.filling.size() < s.slots) {
+      const uint64_t seq = s.next_fill_seq;
+      const uint32_t slot = static_cast<uint32_t>(seq % s.slots);
+      ring::SlotDescriptor* d = s.ring->descriptor(slot);
+      if (s.slot_busy[slot]) {
+        if (d->state.load(std::memory_order_acquire) != ring::kFree) break;
+        s.slot_busy[slot] = 0;
+        ++s.batches_consumed;
+      }
+      const uint64_t global = s.start_global + seq;
+      const uint32_t epoch = static_cast<uint32_t>(global / s.batches_per_epoch);
+      const uint64_t b = global % s.batches_per_epoch;
+      const std::vector<uint64_t>& shard = ShardFor(s, epoch);
+      const uint64_t first = b * s.sampler.batch_size;
+      const uint32_t count =
+          static_cast<uint32_t>(std::min<uint64_t>(s.sampler.batch_size, s.shard_size - first));
+      BatchFill& f = s.filling[seq];
+      f.seq = seq;
+      f.slot = slot;
+      f.epoch = epoch;
+      f.batch_in_epoch = b;
+      f.remaining = count;
+      f.outcomes.assign(count, SampleOutcome{});
+      f.tasks.reserve(count);
+      for (uint32_t i = 0; i < count; ++i) {
+        auto owned = std::make_unique<SampleTask>();
+        SampleTask& t = *owned;
+        t.session = s.number;
+        t.seq = seq;
+        t.pos = i;
+        t.epoch = epoch;
+        t.shard_pos = first + i;
+        t.planned_index = shard[first + i];
+        t.index = t.planned_index;
+        s.queue.push_back(&t);
+        f.tasks.push_back(std::move(owned));
+      }
+      d->sequence = seq;
+      d->batch_in_epoch = b;
+      d->epoch = epoch;
+      d->sample_count = count;
+      d->batch_status = ring::kBatchOk;
+      d->error[0] = '\0';
+      d->state.store(ring::kFilling, std::memory_order_release);
+      s.slot_busy[slot] = 1;
+      s.current_epoch = epoch;
+      ++s.next_fill_seq;
+    }
+  }
+}
+
+void Engine::DispatchLocked() {
+  if (sessions_.empty()) return;
+  std::vector<Session*> order;
+  order.reserve(sessions_.size());
+  for (auto& [id, s] : sessions_) order.push_back(s.get());
+  // Fill the emptiest workers first; one task at a time, sessions in turn.
+  for (uint32_t depth = 0; depth < std::max(1u, config_.worker_queue_depth); ++depth) {
+    for (auto& wp : workers_) {
+      WorkerSlot& w = *wp;
+      if (w.dead || w.hung || w.in_flight.size() > depth) continue;
+      Session* pick = nullptr;
+      for (size_t k = 0; k < order.size(); ++k) {
+        Session* cand = order[(rr_cursor_ + k) % order.size()];
+        if (!cand->queue.empty()) {
+          pick = cand;
+          rr_cursor_ = (rr_cursor_ + k + 1) % order.size();
+          break;
+        }
+      }
+      if (pick == nullptr) return;
+      SampleTask* t = pick->queue.front();
+      BatchFill& f = pick->filling[t->seq];
+      worker::TaskMsg msg;
+      const std::string_view path = pick->dataset->path(t->index);
+      if (path.size() > worker::kMaxPathBytes) {
+        pick->queue.pop_front();
+        FailSampleLocked(*pick, *t, "path too long");
+        continue;
+      }
+      msg.path_bytes = static_cast<uint32_t>(path.size());
+      msg.task_id = next_task_id_++;
+      msg.ring_id = pick->number;
+      const uint64_t slot_base = pick->ring->geometry().slot_bytes * f.slot;
+      if (pick->variable_size) {
+        msg.out_offset = slot_base;
+        msg.out_capacity = pick->ring->geometry().slot_bytes;
+      } else {
+        msg.out_offset = slot_base + pick->sample_bytes * t->pos;
+        msg.out_capacity = pick->sample_bytes;
+      }
+      msg.max_file_bytes = config_.max_file_bytes;
+      msg.key.seed = pick->sampler.seed;
+      msg.key.epoch = t->epoch;
+      msg.key.dataset_index = t->index;
+      msg.params = pick->params;
+      if (!config_.fault_crash_substring.empty() &&
+          path.find(config_.fault_crash_substring) != std::string_view::npos) {
+        msg.fault = worker::kFaultCrash;
+      } else if (!config_.fault_hang_substring.empty() &&
+                 path.find(config_.fault_hang_substring) != std::string_view::npos) {
+        msg.fault = worker::kFaultHang;
+      }
+      std::memcpy(msg.path, path.data(), path.size());
+      if (!SendWithFd(w.channel.get(), &msg, worker::TaskHeaderBytes() + path.size(), -1)) {
+        // The worker is gone or stuck; its death is handled from epoll (or by
+        // the hang check). Leave the task queued.
+        w.hung = true;
+        continue;
+      }
+      pick->queue.pop_front();
+      t->id = msg.task_id;
+      t->in_flight = true;
+      in_flight_[t->id] = t;
+      if (w.in_flight.empty()) w.last_progress_ns = MonotonicNs();
+      w.in_flight.push_back(t->id);
+      w.state = "busy";
+    }
+  }
+}
+
+Session* Engine::FindByNumberLocked(uint64_t number) {
+  for (auto& [id, s] : sessions_) {
+    if (s->number == number) return s.get();
+  }
+  return nullptr;
+}
+
+void Engine::OnResultLocked(WorkerSlot& w, const ResultView& rv) {
+  const worker::ResultMsg& r = *rv.msg;
+  if (w.in_flight.empty() || w.in_flight.front() != r.task_id) {
+    spdlog::error("worker {} (pid {}) answered out of order; replacing it", w.id, w.pid);
+    ::kill(w.pid, SIGKILL);
+    w.hung = true;
+    return;
+  }
+  w.in_flight.pop_front();
+  w.last_progress_ns = MonotonicNs();
+  if (w.in_flight.empty()) w.state = "idle";
+  auto it = in_flight_.find(r.task_id);
+  if (it == in_flight_.end()) return;  // its session is gone
+  SampleTask* t = it->second;
+  in_flight_.erase(it);
+  t->in_flight = false;
+  Session* s = FindByNumberLocked(t->session);
+  if (s == nullptr) return;
+  auto fit = s->filling.find(t->seq);
+  if (fit == s->filling.end()) return;
+  BatchFill& f = fit->second;
+  if (r.code != 0) {
+    ++w.samples_failed;
+    std::string reason(r.reason, strnlen(r.reason, sizeof(r.reason)));
+    FailSampleLocked(*s, *t, reason.empty() ? "decode failed" : reason);
+    return;
+  }
+  ++w.samples_done;
+  const uint64_t want = uint64_t{r.height} * r.width * r.channels *
+                        ring::DTypeBytes(s->params.dtype);
+  const uint64_t capacity =
+      s->variable_size ? s->ring->geometry().slot_bytes : s->sample_bytes;
+  if (r.bytes != want || r.bytes > capacity || (!s->variable_size && r.bytes != s->sample_bytes)) {
+    FailSampleLocked(*s, *t, "worker reported a sample size that does not fit its slot");
+    return;
+  }
+  SampleOutcome& o = f.outcomes[t->pos];
+  o.status = t->index == t->planned_index ? ring::kSampleOk : ring::kSampleReplaced;
+  o.height = r.height;
+  o.width = r.width;
+  o.channels = r.channels;
+  o.bytes = r.bytes;
+  o.index = t->index;
+  if (o.status == ring::kSampleReplaced) ++s->samples_replaced;
+  ++s->samples_produced;
+  ++samples_total_;
+  if (--f.remaining == 0) FinishBatchLocked(*s, t->seq);
+}
+
+void Engine::FailSampleLocked(Session& s, SampleTask& t, const std::string& reason) {
+  BatchFill& f = s.filling[t.seq];
+  const std::string path(s.dataset->path(t.index));
+  FailureRecord& rec = s.failures[t.index];
+  if (rec.count++ == 0) {
+    rec.path = path;
+    rec.reason = reason;
+    spdlog::warn("session {}: sample {} ({}) failed: {}", s.id, t.index, path, reason);
+  }
+  ++s.samples_failed;
+  ++samples_failed_total_;
+  if (!s.policy_error && t.replacements < kMaxReplacements) {
+    // Replace it by the next sample of the shard not known to be bad: the
+    // choice depends only on the shard order and on which files are bad.
+    const std::vector<uint64_t>& shard = ShardFor(s, t.epoch);
+    for (uint64_t k = 1; k <= s.shard_size && t.replacements < kMaxReplacements; ++k) {
+      uint64_t cand = shard[(t.shard_pos + k) % s.shard_size];
+      if (cand == t.index || s.failures.count(cand) != 0) continue;
+      t.index = cand;
+      ++t.replacements;
+      t.self_crashes = 0;
+      t.deaths = 0;
+      s.queue.push_front(&t);
+      return;
+    }
+  }
+  SampleOutcome& o = f.outcomes[t.pos];
+  o.status = ring::kSampleFailed;
+  o.index = t.index;
+  if (s.policy_error && !f.failed) {
+    f.failed = true;
+    f.error = absl::StrCat("sample ", t.index, " (", path, ") failed: ", reason);
+    v1::SessionEvent e;
+    e.set_kind(v1::SessionEvent::KIND_SAMPLE_FAILED);
+    e.set_message(f.error);
+    e.set_path(path);
+    e.set_dataset_index(t.index);
+    s.events.push_back(std::move(e));
+    cv_.notify_all();
+  }
+  if (--f.remaining == 0) FinishBatchLocked(s, t.seq);
+}
+
+void Engine::FinishBatchLocked(Session& s, uint64_t seq) {
+  auto it = s.filling.find(seq);
+  BatchFill& f = it->second;
+  ring::SlotDescriptor* d = s.ring->descriptor(f.slot);
+  ring::SampleRecord* recs = ring::Records(d);
+  const ring::Geometry& g = s.ring->geometry();
+  uint8_t* data = s.ring->slot_data(f.slot);
+  for (uint32_t i = 0; i < f.outcomes.size(); ++i) {
+    const SampleOutcome& o = f.outcomes[i];
+    ring::SampleRecord& r = recs[i];
+    r.planned_index = f.tasks[i]->planned_index;
+    r.dataset_index = o.index;
+    r.label = s.dataset->label(o.index);
+    r.status = o.status;
+    r.offset = s.variable_size ? 0 : s.sample_bytes * i;
+    if (o.status == ring::kSampleFailed) {
+      // Zeros of the output shape, so that a fixed-shape batch keeps it.
+      r.height = s.params.out_height;
+      r.width = s.params.out_width;
+      r.channels = 3;
+      r.bytes = s.variable_size ? 0 : s.sample_bytes;
+      if (r.bytes != 0) std::memset(data + r.offset, 0, r.bytes);
+    } else {
+      r.height = o.height;
+      r.width = o.width;
+      r.channels = o.channels;
+      r.bytes = o.bytes;
+    }
+  }
+  (void)g;
+  if (f.failed) {
+    d->batch_status = ring::kBatchFailed;
+    size_t n = std::min<size_t>(f.error.size(), ring::kErrorBytes - 1);
+    std::memcpy(d->error, f.error.data(), n);
+    d->error[n] = '\0';
+  }
+  d->state.store(ring::kReady, std::memory_order_release);
+  ring::FutexWakeAll(&d->state);
+  ++s.batches_produced;
+  s.filling.erase(it);
+}
+
+void Engine::OnWorkerDeathLocked(WorkerSlot& w, const std::string& cause) {
+  ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, w.channel.get(), nullptr);
+  w.channel.Reset();
+  ::kill(w.pid, SIGKILL);
+  int wstatus = 0;
+  pid_t r = ::waitpid(w.pid, &wstatus, 0);
+  bool self_inflicted = w.hung;
+  std::string why = cause;
+  if (r == w.pid && WIFSIGNALED(wstatus)) {
+    int sig = WTERMSIG(wstatus);
+    why = absl::StrCat(cause, ", killed by signal ", sig, " (", strsignal(sig), ")");
+    if (sig != SIGKILL) self_inflicted = true;
+  } else if (r == w.pid && WIFEXITED(wstatus)) {
+    why = absl::StrCat(cause, ", exited with status ", WEXITSTATUS(wstatus));
+    self_inflicted = true;
+  }
+  const bool shutting_down = stopping_.load();
+  if (!shutting_down) {
+    spdlog::warn("worker {} (pid {}) died: {}; {} sample(s) in flight will be redone", w.id,
+                 w.pid, why, w.in_flight.size());
+  }
+  // The oldest task is the one the worker was on; the rest were only queued.
+  bool first = true;
+  std::vector<std::pair<Session*, SampleTask*>> requeue;
+  for (uint64_t id : w.in_flight) {
+    auto it = in_flight_.find(id);
+    if (it == in_flight_.end()) {
+      first = false;
+      continue;
+    }
+    SampleTask* t = it->second;
+    in_flight_.erase(it);
+    t->in_flight = false;
+    Session* s = FindByNumberLocked(t->session);
+    if (s == nullptr) continue;
+    if (first) {
+      first = false;
+      ++t->deaths;
+      if (self_inflicted) ++t->self_crashes;
+      if (t->self_crashes >= kMaxSelfCrashes || t->deaths >= kMaxAnyDeaths) {
+        FailSampleLocked(*s, *t,
+                         absl::StrCat("a worker died ", t->deaths, " times on this file (last: ",
+                                      why, ")"));
+        continue;
+      }
+    }
+    requeue.emplace_back(s, t);
+  }
+  for (auto it = requeue.rbegin(); it != requeue.rend(); ++it) it->first->queue.push_front(it->second);
+  w.in_flight.clear();
+  w.dead = true;
+  w.hung = false;
+  w.state = "restarting";
+  ++w.crashes;
+  if (!shutting_down) {
+    ++w.restarts;
+    ++worker_restarts_total_;
+    // Restart at once, unless it keeps dying young.
+    const int64_t now = MonotonicNs();
+    w.respawn_at_ns = (now - w.started_ns < 1000000000LL) ? now + 500000000LL : now;
+  }
+}
+
+void Engine::DispatchLoop() {
+  struct epoll_event events[64];
+  alignas(worker::ResultMsg) char buf[sizeof(worker::ResultMsg) + 64];
+  while (!stopping_.load()) {
+    int n = ::epoll_wait(epoll_fd_.get(), events, 64, 50);
+    std::lock_guard<std::mutex> l(mu_);
+    for (int i = 0; i < n; ++i) {
+      if (events[i].data.u64 == UINT64_MAX) {
+        uint64_t v;
+        while (::read(wake_fd_.get(), &v, sizeof(v)) > 0) {
+        }
+        continue;
+      }
+      WorkerSlot& w = *workers_[events[i].data.u64];
+      if (w.dead) continue;
+      bool died = false;
+      for (;;) {
+        ssize_t got = ::recv(w.channel.get(), buf, sizeof(buf), MSG_DONTWAIT);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+        if (got <= 0) {
+          died = true;
+          break;
+        }
+        uint32_t type;
+        std::memcpy(&type, buf, sizeof(type));
+        if (type == worker::kHello && got == sizeof(worker::HelloMsg)) {
+          continue;
+        }
+        if (type != worker::kResult || got != sizeof(worker::ResultMsg)) {
+          spdlog::error("worker {} sent a malformed message; replacing it", w.id);
+          died = true;
+          break;
+        }
+        ResultView rv{reinterpret_cast<const worker::ResultMsg*>(buf)};
+        OnResultLocked(w, rv);
+        if (w.hung) break;
+      }
+      if (died) OnWorkerDeathLocked(w, "channel closed");
+    }
+    const int64_t now = MonotonicNs();
+    for (auto& wp : workers_) {
+      WorkerSlot& w = *wp;
+      if (!w.dead && !w.in_flight.empty() && !w.hung &&
+          now - w.last_progress_ns > int64_t{config_.task_timeout_ms} * 1000000) {
+        spdlog::warn("worker {} (pid {}) made no progress for {} ms; killing it", w.id, w.pid,
+                     config_.task_timeout_ms);
+        w.hung = true;
+        ::kill(w.pid, SIGKILL);
+      }
+      if (w.dead && !stopping_.load() && now >= w.respawn_at_ns) {
+        absl::Status st = SpawnWorkerLocked(w);
+        if (!st.ok()) {
+          spdlog::error("cannot restart worker {}: {}", w.id, st.ToString());
+          w.respawn_at_ns = now + 1000000000LL;
+        }
+      }
+    }
+    StartBatchesLocked();
+    DispatchLocked();
+    cv_.notify_all();
+  }
+}
+
+void Engine::TickerLoop() {
+  while (!stopping_.load()) {
+    std::vector<std::shared_ptr<Session>> removed;
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      const int64_t now = MonotonicNs();
+      std::vector<std::string> stale;
+      for (auto& [id, s] : sessions_) {
+        s->ring->header()->daemon_heartbeat.fetch_add(1, std::memory_order_release);
+        s->rate_window.emplace_back(now, s->samples_produced);
+        while (s->rate_window.size() > 2 &&
+               now - s->rate_window.front().first > 10'000'000'000LL) {
+          s->rate_window.pop_front();
+        }
+        if (!s->keepalive_open &&
+            now - s->keepalive_closed_ns > int64_t{config_.keepalive_grace_ms} * 1000000) {
+          stale.push_back(id);
+        }
+      }
+      for (const auto& id : stale) {
+        ++sessions_reclaimed_;
+        RemoveSessionLocked(id, "no KeepAlive stream from the client; reclaimed", &removed);
+      }
+      cv_.wait_for(l, std::chrono::milliseconds(ring::kHeartbeatPeriodMs),
+                   [this] { return stopping_.load(); });
+    }
+    FinalizeRemoved(removed);
+  }
+}
+
+v1::StatusResponse Engine::GetStatus(bool include_failures) {
+  v1::StatusResponse r;
+  r.set_version(STOKER_VERSION);
+  r.set_pid(::getpid());
+  r.set_config_json(config_.ToJson());
+  std::lock_guard<std::mutex> l(mu_);
+  const int64_t now = MonotonicNs();
+  r.set_uptime_seconds((now - start_ns_) / 1e9);
+  r.set_state(state_);
+  r.set_sessions_total(sessions_total_);
+  r.set_sessions_reclaimed(sessions_reclaimed_);
+  r.set_samples_total(samples_total_);
+  r.set_samples_failed_total(samples_failed_total_);
+  r.set_worker_restarts_total(worker_restarts_total_);
+  for (auto& wp : workers_) {
+    auto* ws = r.add_workers();
+    ws->set_id(wp->id);
+    ws->set_pid(wp->dead ? 0 : wp->pid);
+    ws->set_state(wp->dead ? "restarting" : wp->state);
+    ws->set_restarts(wp->restarts);
+    ws->set_crashes(wp->crashes);
+    ws->set_samples_done(wp->samples_done);
+    ws->set_samples_failed(wp->samples_failed);
+    ws->set_in_flight(static_cast<uint32_t>(wp->in_flight.size()));
+    ws->set_cpu_seconds(wp->dead ? 0 : ProcessCpuSeconds(wp->pid));
+  }
+  for (auto& [id, s] : sessions_) {
+    auto* ss = r.add_sessions();
+    ss->set_session_id(id);
+    ss->set_client_name(s->req.client_name());
+    ss->set_client_pid(s->req.client_pid());
+    ss->set_rank(s->sampler.rank);
+    ss->set_world_size(s->sampler.world_size);
+    ss->set_dataset(s->dataset->name());
+    ss->set_pipeline(s->pipeline_name);
+    ss->set_batch_size(s->sampler.batch_size);
+    ss->set_batches_produced(s->batches_produced);
+    uint64_t consumed = s->ring->header()->batches_consumed.load(std::memory_order_relaxed);
+    ss->set_batches_consumed(std::min(consumed, s->batches_produced));
+    ss->set_samples_produced(s->samples_produced);
+    ss->set_samples_failed(s->samples_failed);
+    ss->set_samples_replaced(s->samples_replaced);
+    ss->set_current_epoch(s->current_epoch);
+    ss->set_ring_slots(s->slots);
+    uint32_t ready = 0;
+    for (uint32_t slot = 0; slot < s->slots; ++slot) {
+      if (s->ring->descriptor(slot)->state.load() == ring::kReady) ++ready;
+    }
+    ss->set_ring_ready(ready);
+    ss->set_ring_bytes(s->ring->geometry().total_bytes);
+    ss->set_shm_name(s->ring->name());
+    if (s->rate_window.size() >= 2) {
+      const auto& a = s->rate_window.front();
+      const auto& b = s->rate_window.back();
+      if (b.first > a.first) {
+        ss->set_images_per_second((b.second - a.second) / ((b.first - a.first) / 1e9));
+      }
+    }
+    ss->set_uptime_seconds((now - s->created_ns) / 1e9);
+    ss->set_keepalive_open(s->keepalive_open);
+    if (include_failures) {
+      size_t n = 0;
+      for (const auto& [index, f] : s->failures) {
+        if (n++ >= kMaxFailuresListed) break;
+        auto* fr = ss->add_failures();
+        fr->set_path(f.path);
+        fr->set_reason(f.reason);
+        fr->set_count(f.count);
+        fr->set_dataset_index(index);
+      }
+    }
+  }
+  return r;
+}
+
+void Engine::Drain() {
+  std::vector<std::shared_ptr<Session>> removed;
+  {
+    std::unique_lock<std::mutex> l(mu_);
+    if (state_ != "serving") return;
+    state_ = "draining";
+    spdlog::info("draining: finishing in-flight batches of {} session(s)", sessions_.size());
+    for (auto& [id, s] : sessions_) {
+      v1::SessionEvent e;
+      e.set_kind(v1::SessionEvent::KIND_DRAINING);
+      e.set_message("stokerd is shutting down");
+      s->events.push_back(std::move(e));
+    }
+    cv_.notify_all();
+    cv_.wait_for(l, std::chrono::milliseconds(config_.drain_timeout_ms), [this] {
+      for (auto& [id, s] : sessions_) {
+        if (!s->filling.empty()) return false;
+      }
+      return true;
+    });
+    std::vector<std::string> ids;
+    for (auto& [id, s] : sessions_) {
+      s->ring->header()->daemon_state.store(ring::kDraining, std::memory_order_release);
+      ids.push_back(id);
+    }
+    for (const auto& id : ids) RemoveSessionLocked(id, "stokerd is shutting down", &removed);
+  }
+  FinalizeRemoved(removed);
+}
+
+void Engine::Stop() {
+  if (stopping_.load()) return;
+  Drain();
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    state_ = "stopped";
+  }
+  stopping_.store(true);
+  Wake();
+  cv_.notify_all();
+  if (dispatcher_.joinable()) dispatcher_.join();
+  if (ticker_.joinable()) ticker_.join();
+  std::lock_guard<std::mutex> l(mu_);
+  for (auto& w : workers_) {
+    if (w->dead) continue;
+    worker::UnmapRingMsg m;  // any message type works as a header here
+    uint32_t shutdown = worker::kShutdown;
+    std::memcpy(&m, &shutdown, sizeof(shutdown));
+    SendWithFd(w->channel.get(), &m, sizeof(m), -1);
+  }
+  const int64_t deadline = MonotonicNs() + 2'000'000'000LL;
+  for (auto& w : workers_) {
+    if (w->dead) continue;
+    int wstatus;
+    while (::waitpid(w->pid, &wstatus, WNOHANG) == 0) {
+      if (MonotonicNs() > deadline) {
+        ::kill(w->pid, SIGKILL);
+        ::waitpid(w->pid, &wstatus, 0);
+        break;
+      }
+      ::usleep(5000);
+    }
+    w->dead = true;
+    w->channel.Reset();
+  }
+}
+
+}  // namespace stoker

@@ -1,0 +1,87 @@
+// stokerd: the stoker daemon. See README.md.
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "server/service.h"
+#include "spdlog/sinks/stdout_sinks.h"
+#include "spdlog/spdlog.h"
+
+int main(int argc, char** argv) {
+  stoker::DaemonConfig c;
+  CLI::App app{"stokerd: decodes and augments JPEG datasets into shared-memory rings"};
+  app.set_version_flag("--version", std::string(STOKER_VERSION));
+  app.add_option("--socket", c.socket_path, "gRPC Unix socket path")->required();
+  app.add_option("--data-root", c.data_root, "every dataset must lie beneath this directory")
+      ->required();
+  app.add_option("--workers", c.workers, "decode worker processes (0: one per CPU)");
+  app.add_option("--worker-binary", c.worker_binary,
+                 "the worker executable (default: stoker-worker beside stokerd)");
+  app.add_option("--max-sessions", c.max_sessions, "attached sessions at most");
+  app.add_option("--max-ring-bytes", c.max_ring_bytes, "shared memory per session at most");
+  app.add_option("--worker-queue-depth", c.worker_queue_depth,
+                 "tasks queued per worker (hides the round trip)");
+  app.add_option("--task-timeout-ms", c.task_timeout_ms,
+                 "a worker stuck on one sample this long is replaced");
+  app.add_option("--keepalive-grace-ms", c.keepalive_grace_ms,
+                 "a session without a KeepAlive stream this long is reclaimed");
+  app.add_option("--heartbeat-timeout-ms", c.heartbeat_timeout_ms,
+                 "clients declare the daemon dead after this long without a heartbeat");
+  app.add_option("--max-file-bytes", c.max_file_bytes, "larger input files fail as samples");
+  app.add_option("--drain-timeout-ms", c.drain_timeout_ms,
+                 "on SIGTERM, wait at most this long for in-flight batches");
+  app.add_option("--socket-mode", c.socket_mode, "permission bits of the socket (octal)")
+      ->transform([](std::string s) { return std::to_string(std::stoul(s, nullptr, 8)); });
+  app.add_option("--shm-mode", c.shm_mode, "permission bits of the rings (octal)")
+      ->transform([](std::string s) { return std::to_string(std::stoul(s, nullptr, 8)); });
+  app.add_option("--log-level", c.log_level, "trace, debug, info, warn, error");
+  app.add_flag("--log-json", c.log_json, "log JSON lines");
+  app.add_option("--fault-crash-substring", c.fault_crash_substring,
+                 "TESTS ONLY: workers crash on files whose path contains this")
+      ->group("");
+  app.add_option("--fault-hang-substring", c.fault_hang_substring,
+                 "TESTS ONLY: workers hang on files whose path contains this")
+      ->group("");
+  CLI11_PARSE(app, argc, argv);
+
+  auto logger = spdlog::stderr_logger_mt("stokerd");
+  spdlog::set_default_logger(logger);
+  spdlog::set_level(spdlog::level::from_str(c.log_level));
+  if (c.log_json) {
+    spdlog::set_pattern(
+        R"({"ts":"%Y-%m-%dT%H:%M:%S.%e%z","level":"%l","pid":%P,"msg":"%v"})");
+  } else {
+    spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%l%$ stokerd[%P] %v");
+  }
+  spdlog::flush_on(spdlog::level::info);
+
+  // Signals are taken by sigwait below; every thread started after this
+  // inherits the mask.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  stoker::Server server(c);
+  absl::Status st = server.Start();
+  if (!st.ok()) {
+    spdlog::critical("cannot start: {}", st.ToString());
+    return 1;
+  }
+  spdlog::info("effective configuration: {}", server.engine().config().ToJson());
+  int sig = 0;
+  while (sigwait(&set, &sig) == 0) {
+    if (sig == SIGHUP) continue;
+    break;
+  }
+  spdlog::info("received {}; shutting down", strsignal(sig));
+  server.Stop();
+  return 0;
+}

@@ -1,0 +1,69 @@
+#include "server/posix.h"
+
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace stoker {
+
+absl::Status PosixError(const std::string& context, int err) {
+  std::string msg = absl::StrCat(context, ": ", std::strerror(err));
+  switch (err) {
+    case ENOENT:
+    case ENOTDIR:
+      return absl::NotFoundError(msg);
+    case EACCES:
+    case EPERM:
+    case ELOOP:
+    case EXDEV:
+      return absl::PermissionDeniedError(msg);
+    case EEXIST:
+      return absl::AlreadyExistsError(msg);
+    case ENOMEM:
+    case ENOSPC:
+    case EMFILE:
+    case ENFILE:
+      return absl::ResourceExhaustedError(msg);
+    case EINVAL:
+    case EISDIR:
+    case ENAMETOOLONG:
+      return absl::InvalidArgumentError(msg);
+    case EAGAIN:
+    case EINTR:
+      return absl::UnavailableError(msg);
+    default:
+      return absl::InternalError(msg);
+  }
+}
+
+void UniqueFd::Reset(int fd) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = fd;
+}
+
+void Mapping::Reset() {
+  if (addr_ != nullptr) ::munmap(addr_, bytes_);
+  addr_ = nullptr;
+  bytes_ = 0;
+}
+
+absl::Status MapShared(int fd, uint64_t offset, uint64_t bytes, Mapping* out) {
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+                   static_cast<off_t>(offset));
+  if (p == MAP_FAILED) return PosixError("mmap", errno);
+  *out = Mapping(p, bytes);
+  return absl::OkStatus();
+}
+
+int64_t MonotonicNs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+}
+
+}  // namespace stoker

@@ -1,0 +1,82 @@
+// Small RAII owners for POSIX resources and the one place errno becomes a
+// Status.
+
+#ifndef STOKER_SERVER_POSIX_H_
+#define STOKER_SERVER_POSIX_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "absl/status/status.h"
+
+namespace stoker {
+
+// A Status for a failed system call: the code follows errno (ENOENT ->
+// NOT_FOUND, EACCES -> PERMISSION_DENIED, ...), the message is
+// "<context>: <strerror>".
+absl::Status PosixError(const std::string& context, int err);
+
+// Owns a file descriptor; closes it on destruction.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  ~UniqueFd() { Reset(); }
+  UniqueFd(UniqueFd&& o) noexcept : fd_(o.Release()) {}
+  UniqueFd& operator=(UniqueFd&& o) noexcept {
+    if (this != &o) Reset(o.Release());
+    return *this;
+  }
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int Release() { return std::exchange(fd_, -1); }
+  void Reset(int fd = -1);
+
+ private:
+  int fd_ = -1;
+};
+
+// Owns a memory mapping; unmaps it on destruction.
+class Mapping {
+ public:
+  Mapping() = default;
+  Mapping(void* addr, size_t bytes) : addr_(addr), bytes_(bytes) {}
+  ~Mapping() { Reset(); }
+  Mapping(Mapping&& o) noexcept
+      : addr_(std::exchange(o.addr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+  Mapping& operator=(Mapping&& o) noexcept {
+    if (this != &o) {
+      Reset();
+      addr_ = std::exchange(o.addr_, nullptr);
+      bytes_ = std::exchange(o.bytes_, 0);
+    }
+    return *this;
+  }
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+
+  void* addr() const { return addr_; }
+  size_t bytes() const { return bytes_; }
+  void Reset();
+
+ private:
+  void* addr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// mmap(fd, offset, bytes) shared, read-write.
+absl::Status MapShared(int fd, uint64_t offset, uint64_t bytes, Mapping* out);
+
+// Monotonic clock in nanoseconds / milliseconds.
+int64_t MonotonicNs();
+inline int64_t MonotonicMs() { return MonotonicNs() / 1000000; }
+
+}  // namespace stoker
+
+#endif  // STOKER_SERVER_POSIX_H_

@@ -1,0 +1,71 @@
+// The daemon's side of a session's shared-memory ring (layout and protocol:
+// proto/stoker/ring_layout.h). Creates the shm object owner-only, lays out
+// the header, and removes the object when destroyed.
+
+#ifndef STOKER_SERVER_RING_OWNER_H_
+#define STOKER_SERVER_RING_OWNER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "server/posix.h"
+#include "stoker/ring_layout.h"
+
+namespace stoker {
+
+struct RingSpec {
+  uint32_t slot_count = 4;
+  uint32_t batch_size = 1;
+  uint64_t sample_bytes = 0;     // stride per sample; 0 with variable_bytes
+  uint64_t variable_bytes = 0;   // slot data bytes for variable-size decode
+  uint32_t height = 0;
+  uint32_t width = 0;
+  uint32_t channels = 3;
+  uint32_t dtype = ring::kUint8;
+  uint32_t layout = ring::kNHWC;
+  uint64_t session_number = 0;
+  uint64_t batches_per_epoch = 0;
+  uint64_t total_batches = 0;
+  uint32_t mode = 0600;          // permission bits of the shm object
+};
+
+// Not thread-safe itself; the live fields in the header are atomics that
+// other threads and processes touch through header().
+class RingOwner {
+ public:
+  // Creates `name` (must start with '/'), sized and laid out per `spec`.
+  static absl::StatusOr<std::unique_ptr<RingOwner>> Create(const std::string& name,
+                                                           const RingSpec& spec);
+  // Unmaps and shm_unlinks.
+  ~RingOwner();
+
+  const std::string& name() const { return name_; }
+  const ring::Geometry& geometry() const { return geometry_; }
+  int fd() const { return fd_.get(); }
+  ring::RingHeader* header() const { return static_cast<ring::RingHeader*>(map_.addr()); }
+  ring::SlotDescriptor* descriptor(uint32_t slot) const {
+    return ring::Descriptor(map_.addr(), geometry_, slot);
+  }
+  uint8_t* slot_data(uint32_t slot) const {
+    return static_cast<uint8_t*>(map_.addr()) + geometry_.data_offset +
+           geometry_.slot_bytes * slot;
+  }
+
+ private:
+  RingOwner() = default;
+  std::string name_;
+  ring::Geometry geometry_;
+  UniqueFd fd_;
+  Mapping map_;
+};
+
+// Removes shm objects named "/stoker-<tag>-<pid>-*" that belong to this uid
+// and whose daemon pid is no longer alive (or is our own pid: a restarted
+// container daemon often gets the same pid). Returns how many it removed.
+int SweepStaleRings(const std::string& tag);
+
+}  // namespace stoker
+
+#endif  // STOKER_SERVER_RING_OWNER_H_

@@ -1,0 +1,137 @@
+#include "server/service.h"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "spdlog/spdlog.h"
+
+namespace stoker {
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+grpc::Status StokerService::Attach(grpc::ServerContext* ctx, const v1::AttachRequest* req,
+                                   v1::AttachResponse* resp) {
+  auto r = engine_->Attach(*req);
+  if (!r.ok()) {
+    spdlog::info("attach refused ({}): {}", ctx->peer(), r.status().ToString());
+    return ToGrpc(r.status());
+  }
+  *resp = std::move(*r);
+  return grpc::Status::OK;
+}
+
+grpc::Status StokerService::Detach(grpc::ServerContext*, const v1::DetachRequest* req,
+                                   v1::DetachResponse*) {
+  return ToGrpc(engine_->Detach(req->session_id(), "detached by the client"));
+}
+
+grpc::Status StokerService::KeepAlive(grpc::ServerContext* ctx, const v1::KeepAliveRequest* req,
+                                      grpc::ServerWriter<v1::SessionEvent>* writer) {
+  absl::Status st = engine_->KeepAlive(
+      req->session_id(), [ctx] { return ctx->IsCancelled(); },
+      [writer](const v1::SessionEvent& e) { return writer->Write(e); });
+  return ToGrpc(st);
+}
+
+grpc::Status StokerService::Status(grpc::ServerContext*, const v1::StatusRequest* req,
+                                   v1::StatusResponse* resp) {
+  *resp = engine_->GetStatus(req->include_failures());
+  return grpc::Status::OK;
+}
+
+Server::Server(DaemonConfig config)
+    : config_(config), engine_(std::move(config)), service_(&engine_) {}
+
+Server::~Server() { Stop(); }
+
+namespace {
+
+// True when something accepts connections on the Unix socket at `path`.
+bool SocketAnswers(const std::string& path) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  struct sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  bool ok = ::connect(fd, reinterpret_cast<struct sockaddr*>(&addr), sizeof(addr)) == 0;
+  ::close(fd);
+  return ok;
+}
+
+}  // namespace
+
+absl::Status Server::Start() {
+  if (config_.socket_path.empty()) return absl::InvalidArgumentError("--socket is required");
+  if (config_.socket_path.size() >= sizeof(sockaddr_un::sun_path)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("socket path is longer than ", sizeof(sockaddr_un::sun_path) - 1, " bytes"));
+  }
+  struct stat st;
+  if (::lstat(config_.socket_path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) {
+      return absl::AlreadyExistsError(
+          absl::StrCat(config_.socket_path, " exists and is not a socket"));
+    }
+    if (SocketAnswers(config_.socket_path)) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("another daemon is serving on ", config_.socket_path));
+    }
+    ::unlink(config_.socket_path.c_str());
+    spdlog::info("removed the stale socket {}", config_.socket_path);
+  }
+  absl::Status s = engine_.Start();
+  if (!s.ok()) return s;
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("unix:" + config_.socket_path, grpc::InsecureServerCredentials());
+  builder.RegisterService(&service_);
+  builder.SetMaxReceiveMessageSize(4 << 20);
+  // The socket is created owner-only; chmod widens it if asked.
+  mode_t old_umask = ::umask(0177);
+  grpc_ = builder.BuildAndStart();
+  ::umask(old_umask);
+  if (grpc_ == nullptr) {
+    engine_.Stop();
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", config_.socket_path));
+  }
+  ::chmod(config_.socket_path.c_str(), config_.socket_mode);
+  auto* health = grpc_->GetHealthCheckService();
+  health->SetServingStatus(true);
+  health->SetServingStatus("stoker.v1.Stoker", true);
+  spdlog::info("stokerd {} listening on unix:{}", STOKER_VERSION, config_.socket_path);
+  return absl::OkStatus();
+}
+
+void Server::Stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  if (grpc_ != nullptr) {
+    auto* health = grpc_->GetHealthCheckService();
+    health->SetServingStatus(false);
+    health->SetServingStatus("stoker.v1.Stoker", false);
+  }
+  engine_.Drain();
+  if (grpc_ != nullptr) {
+    grpc_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    grpc_->Wait();
+  }
+  engine_.Stop();
+  if (grpc_ != nullptr) ::unlink(config_.socket_path.c_str());
+  spdlog::info("stokerd stopped");
+}
+
+}  // namespace stoker

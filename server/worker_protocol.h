@@ -1,0 +1,94 @@
+// Messages between stokerd and its worker processes, over one private
+// SOCK_SEQPACKET socketpair per worker (fd 3 in the worker). Internal to the
+// daemon: both ends are built from the same source, so the structs cross
+// verbatim. A ring's fd crosses with kMapRing as SCM_RIGHTS ancillary data.
+//
+//   daemon -> worker: kMapRing, kUnmapRing, kTask, kShutdown
+//   worker -> daemon: kHello (once, at start), kResult (one per kTask, in
+//                     the order the tasks were sent)
+//
+// A worker handles its messages strictly in order, so the oldest task the
+// daemon has not yet seen a result for is the one a dead worker was on.
+
+#ifndef STOKER_SERVER_WORKER_PROTOCOL_H_
+#define STOKER_SERVER_WORKER_PROTOCOL_H_
+
+#include <cstdint>
+
+#include "server/image/pipeline.h"
+
+namespace stoker::worker {
+
+inline constexpr int kChannelFd = 3;   // the worker's end of its socketpair
+inline constexpr int kDataRootFd = 4;  // the daemon's --data-root, O_DIRECTORY
+inline constexpr uint32_t kMaxPathBytes = 4096;
+inline constexpr uint32_t kReasonBytes = 480;
+
+enum MsgType : uint32_t {
+  kMapRing = 1,
+  kUnmapRing = 2,
+  kTask = 3,
+  kShutdown = 4,
+  kHello = 100,
+  kResult = 101,
+};
+
+struct MapRingMsg {
+  uint32_t type = kMapRing;
+  uint32_t reserved = 0;
+  uint64_t ring_id = 0;
+  uint64_t data_offset = 0;  // page aligned: the worker maps only the data area
+  uint64_t data_bytes = 0;
+};
+
+struct UnmapRingMsg {
+  uint32_t type = kUnmapRing;
+  uint32_t reserved = 0;
+  uint64_t ring_id = 0;
+};
+
+struct TaskMsg {
+  uint32_t type = kTask;
+  uint32_t path_bytes = 0;    // bytes of `path` used (no NUL)
+  uint64_t task_id = 0;
+  uint64_t ring_id = 0;
+  uint64_t out_offset = 0;    // from the start of the ring's data area
+  uint64_t out_capacity = 0;
+  uint64_t file_offset = 0;   // read [file_offset, file_offset + file_length)
+  uint64_t file_length = 0;   // 0: the whole file
+  uint64_t max_file_bytes = 0;
+  image::SampleKey key;
+  image::PipelineParams params;
+  uint32_t fault = 0;         // tests only, see FaultKind (0: none)
+  char path[kMaxPathBytes];   // relative to the data root; sent truncated to path_bytes
+};
+
+// Faults a worker injects on itself when the daemon runs with
+// --enable-fault-injection (tests); never set otherwise.
+enum FaultKind : uint32_t { kFaultNone = 0, kFaultCrash = 1, kFaultHang = 2 };
+
+struct HelloMsg {
+  uint32_t type = kHello;
+  int32_t pid = 0;
+};
+
+struct ResultMsg {
+  uint32_t type = kResult;
+  uint32_t code = 0;          // absl::StatusCode
+  uint64_t task_id = 0;
+  uint32_t height = 0;
+  uint32_t width = 0;
+  uint32_t channels = 0;
+  uint32_t reserved = 0;
+  uint64_t bytes = 0;
+  uint64_t read_ns = 0;
+  uint64_t decode_ns = 0;
+  uint64_t augment_ns = 0;
+  char reason[kReasonBytes];  // NUL-terminated when code != 0
+};
+
+inline constexpr uint64_t TaskHeaderBytes() { return offsetof(TaskMsg, path); }
+
+}  // namespace stoker::worker
+
+#endif  // STOKER_SERVER_WORKER_PROTOCOL_H_
