@@ -101,7 +101,10 @@ class SessionCore {
       ::close(fd);
       return absl::DataLossError("the ring's shm object is smaller than its layout");
     }
-    void* p = ::mmap(nullptr, geometry_.total_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    // MAP_POPULATE: fault the pages in now, not on the first read of each
+    // slot in the training loop.
+    void* p = ::mmap(nullptr, geometry_.total_bytes, PROT_READ | PROT_WRITE,
+                     MAP_SHARED | MAP_POPULATE, fd, 0);
     ::close(fd);
     if (p == MAP_FAILED) {
       return absl::ResourceExhaustedError(absl::StrCat("mmap ring: ", std::strerror(errno)));
@@ -193,8 +196,10 @@ class SessionCore {
   std::shared_ptr<RpcChannel> rpc_;
   std::string session_id_;
 
-  std::mutex next_mu_;  // one Next at a time
+  std::mutex next_mu_;  // one Next at a time; guards the next three
   uint64_t next_seq_ = 0;
+  uint64_t heartbeat_ = 0;
+  int64_t heartbeat_seen_ms_ = 0;
   std::atomic<uint32_t> leased_{0};
   std::atomic<bool> stopping_{false};
   std::atomic<bool> detached_{false};
@@ -292,8 +297,7 @@ absl::StatusOr<Batch> Session::Next(int64_t timeout_ms) {
   ring::RingHeader* h = c.header();
   const int64_t start = internal::NowMs();
   const int64_t deadline = timeout_ms < 0 ? INT64_MAX : start + timeout_ms;
-  uint64_t heartbeat = h->daemon_heartbeat.load(std::memory_order_acquire);
-  int64_t heartbeat_seen = start;
+  if (c.heartbeat_seen_ms_ == 0) c.heartbeat_seen_ms_ = start;
   for (;;) {
     uint32_t st = d->state.load(std::memory_order_acquire);
     if (st == ring::kReady) {
@@ -309,19 +313,24 @@ absl::StatusOr<Batch> Session::Next(int64_t timeout_ms) {
     uint32_t ds = h->daemon_state.load(std::memory_order_acquire);
     if (ds == ring::kDraining) return absl::UnavailableError("stokerd is shutting down");
     if (ds != ring::kRunning) return absl::UnavailableError("stokerd ended the session");
-    if (c.leased_.load() >= c.slots_) {
+    // Batch n lives in slot n % slots: if we still hold batch n - slots
+    // there, waiting could never end.
+    if (st == ring::kLeased || c.leased_.load() >= c.slots_) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "all ", c.slots_, " ring slots are held by unreleased batches; release one (or drop "
-          "its tensors) before asking for the next, or attach with more ring_slots"));
+          "the ring slot of batch ", seq, " is held by an unreleased batch (", c.leased_.load(),
+          " of ", c.slots_, " slots held); release it (or drop its tensors) before asking for "
+          "the next, or attach with more ring_slots"));
     }
+    // The heartbeat is tracked across calls, so short timeouts in a loop
+    // still notice a dead daemon.
     const int64_t now = internal::NowMs();
     uint64_t hb = h->daemon_heartbeat.load(std::memory_order_acquire);
-    if (hb != heartbeat) {
-      heartbeat = hb;
-      heartbeat_seen = now;
-    } else if (now - heartbeat_seen > c.heartbeat_timeout_ms_) {
+    if (hb != c.heartbeat_) {
+      c.heartbeat_ = hb;
+      c.heartbeat_seen_ms_ = now;
+    } else if (now - c.heartbeat_seen_ms_ > c.heartbeat_timeout_ms_) {
       return absl::UnavailableError(absl::StrCat(
-          "stokerd stopped responding (no heartbeat for ", now - heartbeat_seen, " ms)"));
+          "stokerd stopped responding (no heartbeat for ", now - c.heartbeat_seen_ms_, " ms)"));
     }
     if (now >= deadline) {
       return absl::DeadlineExceededError(
@@ -398,6 +407,11 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& addre
   }
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
+  // A trainer often starts before its sidecar: reconnect quickly once the
+  // daemon is up instead of backing off for tens of seconds.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   auto channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
   auto c = std::unique_ptr<Client>(new Client());
   c->rpc_ = std::make_shared<internal::RpcChannel>(std::move(channel));

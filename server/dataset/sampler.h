@@ -9,6 +9,13 @@
 // r, r + world_size, r + 2 * world_size, ... of the padded permutation.
 // Batching: consecutive shard positions; with drop_last the last, partial
 // batch of each epoch is dropped (DataLoader's drop_last).
+//
+// The permutation (shuffle = true) is Fisher-Yates driven by
+// KeyedRng(seed, epoch, ~0) from server/image/rng.h (the third word keeps it
+// apart from the per-sample augmentation streams), starting from the identity:
+//   for i = n-1 down to 1: j = rng.Below(i + 1); swap(perm[i], perm[j])
+// so any implementation (a test, a Python reference) can reproduce it.
+// world_size 0 is taken as 1, batch_size 0 as 1. Pure functions: thread-safe.
 
 #ifndef STOKER_SERVER_DATASET_SAMPLER_H_
 #define STOKER_SERVER_DATASET_SAMPLER_H_
@@ -33,6 +40,8 @@ uint64_t ShardSize(uint64_t dataset_size, const SamplerOptions& o);
 uint64_t BatchesPerEpoch(uint64_t dataset_size, const SamplerOptions& o);
 // The dataset indices of this rank's shard for `epoch`, in delivery order
 // (ShardSize entries). Without shuffle: 0, 1, 2, ... before sharding.
+// Empty for an empty dataset or a rank >= world_size. O(n) time and memory
+// with shuffle (milliseconds for a million entries), O(ShardSize) without.
 std::vector<uint64_t> ShardIndices(uint64_t dataset_size, const SamplerOptions& o,
                                    uint32_t epoch);
 

@@ -39,10 +39,11 @@ struct PipelineParams {
 };
 
 // Checks ranges (sizes, scale/ratio order, probabilities, std != 0, ...).
-absl::Status ValidateParams(const PipelineParams& p);
+[[nodiscard]] absl::Status ValidateParams(const PipelineParams& p);
 
 // Bytes one output sample takes at the fixed output shape (3 channels, the
-// dtype's size); for decode with out_height == 0, max_decode_pixels * 3.
+// dtype's size); for decode with out_height == 0, max_decode_pixels * 3 (times
+// the dtype's size). 0 for an unknown dtype.
 uint64_t MaxSampleBytes(const PipelineParams& p);
 
 // What keys a sample's randomness: the same key gives the same pixels.
@@ -50,6 +51,14 @@ struct SampleKey {
   uint64_t seed = 0;
   uint32_t epoch = 0;
   uint64_t dataset_index = 0;
+};
+
+// A crop in pixels, in the image's displayed orientation (after EXIF).
+struct CropBox {
+  uint32_t top = 0;
+  uint32_t left = 0;
+  uint32_t height = 0;
+  uint32_t width = 0;
 };
 
 struct SampleResult {
@@ -74,8 +83,25 @@ class SampleProcessor {
   // A bad or hostile file returns a non-OK status whose message is the
   // reason (INVALID_ARGUMENT for corrupt data, UNIMPLEMENTED for unsupported
   // JPEG kinds, RESOURCE_EXHAUSTED for caps); it never crashes or aborts.
-  absl::Status Process(const uint8_t* jpeg, size_t size, const PipelineParams& p,
-                       const SampleKey& key, void* out, size_t capacity, SampleResult* result);
+  //
+  // Train: torchvision RandomResizedCrop(out, scale, ratio) + RandomHorizontal
+  // Flip(flip_prob), randomness from KeyedRng(seed, epoch, dataset_index).
+  // Eval: Resize(resize_size) + CenterCrop(out). Decode: the whole image.
+  // Resampling follows Pillow's BILINEAR resize (kAntialias) or plain
+  // bilinear (kBilinear). The EXIF orientation is applied first unless
+  // ignore_exif. Unless exact_decode, the JPEG is decoded at a reduced DCT
+  // scale when the crop is much larger than the output, and only the rows
+  // and columns the crop needs are decoded.
+  [[nodiscard]] absl::Status Process(const uint8_t* jpeg, size_t size, const PipelineParams& p,
+                                     const SampleKey& key, void* out, size_t capacity,
+                                     SampleResult* result);
+
+  // Like Process for a train pipeline (p.kind is ignored), but with the crop
+  // box and the flip given instead of drawn: for tests, tools and fidelity
+  // checks. INVALID_ARGUMENT if the box is empty or not inside the image.
+  [[nodiscard]] absl::Status ProcessRegion(const uint8_t* jpeg, size_t size,
+                                           const PipelineParams& p, const CropBox& box, bool flip,
+                                           void* out, size_t capacity, SampleResult* result);
 
  private:
   struct Impl;

@@ -1,0 +1,60 @@
+"""stoker: JPEG batches decoded and augmented by a stokerd daemon, read from shared memory.
+
+    import stoker
+    with stoker.Loader("imagenet/train", socket="/run/stoker/stoker.sock",
+                       batch_size=256) as loader:
+        for epoch in range(90):
+            for images, labels in loader:   # one epoch per iteration, like DataLoader
+                ...
+
+The images of a batch are a view of a ring slot in shared memory (no copy);
+the slot goes back to the daemon when the tensor is garbage-collected. See
+`Loader` for the details, `Client` for the daemon's status and health.
+
+Errors (all subclasses of `StokerError`, itself a `RuntimeError`):
+
+* `DaemonUnavailableError`: stokerd cannot be reached, died or is shutting down.
+* `InvalidRequestError` (also a `ValueError`): bad options, a missing or empty
+  dataset, a path outside the daemon's data root.
+* `SampleError`: a sample failed under ``failure_policy='error'`` (names the file).
+* `RingExhaustedError`: every ring slot is held by batches you still reference.
+* `StokerTimeoutError` (also a `TimeoutError`): nothing within ``timeout_ms``.
+* `ResourceExhaustedError`: the daemon is out of sessions or shared memory.
+* `DataLossError`: inconsistent ring contents.
+* `EndOfData`: the low-level ``Session.next`` after the last batch (the Loader
+  turns it into `StopIteration`).
+"""
+
+from ._native import (
+    DaemonUnavailableError,
+    DataLossError,
+    EndOfData,
+    InvalidRequestError,
+    ResourceExhaustedError,
+    RingExhaustedError,
+    SampleError,
+    Session,
+    StokerError,
+    StokerTimeoutError,
+)
+from .client import Client, resolve_socket
+from .loader import BatchView, Loader
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BatchView",
+    "Client",
+    "DaemonUnavailableError",
+    "DataLossError",
+    "EndOfData",
+    "InvalidRequestError",
+    "Loader",
+    "ResourceExhaustedError",
+    "RingExhaustedError",
+    "SampleError",
+    "Session",
+    "StokerError",
+    "StokerTimeoutError",
+    "resolve_socket",
+]

@@ -1,0 +1,457 @@
+"""`stoker.Loader`: a torch DataLoader look-alike fed by a stokerd daemon."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import sys
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import torch
+
+from . import _native
+from .client import Client, resolve_socket
+
+_torch = None  # imported on first use: `import stoker` does not pay for torch
+
+
+def _torch_module():
+    global _torch
+    if _torch is None:
+        import torch  # noqa: PLC0415
+
+        _torch = torch
+    return _torch
+
+
+Images = Union["torch.Tensor", List["torch.Tensor"]]  # noqa: F821
+
+_DTYPES = ("uint8", "float32", "float16")
+_LAYOUTS = ("nhwc", "nchw")
+_PIPELINES = ("train", "eval", "decode")
+
+
+class BatchView:
+    """One batch with its bookkeeping, as `Loader.iter_batches` yields it.
+
+    Attributes:
+        images: a torch tensor [n,H,W,3] (NHWC) or [n,3,H,W] (NCHW) viewing the
+            ring slot (unless the loader copies), or, for the variable-size
+            decode pipeline, a list of per-sample tensors.
+        labels: int64 tensor [n].
+        indices: int64 ndarray [n], the dataset index of each sample's pixels
+            (ImageFolder's sample order), a replacement's for a replaced sample.
+        planned_indices: int64 ndarray [n], the index the sampler planned.
+        statuses: int32 ndarray [n]: 0 ok, 1 replaced, 2 failed (zero pixels).
+        epoch, batch_in_epoch: where the batch lies in the session's order.
+        sequence: the batch's number in the session (0, 1, 2, ...).
+    """
+
+    __slots__ = ("images", "labels", "indices", "planned_indices", "statuses", "epoch",
+                 "batch_in_epoch", "sequence")
+
+    def __init__(self, images: Images, labels: Any, indices: np.ndarray,
+                 planned_indices: np.ndarray, statuses: np.ndarray, epoch: int,
+                 batch_in_epoch: int, sequence: int) -> None:
+        self.images = images
+        self.labels = labels
+        self.indices = indices
+        self.planned_indices = planned_indices
+        self.statuses = statuses
+        self.epoch = epoch
+        self.batch_in_epoch = batch_in_epoch
+        self.sequence = sequence
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __iter__(self):  # so that `images, labels = view` works
+        yield self.images
+        yield self.labels
+
+    def __repr__(self) -> str:
+        return (f"BatchView(epoch={self.epoch}, batch_in_epoch={self.batch_in_epoch}, "
+                f"n={len(self.indices)})")
+
+
+def _env_int(name: str) -> Optional[int]:
+    v = os.environ.get(name)
+    if v is None or v.strip() == "":
+        return None
+    try:
+        return int(v)
+    except ValueError:
+        raise _native.InvalidRequestError(f"${name}={v!r} is not an integer") from None
+
+
+def _size_pair(size: Union[int, Sequence[int], None], pipeline: str) -> Tuple[int, int]:
+    if size is None:
+        return (0, 0) if pipeline == "decode" else (224, 224)
+    if isinstance(size, (int, np.integer)) and not isinstance(size, bool):
+        return int(size), int(size)
+    try:
+        h, w = size  # type: ignore[misc]
+        return int(h), int(w)
+    except (TypeError, ValueError):
+        raise _native.InvalidRequestError(
+            f"size must be an int or a (height, width) pair, got {size!r}") from None
+
+
+class Loader:
+    """Batches of decoded, augmented images from stokerd, as torch tensors.
+
+    Iterating yields one epoch, like torch's DataLoader: ``len(loader)`` batches
+    of ``(images, labels)``, then StopIteration; the next ``iter()`` serves the
+    next epoch of the same session (the daemon keeps prefetching across the
+    boundary). `iter_batches` yields `BatchView` objects that also carry the
+    dataset indices.
+
+    Zero copy: ``images`` is a tensor over a slot of the shared-memory ring.
+    It stays valid, and unchanged, for as long as you hold it (even after
+    `close`); the slot returns to the daemon when the tensor (and every view
+    of it) is garbage-collected. The ring has ``ring_slots`` slots, so holding
+    ``ring_slots - 1`` batches already stops prefetching, and asking for a
+    batch while holding all of them raises `RingExhaustedError` rather than
+    waiting forever. Pass ``copy=True`` for private tensors (the slot returns
+    at once), or move the tensor to the GPU and drop it.
+
+    The session attaches lazily, at the first iteration, ``len()``, ``info``
+    or `attach`. `close` (or leaving a ``with`` block) detaches.
+
+    Args:
+        dataset: the dataset, relative to the daemon's ``--data-root`` (or
+            absolute inside it): an ImageFolder tree or a manifest file. Sample
+            i is ``torchvision.datasets.ImageFolder(root).samples[i]``.
+        socket: the daemon's Unix socket; None: ``$STOKER_SOCKET``.
+        batch_size: samples per batch.
+        pipeline: 'train' (RandomResizedCrop + RandomHorizontalFlip), 'eval'
+            (Resize + CenterCrop) or 'decode' (the whole image).
+        size: output size, int or (height, width). None: 224 for train/eval;
+            for decode each image's own size (needs ``batch_size=1``).
+        resize_size: eval: the shorter side before the crop (None: 256*size/224).
+        scale, ratio: train: RandomResizedCrop's ranges.
+        flip_prob: train: probability of a horizontal flip.
+        interpolation: 'antialias' (PIL-like, torchvision's default) or 'bilinear'.
+        dtype: 'uint8' (raw pixels) or 'float32'/'float16', normalized
+            ``(x/255 - mean) / std``.
+        layout: 'nhwc' or 'nchw'; None: 'nhwc' for uint8, 'nchw' for floats.
+        mean, std: per RGB channel; None: ImageNet's.
+        seed: the order of epoch e is a permutation from (seed, e); a sample's
+            augmentation is keyed by (seed, epoch, index): the same seed gives
+            the same batches whatever the daemon's worker count.
+        shuffle: permute each epoch (else dataset order).
+        epochs: epochs to serve; None: without end.
+        rank, world_size: DistributedSampler's; None: ``$RANK`` /
+            ``$WORLD_SIZE`` (as torchrun sets them), else 0 / 1.
+        drop_last: drop each epoch's last, partial batch.
+        ring_slots: the ring's depth in batches (the prefetch depth), >= 2.
+        failure_policy: 'skip' (a bad file is replaced by another sample of the
+            shard) or 'error' (`SampleError` naming the file).
+        timeout_ms: the longest wait for one batch (-1: no limit; a dead daemon
+            is noticed within seconds regardless).
+        copy: yield private copies instead of views of the ring.
+        client_name: shown in the daemon's status and logs.
+    """
+
+    def __init__(
+        self,
+        dataset: Union[str, "os.PathLike[str]"],
+        *,
+        socket: Optional[str] = None,
+        batch_size: int = 64,
+        pipeline: str = "train",
+        size: Union[int, Tuple[int, int], None] = None,
+        resize_size: Optional[int] = None,
+        scale: Tuple[float, float] = (0.08, 1.0),
+        ratio: Tuple[float, float] = (3 / 4, 4 / 3),
+        flip_prob: float = 0.5,
+        interpolation: str = "antialias",
+        dtype: str = "uint8",
+        layout: Optional[str] = None,
+        mean: Optional[Sequence[float]] = None,
+        std: Optional[Sequence[float]] = None,
+        seed: int = 0,
+        shuffle: bool = True,
+        epochs: Optional[int] = None,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        drop_last: bool = False,
+        ring_slots: int = 4,
+        failure_policy: str = "skip",
+        timeout_ms: int = -1,
+        copy: bool = False,
+        client_name: Optional[str] = None,
+    ) -> None:
+        pipeline = str(pipeline).lower()
+        dtype = str(dtype).lower()
+        if pipeline not in _PIPELINES:
+            raise _native.InvalidRequestError(
+                f"unknown pipeline {pipeline!r}: use one of {', '.join(_PIPELINES)}")
+        if dtype not in _DTYPES:
+            raise _native.InvalidRequestError(
+                f"unknown dtype {dtype!r}: use one of {', '.join(_DTYPES)}")
+        if layout is None:
+            layout = "nhwc" if dtype == "uint8" else "nchw"
+        layout = str(layout).lower()
+        if layout not in _LAYOUTS:
+            raise _native.InvalidRequestError(
+                f"unknown layout {layout!r}: use one of {', '.join(_LAYOUTS)}")
+        if epochs is not None and epochs < 1:
+            raise _native.InvalidRequestError("epochs must be at least 1 (None: without end)")
+        if world_size is None:
+            world_size = _env_int("WORLD_SIZE")
+        if rank is None:
+            rank = _env_int("RANK")
+        self.dataset: str = os.fspath(dataset)
+        self.socket: str = resolve_socket(socket)
+        self.batch_size: int = batch_size
+        self.pipeline: str = pipeline
+        self.epochs: Optional[int] = epochs
+        self.rank: int = 0 if rank is None else rank
+        self.world_size: int = 1 if world_size is None else world_size
+        self.timeout_ms: int = timeout_ms
+        self.copy: bool = bool(copy)
+        height, width = _size_pair(size, pipeline)
+        self._options: Dict[str, Any] = dict(
+            pipeline=pipeline, height=height, width=width,
+            resize_size=resize_size or 0, scale=tuple(scale), ratio=tuple(ratio),
+            flip_prob=float(flip_prob), interpolation=interpolation, dtype=dtype,
+            layout=layout, mean=None if mean is None else list(mean),
+            std=None if std is None else list(std), batch_size=batch_size, seed=seed,
+            shuffle=bool(shuffle), epochs=0 if epochs is None else epochs, rank=self.rank,
+            world_size=self.world_size, drop_last=bool(drop_last), ring_slots=ring_slots,
+            failure_policy=failure_policy,
+            client_name=client_name or f"{os.path.basename(sys.argv[0] or 'python')}"
+                                       f"[{os.getpid()}]")
+        if pipeline != "train":
+            for k in ("scale", "ratio", "flip_prob"):
+                self._options.pop(k)
+        self._client: Optional[Client] = None
+        self._session: Optional[_native.Session] = None
+        self._info: Optional[Dict[str, Any]] = None
+        self._bpe = 0  # batches per epoch
+        self._next_global = 0  # the global batch number the session delivers next
+        self._next_epoch = 0  # the epoch the next iter() serves
+        self._epoch = 0
+        self._generation = 0  # bumped by each iter(): older iterators stop
+        self._closed = False
+        self.last_indices: Optional[np.ndarray] = None
+        """Dataset indices of the most recently yielded batch (int64 ndarray)."""
+
+    # ------------------------------------------------------------------
+    # Session management
+
+    def attach(self, start_epoch: int = 0) -> "Loader":
+        """Attaches now (otherwise the first iteration does). Returns self.
+
+        Args:
+            start_epoch: resume: the first epoch served (only before the first
+                attach; the sampler's order does not depend on where it starts).
+
+        Raises InvalidRequestError, DaemonUnavailableError, ResourceExhaustedError.
+        """
+        if self._closed:
+            raise _native.StokerError("the loader is closed")
+        if self._session is not None:
+            return self
+        if self._client is None:
+            self._client = Client(self.socket)
+        self._session = self._client.attach(self.dataset, start_epoch=start_epoch,
+                                            **self._options)
+        info = self._session.info
+        try:
+            info["effective_pipeline"] = json.loads(info.pop("effective_pipeline_json") or "{}")
+        except ValueError:
+            info["effective_pipeline"] = {}
+        self._info = info
+        self._bpe = info["batches_per_epoch"]
+        self._next_global = start_epoch * self._bpe
+        if self._generation == 0:
+            self._next_epoch = start_epoch
+            self._epoch = start_epoch
+        return self
+
+    def close(self) -> None:
+        """Detaches the session. Tensors already yielded stay valid. Idempotent."""
+        self._closed = True
+        self._generation += 1
+        s, self._session = self._session, None
+        if s is not None:
+            s.detach()
+
+    def __enter__(self) -> "Loader":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        try:
+            self.close()
+        except _native.StokerError:
+            if exc_type is None:
+                raise  # else keep the exception that ended the block
+
+    def _reattach(self, epoch: int) -> None:
+        s, self._session = self._session, None
+        if s is not None:
+            try:
+                s.detach()
+            except _native.StokerError:
+                pass
+        self.attach(start_epoch=epoch)
+
+    # ------------------------------------------------------------------
+    # Properties
+
+    @property
+    def info(self) -> Dict[str, Any]:
+        """The session as the daemon describes it (attaches if needed): dataset_size,
+        shard_size, batches_per_epoch, height, width, dtype, layout, ring_slots,
+        class_names, effective_pipeline, ..."""
+        self.attach()
+        assert self._info is not None
+        return self._info
+
+    @property
+    def class_names(self) -> List[str]:
+        """Class names, index = label (sorted folder names for an ImageFolder)."""
+        return list(self.info["class_names"])
+
+    @property
+    def epoch(self) -> int:
+        """The epoch of the most recently yielded batch (before any: the first epoch)."""
+        return self._epoch
+
+    def __len__(self) -> int:
+        """Batches per epoch of this rank (attaches if needed)."""
+        return int(self.info["batches_per_epoch"])
+
+    def __repr__(self) -> str:
+        return (f"stoker.Loader({self.dataset!r}, socket={self.socket!r}, "
+                f"batch_size={self.batch_size}, pipeline={self.pipeline!r})")
+
+    # ------------------------------------------------------------------
+    # Iteration
+
+    def __iter__(self) -> Iterator[Tuple[Images, Any]]:
+        """One epoch of (images, labels)."""
+        return _EpochIterator(self, views=False)
+
+    def iter_batches(self) -> Iterator[BatchView]:
+        """One epoch of `BatchView` (images, labels, indices, epoch, ...)."""
+        return _EpochIterator(self, views=True)
+
+    def _begin_epoch(self) -> Tuple[int, int]:
+        """Positions the session at the start of the next epoch; returns (epoch, generation)."""
+        if self._closed:
+            raise _native.StokerError("the loader is closed")
+        self.attach()
+        self._generation += 1
+        epoch = self._next_epoch
+        self._next_epoch = epoch + 1
+        if self.epochs is not None and epoch >= self.epochs:
+            return epoch, self._generation
+        behind = epoch * self._bpe - self._next_global
+        if behind > 0:
+            # A previous iteration stopped early. Drop what is probably already
+            # in the ring; for more, restart the session at the epoch.
+            if behind <= int(self._info["ring_slots"]):
+                for _ in range(behind):
+                    try:
+                        self._next_raw()
+                    except _native.SampleError:
+                        pass  # a failed batch of the abandoned epoch: nobody wants it
+            else:
+                self._reattach(epoch)
+        return epoch, self._generation
+
+    def _next_raw(self) -> tuple:
+        assert self._session is not None
+        try:
+            raw = self._session.next(self.timeout_ms)
+        except _native.RingExhaustedError:
+            # Leases may be held only by garbage cycles: collect and retry once.
+            gc.collect()
+            raw = self._next_retry()
+        except _native.SampleError:
+            self._next_global += 1  # the failed batch was consumed
+            raise
+        self._next_global += 1
+        return raw
+
+    def _next_retry(self) -> tuple:
+        assert self._session is not None
+        try:
+            return self._session.next(self.timeout_ms)
+        except _native.SampleError:
+            self._next_global += 1
+            raise
+
+    def _make(self, raw: tuple, views: bool) -> Any:
+        images, labels, indices, planned, statuses, epoch, batch_in_epoch, sequence = raw
+        torch = _torch or _torch_module()
+        if isinstance(images, list):
+            if self.copy:
+                images = [torch.from_numpy(a.copy()) for a in images]
+            else:
+                images = [torch.from_numpy(a) for a in images]
+        elif self.copy:
+            images = torch.from_numpy(images.copy())
+        else:
+            images = torch.from_numpy(images)
+        labels = torch.from_numpy(labels)
+        self.last_indices = indices
+        self._epoch = epoch
+        if views:
+            return BatchView(images, labels, indices, planned, statuses, epoch, batch_in_epoch,
+                             sequence)
+        return images, labels
+
+
+class _EpochIterator:
+    """Iterates one epoch of a Loader; stops early if a newer iter() began."""
+
+    __slots__ = ("_loader", "_views", "_epoch", "_generation", "_left", "_started")
+
+    def __init__(self, loader: Loader, views: bool) -> None:
+        self._loader = loader
+        self._views = views
+        self._started = False
+        self._left = 0
+        self._epoch = 0
+        self._generation = 0
+
+    def __iter__(self) -> "_EpochIterator":
+        return self
+
+    def __next__(self) -> Any:
+        ld = self._loader
+        if not self._started:
+            # Attach and position at the first next(), as DataLoader starts its
+            # workers: errors surface inside the for loop.
+            self._started = True
+            self._epoch, self._generation = ld._begin_epoch()
+            if ld.epochs is not None and self._epoch >= ld.epochs:
+                self._left = 0
+            else:
+                self._left = ld._bpe
+        if self._left <= 0 or self._generation != ld._generation or ld._session is None:
+            raise StopIteration
+        try:
+            raw = ld._next_raw()
+        except _native.EndOfData:
+            self._left = 0
+            raise StopIteration from None
+        except _native.SampleError:
+            self._left -= 1  # that batch is gone; next() goes on with the following one
+            raise
+        if raw[5] != self._epoch:
+            raise _native.DataLossError(
+                f"expected a batch of epoch {self._epoch}, the ring gave epoch {raw[5]}")
+        self._left -= 1
+        return ld._make(raw, self._views)
+
+    def __len__(self) -> int:
+        return self._loader._bpe if not self._started else self._left

@@ -1,0 +1,615 @@
+// stoker._native: the pybind11 binding of the C++ client (stoker/client.h).
+//
+// The pure-Python package (client/python/stoker/) builds the user-facing
+// Loader on top of this. What this file guarantees:
+//   * A batch's pixels are ONE numpy array over the ring slot (no copy). Its
+//     `base` is a capsule owning the stoker::Batch lease, so the slot goes back
+//     to the daemon when the last array/tensor viewing it is collected. The
+//     variable-size decode pipeline gives a list of arrays sharing one capsule.
+//   * Every blocking call (Connect, Attach, Next, Detach, Status, Health and
+//     the Session destructor, which detaches) runs with the GIL released.
+//     Batch::Release does not block (an atomic store and a futex wake), so the
+//     capsule destructor runs with the GIL held.
+//   * A non-OK absl::Status becomes a typed exception (see MakeExceptions);
+//     each carries `.code`, the status code's name.
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cctype>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "stoker/client.h"
+
+namespace py = pybind11;
+
+namespace stoker {
+namespace {
+
+// ---------------------------------------------------------------------------
+// Exceptions. Created once at import; references are kept for the process's
+// life (module objects are never torn down before the interpreter).
+
+struct Exceptions {
+  PyObject* stoker_error = nullptr;        // base, RuntimeError
+  PyObject* daemon_unavailable = nullptr;  // UNAVAILABLE
+  PyObject* sample_error = nullptr;        // ABORTED from Next
+  PyObject* ring_exhausted = nullptr;      // FAILED_PRECONDITION from Next
+  PyObject* invalid_request = nullptr;     // bad request at attach (also ValueError)
+  PyObject* resource_exhausted = nullptr;  // RESOURCE_EXHAUSTED
+  PyObject* timeout = nullptr;             // DEADLINE_EXCEEDED (also TimeoutError)
+  PyObject* end_of_data = nullptr;         // OUT_OF_RANGE from Next
+  PyObject* data_loss = nullptr;           // DATA_LOSS
+};
+Exceptions g_exc;
+
+// Where a status came from: the same code means different things at attach
+// (FAILED_PRECONDITION: an empty dataset) and at next (every slot is held).
+enum class Where { kConnect, kAttach, kNext, kDetach, kStatus, kHealth };
+
+PyObject* ExceptionFor(const absl::Status& s, Where where) {
+  switch (s.code()) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kCancelled:
+      return g_exc.daemon_unavailable;
+    case absl::StatusCode::kDeadlineExceeded:
+      return g_exc.timeout;
+    case absl::StatusCode::kAborted:
+      return where == Where::kNext ? g_exc.sample_error : g_exc.stoker_error;
+    case absl::StatusCode::kFailedPrecondition:
+      if (where == Where::kNext) return g_exc.ring_exhausted;
+      if (where == Where::kAttach) return g_exc.invalid_request;
+      return g_exc.stoker_error;
+    case absl::StatusCode::kOutOfRange:
+      return where == Where::kNext ? g_exc.end_of_data : g_exc.invalid_request;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kPermissionDenied:
+    case absl::StatusCode::kAlreadyExists:
+      return g_exc.invalid_request;
+    case absl::StatusCode::kResourceExhausted:
+      return g_exc.resource_exhausted;
+    case absl::StatusCode::kDataLoss:
+      return g_exc.data_loss;
+    default:
+      return g_exc.stoker_error;
+  }
+}
+
+// Sets the Python error for `s` (with `.code`) and throws so pybind11 lets
+// it propagate. Needs the GIL.
+[[noreturn]] void Raise(PyObject* type, const std::string& message, const std::string& code) {
+  py::object inst = py::reinterpret_steal<py::object>(
+      PyObject_CallFunction(type, "s#", message.data(), static_cast<Py_ssize_t>(message.size())));
+  if (!inst) throw py::error_already_set();
+  py::setattr(inst, "code", py::str(code));
+  PyErr_SetObject(type, inst.ptr());
+  throw py::error_already_set();
+}
+
+[[noreturn]] void RaiseStatus(const absl::Status& s, Where where) {
+  Raise(ExceptionFor(s, where), std::string(s.message()), absl::StatusCodeToString(s.code()));
+}
+
+[[noreturn]] void RaiseInvalid(const std::string& message) {
+  Raise(g_exc.invalid_request, message, "INVALID_ARGUMENT");
+}
+
+// ---------------------------------------------------------------------------
+// Option parsing for attach(**options). Strict: unknown keys and values out
+// of range are InvalidRequestError, so a typo is not silently ignored.
+
+uint64_t ToUint(py::handle v, const char* key, uint64_t max) {
+  if (PyBool_Check(v.ptr()) || !PyLong_Check(v.ptr())) {
+    RaiseInvalid(std::string(key) + " must be an int, not " +
+                 std::string(py::str(py::type::handle_of(v).attr("__name__"))));
+  }
+  int overflow = 0;
+  long long x = PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);
+  if (x == -1 && PyErr_Occurred()) throw py::error_already_set();
+  if (overflow != 0 || x < 0 || static_cast<unsigned long long>(x) > max) {
+    RaiseInvalid(std::string(key) + " must be within 0.." + std::to_string(max) + ", got " +
+                 std::string(py::str(v)));
+  }
+  return static_cast<uint64_t>(x);
+}
+
+uint32_t ToU32(py::handle v, const char* key) {
+  return static_cast<uint32_t>(ToUint(v, key, std::numeric_limits<uint32_t>::max()));
+}
+
+float ToFloat(py::handle v, const char* key) {
+  if (PyBool_Check(v.ptr()) || !(PyFloat_Check(v.ptr()) || PyLong_Check(v.ptr()))) {
+    RaiseInvalid(std::string(key) + " must be a number");
+  }
+  return static_cast<float>(PyFloat_AsDouble(v.ptr()));
+}
+
+bool ToBool(py::handle v) { return PyObject_IsTrue(v.ptr()) == 1; }
+
+std::string ToLowerStr(py::handle v, const char* key) {
+  if (!PyUnicode_Check(v.ptr())) RaiseInvalid(std::string(key) + " must be a str");
+  std::string s = py::cast<std::string>(v);
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+template <typename E>
+E Choose(py::handle v, const char* key,
+         std::initializer_list<std::pair<const char*, E>> choices) {
+  std::string s = ToLowerStr(v, key);
+  std::string names;
+  for (const auto& [name, e] : choices) {
+    if (s == name) return e;
+    if (!names.empty()) names += ", ";
+    names += name;
+  }
+  RaiseInvalid("unknown " + std::string(key) + " '" + s + "': use one of " + names);
+}
+
+std::pair<float, float> ToPair(py::handle v, const char* key) {
+  py::sequence seq;
+  if (!PySequence_Check(v.ptr()) || PyUnicode_Check(v.ptr()) || PySequence_Size(v.ptr()) != 2) {
+    RaiseInvalid(std::string(key) + " must be a pair (low, high)");
+  }
+  seq = py::reinterpret_borrow<py::sequence>(v);
+  return {ToFloat(seq[0], key), ToFloat(seq[1], key)};
+}
+
+std::vector<float> ToTriple(py::handle v, const char* key) {
+  if (!PySequence_Check(v.ptr()) || PyUnicode_Check(v.ptr()) || PySequence_Size(v.ptr()) != 3) {
+    RaiseInvalid(std::string(key) + " must have 3 values (RGB)");
+  }
+  auto seq = py::reinterpret_borrow<py::sequence>(v);
+  return {ToFloat(seq[0], key), ToFloat(seq[1], key), ToFloat(seq[2], key)};
+}
+
+AttachOptions ParseAttach(const std::string& dataset, const py::kwargs& kw) {
+  AttachOptions o;
+  o.dataset = dataset;
+  bool layout_set = false;
+  for (auto item : kw) {
+    const std::string key = py::cast<std::string>(item.first);
+    py::handle v = item.second;
+    const char* k = key.c_str();
+    if (v.is_none()) continue;  // None: the default
+    PipelineOptions& p = o.pipeline;
+    if (key == "format") {
+      o.format = Choose<DatasetFormat>(v, k,
+                                       {{"auto", DatasetFormat::kAuto},
+                                        {"image_folder", DatasetFormat::kImageFolder},
+                                        {"imagefolder", DatasetFormat::kImageFolder},
+                                        {"manifest", DatasetFormat::kManifest}});
+    } else if (key == "pipeline") {
+      p.kind = Choose<PipelineKind>(
+          v, "pipeline",
+          {{"train", PipelineKind::kTrain}, {"eval", PipelineKind::kEval},
+           {"decode", PipelineKind::kDecode}});
+    } else if (key == "height") {
+      p.height = ToU32(v, k);
+    } else if (key == "width") {
+      p.width = ToU32(v, k);
+    } else if (key == "resize_size") {
+      p.resize_size = ToU32(v, k);
+    } else if (key == "scale") {
+      std::tie(p.scale_min, p.scale_max) = ToPair(v, k);
+    } else if (key == "ratio") {
+      std::tie(p.ratio_min, p.ratio_max) = ToPair(v, k);
+    } else if (key == "flip_prob") {
+      p.flip_prob = ToFloat(v, k);
+      p.no_flip = p.flip_prob == 0.0f;
+    } else if (key == "interpolation") {
+      p.interpolation = Choose<Interpolation>(
+          v, k, {{"antialias", Interpolation::kAntialias}, {"bilinear", Interpolation::kBilinear}});
+    } else if (key == "dtype") {
+      p.dtype = Choose<DType>(v, k,
+                              {{"uint8", DType::kUint8},
+                               {"float32", DType::kFloat32},
+                               {"float16", DType::kFloat16}});
+    } else if (key == "layout") {
+      p.layout = Choose<Layout>(v, k, {{"nhwc", Layout::kNHWC}, {"nchw", Layout::kNCHW}});
+      layout_set = true;
+    } else if (key == "mean") {
+      p.mean = ToTriple(v, k);
+    } else if (key == "std") {
+      p.std = ToTriple(v, k);
+    } else if (key == "max_decode_pixels") {
+      p.max_decode_pixels = ToUint(v, k, std::numeric_limits<int64_t>::max());
+    } else if (key == "exact_decode") {
+      p.exact_decode = ToBool(v);
+    } else if (key == "ignore_exif_orientation") {
+      p.ignore_exif_orientation = ToBool(v);
+    } else if (key == "batch_size") {
+      o.batch_size = ToU32(v, k);
+    } else if (key == "seed") {
+      o.seed = ToUint(v, k, std::numeric_limits<uint64_t>::max() >> 1);
+    } else if (key == "shuffle") {
+      o.shuffle = ToBool(v);
+    } else if (key == "epochs") {
+      o.epochs = ToU32(v, k);
+    } else if (key == "rank") {
+      o.rank = ToU32(v, k);
+    } else if (key == "world_size") {
+      o.world_size = ToU32(v, k);
+    } else if (key == "drop_last") {
+      o.drop_last = ToBool(v);
+    } else if (key == "ring_slots") {
+      o.ring_slots = ToU32(v, k);
+    } else if (key == "failure_policy") {
+      o.failure_policy = Choose<FailurePolicy>(
+          v, k, {{"skip", FailurePolicy::kSkip}, {"error", FailurePolicy::kError}});
+    } else if (key == "start_epoch") {
+      o.start_epoch = ToU32(v, k);
+    } else if (key == "start_batch") {
+      o.start_batch = ToUint(v, k, std::numeric_limits<int64_t>::max());
+    } else if (key == "client_name") {
+      if (!PyUnicode_Check(v.ptr())) RaiseInvalid("client_name must be a str");
+      o.client_name = py::cast<std::string>(v);
+    } else {
+      RaiseInvalid("unknown attach option '" + key + "'");
+    }
+  }
+  // Float tensors go to the GPU as NCHW by default; uint8 stays NHWC (the
+  // compact form decoders write).
+  if (!layout_set) {
+    o.pipeline.layout = o.pipeline.dtype == DType::kUint8 ? Layout::kNHWC : Layout::kNCHW;
+  }
+  return o;
+}
+
+const char* DTypeName(DType d) {
+  switch (d) {
+    case DType::kFloat32:
+      return "float32";
+    case DType::kFloat16:
+      return "float16";
+    default:
+      return "uint8";
+  }
+}
+
+size_t DTypeBytes(DType d) {
+  return d == DType::kFloat32 ? 4 : d == DType::kFloat16 ? 2 : 1;
+}
+
+// numpy dtypes, made once (leaked on purpose: no Python object may be
+// destroyed after the interpreter is finalized).
+const py::dtype& NumpyDType(DType d) {
+  static const py::dtype* u8 = new py::dtype(py::dtype::of<uint8_t>());
+  static const py::dtype* f32 = new py::dtype(py::dtype::of<float>());
+  static const py::dtype* f16 = new py::dtype("float16");
+  return d == DType::kFloat32 ? *f32 : d == DType::kFloat16 ? *f16 : *u8;
+}
+
+// ---------------------------------------------------------------------------
+// Session
+
+// Which batch holds each ring slot, as far as this binding knows. Touched
+// only with the GIL held (by next() and by capsule destructors), so it needs
+// no lock of its own.
+struct LeaseTable {
+  explicit LeaseTable(uint32_t slots) : holder(slots, -1) {}
+  std::vector<int64_t> holder;  // per slot: the sequence of the batch holding it, or -1
+};
+
+// What a batch's capsule owns: the lease and the bookkeeping to end it.
+struct Lease {
+  Batch batch;
+  std::shared_ptr<LeaseTable> table;
+  uint32_t slot = 0;
+};
+
+void DestroyLease(void* p) {
+  auto* lease = static_cast<Lease*>(p);
+  lease->table->holder[lease->slot] = -1;
+  delete lease;  // ~Batch releases the slot: an atomic store and a futex wake
+}
+
+class PySession {
+ public:
+  PySession(std::unique_ptr<Session> s) : session_(std::move(s)) {
+    const SessionInfo& i = session_->info();
+    dtype_ = i.dtype;
+    nchw_ = i.layout == Layout::kNCHW;
+    height_ = i.height;
+    width_ = i.width;
+    channels_ = i.channels;
+    slots_ = i.ring_slots != 0 ? i.ring_slots : 1;
+    leases_ = std::make_shared<LeaseTable>(slots_);
+  }
+
+  ~PySession() { Close(); }
+
+  py::dict Info() const {
+    const SessionInfo& i = session_->info();
+    py::dict d;
+    d["session_id"] = i.session_id;
+    d["shm_name"] = i.shm_name;
+    d["dataset_size"] = i.dataset_size;
+    d["shard_size"] = i.shard_size;
+    d["batches_per_epoch"] = i.batches_per_epoch;
+    d["total_batches"] = i.total_batches;
+    d["start_epoch"] = i.start_epoch;
+    d["start_batch"] = i.start_batch;
+    d["batch_size"] = i.batch_size;
+    d["height"] = i.height;
+    d["width"] = i.width;
+    d["channels"] = i.channels;
+    d["dtype"] = DTypeName(i.dtype);
+    d["layout"] = i.layout == Layout::kNCHW ? "nchw" : "nhwc";
+    d["ring_slots"] = i.ring_slots;
+    d["slot_bytes"] = i.slot_bytes;
+    d["sample_bytes"] = i.sample_bytes;
+    d["class_names"] = i.class_names;
+    d["effective_pipeline_json"] = i.effective_pipeline_json;
+    return d;
+  }
+
+  // (images, labels, indices, planned_indices, statuses, epoch,
+  //  batch_in_epoch, sequence)
+  py::tuple Next(int64_t timeout_ms) {
+    if (session_ == nullptr) Raise(g_exc.stoker_error, "the session was detached", "CANCELLED");
+    // The ring hands batches out through its slots in order: batch s lies in
+    // slot s % slots. If a batch still referenced holds that slot, the daemon
+    // can never fill it: say so now rather than wait forever.
+    const uint32_t slot = static_cast<uint32_t>(next_seq_ % slots_);
+    if (const int64_t held = leases_->holder[slot]; held >= 0) {
+      Raise(g_exc.ring_exhausted,
+            "batch " + std::to_string(next_seq_) + " needs ring slot " + std::to_string(slot) +
+                ", still held by batch " + std::to_string(held) +
+                " (its images are still referenced). The ring reuses its " +
+                std::to_string(slots_) +
+                " slots in order: drop (or copy) a batch before taking " +
+                std::to_string(slots_) +
+                " more, use copy=True, or attach with more ring_slots",
+            "FAILED_PRECONDITION");
+    }
+    absl::StatusOr<Batch> r;
+    uint64_t delivered = 0;
+    {
+      py::gil_scoped_release nogil;
+      r = session_->Next(timeout_ms);
+      delivered = session_->delivered();
+    }
+    next_seq_ = delivered;
+    if (!r.ok()) RaiseStatus(r.status(), Where::kNext);
+    const uint64_t seq = r->sequence();
+    auto* lease = new Lease{std::move(*r), leases_, static_cast<uint32_t>(seq % slots_)};
+    leases_->holder[lease->slot] = static_cast<int64_t>(lease->batch.sequence());
+    // From here the capsule owns the lease, whatever happens.
+    py::capsule owner(lease, &DestroyLease);
+    Batch* batch = &lease->batch;
+    const uint32_t n = batch->size();
+
+    py::object images;
+    const py::dtype& dt = NumpyDType(dtype_);
+    const auto item = static_cast<py::ssize_t>(DTypeBytes(dtype_));
+    if (height_ != 0) {
+      const py::ssize_t h = height_, w = width_, c = channels_;
+      std::vector<py::ssize_t> shape =
+          nchw_ ? std::vector<py::ssize_t>{n, c, h, w} : std::vector<py::ssize_t>{n, h, w, c};
+      std::vector<py::ssize_t> strides(4);
+      strides[3] = item;
+      for (int k = 2; k >= 0; --k) strides[k] = strides[k + 1] * shape[k + 1];
+      images = py::array(dt, std::move(shape), std::move(strides), batch->data(), owner);
+    } else {
+      py::list list(n);
+      for (uint32_t i = 0; i < n; ++i) {
+        const py::ssize_t h = batch->height(i), w = batch->width(i), c = batch->channels();
+        std::vector<py::ssize_t> shape =
+            nchw_ ? std::vector<py::ssize_t>{c, h, w} : std::vector<py::ssize_t>{h, w, c};
+        std::vector<py::ssize_t> strides(3);
+        strides[2] = item;
+        for (int k = 1; k >= 0; --k) strides[k] = strides[k + 1] * shape[k + 1];
+        list[i] = py::array(dt, std::move(shape), std::move(strides), batch->sample_data(i), owner);
+      }
+      images = std::move(list);
+    }
+    py::array_t<int64_t> labels(n, batch->labels().data());
+    py::array_t<int64_t> indices(n, batch->indices().data());
+    py::array_t<int64_t> planned(n, batch->planned_indices().data());
+    py::array_t<int32_t> statuses(n);
+    int32_t* st = statuses.mutable_data();
+    for (uint32_t i = 0; i < n; ++i) st[i] = static_cast<int32_t>(batch->status(i));
+    return py::make_tuple(std::move(images), std::move(labels), std::move(indices),
+                          std::move(planned), std::move(statuses), batch->epoch(),
+                          batch->batch_in_epoch(), batch->sequence());
+  }
+
+  uint64_t Delivered() const { return session_ == nullptr ? delivered_ : session_->delivered(); }
+
+  void Detach() {
+    if (session_ == nullptr) return;
+    absl::Status st;
+    {
+      py::gil_scoped_release nogil;
+      st = session_->Detach();
+    }
+    delivered_ = session_->delivered();
+    Close();
+    // A daemon that already went away has nothing left to detach.
+    if (!st.ok() && st.code() != absl::StatusCode::kUnavailable) RaiseStatus(st, Where::kDetach);
+  }
+
+  bool detached() const { return session_ == nullptr; }
+
+ private:
+  // Destroys the Session (it detaches and joins its KeepAlive thread, both of
+  // which may block) without holding the GIL. Outstanding batches stay valid.
+  void Close() {
+    if (session_ == nullptr) return;
+    std::unique_ptr<Session> s = std::move(session_);
+    if (PyGILState_Check() && !_Py_IsFinalizing()) {
+      py::gil_scoped_release nogil;
+      s.reset();
+    } else {
+      s.reset();
+    }
+  }
+
+  std::unique_ptr<Session> session_;
+  uint64_t delivered_ = 0;
+  uint64_t next_seq_ = 0;  // the sequence of the batch next() delivers next
+  uint32_t slots_ = 1;
+  std::shared_ptr<LeaseTable> leases_;
+  // Constant after construction.
+  DType dtype_ = DType::kUint8;
+  bool nchw_ = false;
+  uint32_t height_ = 0, width_ = 0, channels_ = 3;
+};
+
+// ---------------------------------------------------------------------------
+// Client
+
+class PyClient {
+ public:
+  PyClient(const std::string& address, int64_t rpc_timeout_ms) : address_(address) {
+    ClientOptions co;
+    if (rpc_timeout_ms > 0) co.rpc_timeout_ms = rpc_timeout_ms;
+    absl::StatusOr<std::unique_ptr<Client>> c;
+    {
+      py::gil_scoped_release nogil;
+      c = Client::Connect(address, co);
+    }
+    if (!c.ok()) RaiseStatus(c.status(), Where::kConnect);
+    client_ = std::move(*c);
+  }
+
+  ~PyClient() {
+    if (PyGILState_Check() && !_Py_IsFinalizing()) {
+      py::gil_scoped_release nogil;
+      client_.reset();
+    }
+  }
+
+  std::unique_ptr<PySession> Attach(const std::string& dataset, const py::kwargs& kw) {
+    AttachOptions o = ParseAttach(dataset, kw);
+    absl::StatusOr<std::unique_ptr<Session>> s;
+    {
+      py::gil_scoped_release nogil;
+      s = client_->Attach(o);
+    }
+    if (!s.ok()) RaiseStatus(s.status(), Where::kAttach);
+    return std::make_unique<PySession>(std::move(*s));
+  }
+
+  std::string StatusJson(bool include_failures) {
+    absl::StatusOr<std::string> r;
+    {
+      py::gil_scoped_release nogil;
+      r = client_->StatusJson(include_failures);
+    }
+    if (!r.ok()) RaiseStatus(r.status(), Where::kStatus);
+    return *r;
+  }
+
+  void Health(const std::string& service) {
+    absl::Status st;
+    {
+      py::gil_scoped_release nogil;
+      st = client_->Health(service);
+    }
+    if (!st.ok()) RaiseStatus(st, Where::kHealth);
+  }
+
+  const std::string& address() const { return address_; }
+
+ private:
+  std::string address_;
+  std::unique_ptr<Client> client_;
+};
+
+PyObject* NewException(py::module_& m, const char* name, const char* doc, py::handle bases) {
+  std::string full = std::string("stoker.") + name;
+  PyObject* e = PyErr_NewExceptionWithDoc(full.c_str(), doc, bases.ptr(), nullptr);
+  if (e == nullptr) throw py::error_already_set();
+  m.attr(name) = py::handle(e);  // the module takes a reference; ours is leaked on purpose
+  return e;
+}
+
+}  // namespace
+}  // namespace stoker
+
+PYBIND11_MODULE(_native, m) {
+  using namespace stoker;
+  m.doc() = "Native binding of the stoker C++ client. Use the `stoker` package instead.";
+
+  py::handle runtime_error(PyExc_RuntimeError);
+  g_exc.stoker_error = NewException(m, "StokerError",
+                                    "Base of every stoker error. `.code` is the status code name "
+                                    "(e.g. 'UNAVAILABLE').",
+                                    runtime_error);
+  py::handle base(g_exc.stoker_error);
+  g_exc.daemon_unavailable =
+      NewException(m, "DaemonUnavailableError",
+                   "stokerd cannot be reached, went away, is shutting down or ended the session.",
+                   base);
+  g_exc.sample_error = NewException(
+      m, "SampleError",
+      "A sample of the batch failed under failure_policy='error'; the message names the file. "
+      "The session goes on with the next batch.",
+      base);
+  g_exc.ring_exhausted = NewException(
+      m, "RingExhaustedError",
+      "Every ring slot is held by batches still referenced (arrays/tensors not yet collected); "
+      "drop some, or attach with more ring_slots.",
+      base);
+  g_exc.invalid_request = NewException(
+      m, "InvalidRequestError",
+      "The daemon refused the request (bad options, a missing or empty dataset, a path outside "
+      "the data root).",
+      py::make_tuple(base, py::handle(PyExc_ValueError)));
+  g_exc.resource_exhausted = NewException(
+      m, "ResourceExhaustedError",
+      "The daemon is out of sessions or shared memory for this request.", base);
+  g_exc.timeout = NewException(m, "StokerTimeoutError",
+                               "No batch within timeout_ms (also a builtin TimeoutError).",
+                               py::make_tuple(base, py::handle(PyExc_TimeoutError)));
+  g_exc.end_of_data = NewException(m, "EndOfData",
+                                   "Every batch of every epoch of the session was delivered.",
+                                   base);
+  g_exc.data_loss = NewException(m, "DataLossError",
+                                 "The ring's contents are inconsistent (a bug or a corrupted ring).",
+                                 base);
+
+  py::class_<PySession>(m, "Session",
+                        "An attached session. Obtain from Client.attach(); not thread-safe for "
+                        "concurrent next() calls from several threads (they serialize).")
+      .def_property_readonly("info", &PySession::Info,
+                             "What the daemon said at attach, after defaults (a new dict).")
+      .def("next", &PySession::Next, py::arg("timeout_ms") = -1,
+           "Waits for the next batch (GIL released). Returns (images, labels, indices, "
+           "planned_indices, statuses, epoch, batch_in_epoch, sequence). `images` is one "
+           "zero-copy ndarray over the ring slot ([n,H,W,3] or [n,3,H,W]) or, for the "
+           "variable-size decode pipeline, a list of per-sample ndarrays; the slot returns to "
+           "the daemon when the last of them is collected. Raises EndOfData after the last "
+           "batch, SampleError, RingExhaustedError, StokerTimeoutError, "
+           "DaemonUnavailableError.")
+      .def_property_readonly("delivered", &PySession::Delivered, "Batches handed out so far.")
+      .def_property_readonly("detached", &PySession::detached)
+      .def("detach", &PySession::Detach,
+           "Ends the session on the daemon (GIL released). Arrays already returned stay "
+           "readable. Idempotent.");
+
+  py::class_<PyClient>(m, "Client", "A connection to one stokerd (connects lazily).")
+      .def(py::init<const std::string&, int64_t>(), py::arg("address"),
+           py::arg("rpc_timeout_ms") = 0)
+      .def_property_readonly("address", &PyClient::address)
+      .def("attach", &PyClient::Attach, py::arg("dataset"),
+           "attach(dataset, **options) -> Session. Options: format, pipeline, height, width, "
+           "resize_size, scale, ratio, flip_prob, interpolation, dtype, layout, mean, std, "
+           "max_decode_pixels, exact_decode, ignore_exif_orientation, batch_size, seed, shuffle, "
+           "epochs (0: without end), rank, world_size, drop_last, ring_slots, failure_policy, "
+           "start_epoch, start_batch, client_name. None means the default.")
+      .def("status_json", &PyClient::StatusJson, py::arg("include_failures") = false)
+      .def("health", &PyClient::Health, py::arg("service") = "",
+           "Returns None when the daemon is SERVING, raises DaemonUnavailableError otherwise.");
+}

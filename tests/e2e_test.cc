@@ -1,0 +1,395 @@
+// End to end: the real stokerd binary, real gRPC on a Unix socket, real
+// shared memory, real JPEG files, through the public C++ client.
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "server/image/test_jpeg.h"
+#include "stoker/client.h"
+#include "tests/daemon_harness.h"
+
+namespace stoker::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kClasses = 3;
+constexpr int kPerClass = 17;  // 51 samples: batches of 8 leave a short one
+
+struct Fixture {
+  TempDir data;
+  std::vector<std::string> files;
+  Fixture() { files = MakeImageFolder(data.path() + "/ds", kClasses, kPerClass, 7); }
+};
+
+std::unique_ptr<Client> Connect(const Daemon& d) {
+  auto c = Client::Connect(d.socket());
+  REQUIRE(c.ok());
+  return std::move(*c);
+}
+
+AttachOptions Train(uint32_t batch, uint32_t epochs, uint64_t seed = 1) {
+  AttachOptions o;
+  o.dataset = "ds";
+  o.batch_size = batch;
+  o.epochs = epochs;
+  o.seed = seed;
+  o.pipeline.height = o.pipeline.width = 32;
+  o.client_name = "e2e_test";
+  return o;
+}
+
+struct Delivered {
+  std::vector<std::vector<int64_t>> indices_per_epoch;
+  std::vector<std::vector<uint8_t>> pixels;  // per batch
+  std::vector<std::vector<int64_t>> labels;  // per batch
+  std::vector<uint32_t> sizes;
+};
+
+Delivered ConsumeAll(Session& s, uint32_t epochs) {
+  Delivered d;
+  d.indices_per_epoch.resize(epochs);
+  for (;;) {
+    auto b = s.Next(20000);
+    if (absl::IsOutOfRange(b.status())) break;
+    REQUIRE(b.ok());
+    REQUIRE(b->epoch() < epochs);
+    auto& idx = d.indices_per_epoch[b->epoch()];
+    idx.insert(idx.end(), b->indices().begin(), b->indices().end());
+    const uint8_t* p = static_cast<const uint8_t*>(b->data());
+    d.pixels.emplace_back(p, p + b->data_bytes());
+    d.labels.push_back(b->labels());
+    d.sizes.push_back(b->size());
+  }
+  return d;
+}
+
+TEST_CASE("two epochs deliver every sample exactly once with its label") {
+  Fixture f;
+  auto daemon = Daemon::Start(f.data.path());
+  auto client = Connect(*daemon);
+  auto session = client->Attach(Train(8, 2));
+  REQUIRE(session.ok());
+  const SessionInfo& info = (*session)->info();
+  CHECK(info.dataset_size == 51);
+  CHECK(info.batches_per_epoch == 7);
+  CHECK(info.total_batches == 14);
+  CHECK(info.class_names == std::vector<std::string>{"class_0", "class_1", "class_2"});
+
+  std::vector<std::vector<int64_t>> per_epoch(2);
+  uint64_t expected_seq = 0;
+  for (;;) {
+    auto b = (*session)->Next(20000);
+    if (absl::IsOutOfRange(b.status())) break;
+    REQUIRE(b.ok());
+    CHECK(b->sequence() == expected_seq);
+    CHECK(b->batch_in_epoch() == expected_seq % 7);
+    CHECK(b->size() == (b->batch_in_epoch() == 6 ? 3u : 8u));
+    for (uint32_t i = 0; i < b->size(); ++i) {
+      // ImageFolder order: class k holds indices [17k, 17k + 17).
+      CHECK(b->labels()[i] == b->indices()[i] / kPerClass);
+      CHECK(b->status(i) == SampleStatus::kOk);
+      CHECK(b->height(i) == 32);
+      CHECK(b->width(i) == 32);
+    }
+    per_epoch[b->epoch()].insert(per_epoch[b->epoch()].end(), b->indices().begin(),
+                                 b->indices().end());
+    ++expected_seq;
+  }
+  CHECK(expected_seq == 14);
+  std::vector<int64_t> all(51);
+  for (int i = 0; i < 51; ++i) all[i] = i;
+  for (auto& e : per_epoch) {
+    std::vector<int64_t> sorted = e;
+    std::sort(sorted.begin(), sorted.end());
+    CHECK(sorted == all);  // exactly once
+  }
+  CHECK(per_epoch[0] != per_epoch[1]);  // reshuffled per epoch
+  CHECK(per_epoch[0] != all);           // shuffled at all
+}
+
+TEST_CASE("ranks 0/2 and 1/2 are disjoint but for DistributedSampler's padding, and cover") {
+  Fixture f;
+  auto daemon = Daemon::Start(f.data.path());
+  auto client = Connect(*daemon);
+  std::vector<int64_t> got[2];
+  for (uint32_t rank = 0; rank < 2; ++rank) {
+    AttachOptions o = Train(5, 1, 3);
+    o.rank = rank;
+    o.world_size = 2;
+    auto s = client->Attach(o);
+    REQUIRE(s.ok());
+    CHECK((*s)->info().shard_size == 26);  // ceil(51 / 2)
+    got[rank] = ConsumeAll(**s, 1).indices_per_epoch[0];
+    CHECK(got[rank].size() == 26);
+  }
+  std::set<int64_t> a(got[0].begin(), got[0].end()), b(got[1].begin(), got[1].end());
+  std::set<int64_t> both, either;
+  std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::inserter(both, both.end()));
+  std::set_union(a.begin(), a.end(), b.begin(), b.end(), std::inserter(either, either.end()));
+  CHECK(either.size() == 51);  // covering
+  CHECK(both.size() == 1);     // 52 slots for 51 samples: one padded repeat
+}
+
+TEST_CASE("the same seed gives byte-identical batches with 1 and with 3 workers") {
+  Fixture f;
+  Delivered runs[2];
+  const int workers[2] = {1, 3};
+  for (int r = 0; r < 2; ++r) {
+    Daemon::Options o;
+    o.workers = workers[r];
+    auto daemon = Daemon::Start(f.data.path(), o);
+    auto client = Connect(*daemon);
+    auto s = client->Attach(Train(8, 2, 42));
+    REQUIRE(s.ok());
+    runs[r] = ConsumeAll(**s, 2);
+  }
+  REQUIRE(runs[0].pixels.size() == 14);
+  CHECK(runs[0].indices_per_epoch == runs[1].indices_per_epoch);
+  CHECK(runs[0].labels == runs[1].labels);
+  for (size_t i = 0; i < runs[0].pixels.size(); ++i) {
+    INFO("batch " << i);
+    CHECK(runs[0].pixels[i] == runs[1].pixels[i]);
+  }
+  // And a different seed is a different stream.
+  Daemon::Options o;
+  o.workers = 2;
+  auto daemon = Daemon::Start(f.data.path(), o);
+  auto client = Connect(*daemon);
+  auto s = client->Attach(Train(8, 1, 43));
+  REQUIRE(s.ok());
+  CHECK(ConsumeAll(**s, 1).pixels[0] != runs[0].pixels[0]);
+}
+
+TEST_CASE("the decode pipeline returns libjpeg's pixels exactly") {
+  TempDir data;
+  fs::create_directories(data.path() + "/codings/x");
+  struct Coding {
+    const char* name;
+    int channels;
+    int subsampling;
+    bool progressive;
+  };
+  const Coding codings[] = {{"420", 3, 420, false},  {"422", 3, 422, false},
+                            {"444", 3, 444, false},  {"gray", 1, 444, false},
+                            {"prog", 3, 420, true}};
+  std::vector<std::vector<uint8_t>> jpegs;
+  for (const Coding& c : codings) {
+    image::testing::EncodeOptions eo;
+    eo.subsampling = c.subsampling;
+    eo.progressive = c.progressive;
+    auto jpeg = image::testing::EncodeJpeg(image::testing::MakePhoto(61, 93, c.channels, 5), 61,
+                                           93, c.channels, eo);
+    std::ofstream(data.path() + "/codings/x/" + c.name + ".jpg", std::ios::binary)
+        .write(reinterpret_cast<const char*>(jpeg.data()), jpeg.size());
+    jpegs.push_back(jpeg);
+  }
+  // ImageFolder order is sorted by name.
+  std::vector<std::string> names;
+  for (const Coding& c : codings) names.push_back(c.name);
+  std::vector<std::string> sorted = names;
+  std::sort(sorted.begin(), sorted.end());
+
+  auto daemon = Daemon::Start(data.path());
+  auto client = Connect(*daemon);
+  AttachOptions o;
+  o.dataset = "codings";
+  o.batch_size = 1;
+  o.shuffle = false;
+  o.pipeline.kind = PipelineKind::kDecode;
+  auto s = client->Attach(o);
+  REQUIRE(s.ok());
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    auto b = (*s)->Next(20000);
+    REQUIRE(b.ok());
+    const size_t which = std::find(names.begin(), names.end(), sorted[i]) - names.begin();
+    uint32_t h, w;
+    int ch;
+    auto ref = image::testing::ReferenceDecode(jpegs[which], &h, &w, &ch);
+    INFO(sorted[i]);
+    REQUIRE(b->height(0) == h);
+    REQUIRE(b->width(0) == w);
+    REQUIRE(b->sample_bytes(0) == ref.size());
+    CHECK(std::memcmp(b->sample_data(0), ref.data(), ref.size()) == 0);
+  }
+}
+
+TEST_CASE("bad requests get a clear gRPC status and the daemon keeps serving") {
+  Fixture f;
+  TempDir outside;
+  MakeImageFolder(outside.path() + "/secret", 1, 2, 1);
+  fs::create_directory_symlink(outside.path() + "/secret", f.data.path() + "/link");
+  fs::create_directories(f.data.path() + "/empty");
+  auto daemon = Daemon::Start(f.data.path());
+  auto client = Connect(*daemon);
+
+  auto expect = [&](AttachOptions o, absl::StatusCode code, const char* words) {
+    auto s = client->Attach(o);
+    INFO(s.status().ToString());
+    REQUIRE_FALSE(s.ok());
+    CHECK(s.status().code() == code);
+    CHECK(s.status().message().find(words) != absl::string_view::npos);
+  };
+  AttachOptions o = Train(8, 1);
+  o.dataset = "../" + fs::path(outside.path()).filename().string() + "/secret";
+  expect(o, absl::StatusCode::kPermissionDenied, "");
+  o.dataset = "link";
+  expect(o, absl::StatusCode::kPermissionDenied, "");
+  o.dataset = outside.path() + "/secret";
+  expect(o, absl::StatusCode::kPermissionDenied, "");
+  o.dataset = "missing";
+  expect(o, absl::StatusCode::kNotFound, "");
+  o.dataset = "empty";
+  expect(o, absl::StatusCode::kFailedPrecondition, "");
+  o = Train(0, 1);
+  expect(o, absl::StatusCode::kInvalidArgument, "batch_size");
+  o = Train(52, 1);
+  expect(o, absl::StatusCode::kInvalidArgument, "larger than");
+  o = Train(8, 1);
+  o.pipeline.kind = static_cast<PipelineKind>(9);
+  expect(o, absl::StatusCode::kInvalidArgument, "pipeline");
+  o = Train(8, 1);
+  o.rank = 2;
+  o.world_size = 2;
+  expect(o, absl::StatusCode::kInvalidArgument, "rank");
+  o = Train(1000000000, 1);
+  expect(o, absl::StatusCode::kInvalidArgument, "batch_size");
+  o = Train(8, 1);
+  o.pipeline.height = o.pipeline.width = 1000000;
+  expect(o, absl::StatusCode::kInvalidArgument, "");
+
+  // Still serving.
+  auto s = client->Attach(Train(8, 1));
+  REQUIRE(s.ok());
+  CHECK(ConsumeAll(**s, 1).indices_per_epoch[0].size() == 51);
+  CHECK(client->Health().ok());
+}
+
+TEST_CASE("a daemon killed while the client waits gives a clear error within seconds") {
+  Fixture f;
+  auto daemon = Daemon::Start(f.data.path());
+  auto client = Connect(*daemon);
+  auto s = client->Attach(Train(8, 0));  // without end: the ring never runs dry by itself
+  REQUIRE(s.ok());
+  REQUIRE((*s)->Next(20000).ok());
+  daemon->Signal(SIGKILL);
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::Status last;
+  for (int i = 0; i < 100; ++i) {  // ready batches may still be delivered
+    auto b = (*s)->Next();
+    if (!b.ok()) {
+      last = b.status();
+      break;
+    }
+  }
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(last.ToString());
+  CHECK(absl::IsUnavailable(last));
+  CHECK(secs < 5.0);
+
+  // Its ring outlived it; the next daemon on the same socket sweeps it.
+  REQUIRE(daemon->Wait(std::chrono::seconds(5)) != -1);  // reaped, as init would
+  const std::string stale = "/dev/shm" + (*s)->info().shm_name;
+  CHECK(fs::exists(stale));
+  Daemon::Options o;
+  o.socket_path = daemon->socket();
+  auto second = Daemon::Start(f.data.path(), o);
+  CHECK_FALSE(fs::exists(stale));
+  CHECK(second->Log().find("swept 1 stale") != std::string::npos);
+}
+
+TEST_CASE("SIGTERM tells the attached client and leaves no shm or socket behind") {
+  Fixture f;
+  auto daemon = Daemon::Start(f.data.path());
+  auto client = Connect(*daemon);
+  auto s = client->Attach(Train(8, 0));
+  REQUIRE(s.ok());
+  const std::string shm = "/dev/shm" + (*s)->info().shm_name;
+  CHECK(fs::exists(shm));
+  struct stat st;
+  REQUIRE(::stat(shm.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
+  REQUIRE(::stat(daemon->socket().c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
+  {
+    auto b = (*s)->Next(20000);
+    REQUIRE(b.ok());
+    daemon->Signal(SIGTERM);
+    int status = daemon->Wait(std::chrono::seconds(15));
+    REQUIRE(status != -1);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    // The held batch stays readable after the daemon is gone.
+    volatile uint8_t x = static_cast<const uint8_t*>(b->data())[b->data_bytes() - 1];
+    (void)x;
+  }
+  absl::Status last;
+  for (int i = 0; i < 100; ++i) {
+    auto b = (*s)->Next(5000);
+    if (!b.ok()) {
+      last = b.status();
+      break;
+    }
+  }
+  CHECK(absl::IsUnavailable(last));
+  CHECK_FALSE(fs::exists(shm));
+  CHECK_FALSE(fs::exists(daemon->socket()));
+  CHECK(daemon->Log().find("stokerd stopped") != std::string::npos);
+}
+
+TEST_CASE("a worker killed mid-epoch is replaced and nothing is lost or repeated") {
+  Fixture f;
+  auto daemon = Daemon::Start(f.data.path());
+  auto client = Connect(*daemon);
+  AttachOptions o = Train(4, 2);
+  o.ring_slots = 2;
+  auto s = client->Attach(o);
+  REQUIRE(s.ok());
+  std::vector<std::vector<int64_t>> per_epoch(2);
+  int kills = 0;
+  for (;;) {
+    auto b = (*s)->Next(20000);
+    if (absl::IsOutOfRange(b.status())) break;
+    REQUIRE(b.ok());
+    per_epoch[b->epoch()].insert(per_epoch[b->epoch()].end(), b->indices().begin(),
+                                 b->indices().end());
+    if (b->sequence() % 5 == 2) {
+      // Worker 0's pid (0 while it restarts), then kill it mid-stream.
+      int64_t pid = 0;
+      REQUIRE(WaitFor(
+          [&] {
+            auto js = client->StatusJson();
+            auto pids = js.ok() ? JsonInts(*js, "pid") : std::vector<int64_t>{};
+            pid = pids.size() >= 2 ? pids[1] : 0;  // the daemon's, then each worker's
+            return pid > 0;
+          },
+          std::chrono::seconds(10)));
+      if (::kill(static_cast<pid_t>(pid), SIGKILL) == 0) ++kills;
+    }
+  }
+  CHECK(kills >= 3);
+  for (auto& e : per_epoch) {
+    std::sort(e.begin(), e.end());
+    std::vector<int64_t> all(51);
+    for (int i = 0; i < 51; ++i) all[i] = i;
+    CHECK(e == all);
+  }
+  auto js = client->StatusJson();
+  REQUIRE(js.ok());
+  CHECK(JsonInts(*js, "worker_restarts_total").at(0) >= 1);
+}
+
+}  // namespace
+}  // namespace stoker::testing

@@ -1,0 +1,407 @@
+"""Fixtures shared by every Python test of stoker.
+
+Run:  STOKER_BUILD_DIR=/work/main/build /usr/bin/python3 -m pytest -q tests/python
+
+Fixtures (function scope unless said otherwise):
+    build_dir       (session) the CMake build folder: $STOKER_BUILD_DIR, else
+                    <repo>/build. Skips the test when stokerd, stoker-worker,
+                    stokerctl or the Python module are missing. Puts
+                    <build>/python first on sys.path so `import stoker` works.
+    make_dataset    the `make_dataset` function below (writes real JPEGs).
+    tmp_short       a fresh short directory under /tmp (Unix socket paths
+                    must stay under 107 bytes; pytest's tmp_path may not).
+    daemon_factory  starts real daemons: ``daemon_factory(workers=2,
+                    data_root=None, extra_args=())`` -> `Daemon`; every daemon
+                    still running at teardown is stopped cleanly (asserted).
+    daemon          one running daemon (2 workers) with an empty data root.
+
+Helpers importable from here (``from conftest import ...``): make_dataset,
+write_jpeg, imagefolder_samples, Daemon, start_daemon, stoker_shm_objects.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+import numpy as np
+import pytest
+from PIL import Image
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+# A test that hangs longer than this dumps every thread's stack and ends the
+# run (better than a CI job that times out without a word).
+HANG_GUARD_S = float(os.environ.get("STOKER_TEST_HANG_GUARD_S", "120"))
+
+
+# ---------------------------------------------------------------------------
+# Build folder
+
+
+def find_build_dir() -> str:
+    return os.path.abspath(os.environ.get("STOKER_BUILD_DIR") or os.path.join(REPO, "build"))
+
+
+def _missing_binaries(build: str) -> List[str]:
+    need = [os.path.join(build, "server", "stokerd"),
+            os.path.join(build, "server", "stoker-worker"),
+            os.path.join(build, "client", "stokerctl")]
+    missing = [p for p in need if not os.access(p, os.X_OK)]
+    pkg = os.path.join(build, "python", "stoker")
+    if not os.path.isdir(pkg) or not any(f.startswith("_native") for f in os.listdir(pkg)):
+        missing.append(os.path.join(pkg, "_native*.so"))
+    return missing
+
+
+@pytest.fixture(scope="session")
+def build_dir() -> str:
+    build = find_build_dir()
+    missing = _missing_binaries(build)
+    if missing:
+        pytest.skip(f"stoker is not built in {build} (missing {', '.join(missing)}); "
+                    "build it or set STOKER_BUILD_DIR")
+    py = os.path.join(build, "python")
+    if py not in sys.path:
+        sys.path.insert(0, py)
+    return build
+
+
+@pytest.fixture(autouse=True)
+def _hang_guard():
+    faulthandler.dump_traceback_later(HANG_GUARD_S, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
+
+
+@pytest.fixture
+def tmp_short():
+    d = tempfile.mkdtemp(prefix="stk", dir="/tmp")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------
+# Datasets
+
+# One noise field, reused by every image (sliced at random offsets): drawing
+# fresh Gaussian noise per image would dominate the time to make a dataset.
+_NOISE: Optional[np.ndarray] = None
+
+
+def _noise() -> np.ndarray:
+    global _NOISE
+    if _NOISE is None:
+        _NOISE = np.random.default_rng(1234).normal(0, 10, (520, 520, 3)).astype(np.float32)
+    return _NOISE
+
+
+def photo_like(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
+    """An h x w x 3 uint8 image with gradients, a few soft discs and noise."""
+    y = np.linspace(0.0, 1.0, h, dtype=np.float32)[:, None, None]
+    x = np.linspace(0.0, 1.0, w, dtype=np.float32)[None, :, None]
+    c0 = rng.uniform(40, 200, 3).astype(np.float32)
+    cx = rng.uniform(-90, 90, 3).astype(np.float32)
+    cy = rng.uniform(-90, 90, 3).astype(np.float32)
+    img = c0 + cx * x + cy * y
+    freq = np.float32(rng.uniform(2, 12))
+    img = img + np.float32(25) * np.sin(freq * (x + 0.5 * y) * np.float32(np.pi))
+    for _ in range(int(rng.integers(1, 4))):
+        py, px, r = rng.uniform(0, 1), rng.uniform(0, 1), rng.uniform(0.08, 0.35)
+        d2 = (y - py) ** 2 + (x - px) ** 2
+        m = np.clip(1.0 - d2 / np.float32(r * r), 0, 1)
+        img = img * (1 - 0.7 * m) + m * (0.7 * rng.uniform(0, 255, 3).astype(np.float32))
+    n = _noise()
+    oy, ox = int(rng.integers(0, n.shape[0] - h + 1)), int(rng.integers(0, n.shape[1] - w + 1))
+    img = img + n[oy:oy + h, ox:ox + w]
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+# JPEG flavours, as PIL's `subsampling` spells them.
+SUBSAMPLING = {"444": 0, "422": 1, "420": 2}
+
+
+def write_jpeg(path: str, img: np.ndarray, *, subsampling: str = "420", quality: int = 90,
+               progressive: bool = False, gray: bool = False) -> None:
+    """Writes `img` (h x w x 3 uint8) as a JPEG of the given flavour."""
+    im = Image.fromarray(img)
+    if gray:
+        im = im.convert("L")
+        im.save(path, "JPEG", quality=quality, progressive=progressive)
+    else:
+        im.save(path, "JPEG", quality=quality, subsampling=SUBSAMPLING[subsampling],
+                progressive=progressive)
+
+
+def make_dataset(root: str, classes: int = 3, per_class: int = 10,
+                 sizes: Tuple[int, int] = (64, 400), seed: int = 0,
+                 flavours: Optional[Sequence[Dict]] = None,
+                 class_prefix: str = "class_") -> List[Tuple[str, int]]:
+    """Writes an ImageFolder tree root/<class>/img_NNNN.jpg of real JPEGs.
+
+    Sizes are drawn per side in [sizes[0], sizes[1]]; content is photo-like;
+    quality (60..95), chroma subsampling (4:2:0 mostly, 4:2:2, 4:4:4), and
+    progressive/grayscale coding vary per file. `flavours`: cycle through
+    these write_jpeg keyword sets instead (e.g. [{"subsampling": "444"},
+    {"gray": True}]). Returns [(path, class_index)] in torchvision
+    ImageFolder's order (sorted classes, sorted files), i.e. stoker's dataset
+    index order. Fast: ~300 images of up to 400 px per second or more.
+    """
+    rng = np.random.default_rng(seed)
+    lo, hi = sizes
+    out: List[Tuple[str, int]] = []
+    n = 0
+    for k in range(classes):
+        d = os.path.join(root, f"{class_prefix}{k:02d}")
+        os.makedirs(d, exist_ok=True)
+        for i in range(per_class):
+            h, w = int(rng.integers(lo, hi + 1)), int(rng.integers(lo, hi + 1))
+            if flavours:
+                kw = dict(flavours[n % len(flavours)])
+            else:
+                r = rng.random()
+                kw = {"subsampling": "420" if r < 0.6 else "422" if r < 0.8 else "444",
+                      "progressive": bool(rng.random() < 0.15),
+                      "gray": bool(rng.random() < 0.05)}
+            kw.setdefault("quality", int(rng.integers(60, 96)))
+            p = os.path.join(d, f"img_{i:04d}.jpg")
+            write_jpeg(p, photo_like(rng, h, w), **kw)
+            out.append((p, k))
+            n += 1
+    return out
+
+
+def imagefolder_samples(root: str) -> List[Tuple[str, int]]:
+    """torchvision.datasets.ImageFolder(root).samples (imported lazily)."""
+    from torchvision.datasets import ImageFolder
+    return list(ImageFolder(root).samples)
+
+
+@pytest.fixture(name="make_dataset")
+def make_dataset_fixture():
+    return make_dataset
+
+
+# ---------------------------------------------------------------------------
+# Daemons
+
+
+def stoker_shm_objects() -> List[str]:
+    try:
+        return sorted(f for f in os.listdir("/dev/shm") if f.startswith("stoker-"))
+    except FileNotFoundError:
+        return []
+
+
+def _children(pid: int) -> List[int]:
+    kids: List[int] = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                kids += [int(x) for x in f.read().split()]
+    except OSError:
+        pass
+    return kids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def wait_until(cond, timeout_s: float, what: str, interval_s: float = 0.02):
+    """Polls `cond()` until truthy; returns its value or fails after timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(interval_s)
+
+
+class Daemon:
+    """A real stokerd started as this process's child.
+
+    Attributes: socket, data_root, workdir, log_path, proc, pid, build_dir.
+    """
+
+    def __init__(self, build_dir: str, workdir: str, data_root: str, workers: int = 2,
+                 extra_args: Iterable[str] = ()) -> None:
+        self.build_dir = build_dir
+        self.workdir = workdir
+        self.data_root = data_root
+        self.workers = workers
+        self.extra_args = list(extra_args)
+        self.socket = os.path.join(workdir, "s.sock")
+        self.log_path = os.path.join(workdir, "stokerd.log")
+        self.stokerd = os.path.join(build_dir, "server", "stokerd")
+        self.stokerctl = os.path.join(build_dir, "client", "stokerctl")
+        self.proc: Optional[subprocess.Popen] = None
+        self.pid = 0
+        self.stopped = False
+        assert len(self.socket) < 100, f"socket path too long: {self.socket}"
+
+    def start(self, timeout_s: float = 30.0) -> "Daemon":
+        os.makedirs(self.data_root, exist_ok=True)
+        cmd = [self.stokerd, "--socket", self.socket, "--data-root", self.data_root,
+               "--workers", str(self.workers)] + self.extra_args
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                         close_fds=True)
+        self.pid = self.proc.pid
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.proc.poll() is not None:
+                pytest.fail(f"stokerd exited with {self.proc.returncode} while starting\n"
+                            f"{self.log_tail()}")
+            if os.path.exists(self.socket) and self.health():
+                return self
+            if time.monotonic() > deadline:
+                self.kill()
+                pytest.fail(f"stokerd not healthy within {timeout_s} s\n{self.log_tail()}")
+            time.sleep(0.05)
+
+    def health(self) -> bool:
+        r = subprocess.run([self.stokerctl, "health", "--socket", self.socket],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10)
+        return r.returncode == 0
+
+    def ctl(self, *args: str, timeout_s: float = 30) -> subprocess.CompletedProcess:
+        """Runs `stokerctl ARGS --socket <ours>`; returns the completed process (text)."""
+        return subprocess.run([self.stokerctl, *args, "--socket", self.socket],
+                              capture_output=True, text=True, timeout=timeout_s)
+
+    def log(self) -> str:
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def log_tail(self, lines: int = 60) -> str:
+        text = self.log().splitlines()[-lines:]
+        return "---- stokerd log (" + self.log_path + ") ----\n" + "\n".join(text)
+
+    def own_shm_objects(self) -> List[str]:
+        """The /dev/shm objects of this daemon's rings ("stoker-<tag>-<pid>-<n>")."""
+        pat = re.compile(rf"^stoker-[0-9a-f]+-{self.pid}-\d+$")
+        return [f for f in stoker_shm_objects() if pat.match(f)]
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        """SIGTERM; asserts a clean exit (code 0, socket and rings removed)."""
+        if self.proc is None or self.stopped:
+            return
+        self.stopped = True
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            pytest.fail(f"stokerd did not exit within {timeout_s} s of SIGTERM\n{self.log_tail()}")
+        assert rc == 0, f"stokerd exited with {rc}\n{self.log_tail()}"
+        assert not os.path.exists(self.socket), f"stokerd left its socket\n{self.log_tail()}"
+        left = self.own_shm_objects()
+        assert not left, f"stokerd left shm objects {left}\n{self.log_tail()}"
+
+    def kill(self, timeout_s: float = 10.0) -> None:
+        """SIGKILL, then waits for its workers to go; removes the rings it left."""
+        if self.proc is None or self.stopped:
+            return
+        self.stopped = True
+        workers = _children(self.pid)
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=timeout_s)
+        deadline = time.monotonic() + timeout_s
+        while any(_alive(p) for p in workers) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        stuck = [p for p in workers if _alive(p)]
+        for p in stuck:  # our daemon's workers, orphaned: do not leak them
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for f in self.own_shm_objects():
+            try:
+                os.unlink(os.path.join("/dev/shm", f))
+            except FileNotFoundError:
+                pass
+        try:
+            os.unlink(self.socket)
+        except FileNotFoundError:
+            pass
+        assert not stuck, f"workers {stuck} outlived their killed daemon"
+
+
+def start_daemon(build_dir: str, workdir: Optional[str] = None, data_root: Optional[str] = None,
+                 workers: int = 2, extra_args: Iterable[str] = ()) -> Daemon:
+    """Starts a daemon in `workdir` (default: a new /tmp/stk* dir) and waits until healthy."""
+    workdir = workdir or tempfile.mkdtemp(prefix="stk", dir="/tmp")
+    data_root = data_root or os.path.join(workdir, "data")
+    return Daemon(build_dir, workdir, data_root, workers, extra_args).start()
+
+
+class DaemonFactory:
+    def __init__(self, build_dir: str) -> None:
+        self.build_dir = build_dir
+        self.daemons: List[Daemon] = []
+        self.dirs: List[str] = []
+
+    def __call__(self, workers: int = 2, data_root: Optional[str] = None,
+                 extra_args: Iterable[str] = ()) -> Daemon:
+        workdir = tempfile.mkdtemp(prefix="stk", dir="/tmp")
+        self.dirs.append(workdir)
+        d = Daemon(self.build_dir, workdir, data_root or os.path.join(workdir, "data"), workers,
+                   extra_args)
+        self.daemons.append(d)
+        return d.start()
+
+    def close(self) -> None:
+        errors = []
+        for d in self.daemons:
+            try:
+                d.stop()
+            except BaseException as e:  # stop the others too; report all
+                errors.append(e)
+        for w in self.dirs:
+            shutil.rmtree(w, ignore_errors=True)
+        if errors:
+            raise errors[0]
+
+
+@pytest.fixture
+def daemon_factory(build_dir):
+    f = DaemonFactory(build_dir)
+    yield f
+    f.close()
+
+
+@pytest.fixture
+def daemon(daemon_factory):
+    return daemon_factory(workers=2)
+
+
+@pytest.fixture(scope="module")
+def module_daemon_factory(build_dir):
+    """Like daemon_factory, shared by the tests of one module (faster)."""
+    f = DaemonFactory(build_dir)
+    yield f
+    f.close()
