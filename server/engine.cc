@@ -1366,9 +1366,7 @@ void Engine::Stop() {
   std::lock_guard<std::mutex> l(mu_);
   for (auto& w : workers_) {
     if (w->dead) continue;
-    worker::UnmapRingMsg m;  // any message type works as a header here
-    uint32_t shutdown = worker::kShutdown;
-    std::memcpy(&m, &shutdown, sizeof(shutdown));
+    worker::ShutdownMsg m;
     SendWithFd(w->channel.get(), &m, sizeof(m), -1);
   }
   const int64_t deadline = MonotonicNs() + 2'000'000'000LL;

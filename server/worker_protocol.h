@@ -41,6 +41,11 @@ struct MapRingMsg {
   uint64_t data_bytes = 0;
 };
 
+struct ShutdownMsg {
+  uint32_t type = kShutdown;
+  uint32_t reserved = 0;
+};
+
 struct UnmapRingMsg {
   uint32_t type = kUnmapRing;
   uint32_t reserved = 0;

@@ -228,6 +228,24 @@ def test_train_forced_crop_matches_torchvision(tmp_path, width, height, coding, 
             assert np.abs(got.astype(int) - want.astype(int)).max() <= 2
 
 
+@pytest.mark.parametrize("orientation", [2, 3, 6, 8])
+def test_train_crop_on_exif_oriented_image(tmp_path, orientation):
+    # The box is in displayed coordinates: exif_transpose first, then crop.
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    path = write_jpeg(tmp_path, 500, 375, seed=orientation, exif=exif.tobytes())
+    img = ImageOps.exif_transpose(Image.open(path)).convert("RGB")
+    top, left, h, w = 40, 30, img.height - 100, img.width - 90
+    want = np.asarray(TF.hflip(TF.resized_crop(img, top, left, h, w, [224, 224], InterpolationMode.BILINEAR)))
+    for exact in (True, False):
+        args = ["--pipeline", "train", "--crop", top, left, h, w, "--flip", 1] + (["--exact"] if exact else [])
+        got, _ = render(path, tmp_path, *args)
+        err = mae(got, want)
+        record(f"train_exif_{'exact' if exact else 'dct'}", err)
+        # The passes run in the coded orientation: rounding differs, not geometry.
+        assert err <= (0.5 if exact else MAE_SCALED)
+
+
 def test_train_draws_are_keyed(tmp_path):
     path = write_jpeg(tmp_path, 500, 375)
     a, _ = render(path, tmp_path, "--pipeline", "train", "--seed", 7, "--epoch", 1, "--index", 42)
