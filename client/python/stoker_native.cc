@@ -20,6 +20,7 @@
 #include <pybind11/stl.h>
 
 #include <cctype>
+#include <chrono>
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -374,10 +375,29 @@ class PySession {
     }
     absl::StatusOr<Batch> r;
     uint64_t delivered = 0;
-    {
-      py::gil_scoped_release nogil;
-      r = session_->Next(timeout_ms);
-      delivered = session_->delivered();
+    // Wait in slices so that Ctrl-C (a pending signal) interrupts a long
+    // wait; the client tracks the daemon's heartbeat across calls.
+    constexpr int64_t kSliceMs = 200;
+    const auto start = std::chrono::steady_clock::now();
+    for (;;) {
+      int64_t slice = kSliceMs;
+      if (timeout_ms >= 0) {
+        const int64_t spent = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                  std::chrono::steady_clock::now() - start)
+                                  .count();
+        slice = std::max<int64_t>(0, std::min(kSliceMs, timeout_ms - spent));
+      }
+      {
+        py::gil_scoped_release nogil;
+        r = session_->Next(slice);
+        delivered = session_->delivered();
+      }
+      if (r.ok() || !absl::IsDeadlineExceeded(r.status())) break;
+      if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+      if (timeout_ms >= 0 && slice < kSliceMs) {
+        r = absl::DeadlineExceededError("no batch within " + std::to_string(timeout_ms) + " ms");
+        break;
+      }
     }
     next_seq_ = delivered;
     if (!r.ok()) RaiseStatus(r.status(), Where::kNext);
