@@ -178,7 +178,7 @@ def make_all(data: str, quick: bool = False, jobs: int = 0) -> Dict[str, Dict]:
     large = os.path.join(base, "large")
     small_st = _make_imagefolder(small, 10, 40 if quick else 200, _small_job, 1, jobs,
                                  "imagenet-like")
-    large_st = _make_imagefolder(large, 3, 12 if quick else 50, _large_job, 2, jobs,
+    large_st = _make_imagefolder(large, 3, 22 if quick else 50, _large_job, 2, jobs,
                                  "large-photo")
     # Manifests over the small set's files, relative to the manifest's folder.
     files, labels = [], []

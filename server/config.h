@@ -38,6 +38,8 @@ struct DaemonConfig {
   uint64_t max_file_bytes = 256ull << 20;
   // On SIGTERM, wait at most this long for in-flight samples.
   uint32_t drain_timeout_ms = 5000;
+  // Workers run under a seccomp filter (when built with libseccomp).
+  bool worker_sandbox = true;
   // Logging: trace, debug, info, warn, error; JSON lines when log_json.
   std::string log_level = "info";
   bool log_json = false;

@@ -244,11 +244,11 @@ std::string DaemonConfig::ToJson() const {
       "\"socket_mode\":\"%o\",\"shm_mode\":\"%o\",\"max_sessions\":%u,\"max_ring_bytes\":%u,"
       "\"worker_queue_depth\":%u,\"task_timeout_ms\":%u,\"keepalive_grace_ms\":%u,"
       "\"heartbeat_timeout_ms\":%u,\"max_file_bytes\":%u,\"drain_timeout_ms\":%u,"
-      "\"log_level\":\"%s\",\"log_json\":%s,\"fault_injection\":%s}",
+      "\"log_level\":\"%s\",\"log_json\":%s,\"worker_sandbox\":%s,\"fault_injection\":%s}",
       JsonEscape(socket_path), JsonEscape(data_root), workers, JsonEscape(worker_binary),
       socket_mode, shm_mode, max_sessions, max_ring_bytes, worker_queue_depth, task_timeout_ms,
       keepalive_grace_ms, heartbeat_timeout_ms, max_file_bytes, drain_timeout_ms,
-      JsonEscape(log_level), log_json ? "true" : "false",
+      JsonEscape(log_level), log_json ? "true" : "false", worker_sandbox ? "true" : "false",
       (fault_crash_substring.empty() && fault_hang_substring.empty()) ? "false" : "true");
 }
 
@@ -477,8 +477,13 @@ absl::Status Engine::SpawnWorkerLocked(WorkerSlot& w) {
   posix_spawn_file_actions_adddup2(&fa, root.get(), worker::kDataRootFd);
   std::string parent = std::to_string(::getpid());
   std::string id = std::to_string(w.id);
-  char* argv[] = {const_cast<char*>(worker_binary_.c_str()), const_cast<char*>("--parent"),
-                  parent.data(), const_cast<char*>("--id"), id.data(), nullptr};
+  char* argv[] = {const_cast<char*>(worker_binary_.c_str()),
+                  const_cast<char*>("--parent"),
+                  parent.data(),
+                  const_cast<char*>("--id"),
+                  id.data(),
+                  const_cast<char*>(config_.worker_sandbox ? "--sandbox" : "--no-sandbox"),
+                  nullptr};
   pid_t pid = -1;
   // posix_spawn uses vfork-style cloning and runs no atfork handlers: safe in
   // a process whose gRPC threads are running.

@@ -38,6 +38,8 @@ int main(int argc, char** argv) {
       ->transform([](std::string s) { return std::to_string(std::stoul(s, nullptr, 8)); });
   app.add_option("--shm-mode", c.shm_mode, "permission bits of the rings (octal)")
       ->transform([](std::string s) { return std::to_string(std::stoul(s, nullptr, 8)); });
+  app.add_flag("!--no-worker-sandbox", c.worker_sandbox,
+               "run workers without their seccomp filter (debugging)");
   app.add_option("--log-level", c.log_level, "trace, debug, info, warn, error");
   app.add_flag("--log-json", c.log_json, "log JSON lines");
   app.add_option("--fault-crash-substring", c.fault_crash_substring,

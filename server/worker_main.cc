@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -23,6 +24,7 @@
 #include "server/image/pipeline.h"
 #include "server/posix.h"
 #include "server/worker_protocol.h"
+#include "server/worker_sandbox.h"
 
 namespace stoker::worker {
 namespace {
@@ -188,11 +190,25 @@ int Serve() {
 int main(int argc, char** argv) {
   // Die with the daemon; exit at once if it died before this line.
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (argc >= 3 && std::strcmp(argv[1], "--parent") == 0 &&
-      ::getppid() != std::atoi(argv[2])) {
-    return 1;
+  bool sandbox = true;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--parent") == 0 && i + 1 < argc &&
+        ::getppid() != std::atoi(argv[i + 1])) {
+      return 1;
+    }
+    if (std::strcmp(argv[i], "--no-sandbox") == 0) sandbox = false;
   }
   ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
   ::signal(SIGPIPE, SIG_IGN);
+  // A crashing worker is replaced; a core file of it helps no one.
+  struct rlimit no_core = {0, 0};
+  ::setrlimit(RLIMIT_CORE, &no_core);
+  if (sandbox && stoker::WorkerSandboxAvailable()) {
+    absl::Status st = stoker::ApplyWorkerSandbox();
+    if (!st.ok()) {
+      std::fprintf(stderr, "stoker-worker: %s\n", std::string(st.message()).c_str());
+      return 4;
+    }
+  }
   return stoker::worker::Serve();
 }

@@ -29,6 +29,8 @@
 #include <vector>
 
 #include "stoker/client.h"
+#include "stoker/cuda.h"  // device copies
+#include "cuda_normalize.h"  // device copies: the CPU reference (client/src)
 
 namespace py = pybind11;
 
@@ -49,14 +51,18 @@ struct Exceptions {
   PyObject* timeout = nullptr;             // DEADLINE_EXCEEDED (also TimeoutError)
   PyObject* end_of_data = nullptr;         // OUT_OF_RANGE from Next
   PyObject* data_loss = nullptr;           // DATA_LOSS
+  PyObject* cuda_unavailable = nullptr;    // FAILED_PRECONDITION from a device copy
 };
 Exceptions g_exc;
 
 // Where a status came from: the same code means different things at attach
 // (FAILED_PRECONDITION: an empty dataset) and at next (every slot is held).
-enum class Where { kConnect, kAttach, kNext, kDetach, kStatus, kHealth };
+enum class Where { kConnect, kAttach, kNext, kDetach, kStatus, kHealth, kDevice };
 
 PyObject* ExceptionFor(const absl::Status& s, Where where) {
+  if (where == Where::kDevice && s.code() == absl::StatusCode::kFailedPrecondition) {
+    return g_exc.cuda_unavailable;  // built without CUDA, no driver, no GPU
+  }
   switch (s.code()) {
     case absl::StatusCode::kUnavailable:
     case absl::StatusCode::kCancelled:
@@ -251,6 +257,8 @@ AttachOptions ParseAttach(const std::string& dataset, const py::kwargs& kw) {
       o.start_epoch = ToU32(v, k);
     } else if (key == "start_batch") {
       o.start_batch = ToUint(v, k, std::numeric_limits<int64_t>::max());
+    } else if (key == "register_ring_with_cuda") {  // device copies
+      o.register_ring_with_cuda = ToBool(v);
     } else if (key == "client_name") {
       if (!PyUnicode_Check(v.ptr())) RaiseInvalid("client_name must be a str");
       o.client_name = py::cast<std::string>(v);
@@ -312,6 +320,19 @@ void DestroyLease(void* p) {
   auto* lease = static_cast<Lease*>(p);
   lease->table->holder[lease->slot] = -1;
   delete lease;  // ~Batch releases the slot: an atomic store and a futex wake
+}
+
+// The lease capsule is named, so copy_to_device can tell one of ours from
+// any other array base.
+constexpr const char* kLeaseCapsule = "stoker.lease";
+
+void DestroyLeaseCapsule(PyObject* capsule) {
+  void* p = PyCapsule_GetPointer(capsule, kLeaseCapsule);
+  if (p == nullptr) {
+    PyErr_Clear();
+    return;
+  }
+  DestroyLease(p);
 }
 
 class PySession {
@@ -405,7 +426,12 @@ class PySession {
     auto* lease = new Lease{std::move(*r), leases_, static_cast<uint32_t>(seq % slots_)};
     leases_->holder[lease->slot] = static_cast<int64_t>(lease->batch.sequence());
     // From here the capsule owns the lease, whatever happens.
-    py::capsule owner(lease, &DestroyLease);
+    py::capsule owner = py::reinterpret_steal<py::capsule>(
+        PyCapsule_New(lease, kLeaseCapsule, &DestroyLeaseCapsule));
+    if (!owner) {
+      DestroyLease(lease);
+      throw py::error_already_set();
+    }
     Batch* batch = &lease->batch;
     const uint32_t n = batch->size();
 
@@ -461,6 +487,9 @@ class PySession {
 
   bool detached() const { return session_ == nullptr; }
 
+  // Device copies: the session's path (registered ring or staging) and counters.
+  py::dict DeviceStatus() const;
+
  private:
   // Destroys the Session (it detaches and joins its KeepAlive thread, both of
   // which may block) without holding the GIL. Outstanding batches stay valid.
@@ -485,6 +514,146 @@ class PySession {
   bool nchw_ = false;
   uint32_t height_ = 0, width_ = 0, channels_ = 3;
 };
+
+// ---------------------------------------------------------------------------
+// Device copies (stoker/cuda.h): copy_to_device, cuda_status,
+// normalize_reference, Session.device_status.
+
+py::dict StatusDict(const DeviceTransferStatus& t) {
+  py::dict d;
+  d["built_with_cuda"] = t.built_with_cuda;
+  d["mode"] = t.mode;
+  d["detail"] = t.detail;
+  d["copies"] = t.copies;
+  d["bytes"] = t.bytes;
+  d["registered_bytes"] = t.registered_bytes;
+  d["staging_bytes"] = t.staging_bytes;
+  d["in_flight"] = t.in_flight;
+  d["deferred_slots"] = t.deferred_slots;
+  d["released_after_copy"] = t.released_after_copy;
+  return d;
+}
+
+py::dict PySession::DeviceStatus() const {
+  if (session_ == nullptr) {
+    DeviceTransferStatus t;
+    t.built_with_cuda = BuiltWithCuda();
+    t.mode = "detached";
+    return StatusDict(t);
+  }
+  return StatusDict(session_->DeviceStatus());
+}
+
+DeviceDType ParseDeviceDType(py::handle v) {
+  return Choose<DeviceDType>(v, "dtype",
+                             {{"asis", DeviceDType::kAsIs},
+                              {"float32", DeviceDType::kFloat32},
+                              {"float16", DeviceDType::kFloat16},
+                              {"bfloat16", DeviceDType::kBFloat16}});
+}
+
+// The Batch lease owning `images` (an array from Session.next, or a list of
+// them), or an InvalidRequestError.
+Lease* LeaseOf(py::handle images) {
+  py::handle a = images;
+  if (PyList_Check(images.ptr())) {
+    if (PyList_Size(images.ptr()) == 0) RaiseInvalid("copy_to_device: an empty list");
+    a = PyList_GetItem(images.ptr(), 0);
+  }
+  PyObject* base = PyObject_HasAttrString(a.ptr(), "base") ? PyObject_GetAttrString(a.ptr(), "base")
+                                                             : nullptr;
+  if (base == nullptr) {
+    PyErr_Clear();
+    RaiseInvalid("copy_to_device: images must be the ndarray that Session.next returned");
+  }
+  py::object owner = py::reinterpret_steal<py::object>(base);
+  if (!PyCapsule_IsValid(owner.ptr(), kLeaseCapsule)) {
+    RaiseInvalid(
+        "copy_to_device: images must be the ndarray that Session.next returned (not a copy or "
+        "a view of it)");
+  }
+  return static_cast<Lease*>(PyCapsule_GetPointer(owner.ptr(), kLeaseCapsule));
+}
+
+void CopyToDevicePy(py::handle images, uint64_t stream, uint64_t dst, uint64_t dst_bytes,
+                    py::handle dtype, py::handle layout, py::handle mean, py::handle std,
+                    int device, uint64_t scratch, uint64_t scratch_bytes) {
+  Lease* lease = LeaseOf(images);
+  if (!lease->batch.valid()) RaiseInvalid("copy_to_device: the batch was released");
+  DeviceCopyOptions o;
+  o.dtype = ParseDeviceDType(dtype);
+  o.layout = Choose<Layout>(layout, "layout", {{"nchw", Layout::kNCHW}, {"nhwc", Layout::kNHWC}});
+  if (!mean.is_none()) {
+    std::vector<float> m = ToTriple(mean, "mean");
+    std::copy(m.begin(), m.end(), o.mean);
+  }
+  if (!std.is_none()) {
+    std::vector<float> sd = ToTriple(std, "std");
+    std::copy(sd.begin(), sd.end(), o.std);
+  }
+  o.device = device;
+  o.scratch = reinterpret_cast<void*>(static_cast<uintptr_t>(scratch));
+  o.scratch_bytes = scratch_bytes;
+  absl::Status st;
+  {
+    // `images` (held by our caller) keeps the lease alive meanwhile. The
+    // first copy of a session registers the ring: not instant.
+    py::gil_scoped_release nogil;
+    st = lease->batch.CopyToDevice(reinterpret_cast<CUstream_st*>(static_cast<uintptr_t>(stream)),
+                                   reinterpret_cast<void*>(static_cast<uintptr_t>(dst)),
+                                   dst_bytes, o);
+  }
+  if (!st.ok()) RaiseStatus(st, Where::kDevice);
+}
+
+py::dict CudaStatusPy() {
+  py::dict d;
+  int count = 0;
+  absl::Status st;
+  {
+    py::gil_scoped_release nogil;
+    st = CudaDeviceCount(&count);
+  }
+  d["built_with_cuda"] = BuiltWithCuda();
+  d["device_count"] = count;
+  d["error"] = st.ok() ? std::string() : std::string(st.message());
+  return d;
+}
+
+// The CPU reference of the device normalize (client/src/cuda_normalize.h):
+// [n, h, w, 3] uint8 -> float32 / float16 / bfloat16 (as uint16 bits).
+py::array NormalizeReferencePy(const py::array_t<uint8_t, py::array::c_style>& src,
+                               py::handle dtype, py::handle layout, py::handle mean,
+                               py::handle std) {
+  if (src.ndim() != 4 || src.shape(3) != 3) RaiseInvalid("normalize_reference: [n, h, w, 3] uint8");
+  cuda::NormalizeParams p;
+  p.n = static_cast<uint32_t>(src.shape(0));
+  p.h = static_cast<uint32_t>(src.shape(1));
+  p.w = static_cast<uint32_t>(src.shape(2));
+  const DeviceDType d = ParseDeviceDType(dtype);
+  if (d == DeviceDType::kAsIs) RaiseInvalid("normalize_reference: a float dtype");
+  p.dtype = static_cast<cuda::OutDType>(static_cast<uint32_t>(d));
+  p.nchw = Choose<Layout>(layout, "layout", {{"nchw", Layout::kNCHW}, {"nhwc", Layout::kNHWC}}) ==
+           Layout::kNCHW;
+  if (!mean.is_none()) {
+    std::vector<float> m = ToTriple(mean, "mean");
+    std::copy(m.begin(), m.end(), p.mean);
+  }
+  if (!std.is_none()) {
+    std::vector<float> sd = ToTriple(std, "std");
+    std::copy(sd.begin(), sd.end(), p.std);
+  }
+  const py::ssize_t n = p.n, h = p.h, w = p.w;
+  std::vector<py::ssize_t> shape =
+      p.nchw ? std::vector<py::ssize_t>{n, 3, h, w} : std::vector<py::ssize_t>{n, h, w, 3};
+  py::array out = p.dtype == cuda::OutDType::kFloat32 ? py::array(py::dtype::of<float>(), shape)
+                  : p.dtype == cuda::OutDType::kFloat16
+                      ? py::array(py::dtype("float16"), shape)
+                      : py::array(py::dtype::of<uint16_t>(), shape);
+  cuda::NormalizeReference(src.data(), out.mutable_data(), p);
+  return out;
+}
+// --- end device copies -------------------------------------------------------
 
 // ---------------------------------------------------------------------------
 // Client
@@ -596,6 +765,11 @@ PYBIND11_MODULE(_native, m) {
   g_exc.end_of_data = NewException(m, "EndOfData",
                                    "Every batch of every epoch of the session was delivered.",
                                    base);
+  g_exc.cuda_unavailable = NewException(
+      m, "CudaUnavailableError",
+      "A device copy needs CUDA: stoker was built without it, or there is no driver or no GPU "
+      "(the message says which). Loader(cpu_fallback=True) yields CPU tensors instead.",
+      base);
   g_exc.data_loss = NewException(m, "DataLossError",
                                  "The ring's contents are inconsistent (a bug or a corrupted ring).",
                                  base);
@@ -615,6 +789,11 @@ PYBIND11_MODULE(_native, m) {
            "DaemonUnavailableError.")
       .def_property_readonly("delivered", &PySession::Delivered, "Batches handed out so far.")
       .def_property_readonly("detached", &PySession::detached)
+      .def_property_readonly("device_status", &PySession::DeviceStatus,
+                             "Device copies: {'built_with_cuda', 'mode' ('none', 'registered', "
+                             "'staging'), 'detail', 'copies', 'bytes', 'registered_bytes', "
+                             "'staging_bytes', 'in_flight', 'deferred_slots', "
+                             "'released_after_copy'}.")
       .def("detach", &PySession::Detach,
            "Ends the session on the daemon (GIL released). Arrays already returned stay "
            "readable. Idempotent.");
@@ -632,4 +811,27 @@ PYBIND11_MODULE(_native, m) {
       .def("status_json", &PyClient::StatusJson, py::arg("include_failures") = false)
       .def("health", &PyClient::Health, py::arg("service") = "",
            "Returns None when the daemon is SERVING, raises DaemonUnavailableError otherwise.");
+
+  // --- Device copies ---
+  m.def("copy_to_device", &CopyToDevicePy, py::arg("images"), py::arg("stream"), py::arg("dst"),
+        py::arg("dst_bytes"), py::arg("dtype") = "asis", py::arg("layout") = "nchw",
+        py::arg("mean") = py::none(), py::arg("std") = py::none(), py::arg("device") = -1,
+        py::arg("scratch") = 0, py::arg("scratch_bytes") = 0,
+        "copy_to_device(images, stream, dst, dst_bytes, dtype='asis', layout='nchw', mean=None, "
+        "std=None, device=-1, scratch=0, scratch_bytes=0): enqueues the copy of the batch that "
+        "owns `images` (the ndarray Session.next returned) onto the CUDA stream `stream` (an int "
+        "cudaStream_t, 0: the legacy default stream) into device memory at `dst` (an int "
+        "pointer), normalizing on the GPU for dtype float32/float16/bfloat16 (uint8 NHWC "
+        "sessions; layout 'nchw' or 'nhwc'). `scratch`: device memory of at least images.nbytes "
+        "bytes, stream-ordered on `stream` (0: stoker allocates). Returns at once (GIL "
+        "released); the batch's slot goes back to the daemon only after the copy completed. "
+        "Raises CudaUnavailableError (built without CUDA, no driver, no GPU), "
+        "InvalidRequestError, ResourceExhaustedError, StokerError.");
+  m.def("cuda_status", &CudaStatusPy,
+        "{'built_with_cuda': bool, 'device_count': int, 'error': str ('' when devices were "
+        "found)}. Never raises.");
+  m.def("normalize_reference", &NormalizeReferencePy, py::arg("images"), py::arg("dtype"),
+        py::arg("layout") = "nchw", py::arg("mean") = py::none(), py::arg("std") = py::none(),
+        "The CPU reference of the device normalize: [n,h,w,3] uint8 -> (x/255-mean)/std as "
+        "float32, float16 or bfloat16 (returned as uint16 bits), NCHW or NHWC.");
 }

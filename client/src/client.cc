@@ -14,6 +14,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "cuda_transfer.h"  // device copies (stoker/cuda.h)
 #include "google/protobuf/util/json_util.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
@@ -65,6 +66,7 @@ class RpcChannel {
 class SessionCore {
  public:
   ~SessionCore() {
+    transfer_.reset();  // device copy: waits for copies still reading the ring
     if (base_ != nullptr) ::munmap(base_, geometry_.total_bytes);
   }
 
@@ -174,7 +176,34 @@ class SessionCore {
     return gone_;
   }
 
+  // --- Device copy (stoker/cuda.h) -----------------------------------------
+  // Made at attach; touches no CUDA API until the first CopyToDevice.
+  void StartDeviceTransfer(bool register_ring) {
+    transfer_ = std::make_unique<DeviceTransfer>(base_, geometry_.total_bytes, slots_,
+                                                 register_ring,
+                                                 [this](uint32_t slot) { ReleaseNow(slot); });
+  }
+  // Hands back the slots whose device copies completed; returns how many
+  // released slots still wait for theirs.
+  uint32_t ReapDeviceCopies() { return transfer_ != nullptr ? transfer_->Reap() : 0; }
+  bool DeviceDeferred(uint32_t slot) const {
+    return transfer_ != nullptr && transfer_->Deferred(slot);
+  }
+
+  // The host's lease ended: free the slot now, or once the device copy
+  // reading it has completed.
   void Release(uint32_t slot) {
+    if (transfer_ != nullptr) {
+      if (transfer_->EndLease(slot)) return;  // ReapDeviceCopies frees it
+      ReleaseNow(slot);
+      (void)transfer_->Reap();
+      return;
+    }
+    ReleaseNow(slot);
+  }
+  // --- end device copy -------------------------------------------------------
+
+  void ReleaseNow(uint32_t slot) {
     ring::SlotDescriptor* d = descriptor(slot);
     d->state.store(ring::kFree, std::memory_order_release);
     auto* h = header();
@@ -191,6 +220,7 @@ class SessionCore {
   uint32_t batch_size_ = 0;
   uint64_t sample_bytes_ = 0;
   uint32_t dtype_ = ring::kUint8;
+  bool nhwc_ = true;  // the session's layout (device copy: normalize needs uint8 NHWC)
   uint64_t total_batches_ = 0;
   int64_t heartbeat_timeout_ms_ = 3000;
   std::shared_ptr<RpcChannel> rpc_;
@@ -208,6 +238,7 @@ class SessionCore {
   std::mutex mu_;
   std::string gone_;      // guarded by mu_
   std::string draining_;  // guarded by mu_
+  std::unique_ptr<DeviceTransfer> transfer_;  // device copy; set at attach
 };
 
 }  // namespace internal
@@ -256,6 +287,30 @@ void Batch::Release() {
   slot_data_ = nullptr;
 }
 
+// --- Device copy (stoker/cuda.h) -------------------------------------------
+absl::Status Batch::CopyToDevice(CUstream_st* stream, void* dst, uint64_t dst_bytes,
+                                 const DeviceCopyOptions& options) {
+  if (core_ == nullptr) return absl::FailedPreconditionError("the batch was released");
+  internal::DeviceTransfer::Source s;
+  s.slot = slot_;
+  s.data = slot_data_;
+  s.bytes = data_bytes();
+  s.samples = size();
+  s.uint8_nhwc = core_->dtype_ == ring::kUint8 && core_->nhwc_;
+  if (s.samples > 0) {
+    s.height = heights_[0];
+    s.width = widths_[0];
+    const uint64_t sample = uint64_t{s.height} * s.width * 3;
+    s.same_shape = sample != 0;
+    for (uint32_t i = 0; i < s.samples && s.same_shape; ++i) {
+      s.same_shape = heights_[i] == s.height && widths_[i] == s.width &&
+                     offsets_[i] == sample * i && bytes_[i] == sample;
+    }
+  }
+  return core_->transfer_->Copy(s, stream, dst, dst_bytes, options);
+}
+// --- end device copy ----------------------------------------------------------
+
 // ---------------------------------------------------------------------------
 // Session
 
@@ -268,6 +323,10 @@ Session::~Session() {
 uint64_t Session::delivered() const {
   std::lock_guard<std::mutex> l(core_->next_mu_);
   return core_->next_seq_;
+}
+
+DeviceTransferStatus Session::DeviceStatus() const {  // device copy
+  return core_->transfer_ != nullptr ? core_->transfer_->Status() : DeviceTransferStatus{};
 }
 
 absl::Status Session::Detach() {
@@ -299,6 +358,8 @@ absl::StatusOr<Batch> Session::Next(int64_t timeout_ms) {
   const int64_t deadline = timeout_ms < 0 ? INT64_MAX : start + timeout_ms;
   if (c.heartbeat_seen_ms_ == 0) c.heartbeat_seen_ms_ = start;
   for (;;) {
+    // Device copy: slots whose copies completed go back to the daemon first.
+    const uint32_t deferred = c.ReapDeviceCopies();
     uint32_t st = d->state.load(std::memory_order_acquire);
     if (st == ring::kReady) {
       if (d->sequence != seq) {
@@ -315,7 +376,11 @@ absl::StatusOr<Batch> Session::Next(int64_t timeout_ms) {
     if (ds != ring::kRunning) return absl::UnavailableError("stokerd ended the session");
     // Batch n lives in slot n % slots: if we still hold batch n - slots
     // there, waiting could never end.
-    if (st == ring::kLeased || c.leased_.load() >= c.slots_) {
+    // (A slot released while a device copy still reads it comes back by
+    // itself: wait for it.)
+    if ((st == ring::kLeased && !c.DeviceDeferred(slot) &&
+         d->state.load(std::memory_order_acquire) == ring::kLeased) ||
+        int64_t{c.leased_.load()} - deferred >= int64_t{c.slots_}) {
       return absl::FailedPreconditionError(absl::StrCat(
           "the ring slot of batch ", seq, " is held by an unreleased batch (", c.leased_.load(),
           " of ", c.slots_, " slots held); release it (or drop its tensors) before asking for "
@@ -336,7 +401,8 @@ absl::StatusOr<Batch> Session::Next(int64_t timeout_ms) {
       return absl::DeadlineExceededError(
           absl::StrCat("no batch within ", timeout_ms, " ms (batch ", seq, ")"));
     }
-    ring::FutexWait(&d->state, st, std::min<int64_t>(100, deadline - now));
+    // Device copy: nothing wakes us when a copy completes, so poll then.
+    ring::FutexWait(&d->state, st, std::min<int64_t>(deferred > 0 ? 1 : 100, deadline - now));
   }
 
   // The slot is ours. Copy what we need out of shared memory, and check it
@@ -501,6 +567,8 @@ absl::StatusOr<std::unique_ptr<Session>> Client::Attach(const AttachOptions& o) 
   jo.always_print_primitive_fields = true;
   (void)google::protobuf::util::MessageToJsonString(resp.effective_pipeline(),
                                                     &i.effective_pipeline_json, jo);
+  core->nhwc_ = i.layout == Layout::kNHWC;                 // device copy
+  core->StartDeviceTransfer(o.register_ring_with_cuda);  // device copy
   session->core_ = std::move(core);
   return session;
 }

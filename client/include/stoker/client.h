@@ -28,7 +28,14 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
+// --- Device copy (declared here, documented in stoker/cuda.h) ---
+struct CUstream_st;  // a cudaStream_t is a CUstream_st*: no CUDA header needed
+
 namespace stoker {
+
+struct DeviceCopyOptions;     // stoker/cuda.h
+struct DeviceTransferStatus;  // stoker/cuda.h
+// --- end device copy ---
 
 namespace internal {
 class SessionCore;
@@ -111,6 +118,10 @@ struct AttachOptions {
   uint64_t start_batch = 0;
   // Shown in the daemon's status and logs.
   std::string client_name;
+  // Device copies (stoker/cuda.h): pin the mapped ring with cudaHostRegister
+  // at the first Batch::CopyToDevice, so copies DMA from the slots. false:
+  // always go through pinned staging buffers (one extra host copy).
+  bool register_ring_with_cuda = true;
 };
 
 // What the daemon said at Attach, after defaults.
@@ -181,8 +192,25 @@ class Batch {
   const std::vector<int64_t>& planned_indices() const { return planned_; }
   SampleStatus status(uint32_t i) const { return static_cast<SampleStatus>(statuses_[i]); }
 
-  // Ends the lease now. Idempotent.
+  // Ends the lease now. Idempotent. After a CopyToDevice the slot goes back
+  // to the daemon once that copy has completed on the GPU, not before.
   void Release();
+
+  // Enqueues a copy of this batch onto `stream` (nullptr: the legacy default
+  // stream) into `dst`, caller-owned device memory of `dst_bytes` bytes on
+  // the stream's device, normalizing on the GPU if `options` asks; records an
+  // event after it. Returns without waiting for the GPU: work enqueued on
+  // `stream` afterwards sees the data. The batch stays valid on the host; its
+  // slot is reused only after the copy completed (see stoker/cuda.h).
+  // Thread-safe with respect to other Batches of the session. Errors:
+  //   FAILED_PRECONDITION  built without CUDA, or no driver / no GPU;
+  //   INVALID_ARGUMENT     dst too small or not device memory of the
+  //                        stream's device; normalize of a non-uint8-NHWC
+  //                        session or of variable-size samples;
+  //   RESOURCE_EXHAUSTED   out of pinned or device memory;
+  //   INTERNAL             another CUDA error (the message has its name).
+  absl::Status CopyToDevice(CUstream_st* stream, void* dst, uint64_t dst_bytes,
+                            const DeviceCopyOptions& options);
 
  private:
   friend class Session;
@@ -225,6 +253,10 @@ class Session {
 
   // Ends the session on the daemon. Outstanding Batches stay readable.
   absl::Status Detach();
+
+  // The device-copy path of this session: registered ring or staging
+  // buffers, counters (stoker/cuda.h). Thread-safe.
+  DeviceTransferStatus DeviceStatus() const;
 
  private:
   friend class Client;
