@@ -22,6 +22,7 @@ import json
 import os
 import platform
 import re
+import resource
 import shutil
 import signal
 import statistics
@@ -76,6 +77,11 @@ def proc_kb(pid: int, path: str, key: str) -> int:
     return 0
 
 
+def loadavg() -> str:
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
 def rss_kb(pid: int) -> int:
     return proc_kb(pid, "status", "VmRSS")
 
@@ -92,15 +98,15 @@ class Daemon:
     """stokerd started as our child, in a temp dir; stop() sends SIGTERM."""
 
     def __init__(self, build: str, data_root: str, workers: int, log_path: str) -> None:
+        import stoker  # before the daemon starts: an ImportError must not orphan it
         self.dir = tempfile.mkdtemp(prefix="stkbench", dir="/tmp")
         self.socket = os.path.join(self.dir, "s.sock")
         self.log_path = log_path
         cmd = [os.path.join(build, "server", "stokerd"), "--socket", self.socket,
-               "--data-root", data_root, "--workers", str(workers), "--log-level", "warn"]
+               "--data-root", data_root, "--workers", str(workers), "--log-level", "info"]
         with open(log_path, "ab") as lf:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=lf, stderr=lf)
         self.pid = self.proc.pid
-        import stoker
         self.client = stoker.Client(self.socket)
         deadline = time.monotonic() + 30
         while not (os.path.exists(self.socket) and self.client.health()):
@@ -121,6 +127,15 @@ class Daemon:
         """(daemon process CPU s, workers' CPU s)."""
         return cpu_seconds(self.pid), sum(cpu_seconds(p) for p in self.worker_pids())
 
+    def quiesce(self, timeout_s: float = 60) -> None:
+        """Waits until no worker has a sample in flight (after a session closed)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if all(int(w.get("in_flight", 0)) == 0 for w in self.status()["workers"]):
+                return
+            time.sleep(0.02)
+        log("!! stokerd workers still busy 60 s after their session closed")
+
     def check_alive(self) -> None:
         if self.proc.poll() is not None:
             raise RuntimeError(f"stokerd died (exit {self.proc.returncode}); see {self.log_path}")
@@ -140,8 +155,8 @@ class Daemon:
 
 
 # ---------------------------------------------------------------------------
-# Batch sources. Each is a long-lived iterator of (images, labels) that keeps
-# prefetching between measurements (up to its buffer), like a training job.
+# Batch sources. Each measurement makes a fresh one and closes it after, so
+# that no idle source prefetches (steals CPU) while another one is measured.
 
 
 def touch(batch) -> int:
@@ -193,8 +208,7 @@ class DataLoaderSource:
                                  persistent_workers=True, prefetch_factor=DL_PREFETCH,
                                  sampler=CycleSampler(len(ds), shuffle=pipeline == "train"),
                                  drop_last=True)
-        self.it = iter(self.loader)
-        self.buffer = WORKERS * DL_PREFETCH
+        self.it = iter(self.loader)  # forks the workers
 
     def producer_pids(self) -> List[int]:
         return [w.pid for w in self.it._workers]  # noqa: SLF001
@@ -222,10 +236,10 @@ class StokerSource:
         self.loader = stoker.Loader(dataset, socket=daemon.socket, batch_size=batch_size,
                                     pipeline=pipeline, dtype=dtype, layout=layout,
                                     shuffle=pipeline == "train", ring_slots=RING_SLOTS,
+                                    drop_last=True,
                                     timeout_ms=180000, client_name=name)
         self.loader.attach()
         self.it = self._stream()
-        self.buffer = RING_SLOTS
 
     def _stream(self):
         while True:
@@ -241,14 +255,26 @@ class StokerSource:
     def close(self) -> None:
         self.it.close()
         self.loader.close()
+        self.daemon.quiesce()
+
+
+BLOCKED_S = 0.002  # a next() this long waited for its batch: nothing was buffered
 
 
 def measure(src, warmup: int, batches: int) -> Dict[str, float]:
-    """Drains what `src` prefetched meanwhile (its buffer) plus `warmup` batches,
-    then times `batches` batches: images/s and the CPU the producers and this
-    consumer used (in cores)."""
-    for _ in range(src.buffer + warmup):
+    """Consumes `warmup` batches of a fresh source, then more until one next()
+    has to wait for its batch (so the timed batches were not made before the
+    clock started: both sides prefetch up to 4 batches), then times `batches`
+    batches: images/s and the CPU the producers and this consumer used (in
+    cores). With whole batches made by each DataLoader worker, `warmup` and
+    `batches` should be multiples of WORKERS."""
+    extra = 0
+    for i in range(warmup + 3 * RING_SLOTS):
+        t0 = time.perf_counter()
         touch(src.next())
+        if i >= warmup - 1 and time.perf_counter() - t0 > BLOCKED_S:
+            break
+        extra += i >= warmup
     gc.collect()
     me = os.getpid()
     p0, c0, t0 = src.producer_cpu(), cpu_seconds(me), time.perf_counter()
@@ -257,24 +283,32 @@ def measure(src, warmup: int, batches: int) -> Dict[str, float]:
         images += touch(src.next())
     dt = time.perf_counter() - t0
     p1, c1 = src.producer_cpu(), cpu_seconds(me)
-    return dict(images_per_s=images / dt, images=images, seconds=dt,
+    return dict(images_per_s=images / dt, images=images, seconds=dt, extra_warmup=extra,
                 producer_cores=(p1 - p0) / dt, consumer_cores=(c1 - c0) / dt)
 
 
 def run_tool(build: str, files: str, pipeline: str, dtype: str, layout: str,
-             seconds: float) -> Dict[str, float]:
-    """stoker-image-tool bench, one thread, no daemon."""
+             seconds: float, setup_cpu_s: float = 0.0) -> Dict[str, float]:
+    """stoker-image-tool bench, one thread, no daemon. `setup_cpu_s`: the CPU
+    its start (loading the files into memory) costs, left out of its cores."""
     cmd = [os.path.join(build, "server", "image", "stoker-image-tool"), "bench", "--files", files,
            "--pipeline", pipeline, "--threads", "1", "--seconds", str(seconds), "--size", "224",
            "224", "--interp", "antialias", "--dtype", dtype, "--layout", layout]
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds * 10 + 120)
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime)
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited with {r.returncode}:\n{r.stderr}")
     d = json.loads(r.stdout.strip().splitlines()[-1])
     if d.get("errors"):
         log(f"!! stoker-image-tool reported {d['errors']} errors on {files}")
+    # The tool's CPU time less its start-up, over its timed seconds.
+    loop_cpu = max(cpu - setup_cpu_s, 1e-3)
     return dict(images_per_s=float(d["images_per_s"]), images=int(d["images"]),
-                seconds=float(d["seconds"]), producer_cores=1.0, consumer_cores=0.0,
+                seconds=float(d["seconds"]), cpu_s=cpu,
+                producer_cores=min(1.0, loop_cpu / max(float(d["seconds"]), 1e-9)),
+                consumer_cores=0.0,
                 decode_ms=float(d.get("decode_ms", 0)), augment_ms=float(d.get("augment_ms", 0)))
 
 
@@ -305,42 +339,48 @@ EFFICIENCY = [("stk_train_f32", "tool_train_f32"), ("stk_train_u8", "tool_train_
 def throughput(name: str, root: str, rel: str, daemon: Daemon, build: str, rounds: int,
                warmup: int, batches: int, tool_s: float) -> Dict[str, List[Dict[str, float]]]:
     """Runs every config `rounds` times, round-robin; returns {key: [run, ...]}."""
+    load0 = loadavg()
     log(f"==> {name}: {rounds} rounds x {len(CONFIGS)} configs "
         f"({batches} batches of {BATCH} after warm-up; tools {tool_s:g} s)")
-    sources: Dict[str, Any] = {}
-    t_setup = time.monotonic()
-    for key, label, kind, pipeline, dtype, layout, _ in CONFIGS:
-        if kind == "dl":
-            sources[key] = DataLoaderSource(root, pipeline)
-        elif kind == "stoker":
-            sources[key] = StokerSource(daemon, rel, pipeline, dtype, layout, f"bench-{key}")
-    log(f"    loaders created in {time.monotonic() - t_setup:.1f} s")
+    # What the tool's start-up (reading every file into memory) costs in CPU.
+    setup_cpu = min(run_tool(build, root, "eval", "uint8", "nhwc", 0.01)["cpu_s"]
+                    for _ in range(2))
     runs: Dict[str, List[Dict[str, float]]] = {c[0]: [] for c in CONFIGS}
-    try:
-        for r in range(rounds):
-            order = CONFIGS[r % len(CONFIGS):] + CONFIGS[:r % len(CONFIGS)]
-            t_round = time.monotonic()
-            for key, label, kind, pipeline, dtype, layout, _ in order:
-                if kind == "tool":
-                    res = run_tool(build, root, pipeline, dtype, layout, tool_s)
-                else:
-                    res = measure(sources[key], warmup, batches)
-                    if kind == "stoker":
-                        daemon.check_alive()
-                res["round"] = r
-                runs[key].append(res)
-            line = "  ".join(f"{k}={runs[k][-1]['images_per_s']:.0f}" for k, *_ in CONFIGS)
-            log(f"    round {r + 1}/{rounds} ({time.monotonic() - t_round:.0f} s): {line}")
-    finally:
-        for s in sources.values():
-            s.close()
-        sources.clear()
-        gc.collect()
+    for r in range(rounds):
+        order = CONFIGS[r % len(CONFIGS):] + CONFIGS[:r % len(CONFIGS)]
+        t_round = time.monotonic()
+        for key, label, kind, pipeline, dtype, layout, _ in order:
+            t0 = time.monotonic()
+            if kind == "tool":
+                res = run_tool(build, root, pipeline, dtype, layout, tool_s, setup_cpu)
+            else:
+                src = (DataLoaderSource(root, pipeline) if kind == "dl" else
+                       StokerSource(daemon, rel, pipeline, dtype, layout, f"bench-{key}"))
+                try:
+                    res = measure(src, warmup, batches)
+                finally:
+                    src.close()
+                    del src
+                    gc.collect()
+                if kind == "stoker":
+                    daemon.check_alive()
+            res["round"] = r
+            res["wall_s"] = time.monotonic() - t0
+            runs[key].append(res)
+        line = "  ".join(f"{k}={runs[k][-1]['images_per_s']:.0f}" for k, *_ in CONFIGS)
+        log(f"    round {r + 1}/{rounds} ({time.monotonic() - t_round:.0f} s): {line}")
+    runs["_load"] = [dict(start=load0, end=loadavg())]  # type: ignore[list-item]
     return runs
 
 
 def summarize(runs: Dict[str, List[Dict[str, float]]]) -> Dict[str, Dict[str, Any]]:
     out: Dict[str, Dict[str, Any]] = {}
+    for key in runs:
+        if key.startswith("_"):
+            continue
+        for x in runs[key]:
+            x["images_per_cpu_s"] = x["images_per_s"] / max(
+                x["producer_cores"] + x["consumer_cores"], 1e-9)
     for key, label, kind, pipeline, dtype, layout, base in CONFIGS:
         v = [x["images_per_s"] for x in runs[key]]
         s: Dict[str, Any] = dict(label=label, kind=kind, median=statistics.median(v), min=min(v),
@@ -348,12 +388,16 @@ def summarize(runs: Dict[str, List[Dict[str, float]]]) -> Dict[str, Dict[str, An
                                  producer_cores=statistics.median(
                                      x["producer_cores"] for x in runs[key]),
                                  consumer_cores=statistics.median(
-                                     x["consumer_cores"] for x in runs[key]))
+                                     x["consumer_cores"] for x in runs[key]),
+                                 per_cpu=statistics.median(
+                                     x["images_per_cpu_s"] for x in runs[key]))
         if base:
             bv = [x["images_per_s"] for x in runs[base]]
             s["ratio"] = s["median"] / statistics.median(bv)
             paired = [a / b for a, b in zip(v, bv)]  # same round
             s["ratio_min"], s["ratio_max"] = min(paired), max(paired)
+            s["cpu_ratio"] = s["per_cpu"] / statistics.median(
+                x["images_per_cpu_s"] for x in runs[base])
         if kind == "tool":
             s["decode_ms"] = statistics.median(x["decode_ms"] for x in runs[key])
             s["augment_ms"] = statistics.median(x["augment_ms"] for x in runs[key])
@@ -364,6 +408,8 @@ def summarize(runs: Dict[str, List[Dict[str, float]]]) -> Dict[str, Dict[str, An
         paired = [a["images_per_s"] / (b["images_per_s"] * WORKERS)
                   for a, b in zip(runs[daemon_key], runs[tool_key])]
         d["efficiency_min"], d["efficiency_max"] = min(paired), max(paired)
+        # The same per CPU second: robust to other load on the machine.
+        d["cpu_efficiency"] = d["per_cpu"] / out[tool_key]["per_cpu"]
     return out
 
 
@@ -372,34 +418,50 @@ def summarize(runs: Dict[str, List[Dict[str, float]]]) -> Dict[str, Dict[str, An
 
 
 def next_overhead(daemon: Daemon, rel: str, refills: int) -> Dict[str, Any]:
+    """Times next() on batches already in the ring. Before each burst the ring
+    is let fill completely; the burst then takes RING_SLOTS - 1 batches and
+    holds them, so that the daemon's workers stay idle (no refill competes
+    with the consumer for the CPU) while next() is timed."""
     log(f"==> consumer overhead: next() on a full ring, batch 256, {refills} refills")
     res: Dict[str, Any] = {}
     for dtype, layout in (("float32", "nchw"), ("uint8", "nhwc")):
         name = f"bench-next-{dtype}"
         src = StokerSource(daemon, rel, "train", dtype, layout, name, batch_size=256)
         samples: List[float] = []
-        waits = 0
         try:
             touch(src.next())
             for _ in range(refills):
                 deadline = time.monotonic() + 120
                 ready = 0
-                while time.monotonic() < deadline:
-                    sess = [s for s in daemon.status()["sessions"] if s["client_name"] == name]
-                    ready = int(sess[0]["ring_ready"]) if sess else 0
-                    if ready >= RING_SLOTS - 1:
+                while True:
+                    st = daemon.status()
+                    sess = [s for s in st["sessions"] if s["client_name"] == name]
+                    if not sess:
+                        raise RuntimeError(
+                            f"session {name} vanished from the daemon's status "
+                            f"(sessions_reclaimed={st.get('sessions_reclaimed')}); see "
+                            f"{daemon.log_path}")
+                    ready = int(sess[0]["ring_ready"])
+                    if ready >= RING_SLOTS:
+                        break
+                    if time.monotonic() > deadline:
+                        log(f"!! the ring did not fill within 120 s: {sess[0]}")
                         break
                     time.sleep(0.05)
-                    waits += 1
-                for _ in range(max(ready, 0)):
+                held = []
+                for _ in range(min(ready, RING_SLOTS - 1)):
                     t0 = time.perf_counter_ns()
                     b = src.next()
                     t1 = time.perf_counter_ns()
                     samples.append((t1 - t0) / 1000)
+                    held.append(b)
                     del b
+                del held
         finally:
             src.close()
         samples.sort()
+        if not samples:
+            raise RuntimeError("no batch was ever ready in the ring: see the log above")
         res[dtype] = dict(median_us=statistics.median(samples), min_us=samples[0],
                           max_us=samples[-1], p90_us=samples[int(0.9 * (len(samples) - 1))],
                           n=len(samples), layout=layout)
@@ -430,7 +492,7 @@ def _mem_child(args: argparse.Namespace) -> int:
         ld = stoker.Loader(args.rel, socket=args.socket, batch_size=BATCH, pipeline="train",
                            dtype="float32", layout="nchw", ring_slots=RING_SLOTS,
                            timeout_ms=180000, client_name="bench-mem")
-        it = iter(ld)
+        it = (b for _ in iter(int, 1) for b in ld)  # across epochs
         for _ in range(args.batches):
             touch(next(it))
         time.sleep(0.5)  # let the ring refill: all slots mapped and written
@@ -489,11 +551,12 @@ def memory(build: str, data_root: str, ds: Dict[str, Any], out_dir: str,
                                client_name=f"bench-{key}")
             ld.attach()
             attach_s = time.monotonic() - t0
-            it = iter(ld)
+            it = (b for _ in iter(int, 1) for b in ld)  # across epochs
             for _ in range(batches):
                 touch(next(it))
             time.sleep(0.5)
             wp = d.worker_pids()
+            it.close()
             res[key] = dict(entries=ds[key]["entries"], attach_s=attach_s,
                             dataset_size=int(ld.info["dataset_size"]),
                             workers_rss_kb=[rss_kb(p) for p in wp],
@@ -573,8 +636,10 @@ def table_rows(summaries: Dict[str, Dict[str, Dict[str, Any]]]) -> List[List[str
         for key, *_ in CONFIGS:
             s = summ[key]
             cpu = (f"{s['producer_cores']:.2f} / {s['consumer_cores']:.2f}"
-                   if s["kind"] != "tool" else "1 thread")
-            rows.append([ds_name, s["label"], fmt_rate(s), fmt_ratio(s), cpu])
+                   if s["kind"] != "tool" else f"{s['producer_cores']:.2f} (1 thread)")
+            rows.append([ds_name, s["label"], fmt_rate(s), fmt_ratio(s), cpu,
+                         f"{s['per_cpu']:.0f}",
+                         f"{s['cpu_ratio']:.2f}" if "cpu_ratio" in s else "1.00"])
     return rows
 
 
@@ -593,39 +658,57 @@ def md_table(rows: List[List[str]], head: List[str]) -> str:
 
 
 HEAD = ["dataset", "config", "images/s median [min-max]", "ratio vs DataLoader [paired min-max]",
-        "CPU cores: producers / consumer"]
+        "CPU cores: producers / consumer", "images per CPU-s", "per-CPU ratio"]
+
+
+SHORT = {"dl_train": "DataLoader\ntrain f32", "stk_train_f32": "stoker\ntrain f32",
+         "stk_train_u8": "stoker\ntrain u8", "dl_eval": "DataLoader\neval f32",
+         "stk_eval_f32": "stoker\neval f32", "tool_train_f32": "loop 1 thr\ntrain f32",
+         "tool_train_u8": "loop 1 thr\ntrain u8", "tool_eval_f32": "loop 1 thr\neval f32"}
 
 
 def chart(summaries: Dict[str, Dict[str, Dict[str, Any]]], path: str) -> None:
+    """Top row: images/s (median, min-max); bottom row: images per CPU second."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, len(summaries), figsize=(7 * len(summaries), 5.5), squeeze=False)
+    n = len(summaries)
+    fig, axes = plt.subplots(2, n, figsize=(7 * n, 9), squeeze=False)
     colors = {"dl": "#8c8c8c", "stoker": "#d9541e", "tool": "#3b78b0"}
-    for ax, (ds_name, summ) in zip(axes[0], summaries.items()):
-        keys = [c[0] for c in CONFIGS]
-        med = [summ[k]["median"] for k in keys]
-        err = [[summ[k]["median"] - summ[k]["min"] for k in keys],
-               [summ[k]["max"] - summ[k]["median"] for k in keys]]
-        bars = ax.bar(range(len(keys)), med, yerr=err, capsize=3,
-                      color=[colors[summ[k]["kind"]] for k in keys])
-        for i, (b, k) in enumerate(zip(bars, keys)):
-            s = summ[k]
-            txt = f"{s['median']:.0f}" + (f"\n{s['ratio']:.2f}x" if "ratio" in s else "")
-            ax.text(b.get_x() + b.get_width() / 2, summ[k]["max"], txt, ha="center",
-                    va="bottom", fontsize=8)
-        ax.set_xticks(range(len(keys)))
-        ax.set_xticklabels([summ[k]["label"].replace(", 1 thread", "\n1 thread")
-                            .replace(" f32", "\nf32").replace(" u8", "\nu8") for k in keys],
-                           rotation=0, fontsize=7)
-        ax.set_ylabel("images/s (median, bars: min-max)")
-        ax.set_title(f"{ds_name}: batch {BATCH}, {WORKERS} workers")
-        ax.set_ylim(0, max(summ[k]["max"] for k in keys) * 1.2)
-        ax.grid(axis="y", alpha=0.3)
+    keys = [c[0] for c in CONFIGS]
+    for col, (ds_name, summ) in enumerate(summaries.items()):
+        for row, metric in enumerate(("median", "per_cpu")):
+            ax = axes[row][col]
+            vals = [summ[k][metric] for k in keys]
+            kw: Dict[str, Any] = {}
+            if metric == "median":
+                kw = dict(yerr=[[summ[k]["median"] - summ[k]["min"] for k in keys],
+                                [summ[k]["max"] - summ[k]["median"] for k in keys]], capsize=3)
+            bars = ax.bar(range(len(keys)), vals, color=[colors[summ[k]["kind"]] for k in keys],
+                          **kw)
+            top = max(summ[k]["max"] for k in keys) if metric == "median" else max(vals)
+            for b, k in zip(bars, keys):
+                s = summ[k]
+                ratio = s.get("ratio" if metric == "median" else "cpu_ratio")
+                y = s["max"] if metric == "median" else s["per_cpu"]
+                txt = f"{s[metric]:.0f}" + (f"\n{ratio:.2f}x" if ratio else "")
+                ax.text(b.get_x() + b.get_width() / 2, y, txt, ha="center", va="bottom",
+                        fontsize=8)
+            ax.set_xticks(range(len(keys)))
+            ax.set_xticklabels([SHORT[k] for k in keys], fontsize=7)
+            ax.set_ylim(0, top * 1.25)
+            ax.grid(axis="y", alpha=0.3)
+            if metric == "median":
+                ax.set_ylabel("images/s (median; bars: min-max)")
+                ax.set_title(f"{ds_name}: wall clock, batch {BATCH}, {WORKERS} workers")
+            else:
+                ax.set_ylabel("images per CPU second")
+                ax.set_title(f"{ds_name}: per CPU second (producers + consumer)")
     fig.suptitle("stoker vs torchvision DataLoader (grey: DataLoader, orange: stoker daemon, "
-                 "blue: stoker single-thread loop)", fontsize=9)
+                 "blue: stoker's single-thread loop, no daemon); ratios vs DataLoader",
+                 fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
@@ -638,6 +721,7 @@ def write_results(path: str, info: Dict[str, str], args: argparse.Namespace,
                   overhead: Dict[str, Any], mem: Dict[str, Any], elapsed_s: float,
                   params: Dict[str, Any]) -> None:
     small, large = summaries["ImageNet-like"], summaries["large photos"]
+    loads = params.get("loads", {})
     L: List[str] = []
     a = L.append
     a("# stoker benchmark results")
@@ -653,7 +737,9 @@ def write_results(path: str, info: Dict[str, str], args: argparse.Namespace,
     a("")
     a(f"- CPU: {info['cpu']}, {info['cores']} cores, {info['memory']} RAM; kernel "
       f"{info['kernel']}; {info['os']}. Shared and noisy: every figure is a median with its "
-      "min-max over the rounds.")
+      "min-max over the rounds. Load average (1, 5, 15 min) at the start / end of each "
+      "throughput phase: " + "; ".join(
+          f"{n} {loads[n]['start']} / {loads[n]['end']}" for n in loads) + ".")
     a(f"- stoker {info['stoker']} (stokerd {info['stokerd']}), Python {info['python']}, "
       f"torch {info['torch']} ({info['torch_threads']} intra-op threads in the main process), "
       f"torchvision {info['torchvision']}, PIL {info['PIL']} (JPEG codec "
@@ -674,18 +760,23 @@ def write_results(path: str, info: Dict[str, str], args: argparse.Namespace,
     a("## Throughput")
     a("")
     a(f"Batch {BATCH}; {WORKERS} workers on both sides (DataLoader `num_workers=2, "
-      f"persistent_workers=True, prefetch_factor={DL_PREFETCH}`; `stokerd --workers 2`, ring "
-      f"of {RING_SLOTS} batches). Per measurement: drain the batches prefetched since the "
-      f"previous one, {params['warmup']} warm-up batches, then {params['small_batches']} "
-      f"(ImageNet-like) or {params['large_batches']} (large photos) timed batches. Rounds: "
-      f"{params['rounds_small']} (ImageNet-like), {params['rounds_large']} (large photos), "
-      "configs interleaved round-robin in a rotated order. The consumer reads one element of "
-      "the images and one label per batch (nothing else). The ratio is the median's ratio; "
-      "the bracket is the min-max of the same-round ratios. CPU cores: CPU time used per "
-      "wall second by the producers (DataLoader workers, or stokerd + its workers) and by the "
-      "consuming Python process. Image-tool rows are `stoker-image-tool bench --threads 1` "
-      f"({params['tool_s']:g} s each, files preloaded in memory), ratio against DataLoader "
-      "with 2 workers.")
+      f"persistent_workers=True, prefetch_factor={DL_PREFETCH}`, a sampler that runs epochs "
+      f"back to back; `stokerd --workers 2`, a ring of {RING_SLOTS} batches). Each "
+      "measurement makes a fresh loader (DataLoader workers forked, or a stoker session "
+      f"attached: untimed), consumes {params['warmup']} warm-up batches, times "
+      f"{params['small_batches']} (ImageNet-like) or {params['large_batches']} (large photos) "
+      "batches, and closes the loader (so that nothing idle prefetches while another config "
+      f"runs). Rounds: {params['rounds_small']} (ImageNet-like), {params['rounds_large']} "
+      "(large photos); the configs run interleaved, round-robin, in an order rotated each "
+      "round. The consumer reads one element of the images and one label per batch, nothing "
+      "else, on both sides. Ratio: of the medians; in brackets, the min-max of the same-round "
+      "ratios. CPU cores: CPU seconds per wall second used by the producers (DataLoader "
+      "workers, or stokerd + its workers) / by the consuming Python process. Images per "
+      "CPU-s: images per CPU second of producers + consumer, the figure least disturbed by "
+      "other load on a shared machine; per-CPU ratio: that figure over the DataLoader's, i.e. "
+      "the wall-clock ratio both sides would show with the same cores fully theirs. Image-tool rows: `stoker-image-tool bench --threads 1` "
+      f"({params['tool_s']:g} s / {params['tool_s_large']:g} s each, files preloaded in "
+      "memory), no daemon; their ratio is against DataLoader with 2 workers.")
     a("")
     rows = table_rows(summaries)
     a(md_table(rows, HEAD))
@@ -695,14 +786,14 @@ def write_results(path: str, info: Dict[str, str], args: argparse.Namespace,
     a("## Daemon vs its single-process loop")
     a("")
     a("| dataset | daemon config | daemon images/s | 1-thread loop images/s | "
-      "daemon / (loop x 2) [paired min-max] |")
-    a("|---|---|---|---|---|")
+      "daemon / (loop x 2) [paired min-max] | per CPU-s: daemon / loop |")
+    a("|---|---|---|---|---|---|")
     for ds_name, summ in summaries.items():
         for dk, tk in EFFICIENCY:
             d, t = summ[dk], summ[tk]
             a(f"| {ds_name} | {d['label']} | {d['median']:.0f} | {t['median']:.0f} | "
               f"{d['efficiency'] * 100:.0f}% [{d['efficiency_min'] * 100:.0f}-"
-              f"{d['efficiency_max'] * 100:.0f}%] |")
+              f"{d['efficiency_max'] * 100:.0f}%] | {d['cpu_efficiency'] * 100:.0f}% |")
     a("")
     for ds_name, summ in summaries.items():
         tr, ev = summ["tool_train_f32"], summ["tool_eval_f32"]
@@ -773,10 +864,13 @@ def write_results(path: str, info: Dict[str, str], args: argparse.Namespace,
         miss = "" if s["ratio"] >= goal else f" by {(1 - s['ratio'] / goal) * 100:.0f}%"
         a(f"- Train ratio vs DataLoader >= {goal}x on {ds_label} (f32 NCHW): "
           f"{s['ratio']:.2f}x [{s['ratio_min']:.2f}-{s['ratio_max']:.2f}] — "
-          f"{verdict(s['ratio'] >= goal)}{miss}.")
-    a("- Daemon >= 90% of single-thread loop x 2 workers: "
+          f"{verdict(s['ratio'] >= goal)}{miss}. Per CPU second: {s['cpu_ratio']:.2f}x "
+          f"({'met' if s['cpu_ratio'] >= goal else 'missed'}).")
+    a("- Daemon >= 90% of single-thread loop x 2 workers (wall clock): "
       + "; ".join(f"{n} {lab}: {e * 100:.0f}% ({verdict(e >= 0.9)})" for n, lab, e in eff_all)
-      + ".")
+      + ". Per CPU second (daemon, its workers and the consumer vs the loop): "
+      + "; ".join(f"{n} {s[dk]['label']}: {s[dk]['cpu_efficiency'] * 100:.0f}%"
+                  for n, s in summaries.items() for dk, _ in EFFICIENCY) + ".")
     a(f"- Consumer < 100 µs per batch of 256 (f32 NCHW): {ov:.0f} µs — {verdict(ov < 100)}.")
     a(f"- Worker RSS growth < 20 MB, 1M vs 100 entries: max {g_max:+.1f} MB — "
       f"{verdict(g_max < 20)}.")
@@ -796,49 +890,56 @@ def write_results(path: str, info: Dict[str, str], args: argparse.Namespace,
 
 
 def notes(summaries, overhead, mem, info, eff) -> List[str]:
-    """Observations computed from this run's numbers (so they stay true when rerun)."""
+    """Observations computed from this run's numbers (so that they stay true when rerun)."""
     out = []
     small, large = summaries["ImageNet-like"], summaries["large photos"]
     for name, s in summaries.items():
-        d, t = s["dl_train"], s["tool_train_f32"]
-        ceiling = t["median"] * WORKERS / d["median"]
+        d, t, st = s["dl_train"], s["tool_train_f32"], s["stk_train_f32"]
+        per_core = t["per_cpu"] / d["per_cpu"]
         out.append(
-            f"{name}: one stoker thread decodes+augments {t['median']:.0f} images/s, "
-            f"{t['median'] / (d['median'] / WORKERS):.1f}x one DataLoader worker "
-            f"({d['median'] / WORKERS:.0f} images/s each, {d['producer_cores']:.2f} cores busy "
-            f"in total). With {WORKERS} workers on both sides the ratio can be at most about "
-            f"{ceiling:.1f}x, whatever the daemon does: the ratio target is a per-core "
-            "efficiency target on this machine.")
+            f"{name}, where the time goes: the DataLoader needs {1000 / d['per_cpu']:.1f} "
+            f"CPU-ms per image (train, workers + consumer), stoker's single-thread loop "
+            f"{1000 / t['per_cpu']:.1f} ms (decode {t['decode_ms']:.2f} + augment "
+            f"{t['augment_ms']:.2f}), the daemon {1000 / st['per_cpu']:.1f} CPU-ms per image "
+            f"(workers + stokerd + consumer): {per_core:.1f}x less CPU per image in the loop. "
+            f"With the same {WORKERS} workers on the same cores, the wall-clock ratio can "
+            f"hardly exceed that {per_core:.1f}x: the ratio targets are per-core efficiency "
+            "targets here.")
     st_train = small["stk_train_f32"]
+    busy = st_train["producer_cores"] + st_train["consumer_cores"]
     out.append(
-        f"ImageNet-like train: stoker's producers used {st_train['producer_cores']:.2f} cores "
-        f"and the consumer {st_train['consumer_cores']:.2f}; on a {info['cores']}-core machine "
-        "the Python consumer, the daemon's own process and the workers share the same cores, "
-        "so the workers cannot get 2 full cores, which caps the daemon/loop efficiency below "
-        "100% here (on a machine with spare cores it would not).")
-    tl = large["tool_train_f32"]
+        f"ImageNet-like train, CPU in use: stoker's producers {st_train['producer_cores']:.2f} "
+        f"cores and the consumer {st_train['consumer_cores']:.2f} ({busy:.2f} of "
+        f"{info['cores']}); the DataLoader's workers {small['dl_train']['producer_cores']:.2f} "
+        f"and its consumer {small['dl_train']['consumer_cores']:.2f}. On {info['cores']} "
+        "cores the workers share them with the consumer, stokerd's own process and whatever "
+        "else runs on the machine, so the daemon cannot reach 2 x the single-thread loop in "
+        "wall-clock terms; the per-CPU-second efficiency column separates the daemon's own "
+        "overhead from that.")
+    dl_l, tl = large["dl_train"], large["tool_train_f32"]
     out.append(
-        f"Large photos: stoker decodes only the crop's rows/columns and uses libjpeg's DCT "
-        f"scaling when the crop is much larger than 224x224 (decode {tl['decode_ms']:.1f} ms "
-        f"per image vs {1000 / large['dl_train']['median'] * WORKERS:.0f} ms of a DataLoader "
-        "worker per image); torchvision decodes every pixel with PIL (no `draft()`), then "
-        "crops and resizes. The eval pipeline gains most (a whole-image Resize(256) allows "
-        "1/8 DCT scaling on 12 MP photos).")
+        f"Large photos: stoker decodes only the crop's rows and columns and uses libjpeg's "
+        f"DCT scaling when the crop is much larger than the output (decode "
+        f"{tl['decode_ms']:.1f} ms per image in its loop); torchvision decodes every pixel "
+        f"with PIL (no `draft()`) and then crops and resizes: {1000 / dl_l['per_cpu']:.0f} "
+        f"CPU-ms per image. Eval: {large['stk_eval_f32']['ratio']:.1f}x (a whole-image "
+        "Resize(256) lets stoker decode a 12 MP photo at 1/8 scale).")
     u8, f32 = small["stk_train_u8"], small["stk_train_f32"]
     out.append(
         f"uint8 NHWC vs float32 NCHW (ImageNet-like train): {u8['median']:.0f} vs "
-        f"{f32['median']:.0f} images/s: normalizing to float32 and writing 4x the bytes "
-        "costs the workers little compared with the decode.")
+        f"{f32['median']:.0f} images/s, {u8['per_cpu']:.0f} vs {f32['per_cpu']:.0f} images "
+        "per CPU-s (float32 writes 4x the bytes into the ring and normalizes).")
     o = overhead["float32"]
     out.append(
-        f"Consumer overhead: {o['median_us']:.0f} µs per batch of 256 float32 (no copy: the "
-        "tensor is a view of the ring slot); the rest of `next()` is the Python Loader "
-        "bookkeeping and `torch.from_numpy`.")
+        f"Consumer overhead: median {o['median_us']:.0f} µs, p90 {o['p90_us']:.0f} µs per "
+        "batch of 256 float32 (zero copy: the tensor is a view of the ring slot; `next()` "
+        "is the native call plus the Loader's Python bookkeeping and `torch.from_numpy`). "
+        "The tail is scheduling noise on a busy 2-core machine.")
     g = mem["worker_rss_growth_kb"]
     out.append(
-        f"1M-entry manifest: worker RSS grew {', '.join(f'{x / 1024:+.1f}' for x in g)} MB "
-        f"while stokerd's own RSS grew {mem['daemon_rss_growth_kb'] / 1024:+.1f} MB: the "
-        "manifest lives in the daemon, workers get one path per task.")
+        f"Manifest of 1M vs 100 entries: worker RSS {', '.join(f'{x / 1024:+.1f}' for x in g)} "
+        f"MB, stokerd's own RSS {mem['daemon_rss_growth_kb'] / 1024:+.1f} MB, attach "
+        f"{mem['manifest_1m']['attach_s']:.2f} s vs {mem['manifest_100']['attach_s']:.2f} s.")
     return out
 
 
@@ -853,7 +954,8 @@ def main() -> int:
     ap.add_argument("--build", default=os.path.join(REPO, "build"))
     ap.add_argument("--data", default=os.path.join(HERE, "data"))
     ap.add_argument("--out", default=HERE, help="where RESULTS.md and results.png go")
-    ap.add_argument("--skip-memory", action="store_true")
+    ap.add_argument("--report-only", action="store_true",
+                    help="rewrite RESULTS.md and results.png from bench/out/results.json")
     # internal: memory children
     ap.add_argument("--mem-child", choices=["dl", "stoker"], help=argparse.SUPPRESS)
     ap.add_argument("--root", help=argparse.SUPPRESS)
@@ -865,12 +967,15 @@ def main() -> int:
     sys.path.insert(0, os.path.join(build, "python"))
     if args.mem_child:
         return _mem_child(args)
+    if args.report_only:
+        with open(os.path.join(HERE, "out", "results.json")) as f:
+            return report(json.load(f), args)
 
     t_start = time.monotonic()
     q = args.quick
     params = dict(rounds_small=args.rounds_small or (2 if q else 5),
                   rounds_large=args.rounds_large or (1 if q else 3),
-                  warmup=1 if q else 2, small_batches=6 if q else 20,
+                  warmup=WORKERS, small_batches=6 if q else 20,
                   large_batches=2 if q else 4, tool_s=1.0 if q else 4.0,
                   tool_s_large=2.0 if q else 6.0, refills=3 if q else 12,
                   mem_batches=5 if q else 10)
@@ -903,23 +1008,35 @@ def main() -> int:
         raw["daemon_status_end"] = dict(
             samples_failed_total=st.get("samples_failed_total"),
             worker_restarts_total=st.get("worker_restarts_total"),
+            sessions_reclaimed=st.get("sessions_reclaimed"),
             workers=[{k: w.get(k) for k in ("pid", "restarts", "crashes", "samples_done",
                                               "samples_failed")} for w in st["workers"]])
     finally:
         daemon.stop()
-    if int(raw["daemon_status_end"]["samples_failed_total"] or 0) or int(
-            raw["daemon_status_end"]["worker_restarts_total"] or 0):
+    end = raw["daemon_status_end"]
+    if any(int(end.get(k) or 0) for k in ("samples_failed_total", "worker_restarts_total",
+                                           "sessions_reclaimed")):
         log(f"!! the daemon reported failures or restarts: {raw['daemon_status_end']}")
     mem = memory(build, data_root, ds, out_dir, params["mem_batches"])
-
-    summaries = {"ImageNet-like": summarize(runs_small), "large photos": summarize(runs_large)}
-    raw.update(runs_small=runs_small, runs_large=runs_large, summaries=summaries,
-               overhead=overhead, memory=mem, datasets={k: v for k, v in ds.items()})
+    raw.update(runs_small=runs_small, runs_large=runs_large, overhead=overhead, memory=mem,
+               datasets=ds, elapsed_s=time.monotonic() - t_start, quick=q)
     with open(os.path.join(out_dir, "results.json"), "w") as f:
         json.dump(raw, f, indent=1)
+    return report(raw, args)
+
+
+def report(raw: Dict[str, Any], args: argparse.Namespace) -> int:
+    """Summarizes the raw runs; prints the table; writes RESULTS.md and results.png."""
+    params, info, ds = raw["params"], raw["info"], raw["datasets"]
+    runs_small, runs_large = raw["runs_small"], raw["runs_large"]
+    overhead, mem = raw["overhead"], raw["memory"]
+    args.quick = raw.get("quick", args.quick)
+    params["loads"] = {"ImageNet-like": runs_small.pop("_load")[0],
+                       "large photos": runs_large.pop("_load")[0]}
+    summaries = {"ImageNet-like": summarize(runs_small), "large photos": summarize(runs_large)}
     os.makedirs(args.out, exist_ok=True)
     chart(summaries, os.path.join(args.out, "results.png"))
-    elapsed = time.monotonic() - t_start
+    elapsed = raw["elapsed_s"]
     write_results(os.path.join(args.out, "RESULTS.md"), info, args, ds, summaries, overhead, mem,
                   elapsed, params)
     rows = table_rows(summaries)

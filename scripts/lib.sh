@@ -10,6 +10,9 @@ STOKER_PACKAGES=(
   python3-torch python3-torchvision python3-matplotlib
   procps
 )
+# --- sanitizers and fuzzing: scripts/fuzz.sh adds these (clang + libFuzzer) ---
+STOKER_FUZZ_PACKAGES=(clang-14 libclang-rt-14-dev)
+# --- end sanitizers and fuzzing ---
 
 # Installs the packages above that are missing (as root; otherwise says
 # what to run).

@@ -10,3 +10,12 @@ echo "==> building into build/"
 stoker_build build -DSTOKER_WERROR=ON
 echo "==> running the tests"
 ctest --test-dir build --output-on-failure --timeout 900 -j 2
+# --- sanitizers and fuzzing (issue 4): ASan+UBSan C++ tests, then each fuzz target 45 s ---
+t0=$SECONDS
+scripts/sanitize.sh
+echo "==> sanitize.sh took $((SECONDS - t0)) s"
+t0=$SECONDS
+scripts/fuzz.sh 45
+echo "==> fuzz.sh took $((SECONDS - t0)) s"
+# --- end sanitizers and fuzzing ---
+scripts/container-test.sh  # issue 7: the sidecar image end to end; prints "skipped" without a container engine

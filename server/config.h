@@ -12,6 +12,8 @@ namespace stoker {
 struct DaemonConfig {
   // gRPC Unix socket path. Created mode 0600 (see socket_mode).
   std::string socket_path;
+  // Optional TCP address (HOST:PORT) serving Status, Watch and health only.
+  std::string status_addr;
   // Every dataset and file must lie beneath this directory.
   std::string data_root;
   // Decode/augment worker processes. 0: the number of CPUs.

@@ -21,6 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "server/dataset/sampler.h"
 #include "server/image/pipeline.h"
+#include "server/latency.h"
 #include "server/ring_owner.h"
 #include "server/worker_protocol.h"
 #include "spdlog/spdlog.h"
@@ -240,12 +241,12 @@ double ProcessCpuSeconds(pid_t pid) {
 
 std::string DaemonConfig::ToJson() const {
   return absl::StrFormat(
-      "{\"socket_path\":\"%s\",\"data_root\":\"%s\",\"workers\":%u,\"worker_binary\":\"%s\","
+      "{\"socket_path\":\"%s\",\"status_addr\":\"%s\",\"data_root\":\"%s\",\"workers\":%u,\"worker_binary\":\"%s\","
       "\"socket_mode\":\"%o\",\"shm_mode\":\"%o\",\"max_sessions\":%u,\"max_ring_bytes\":%u,"
       "\"worker_queue_depth\":%u,\"task_timeout_ms\":%u,\"keepalive_grace_ms\":%u,"
       "\"heartbeat_timeout_ms\":%u,\"max_file_bytes\":%u,\"drain_timeout_ms\":%u,"
       "\"log_level\":\"%s\",\"log_json\":%s,\"worker_sandbox\":%s,\"fault_injection\":%s}",
-      JsonEscape(socket_path), JsonEscape(data_root), workers, JsonEscape(worker_binary),
+      JsonEscape(socket_path), JsonEscape(status_addr), JsonEscape(data_root), workers, JsonEscape(worker_binary),
       socket_mode, shm_mode, max_sessions, max_ring_bytes, worker_queue_depth, task_timeout_ms,
       keepalive_grace_ms, heartbeat_timeout_ms, max_file_bytes, drain_timeout_ms,
       JsonEscape(log_level), log_json ? "true" : "false", worker_sandbox ? "true" : "false",
@@ -336,6 +337,9 @@ struct Session {
   bool keepalive_open = false;
   int64_t keepalive_closed_ns = 0;
   std::deque<std::pair<int64_t, uint64_t>> rate_window;  // (ns, samples_produced)
+  LatencyHistogram read_latency;
+  LatencyHistogram decode_latency;
+  LatencyHistogram augment_latency;
 };
 
 struct WorkerSlot {
@@ -988,6 +992,9 @@ void Engine::OnResultLocked(WorkerSlot& w, const ResultView& rv) {
     return;
   }
   ++w.samples_done;
+  s->read_latency.Add(r.read_ns);
+  s->decode_latency.Add(r.decode_ns);
+  s->augment_latency.Add(r.augment_ns);
   const uint64_t want = uint64_t{r.height} * r.width * r.channels *
                         ring::DTypeBytes(s->params.dtype);
   const uint64_t capacity =
@@ -1295,11 +1302,26 @@ v1::StatusResponse Engine::GetStatus(bool include_failures) {
     ss->set_samples_replaced(s->samples_replaced);
     ss->set_current_epoch(s->current_epoch);
     ss->set_ring_slots(s->slots);
-    uint32_t ready = 0;
+    uint32_t by_state[4] = {0, 0, 0, 0};
     for (uint32_t slot = 0; slot < s->slots; ++slot) {
-      if (s->ring->descriptor(slot)->state.load() == ring::kReady) ++ready;
+      uint32_t st = s->ring->descriptor(slot)->state.load();
+      if (st < 4) ++by_state[st];
     }
-    ss->set_ring_ready(ready);
+    ss->set_ring_ready(by_state[ring::kReady]);
+    ss->set_ring_filling(by_state[ring::kFilling]);
+    ss->set_ring_leased(by_state[ring::kLeased]);
+    // The client writes these; they are figures to show, nothing more.
+    const ring::RingHeader* h = s->ring->header();
+    uint64_t waits[ring::kWaitBuckets];
+    for (uint32_t b = 0; b < ring::kWaitBuckets; ++b) {
+      waits[b] = h->client_wait_hist[b].load(std::memory_order_relaxed);
+    }
+    const uint64_t wait_ns = h->client_wait_ns.load(std::memory_order_relaxed);
+    ss->set_client_wait_seconds(wait_ns / 1e9);
+    *ss->mutable_client_wait() = Summarize(waits, wait_ns);
+    *ss->mutable_read() = Summarize(s->read_latency);
+    *ss->mutable_decode() = Summarize(s->decode_latency);
+    *ss->mutable_augment() = Summarize(s->augment_latency);
     ss->set_ring_bytes(s->ring->geometry().total_bytes);
     ss->set_shm_name(s->ring->name());
     if (s->rate_window.size() >= 2) {

@@ -18,6 +18,8 @@ int main(int argc, char** argv) {
   app.add_option("--socket", c.socket_path, "gRPC Unix socket path")->required();
   app.add_option("--data-root", c.data_root, "every dataset must lie beneath this directory")
       ->required();
+  app.add_option("--status-addr", c.status_addr,
+                 "also serve status and health (never sessions) on this TCP HOST:PORT");
   app.add_option("--workers", c.workers, "decode worker processes (0: one per CPU)");
   app.add_option("--worker-binary", c.worker_binary,
                  "the worker executable (default: stoker-worker beside stokerd)");

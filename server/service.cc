@@ -5,8 +5,11 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -21,8 +24,24 @@ grpc::Status ToGrpc(const absl::Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
 }
 
+namespace {
+
+// Sessions are for clients on this host, through the Unix socket.
+grpc::Status RefuseTcp(grpc::ServerContext* ctx) {
+  const std::string peer = ctx->peer();
+  if (peer.rfind("ipv4:", 0) == 0 || peer.rfind("ipv6:", 0) == 0) {
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                        "sessions are served on the Unix socket only; this TCP listener "
+                        "(--status-addr) serves Status, Watch and health");
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace
+
 grpc::Status StokerService::Attach(grpc::ServerContext* ctx, const v1::AttachRequest* req,
                                    v1::AttachResponse* resp) {
+  if (grpc::Status t = RefuseTcp(ctx); !t.ok()) return t;
   auto r = engine_->Attach(*req);
   if (!r.ok()) {
     spdlog::info("attach refused ({}): {}", ctx->peer(), r.status().ToString());
@@ -32,13 +51,15 @@ grpc::Status StokerService::Attach(grpc::ServerContext* ctx, const v1::AttachReq
   return grpc::Status::OK;
 }
 
-grpc::Status StokerService::Detach(grpc::ServerContext*, const v1::DetachRequest* req,
+grpc::Status StokerService::Detach(grpc::ServerContext* ctx, const v1::DetachRequest* req,
                                    v1::DetachResponse*) {
+  if (grpc::Status t = RefuseTcp(ctx); !t.ok()) return t;
   return ToGrpc(engine_->Detach(req->session_id(), "detached by the client"));
 }
 
 grpc::Status StokerService::KeepAlive(grpc::ServerContext* ctx, const v1::KeepAliveRequest* req,
                                       grpc::ServerWriter<v1::SessionEvent>* writer) {
+  if (grpc::Status t = RefuseTcp(ctx); !t.ok()) return t;
   absl::Status st = engine_->KeepAlive(
       req->session_id(), [ctx] { return ctx->IsCancelled(); },
       [writer](const v1::SessionEvent& e) { return writer->Write(e); });
@@ -48,6 +69,21 @@ grpc::Status StokerService::KeepAlive(grpc::ServerContext* ctx, const v1::KeepAl
 grpc::Status StokerService::Status(grpc::ServerContext*, const v1::StatusRequest* req,
                                    v1::StatusResponse* resp) {
   *resp = engine_->GetStatus(req->include_failures());
+  return grpc::Status::OK;
+}
+
+grpc::Status StokerService::Watch(grpc::ServerContext* ctx, const v1::WatchRequest* req,
+                                  grpc::ServerWriter<v1::StatusResponse>* writer) {
+  const int64_t interval_ms =
+      std::clamp<int64_t>(req->interval_ms() == 0 ? 1000 : req->interval_ms(), 50, 60000);
+  while (!ctx->IsCancelled()) {
+    v1::StatusResponse st = engine_->GetStatus(req->include_failures());
+    if (!writer->Write(st) || st.state() == "stopped" || st.state() == "draining") break;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(interval_ms);
+    while (std::chrono::steady_clock::now() < until && !ctx->IsCancelled()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::min<int64_t>(interval_ms, 50)));
+    }
+  }
   return grpc::Status::OK;
 }
 
@@ -91,27 +127,50 @@ absl::Status Server::Start() {
     ::unlink(config_.socket_path.c_str());
     spdlog::info("removed the stale socket {}", config_.socket_path);
   }
-  absl::Status s = engine_.Start();
-  if (!s.ok()) return s;
-
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix:" + config_.socket_path, grpc::InsecureServerCredentials());
+  int tcp_port = 0;
+  if (!config_.status_addr.empty()) {
+    builder.AddListeningPort(config_.status_addr, grpc::InsecureServerCredentials(), &tcp_port);
+  }
   builder.RegisterService(&service_);
   builder.SetMaxReceiveMessageSize(4 << 20);
   // The socket is created owner-only; chmod widens it if asked.
   mode_t old_umask = ::umask(0177);
   grpc_ = builder.BuildAndStart();
   ::umask(old_umask);
-  if (grpc_ == nullptr) {
-    engine_.Stop();
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", config_.socket_path));
+  if (grpc_ == nullptr || (!config_.status_addr.empty() && tcp_port == 0)) {
+    if (grpc_ != nullptr) {
+      grpc_->Shutdown();
+      grpc_->Wait();
+      grpc_.reset();
+      ::unlink(config_.socket_path.c_str());
+    }
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", config_.socket_path,
+                                               config_.status_addr.empty() ? "" : " or ",
+                                               config_.status_addr));
   }
   ::chmod(config_.socket_path.c_str(), config_.socket_mode);
+  // NOT_SERVING until the engine and its workers are up.
   auto* health = grpc_->GetHealthCheckService();
+  health->SetServingStatus(false);
+  health->SetServingStatus("stoker.v1.Stoker", false);
+  absl::Status s = engine_.Start();
+  if (!s.ok()) {
+    grpc_->Shutdown();
+    grpc_->Wait();
+    grpc_.reset();
+    ::unlink(config_.socket_path.c_str());
+    return s;
+  }
   health->SetServingStatus(true);
   health->SetServingStatus("stoker.v1.Stoker", true);
+  if (tcp_port != 0) {
+    spdlog::info("status and health (no sessions) on tcp {} (port {})", config_.status_addr,
+                 tcp_port);
+  }
   spdlog::info("stokerd {} listening on unix:{}", STOKER_VERSION, config_.socket_path);
   return absl::OkStatus();
 }

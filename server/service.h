@@ -27,13 +27,17 @@ class StokerService final : public v1::Stoker::Service {
                          grpc::ServerWriter<v1::SessionEvent>* writer) override;
   grpc::Status Status(grpc::ServerContext* ctx, const v1::StatusRequest* req,
                       v1::StatusResponse* resp) override;
+  grpc::Status Watch(grpc::ServerContext* ctx, const v1::WatchRequest* req,
+                     grpc::ServerWriter<v1::StatusResponse>* writer) override;
 
  private:
   Engine* engine_;
 };
 
 // stokerd's server: the engine plus gRPC (the Stoker service, the standard
-// health service and reflection) on a Unix socket.
+// health service and reflection) on a Unix socket, and optionally on a TCP
+// address for status and health only (Attach, Detach and KeepAlive are
+// refused there: a ring is only reachable on the same host).
 class Server {
  public:
   explicit Server(DaemonConfig config);

@@ -27,11 +27,13 @@ namespace internal {
 
 namespace {
 
-int64_t NowMs() {
+int64_t NowNs() {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  return int64_t{ts.tv_sec} * 1000 + ts.tv_nsec / 1000000;
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
 }
+
+int64_t NowMs() { return NowNs() / 1000000; }
 
 absl::Status FromGrpc(const grpc::Status& s, const std::string& what) {
   if (s.ok()) return absl::OkStatus();
@@ -226,10 +228,11 @@ class SessionCore {
   std::shared_ptr<RpcChannel> rpc_;
   std::string session_id_;
 
-  std::mutex next_mu_;  // one Next at a time; guards the next three
+  std::mutex next_mu_;  // one Next at a time; guards the next four
   uint64_t next_seq_ = 0;
   uint64_t heartbeat_ = 0;
   int64_t heartbeat_seen_ms_ = 0;
+  int64_t wait_started_ns_ = 0;  // of a wait that spans timed-out calls
   std::atomic<uint32_t> leased_{0};
   std::atomic<bool> stopping_{false};
   std::atomic<bool> detached_{false};
@@ -354,7 +357,8 @@ absl::StatusOr<Batch> Session::Next(int64_t timeout_ms) {
   const uint32_t slot = static_cast<uint32_t>(seq % c.slots_);
   ring::SlotDescriptor* d = c.descriptor(slot);
   ring::RingHeader* h = c.header();
-  const int64_t start = internal::NowMs();
+  const int64_t start_ns = internal::NowNs();
+  const int64_t start = start_ns / 1000000;
   const int64_t deadline = timeout_ms < 0 ? INT64_MAX : start + timeout_ms;
   if (c.heartbeat_seen_ms_ == 0) c.heartbeat_seen_ms_ = start;
   for (;;) {
@@ -398,12 +402,22 @@ absl::StatusOr<Batch> Session::Next(int64_t timeout_ms) {
           "stokerd stopped responding (no heartbeat for ", now - c.heartbeat_seen_ms_, " ms)"));
     }
     if (now >= deadline) {
+      // A caller that waits in slices (Python, to take Ctrl-C) still
+      // reports the whole wait for this batch.
+      if (c.wait_started_ns_ == 0) c.wait_started_ns_ = start_ns;
       return absl::DeadlineExceededError(
           absl::StrCat("no batch within ", timeout_ms, " ms (batch ", seq, ")"));
     }
     // Device copy: nothing wakes us when a copy completes, so poll then.
     ring::FutexWait(&d->state, st, std::min<int64_t>(deferred > 0 ? 1 : 100, deadline - now));
   }
+
+  // The data stall, for the daemon's status.
+  const int64_t wait_start = c.wait_started_ns_ != 0 ? c.wait_started_ns_ : start_ns;
+  c.wait_started_ns_ = 0;
+  const uint64_t waited = static_cast<uint64_t>(internal::NowNs() - wait_start);
+  h->client_wait_ns.fetch_add(waited, std::memory_order_relaxed);
+  h->client_wait_hist[ring::WaitBucket(waited)].fetch_add(1, std::memory_order_relaxed);
 
   // The slot is ours. Copy what we need out of shared memory, and check it
   // against the geometry learned at attach before exposing a byte.
@@ -440,6 +454,12 @@ absl::StatusOr<Batch> Session::Next(int64_t timeout_ms) {
     std::memcpy(&r, &recs[i], sizeof(r));
     if (const char* why = ring::ValidateRecord(r, c.geometry_.slot_bytes, c.dtype_)) {
       return absl::DataLossError(absl::StrCat("ring: sample ", i, ": ", why));
+    }
+    // Views are shaped height x width x channels(), which is 3: a record of
+    // another channel count would size a view past the bytes checked above.
+    if (r.channels != 3) {
+      return absl::DataLossError(absl::StrCat("ring: sample ", i, " has ", r.channels,
+                                              " channels, not 3"));
     }
     if (c.sample_bytes_ != 0 &&
         (r.offset != c.sample_bytes_ * i || r.bytes != c.sample_bytes_ ||

@@ -39,8 +39,7 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-int LaunchNormalize(const uint8_t* src, void* dst, const NormalizeParams& p,
-                    CUstream_st* stream) {
+int LaunchNormalize(const uint8_t* src, void* dst, const NormalizeParams& p, CUstream_st* stream) {
   const uint64_t pixels = NormalizePixels(p);
   if (pixels == 0) return cudaSuccess;
   if (p.dtype == OutDType::kAsIs) return cudaErrorInvalidValue;
@@ -53,8 +52,8 @@ int LaunchNormalize(const uint8_t* src, void* dst, const NormalizeParams& p,
   const uint64_t cap = uint64_t(sms > 0 ? sms : 1) * 16;
   const unsigned blocks = static_cast<unsigned>(want < cap ? want : cap);
   NormalizeKernel<<<blocks, kThreads, 0, stream>>>(src, dst, pixels, uint64_t{p.h} * p.w, p.dtype,
-                                                    p.nchw, p.mean[0], p.mean[1], p.mean[2],
-                                                    p.std[0], p.std[1], p.std[2]);
+                                                   p.nchw, p.mean[0], p.mean[1], p.mean[2],
+                                                   p.std[0], p.std[1], p.std[2]);
   return cudaGetLastError();
 }
 

@@ -40,7 +40,9 @@ namespace stoker::cuda {
 enum class OutDType : uint32_t { kAsIs = 0, kFloat32 = 1, kFloat16 = 2, kBFloat16 = 3 };
 
 inline constexpr uint32_t OutDTypeBytes(OutDType d) {
-  return d == OutDType::kFloat32 ? 4 : (d == OutDType::kFloat16 || d == OutDType::kBFloat16) ? 2 : 1;
+  return d == OutDType::kFloat32                                 ? 4
+         : (d == OutDType::kFloat16 || d == OutDType::kBFloat16) ? 2
+                                                                 : 1;
 }
 
 // A [n, h, w, 3] uint8 NHWC batch to normalize.
@@ -83,7 +85,7 @@ STOKER_HD inline uint16_t FloatToHalfBits(float f) {
   if (mag >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to >= 65536
   if (mag < 0x33000000u) return static_cast<uint16_t>(sign);             // <= 2^-25: zero
   uint32_t h, rest, halfway;
-  if (mag < 0x38800000u) {  // a subnormal half: units of 2^-24
+  if (mag < 0x38800000u) {         // a subnormal half: units of 2^-24
     const uint32_t e = mag >> 23;  // 102..112
     const uint32_t m = (mag & 0x7fffffu) | 0x800000u;
     const uint32_t shift = 126u - e;  // 14..24

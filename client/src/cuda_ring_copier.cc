@@ -133,8 +133,7 @@ CopyStatus RingCopier::StartLocked() {
       detail_ = "ring registered with cudaHostRegister (" + MiB(bytes_) + ")";
     } else {
       (void)cudaGetLastError();
-      detail_ = "cudaHostRegister of the ring (" + MiB(bytes_) + ") was refused (" +
-                ErrorText(e) +
+      detail_ = "cudaHostRegister of the ring (" + MiB(bytes_) + ") was refused (" + ErrorText(e) +
                 "); copying through pinned staging buffers (cudaHostAlloc), one extra host copy "
                 "per batch. Raise RLIMIT_MEMLOCK (ulimit -l) to avoid it";
       std::fprintf(stderr, "stoker: %s\n", detail_.c_str());
@@ -299,9 +298,9 @@ CopyStatus RingCopier::Copy(uint32_t slot, const CopyRequest& r) {
     need = NormalizeOutBytes(p);
   }
   if (r.dst == nullptr || r.dst_bytes < need) {
-    return Fail(CopyStatus::kInvalidArgument,
-                "the destination holds " + std::to_string(r.dst_bytes) + " bytes, the copy needs " +
-                    std::to_string(need));
+    return Fail(CopyStatus::kInvalidArgument, "the destination holds " +
+                                                  std::to_string(r.dst_bytes) +
+                                                  " bytes, the copy needs " + std::to_string(need));
   }
   if (normalize && r.scratch != nullptr && r.scratch_bytes < r.bytes) {
     return Fail(CopyStatus::kInvalidArgument,
@@ -311,7 +310,12 @@ CopyStatus RingCopier::Copy(uint32_t slot, const CopyRequest& r) {
   cudaStream_t stream = r.stream;
   int device = r.device;
   if (device < 0) {
-    cudaError_t e = stream != nullptr ? cudaStreamGetDevice(stream, &device) : cudaGetDevice(&device);
+#if CUDART_VERSION >= 12080
+    cudaError_t e =
+        stream != nullptr ? cudaStreamGetDevice(stream, &device) : cudaGetDevice(&device);
+#else
+    cudaError_t e = cudaGetDevice(&device);  // older toolkits: the current device
+#endif
     if (e != cudaSuccess) return FromCuda(e, "cannot tell the stream's device");
   }
   if (device >= static_cast<int>(free_events_.size())) {
@@ -394,7 +398,7 @@ CopyStatus RingCopier::Copy(uint32_t slot, const CopyRequest& r) {
 CopierStats RingCopier::stats() const {
   std::lock_guard<std::mutex> l(mu_);
   CopierStats s;
-  s.mode = !started_ ? CopierStats::kNotStarted
+  s.mode = !started_     ? CopierStats::kNotStarted
            : registered_ ? CopierStats::kRegistered
                          : CopierStats::kStaging;
   s.detail = detail_;

@@ -96,9 +96,9 @@ struct CopyRequest {
 struct CopierStats {
   enum Mode { kNotStarted = 0, kRegistered = 1, kStaging = 2 };
   Mode mode = kNotStarted;
-  std::string detail;       // why staging, or what was registered
+  std::string detail;  // why staging, or what was registered
   uint64_t copies = 0;
-  uint64_t bytes = 0;       // host bytes read by copies
+  uint64_t bytes = 0;  // host bytes read by copies
   uint64_t registered_bytes = 0;
   uint64_t staging_bytes = 0;  // pinned staging memory held
   uint32_t in_flight = 0;      // events not yet seen complete
@@ -169,8 +169,8 @@ class RingCopier {
   bool started_ = false;
   bool registered_ = false;
   std::string detail_;
-  std::vector<std::vector<Pending>> in_flight_;  // per slot
-  std::vector<bool> deferred_;                   // per slot
+  std::vector<std::vector<Pending>> in_flight_;        // per slot
+  std::vector<bool> deferred_;                         // per slot
   std::vector<std::vector<CUevent_st*>> free_events_;  // per device
   std::vector<Staging> staging_;
   size_t staging_next_ = 0;

@@ -1,13 +1,14 @@
 // DeviceTransfer for CUDA builds: argument checks and Status conversion over
 // cuda::RingCopier, which does the CUDA work.
 
+#include "cuda_transfer.h"
+
 #include <cmath>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "cuda_ring_copier.h"
-#include "cuda_transfer.h"
 
 namespace stoker {
 
@@ -51,8 +52,8 @@ struct DeviceTransfer::Impl {
 
 DeviceTransfer::DeviceTransfer(void* ring_base, uint64_t ring_bytes, uint32_t slots,
                                bool try_register, std::function<void(uint32_t)> release)
-    : impl_(std::make_unique<Impl>(ring_base, ring_bytes, slots, try_register,
-                                   std::move(release))) {}
+    : impl_(
+          std::make_unique<Impl>(ring_base, ring_bytes, slots, try_register, std::move(release))) {}
 
 DeviceTransfer::~DeviceTransfer() = default;  // ~RingCopier drains
 

@@ -2,8 +2,9 @@
 //
 //   stokerctl consume --socket PATH --dataset PATH [--pipeline train|eval|decode]
 //                     [--batch-size N] [--epochs N] [--seed N] [--json]
-//   stokerctl status  --socket PATH [--json]
-//   stokerctl health  --socket PATH
+//   stokerctl status  --socket PATH|HOST:PORT [--json] [--failures]
+//   stokerctl top     --socket PATH|HOST:PORT [--interval-ms N] [--iterations N]
+//   stokerctl health  --socket PATH|HOST:PORT
 
 #include <unistd.h>
 
@@ -15,6 +16,8 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_format.h"
+#include "client/stokerctl/status_view.h"
+#include "google/protobuf/util/json_util.h"
 #include "stoker/client.h"
 
 namespace {
@@ -149,6 +152,13 @@ int main(int argc, char** argv) {
   status->add_flag("--json", status_json, "the raw status as JSON");
   status->add_flag("--failures", failures, "include each session's failed samples");
 
+  std::string top_socket = socket;
+  uint32_t top_interval_ms = 1000, top_iterations = 0;
+  auto* top = app.add_subcommand("top", "a live view of the daemon, refreshed like top");
+  top->add_option("--socket", top_socket, "daemon socket or HOST:PORT");
+  top->add_option("--interval-ms", top_interval_ms, "refresh period");
+  top->add_option("--iterations", top_iterations, "stop after N refreshes (0: never)");
+
   std::string health_socket = socket;
   auto* health = app.add_subcommand("health", "exit 0 when the daemon is SERVING");
   health->add_option("--socket", health_socket, "daemon socket or HOST:PORT");
@@ -157,12 +167,24 @@ int main(int argc, char** argv) {
 
   if (consume->parsed()) return Consume(ca);
   if (status->parsed()) {
-    auto c = stoker::Client::Connect(status_socket);
-    if (!c.ok()) return Fail(c.status());
-    auto js = (*c)->StatusJson(failures);
-    if (!js.ok()) return Fail(js.status());
-    std::printf("%s\n", js->c_str());
+    stoker::v1::StatusResponse s;
+    absl::Status st = stoker::ctl::FetchStatus(status_socket, failures || !status_json, &s);
+    if (!st.ok()) return Fail(st);
+    if (status_json) {
+      std::string json;
+      google::protobuf::util::JsonPrintOptions jo;
+      jo.preserve_proto_field_names = true;
+      jo.always_print_primitive_fields = true;
+      (void)google::protobuf::util::MessageToJsonString(s, &json, jo);
+      std::printf("%s\n", json.c_str());
+    } else {
+      std::fputs(stoker::ctl::RenderStatus(s).c_str(), stdout);
+    }
     return 0;
+  }
+  if (top->parsed()) {
+    absl::Status st = stoker::ctl::RunTop(top_socket, top_interval_ms, top_iterations);
+    return st.ok() ? 0 : Fail(st);
   }
   if (health->parsed()) {
     auto c = stoker::Client::Connect(health_socket);

@@ -44,6 +44,8 @@
 //     `heartbeat_timeout_ms` (from Attach) means the daemon is gone.
 //   - `daemon_state` turns kDraining at shutdown (wakes every slot futex).
 //   - The client's liveness is its gRPC KeepAlive stream, not the ring.
+//   - The client adds the time each Next waited to `client_wait_ns` and
+//     `client_wait_hist`, which the daemon reports as the data stall.
 //
 // Every multi-byte field is little-endian host order; the daemon and the
 // client share a host. All sizes and offsets are in bytes.
@@ -67,6 +69,19 @@ inline constexpr uint32_t kMaxBatchSize = 65536;
 inline constexpr uint32_t kMaxChannels = 4;
 inline constexpr uint32_t kErrorBytes = 512;
 inline constexpr uint32_t kHeartbeatPeriodMs = 100;
+inline constexpr uint32_t kWaitBuckets = 32;
+
+// Bucket of a latency in the ring's wait histogram: 0 for under 2 us, b for
+// [2^b, 2^(b+1)) us, the last bucket open-ended.
+inline constexpr uint32_t WaitBucket(uint64_t ns) {
+  uint64_t us = ns / 1000;
+  uint32_t b = 0;
+  while (us > 1 && b < kWaitBuckets - 1) {
+    us >>= 1;
+    ++b;
+  }
+  return b;
+}
 
 enum SlotState : uint32_t {
   kFree = 0,
@@ -144,6 +159,11 @@ struct RingHeader {
   alignas(64) std::atomic<uint32_t> release_count; // bumped by the client; futex word
   uint32_t reserved3;
   std::atomic<uint64_t> batches_consumed;          // bumped by the client
+  // The client's time waiting for batches in Next (the data stall): total
+  // and a histogram per batch (WaitBucket). Written by the client only; the
+  // daemon reads them for Status and trusts nothing in them.
+  alignas(64) std::atomic<uint64_t> client_wait_ns;
+  std::atomic<uint64_t> client_wait_hist[kWaitBuckets];
 };
 
 // Per sample in a slot. Written by the daemon before kReady.
@@ -245,8 +265,14 @@ inline const char* ValidateHeader(const RingHeader& h, uint64_t mapped_bytes,
 inline const char* ValidateRecord(const SampleRecord& r, uint64_t slot_bytes, uint32_t dtype) {
   if (r.offset > slot_bytes || r.bytes > slot_bytes - r.offset) return "sample outside its slot";
   if (r.channels > kMaxChannels) return "bad channel count";
-  const uint64_t need = uint64_t{r.height} * r.width * r.channels * DTypeBytes(dtype);
-  if (r.status != kSampleFailed && need != r.bytes) return "sample size disagrees with its shape";
+  // height * width < 2^64; times channels * dtype bytes (<= 16) it may wrap,
+  // so compare by division: a wrapped product must not pass for small bytes.
+  const uint64_t pixels = uint64_t{r.height} * r.width;
+  const uint64_t pixel_bytes = uint64_t{r.channels} * DTypeBytes(dtype);
+  const bool shape_fits = pixel_bytes == 0 ? r.bytes == 0
+                                           : r.bytes % pixel_bytes == 0 &&
+                                                 pixels == r.bytes / pixel_bytes;
+  if (r.status != kSampleFailed && !shape_fits) return "sample size disagrees with its shape";
   if (r.status > kSampleFailed) return "bad sample status";
   return nullptr;
 }

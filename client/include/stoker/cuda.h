@@ -66,9 +66,9 @@ enum class DeviceDType {
 
 // Bytes per element of `d` (kAsIs: 1).
 inline constexpr uint32_t DeviceDTypeBytes(DeviceDType d) {
-  return d == DeviceDType::kFloat32 ? 4
+  return d == DeviceDType::kFloat32                                    ? 4
          : (d == DeviceDType::kFloat16 || d == DeviceDType::kBFloat16) ? 2
-                                                                        : 1;
+                                                                       : 1;
 }
 
 struct DeviceCopyOptions {

@@ -21,11 +21,15 @@ Errors (all subclasses of `StokerError`, itself a `RuntimeError`):
 * `StokerTimeoutError` (also a `TimeoutError`): nothing within ``timeout_ms``.
 * `ResourceExhaustedError`: the daemon is out of sessions or shared memory.
 * `DataLossError`: inconsistent ring contents.
+* `CudaUnavailableError`: ``Loader(device='cuda')`` where CUDA is unavailable
+  (stoker built without it, torch without it, no driver, no GPU); pass
+  ``cpu_fallback=True`` to get CPU tensors instead.
 * `EndOfData`: the low-level ``Session.next`` after the last batch (the Loader
   turns it into `StopIteration`).
 """
 
 from ._native import (
+    CudaUnavailableError,
     DaemonUnavailableError,
     DataLossError,
     EndOfData,
@@ -37,6 +41,7 @@ from ._native import (
     StokerError,
     StokerTimeoutError,
 )
+from ._native import cuda_status
 from .client import Client, resolve_socket
 from .loader import BatchView, Loader
 
@@ -45,6 +50,7 @@ __version__ = "0.1.0"
 __all__ = [
     "BatchView",
     "Client",
+    "CudaUnavailableError",
     "DaemonUnavailableError",
     "DataLossError",
     "EndOfData",
@@ -56,5 +62,6 @@ __all__ = [
     "Session",
     "StokerError",
     "StokerTimeoutError",
+    "cuda_status",
     "resolve_socket",
 ]

@@ -6,6 +6,7 @@ import gc
 import json
 import os
 import sys
+import warnings
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -30,8 +31,8 @@ def _torch_module():
 
 Images = Union["torch.Tensor", List["torch.Tensor"]]  # noqa: F821
 
-_DTYPES = ("uint8", "float32", "float16")
-_LAYOUTS = ("nhwc", "nchw")
+_DTYPES = ("uint8", "float32", "float16", "bfloat16")
+_LAYOUTS = ("nhwc", "nchw", "channels_last")
 _PIPELINES = ("train", "eval", "decode")
 
 
@@ -101,6 +102,63 @@ def _size_pair(size: Union[int, Sequence[int], None], pipeline: str) -> Tuple[in
             f"size must be an int or a (height, width) pair, got {size!r}") from None
 
 
+# ---------------------------------------------------------------------------
+# Device copies (device=...): parsing and availability.
+
+_NO_INDEX = -1  # device='cuda': the current device at each batch
+
+
+def _parse_device(device: Any) -> Optional[int]:
+    """None/'cpu' -> None (CPU tensors); 'cuda' -> _NO_INDEX; 'cuda:N', N, torch.device -> N."""
+    if device is None:
+        return None
+    if isinstance(device, bool):
+        raise _native.InvalidRequestError(f"device must be None, 'cuda', 'cuda:N' or an int, "
+                                          f"got {device!r}")
+    if isinstance(device, (int, np.integer)):
+        if device < 0:
+            raise _native.InvalidRequestError(f"device index must be >= 0, got {device}")
+        return int(device)
+    kind, index = None, None
+    if isinstance(device, str):
+        kind, _, rest = device.strip().lower().partition(":")
+        if rest:
+            try:
+                index = int(rest)
+            except ValueError:
+                raise _native.InvalidRequestError(f"bad device {device!r}") from None
+    elif hasattr(device, "type") and hasattr(device, "index"):  # torch.device
+        kind, index = device.type, device.index
+    if kind == "cpu" and index is None:
+        return None
+    if kind != "cuda" or (index is not None and index < 0):
+        raise _native.InvalidRequestError(
+            f"device must be None, 'cpu', 'cuda', 'cuda:N', an int or a torch.device, got "
+            f"{device!r}")
+    return _NO_INDEX if index is None else index
+
+
+def _cuda_unavailable_reason() -> Optional[str]:
+    """Why CUDA tensors cannot be made here, or None when they can."""
+    status = _native.cuda_status()
+    if not status["built_with_cuda"]:
+        return ("the stoker module was built without CUDA (no CUDA toolkit at build time, or "
+                "-DSTOKER_CUDA=OFF)")
+    torch = _torch or _torch_module()
+    if not torch.cuda.is_available():
+        return (f"torch.cuda.is_available() is False (torch {torch.__version__}, built for CUDA "
+                f"{torch.version.cuda}; no driver or no GPU?)")
+    if status["error"]:
+        return status["error"]
+    return None
+
+
+def _cuda_unavailable(message: str) -> "_native.CudaUnavailableError":
+    e = _native.CudaUnavailableError(message)
+    e.code = "FAILED_PRECONDITION"
+    return e
+
+
 class Loader:
     """Batches of decoded, augmented images from stokerd, as torch tensors.
 
@@ -119,6 +177,15 @@ class Loader:
     waiting forever. Pass ``copy=True`` for private tensors (the slot returns
     at once), or move the tensor to the GPU and drop it.
 
+    CUDA tensors: with ``device='cuda'`` (or ``'cuda:N'``) the daemon serves
+    uint8 NHWC (the fewest bytes through PCIe), and each batch is DMA'd from
+    its ring slot (pinned once per session with cudaHostRegister) into a
+    tensor allocated by torch's caching allocator on that device, then
+    normalized there by a CUDA kernel, all on
+    ``torch.cuda.current_stream(device)``: the tensor is ready for any work
+    on that stream with no synchronize. The slot goes back to the daemon once
+    the copy has completed on the GPU. Labels are copied to the device too.
+
     The session attaches lazily, at the first iteration, ``len()``, ``info``
     or `attach`. `close` (or leaving a ``with`` block) detaches.
 
@@ -136,9 +203,13 @@ class Loader:
         scale, ratio: train: RandomResizedCrop's ranges.
         flip_prob: train: probability of a horizontal flip.
         interpolation: 'antialias' (PIL-like, torchvision's default) or 'bilinear'.
-        dtype: 'uint8' (raw pixels) or 'float32'/'float16', normalized
-            ``(x/255 - mean) / std``.
-        layout: 'nhwc' or 'nchw'; None: 'nhwc' for uint8, 'nchw' for floats.
+        dtype: 'uint8' (raw pixels) or 'float32'/'float16'/'bfloat16',
+            normalized ``(x/255 - mean) / std`` (bfloat16: rounded from the
+            float32 value to nearest even; on the CPU path a cast of the
+            daemon's float32).
+        layout: 'nhwc' or 'nchw' (the tensor's shape), or 'channels_last': an
+            [n, 3, H, W] tensor in torch.channels_last memory format. None:
+            'nhwc' for uint8, 'nchw' for floats.
         mean, std: per RGB channel; None: ImageNet's.
         seed: the order of epoch e is a permutation from (seed, e); a sample's
             augmentation is keyed by (seed, epoch, index): the same seed gives
@@ -155,6 +226,16 @@ class Loader:
             is noticed within seconds regardless).
         copy: yield private copies instead of views of the ring.
         client_name: shown in the daemon's status and logs.
+        device: None (CPU tensors), 'cuda' (the current CUDA device at each
+            batch), 'cuda:N', N or a torch.device: yield CUDA tensors, copied
+            and normalized on the GPU (see above). Without CUDA (torch without
+            it, no driver or GPU, or stoker built without it) iterating raises
+            `CudaUnavailableError`, unless ``cpu_fallback``.
+        cpu_fallback: with ``device`` set and CUDA unavailable, yield CPU
+            tensors (normalized by the daemon) instead of raising, with one
+            RuntimeWarning.
+        register_ring: pin the ring with cudaHostRegister for device copies
+            (False: copy through pinned staging buffers; for diagnosis).
     """
 
     def __init__(
@@ -185,6 +266,9 @@ class Loader:
         timeout_ms: int = -1,
         copy: bool = False,
         client_name: Optional[str] = None,
+        device: Any = None,
+        cpu_fallback: bool = False,
+        register_ring: bool = True,
     ) -> None:
         pipeline = str(pipeline).lower()
         dtype = str(dtype).lower()
@@ -215,6 +299,17 @@ class Loader:
         self.world_size: int = 1 if world_size is None else world_size
         self.timeout_ms: int = timeout_ms
         self.copy: bool = bool(copy)
+        # Device copies: what the user asked for; what the daemon serves is
+        # decided at attach (_resolve_mode), once CUDA's availability is known.
+        self.device: Any = device
+        self.cpu_fallback: bool = bool(cpu_fallback)
+        self._device_index: Optional[int] = _parse_device(device)
+        self._dtype: str = dtype
+        self._layout: str = layout
+        self._mean = None if mean is None else [float(v) for v in mean]
+        self._std = None if std is None else [float(v) for v in std]
+        self._mode = "cpu"  # 'cpu', 'cuda' or 'cpu_fallback'; set at attach
+        self._staging_warned = False
         height, width = _size_pair(size, pipeline)
         self._options: Dict[str, Any] = dict(
             pipeline=pipeline, height=height, width=width,
@@ -224,7 +319,7 @@ class Loader:
             std=None if std is None else list(std), batch_size=batch_size, seed=seed,
             shuffle=bool(shuffle), epochs=0 if epochs is None else epochs, rank=self.rank,
             world_size=self.world_size, drop_last=bool(drop_last), ring_slots=ring_slots,
-            failure_policy=failure_policy,
+            failure_policy=failure_policy, register_ring_with_cuda=bool(register_ring),
             client_name=client_name or f"{os.path.basename(sys.argv[0] or 'python')}"
                                        f"[{os.getpid()}]")
         if pipeline != "train":
@@ -258,10 +353,12 @@ class Loader:
             raise _native.StokerError("the loader is closed")
         if self._session is not None:
             return self
+        self._mode = self._resolve_mode()
         if self._client is None:
             self._client = Client(self.socket)
-        self._session = self._client.attach(self.dataset, start_epoch=start_epoch,
-                                            **self._options)
+        options = dict(self._options)
+        options.update(self._daemon_format())
+        self._session = self._client.attach(self.dataset, start_epoch=start_epoch, **options)
         info = self._session.info
         try:
             info["effective_pipeline"] = json.loads(info.pop("effective_pipeline_json") or "{}")
@@ -274,6 +371,88 @@ class Loader:
             self._next_epoch = start_epoch
             self._epoch = start_epoch
         return self
+
+    # ------------------------------------------------------------------
+    # Device copies
+
+    def _resolve_mode(self) -> str:
+        """'cpu', 'cuda' or 'cpu_fallback'; raises CudaUnavailableError."""
+        if self._device_index is None:
+            return "cpu"
+        why = _cuda_unavailable_reason()
+        if why is None:
+            torch = _torch or _torch_module()
+            count = torch.cuda.device_count()
+            if self._device_index != _NO_INDEX and self._device_index >= count:
+                raise _native.InvalidRequestError(
+                    f"device={self.device!r}: this process sees {count} CUDA device(s)")
+            return "cuda"
+        if not self.cpu_fallback:
+            raise _cuda_unavailable(
+                f"stoker.Loader(device={self.device!r}) needs CUDA: {why}. Pass "
+                "cpu_fallback=True to get CPU tensors instead.")
+        if self._mode != "cpu_fallback":
+            warnings.warn(f"stoker.Loader(device={self.device!r}): {why}; yielding CPU tensors "
+                          "(cpu_fallback=True)", RuntimeWarning, stacklevel=4)
+        return "cpu_fallback"
+
+    def _daemon_format(self) -> Dict[str, str]:
+        """The dtype and layout the daemon serves for the current mode."""
+        if self._mode == "cuda":
+            if self._dtype == "uint8":  # copied as is
+                return dict(dtype="uint8",
+                            layout="nchw" if self._layout == "nchw" else "nhwc")
+            return dict(dtype="uint8", layout="nhwc")  # normalized on the GPU
+        return dict(dtype="float32" if self._dtype == "bfloat16" else self._dtype,
+                    layout="nhwc" if self._layout == "channels_last" else self._layout)
+
+    @property
+    def device_status(self) -> Optional[Dict[str, Any]]:
+        """The session's device-copy path: {'mode': 'none' | 'registered' | 'staging',
+        'detail', 'copies', 'bytes', 'in_flight', ...}; None before attach."""
+        return None if self._session is None else self._session.device_status
+
+    def _to_cuda(self, images: Any) -> "torch.Tensor":
+        torch = _torch or _torch_module()
+        index = self._device_index
+        if index is None or index == _NO_INDEX:
+            index = torch.cuda.current_device()
+        dev = torch.device("cuda", index)
+        stream = torch.cuda.current_stream(dev)
+        src = images[0] if isinstance(images, list) else images
+        if isinstance(images, list) and len(images) != 1:
+            raise _native.InvalidRequestError(
+                "device copies of variable-size batches need batch_size=1")
+        if self._dtype == "uint8":
+            out = torch.empty(src.shape, dtype=torch.uint8, device=dev)
+            _native.copy_to_device(images, stream.cuda_stream, out.data_ptr(), out.numel(),
+                                   dtype="asis", device=index)
+        else:
+            n, h, w, _ = src.shape if src.ndim == 4 else (1,) + src.shape
+            tdtype = {"float32": torch.float32, "float16": torch.float16,
+                      "bfloat16": torch.bfloat16}[self._dtype]
+            nchw = self._layout == "nchw"
+            out = torch.empty((n, 3, h, w) if nchw else (n, h, w, 3), dtype=tdtype, device=dev)
+            # The uint8 pixels land in scratch from torch's caching allocator:
+            # freed below, it is reused only by work ordered after ours on
+            # this stream.
+            scratch = torch.empty(src.nbytes, dtype=torch.uint8, device=dev)
+            _native.copy_to_device(images, stream.cuda_stream, out.data_ptr(),
+                                   out.numel() * out.element_size(), dtype=self._dtype,
+                                   layout="nchw" if nchw else "nhwc", mean=self._mean,
+                                   std=self._std, device=index, scratch=scratch.data_ptr(),
+                                   scratch_bytes=scratch.numel())
+            del scratch
+            if src.ndim == 3:
+                out = out[0]
+        if self._layout == "channels_last" and out.dim() == 4:
+            out = out.permute(0, 3, 1, 2)  # [n,3,H,W] over NHWC memory
+        if not self._staging_warned and self._session is not None:
+            self._staging_warned = True
+            st = self._session.device_status
+            if st["mode"] == "staging":
+                warnings.warn(f"stoker: {st['detail']}", RuntimeWarning, stacklevel=4)
+        return out
 
     def close(self) -> None:
         """Detaches the session. Tensors already yielded stay valid. Idempotent."""
@@ -392,6 +571,15 @@ class Loader:
     def _make(self, raw: tuple, views: bool) -> Any:
         images, labels, indices, planned, statuses, epoch, batch_in_epoch, sequence = raw
         torch = _torch or _torch_module()
+        if self._mode == "cuda":
+            images = self._to_cuda(images)  # the ndarray's lease ends with it, after the copy
+            labels = torch.from_numpy(labels).to(images.device, non_blocking=True)
+            self.last_indices = indices
+            self._epoch = epoch
+            if views:
+                return BatchView(images, labels, indices, planned, statuses, epoch,
+                                 batch_in_epoch, sequence)
+            return images, labels
         if isinstance(images, list):
             if self.copy:
                 images = [torch.from_numpy(a.copy()) for a in images]
@@ -401,6 +589,12 @@ class Loader:
             images = torch.from_numpy(images.copy())
         else:
             images = torch.from_numpy(images)
+        if self._dtype == "bfloat16":  # the daemon served float32
+            images = ([a.to(torch.bfloat16) for a in images] if isinstance(images, list)
+                      else images.to(torch.bfloat16))
+        if self._layout == "channels_last":  # the daemon served NHWC
+            images = ([a.permute(2, 0, 1) for a in images] if isinstance(images, list)
+                      else images.permute(0, 3, 1, 2))
         labels = torch.from_numpy(labels)
         self.last_indices = indices
         self._epoch = epoch

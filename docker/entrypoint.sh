@@ -1,0 +1,81 @@
+#!/bin/sh
+# stoker-entrypoint: the image's ENTRYPOINT (under tini). Starts stokerd with
+# the image's defaults, which the environment and the container's arguments
+# (CMD) override:
+#
+#   STOKER_SOCKET       --socket       (default /run/stoker/stoker.sock)
+#   STOKER_DATA_ROOT    --data-root    (default /data)
+#   STOKER_WORKERS      --workers      (default "auto": the CPUs this container may use,
+#                                       nproc capped by a cgroup CPU quota)
+#   STOKER_SOCKET_MODE  --socket-mode  (e.g. 0660, for a trainer with another UID in our group)
+#   STOKER_SHM_MODE     --shm-mode     (e.g. 0660, likewise)
+#   STOKER_LOG_LEVEL    --log-level
+#   STOKER_LOG_JSON=1   --log-json
+#
+# A flag given as an argument wins over the variable (stokerd refuses a flag
+# given twice, so the default is then left out). Arguments that do not start
+# with "-" are a command run instead of stokerd, e.g. `stokerctl status`.
+set -eu
+
+case "${1:-}" in
+  "" | -*) ;;
+  *) exec "$@" ;;
+esac
+
+# given FLAG ARGS...: whether ARGS hold FLAG (as "FLAG VALUE" or "FLAG=VALUE").
+given() {
+  flag=$1
+  shift
+  for a in "$@"; do
+    case $a in "$flag" | "$flag"=*) return 0 ;; esac
+  done
+  return 1
+}
+
+# The CPUs this container may use: nproc (the affinity mask) capped by the
+# CFS quota (cgroup v2 cpu.max or v1 cpu.cfs_quota_us), rounded up.
+cpus() {
+  n=$(nproc)
+  quota=max
+  period=100000
+  if [ -r /sys/fs/cgroup/cpu.max ]; then
+    read -r quota period </sys/fs/cgroup/cpu.max
+  elif [ -r /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]; then
+    quota=$(cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us)
+    period=$(cat /sys/fs/cgroup/cpu/cpu.cfs_period_us)
+  fi
+  case $quota in
+    max | -1 | "") ;;
+    *)
+      q=$(((quota + period - 1) / period))
+      if [ "$q" -ge 1 ] && [ "$q" -lt "$n" ]; then n=$q; fi
+      ;;
+  esac
+  echo "$n"
+}
+
+# Prepended in reverse, so the command line reads in the order of the table.
+if [ "${STOKER_LOG_JSON:-0}" = 1 ] && ! given --log-json "$@"; then
+  set -- --log-json "$@"
+fi
+if [ -n "${STOKER_LOG_LEVEL:-}" ] && ! given --log-level "$@"; then
+  set -- --log-level "$STOKER_LOG_LEVEL" "$@"
+fi
+if [ -n "${STOKER_SHM_MODE:-}" ] && ! given --shm-mode "$@"; then
+  set -- --shm-mode "$STOKER_SHM_MODE" "$@"
+fi
+if [ -n "${STOKER_SOCKET_MODE:-}" ] && ! given --socket-mode "$@"; then
+  set -- --socket-mode "$STOKER_SOCKET_MODE" "$@"
+fi
+if ! given --workers "$@"; then
+  workers=${STOKER_WORKERS:-auto}
+  if [ "$workers" = auto ]; then workers=$(cpus); fi
+  set -- --workers "$workers" "$@"
+fi
+if ! given --data-root "$@"; then
+  set -- --data-root "${STOKER_DATA_ROOT:-/data}" "$@"
+fi
+if ! given --socket "$@"; then
+  set -- --socket "${STOKER_SOCKET:-/run/stoker/stoker.sock}" "$@"
+fi
+exec /usr/local/bin/stokerd "$@"

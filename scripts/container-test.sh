@@ -1,0 +1,240 @@
+#!/usr/bin/env bash
+# The sidecar image end to end: builds the top-level Dockerfile, starts stokerd
+# in a container over a small generated dataset, consumes one epoch from a
+# second container of the same image that shares the socket folder and
+# /dev/shm, and checks health, the HEALTHCHECK, the non-root user and a clean
+# SIGTERM shutdown (exit 0, no rings, no socket left).
+#
+#   scripts/container-test.sh        (from anywhere; needs podman or a Docker engine)
+#
+# Engine: podman made usable by ../shared/tools/podman-env where that exists
+# (these machines and CI: no Docker engine, no registry), else a running
+# Docker engine, else podman as installed. Without any it prints
+# "container test: skipped (no container engine)" and exits 0.
+#
+# Environment: STOKER_IMAGE=name  test an image already built (no build, not removed);
+#              STOKER_KEEP=1      leave the image and the temp dir behind.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+t_start=$(date +%s)
+
+skip() {
+  echo "container test: skipped (no container engine${1:+: $1})"
+  exit 0
+}
+
+# --- the engine ---
+engine=""
+build_flags=()
+if [[ -x ../shared/tools/podman-env ]] && env_out=$(../shared/tools/podman-env 2>/dev/null) &&
+  eval "$env_out" && command -v podman >/dev/null && podman info >/dev/null 2>&1; then
+  engine=podman
+elif command -v docker >/dev/null && docker info >/dev/null 2>&1; then
+  engine=docker
+elif command -v podman >/dev/null && podman info >/dev/null 2>&1; then
+  engine=podman
+fi
+[[ -n $engine ]] || skip
+if [[ $engine == podman ]]; then
+  # No registry here: the base image is local. Docker format keeps HEALTHCHECK.
+  build_flags=(--pull=never --format docker)
+fi
+echo "==> container test with $engine"
+
+id=stoker-ctest-$$
+image=${STOKER_IMAGE:-localhost/stoker-ctest:$$}
+sidecar=$id-sidecar
+work=""
+built=0
+
+cleanup() {
+  local rc=$?
+  # One at a time: podman 4.3 removes none of several names when one is missing.
+  local c rm_flags=(-f)
+  [[ $engine == podman ]] && rm_flags+=(-t 0)
+  for c in "$sidecar" "$sidecar-ipc" "$id-client"; do
+    "$engine" rm "${rm_flags[@]}" "$c" >/dev/null 2>&1 || true
+  done
+  if [[ $built == 1 && ${STOKER_KEEP:-0} != 1 ]]; then
+    "$engine" rmi -f "$image" >/dev/null 2>&1 || true
+  fi
+  if [[ -n $work && ${STOKER_KEEP:-0} != 1 ]]; then
+    # Files the container's user made may be owned by a subordinate UID
+    # (rootless podman): remove those from inside the user namespace.
+    rm -rf "$work" 2>/dev/null || { [[ $engine == podman ]] && podman unshare rm -rf "$work"; } || true
+  fi
+  echo "container test: $([[ $rc == 0 ]] && echo passed || echo FAILED) in $(($(date +%s) - t_start)) s"
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+fail() {
+  echo "container test: $*" >&2
+  if [[ -n ${logs_from:-} ]]; then
+    echo "--- logs of $logs_from ---" >&2
+    "$engine" logs "$logs_from" 2>&1 | tail -40 >&2 || true
+  fi
+  exit 1
+}
+
+# --- the image ---
+if [[ -z ${STOKER_IMAGE:-} ]]; then
+  echo "==> building $image (the first build compiles stoker: minutes)"
+  t0=$(date +%s)
+  log=$(mktemp)
+  if ! "$engine" build "${build_flags[@]}" -t "$image" -f Dockerfile . >"$log" 2>&1; then
+    tail -40 "$log" >&2
+    rm -f "$log"
+    fail "image build failed"
+  fi
+  rm -f "$log"
+  built=1
+  echo "    built in $(($(date +%s) - t0)) s"
+fi
+size=$("$engine" image inspect --format '{{.Size}}' "$image")
+echo "    image size: $((size / 1000000)) MB"
+
+# The HEALTHCHECK must be in the image (podman keeps it only with --format docker).
+"$engine" image inspect "$image" | grep -A8 -i '"healthcheck"' | grep -q 'stokerctl health' ||
+  fail "the image has no HEALTHCHECK running stokerctl health"
+echo "    HEALTHCHECK recorded"
+
+# --- a dataset, a socket folder and a shared /dev/shm ---
+# /dev/shm of both containers is one host folder, on the host's tmpfs where
+# there is one, so the test can look for rings left behind after the daemon has
+# gone. Its name must not start with "stoker-" (a daemon's stale-ring sweep).
+shm_parent=/dev/shm
+[[ -d $shm_parent && -w $shm_parent ]] || shm_parent=${TMPDIR:-/tmp}
+work=$(mktemp -d "$shm_parent/ctest-stoker.XXXXXX")
+chmod 0755 "$work"
+mkdir -p "$work/data" "$work/sock" "$work/shm"
+# The containers run as uid 10001: the folders they write are world-writable
+# and sticky, like /tmp (a test; see docker/README.md for real deployments).
+chmod 1777 "$work/sock" "$work/shm"
+classes=3
+per_class=20
+n=$((classes * per_class))
+/usr/bin/python3 scripts/make_dataset.py "$work/data/ds" --classes $classes --per-class $per_class \
+  --min-size 64 --max-size 160 >/dev/null
+chmod -R a+rX "$work/data"
+
+mounts=(-v "$work/sock:/run/stoker" -v "$work/shm:/dev/shm")
+# Run the sidecar as Kubernetes would (docker/k8s-pod.yaml): read-only root,
+# no capabilities, no privilege escalation.
+hardening=(--read-only --cap-drop ALL --security-opt no-new-privileges)
+
+# --- the sidecar ---
+echo "==> starting the sidecar"
+# (podman without systemd says on stderr that it cannot schedule the periodic
+# health checks; `podman healthcheck run` below runs the check itself.)
+"$engine" run -d --name "$sidecar" "${hardening[@]}" "${mounts[@]}" \
+  -v "$work/data:/data:ro" -e STOKER_WORKERS=2 "$image" --log-level info \
+  >/dev/null 2>"$work/run.err" || { cat "$work/run.err" >&2; fail "cannot start the sidecar"; }
+logs_from=$sidecar
+
+# Wait (with a deadline) for SERVING, asked inside the sidecar.
+deadline=$(($(date +%s) + 60))
+until "$engine" exec "$sidecar" stokerctl health >/dev/null 2>&1; do
+  [[ $("$engine" inspect --format '{{.State.Running}}' "$sidecar") == true ]] ||
+    fail "the sidecar exited before serving"
+  (($(date +%s) < deadline)) || fail "the sidecar is not SERVING after 60 s"
+  sleep 0.5
+done
+echo "    stokerctl health in the sidecar: SERVING"
+[[ -S $work/sock/stoker.sock ]] || fail "no socket at /run/stoker/stoker.sock"
+
+# The image's own HEALTHCHECK command, run once by the engine.
+if [[ $engine == podman ]]; then
+  podman healthcheck run "$sidecar" >/dev/null || fail "podman healthcheck run failed"
+  echo "    podman healthcheck run: healthy"
+fi
+
+# Every process of the container (tini, stokerd, its workers) runs as 10001.
+uids=$("$engine" exec "$sidecar" sh -c \
+  'for s in /proc/[0-9]*/status; do sed -n "s/^Uid:[[:space:]]*\([0-9]*\).*/\1/p" "$s" 2>/dev/null; done' |
+  sort -u | tr '\n' ' ')
+[[ $uids == "10001 " ]] || fail "processes in the sidecar run as uids: $uids (want only 10001)"
+procs=$("$engine" exec "$sidecar" sh -c 'cat /proc/[0-9]*/comm 2>/dev/null' | sort | uniq -c | tr -s ' \n' ' ')
+echo "    every process runs as uid 10001:$procs"
+
+# --- a client in a second container of the same image ---
+echo "==> consuming one epoch from a client container"
+out=$("$engine" run --rm --name "$id-client" --no-healthcheck --read-only --cap-drop ALL "${mounts[@]}" \
+  "$image" stokerctl consume --dataset ds --pipeline train --size 64 --batch-size 16 \
+  --epochs 1 --json) || fail "stokerctl consume failed: $out"
+echo "    $out"
+samples=$(sed -n 's/.*"samples":\([0-9]*\).*/\1/p' <<<"$out")
+batches=$(sed -n 's/.*"batches":\([0-9]*\).*/\1/p' <<<"$out")
+failed=$(sed -n 's/.*"failed":\([0-9]*\).*/\1/p' <<<"$out")
+[[ $samples == "$n" ]] || fail "consumed $samples samples, want $n"
+[[ $batches == $(((n + 15) / 16)) ]] || fail "consumed $batches batches, want $(((n + 15) / 16))"
+[[ $failed == 0 ]] || fail "$failed samples failed"
+
+status=$("$engine" exec "$sidecar" stokerctl status --json) || fail "stokerctl status failed"
+grep -q 'data_root[^,]*"/data' <<<"$status" || fail "status does not show data_root /data: $status"
+
+# --- SIGTERM, with a session attached ---
+# A client that would consume forever; its ring must appear in the shared
+# /dev/shm folder, owner-only and owned by 10001.
+echo "==> stopping the sidecar (SIGTERM) under an attached client"
+"$engine" run -d --name "$id-client" --no-healthcheck --read-only --cap-drop ALL "${mounts[@]}" \
+  "$image" stokerctl consume --dataset ds --pipeline train --size 64 --batch-size 16 \
+  --epochs 0 --json >/dev/null || fail "cannot start the endless client"
+deadline=$(($(date +%s) + 30))
+until ring=$(find "$work/shm" -mindepth 1 -name 'stoker-*' | head -1) && [[ -n $ring ]]; do
+  (($(date +%s) < deadline)) || fail "no ring appeared in the shared /dev/shm folder"
+  sleep 0.2
+done
+perm=$("$engine" exec "$sidecar" stat -c '%a %u' "/dev/shm/$(basename "$ring")")
+[[ $perm == "600 10001" ]] || fail "ring $ring has mode/owner $perm, want 600 10001"
+echo "    ring $(basename "$ring") in the shared /dev/shm: mode 0600, uid 10001"
+"$engine" stop -t 30 "$sidecar" >/dev/null 2>"$work/stop.err" || { cat "$work/stop.err" >&2; fail "stop failed"; }
+code=$("$engine" inspect --format '{{.State.ExitCode}}' "$sidecar")
+[[ $code == 0 ]] || fail "the sidecar exited with $code, want 0"
+"$engine" logs "$sidecar" 2>&1 | grep -q 'stokerd stopped' || fail "no 'stokerd stopped' in the logs"
+left=$(find "$work/shm" -mindepth 1 -name 'stoker-*' | tr '\n' ' ')
+[[ -z $left ]] || fail "shared memory left behind: $left"
+[[ ! -e $work/sock/stoker.sock ]] || fail "the socket was left behind"
+echo "    exit code 0, no rings left in /dev/shm, socket removed"
+# The attached client learns that the daemon has gone, and ends.
+deadline=$(($(date +%s) + 30))
+while [[ $("$engine" inspect --format '{{.State.Running}}' "$id-client") == true ]]; do
+  (($(date +%s) < deadline)) || fail "the attached client still runs 30 s after the daemon stopped"
+  sleep 0.2
+done
+echo "    the attached client ended (exit $("$engine" inspect --format '{{.State.ExitCode}}' "$id-client")):" \
+  "$("$engine" logs "$id-client" 2>&1 | tail -1)"
+logs_from=""
+
+# --- the other way to share /dev/shm: the sidecar's IPC namespace ---
+# As docker/compose.yaml does (ipc: shareable + ipc: "service:stoker"), with a
+# /dev/shm of 16 MB: a ring of 4 x 32 x 224x224x3 = 19.3 MB is refused with a
+# message naming the size, a small one fits.
+echo "==> sharing the sidecar's IPC namespace (--ipc=shareable, --shm-size 16m)"
+rm -rf "$work/sock" && mkdir "$work/sock" && chmod 1777 "$work/sock"
+"$engine" run -d --name "$sidecar-ipc" "${hardening[@]}" --ipc=shareable --shm-size 16m \
+  -v "$work/sock:/run/stoker" -v "$work/data:/data:ro" -e STOKER_WORKERS=2 "$image" \
+  >/dev/null 2>"$work/run.err" || { cat "$work/run.err" >&2; fail "cannot start the sidecar"; }
+logs_from=$sidecar-ipc
+deadline=$(($(date +%s) + 60))
+until "$engine" exec "$sidecar-ipc" stokerctl health >/dev/null 2>&1; do
+  (($(date +%s) < deadline)) || fail "the sidecar is not SERVING after 60 s"
+  sleep 0.5
+done
+client=("$engine" run --rm --no-healthcheck --read-only --cap-drop ALL --ipc "container:$sidecar-ipc"
+  -v "$work/sock:/run/stoker" "$image" stokerctl consume --dataset ds --epochs 1 --json)
+if big=$("${client[@]}" --size 224 --batch-size 32 2>&1); then
+  fail "a 19.3 MB ring fitted in a 16 MB /dev/shm: $big"
+fi
+grep -q 'larger /dev/shm' <<<"$big" || fail "the refusal does not say what to do: $big"
+echo "    too big a ring: ${big#stokerctl: }"
+out=$("${client[@]}" --size 64 --batch-size 16) || fail "stokerctl consume failed: $out"
+samples=$(sed -n 's/.*"samples":\([0-9]*\).*/\1/p' <<<"$out")
+[[ $samples == "$n" ]] || fail "consumed $samples samples through the IPC namespace, want $n"
+echo "    $out"
+"$engine" stop -t 30 "$sidecar-ipc" >/dev/null 2>"$work/stop.err" || { cat "$work/stop.err" >&2; fail "stop failed"; }
+code=$("$engine" inspect --format '{{.State.ExitCode}}' "$sidecar-ipc")
+[[ $code == 0 ]] || fail "the sidecar exited with $code, want 0"
+echo "    exit code 0"
+logs_from=""

@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# The GPU check (issue 5): one script for a machine with a GPU, CUDA, CMake
+# and PyTorch but none of stoker's Debian libraries (no gRPC, absl, spdlog,
+# Catch2). It builds only the CUDA part of the client (client/src/cuda_*) and
+# a standalone harness with nvcc, then checks and measures:
+#
+#   - the normalize kernel against the CPU reference, fresh random input;
+#   - the half/bfloat16 rounding against CUDA's intrinsics (all 2^32 floats);
+#   - H2D GB/s of a 256x224x224x3 uint8 batch: registered ring-like shm vs
+#     cudaMallocHost vs pageable (target: registered >= 90% of pinned);
+#   - that a ring copy overlaps a kernel running on another stream;
+#   - that no slot is reused before its copy finished (each slot is poisoned
+#     the moment it is released; the device data is verified), with a
+#     control run that releases early and must be caught;
+#   - with PyTorch: torch stream semantics on every GPU (no synchronize), and
+#     the copy+normalize feed ceiling in images/s into torch tensors;
+#   - end to end through stokerd, only if STOKER_BUILD_DIR points at a full
+#     build (the daemon needs gRPC; skipped otherwise).
+#
+# Prints a short table last. Exit status: 0 all passed, 1 a check failed,
+# 2 no CUDA device (or no nvcc). Bounded: well under 8 minutes.
+#
+#   scripts/gpu-check.sh              # build into ${GPU_CHECK_BUILD:-/tmp/stoker-gpu-check}
+#   NVCC=/usr/local/cuda/bin/nvcc CUDA_ARCH=90 scripts/gpu-check.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+OUT=${GPU_CHECK_BUILD:-/tmp/stoker-gpu-check}
+ARCH=${CUDA_ARCH:-90}
+PY=${PYTHON:-python3}
+START=$(date +%s)
+mkdir -p "$OUT"
+RESULTS="$OUT/results.txt"
+: >"$RESULTS"
+
+note() { echo "==> $*"; }
+row() { echo "RESULT|$1|$2|$3|$4" >>"$RESULTS"; }
+
+table() {
+  echo
+  echo "stoker GPU check ($(($(date +%s) - START)) s)"
+  printf '%-48s %-58s %-22s %s\n' "check" "value" "target" "status"
+  printf '%-48s %-58s %-22s %s\n' "-----" "-----" "------" "------"
+  while IFS='|' read -r _ name value target status; do
+    printf '%-48s %-58s %-22s %s\n' "$name" "$value" "$target" "$status"
+  done < <(grep '^RESULT|' "$RESULTS")
+}
+
+# --- build -------------------------------------------------------------------
+NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+if [[ ! -x $NVCC ]]; then
+  row "build" "no nvcc (set NVCC=...)" "-" "FAIL"
+  table
+  exit 2
+fi
+note "building the harness with $NVCC (sm_$ARCH + compute_$ARCH PTX, static cudart)"
+FLAGS=(-O2 -std=c++17 -cudart static
+  "-gencode=arch=compute_$ARCH,code=[sm_$ARCH,compute_$ARCH]"
+  -Xcompiler=-fPIC,-Wall,-Wextra,-Wno-unused-parameter -I "$ROOT/client/src")
+build_ok=1
+pids=()
+for src in client/src/cuda_normalize.cu client/src/cuda_ring_copier.cc tests/gpu_check_capi.cc; do
+  timeout 300 "$NVCC" "${FLAGS[@]}" -c "$ROOT/$src" -o "$OUT/$(basename "$src").o" &
+  pids+=($!)
+done
+for p in "${pids[@]}"; do wait "$p" || build_ok=0; done
+if ((build_ok)); then
+  timeout 300 "$NVCC" "${FLAGS[@]}" "$ROOT/tests/gpu_check.cu" \
+    "$OUT/cuda_normalize.cu.o" "$OUT/cuda_ring_copier.cc.o" -o "$OUT/gpu_check" -lrt || build_ok=0
+  timeout 120 "$NVCC" "${FLAGS[@]}" -shared "$OUT/cuda_normalize.cu.o" \
+    "$OUT/cuda_ring_copier.cc.o" "$OUT/gpu_check_capi.cc.o" -o "$OUT/libstoker_gpucheck.so" \
+    -lrt || build_ok=0
+fi
+if ((!build_ok)); then
+  row "build" "nvcc failed (see above)" "-" "FAIL"
+  table
+  exit 1
+fi
+row "build" "$("$NVCC" --version | tail -1)" "-" "PASS"
+if [[ ${GPU_CHECK_BUILD_ONLY:-0} == 1 ]]; then
+  table
+  exit 0
+fi
+
+# --- device checks -----------------------------------------------------------
+note "device checks"
+timeout 300 "$OUT/gpu_check" | tee "$OUT/gpu_check.log"
+rc=${PIPESTATUS[0]}
+grep '^RESULT|' "$OUT/gpu_check.log" >>"$RESULTS"
+if ((rc == 2)); then
+  table
+  exit 2
+fi
+if ((rc == 124)); then row "device checks" "timed out after 300 s" "-" "FAIL"; fi
+status=$rc
+
+note "torch interop"
+if "$PY" -c 'import torch' 2>/dev/null; then
+  timeout 120 "$PY" "$ROOT/tests/gpu_check_torch.py" "$OUT/libstoker_gpucheck.so" \
+    | tee "$OUT/gpu_check_torch.log"
+  trc=${PIPESTATUS[0]}
+  grep '^RESULT|' "$OUT/gpu_check_torch.log" >>"$RESULTS"
+  ((trc == 124)) && row "torch interop" "timed out after 120 s" "-" "FAIL"
+  ((trc != 0)) && status=1
+else
+  row "torch interop" "no torch for $PY" "-" "SKIP"
+fi
+
+# --- optional: end to end through the daemon --------------------------------
+B=${STOKER_BUILD_DIR:-}
+if [[ -n $B && -x $B/server/stokerd && -d $B/python/stoker ]]; then
+  note "end to end through stokerd ($B)"
+  E2E=$(mktemp -d /tmp/stkgpu.XXXX)
+  timeout 120 "$PY" "$ROOT/scripts/make_dataset.py" "$E2E/data/ds" --classes 4 \
+    --per-class 300 >/dev/null 2>&1
+  "$B/server/stokerd" --socket "$E2E/s.sock" --data-root "$E2E/data" \
+    --workers "$(nproc)" >"$E2E/stokerd.log" 2>&1 &
+  DPID=$!
+  for _ in $(seq 100); do [[ -S $E2E/s.sock ]] && break; sleep 0.1; done
+  timeout 180 env PYTHONPATH="$B/python" "$PY" - "$E2E/s.sock" <<'PYEOF' | tee "$OUT/e2e.log"
+import sys, time, torch, stoker
+with stoker.Loader("ds", socket=sys.argv[1], batch_size=256, device="cuda", dtype="float16",
+                   epochs=None, timeout_ms=60000) as loader:
+    conv = torch.nn.Conv2d(3, 16, 3, stride=4).cuda().half()
+    it, n, t0 = iter(loader), 0, None
+    for i in range(30):
+        try:
+            x, y = next(it)
+        except StopIteration:
+            it = iter(loader); x, y = next(it)
+        conv(x).float().mean()
+        if i == 4:
+            torch.cuda.synchronize(); t0 = time.perf_counter(); n = 0
+        elif i > 4:
+            n += x.shape[0]
+    torch.cuda.synchronize()
+    print(f"RESULT|end to end into CUDA tensors (stokerd)|{n / (time.perf_counter() - t0):,.0f} "
+          f"images/s, {loader.device_status['mode']}|decode-bound|INFO")
+PYEOF
+  grep '^RESULT|' "$OUT/e2e.log" >>"$RESULTS" || row "end to end" "failed (see $E2E)" "-" "FAIL"
+  kill "$DPID" 2>/dev/null
+  wait "$DPID" 2>/dev/null
+else
+  row "end to end through stokerd" "skipped: needs a full build (gRPC); set STOKER_BUILD_DIR" "-" "SKIP"
+fi
+
+table
+exit "$status"
