@@ -8,8 +8,37 @@
 
 #include "CLI/CLI.hpp"
 #include "server/service.h"
+#include "spdlog/pattern_formatter.h"
 #include "spdlog/sinks/stdout_sinks.h"
 #include "spdlog/spdlog.h"
+
+namespace {
+
+// %* in a log pattern: the message, escaped for a JSON string.
+class JsonMessage final : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, const std::tm&,
+              spdlog::memory_buf_t& dest) override {
+    static constexpr char kHex[] = "0123456789abcdef";
+    for (char c : std::string_view(msg.payload.data(), msg.payload.size())) {
+      const auto u = static_cast<unsigned char>(c);
+      if (c == '"' || c == '\\') {
+        dest.push_back('\\');
+        dest.push_back(c);
+      } else if (u < 0x20) {
+        const char esc[] = {'\\', 'u', '0', '0', kHex[u >> 4], kHex[u & 15]};
+        dest.append(esc, esc + sizeof(esc));
+      } else {
+        dest.push_back(c);
+      }
+    }
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override {
+    return std::make_unique<JsonMessage>();
+  }
+};
+
+}  // namespace
 
 int main(int argc, char** argv) {
   stoker::DaemonConfig c;
@@ -56,8 +85,10 @@ int main(int argc, char** argv) {
   spdlog::set_default_logger(logger);
   spdlog::set_level(spdlog::level::from_str(c.log_level));
   if (c.log_json) {
-    spdlog::set_pattern(
-        R"({"ts":"%Y-%m-%dT%H:%M:%S.%e%z","level":"%l","pid":%P,"msg":"%v"})");
+    auto f = std::make_unique<spdlog::pattern_formatter>();
+    f->add_flag<JsonMessage>('*').set_pattern(
+        R"({"ts":"%Y-%m-%dT%H:%M:%S.%e%z","level":"%l","pid":%P,"msg":"%*"})");
+    spdlog::set_formatter(std::move(f));
   } else {
     spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%l%$ stokerd[%P] %v");
   }

@@ -120,3 +120,16 @@ def test_tcp_listener_serves_status_and_health_but_refuses_sessions(served):
     # And the Unix socket still serves sessions.
     r = served.ctl("consume", "--dataset", "ds", "--batch-size", "6", "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["samples"] == 30
+
+
+def test_json_log_lines(daemon_factory, make_dataset):
+    d = daemon_factory(workers=1, extra_args=["--log-json"])
+    make_dataset(os.path.join(d.data_root, "ds"), classes=1, per_class=4)
+    with open(os.path.join(d.data_root, "ds", "class_00", "img_0001.jpg"), "wb") as f:
+        f.write(b'"quoted" \\ and \n a newline: not a jpeg')
+    r = d.ctl("consume", "--dataset", "ds", "--batch-size", "2", "--json")
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(line) for line in d.log().splitlines() if line.strip()]
+    assert all({"ts", "level", "pid", "msg"} <= set(x) for x in lines)
+    assert any(x["level"] == "warning" and "img_0001.jpg" in x["msg"] for x in lines)
+    assert any("attached" in x["msg"] for x in lines)
