@@ -152,7 +152,6 @@ def main():
            f"{batches * n / dt:,.0f} images/s ({dt / batches * 1e3:.2f} ms/batch)",
            "> CPU decode rate", "INFO")
     lib.stoker_gc_free(copier)
-    del ring
     return 1 if FAILED else 0
 
 
