@@ -78,6 +78,13 @@ std::unique_ptr<Daemon> Daemon::Start(const std::string& data_root, const Option
                                    "--data-root", data_root,      "--workers",
                                    std::to_string(o.workers), "--log-level", "debug"};
   args.insert(args.end(), o.extra_args.begin(), o.extra_args.end());
+  // Flags for every test daemon, from the environment: scripts/sanitize.sh
+  // passes --no-worker-sandbox (ASan's longjmp hook needs sigaltstack, which
+  // the workers' seccomp filter denies).
+  if (const char* env = std::getenv("STOKER_TEST_DAEMON_ARGS")) {
+    std::istringstream words(env);
+    for (std::string w; words >> w;) args.push_back(w);
+  }
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);

@@ -61,7 +61,7 @@ Delivered ConsumeAll(Session& s, uint32_t epochs) {
   Delivered d;
   d.indices_per_epoch.resize(epochs);
   for (;;) {
-    auto b = s.Next(20000);
+    auto b = s.Next(60000);
     if (absl::IsOutOfRange(b.status())) break;
     REQUIRE(b.ok());
     REQUIRE(b->epoch() < epochs);
@@ -90,7 +90,7 @@ TEST_CASE("two epochs deliver every sample exactly once with its label") {
   std::vector<std::vector<int64_t>> per_epoch(2);
   uint64_t expected_seq = 0;
   for (;;) {
-    auto b = (*session)->Next(20000);
+    auto b = (*session)->Next(60000);
     if (absl::IsOutOfRange(b.status())) break;
     REQUIRE(b.ok());
     CHECK(b->sequence() == expected_seq);
@@ -211,7 +211,7 @@ TEST_CASE("the decode pipeline returns libjpeg's pixels exactly") {
   auto s = client->Attach(o);
   REQUIRE(s.ok());
   for (size_t i = 0; i < sorted.size(); ++i) {
-    auto b = (*s)->Next(20000);
+    auto b = (*s)->Next(60000);
     REQUIRE(b.ok());
     const size_t which = std::find(names.begin(), names.end(), sorted[i]) - names.begin();
     uint32_t h, w;
@@ -282,7 +282,7 @@ TEST_CASE("a daemon killed while the client waits gives a clear error within sec
   auto client = Connect(*daemon);
   auto s = client->Attach(Train(8, 0));  // without end: the ring never runs dry by itself
   REQUIRE(s.ok());
-  REQUIRE((*s)->Next(20000).ok());
+  REQUIRE((*s)->Next(60000).ok());
   daemon->Signal(SIGKILL);
   const auto t0 = std::chrono::steady_clock::now();
   absl::Status last;
@@ -324,7 +324,7 @@ TEST_CASE("SIGTERM tells the attached client and leaves no shm or socket behind"
   REQUIRE(::stat(daemon->socket().c_str(), &st) == 0);
   CHECK((st.st_mode & 0777) == 0600);
   {
-    auto b = (*s)->Next(20000);
+    auto b = (*s)->Next(60000);
     REQUIRE(b.ok());
     daemon->Signal(SIGTERM);
     int status = daemon->Wait(std::chrono::seconds(15));
@@ -360,7 +360,7 @@ TEST_CASE("a worker killed mid-epoch is replaced and nothing is lost or repeated
   std::vector<std::vector<int64_t>> per_epoch(2);
   int kills = 0;
   for (;;) {
-    auto b = (*s)->Next(20000);
+    auto b = (*s)->Next(60000);
     if (absl::IsOutOfRange(b.status())) break;
     REQUIRE(b.ok());
     per_epoch[b->epoch()].insert(per_epoch[b->epoch()].end(), b->indices().begin(),

@@ -24,6 +24,7 @@ from __future__ import annotations
 import faulthandler
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -258,6 +259,9 @@ class Daemon:
         os.makedirs(self.data_root, exist_ok=True)
         cmd = [self.stokerd, "--socket", self.socket, "--data-root", self.data_root,
                "--workers", str(self.workers)] + self.extra_args
+        # Flags for every test daemon (e.g. --no-worker-sandbox under ASan, see
+        # scripts/sanitize.sh).
+        cmd += shlex.split(os.environ.get("STOKER_TEST_DAEMON_ARGS", ""))
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                          close_fds=True)
