@@ -33,7 +33,7 @@ struct DaemonConfig {
   // A worker that holds a task longer than this is killed and replaced.
   uint32_t task_timeout_ms = 30000;
   // A session whose KeepAlive stream is not open for this long is reclaimed.
-  uint32_t keepalive_grace_ms = 5000;
+  uint32_t keepalive_grace_ms = 10000;
   // A client declares the daemon dead after this long without a heartbeat.
   uint32_t heartbeat_timeout_ms = 3000;
   // Input files larger than this fail as samples (256 MiB).

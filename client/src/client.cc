@@ -169,7 +169,8 @@ class SessionCore {
       std::lock_guard<std::mutex> l(mu_);
       if (gone_.empty()) gone_ = why;
     }
-    // Wake our own waiter, if any.
+    // Wake our own waiter, if any (once the ring is mapped).
+    if (!mapped_.load(std::memory_order_acquire)) return;
     for (uint32_t s = 0; s < slots_; ++s) ring::FutexWakeAll(&descriptor(s)->state);
   }
 
@@ -236,6 +237,7 @@ class SessionCore {
   std::atomic<uint32_t> leased_{0};
   std::atomic<bool> stopping_{false};
   std::atomic<bool> detached_{false};
+  std::atomic<bool> mapped_{false};  // base_, slots_, geometry_ are set
   std::unique_ptr<grpc::ClientContext> keepalive_ctx_;
   std::thread keepalive_;
   std::mutex mu_;
@@ -552,8 +554,14 @@ absl::StatusOr<std::unique_ptr<Session>> Client::Attach(const AttachOptions& o) 
 
   auto session = std::unique_ptr<Session>(new Session());
   auto core = std::make_shared<internal::SessionCore>();
+  // The KeepAlive stream first: mapping (and populating) a large ring can
+  // take longer than the daemon's grace for a session without one.
+  core->StartKeepAlive(rpc_, resp.session_id());
   absl::Status ms = core->Map(resp, o.batch_size);
+  if (ms.ok()) core->mapped_.store(true, std::memory_order_release);
   if (!ms.ok()) {
+    core->stopping_.store(true);
+    core->StopKeepAlive();
     grpc::ClientContext dctx;
     dctx.set_deadline(internal::Deadline(5000));
     v1::DetachRequest dreq;
@@ -562,7 +570,6 @@ absl::StatusOr<std::unique_ptr<Session>> Client::Attach(const AttachOptions& o) 
     (void)rpc_->stub->Detach(&dctx, dreq, &dresp);
     return ms;
   }
-  core->StartKeepAlive(rpc_, resp.session_id());
   SessionInfo& i = session->info_;
   i.session_id = resp.session_id();
   i.shm_name = resp.ring().shm_name();
