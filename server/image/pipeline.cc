@@ -146,6 +146,19 @@ struct SampleProcessor::Impl {
     if (s.ok() && *got == 0) return absl::InternalError("libjpeg returned no rows");
     return s;
   }
+
+  // The common end of Process and ProcessRegion: a failed sample leaves the
+  // decoder reset and an empty result; both report their stage times.
+  absl::Status Finish(absl::Status s, uint64_t start, SampleResult* result) {
+    if (!s.ok()) {
+      decoder.Abort();
+      *result = SampleResult();
+    }
+    const uint64_t total = NowNs() - start;
+    result->decode_ns = decode_ns;
+    result->augment_ns = total > decode_ns ? total - decode_ns : 0;
+    return s;
+  }
 };
 
 absl::Status SampleProcessor::Impl::Open(const uint8_t* jpeg, size_t size,
@@ -361,17 +374,9 @@ absl::Status SampleProcessor::Process(const uint8_t* jpeg, size_t size, const Pi
       }
     }
   } catch (const std::bad_alloc&) {
-    im.decoder.Abort();
     s = absl::ResourceExhaustedError("out of memory while decoding");
   }
-  if (!s.ok()) {
-    im.decoder.Abort();
-    *result = SampleResult();
-  }
-  const uint64_t total = NowNs() - start;
-  result->decode_ns = im.decode_ns;
-  result->augment_ns = total > im.decode_ns ? total - im.decode_ns : 0;
-  return s;
+  return im.Finish(std::move(s), start, result);
 }
 
 absl::Status SampleProcessor::ProcessRegion(const uint8_t* jpeg, size_t size,
@@ -406,14 +411,7 @@ absl::Status SampleProcessor::ProcessRegion(const uint8_t* jpeg, size_t size,
   } catch (const std::bad_alloc&) {
     s = absl::ResourceExhaustedError("out of memory while decoding");
   }
-  if (!s.ok()) {
-    im.decoder.Abort();
-    *result = SampleResult();
-  }
-  const uint64_t total = NowNs() - start;
-  result->decode_ns = im.decode_ns;
-  result->augment_ns = total > im.decode_ns ? total - im.decode_ns : 0;
-  return s;
+  return im.Finish(std::move(s), start, result);
 }
 
 }  // namespace stoker::image
