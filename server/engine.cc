@@ -245,12 +245,14 @@ std::string DaemonConfig::ToJson() const {
       "\"socket_mode\":\"%o\",\"shm_mode\":\"%o\",\"max_sessions\":%u,\"max_ring_bytes\":%u,"
       "\"worker_queue_depth\":%u,\"task_timeout_ms\":%u,\"keepalive_grace_ms\":%u,"
       "\"heartbeat_timeout_ms\":%u,\"max_file_bytes\":%u,\"drain_timeout_ms\":%u,"
-      "\"log_level\":\"%s\",\"log_json\":%s,\"worker_sandbox\":%s,\"fault_injection\":%s}",
+      "\"log_level\":\"%s\",\"log_json\":%s,\"worker_sandbox\":%s,\"fault_injection\":%s,"
+      "\"parent_pid\":%d}",
       JsonEscape(socket_path), JsonEscape(status_addr), JsonEscape(data_root), workers, JsonEscape(worker_binary),
       socket_mode, shm_mode, max_sessions, max_ring_bytes, worker_queue_depth, task_timeout_ms,
       keepalive_grace_ms, heartbeat_timeout_ms, max_file_bytes, drain_timeout_ms,
       JsonEscape(log_level), log_json ? "true" : "false", worker_sandbox ? "true" : "false",
-      (fault_crash_substring.empty() && fault_hang_substring.empty()) ? "false" : "true");
+      (fault_crash_substring.empty() && fault_hang_substring.empty()) ? "false" : "true",
+      parent_pid);
 }
 
 // One sample's work. Lives in its BatchFill until the batch is finished.
@@ -1224,7 +1226,10 @@ void Engine::DispatchLoop() {
     }
     StartBatchesLocked();
     DispatchLocked();
-    cv_.notify_all();
+    // Waiters on cv_ (KeepAlive streams, the ticker) are woken where their
+    // conditions change; only a drain waits on batches finishing. Waking them
+    // all here, once per result, cost stokerd a third of its CPU.
+    if (state_ == "draining") cv_.notify_all();
   }
 }
 

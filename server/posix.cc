@@ -52,8 +52,8 @@ void Mapping::Reset() {
   bytes_ = 0;
 }
 
-absl::Status MapShared(int fd, uint64_t offset, uint64_t bytes, Mapping* out) {
-  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+absl::Status MapShared(int fd, uint64_t offset, uint64_t bytes, Mapping* out, bool populate) {
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | (populate ? MAP_POPULATE : 0), fd,
                    static_cast<off_t>(offset));
   if (p == MAP_FAILED) return PosixError("mmap", errno);
   *out = Mapping(p, bytes);

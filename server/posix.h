@@ -71,7 +71,8 @@ class Mapping {
 };
 
 // mmap(fd, offset, bytes) shared, read-write.
-absl::Status MapShared(int fd, uint64_t offset, uint64_t bytes, Mapping* out);
+absl::Status MapShared(int fd, uint64_t offset, uint64_t bytes, Mapping* out,
+                       bool populate = false);
 
 // Monotonic clock in nanoseconds / milliseconds.
 int64_t MonotonicNs();
