@@ -45,6 +45,9 @@ struct DaemonConfig {
   // Logging: trace, debug, info, warn, error; JSON lines when log_json.
   std::string log_level = "info";
   bool log_json = false;
+  // A private daemon (one a trainer started for itself): drain and exit
+  // once this process is no longer our parent. 0: off.
+  int64_t parent_pid = 0;
   // Tests only: a worker given a file whose path contains this crashes
   // (abort) or hangs, to exercise supervision. Empty: off.
   std::string fault_crash_substring;

@@ -3,8 +3,10 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <string>
+#include <thread>
 
 #include "CLI/CLI.hpp"
 #include "server/service.h"
@@ -71,6 +73,8 @@ int main(int argc, char** argv) {
       ->transform([](std::string s) { return std::to_string(std::stoul(s, nullptr, 8)); });
   app.add_flag("!--no-worker-sandbox", c.worker_sandbox,
                "run workers without their seccomp filter (debugging)");
+  app.add_option("--parent-pid", c.parent_pid,
+                 "drain and exit when this process (our parent) exits: for a private daemon");
   app.add_option("--log-level", c.log_level, "trace, debug, info, warn, error");
   app.add_flag("--log-json", c.log_json, "log JSON lines");
   app.add_option("--fault-crash-substring", c.fault_crash_substring,
@@ -111,6 +115,16 @@ int main(int argc, char** argv) {
     return 1;
   }
   spdlog::info("effective configuration: {}", server.engine().config().ToJson());
+  if (c.parent_pid > 0) {
+    // A private daemon must not outlive the trainer that started it, even one
+    // killed with SIGKILL: once we are reparented, shut down as on SIGTERM.
+    const pid_t parent = static_cast<pid_t>(c.parent_pid);
+    std::thread([parent] {
+      while (getppid() == parent) std::this_thread::sleep_for(std::chrono::milliseconds(250));
+      spdlog::warn("parent process {} exited; shutting down", parent);
+      kill(getpid(), SIGTERM);
+    }).detach();
+  }
   int sig = 0;
   while (sigwait(&set, &sig) == 0) {
     if (sig == SIGHUP) continue;

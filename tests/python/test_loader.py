@@ -415,7 +415,10 @@ def test_bad_requests_raise_invalid_request_and_the_daemon_keeps_serving(stoker,
 def test_socket_comes_from_the_environment(stoker, served, monkeypatch):
     monkeypatch.delenv("STOKER_SOCKET", raising=False)
     with pytest.raises(stoker.InvalidRequestError, match="STOKER_SOCKET"):
-        stoker.Loader("main")
+        stoker.Client()
+    # A Loader without either starts a private daemon at first use
+    # (test_private_daemon.py); nothing happens before.
+    assert stoker.Loader("main").socket is None
     monkeypatch.setenv("STOKER_SOCKET", served.socket)
     with stoker.Loader("main", batch_size=4, size=32, epochs=1) as loader:
         assert loader.socket == served.socket

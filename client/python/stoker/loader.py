@@ -14,8 +14,8 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-from . import _native
-from .client import Client, resolve_socket
+from . import _native, _private, _transforms
+from .client import SOCKET_ENV, Client
 
 _torch = None  # imported on first use: `import stoker` does not pay for torch
 
@@ -153,6 +153,15 @@ def _cuda_unavailable_reason() -> Optional[str]:
     return None
 
 
+def _default_client_name(rank: int) -> str:
+    """'train.py[1234] rank 3 (local 1)': shown in the daemon's status and logs."""
+    name = f"{os.path.basename(sys.argv[0] or 'python')}[{os.getpid()}]"
+    local = os.environ.get("LOCAL_RANK")
+    if os.environ.get("WORLD_SIZE") or rank:
+        name += f" rank {rank}" + (f" (local {local})" if local else "")
+    return name
+
+
 def _cuda_unavailable(message: str) -> "_native.CudaUnavailableError":
     e = _native.CudaUnavailableError(message)
     e.code = "FAILED_PRECONDITION"
@@ -189,11 +198,31 @@ class Loader:
     The session attaches lazily, at the first iteration, ``len()``, ``info``
     or `attach`. `close` (or leaving a ``with`` block) detaches.
 
+    No daemon given (``socket=None`` and ``$STOKER_SOCKET`` unset): the loader
+    starts a private stokerd for this process, with the dataset's folder as
+    its data root and ``num_workers`` workers, and stops it when the last
+    loader using it closes (or at exit; a daemon whose trainer was killed
+    stops by itself). The same script attaches to a sidecar when given its
+    socket.
+
+    Resume: `state_dict` returns a small token (seed, epoch, batch) and
+    `load_state_dict` restores it, in this process or a new one, with any
+    daemon and any worker count: the batches that follow are the same, pixel
+    for pixel, as those an uninterrupted run would have yielded. Like
+    DistributedSampler, `set_epoch` picks the epoch the next iteration serves.
+
     Args:
         dataset: the dataset, relative to the daemon's ``--data-root`` (or
             absolute inside it): an ImageFolder tree or a manifest file. Sample
-            i is ``torchvision.datasets.ImageFolder(root).samples[i]``.
-        socket: the daemon's Unix socket; None: ``$STOKER_SOCKET``.
+            i is ``torchvision.datasets.ImageFolder(root).samples[i]``. With a
+            private daemon: a path as usual (relative to the working folder).
+        socket: the daemon's Unix socket; None: ``$STOKER_SOCKET``; neither:
+            a private daemon (see above).
+        transform: a torchvision transform (``T.Compose([...])`` or a list) to
+            run in the daemon instead of the pipeline arguments below (which
+            it then overrides): RandomResizedCrop, RandomHorizontalFlip,
+            Resize(int) + CenterCrop, ToTensor or PILToTensor,
+            ConvertImageDtype, Normalize. Others are refused with an error.
         batch_size: samples per batch.
         pipeline: 'train' (RandomResizedCrop + RandomHorizontalFlip), 'eval'
             (Resize + CenterCrop) or 'decode' (the whole image).
@@ -216,8 +245,9 @@ class Loader:
             the same batches whatever the daemon's worker count.
         shuffle: permute each epoch (else dataset order).
         epochs: epochs to serve; None: without end.
-        rank, world_size: DistributedSampler's; None: ``$RANK`` /
-            ``$WORLD_SIZE`` (as torchrun sets them), else 0 / 1.
+        rank, world_size: the global rank and world size, DistributedSampler's:
+            each rank reads a disjoint 1/world_size of every epoch. None:
+            ``$RANK`` / ``$WORLD_SIZE`` (as torchrun sets them), else 0 / 1.
         drop_last: drop each epoch's last, partial batch.
         ring_slots: the ring's depth in batches (the prefetch depth), >= 2.
         failure_policy: 'skip' (a bad file is replaced by another sample of the
@@ -236,6 +266,9 @@ class Loader:
             RuntimeWarning.
         register_ring: pin the ring with cudaHostRegister for device copies
             (False: copy through pinned staging buffers; for diagnosis).
+        num_workers: decode processes of a private daemon (None: the CPUs
+            this process may use, less one). A sidecar daemon has its own
+            ``--workers``; then this is ignored.
     """
 
     def __init__(
@@ -269,7 +302,18 @@ class Loader:
         device: Any = None,
         cpu_fallback: bool = False,
         register_ring: bool = True,
+        transform: Any = None,
+        num_workers: Optional[int] = None,
     ) -> None:
+        if transform is not None:
+            t = _transforms.loader_options(transform)
+            pipeline, dtype, layout = t["pipeline"], t["dtype"], t["layout"]
+            size = t.get("size")
+            resize_size = t.get("resize_size", resize_size)
+            scale, ratio = t.get("scale", scale), t.get("ratio", ratio)
+            flip_prob = t.get("flip_prob", flip_prob)
+            interpolation = t.get("interpolation", interpolation)
+            mean, std = t.get("mean", mean), t.get("std", std)
         pipeline = str(pipeline).lower()
         dtype = str(dtype).lower()
         if pipeline not in _PIPELINES:
@@ -291,7 +335,15 @@ class Loader:
         if rank is None:
             rank = _env_int("RANK")
         self.dataset: str = os.fspath(dataset)
-        self.socket: str = resolve_socket(socket)
+        #: The daemon's socket; None until a private daemon is started.
+        self.socket: Optional[str] = (os.fspath(socket) if socket
+                                      else os.environ.get(SOCKET_ENV) or None)
+        self._private_wanted = self.socket is None
+        self._private: Optional[_private.PrivateDaemon] = None
+        self._private_path = ""  # the dataset as the private daemon sees it
+        if num_workers is not None and int(num_workers) < 1:
+            raise _native.InvalidRequestError(f"num_workers must be at least 1, got {num_workers}")
+        self.num_workers: Optional[int] = num_workers
         self.batch_size: int = batch_size
         self.pipeline: str = pipeline
         self.epochs: Optional[int] = epochs
@@ -320,8 +372,7 @@ class Loader:
             shuffle=bool(shuffle), epochs=0 if epochs is None else epochs, rank=self.rank,
             world_size=self.world_size, drop_last=bool(drop_last), ring_slots=ring_slots,
             failure_policy=failure_policy, register_ring_with_cuda=bool(register_ring),
-            client_name=client_name or f"{os.path.basename(sys.argv[0] or 'python')}"
-                                       f"[{os.getpid()}]")
+            client_name=client_name or _default_client_name(self.rank))
         if pipeline != "train":
             for k in ("scale", "ratio", "flip_prob"):
                 self._options.pop(k)
@@ -331,6 +382,10 @@ class Loader:
         self._bpe = 0  # batches per epoch
         self._next_global = 0  # the global batch number the session delivers next
         self._next_epoch = 0  # the epoch the next iter() serves
+        self._resume_batch = 0  # ... from this batch of it (load_state_dict)
+        # (epoch, next batch) of the epoch being iterated, None between epochs
+        self._in_epoch: Optional[Tuple[int, int]] = None
+        self._token_dataset_size: Optional[int] = None  # to check after attach
         self._epoch = 0
         self._generation = 0  # bumped by each iter(): older iterators stop
         self._closed = False
@@ -340,12 +395,13 @@ class Loader:
     # ------------------------------------------------------------------
     # Session management
 
-    def attach(self, start_epoch: int = 0) -> "Loader":
+    def attach(self, start_epoch: Optional[int] = None, start_batch: int = 0) -> "Loader":
         """Attaches now (otherwise the first iteration does). Returns self.
 
         Args:
-            start_epoch: resume: the first epoch served (only before the first
-                attach; the sampler's order does not depend on where it starts).
+            start_epoch, start_batch: where the session starts (None: where the
+                next iteration begins: epoch 0, or what `set_epoch` or
+                `load_state_dict` said). Ignored when already attached.
 
         Raises InvalidRequestError, DaemonUnavailableError, ResourceExhaustedError.
         """
@@ -353,12 +409,23 @@ class Loader:
             raise _native.StokerError("the loader is closed")
         if self._session is not None:
             return self
+        if start_epoch is None:
+            start_epoch, start_batch = self._next_epoch, self._resume_batch
         self._mode = self._resolve_mode()
+        dataset = self.dataset
+        if self._private_wanted:
+            if self._private is None:
+                self._private, self._private_path = _private.acquire(self.dataset,
+                                                                     self.num_workers)
+                self.socket = self._private.socket
+                self._client = None
+            dataset = self._private_path
         if self._client is None:
             self._client = Client(self.socket)
         options = dict(self._options)
         options.update(self._daemon_format())
-        self._session = self._client.attach(self.dataset, start_epoch=start_epoch, **options)
+        self._session = self._client.attach(dataset, start_epoch=start_epoch,
+                                            start_batch=start_batch, **options)
         info = self._session.info
         try:
             info["effective_pipeline"] = json.loads(info.pop("effective_pipeline_json") or "{}")
@@ -366,11 +433,91 @@ class Loader:
             info["effective_pipeline"] = {}
         self._info = info
         self._bpe = info["batches_per_epoch"]
-        self._next_global = start_epoch * self._bpe
-        if self._generation == 0:
-            self._next_epoch = start_epoch
-            self._epoch = start_epoch
+        self._next_global = start_epoch * self._bpe + start_batch
+        if self._token_dataset_size is not None:
+            want, self._token_dataset_size = self._token_dataset_size, None
+            if want != info["dataset_size"]:
+                self.close()
+                raise _native.InvalidRequestError(
+                    f"load_state_dict: the state was saved with a dataset of {want} samples; "
+                    f"{self.dataset!r} now has {info['dataset_size']}, so its order differs")
         return self
+
+    # ------------------------------------------------------------------
+    # Epochs and resume
+
+    def set_epoch(self, epoch: int) -> None:
+        """Makes the next iteration serve `epoch` (DistributedSampler.set_epoch).
+
+        Iterating already serves epochs 0, 1, 2, ... in turn, so calling this
+        each epoch is harmless. Setting the epoch that a `load_state_dict`
+        is about to resume keeps the resume position; any other epoch starts
+        at its first batch.
+        """
+        epoch = int(epoch)
+        if epoch < 0:
+            raise _native.InvalidRequestError(f"epoch must be >= 0, got {epoch}")
+        if epoch != self._next_epoch:
+            self._next_epoch = epoch
+            self._resume_batch = 0
+        self._in_epoch = None
+        self._generation += 1  # an iterator still open ends
+
+    def state_dict(self) -> Dict[str, Any]:
+        """Where the loader stands: a small JSON-able token for `load_state_dict`.
+
+        Taken inside the loop over an epoch it points at the batch after the
+        last one yielded; taken between epochs, at the next epoch's first
+        batch. Ranks iterate in step, so rank 0's token restores every rank.
+        """
+        if self._in_epoch is not None:
+            epoch, batch = self._in_epoch
+        else:
+            epoch, batch = self._next_epoch, self._resume_batch
+        if self._bpe and batch >= self._bpe:
+            epoch, batch = epoch + 1, 0
+        o = self._options
+        return {"stoker_loader": 1, "seed": int(o["seed"]), "epoch": int(epoch),
+                "batch": int(batch), "batch_size": int(o["batch_size"]),
+                "world_size": int(o["world_size"]), "shuffle": bool(o["shuffle"]),
+                "drop_last": bool(o["drop_last"]),
+                "dataset_size": None if self._info is None else int(self._info["dataset_size"])}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Restores a `state_dict` token: the next iteration continues exactly
+        where the saved loader stood (the rest of that epoch, then the next
+        ones), the same batches pixel for pixel.
+
+        Raises InvalidRequestError if the token does not fit this loader
+        (another batch size, world size, shuffle or drop_last; or, at attach,
+        a dataset whose size changed).
+        """
+        if not isinstance(state, dict) or state.get("stoker_loader") != 1:
+            raise _native.InvalidRequestError(
+                f"load_state_dict: not a stoker.Loader state: {state!r}")
+        o = self._options
+        for key in ("batch_size", "world_size", "shuffle", "drop_last"):
+            if key in state and state[key] != o[key]:
+                raise _native.InvalidRequestError(
+                    f"load_state_dict: the state was saved with {key}={state[key]!r}, this "
+                    f"loader has {key}={o[key]!r}")
+        epoch, batch = int(state["epoch"]), int(state["batch"])
+        if epoch < 0 or batch < 0:
+            raise _native.InvalidRequestError(f"load_state_dict: bad position {epoch}/{batch}")
+        if int(state["seed"]) != o["seed"] and self._session is not None:
+            self._drop_session()  # the order depends on the seed: attach anew
+        o["seed"] = int(state["seed"])
+        self._next_epoch, self._resume_batch = epoch, batch
+        self._epoch = epoch
+        self._in_epoch = None
+        self._generation += 1
+        self._token_dataset_size = state.get("dataset_size")
+        if self._session is not None and self._token_dataset_size is not None:
+            want, self._token_dataset_size = self._token_dataset_size, None
+            if want != self.info["dataset_size"]:
+                raise _native.InvalidRequestError(
+                    f"load_state_dict: the state was saved with a dataset of {want} samples; "
+                    f"{self.dataset!r} now has {self.info['dataset_size']}")
 
     # ------------------------------------------------------------------
     # Device copies
@@ -455,12 +602,25 @@ class Loader:
         return out
 
     def close(self) -> None:
-        """Detaches the session. Tensors already yielded stay valid. Idempotent."""
+        """Detaches the session (and stops a private daemon that no other
+        loader uses). Tensors already yielded stay valid. Idempotent."""
         self._closed = True
         self._generation += 1
         s, self._session = self._session, None
-        if s is not None:
-            s.detach()
+        p, self._private = self._private, None
+        try:
+            if s is not None:
+                s.detach()
+        finally:
+            if p is not None:
+                _private.release(p)
+
+    def __del__(self) -> None:
+        if getattr(self, "_private", None) is not None:
+            try:
+                self.close()
+            except Exception:  # noqa: BLE001 (interpreter shutdown, dead daemon)
+                pass
 
     def __enter__(self) -> "Loader":
         return self
@@ -472,14 +632,17 @@ class Loader:
             if exc_type is None:
                 raise  # else keep the exception that ended the block
 
-    def _reattach(self, epoch: int) -> None:
+    def _drop_session(self) -> None:
         s, self._session = self._session, None
         if s is not None:
             try:
                 s.detach()
             except _native.StokerError:
                 pass
-        self.attach(start_epoch=epoch)
+
+    def _reattach(self, epoch: int, batch: int) -> None:
+        self._drop_session()
+        self.attach(start_epoch=epoch, start_batch=batch)
 
     # ------------------------------------------------------------------
     # Properties
@@ -508,7 +671,7 @@ class Loader:
         return int(self.info["batches_per_epoch"])
 
     def __repr__(self) -> str:
-        return (f"stoker.Loader({self.dataset!r}, socket={self.socket!r}, "
+        return (f"stoker.Loader({self.dataset!r}, socket={self.socket or '(private)'!r}, "
                 f"batch_size={self.batch_size}, pipeline={self.pipeline!r})")
 
     # ------------------------------------------------------------------
@@ -522,29 +685,33 @@ class Loader:
         """One epoch of `BatchView` (images, labels, indices, epoch, ...)."""
         return _EpochIterator(self, views=True)
 
-    def _begin_epoch(self) -> Tuple[int, int]:
-        """Positions the session at the start of the next epoch; returns (epoch, generation)."""
+    def _begin_epoch(self) -> Tuple[int, int, int]:
+        """Positions the session at the next epoch (at its resume batch);
+        returns (epoch, first batch, generation)."""
         if self._closed:
             raise _native.StokerError("the loader is closed")
         self.attach()
         self._generation += 1
-        epoch = self._next_epoch
-        self._next_epoch = epoch + 1
+        epoch, first = self._next_epoch, self._resume_batch
+        self._next_epoch, self._resume_batch = epoch + 1, 0
         if self.epochs is not None and epoch >= self.epochs:
-            return epoch, self._generation
-        behind = epoch * self._bpe - self._next_global
-        if behind > 0:
-            # A previous iteration stopped early. Drop what is probably already
-            # in the ring; for more, restart the session at the epoch.
-            if behind <= int(self._info["ring_slots"]):
-                for _ in range(behind):
-                    try:
-                        self._next_raw()
-                    except _native.SampleError:
-                        pass  # a failed batch of the abandoned epoch: nobody wants it
-            else:
-                self._reattach(epoch)
-        return epoch, self._generation
+            self._in_epoch = None
+            return epoch, first, self._generation
+        self._in_epoch = (epoch, first)
+        behind = epoch * self._bpe + first - self._next_global
+        if behind > 0 and behind <= int(self._info["ring_slots"]):
+            # A previous iteration stopped early: drop what is probably already
+            # in the ring.
+            for _ in range(behind):
+                try:
+                    self._next_raw()
+                except _native.SampleError:
+                    pass  # a failed batch of the abandoned epoch: nobody wants it
+        elif behind != 0:
+            # Further ahead, or behind (set_epoch / load_state_dict went back):
+            # restart the session there.
+            self._reattach(epoch, first)
+        return epoch, first, self._generation
 
     def _next_raw(self) -> tuple:
         assert self._session is not None
@@ -607,7 +774,7 @@ class Loader:
 class _EpochIterator:
     """Iterates one epoch of a Loader; stops early if a newer iter() began."""
 
-    __slots__ = ("_loader", "_views", "_epoch", "_generation", "_left", "_started")
+    __slots__ = ("_loader", "_views", "_epoch", "_generation", "_left", "_started", "_batch")
 
     def __init__(self, loader: Loader, views: bool) -> None:
         self._loader = loader
@@ -615,6 +782,7 @@ class _EpochIterator:
         self._started = False
         self._left = 0
         self._epoch = 0
+        self._batch = 0  # the batch_in_epoch expected next
         self._generation = 0
 
     def __iter__(self) -> "_EpochIterator":
@@ -626,26 +794,36 @@ class _EpochIterator:
             # Attach and position at the first next(), as DataLoader starts its
             # workers: errors surface inside the for loop.
             self._started = True
-            self._epoch, self._generation = ld._begin_epoch()
+            self._epoch, self._batch, self._generation = ld._begin_epoch()
             if ld.epochs is not None and self._epoch >= ld.epochs:
                 self._left = 0
             else:
-                self._left = ld._bpe
+                self._left = max(0, ld._bpe - self._batch)
         if self._left <= 0 or self._generation != ld._generation or ld._session is None:
+            if self._generation == ld._generation:
+                ld._in_epoch = None  # the epoch is done: state_dict points at the next
             raise StopIteration
         try:
             raw = ld._next_raw()
         except _native.EndOfData:
             self._left = 0
+            ld._in_epoch = None
             raise StopIteration from None
         except _native.SampleError:
-            self._left -= 1  # that batch is gone; next() goes on with the following one
+            self._advance(ld)  # that batch is gone; next() goes on with the following one
             raise
-        if raw[5] != self._epoch:
+        if raw[5] != self._epoch or raw[6] != self._batch:
             raise _native.DataLossError(
-                f"expected a batch of epoch {self._epoch}, the ring gave epoch {raw[5]}")
-        self._left -= 1
+                f"expected batch {self._batch} of epoch {self._epoch}, the ring gave batch "
+                f"{raw[6]} of epoch {raw[5]}")
+        self._advance(ld)
         return ld._make(raw, self._views)
+
+    def _advance(self, ld: Loader) -> None:
+        self._left -= 1
+        self._batch += 1
+        if self._generation == ld._generation:
+            ld._in_epoch = (self._epoch, self._batch)
 
     def __len__(self) -> int:
         return self._loader._bpe if not self._started else self._left

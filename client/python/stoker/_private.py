@@ -1,0 +1,216 @@
+"""Private daemons: a `stokerd` a Loader starts for its own process.
+
+When a Loader is given no daemon address (no ``socket=`` and no
+``$STOKER_SOCKET``), it starts a stokerd of its own with the dataset's folder
+as the data root, on a fresh owner-only socket, and stops it when the last
+Loader using it closes, or at interpreter exit. The daemon also watches its
+parent (``--parent-pid``): if the trainer dies without cleaning up (SIGKILL),
+it drains and removes its rings and socket by itself within a second.
+
+Loaders of one process that share a data root share one private daemon.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from typing import Deque, Dict, List, Optional, Tuple
+
+from . import _native
+
+#: Names the stokerd executable explicitly (overrides the search below).
+STOKERD_ENV = "STOKERD"
+
+_log = logging.getLogger("stoker.daemon")
+_lock = threading.Lock()
+_daemons: Dict[Tuple[str, int], "PrivateDaemon"] = {}
+
+
+def find_stokerd() -> str:
+    """The stokerd executable: ``$STOKERD``, else ``bin/stokerd`` beside this
+    module (a pip install or a build tree), else ``stokerd`` on PATH.
+
+    Raises:
+        DaemonUnavailableError: none is found.
+    """
+    env = os.environ.get(STOKERD_ENV)
+    if env:
+        if os.access(env, os.X_OK):
+            return env
+        raise _unavailable(f"${STOKERD_ENV}={env!r} is not an executable file")
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bin", "stokerd")
+    if os.access(here, os.X_OK):
+        return here
+    found = shutil.which("stokerd")
+    if found:
+        return found
+    raise _unavailable(
+        f"no stokerd daemon was given (socket=None and ${'STOKER_SOCKET'} unset) and none can be "
+        f"started: no stokerd beside the stoker module ({here}), none on PATH and "
+        f"${STOKERD_ENV} unset")
+
+
+def default_workers() -> int:
+    """Workers of a private daemon by default: the CPUs this process may use,
+    less one for the trainer (at least 1)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, cpus - 1)
+
+
+def _unavailable(message: str) -> "_native.DaemonUnavailableError":
+    e = _native.DaemonUnavailableError(message)
+    e.code = "UNAVAILABLE"
+    return e
+
+
+def data_root_for(dataset: str) -> Tuple[str, str]:
+    """(data_root, dataset) for a private daemon: a folder is its own data
+    root; a manifest file's data root is the folder it lies in."""
+    path = os.path.realpath(dataset)
+    if os.path.isdir(path):
+        return path, path
+    if os.path.exists(path):
+        return os.path.dirname(path), path
+    e = _native.InvalidRequestError(f"dataset {dataset!r} does not exist")
+    e.code = "INVALID_ARGUMENT"
+    raise e
+
+
+class PrivateDaemon:
+    """One stokerd child process; use `acquire` / `release`, not this directly."""
+
+    def __init__(self, data_root: str, workers: int) -> None:
+        self.data_root = data_root
+        self.workers = workers
+        self.refs = 0
+        self.owner_pid = os.getpid()
+        self.proc: Optional[subprocess.Popen] = None
+        self._tail: Deque[str] = collections.deque(maxlen=40)
+        base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
+        if not os.access(base, os.W_OK):
+            base = tempfile.gettempdir()
+        # A name no other process uses; the daemon creates it mode 0600 and
+        # removes it on exit (Unix socket paths stay under 108 bytes).
+        self.socket = os.path.join(base, f"stoker-{os.getpid()}-{os.urandom(4).hex()}.sock")
+        if len(self.socket) > 100:
+            self.socket = os.path.join("/tmp", os.path.basename(self.socket))
+
+    def start(self, timeout_s: float = 60.0) -> None:
+        exe = find_stokerd()
+        cmd = [exe, "--socket", self.socket, "--data-root", self.data_root,
+               "--workers", str(self.workers), "--parent-pid", str(os.getpid()),
+               "--log-level", os.environ.get("STOKER_PRIVATE_LOG_LEVEL", "warn")]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, close_fds=True,
+                                     start_new_session=True)  # Ctrl-C reaches the trainer only
+        threading.Thread(target=self._pump, name="stokerd-log", daemon=True).start()
+        client = _native.Client(self.socket, 2000)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.proc.poll() is not None:
+                raise _unavailable(f"the private stokerd ({exe}) exited with "
+                                   f"{self.proc.returncode} while starting:\n{self.log_tail()}")
+            if os.path.exists(self.socket):
+                try:
+                    client.health()
+                    break
+                except _native.StokerError:
+                    pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise _unavailable(f"the private stokerd ({exe}) did not become healthy within "
+                                   f"{timeout_s:.0f} s:\n{self.log_tail()}")
+            time.sleep(0.02)
+        _log.info("started a private stokerd (pid %d, %d workers) for %s", self.proc.pid,
+                  self.workers, self.data_root)
+
+    def _pump(self) -> None:
+        """Forwards the daemon's log lines (warnings and errors) to logging."""
+        assert self.proc is not None and self.proc.stderr is not None
+        for raw in self.proc.stderr:
+            line = raw.decode(errors="replace").rstrip()
+            self._tail.append(line)
+            level = (logging.ERROR if (" error " in line or " critical " in line)
+                     else logging.WARNING if " warning " in line else logging.INFO)
+            _log.log(level, "%s", line)
+
+    def log_tail(self) -> str:
+        return "\n".join(self._tail) or "(no output)"
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        """SIGTERM (the daemon removes its rings and socket), then SIGKILL."""
+        if os.getpid() != self.owner_pid:
+            return  # a forked child: the daemon belongs to the parent
+        p, self.proc = self.proc, None
+        if p is None:
+            return
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        if p.stderr is not None:
+            p.stderr.close()
+        try:  # normally gone already; after a SIGKILL it is ours to remove
+            os.unlink(self.socket)
+        except OSError:
+            pass
+
+
+def acquire(dataset: str, workers: Optional[int]) -> Tuple[PrivateDaemon, str]:
+    """The private daemon for `dataset` (started if needed) and the dataset
+    path to attach with; pair with `release`."""
+    root, path = data_root_for(dataset)
+    n = default_workers() if workers is None else int(workers)
+    if n < 1:
+        e = _native.InvalidRequestError(f"num_workers must be at least 1, got {workers}")
+        e.code = "INVALID_ARGUMENT"
+        raise e
+    with _lock:
+        d = _daemons.get((root, n))
+        if d is None or d.proc is None or d.proc.poll() is not None:
+            d = PrivateDaemon(root, n)
+            d.start()
+            _daemons[(root, n)] = d
+        d.refs += 1
+        return d, path
+
+
+def release(daemon: PrivateDaemon) -> None:
+    """Drops one reference; the last one stops the daemon."""
+    with _lock:
+        daemon.refs -= 1
+        if daemon.refs > 0:
+            return
+        for k, v in list(_daemons.items()):
+            if v is daemon:
+                del _daemons[k]
+    daemon.stop()
+
+
+def running() -> List[PrivateDaemon]:
+    """The private daemons of this process (for tests and diagnosis)."""
+    with _lock:
+        return list(_daemons.values())
+
+
+@atexit.register
+def _stop_all() -> None:
+    with _lock:
+        ds = list(_daemons.values())
+        _daemons.clear()
+    for d in ds:
+        d.stop()

@@ -1,0 +1,117 @@
+"""Zero set-up: a Loader with no daemon address starts a private stokerd.
+
+The private daemon is found beside the module (build/python/stoker/bin in a
+build tree, stoker/bin in a pip install), serves the dataset's folder, and
+goes away with the last loader, or with the trainer if it is killed, leaving
+no socket, no shared memory and no process behind.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import make_dataset, stoker_shm_objects, wait_until
+
+pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def stoker(build_dir):
+    import stoker as mod
+    return mod
+
+
+@pytest.fixture
+def no_socket_env(monkeypatch):
+    monkeypatch.delenv("STOKER_SOCKET", raising=False)
+    monkeypatch.delenv("STOKERD", raising=False)
+
+
+@pytest.fixture(scope="module")
+def small_set(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("private"))
+    make_dataset(os.path.join(root, "imgs"), classes=2, per_class=9, sizes=(40, 120), seed=31)
+    return os.path.join(root, "imgs")
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_loader_without_socket_starts_and_stops_a_private_daemon(stoker, no_socket_env,
+                                                                 small_set, monkeypatch):
+    from stoker import _private
+    shm_before = set(stoker_shm_objects())
+    monkeypatch.chdir(os.path.dirname(small_set))
+    a = stoker.Loader("imgs", batch_size=4, size=32, num_workers=1, epochs=1, seed=2)
+    b = stoker.Loader("imgs", batch_size=6, size=40, num_workers=1, epochs=1, seed=2,
+                      shuffle=False)
+    assert a.socket is None  # nothing started before the first use
+    n = sum(len(labels) for _, labels in a)
+    assert n == 18 and a.class_names == ["class_00", "class_01"]
+    labels = [int(x) for _, y in b for x in y]
+    assert labels == [0] * 9 + [1] * 9  # ImageFolder's order
+    (d,) = _private.running()  # one daemon for both loaders of this data root
+    assert a.socket == b.socket == d.socket
+    assert os.stat(d.socket).st_mode & 0o777 == 0o600
+    pid = d.proc.pid
+    cfg = stoker.Client(d.socket).status()["config"]
+    assert cfg["data_root"] == os.path.realpath(small_set) and cfg["workers"] == 1
+    a.close()
+    assert _alive(pid)  # b still uses it
+    b.close()
+    assert not _alive(pid) and _private.running() == []
+    assert not os.path.exists(d.socket)
+    assert set(stoker_shm_objects()) <= shm_before
+
+
+def test_a_killed_trainer_leaves_nothing_behind(build_dir, no_socket_env, small_set):
+    script = textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {os.path.join(build_dir, "python")!r})
+        import stoker
+        from stoker import _private
+        ld = stoker.Loader({small_set!r}, batch_size=4, size=32, num_workers=2)
+        it = iter(ld)
+        next(it)
+        (d,) = _private.running()
+        print(d.proc.pid, d.socket, ld.info["shm_name"], flush=True)
+        time.sleep(600)
+    """)
+    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                         env={k: v for k, v in os.environ.items() if k != "STOKER_SOCKET"})
+    try:
+        line = p.stdout.readline().split()
+        assert len(line) == 3, f"the trainer did not start: {line}"
+        pid, sock, shm = int(line[0]), line[1], line[2].lstrip("/")
+        assert _alive(pid) and os.path.exists(sock) and shm in stoker_shm_objects()
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=10)
+        # The daemon sees its parent gone, drains and removes its ring and socket.
+        wait_until(lambda: not _alive(pid), 20, "the private daemon to exit")
+        assert not os.path.exists(sock)
+        assert shm not in stoker_shm_objects()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def test_no_daemon_to_start_is_a_clear_error(stoker, no_socket_env, small_set, monkeypatch,
+                                             tmp_path):
+    monkeypatch.setenv("STOKERD", str(tmp_path / "nope"))
+    with pytest.raises(stoker.DaemonUnavailableError, match="STOKERD"):
+        next(iter(stoker.Loader(small_set, batch_size=4, size=32)))
+    with pytest.raises(stoker.InvalidRequestError, match="does not exist"):
+        monkeypatch.delenv("STOKERD")
+        next(iter(stoker.Loader(str(tmp_path / "missing"), batch_size=4, size=32)))

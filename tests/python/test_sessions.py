@@ -1,0 +1,146 @@
+"""One daemon, many trainers: ranks, fairness, and ranks spread over nodes.
+
+Each trainer is a real session with its own ring; the consumers run in
+threads of this process (Session.next releases the GIL while it waits).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+from conftest import make_dataset, wait_until
+
+pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def stoker(build_dir):
+    import stoker as mod
+    return mod
+
+
+@pytest.fixture(scope="module")
+def many_data(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("sessions"))
+    make_dataset(os.path.join(root, "set"), classes=4, per_class=25, sizes=(48, 200), seed=21)
+    return root  # 100 samples
+
+
+def _epoch_indices(stoker, socket, dataset, rank, world, epoch=0, batch=5):
+    with stoker.Loader(dataset, socket=socket, batch_size=batch, size=32, seed=5,
+                       rank=rank, world_size=world, epochs=epoch + 1) as ld:
+        ld.set_epoch(epoch)
+        out = []
+        for v in ld.iter_batches():
+            out += v.planned_indices.tolist()
+        return out
+
+
+def _run_concurrently(fns):
+    results, errors = [None] * len(fns), []
+
+    def run(i, f):
+        try:
+            results[i] = f()
+        except BaseException as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    ts = [threading.Thread(target=run, args=(i, f)) for i, f in enumerate(fns)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout=300)
+    assert not errors, errors
+    assert all(not t.is_alive() for t in ts), "a consumer hung"
+    return results
+
+
+def test_eight_ranks_on_one_daemon_read_each_sample_once_per_epoch(stoker, daemon_factory,
+                                                                   many_data):
+    d = daemon_factory(workers=2, data_root=many_data)
+    ds = os.path.join(many_data, "set")
+    for epoch in (0, 1):
+        shards = _run_concurrently(
+            [lambda r=r: _epoch_indices(stoker, d.socket, ds, r, 8, epoch) for r in range(8)])
+        # DistributedSampler: 100 samples over 8 ranks = 13 each, 4 padded by repetition.
+        assert all(len(s) == 13 for s in shards)
+        seen = Counter(i for s in shards for i in s)
+        assert set(seen) == set(range(100))
+        assert sum(c - 1 for c in seen.values()) == 4  # only the padding repeats
+        assert max(seen.values()) == 2
+
+
+def test_ranks_on_two_daemons_like_two_nodes_cover_the_dataset_once(stoker, daemon_factory,
+                                                                    many_data):
+    # Node A serves global ranks 0-1, node B ranks 2-3, as torchrun would set
+    # RANK on each node; both daemons see the same files.
+    a = daemon_factory(workers=1, data_root=many_data)
+    b = daemon_factory(workers=1, data_root=many_data)
+    ds = os.path.join(many_data, "set")
+    shards = _run_concurrently(
+        [lambda r=r: _epoch_indices(stoker, (a if r < 2 else b).socket, ds, r, 4)
+         for r in range(4)])
+    seen = Counter(i for s in shards for i in s)
+    assert sorted(seen) == list(range(100)) and set(seen.values()) == {1}
+
+
+def _sessions_by_name(d, prefix):
+    st = d.ctl("status", "--json")
+    assert st.returncode == 0, st.stderr
+    return {s["client_name"]: s for s in json.loads(st.stdout).get("sessions", [])
+            if s["client_name"].startswith(prefix)}
+
+
+def test_four_sessions_share_the_workers_fairly_and_a_slow_one_holds_back_only_itself(
+        stoker, daemon_factory, many_data):
+    d = daemon_factory(workers=2, data_root=many_data)
+    ds = os.path.join(many_data, "set")
+    stop = threading.Event()
+    consumed = Counter()
+
+    def consume(name, rank, delay_s):
+        with stoker.Loader(ds, socket=d.socket, batch_size=4, size=64, seed=rank, rank=rank,
+                           world_size=4, ring_slots=6, client_name=name) as ld:
+            while not stop.is_set():
+                for _ in ld:
+                    consumed[name] += 1
+                    if delay_s:
+                        time.sleep(delay_s)
+                    if stop.is_set():
+                        break
+
+    names = [f"fair-{r}" for r in range(4)] + ["slow-4"]
+    threads = [threading.Thread(target=consume, args=(n, r % 4, 0.25 if n == "slow-4" else 0))
+               for r, n in enumerate(names)]
+    for t in threads:
+        t.start()
+    try:
+        wait_until(lambda: len(_sessions_by_name(d, "")) == 5 and all(consumed[n] for n in names),
+                   60, "five sessions consuming")
+
+        def produced():
+            return {n: int(s.get("samples_produced", 0))
+                    for n, s in _sessions_by_name(d, "").items()}
+
+        p0 = produced()
+        # A window of about 600 samples over the four fast sessions.
+        wait_until(lambda: sum(produced()[n] - p0[n] for n in names[:4]) >= 600, 120,
+                   "600 samples for the fast sessions", interval_s=0.1)
+        p1 = produced()
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=60)
+    fast = [p1[n] - p0[n] for n in names[:4]]
+    slow = p1["slow-4"] - p0["slow-4"]
+    # Round-robin across sessions: each fast session within 20% of the others.
+    assert min(fast) >= 0.8 * max(fast), f"unfair shares {fast}"
+    # The slow consumer (4 samples per 0.25 s) gets only what it takes: its
+    # full ring stops its production; the others are not held back by it.
+    assert slow < 0.5 * min(fast), f"slow session produced {slow}, fast ones {fast}"
