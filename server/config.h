@@ -16,6 +16,8 @@ struct DaemonConfig {
   std::string status_addr;
   // Every dataset and file must lie beneath this directory.
   std::string data_root;
+  // Where dataset indexes are cached (see IndexOptions). Empty: none.
+  std::string index_cache;
   // Decode/augment worker processes. 0: the number of CPUs.
   uint32_t workers = 0;
   // The worker executable. Empty: stoker-worker beside stokerd.
@@ -36,6 +38,13 @@ struct DaemonConfig {
   uint32_t keepalive_grace_ms = 10000;
   // A client declares the daemon dead after this long without a heartbeat.
   uint32_t heartbeat_timeout_ms = 3000;
+  // Readahead (server/prefetch.h): I/O threads, and the bytes they may read
+  // ahead of the workers. 0 threads or 0 bytes: off.
+  uint32_t io_threads = 4;
+  uint64_t readahead_bytes = 64ull << 20;
+  // Benchmarks and tests only: a read of data not in the page cache first
+  // sleeps this long, in the workers and in readahead (a slow disk). 0: off.
+  uint32_t simulate_read_latency_us = 0;
   // Input files larger than this fail as samples (256 MiB).
   uint64_t max_file_bytes = 256ull << 20;
   // On SIGTERM, wait at most this long for in-flight samples.

@@ -6,6 +6,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -246,13 +248,14 @@ std::string DaemonConfig::ToJson() const {
       "\"worker_queue_depth\":%u,\"task_timeout_ms\":%u,\"keepalive_grace_ms\":%u,"
       "\"heartbeat_timeout_ms\":%u,\"max_file_bytes\":%u,\"drain_timeout_ms\":%u,"
       "\"log_level\":\"%s\",\"log_json\":%s,\"worker_sandbox\":%s,\"fault_injection\":%s,"
-      "\"parent_pid\":%d}",
+      "\"parent_pid\":%d,\"index_cache\":\"%s\",\"io_threads\":%u,\"readahead_bytes\":%u,"
+      "\"simulate_read_latency_us\":%u}",
       JsonEscape(socket_path), JsonEscape(status_addr), JsonEscape(data_root), workers, JsonEscape(worker_binary),
       socket_mode, shm_mode, max_sessions, max_ring_bytes, worker_queue_depth, task_timeout_ms,
       keepalive_grace_ms, heartbeat_timeout_ms, max_file_bytes, drain_timeout_ms,
       JsonEscape(log_level), log_json ? "true" : "false", worker_sandbox ? "true" : "false",
       (fault_crash_substring.empty() && fault_hang_substring.empty()) ? "false" : "true",
-      parent_pid);
+      parent_pid, JsonEscape(index_cache), io_threads, readahead_bytes, simulate_read_latency_us);
 }
 
 // One sample's work. Lives in its BatchFill until the batch is finished.
@@ -269,6 +272,7 @@ struct SampleTask {
   uint32_t replacements = 0;
   uint32_t self_crashes = 0;
   uint32_t deaths = 0;
+  uint64_t prefetch_key = 0;  // queued for readahead (0: not)
 };
 
 struct SampleOutcome {
@@ -416,6 +420,22 @@ absl::Status Engine::Start() {
   auto root = DataRoot::Open(config_.data_root);
   if (!root.ok()) return root.status();
   data_root_ = std::move(*root);
+  if (config_.io_threads > 0 && config_.readahead_bytes > 0) {
+    prefetch_ = std::make_unique<Prefetcher>(data_root_->fd(), config_.io_threads,
+                                             config_.readahead_bytes,
+                                             config_.simulate_read_latency_us);
+  }
+  if (!config_.index_cache.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(config_.index_cache, ec);
+    if (ec) {
+      spdlog::warn("index cache {} cannot be created ({}); indexes are not cached",
+                   config_.index_cache, ec.message());
+      config_.index_cache.clear();
+    } else {
+      ::chmod(config_.index_cache.c_str(), 0700);
+    }
+  }
   shm_tag_ = absl::StrFormat(
       "%08x", static_cast<uint32_t>(std::hash<std::string>{}(
                   absl::StrCat(config_.socket_path, ":", ::getuid()))));
@@ -558,7 +578,7 @@ absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) 
 
   // Index the dataset (outside the lock: it may take seconds); cached by its
   // canonical name.
-  auto resolved = data_root_->Resolve(req.dataset());
+  auto resolved = Dataset::CanonicalName(*data_root_, req.dataset());
   if (!resolved.ok()) return resolved.status();
   std::shared_ptr<const Dataset> ds;
   {
@@ -566,14 +586,30 @@ absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) 
     auto it = datasets_.find(*resolved);
     if (it != datasets_.end()) ds = it->second;
   }
+  if (ds != nullptr) {
+    std::string why;
+    if (!ds->Unchanged(*data_root_, &why)) {
+      spdlog::info("dataset {} changed since it was indexed ({}); indexing again", ds->name(), why);
+      ds = nullptr;
+    }
+  }
   if (ds == nullptr) {
-    int64_t t0 = MonotonicNs();
+    const int64_t t0 = MonotonicNs();
+    IndexOptions io;
+    io.cache_dir = config_.index_cache;
+    const std::string what(req.dataset());
+    io.progress = [what, t0](uint64_t n) {
+      spdlog::info("indexing {}: {} entries so far ({:.1f} s)", what, n, (MonotonicNs() - t0) / 1e9);
+    };
     auto opened = Dataset::Open(*data_root_, req.dataset(),
-                                static_cast<DatasetFormat>(req.format()));
+                                static_cast<DatasetFormat>(req.format()), io);
     if (!opened.ok()) return opened.status();
     ds = *opened;
-    spdlog::info("indexed dataset {}: {} samples, {} classes in {:.1f} ms", ds->name(), ds->size(),
-                 ds->class_names().size(), (MonotonicNs() - t0) / 1e6);
+    for (const std::string& w : ds->warnings()) spdlog::warn("dataset {}: {}", ds->name(), w);
+    spdlog::info("{} dataset {}: {} samples, {} classes in {:.1f} ms; index {:.1f} MB{}",
+                 ds->from_cache() ? "loaded the cached index of" : "indexed", ds->name(),
+                 ds->size(), ds->class_names().size(), (MonotonicNs() - t0) / 1e6,
+                 ds->memory_bytes() / 1e6, ds->from_cache() ? " on the heap (mapped)" : "");
     std::lock_guard<std::mutex> l(mu_);
     datasets_[*resolved] = ds;
   }
@@ -739,6 +775,8 @@ void Engine::RemoveSessionLocked(const std::string& id, const std::string& why,
   for (auto& [seq, fill] : s->filling) {
     for (auto& t : fill.tasks) {
       if (t->in_flight) in_flight_.erase(t->id);
+      if (t->prefetch_key != 0 && prefetch_ != nullptr) prefetch_->Done(t->prefetch_key);
+      t->prefetch_key = 0;
     }
   }
   s->queue.clear();
@@ -873,6 +911,12 @@ void Engine::StartBatchesLocked() {
         t.planned_index = shard[first + i];
         t.index = t.planned_index;
         s.queue.push_back(&t);
+        if (prefetch_ != nullptr) {
+          t.prefetch_key = next_prefetch_key_++;
+          const Dataset& ds = *s.dataset;
+          prefetch_->Enqueue(t.prefetch_key, std::string(ds.path(t.index)), ds.has_range(t.index),
+                             ds.range_offset(t.index), ds.range_length(t.index));
+        }
         f.tasks.push_back(std::move(owned));
       }
       d->sequence = seq;
@@ -911,6 +955,10 @@ void Engine::DispatchLocked() {
       if (pick == nullptr) return;
       SampleTask* t = pick->queue.front();
       BatchFill& f = pick->filling[t->seq];
+      if (t->prefetch_key != 0 && prefetch_ != nullptr) {
+        prefetch_->Done(t->prefetch_key);
+        t->prefetch_key = 0;
+      }
       worker::TaskMsg msg;
       const std::string_view path = pick->dataset->path(t->index);
       if (path.size() > worker::kMaxPathBytes) {
@@ -930,10 +978,16 @@ void Engine::DispatchLocked() {
         msg.out_capacity = pick->sample_bytes;
       }
       msg.max_file_bytes = config_.max_file_bytes;
+      if (pick->dataset->has_range(t->index)) {
+        msg.has_range = 1;
+        msg.file_offset = pick->dataset->range_offset(t->index);
+        msg.file_length = pick->dataset->range_length(t->index);
+      }
       msg.key.seed = pick->sampler.seed;
       msg.key.epoch = t->epoch;
       msg.key.dataset_index = t->index;
       msg.params = pick->params;
+      msg.simulate_latency_us = config_.simulate_read_latency_us;
       if (!config_.fault_crash_substring.empty() &&
           path.find(config_.fault_crash_substring) != std::string_view::npos) {
         msg.fault = worker::kFaultCrash;
@@ -1020,7 +1074,7 @@ void Engine::OnResultLocked(WorkerSlot& w, const ResultView& rv) {
 
 void Engine::FailSampleLocked(Session& s, SampleTask& t, const std::string& reason) {
   BatchFill& f = s.filling[t.seq];
-  const std::string path(s.dataset->path(t.index));
+  const std::string path = s.dataset->display(t.index);
   FailureRecord& rec = s.failures[t.index];
   if (rec.count++ == 0) {
     rec.path = path;
@@ -1277,6 +1331,18 @@ v1::StatusResponse Engine::GetStatus(bool include_failures) {
   r.set_samples_total(samples_total_);
   r.set_samples_failed_total(samples_failed_total_);
   r.set_worker_restarts_total(worker_restarts_total_);
+  auto* ra = r.mutable_readahead();
+  if (prefetch_ != nullptr) {
+    const Prefetcher::Stats st = prefetch_->stats();
+    ra->set_threads(config_.io_threads);
+    ra->set_budget_bytes(config_.readahead_bytes);
+    ra->set_files_read(st.files_read);
+    ra->set_bytes_read(st.bytes_read);
+    ra->set_cold_files(st.cold_files);
+    ra->set_late(st.late);
+    ra->set_window_bytes(st.window_bytes);
+    ra->set_window_bytes_max(st.window_bytes_max);
+  }
   for (auto& wp : workers_) {
     auto* ws = r.add_workers();
     ws->set_id(wp->id);
@@ -1395,6 +1461,7 @@ void Engine::Stop() {
   cv_.notify_all();
   if (dispatcher_.joinable()) dispatcher_.join();
   if (ticker_.joinable()) ticker_.join();
+  prefetch_.reset();
   std::lock_guard<std::mutex> l(mu_);
   for (auto& w : workers_) {
     if (w->dead) continue;

@@ -36,6 +36,7 @@
 #include "server/config.h"
 #include "server/dataset/dataset.h"
 #include "server/posix.h"
+#include "server/prefetch.h"
 #include "stoker/v1/stoker.pb.h"
 
 namespace stoker {
@@ -96,10 +97,11 @@ class Engine {
   Session* FindByNumberLocked(uint64_t number);
 
   // Constant after construction.
-  const DaemonConfig config_;
+  DaemonConfig config_;  // constant after Start()
   std::string shm_tag_;
   std::string worker_binary_;
   std::unique_ptr<DataRoot> data_root_;
+  std::unique_ptr<Prefetcher> prefetch_;  // null: readahead off; uses data_root_
   int64_t start_ns_ = 0;
   UniqueFd epoll_fd_;
   UniqueFd wake_fd_;  // eventfd
@@ -118,6 +120,7 @@ class Engine {
   std::map<std::string, std::shared_ptr<const Dataset>> datasets_;
   uint64_t next_session_number_ = 1;
   uint64_t next_task_id_ = 1;
+  uint64_t next_prefetch_key_ = 1;
   size_t rr_cursor_ = 0;
   uint64_t sessions_total_ = 0;
   uint64_t sessions_reclaimed_ = 0;

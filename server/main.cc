@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <thread>
 
@@ -44,11 +45,19 @@ class JsonMessage final : public spdlog::custom_flag_formatter {
 
 int main(int argc, char** argv) {
   stoker::DaemonConfig c;
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg == '/') {
+    c.index_cache = std::string(xdg) + "/stoker/index";
+  } else if (const char* home = std::getenv("HOME"); home != nullptr && *home == '/') {
+    c.index_cache = std::string(home) + "/.cache/stoker/index";
+  }
   CLI::App app{"stokerd: decodes and augments JPEG datasets into shared-memory rings"};
   app.set_version_flag("--version", std::string(STOKER_VERSION));
   app.add_option("--socket", c.socket_path, "gRPC Unix socket path")->required();
   app.add_option("--data-root", c.data_root, "every dataset must lie beneath this directory")
       ->required();
+  app.add_option("--index-cache", c.index_cache,
+                 "cache dataset indexes in this folder (created 0700; '' for none)")
+      ->capture_default_str();
   app.add_option("--status-addr", c.status_addr,
                  "also serve status and health (never sessions) on this TCP HOST:PORT");
   app.add_option("--workers", c.workers, "decode worker processes (0: one per CPU)");
@@ -64,6 +73,15 @@ int main(int argc, char** argv) {
                  "a session without a KeepAlive stream this long is reclaimed");
   app.add_option("--heartbeat-timeout-ms", c.heartbeat_timeout_ms,
                  "clients declare the daemon dead after this long without a heartbeat");
+  app.add_option("--io-threads", c.io_threads, "readahead threads (0: no readahead)")
+      ->capture_default_str();
+  uint64_t readahead_mb = c.readahead_bytes >> 20;
+  app.add_option("--readahead-mb", readahead_mb,
+                 "bytes of input read ahead of the workers at most, in MiB (0: no readahead)")
+      ->capture_default_str();
+  app.add_option("--simulate-read-latency-us", c.simulate_read_latency_us,
+                 "BENCHMARKS/TESTS ONLY: a read of uncached data first sleeps this long")
+      ->group("");
   app.add_option("--max-file-bytes", c.max_file_bytes, "larger input files fail as samples");
   app.add_option("--drain-timeout-ms", c.drain_timeout_ms,
                  "on SIGTERM, wait at most this long for in-flight batches");
@@ -84,6 +102,7 @@ int main(int argc, char** argv) {
                  "TESTS ONLY: workers hang on files whose path contains this")
       ->group("");
   CLI11_PARSE(app, argc, argv);
+  c.readahead_bytes = readahead_mb << 20;
 
   auto logger = spdlog::stderr_logger_mt("stokerd");
   spdlog::set_default_logger(logger);

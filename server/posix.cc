@@ -1,5 +1,7 @@
 #include "server/posix.h"
 
+#include <sys/uio.h>
+
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
@@ -58,6 +60,19 @@ absl::Status MapShared(int fd, uint64_t offset, uint64_t bytes, Mapping* out, bo
   if (p == MAP_FAILED) return PosixError("mmap", errno);
   *out = Mapping(p, bytes);
   return absl::OkStatus();
+}
+
+bool Cached(int fd, uint64_t offset) {
+  char byte;
+  struct iovec iov = {&byte, 1};
+  ssize_t n = ::preadv2(fd, &iov, 1, static_cast<off_t>(offset), RWF_NOWAIT);
+  return !(n < 0 && errno == EAGAIN);
+}
+
+int64_t WallNs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
 }
 
 int64_t MonotonicNs() {

@@ -76,6 +76,12 @@ absl::Status MapShared(int fd, uint64_t offset, uint64_t bytes, Mapping* out,
 
 // Monotonic clock in nanoseconds / milliseconds.
 int64_t MonotonicNs();
+// Whether the byte at `offset` of `fd` is in the page cache (preadv2
+// RWF_NOWAIT); true when that cannot be told.
+bool Cached(int fd, uint64_t offset);
+
+// CLOCK_REALTIME in ns (file times are on this clock).
+int64_t WallNs();
 inline int64_t MonotonicMs() { return MonotonicNs() / 1000000; }
 
 }  // namespace stoker

@@ -53,12 +53,15 @@ absl::Status ReadInput(const TaskMsg& t, std::string_view path, std::vector<uint
   if (S_ISDIR(st.st_mode)) return absl::InvalidArgumentError("is a directory");
   if (!S_ISREG(st.st_mode)) return absl::InvalidArgumentError("not a regular file");
   uint64_t size = static_cast<uint64_t>(st.st_size);
-  uint64_t begin = t.file_offset;
-  uint64_t length = t.file_length != 0 ? t.file_length : (size > begin ? size - begin : 0);
+  const uint64_t begin = t.has_range ? t.file_offset : 0;
+  const uint64_t length = t.has_range ? t.file_length : size;
   if (begin > size || length > size - begin) {
-    return absl::OutOfRangeError("member lies beyond the end of the file");
+    return absl::OutOfRangeError(absl::StrCat("member [", begin, ", +", length,
+                                              ") lies beyond the end of the file (", size,
+                                              " bytes): a truncated shard?"));
   }
   if (length == 0) return absl::InvalidArgumentError("empty file");
+  if (t.simulate_latency_us != 0 && !Cached(fd.get(), begin)) ::usleep(t.simulate_latency_us);
   if (t.max_file_bytes != 0 && length > t.max_file_bytes) {
     return absl::ResourceExhaustedError(
         absl::StrCat("file is ", length, " bytes, over the cap of ", t.max_file_bytes));

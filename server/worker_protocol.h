@@ -59,12 +59,14 @@ struct TaskMsg {
   uint64_t ring_id = 0;
   uint64_t out_offset = 0;    // from the start of the ring's data area
   uint64_t out_capacity = 0;
-  uint64_t file_offset = 0;   // read [file_offset, file_offset + file_length)
-  uint64_t file_length = 0;   // 0: the whole file
+  uint64_t file_offset = 0;   // with has_range: read [file_offset, file_offset + file_length)
+  uint64_t file_length = 0;
+  uint32_t has_range = 0;     // 0: read the whole file
   uint64_t max_file_bytes = 0;
   image::SampleKey key;
   image::PipelineParams params;
   uint32_t fault = 0;         // tests only, see FaultKind (0: none)
+  uint32_t simulate_latency_us = 0;  // benchmarks and tests: a cold read first sleeps
   char path[kMaxPathBytes];   // relative to the data root; sent truncated to path_bytes
 };
 

@@ -20,7 +20,7 @@ absl::Status ApplyWorkerSandbox() {
   // Reading files beneath the data root, talking to the daemon, memory,
   // time, signals and exit; what glibc and libjpeg-turbo use for those.
   static const char* const kAllowed[] = {
-      "read",          "pread64",        "readv",        "write",         "writev",
+      "read",          "pread64",        "preadv2",        "readv",        "write",         "writev",
       "openat",        "openat2",        "close",        "fstat",         "newfstatat",
       "statx",         "lseek",          "fcntl",        "recvmsg",       "recvfrom",
       "sendmsg",       "sendto",         "mmap",         "munmap",        "mremap",

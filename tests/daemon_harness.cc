@@ -76,7 +76,9 @@ std::unique_ptr<Daemon> Daemon::Start(const std::string& data_root, const Option
   d->log_ = d->dir_.path() + "/stokerd.log";
   std::vector<std::string> args = {STOKERD_PATH,  "--socket",     d->socket_,
                                    "--data-root", data_root,      "--workers",
-                                   std::to_string(o.workers), "--log-level", "debug"};
+                                   std::to_string(o.workers), "--log-level", "debug",
+                                   // a cache of its own: never the user's ~/.cache
+                                   "--index-cache", d->dir_.path() + "/index"};
   args.insert(args.end(), o.extra_args.begin(), o.extra_args.end());
   // Flags for every test daemon, from the environment: scripts/sanitize.sh
   // passes --no-worker-sandbox (ASan's longjmp hook needs sigaltstack, which

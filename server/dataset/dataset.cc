@@ -1,13 +1,18 @@
 #include "server/dataset/dataset.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "server/dataset/beneath.h"
 #include "server/dataset/index_builder.h"
 #include "server/dataset/str_cat.h"
@@ -16,6 +21,8 @@
 namespace stoker {
 
 using dataset_internal::Cat;
+using dataset_internal::JoinPath;
+using dataset_internal::ToAbsl;
 
 absl::StatusOr<std::unique_ptr<DataRoot>> DataRoot::Open(const std::string& dir) {
   if (dir.empty()) return absl::InvalidArgumentError("empty data root");
@@ -49,64 +56,291 @@ absl::StatusOr<int> OpenBeneath(int root_fd, std::string_view relative_path) {
                                            /*use_openat2=*/true);
 }
 
+namespace {
+
+constexpr size_t kMaxExpansions = 100000;
+
+bool IsPattern(std::string_view p) { return p.find('{') != std::string_view::npos; }
+
+bool EndsWithTar(std::string_view p) {
+  return p.size() >= 4 && absl::EqualsIgnoreCase(ToAbsl(p.substr(p.size() - 4)), ".tar");
+}
+
+// The shard paths of a WebDataset, canonical, in order.
+absl::StatusOr<std::vector<std::string>> ResolveShards(const DataRoot& root,
+                                                       std::string_view user_path) {
+  absl::StatusOr<std::vector<std::string>> expanded = Dataset::ExpandBraces(user_path);
+  if (!expanded.ok()) return expanded.status();
+  std::vector<std::string> shards;
+  shards.reserve(expanded->size());
+  for (const std::string& p : *expanded) {
+    absl::StatusOr<dataset_internal::ResolvedPath> r = dataset_internal::ResolveUserPath(root, p);
+    if (!r.ok()) return r.status();
+    if (r->is_dir) return absl::InvalidArgumentError(Cat("shard '", p, "' is a directory"));
+    shards.push_back(std::move(r->path));
+  }
+  return shards;
+}
+
+}  // namespace
+
+struct Dataset::Storage {
+  dataset_internal::DatasetIndex built;
+  std::unique_ptr<dataset_internal::MappedIndex> mapped;
+};
+
+Dataset::~Dataset() = default;
+
+absl::StatusOr<std::vector<std::string>> Dataset::ExpandBraces(std::string_view pattern) {
+  std::vector<std::string> out{""};
+  size_t i = 0;
+  while (i < pattern.size()) {
+    const char c = pattern[i];
+    if (c == '}') return absl::InvalidArgumentError(Cat("unbalanced '}' in '", pattern, "'"));
+    if (c != '{') {
+      for (std::string& o : out) o.push_back(c);
+      ++i;
+      continue;
+    }
+    const size_t close = pattern.find('}', i);
+    if (close == std::string_view::npos) {
+      return absl::InvalidArgumentError(Cat("unbalanced '{' in '", pattern, "'"));
+    }
+    const std::string_view body = pattern.substr(i + 1, close - i - 1);
+    if (body.empty() || body.find('{') != std::string_view::npos) {
+      return absl::InvalidArgumentError(Cat("bad brace group '{", body, "}' in '", pattern, "'"));
+    }
+    std::vector<std::string> choices;
+    const size_t dots = body.find("..");
+    if (dots != std::string_view::npos) {
+      const std::string_view a = body.substr(0, dots), b = body.substr(dots + 2);
+      uint64_t lo, hi;
+      if (!absl::SimpleAtoi(ToAbsl(a), &lo) || !absl::SimpleAtoi(ToAbsl(b), &hi) || lo > hi ||
+          hi - lo >= kMaxExpansions || !absl::ascii_isdigit(static_cast<unsigned char>(a[0]))) {
+        return absl::InvalidArgumentError(Cat("bad range '{", body, "}' in '", pattern, "'"));
+      }
+      for (uint64_t v = lo; v <= hi; ++v) {
+        std::string d = std::to_string(v);
+        if (d.size() < a.size()) d.insert(0, a.size() - d.size(), '0');
+        choices.push_back(std::move(d));
+      }
+    } else {
+      size_t from = 0;
+      while (true) {
+        const size_t comma = body.find(',', from);
+        choices.emplace_back(body.substr(from, comma == std::string_view::npos ? body.size() - from
+                                                                               : comma - from));
+        if (comma == std::string_view::npos) break;
+        from = comma + 1;
+      }
+    }
+    if (out.size() * choices.size() > kMaxExpansions) {
+      return absl::InvalidArgumentError(
+          Cat("'", pattern, "' names more than ", kMaxExpansions, " shards"));
+    }
+    std::vector<std::string> next;
+    next.reserve(out.size() * choices.size());
+    for (const std::string& o : out) {
+      for (const std::string& ch : choices) next.push_back(o + ch);
+    }
+    out.swap(next);
+    i = close + 1;
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> Dataset::CanonicalName(const DataRoot& root,
+                                                   std::string_view user_path) {
+  if (!IsPattern(user_path)) return root.Resolve(user_path);
+  // A pattern: its folder resolved, the pattern itself kept.
+  const size_t slash = user_path.rfind('/', user_path.find('{'));
+  if (slash == std::string_view::npos) return std::string(user_path);
+  std::string_view dir = user_path.substr(0, slash);
+  absl::StatusOr<std::string> d = root.Resolve(dir.empty() ? "/" : dir);
+  if (!d.ok()) return d.status();
+  return JoinPath(*d, user_path.substr(slash + 1));
+}
+
+std::string Dataset::display(uint64_t i) const {
+  std::string out(path(i));
+  if (name_offsets_.size != 0) {
+    out.push_back(':');
+    out.append(names_.data + name_offsets_[i], name_offsets_[i + 1] - name_offsets_[i]);
+  }
+  return out;
+}
+
 absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::Open(const DataRoot& root,
                                                              std::string_view user_path,
-                                                             DatasetFormat format) {
-  absl::StatusOr<dataset_internal::ResolvedPath> resolved =
-      dataset_internal::ResolveUserPath(root, user_path);
-  if (!resolved.ok()) return resolved.status();
-  switch (format) {
-    case DatasetFormat::kAuto:
-      format = resolved->is_dir ? DatasetFormat::kImageFolder : DatasetFormat::kManifest;
-      break;
-    case DatasetFormat::kImageFolder:
-      if (!resolved->is_dir) {
+                                                             DatasetFormat format,
+                                                             const IndexOptions& options) {
+  if (format == DatasetFormat::kAuto && (IsPattern(user_path) || EndsWithTar(user_path))) {
+    format = DatasetFormat::kWebDataset;
+  }
+  std::vector<std::string> shards;
+  std::string name;
+  if (format == DatasetFormat::kWebDataset) {
+    absl::StatusOr<std::vector<std::string>> s = ResolveShards(root, user_path);
+    if (!s.ok()) return s.status();
+    shards = std::move(*s);
+    absl::StatusOr<std::string> n = CanonicalName(root, user_path);
+    if (!n.ok()) return n.status();
+    name = std::move(*n);
+  } else {
+    absl::StatusOr<dataset_internal::ResolvedPath> resolved =
+        dataset_internal::ResolveUserPath(root, user_path);
+    if (!resolved.ok()) return resolved.status();
+    switch (format) {
+      case DatasetFormat::kAuto:
+        format = resolved->is_dir ? DatasetFormat::kImageFolder : DatasetFormat::kManifest;
+        break;
+      case DatasetFormat::kImageFolder:
+        if (!resolved->is_dir) {
+          return absl::InvalidArgumentError(
+              Cat("'", user_path, "' is not a directory (an ImageFolder dataset)"));
+        }
+        break;
+      case DatasetFormat::kManifest:
+        if (resolved->is_dir) {
+          return absl::InvalidArgumentError(
+              Cat("'", user_path, "' is a directory, not a manifest file"));
+        }
+        break;
+      default:
         return absl::InvalidArgumentError(
-            Cat("'", user_path, "' is not a directory (an ImageFolder dataset)"));
-      }
-      break;
-    case DatasetFormat::kManifest:
-      if (resolved->is_dir) {
-        return absl::InvalidArgumentError(
-            Cat("'", user_path, "' is a directory, not a manifest file"));
-      }
-      break;
-    default:
-      return absl::InvalidArgumentError(Cat("unknown dataset format ", static_cast<int>(format)));
+            Cat("unknown dataset format ", static_cast<int>(format)));
+    }
+    name = std::move(resolved->path);
   }
 
-  dataset_internal::DatasetIndex index;
-  absl::Status status = format == DatasetFormat::kImageFolder
-                            ? dataset_internal::IndexImageFolder(root, resolved->path, &index)
-                            : dataset_internal::IndexManifest(root, resolved->path, &index);
+  std::shared_ptr<Dataset> dataset(new Dataset());
+  dataset->name_ = name;
+  dataset->format_ = format;
+  dataset->storage_ = std::make_unique<Storage>();
+  const int format_id = static_cast<int>(format);
+
+  // The cache first.
+  std::string cache_file;
+  if (!options.cache_dir.empty()) {
+    if (mkdir(options.cache_dir.c_str(), 0700) != 0 && errno != EEXIST) {
+      dataset->warnings_.push_back(
+          Cat("index cache ", options.cache_dir, " cannot be created: ", std::strerror(errno)));
+    } else {
+      cache_file =
+          dataset_internal::CachePath(options.cache_dir, root.path(), name, format_id);
+      std::string why;
+      auto mapped = dataset_internal::LoadIndex(root, cache_file, name, format_id, &why);
+      if (mapped != nullptr) {
+        Dataset& d = *dataset;
+        d.paths_ = mapped->paths;
+        d.offsets_ = mapped->offsets;
+        d.entry_file_ = mapped->entry_file;
+        d.ranges_ = mapped->ranges;
+        d.names_ = mapped->names;
+        d.name_offsets_ = mapped->name_offsets.size > 1 ? mapped->name_offsets
+                                                         : Span<uint64_t>{};
+        d.labels_ = mapped->labels;
+        d.class_names_ = mapped->class_names;
+        d.warnings_ = mapped->warnings;
+        d.from_cache_ = true;
+        d.storage_->mapped = std::move(mapped);
+        if (options.progress) options.progress(d.size());
+        return std::shared_ptr<const Dataset>(std::move(dataset));
+      }
+      if (!why.empty()) dataset->warnings_.push_back(Cat("index cache not used: ", why));
+    }
+  }
+
+  const int64_t started_ns = MonotonicNs();
+  dataset_internal::DatasetIndex& index = dataset->storage_->built;
+  if (options.progress) {
+    // At most every 2 s (the indexers call at every 65,536 entries).
+    auto last = std::make_shared<int64_t>(started_ns);
+    index.progress = [last, cb = options.progress](uint64_t n) {
+      const int64_t now = MonotonicNs();
+      if (now - *last >= 2'000'000'000) {
+        *last = now;
+        cb(n);
+      }
+    };
+  }
+  absl::Status status;
+  if (format == DatasetFormat::kImageFolder) {
+    status = dataset_internal::IndexImageFolder(root, name, &index);
+  } else if (format == DatasetFormat::kManifest) {
+    status = dataset_internal::IndexManifest(root, name, &index);
+  } else {
+    status = dataset_internal::IndexWebDataset(root, shards, &index);
+  }
+  index.progress = nullptr;
   if (!status.ok()) return status;
   if (index.size() == 0) {
     return absl::FailedPreconditionError(
         format == DatasetFormat::kImageFolder
             ? Cat("dataset '", user_path, "' has no .jpg/.jpeg file in a class folder")
-            : Cat("manifest '", user_path, "' lists no entry"));
+        : format == DatasetFormat::kManifest
+            ? Cat("manifest '", user_path, "' lists no entry")
+            : Cat("no sample with a .jpg/.jpeg member in the shards '", user_path, "'"));
   }
-
-  std::shared_ptr<Dataset> dataset(new Dataset());
-  dataset->name_ = std::move(resolved->path);
-  dataset->paths_ = std::move(index.paths);
-  dataset->offsets_ = std::move(index.offsets);
-  dataset->labels_ = std::move(index.labels);
-  dataset->class_names_ = std::move(index.class_names);
+  if (options.progress) options.progress(index.size());
   // Vectors grown by doubling may hold twice what they need; a copy to
   // release it is worth it only then.
   auto trim = [](auto& buffer) {
     if (buffer.capacity() > buffer.size() + buffer.size() / 8) buffer.shrink_to_fit();
   };
-  trim(dataset->paths_);
-  trim(dataset->offsets_);
-  trim(dataset->labels_);
+  trim(index.paths);
+  trim(index.offsets);
+  trim(index.labels);
+  trim(index.entry_file);
+  trim(index.ranges);
+  trim(index.names);
+  trim(index.name_offsets);
+
+  if (!cache_file.empty()) {
+    // A folder changed within the last 2 s may change again within the same
+    // mtime tick, unseen: do not cache such a racy index (the next attach
+    // indexes, and caches, again).
+    bool racy = false;
+    const int64_t now_ns = WallNs();
+    for (const auto& w : index.watched) racy = racy || w.mtime_ns > now_ns - 2'000'000'000;
+    if (!racy) {
+      absl::Status saved = dataset_internal::SaveIndex(cache_file, name, format_id, index);
+      if (!saved.ok()) index.warnings.push_back(Cat("index cache not written: ", saved.message()));
+    }
+  }
+  Dataset& d = *dataset;
+  const bool tar = format == DatasetFormat::kWebDataset;
+  d.paths_ = {index.paths.data(), index.paths.size()};
+  d.offsets_ = {index.offsets.data(), index.offsets.size()};
+  if (tar) {
+    d.entry_file_ = {index.entry_file.data(), index.entry_file.size()};
+    d.ranges_ = {index.ranges.data(), index.ranges.size()};
+    d.names_ = {index.names.data(), index.names.size()};
+    d.name_offsets_ = {index.name_offsets.data(), index.name_offsets.size()};
+  }
+  d.labels_ = {index.labels.data(), index.labels.size()};
+  d.class_names_ = index.class_names;
+  for (std::string& w : index.warnings) d.warnings_.push_back(std::move(w));
+  index.warnings.clear();
   return std::shared_ptr<const Dataset>(std::move(dataset));
 }
 
+bool Dataset::Unchanged(const DataRoot& root, std::string* why) const {
+  const auto& watched = storage_->mapped != nullptr ? storage_->mapped->watched
+                                                    : storage_->built.watched;
+  for (const auto& w : watched) {
+    if (!dataset_internal::StillSame(root, w, why)) return false;
+  }
+  return true;
+}
+
 uint64_t Dataset::memory_bytes() const {
-  uint64_t bytes = paths_.capacity() + offsets_.capacity() * sizeof(uint64_t) +
-                   labels_.capacity() * sizeof(int64_t) + name_.capacity() +
+  const dataset_internal::DatasetIndex& b = storage_->built;
+  uint64_t bytes = b.paths.capacity() + b.offsets.capacity() * sizeof(uint64_t) +
+                   b.labels.capacity() * sizeof(int64_t) +
+                   b.entry_file.capacity() * sizeof(uint32_t) +
+                   b.ranges.capacity() * sizeof(uint64_t) + b.names.capacity() +
+                   b.name_offsets.capacity() * sizeof(uint64_t) + name_.capacity() +
                    class_names_.capacity() * sizeof(std::string);
   for (const std::string& name : class_names_) bytes += name.capacity();
   return bytes;

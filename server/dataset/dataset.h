@@ -5,6 +5,7 @@
 #define STOKER_SERVER_DATASET_DATASET_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -59,11 +60,26 @@ class DataRoot {
 // The fd is read-only, close-on-exec and blocking; the caller closes it.
 absl::StatusOr<int> OpenBeneath(int root_fd, std::string_view relative_path);
 
-enum class DatasetFormat { kAuto = 0, kImageFolder = 1, kManifest = 2 };
+enum class DatasetFormat { kAuto = 0, kImageFolder = 1, kManifest = 2, kWebDataset = 3 };
+
+// How Dataset::Open indexes, and where it may keep what it indexed.
+struct IndexOptions {
+  // A folder for index files (created 0700 if missing). Empty: no cache.
+  // A cached index is used when nothing it was made from changed: every
+  // directory of an ImageFolder tree (their mtimes: adding, removing or
+  // renaming a file changes its folder's), the manifest file, or each shard
+  // (inode, size, mtime). Otherwise the dataset is indexed again and the
+  // cache file replaced. A cached index is memory-mapped, not copied.
+  std::string cache_dir;
+  // Called during indexing with the entries (files or members) found so far,
+  // at most every ~100,000 entries or 2 s; and once at the end.
+  std::function<void(uint64_t entries)> progress;
+};
 
 // An indexed dataset: immutable, shared between sessions (shared_ptr<const>).
 // Paths are stored in one buffer (no per-entry allocation) so that millions
-// of entries stay small.
+// of entries stay small: 16 bytes per entry plus the path bytes (WebDataset:
+// 28 bytes per entry plus each member's name; shard paths once).
 class Dataset {
  public:
   // Indexes the dataset at `user_path` (resolved through `root`).
@@ -84,38 +100,96 @@ class Dataset {
   //    ends are accepted; an absolute path must lie beneath the root. Entries
   //    are normalized lexically ("." and ".."), not stat'ed: a missing file
   //    fails later, as a sample.
-  //  - kAuto: a directory is an ImageFolder, a file a manifest.
+  //  - kWebDataset: tar shards, named by a brace pattern
+  //    ("train-{0000..0099}.tar", "{a,b}.tar") or one .tar file. Members are
+  //    grouped into samples by key (the member path up to the first '.' of
+  //    its file name), in shard order then member order; a sample is the
+  //    group's "jpg"/"jpeg" member, its label the integer in the group's
+  //    "cls" member or the "label" (or "cls") field of its "json" member, -1
+  //    without either. Groups without an image are skipped. A member that
+  //    runs past the end of a truncated shard is kept (it fails as a sample);
+  //    a damaged header ends that shard's index (see warnings()).
+  //  - kAuto: a brace pattern or a .tar file is WebDataset, a directory an
+  //    ImageFolder, another file a manifest.
   // Every entry is confined to the root (PERMISSION_DENIED naming the entry).
   // NOT_FOUND for a missing path, FAILED_PRECONDITION for an empty dataset,
   // INVALID_ARGUMENT for a malformed manifest line (with its line number),
   // or for a format that does not match the path (a directory as manifest).
-  // Blocking: reads the whole tree or manifest.
+  // Blocking: reads the whole tree, manifest or every shard's headers.
   static absl::StatusOr<std::shared_ptr<const Dataset>> Open(const DataRoot& root,
                                                              std::string_view user_path,
-                                                             DatasetFormat format);
+                                                             DatasetFormat format,
+                                                             const IndexOptions& options = {});
 
-  uint64_t size() const { return labels_.size(); }
-  // Path of entry i relative to the data root, for OpenBeneath.
+  ~Dataset();
+  uint64_t size() const { return labels_.size; }
+  // The file to open for entry i, relative to the data root (for
+  // OpenBeneath): the image, or the shard holding it.
   std::string_view path(uint64_t i) const {
-    return std::string_view(paths_).substr(offsets_[i], offsets_[i + 1] - offsets_[i]);
+    const uint64_t f = entry_file_.size != 0 ? entry_file_[i] : i;
+    return std::string_view(paths_.data, paths_.size).substr(offsets_[f], offsets_[f + 1] - offsets_[f]);
   }
+  // Whether entry i is a byte range of its file (a tar member) and which.
+  bool has_range(uint64_t) const { return ranges_.size != 0; }
+  uint64_t range_offset(uint64_t i) const { return ranges_.size != 0 ? ranges_[2 * i] : 0; }
+  uint64_t range_length(uint64_t i) const { return ranges_.size != 0 ? ranges_[2 * i + 1] : 0; }
+  // How to name entry i to a person: path(i), or "shard.tar:member.jpg".
+  std::string display(uint64_t i) const;
   int64_t label(uint64_t i) const { return labels_[i]; }
   // ImageFolder: the class names in label order; manifest: empty.
   const std::vector<std::string>& class_names() const { return class_names_; }
-  // Canonical path relative to the root: the dataset's identity.
+  // Canonical path relative to the root (a pattern: as given, normalized):
+  // the dataset's identity.
   const std::string& name() const { return name_; }
-  // Heap bytes the index holds (buffer capacities), for the status page and
-  // for tests: 16 bytes per entry plus the path bytes, with at most 1/8 of
-  // slack in each buffer.
+  DatasetFormat format() const { return format_; }
+  // True when this index was loaded from the cache (memory-mapped).
+  bool from_cache() const { return from_cache_; }
+  // What indexing noticed and worked around (a damaged shard, samples
+  // without a label, a cache that could not be written), for the log.
+  const std::vector<std::string>& warnings() const { return warnings_; }
+  // Heap bytes the index holds (buffer capacities; 0 for the mapped arrays
+  // of a cached index, which live in the page cache), for the status page
+  // and for tests.
   uint64_t memory_bytes() const;
+
+  // Whether every file and folder the index was made from looks as it did
+  // then (see IndexOptions::cache_dir); `why` names the first change.
+  bool Unchanged(const DataRoot& root, std::string* why) const;
+
+  // The canonical identity of what `user_path` names, without indexing:
+  // what name() will be. For the daemon's table of open datasets.
+  static absl::StatusOr<std::string> CanonicalName(const DataRoot& root,
+                                                   std::string_view user_path);
+
+  // Expands "a{00..02}b{x,y}" into a00bx a00by a01bx ... (at most 100,000
+  // results; numeric ranges keep the first bound's zero padding).
+  // INVALID_ARGUMENT for an unbalanced or empty brace, or too many results.
+  static absl::StatusOr<std::vector<std::string>> ExpandBraces(std::string_view pattern);
+
+  template <typename T>
+  struct Span {
+    const T* data = nullptr;
+    uint64_t size = 0;
+    const T& operator[](uint64_t i) const { return data[i]; }
+  };
+  struct Storage;  // the arrays: owned (built) or mapped (cached)
 
  private:
   Dataset() = default;
+  friend struct DatasetAccess;
   std::string name_;
-  std::string paths_;              // all paths, concatenated
-  std::vector<uint64_t> offsets_;  // size() + 1 entries into paths_
-  std::vector<int64_t> labels_;
+  DatasetFormat format_ = DatasetFormat::kImageFolder;
+  Span<char> paths_;             // every file path, concatenated
+  Span<uint64_t> offsets_;       // files + 1 entries into paths_
+  Span<uint32_t> entry_file_;    // WebDataset: the file (shard) of each entry
+  Span<uint64_t> ranges_;        // WebDataset: (offset, length) per entry
+  Span<char> names_;             // WebDataset: member names, concatenated
+  Span<uint64_t> name_offsets_;  // WebDataset: entries + 1 entries into names_
+  Span<int64_t> labels_;
   std::vector<std::string> class_names_;
+  std::vector<std::string> warnings_;
+  bool from_cache_ = false;
+  std::unique_ptr<Storage> storage_;
 };
 
 }  // namespace stoker

@@ -140,6 +140,7 @@ class ClassWalker {
     dirs_.clear();
     files_.clear();
     arena_.clear();
+    out_ = out;
     dirs_.push_back(WalkDir{std::move(display), std::move(real), -1});
     for (size_t i = 0; i < dirs_.size(); ++i) {
       absl::Status status = ListDirectory(i);
@@ -167,6 +168,7 @@ class ClassWalker {
     if (fstat(fd.get(), &st) != 0) return PosixError(Cat("fstat '", display, "'"), errno);
     dirs_[index].dev = st.st_dev;
     dirs_[index].ino = st.st_ino;
+    out_->Watch(real, fd.get(), /*is_dir=*/true);
     for (int64_t p = dirs_[index].parent; p >= 0; p = dirs_[p].parent) {
       if (dirs_[p].dev == st.st_dev && dirs_[p].ino == st.st_ino) return absl::OkStatus();  // loop
     }
@@ -226,6 +228,7 @@ class ClassWalker {
   std::vector<WalkDir> dirs_;
   std::vector<WalkFile> files_;
   std::string arena_;  // file names and symlink targets of files_
+  DatasetIndex* out_ = nullptr;
 };
 
 }  // namespace
@@ -234,6 +237,7 @@ absl::Status IndexImageFolder(const DataRoot& root, const std::string& dir, Data
   absl::StatusOr<int> opened =
       OpenBeneathImpl(root.fd(), dir, OpenKind::kDirectory, /*use_openat2=*/true);
   if (!opened.ok()) return opened.status();
+  out->Watch(dir, *opened, /*is_dir=*/true);
 
   struct ClassDir {
     std::string name;

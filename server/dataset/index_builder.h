@@ -5,11 +5,13 @@
 #define STOKER_SERVER_DATASET_INDEX_BUILDER_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "server/dataset/dataset.h"
 
 namespace stoker {
 
@@ -17,23 +19,49 @@ class DataRoot;
 
 namespace dataset_internal {
 
+// What a cached index was made from, and how it looked: checked (stat)
+// before a cached index is used.
+struct WatchedPath {
+  std::string path;  // canonical, relative to the root
+  bool is_dir = false;
+  uint64_t ino = 0;
+  uint64_t size = 0;  // files only
+  int64_t mtime_ns = 0;
+};
+
 // Entries in order; paths concatenated in one buffer, as Dataset keeps them.
 struct DatasetIndex {
   std::string paths;
-  std::vector<uint64_t> offsets{0};  // size() + 1 entries into `paths`
+  std::vector<uint64_t> offsets{0};  // files + 1 entries into `paths`
   std::vector<int64_t> labels;
   std::vector<std::string> class_names;
+  // WebDataset only (empty otherwise): per entry, its shard, its member's
+  // (offset, length) and its member's name.
+  std::vector<uint32_t> entry_file;
+  std::vector<uint64_t> ranges;
+  std::string names;
+  std::vector<uint64_t> name_offsets{0};
+  std::vector<WatchedPath> watched;
+  std::vector<std::string> warnings;
+  std::function<void(uint64_t)> progress;
 
   uint64_t size() const { return labels.size(); }
   // Ends the entry whose path was appended to `paths` since the last one.
   void EndEntry(int64_t label) {
     offsets.push_back(paths.size());
     labels.push_back(label);
+    Tick();
   }
   void Add(std::string_view path, int64_t label) {
     paths.append(path);
     EndEntry(label);
   }
+  // Reports progress every 65,536 entries (the callback rate-limits itself).
+  void Tick() {
+    if (progress && (labels.size() & 0xffff) == 0) progress(labels.size());
+  }
+  // Records how `fd` (open on `path`) looks now, for the cache.
+  void Watch(std::string path, int fd, bool is_dir);
 };
 
 // Indexes the ImageFolder tree at the canonical directory `dir` (relative to
@@ -43,6 +71,45 @@ absl::Status IndexImageFolder(const DataRoot& root, const std::string& dir, Data
 // Parses the manifest at the canonical file path `file` (relative to the
 // root). See Dataset::Open.
 absl::Status IndexManifest(const DataRoot& root, const std::string& file, DatasetIndex* out);
+
+// Indexes the tar shards at the canonical file paths `shards`, in order.
+// See Dataset::Open.
+absl::Status IndexWebDataset(const DataRoot& root, const std::vector<std::string>& shards,
+                             DatasetIndex* out);
+
+// The index cache: the file that would hold the index of `name` under
+// `cache_dir`; Save writes it atomically (a warning on failure, never an
+// error); Load maps it, if it is there, intact and still valid for the
+// files it was made from (else nullptr).
+std::string CachePath(const std::string& cache_dir, const std::string& root_path,
+                      const std::string& name, int format);
+absl::Status SaveIndex(const std::string& file, const std::string& name, int format,
+                       const DatasetIndex& index);
+
+// A cached index, mapped read-only; the spans point into the mapping.
+struct MappedIndex {
+  void* addr = nullptr;
+  size_t bytes = 0;
+  Dataset::Span<char> paths;
+  Dataset::Span<uint64_t> offsets;
+  Dataset::Span<uint32_t> entry_file;
+  Dataset::Span<uint64_t> ranges;
+  Dataset::Span<char> names;
+  Dataset::Span<uint64_t> name_offsets;
+  Dataset::Span<int64_t> labels;
+  std::vector<std::string> class_names;
+  std::vector<std::string> warnings;
+  std::vector<WatchedPath> watched;
+  ~MappedIndex();
+};
+
+// Whether `w` still looks as it did; `why` names the first difference.
+bool StillSame(const DataRoot& root, const WatchedPath& w, std::string* why);
+
+// nullptr when there is no usable cache file (`why` says why, for the log;
+// empty when there is simply none).
+std::unique_ptr<MappedIndex> LoadIndex(const DataRoot& root, const std::string& file,
+                                       const std::string& name, int format, std::string* why);
 
 }  // namespace dataset_internal
 }  // namespace stoker

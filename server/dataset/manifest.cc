@@ -111,6 +111,7 @@ absl::Status IndexManifest(const DataRoot& root, const std::string& file, Datase
   UniqueFd fd(*opened);
   struct stat st;
   if (fstat(fd.get(), &st) != 0) return PosixError(Cat("fstat manifest '", file, "'"), errno);
+  out->Watch(file, fd.get(), /*is_dir=*/false);
   ManifestParser parser(root, file, out);
   std::vector<char> chunk(kReadChunkBytes);
   std::string partial;  // a line split across reads

@@ -21,6 +21,7 @@ write_jpeg, imagefolder_samples, Daemon, start_daemon, stoker_shm_objects.
 
 from __future__ import annotations
 
+import atexit
 import faulthandler
 import os
 import re
@@ -38,6 +39,11 @@ import pytest
 from PIL import Image
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+# Daemons the tests start without --index-cache (private daemons, examples)
+# cache dataset indexes under $XDG_CACHE_HOME: keep that out of the user's home.
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="stoker-test-cache-")
+atexit.register(shutil.rmtree, os.environ["XDG_CACHE_HOME"], True)
 
 # A test that hangs longer than this dumps every thread's stack and ends the
 # run (better than a CI job that times out without a word).
@@ -258,7 +264,11 @@ class Daemon:
     def start(self, timeout_s: float = 30.0) -> "Daemon":
         os.makedirs(self.data_root, exist_ok=True)
         cmd = [self.stokerd, "--socket", self.socket, "--data-root", self.data_root,
-               "--workers", str(self.workers)] + self.extra_args
+               "--workers", str(self.workers)]
+        if not any(a.startswith("--index-cache") for a in self.extra_args):
+            # A cache of its own (kept across restarts): never the user's ~/.cache.
+            cmd += ["--index-cache", os.path.join(self.workdir, "index")]
+        cmd += self.extra_args
         # Flags for every test daemon (e.g. --no-worker-sandbox under ASan, see
         # scripts/sanitize.sh).
         cmd += shlex.split(os.environ.get("STOKER_TEST_DAEMON_ARGS", ""))

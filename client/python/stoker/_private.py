@@ -76,7 +76,15 @@ def _unavailable(message: str) -> "_native.DaemonUnavailableError":
 
 def data_root_for(dataset: str) -> Tuple[str, str]:
     """(data_root, dataset) for a private daemon: a folder is its own data
-    root; a manifest file's data root is the folder it lies in."""
+    root; a manifest's or a shard pattern's is the folder it lies in."""
+    if "{" in dataset:  # WebDataset shards: "dir/train-{0000..0099}.tar"
+        head, _, tail = dataset.partition("{")
+        folder = os.path.realpath(os.path.dirname(head) or ".")
+        if not os.path.isdir(folder):
+            e = _native.InvalidRequestError(f"dataset {dataset!r}: no folder {folder!r}")
+            e.code = "INVALID_ARGUMENT"
+            raise e
+        return folder, os.path.join(folder, os.path.basename(head) + "{" + tail)
     path = os.path.realpath(dataset)
     if os.path.isdir(path):
         return path, path

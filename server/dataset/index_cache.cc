@@ -1,0 +1,345 @@
+// The index cache: a dataset's index in one file, memory-mapped when used.
+//
+// Layout (little-endian, as the daemon that wrote it; every section starts
+// on an 8-byte boundary so that the arrays can be used in place):
+//
+//   Header   magic "STKIDX1\0", version, format, section table
+//   sections name | paths | offsets | entry_file | ranges | names |
+//            name_offsets | labels | class names | warnings | watched
+//
+// String lists (class names, warnings) are stored as NUL-separated text.
+// `watched` lists what the index was made from, with inode, size and mtime;
+// the cache is used only if every one of them still looks the same. The
+// file is written to a temporary name and renamed, so a reader never sees a
+// half-written index; a file that fails any check is ignored (re-indexed).
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "server/dataset/beneath.h"
+#include "server/dataset/dataset.h"
+#include "server/dataset/index_builder.h"
+#include "server/dataset/str_cat.h"
+#include "server/posix.h"
+
+namespace stoker {
+namespace dataset_internal {
+namespace {
+
+constexpr char kMagic[8] = {'S', 'T', 'K', 'I', 'D', 'X', '1', '\0'};
+constexpr uint32_t kVersion = 1;
+
+enum Section : uint32_t {
+  kName,
+  kPaths,
+  kOffsets,
+  kEntryFile,
+  kRanges,
+  kNames,
+  kNameOffsets,
+  kLabels,
+  kClassNames,
+  kWarnings,
+  kWatched,
+  kSectionCount
+};
+
+struct SectionRef {
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+};
+
+struct Header {
+  char magic[8];
+  uint32_t version;
+  uint32_t format;
+  uint64_t total_bytes;
+  SectionRef sections[kSectionCount];
+};
+
+// One watched path, followed by its path bytes (padded to 8).
+struct WatchedRecord {
+  uint64_t ino;
+  uint64_t size;
+  int64_t mtime_ns;
+  uint32_t is_dir;
+  uint32_t path_bytes;
+};
+
+std::string Joined(const std::vector<std::string>& list) {
+  std::string out;
+  for (const std::string& s : list) {
+    out.append(s);
+    out.push_back('\0');
+  }
+  return out;
+}
+
+std::vector<std::string> Split(std::string_view blob) {
+  std::vector<std::string> out;
+  while (!blob.empty()) {
+    const size_t end = blob.find('\0');
+    if (end == std::string_view::npos) break;
+    out.emplace_back(blob.substr(0, end));
+    blob.remove_prefix(end + 1);
+  }
+  return out;
+}
+
+std::string WatchedBlob(const std::vector<WatchedPath>& watched) {
+  std::string out;
+  for (const WatchedPath& w : watched) {
+    WatchedRecord r{w.ino, w.size, w.mtime_ns, w.is_dir ? 1u : 0u,
+                    static_cast<uint32_t>(w.path.size())};
+    out.append(reinterpret_cast<const char*>(&r), sizeof(r));
+    out.append(w.path);
+    out.append((8 - w.path.size() % 8) % 8, '\0');
+  }
+  return out;
+}
+
+int64_t MtimeNs(const struct stat& st) {
+  return int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+}
+
+}  // namespace
+
+bool StillSame(const DataRoot& root, const WatchedPath& w, std::string* why) {
+  absl::StatusOr<int> fd = OpenBeneathImpl(root.fd(), w.path,
+                                           w.is_dir ? OpenKind::kDirectory : OpenKind::kRegularFile,
+                                           /*use_openat2=*/true);
+  if (!fd.ok()) {
+    *why = Cat("'", w.path, "' cannot be opened now");
+    return false;
+  }
+  UniqueFd closer(*fd);
+  struct stat st;
+  if (fstat(*fd, &st) != 0) {
+    *why = Cat("'", w.path, "' cannot be stat'ed");
+    return false;
+  }
+  if (st.st_ino != w.ino || MtimeNs(st) != w.mtime_ns ||
+      (!w.is_dir && static_cast<uint64_t>(st.st_size) != w.size)) {
+    *why = Cat("'", w.path, "' changed");
+    return false;
+  }
+  return true;
+}
+
+void DatasetIndex::Watch(std::string path, int fd, bool is_dir) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) return;
+  watched.push_back(WatchedPath{std::move(path), is_dir, static_cast<uint64_t>(st.st_ino),
+                                is_dir ? 0 : static_cast<uint64_t>(st.st_size), MtimeNs(st)});
+}
+
+std::string CachePath(const std::string& cache_dir, const std::string& root_path,
+                      const std::string& name, int format) {
+  // FNV-1a 64 of what identifies the dataset; the file also stores its name.
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](std::string_view s) {
+    for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+    h = (h ^ 0xff) * 1099511628211ull;
+  };
+  mix(root_path);
+  mix(name);
+  mix(std::to_string(format));
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
+  return Cat(cache_dir, "/", hex, ".idx");
+}
+
+absl::Status SaveIndex(const std::string& file, const std::string& name, int format,
+                       const DatasetIndex& index) {
+  const std::string class_names = Joined(index.class_names);
+  const std::string warnings = Joined(index.warnings);
+  const std::string watched = WatchedBlob(index.watched);
+  struct Part {
+    const void* data;
+    uint64_t bytes;
+  };
+  const Part parts[kSectionCount] = {
+      {name.data(), name.size()},
+      {index.paths.data(), index.paths.size()},
+      {index.offsets.data(), index.offsets.size() * sizeof(uint64_t)},
+      {index.entry_file.data(), index.entry_file.size() * sizeof(uint32_t)},
+      {index.ranges.data(), index.ranges.size() * sizeof(uint64_t)},
+      {index.names.data(), index.names.size()},
+      {index.name_offsets.data(), index.name_offsets.size() * sizeof(uint64_t)},
+      {index.labels.data(), index.labels.size() * sizeof(int64_t)},
+      {class_names.data(), class_names.size()},
+      {warnings.data(), warnings.size()},
+      {watched.data(), watched.size()},
+  };
+  Header h{};
+  std::memcpy(h.magic, kMagic, sizeof(kMagic));
+  h.version = kVersion;
+  h.format = static_cast<uint32_t>(format);
+  uint64_t at = sizeof(Header);
+  for (uint32_t k = 0; k < kSectionCount; ++k) {
+    at = (at + 7) & ~uint64_t{7};
+    h.sections[k] = SectionRef{at, parts[k].bytes};
+    at += parts[k].bytes;
+  }
+  h.total_bytes = at;
+
+  const std::string tmp = Cat(file, ".tmp.", getpid());
+  UniqueFd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  if (!fd.valid()) return PosixError(Cat("create ", tmp), errno);
+  bool ok = true;
+  uint64_t written = 0;
+  auto write_all = [&](const void* data, uint64_t bytes) {
+    const char* p = static_cast<const char*>(data);
+    while (ok && bytes > 0) {
+      ssize_t n = write(fd.get(), p, bytes);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        ok = false;
+        break;
+      }
+      p += n;
+      bytes -= static_cast<uint64_t>(n);
+      written += static_cast<uint64_t>(n);
+    }
+  };
+  static const char kZeros[8] = {};
+  write_all(&h, sizeof(h));
+  for (uint32_t k = 0; k < kSectionCount && ok; ++k) {
+    write_all(kZeros, h.sections[k].offset - written);
+    write_all(parts[k].data, parts[k].bytes);
+  }
+  const int err = errno;
+  if (!ok || fsync(fd.get()) != 0 || close(fd.Release()) != 0 ||
+      rename(tmp.c_str(), file.c_str()) != 0) {
+    unlink(tmp.c_str());
+    return PosixError(Cat("write index cache ", file), ok ? errno : err);
+  }
+  return absl::OkStatus();
+}
+
+MappedIndex::~MappedIndex() {
+  if (addr != nullptr) munmap(addr, bytes);
+}
+
+std::unique_ptr<MappedIndex> LoadIndex(const DataRoot& root, const std::string& file,
+                                       const std::string& name, int format, std::string* why) {
+  why->clear();
+  UniqueFd fd(open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd.valid()) {
+    if (errno != ENOENT) *why = Cat("cannot open ", file, ": ", std::strerror(errno));
+    return nullptr;
+  }
+  struct stat st;
+  if (fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) ||
+      static_cast<uint64_t>(st.st_size) < sizeof(Header)) {
+    *why = Cat(file, " is not an index file");
+    return nullptr;
+  }
+  auto m = std::make_unique<MappedIndex>();
+  m->bytes = static_cast<size_t>(st.st_size);
+  void* addr = mmap(nullptr, m->bytes, PROT_READ, MAP_SHARED, fd.get(), 0);
+  if (addr == MAP_FAILED) {
+    *why = Cat("cannot map ", file, ": ", std::strerror(errno));
+    return nullptr;
+  }
+  m->addr = addr;
+  const char* base = static_cast<const char*>(addr);
+  Header h;
+  std::memcpy(&h, base, sizeof(h));
+  if (std::memcmp(h.magic, kMagic, sizeof(kMagic)) != 0 || h.version != kVersion ||
+      h.format != static_cast<uint32_t>(format) || h.total_bytes != m->bytes) {
+    *why = Cat(file, " is from another version, format or a partial write");
+    return nullptr;
+  }
+  for (const SectionRef& s : h.sections) {
+    if (s.offset % 8 != 0 || s.offset > m->bytes || s.bytes > m->bytes - s.offset) {
+      *why = Cat(file, " has a section outside the file");
+      return nullptr;
+    }
+  }
+  auto text = [&](Section k) {
+    return std::string_view(base + h.sections[k].offset, h.sections[k].bytes);
+  };
+  bool shape_ok = true;
+  auto array = [&](Section k, auto* span) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(span->data)>>;
+    if (h.sections[k].bytes % sizeof(T) != 0) shape_ok = false;
+    span->data = reinterpret_cast<const T*>(base + h.sections[k].offset);
+    span->size = h.sections[k].bytes / sizeof(T);
+  };
+  if (text(kName) != name) {
+    *why = Cat(file, " holds another dataset");
+    return nullptr;
+  }
+  m->paths = {base + h.sections[kPaths].offset, h.sections[kPaths].bytes};
+  array(kOffsets, &m->offsets);
+  array(kEntryFile, &m->entry_file);
+  array(kRanges, &m->ranges);
+  m->names = {base + h.sections[kNames].offset, h.sections[kNames].bytes};
+  array(kNameOffsets, &m->name_offsets);
+  array(kLabels, &m->labels);
+  // The arrays must agree with one another, and every offset stay inside
+  // its buffer: a damaged cache must not send a worker elsewhere.
+  const uint64_t n = m->labels.size;
+  const uint64_t files = m->offsets.size == 0 ? 0 : m->offsets.size - 1;
+  const bool tar = m->entry_file.size != 0;
+  if (!shape_ok || m->offsets.size == 0 || (tar ? false : files != n) ||
+      (tar && (m->entry_file.size != n || m->ranges.size != 2 * n ||
+               m->name_offsets.size != n + 1)) ||
+      (!tar && (m->ranges.size != 0 || m->name_offsets.size > 1))) {
+    *why = Cat(file, " is inconsistent");
+    return nullptr;
+  }
+  for (uint64_t f = 0; f < files; ++f) {
+    if (m->offsets[f] > m->offsets[f + 1] || m->offsets[f + 1] > m->paths.size) shape_ok = false;
+  }
+  if (tar) {
+    for (uint64_t i = 0; i < n; ++i) {
+      if (m->entry_file[i] >= files || m->name_offsets[i] > m->name_offsets[i + 1] ||
+          m->name_offsets[i + 1] > m->names.size) {
+        shape_ok = false;
+      }
+    }
+  }
+  if (!shape_ok || m->offsets[0] != 0) {
+    *why = Cat(file, " is inconsistent");
+    return nullptr;
+  }
+  m->class_names = Split(text(kClassNames));
+  m->warnings = Split(text(kWarnings));
+  // Has anything it was made from changed?
+  std::string_view watched = text(kWatched);
+  while (!watched.empty()) {
+    WatchedRecord r;
+    if (watched.size() < sizeof(r)) {
+      *why = Cat(file, " is inconsistent");
+      return nullptr;
+    }
+    std::memcpy(&r, watched.data(), sizeof(r));
+    watched.remove_prefix(sizeof(r));
+    const uint64_t padded = (uint64_t{r.path_bytes} + 7) & ~uint64_t{7};
+    if (watched.size() < padded) {
+      *why = Cat(file, " is inconsistent");
+      return nullptr;
+    }
+    WatchedPath w{std::string(watched.substr(0, r.path_bytes)), r.is_dir != 0, r.ino, r.size,
+                  r.mtime_ns};
+    watched.remove_prefix(padded);
+    if (!StillSame(root, w, why)) return nullptr;
+    m->watched.push_back(std::move(w));
+  }
+  return m;
+}
+
+}  // namespace dataset_internal
+}  // namespace stoker

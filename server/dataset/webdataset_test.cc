@@ -1,0 +1,318 @@
+// WebDataset shards (tar headers written here byte by byte, so that damaged
+// and unusual ones can be made), brace patterns, and the index cache.
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "server/dataset/dataset.h"
+#include "server/dataset/test_util.h"
+
+namespace stoker {
+namespace {
+
+using testing::TempDir;
+
+// A tar archive in memory: ustar headers, optional GNU long names and pax
+// path records, as GNU tar and Python's tarfile write them.
+class TarWriter {
+ public:
+  void File(const std::string& name, const std::string& data, char type = '0') {
+    std::string n = name;
+    if (n.size() > 99) {
+      Header("././@LongLink", n.size() + 1, 'L');
+      Data(n + '\0');
+      n = n.substr(0, 99);
+    }
+    Header(n, data.size(), type);
+    Data(data);
+  }
+  void Pax(const std::string& path, const std::string& data) {
+    const std::string rec = "path=" + path + "\n";
+    std::string len = std::to_string(rec.size() + 3);
+    std::string record = len + " " + rec;
+    if (record.size() != std::stoul(len)) record = std::to_string(record.size() + 1) + " " + rec;
+    Header("PaxHeaders/x", record.size(), 'x');
+    Data(record);
+    Header(path.substr(0, 99), data.size(), '0');
+    Data(data);
+  }
+  void End() { bytes_.append(1024, '\0'); }
+  std::string& bytes() { return bytes_; }
+  size_t size() const { return bytes_.size(); }
+
+ private:
+  void Header(const std::string& name, size_t size, char type) {
+    char h[512] = {};
+    std::memcpy(h, name.data(), std::min<size_t>(name.size(), 100));
+    std::snprintf(h + 100, 8, "%07o", 0644);
+    std::snprintf(h + 108, 8, "%07o", 0);
+    std::snprintf(h + 116, 8, "%07o", 0);
+    std::snprintf(h + 124, 12, "%011zo", size);
+    std::snprintf(h + 136, 12, "%011o", 0);
+    h[156] = type;
+    std::memcpy(h + 257, "ustar\0" "00", 8);
+    std::memset(h + 148, ' ', 8);
+    unsigned sum = 0;
+    for (unsigned char c : h) sum += c;
+    std::snprintf(h + 148, 8, "%06o", sum);
+    bytes_.append(h, 512);
+  }
+  void Data(const std::string& d) {
+    bytes_.append(d);
+    bytes_.append((512 - d.size() % 512) % 512, '\0');
+  }
+  std::string bytes_;
+};
+
+void WriteFile(const std::string& path, const std::string& bytes) {
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  std::ofstream out(path, std::ios::binary);
+  out << bytes;
+}
+
+std::string ReadRange(const std::string& path, uint64_t offset, uint64_t length) {
+  std::ifstream in(path, std::ios::binary);
+  in.seekg(static_cast<std::streamoff>(offset));
+  std::string s(length, '\0');
+  in.read(s.data(), static_cast<std::streamsize>(length));
+  s.resize(static_cast<size_t>(in.gcount()));
+  return s;
+}
+
+std::unique_ptr<DataRoot> OpenRoot(const std::string& dir) {
+  auto root = DataRoot::Open(dir);
+  REQUIRE(root.ok());
+  return std::move(*root);
+}
+
+TEST_CASE("Brace patterns expand like the shell's, zero padding kept", "[dataset][webdataset]") {
+  auto e = Dataset::ExpandBraces("s/train-{0008..0011}-{a,bc}.tar");
+  REQUIRE(e.ok());
+  CHECK(*e == std::vector<std::string>{"s/train-0008-a.tar", "s/train-0008-bc.tar",
+                                       "s/train-0009-a.tar", "s/train-0009-bc.tar",
+                                       "s/train-0010-a.tar", "s/train-0010-bc.tar",
+                                       "s/train-0011-a.tar", "s/train-0011-bc.tar"});
+  CHECK(*Dataset::ExpandBraces("x.tar") == std::vector<std::string>{"x.tar"});
+  for (const char* bad : {"a{1..", "a}b", "a{}b", "a{3..1}", "a{x..y}", "{0..99999}{0..9}"}) {
+    CAPTURE(bad);
+    CHECK(absl::IsInvalidArgument(Dataset::ExpandBraces(bad).status()));
+  }
+}
+
+TEST_CASE("WebDataset: samples grouped by key, labels from .cls and .json, ranges exact",
+          "[dataset][webdataset]") {
+  TempDir tmp;
+  TarWriter a;
+  a.File("d/k1.jpg", "IMAGE-ONE");
+  a.File("d/k1.cls", " 3\n");
+  a.File("d/k2.JPEG", "IMAGE-TWO!");
+  a.File("d/k2.json", "{\"caption\": \"x\", \"label\" : -7}");
+  a.File("d/k3.cls", "1");  // no image: skipped
+  a.File("d/dir", "", '5');
+  a.File("d/k4.jpg", "IMAGE-FOUR");  // no label: -1
+  a.File("d/k4.seg.jpg", "NOT-THE-IMAGE");  // extension "seg.jpg"
+  a.End();
+  TarWriter b;
+  const std::string long_key = "deep/" + std::string(120, 'n') + "/k5";
+  b.File(long_key + ".jpg", "IMAGE-FIVE");  // GNU long name
+  b.File(long_key + ".cls", "5");
+  b.Pax("pax/k6.jpg", "IMAGE-SIX");
+  b.File("pax/k6.cls", "6");
+  b.End();
+  WriteFile(tmp / "root/shards/s-00.tar", a.bytes());
+  WriteFile(tmp / "root/shards/s-01.tar", b.bytes());
+  auto root = OpenRoot(tmp / "root");
+  auto opened = Dataset::Open(*root, "shards/s-{00..01}.tar", DatasetFormat::kAuto);
+  REQUIRE(opened.ok());
+  const Dataset& d = **opened;
+  CHECK(d.format() == DatasetFormat::kWebDataset);
+  CHECK(d.name() == "shards/s-{00..01}.tar");
+  REQUIRE(d.size() == 5);
+  const std::vector<std::string> images = {"IMAGE-ONE", "IMAGE-TWO!", "IMAGE-FOUR", "IMAGE-FIVE",
+                                           "IMAGE-SIX"};
+  const std::vector<int64_t> labels = {3, -7, -1, 5, 6};
+  for (uint64_t i = 0; i < d.size(); ++i) {
+    CAPTURE(i);
+    CHECK(d.has_range(i));
+    CHECK(d.label(i) == labels[i]);
+    CHECK(ReadRange(tmp / ("root/" + std::string(d.path(i))), d.range_offset(i),
+                    d.range_length(i)) == images[i]);
+  }
+  CHECK(d.path(0) == "shards/s-00.tar");
+  CHECK(d.path(3) == "shards/s-01.tar");
+  CHECK(d.display(1) == "shards/s-00.tar:d/k2.JPEG");
+  CHECK(d.display(3) == "shards/s-01.tar:" + long_key + ".jpg");
+  CHECK(d.display(4) == "shards/s-01.tar:pax/k6.jpg");
+  CHECK(d.warnings().size() == 2);  // k3 without an image, k4 without a label
+
+  // One .tar file is a WebDataset too.
+  auto one = Dataset::Open(*root, "shards/s-01.tar", DatasetFormat::kAuto);
+  REQUIRE(one.ok());
+  CHECK((*one)->size() == 2);
+  // A missing shard names itself.
+  auto missing = Dataset::Open(*root, "shards/s-{00..02}.tar", DatasetFormat::kAuto);
+  CHECK(absl::IsNotFound(missing.status()));
+  // A pattern that leaves the root is refused.
+  CHECK(absl::IsPermissionDenied(
+      Dataset::Open(*root, "../x-{0..1}.tar", DatasetFormat::kAuto).status()));
+}
+
+TEST_CASE("WebDataset: truncated and damaged shards", "[dataset][webdataset]") {
+  TempDir tmp;
+  TarWriter t;
+  t.File("a.jpg", std::string(3000, 'A'));
+  t.File("a.cls", "0");
+  t.File("b.jpg", std::string(3000, 'B'));
+  // Truncated in the middle of b.jpg: b is kept, its range runs past the end.
+  const size_t cut = t.size() - 1000;
+  WriteFile(tmp / "root/trunc.tar", t.bytes().substr(0, cut));
+  // A damaged header after the first sample: later members are not indexed.
+  TarWriter u;
+  u.File("a.jpg", "AAAA");
+  const size_t second = u.size();
+  u.File("b.jpg", "BBBB");
+  u.File("c.jpg", "CCCC");
+  u.End();
+  u.bytes()[second + 10] ^= 0x55;
+  WriteFile(tmp / "root/bad.tar", u.bytes());
+  auto root = OpenRoot(tmp / "root");
+
+  auto trunc = Dataset::Open(*root, "trunc.tar", DatasetFormat::kAuto);
+  REQUIRE(trunc.ok());
+  REQUIRE((*trunc)->size() == 2);
+  const uint64_t file_size = cut;
+  CHECK((*trunc)->range_offset(1) + (*trunc)->range_length(1) > file_size);
+
+  auto bad = Dataset::Open(*root, "bad.tar", DatasetFormat::kAuto);
+  REQUIRE(bad.ok());
+  CHECK((*bad)->size() == 1);
+  bool named = false;
+  for (const auto& w : (*bad)->warnings()) named = named || w.find("bad checksum") != std::string::npos;
+  CHECK(named);
+
+  WriteFile(tmp / "root/nothing.tar", std::string(1024, '\0'));
+  CHECK(absl::IsFailedPrecondition(
+      Dataset::Open(*root, "nothing.tar", DatasetFormat::kAuto).status()));
+}
+
+std::vector<std::string> Paths(const Dataset& d) {
+  std::vector<std::string> out;
+  for (uint64_t i = 0; i < d.size(); ++i) out.push_back(d.display(i) + "=" + std::to_string(d.label(i)));
+  return out;
+}
+
+// mtimes must move on even where the file system's clock is coarse.
+void Later(const std::string& path) {
+  struct timespec times[2] = {{0, UTIME_OMIT}, {0, 0}};
+  struct stat st;
+  REQUIRE(stat(path.c_str(), &st) == 0);
+  times[1].tv_sec = st.st_mtim.tv_sec + 5;
+  REQUIRE(utimensat(AT_FDCWD, path.c_str(), times, 0) == 0);
+}
+
+// Indexes made "now" are not cached (a change within the same mtime tick
+// could go unseen); put everything 10 s in the past.
+void Age(const std::string& dir) {
+  const struct timespec past[2] = {{time(nullptr) - 10, 0}, {time(nullptr) - 10, 0}};
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+    utimensat(AT_FDCWD, e.path().c_str(), past, AT_SYMLINK_NOFOLLOW);
+  }
+  utimensat(AT_FDCWD, dir.c_str(), past, 0);
+}
+
+TEST_CASE("Index cache: used while nothing changed, rebuilt when something did",
+          "[dataset][cache]") {
+  TempDir tmp;
+  tmp.Write("root/folder/a/1.jpg");
+  tmp.Write("root/folder/a/sub/2.jpg");
+  tmp.Write("root/folder/b/3.jpg");
+  tmp.Write("root/list.tsv", "folder/a/1.jpg\t4\nfolder/b/3.jpg\t5\n");
+  TarWriter t;
+  t.File("k.jpg", "K");
+  t.File("k.cls", "9");
+  t.End();
+  WriteFile(tmp / "root/s.tar", t.bytes());
+  Age(tmp / "root");
+  auto root = OpenRoot(tmp / "root");
+  IndexOptions o;
+  o.cache_dir = tmp / "cache";
+  uint64_t progress_calls = 0;
+  o.progress = [&](uint64_t) { ++progress_calls; };
+
+  for (const char* ds : {"folder", "list.tsv", "s.tar"}) {
+    CAPTURE(ds);
+    auto first = Dataset::Open(*root, ds, DatasetFormat::kAuto, o);
+    REQUIRE(first.ok());
+    CHECK(!(*first)->from_cache());
+    auto second = Dataset::Open(*root, ds, DatasetFormat::kAuto, o);
+    REQUIRE(second.ok());
+    CHECK((*second)->from_cache());
+    CHECK(Paths(**second) == Paths(**first));
+    CHECK((*second)->class_names() == (*first)->class_names());
+    CHECK((*second)->memory_bytes() < (*first)->memory_bytes());
+    std::string why;
+    CHECK((*second)->Unchanged(*root, &why));
+  }
+  CHECK(progress_calls >= 6);
+
+  // A file added two folders down: that folder's mtime moves.
+  auto before = Dataset::Open(*root, "folder", DatasetFormat::kAuto, o);
+  REQUIRE(before.ok());
+  tmp.Write("root/folder/a/sub/4.jpg");
+  Later(tmp / "root/folder/a/sub");
+  std::string why;
+  CHECK(!(*before)->Unchanged(*root, &why));
+  CHECK(why.find("folder/a/sub") != std::string::npos);
+  auto after = Dataset::Open(*root, "folder", DatasetFormat::kAuto, o);
+  REQUIRE(after.ok());
+  CHECK(!(*after)->from_cache());
+  CHECK((*after)->size() == 4);
+
+  // The manifest rewritten; the shard replaced.
+  tmp.Write("root/list.tsv", "folder/b/3.jpg\t5\n");
+  Later(tmp / "root/list.tsv");
+  auto m = Dataset::Open(*root, "list.tsv", DatasetFormat::kAuto, o);
+  REQUIRE(m.ok());
+  CHECK(!(*m)->from_cache());
+  CHECK((*m)->size() == 1);
+  TarWriter t2;
+  t2.File("k.jpg", "K");
+  t2.File("j.jpg", "J");
+  t2.End();
+  WriteFile(tmp / "root/s2.tar", t2.bytes());
+  std::filesystem::rename(tmp / "root/s2.tar", tmp / "root/s.tar");
+  auto s = Dataset::Open(*root, "s.tar", DatasetFormat::kAuto, o);
+  REQUIRE(s.ok());
+  CHECK(!(*s)->from_cache());
+  CHECK((*s)->size() == 2);
+
+  // A damaged cache file is ignored, said so, and replaced.
+  Age(tmp / "root");
+  REQUIRE(Dataset::Open(*root, "folder", DatasetFormat::kAuto, o).ok());  // cached again
+  for (const auto& e : std::filesystem::directory_iterator(tmp / "cache")) {
+    std::filesystem::resize_file(e.path(), std::filesystem::file_size(e.path()) / 2);
+  }
+  auto damaged = Dataset::Open(*root, "folder", DatasetFormat::kAuto, o);
+  REQUIRE(damaged.ok());
+  CHECK(!(*damaged)->from_cache());
+  CHECK((*damaged)->size() == 4);
+  CHECK(!(*damaged)->warnings().empty());
+  CHECK((*Dataset::Open(*root, "folder", DatasetFormat::kAuto, o))->from_cache());
+
+  struct stat st;
+  REQUIRE(stat((tmp / "cache").c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0700);
+}
+
+}  // namespace
+}  // namespace stoker

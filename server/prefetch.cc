@@ -1,0 +1,149 @@
+#include "server/prefetch.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+
+#include "server/dataset/dataset.h"
+#include "server/posix.h"
+
+namespace stoker {
+
+Prefetcher::Prefetcher(int root_fd, uint32_t threads, uint64_t budget_bytes,
+                       uint32_t simulate_latency_us)
+    : root_fd_(root_fd), budget_(budget_bytes), latency_us_(simulate_latency_us) {
+  for (uint32_t i = 0; i < threads; ++i) threads_.emplace_back([this] { Loop(); });
+}
+
+Prefetcher::~Prefetcher() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void Prefetcher::Enqueue(uint64_t key, std::string path, bool ranged, uint64_t offset,
+                         uint64_t length) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (threads_.empty()) return;
+    queue_.push_back(Item{key, std::move(path), ranged, offset, length});
+    entries_[key] = Entry{};
+  }
+  cv_.notify_one();
+}
+
+void Prefetcher::Done(uint64_t key) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return;
+  switch (it->second.state) {
+    case State::kQueued:
+      ++stats_.late;  // still queued: Loop skips keys no longer in entries_
+      entries_.erase(it);
+      break;
+    case State::kReading:
+      it->second.done = true;  // ReadOne's end frees its bytes
+      break;
+    case State::kRead:
+      window_ -= it->second.bytes;
+      entries_.erase(it);
+      cv_.notify_all();
+      break;
+  }
+}
+
+Prefetcher::Stats Prefetcher::stats() const {
+  std::lock_guard<std::mutex> l(mu_);
+  Stats s = stats_;
+  s.window_bytes = window_;
+  s.queued = queue_.size();
+  return s;
+}
+
+void Prefetcher::Loop() {
+  std::vector<char> scratch(1 << 20);
+  std::unique_lock<std::mutex> l(mu_);
+  while (!stop_) {
+    if (queue_.empty()) {
+      cv_.wait(l);
+      continue;
+    }
+    Item item = std::move(queue_.front());
+    queue_.pop_front();
+    if (entries_.find(item.key) == entries_.end()) continue;  // dispatched already
+    l.unlock();
+    ReadOne(item, &scratch);
+    l.lock();
+  }
+}
+
+void Prefetcher::ReadOne(const Item& item, std::vector<char>* scratch) {
+  absl::StatusOr<int> fd = OpenBeneath(root_fd_, item.path);
+  uint64_t begin = 0, length = 0;
+  bool ok = fd.ok();
+  UniqueFd closer(ok ? *fd : -1);
+  if (ok) {
+    struct stat st;
+    ok = ::fstat(closer.get(), &st) == 0;
+    const uint64_t size = ok ? static_cast<uint64_t>(st.st_size) : 0;
+    begin = item.ranged ? std::min(item.offset, size) : 0;
+    length = item.ranged ? std::min(item.length, size - begin) : size;
+  }
+  {
+    // Claim the bytes: wait while the window is full (but never with an
+    // empty window, or a file larger than the budget would wait forever).
+    std::unique_lock<std::mutex> l(mu_);
+    auto it = entries_.find(item.key);
+    if (!ok) ++stats_.errors;
+    if (it == entries_.end() || !ok) {
+      if (it != entries_.end()) entries_.erase(it);
+      return;
+    }
+    cv_.wait(l, [&] {
+      auto e = entries_.find(item.key);
+      return stop_ || e == entries_.end() || window_ == 0 || window_ + length <= budget_;
+    });
+    it = entries_.find(item.key);
+    if (stop_ || it == entries_.end()) return;
+    it->second.state = State::kReading;
+    it->second.bytes = length;
+    window_ += length;
+    stats_.window_bytes_max = std::max(stats_.window_bytes_max, window_);
+  }
+  const bool cold = length > 0 && !Cached(closer.get(), begin);
+  if (cold && latency_us_ > 0) std::this_thread::sleep_for(std::chrono::microseconds(latency_us_));
+  uint64_t done = 0;
+  bool read_ok = true;
+  while (done < length) {
+    const size_t chunk = static_cast<size_t>(std::min<uint64_t>(scratch->size(), length - done));
+    ssize_t n = ::pread(closer.get(), scratch->data(), chunk, static_cast<off_t>(begin + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      read_ok = false;
+      break;
+    }
+    done += static_cast<uint64_t>(n);
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  ++stats_.files_read;
+  stats_.bytes_read += done;
+  if (cold) ++stats_.cold_files;
+  if (!read_ok) ++stats_.errors;
+  auto it = entries_.find(item.key);
+  if (it == entries_.end()) return;
+  if (it->second.done) {
+    window_ -= it->second.bytes;
+    entries_.erase(it);
+    cv_.notify_all();
+  } else {
+    it->second.state = State::kRead;
+  }
+}
+
+}  // namespace stoker
