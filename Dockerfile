@@ -76,6 +76,7 @@ RUN groupadd --system --gid 10001 stoker \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
       --shell /usr/sbin/nologin stoker \
  && install -d -o stoker -g stoker -m 0750 /run/stoker \
+ && install -d -o stoker -g stoker -m 0700 /var/cache/stoker \
  && install -d -m 0755 /data
 
 COPY --from=build /out/stokerd /out/stoker-worker /out/stokerctl /usr/local/bin/
@@ -92,9 +93,11 @@ LABEL org.opencontainers.image.title="stokerd" \
 # stokerctl reads STOKER_SOCKET too, so `docker exec stoker stokerctl status` works.
 ENV STOKER_SOCKET=/run/stoker/stoker.sock \
     STOKER_DATA_ROOT=/data \
-    STOKER_WORKERS=auto
+    STOKER_WORKERS=auto \
+    STOKER_INDEX_CACHE=/var/cache/stoker
 
-VOLUME ["/run/stoker", "/data"]
+# /var/cache/stoker: dataset indexes, kept across restarts when it is a volume.
+VOLUME ["/run/stoker", "/data", "/var/cache/stoker"]
 USER 10001:10001
 WORKDIR /run/stoker
 

@@ -2,11 +2,16 @@
 # One command: installs what stoker needs (the packages scripts/test.sh
 # installs), builds into build/, makes or reuses the datasets under
 # bench/data/, runs the benchmark and writes bench/RESULTS.md and
-# bench/results.png. Options go to bench/bench.py (--quick for a smoke run).
+# bench/results.png (bench/bench.py: stoker vs DataLoader), then
+# bench/SCALE.md (bench/scale.py: indexing a million entries, cold reads and
+# readahead). Options go to bench/bench.py; --quick makes both a smoke run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 stoker_ensure_packages
 echo "==> building into build/"
 stoker_build build
-exec /usr/bin/python3 bench/bench.py --build build "$@"
+/usr/bin/python3 bench/bench.py --build build "$@"
+quick=()
+for a in "$@"; do [[ $a == --quick ]] && quick=(--quick); done
+/usr/bin/python3 bench/scale.py --build build "${quick[@]}"

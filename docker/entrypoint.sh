@@ -11,6 +11,7 @@
 #   STOKER_SHM_MODE     --shm-mode     (e.g. 0660, likewise)
 #   STOKER_LOG_LEVEL    --log-level
 #   STOKER_LOG_JSON=1   --log-json
+#   STOKER_INDEX_CACHE  --index-cache  (the image: /var/cache/stoker; "" for none)
 #
 # A flag given as an argument wins over the variable (stokerd refuses a flag
 # given twice, so the default is then left out). Arguments that do not start
@@ -55,6 +56,9 @@ cpus() {
 }
 
 # Prepended in reverse, so the command line reads in the order of the table.
+if [ -n "${STOKER_INDEX_CACHE+set}" ] && ! given --index-cache "$@"; then
+  set -- --index-cache "$STOKER_INDEX_CACHE" "$@"
+fi
 if [ "${STOKER_LOG_JSON:-0}" = 1 ] && ! given --log-json "$@"; then
   set -- --log-json "$@"
 fi

@@ -40,7 +40,7 @@ struct DaemonConfig {
   uint32_t heartbeat_timeout_ms = 3000;
   // Readahead (server/prefetch.h): I/O threads, and the bytes they may read
   // ahead of the workers. 0 threads or 0 bytes: off.
-  uint32_t io_threads = 4;
+  uint32_t io_threads = 16;
   uint64_t readahead_bytes = 64ull << 20;
   // Benchmarks and tests only: a read of data not in the page cache first
   // sleeps this long, in the workers and in readahead (a slow disk). 0: off.
