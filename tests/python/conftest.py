@@ -3,6 +3,7 @@
 Run:  STOKER_BUILD_DIR=/work/main/build /usr/bin/python3 -m pytest -q tests/python
 
 Fixtures (function scope unless said otherwise):
+    stoker          (session) the `stoker` module, imported from the build.
     build_dir       (session) the CMake build folder: $STOKER_BUILD_DIR, else
                     <repo>/build. Skips the test when stokerd, stoker-worker,
                     stokerctl or the Python module are missing. Puts
@@ -80,6 +81,13 @@ def build_dir() -> str:
     if py not in sys.path:
         sys.path.insert(0, py)
     return build
+
+
+@pytest.fixture(scope="session")
+def stoker(build_dir):
+    """The `stoker` module of the build (modules may override this fixture)."""
+    import stoker as mod
+    return mod
 
 
 @pytest.fixture(autouse=True)

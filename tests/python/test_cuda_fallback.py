@@ -33,12 +33,6 @@ TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": 
 
 
 @pytest.fixture(scope="module")
-def stoker(build_dir):
-    import stoker as mod
-    return mod
-
-
-@pytest.fixture(scope="module")
 def served(module_daemon_factory):
     top = tempfile.mkdtemp(prefix="stk", dir="/tmp")
     root = os.path.join(top, "data")

@@ -34,12 +34,6 @@ ESCAPE = "h_escape.jpg"  # a symlink leaving the data root: refused at attach in
 
 
 @pytest.fixture(scope="module")
-def stoker(build_dir):
-    import stoker as mod
-    return mod
-
-
-@pytest.fixture(scope="module")
 def corpus(build_dir):
     """A data root with:
         mixed/      good JPEGs (class_00..02), the hostile files (in class_01),

@@ -35,12 +35,6 @@ FLAVOURS = [
 
 
 @pytest.fixture(scope="module")
-def stoker(build_dir):
-    import stoker as mod
-    return mod
-
-
-@pytest.fixture(scope="module")
 def data(build_dir):
     """A data root with datasets main/, flavours/, empty/, hang/ and an escape hatch."""
     top = tempfile.mkdtemp(prefix="stk", dir="/tmp")

@@ -21,12 +21,6 @@ from conftest import make_dataset, stoker_shm_objects, wait_until
 pytest.importorskip("torch")
 
 
-@pytest.fixture(scope="module")
-def stoker(build_dir):
-    import stoker as mod
-    return mod
-
-
 @pytest.fixture
 def no_socket_env(monkeypatch):
     monkeypatch.delenv("STOKER_SOCKET", raising=False)

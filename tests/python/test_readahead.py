@@ -20,12 +20,6 @@ from conftest import make_dataset
 pytest.importorskip("torch")
 
 
-@pytest.fixture(scope="module")
-def stoker(build_dir):
-    import stoker as mod
-    return mod
-
-
 def evict(root):
     """Drops the files under `root` from the page cache."""
     for dirpath, _, files in os.walk(root):

@@ -23,12 +23,6 @@ SIZE = 48
 
 
 @pytest.fixture(scope="module")
-def stoker(build_dir):
-    import stoker as mod
-    return mod
-
-
-@pytest.fixture(scope="module")
 def resume_data(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("resume"))
     data = os.path.join(root, "set")

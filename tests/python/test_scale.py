@@ -17,12 +17,6 @@ pytest.importorskip("torch")
 N = 1_000_000
 
 
-@pytest.fixture(scope="module")
-def stoker(build_dir):
-    import stoker as mod
-    return mod
-
-
 def rss_kb(pid):
     with open(f"/proc/{pid}/status") as f:
         return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))

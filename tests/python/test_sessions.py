@@ -20,12 +20,6 @@ pytest.importorskip("torch")
 
 
 @pytest.fixture(scope="module")
-def stoker(build_dir):
-    import stoker as mod
-    return mod
-
-
-@pytest.fixture(scope="module")
 def many_data(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("sessions"))
     make_dataset(os.path.join(root, "set"), classes=4, per_class=25, sizes=(48, 200), seed=21)

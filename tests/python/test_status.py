@@ -13,12 +13,6 @@ import pytest
 from conftest import wait_until
 
 
-@pytest.fixture(scope="module")
-def stoker(build_dir):
-    import stoker as mod  # build_dir puts <build>/python on sys.path
-    return mod
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

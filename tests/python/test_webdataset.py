@@ -24,12 +24,6 @@ torch = pytest.importorskip("torch")
 SHARDS, PER_SHARD = 4, 9
 
 
-@pytest.fixture(scope="module")
-def stoker(build_dir):
-    import stoker as mod
-    return mod
-
-
 def write_shards(root, jpegs, bad_keys=(), truncate_last=False, pattern="train-{:04d}.tar"):
     """Packs `jpegs` [(path, label)] into SHARDS shards; returns {key: (label, bytes)}."""
     os.makedirs(root, exist_ok=True)
@@ -173,3 +167,13 @@ def test_the_index_cache_survives_a_restart_and_follows_changes(stoker, daemon_f
                  class_prefix="class_new_")
     assert size_via(d2) == 9
     assert "changed since it was indexed" in d2.log()
+
+
+def test_a_private_daemon_serves_a_shard_pattern(stoker, shard_root, monkeypatch):
+    root, samples, _ = shard_root
+    monkeypatch.delenv("STOKER_SOCKET", raising=False)
+    pattern = os.path.join(root, "shards", "train-{0000..0003}.tar")
+    with stoker.Loader(pattern, batch_size=6, size=24, epochs=1, shuffle=False,
+                       num_workers=1) as ld:
+        labels = [int(x) for _, y in ld for x in y]
+    assert labels == [samples[k][0] for k in _keys_of(range(36))]
