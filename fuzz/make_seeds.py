@@ -1,6 +1,6 @@
 """Writes the seed corpora of the fuzz targets (scripts/fuzz.sh runs it).
 
-    /usr/bin/python3 fuzz/make_seeds.py OUT_DIR   -> OUT_DIR/decode/*, OUT_DIR/ring/*
+    /usr/bin/python3 fuzz/make_seeds.py OUT_DIR   -> OUT_DIR/{decode,ring,tar}/*
 
 decode: small JPEGs of every coding tests/python/hostile_corpus.py makes (PIL's
 4:2:0/4:2:2/4:4:4/gray/progressive, CMYK, YCCK, arithmetic, restart markers,
@@ -79,7 +79,33 @@ def ring_seeds():
     return seeds
 
 
+def tar_seeds():
+    """Small WebDataset shards: ustar, GNU long names, pax paths, labels."""
+    import io
+    import tarfile
+    seeds = {}
+    jpeg = next(iter(small_jpegs().values()))
+    for fmt, name in ((tarfile.USTAR_FORMAT, "ustar"), (tarfile.GNU_FORMAT, "gnu"),
+                      (tarfile.PAX_FORMAT, "pax")):
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w", format=fmt) as tar:
+            for i, key in enumerate(["a/k0", "b/" + "n" * 120 + "/k1", "k2"]):
+                for ext, blob in (("jpg", jpeg), ("cls", str(i).encode()),
+                                  ("json", b'{"label": %d}' % i)):
+                    if fmt == tarfile.USTAR_FORMAT and len(key) > 90:
+                        continue
+                    ti = tarfile.TarInfo(f"{key}.{ext}")
+                    ti.size = len(blob)
+                    tar.addfile(ti, io.BytesIO(blob))
+        seeds[f"shard_{name}"] = buf.getvalue()
+    return seeds
+
+
 OUT = sys.argv[1]
+os.makedirs(os.path.join(OUT, "tar"), exist_ok=True)
+for name, data in tar_seeds().items():
+    with open(os.path.join(OUT, "tar", name), "wb") as f:
+        f.write(data)
 os.makedirs(os.path.join(OUT, "decode"), exist_ok=True)
 os.makedirs(os.path.join(OUT, "ring"), exist_ok=True)
 for name, jpeg in small_jpegs().items():
@@ -90,4 +116,5 @@ for name, data in ring_seeds().items():
     with open(os.path.join(OUT, "ring", name), "wb") as f:
         f.write(data)
 print(f"seeds: {len(os.listdir(os.path.join(OUT, 'decode')))} decode, "
-      f"{len(os.listdir(os.path.join(OUT, 'ring')))} ring")
+      f"{len(os.listdir(os.path.join(OUT, 'ring')))} ring, "
+      f"{len(os.listdir(os.path.join(OUT, 'tar')))} tar")
