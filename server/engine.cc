@@ -422,7 +422,7 @@ absl::Status Engine::Start() {
   data_root_ = std::move(*root);
   if (config_.io_threads > 0 && config_.readahead_bytes > 0) {
     prefetch_ = std::make_unique<Prefetcher>(data_root_->fd(), config_.io_threads,
-                                             config_.readahead_bytes,
+                                             config_.readahead_bytes, config_.max_file_bytes,
                                              config_.simulate_read_latency_us);
   }
   if (!config_.index_cache.empty()) {

@@ -13,8 +13,11 @@
 namespace stoker {
 
 Prefetcher::Prefetcher(int root_fd, uint32_t threads, uint64_t budget_bytes,
-                       uint32_t simulate_latency_us)
-    : root_fd_(root_fd), budget_(budget_bytes), latency_us_(simulate_latency_us) {
+                       uint64_t max_file_bytes, uint32_t simulate_latency_us)
+    : root_fd_(root_fd),
+      budget_(budget_bytes),
+      max_file_bytes_(max_file_bytes),
+      latency_us_(simulate_latency_us) {
   for (uint32_t i = 0; i < threads; ++i) threads_.emplace_back([this] { Loop(); });
 }
 
@@ -101,6 +104,10 @@ void Prefetcher::ReadOne(const Item& item, std::vector<char>* scratch) {
     std::unique_lock<std::mutex> l(mu_);
     auto it = entries_.find(item.key);
     if (!ok) ++stats_.errors;
+    if (ok && max_file_bytes_ != 0 && length > max_file_bytes_) {
+      ++stats_.too_large;
+      ok = false;
+    }
     if (it == entries_.end() || !ok) {
       if (it != entries_.end()) entries_.erase(it);
       return;

@@ -31,15 +31,18 @@ class Prefetcher {
     uint64_t cold_files = 0;        // not in the page cache when their read began
     uint64_t late = 0;              // dispatched before their read began (dropped)
     uint64_t errors = 0;            // open/read failures (the worker reports them)
+    uint64_t too_large = 0;         // over --max-file-bytes: not read
     uint64_t window_bytes = 0;      // read ahead, not yet dispatched, now
     uint64_t window_bytes_max = 0;  // its high-water mark
     uint64_t queued = 0;            // waiting for a thread, now
   };
 
-  // `root_fd`: the data root (borrowed). `simulate_latency_us`: tests and
+  // `root_fd`: the data root (borrowed). Inputs over `max_file_bytes` are
+  // not read (the workers refuse them too). `simulate_latency_us`: tests and
   // benchmarks only, a read of uncached data first sleeps this long (a slow
   // disk), as the workers do with the same setting.
-  Prefetcher(int root_fd, uint32_t threads, uint64_t budget_bytes, uint32_t simulate_latency_us);
+  Prefetcher(int root_fd, uint32_t threads, uint64_t budget_bytes, uint64_t max_file_bytes,
+             uint32_t simulate_latency_us);
   ~Prefetcher();
   Prefetcher(const Prefetcher&) = delete;
   Prefetcher& operator=(const Prefetcher&) = delete;
@@ -66,6 +69,7 @@ class Prefetcher {
 
   const int root_fd_;
   const uint64_t budget_;
+  const uint64_t max_file_bytes_;
   const uint32_t latency_us_;
   mutable std::mutex mu_;
   std::condition_variable cv_;

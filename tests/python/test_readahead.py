@@ -91,3 +91,14 @@ def test_readahead_off(stoker, daemon_factory, cold_set):
         assert sum(len(y) for _, y in ld) == 48
     ra = status(d).get("readahead", {})
     assert int(ra.get("threads", 0)) == 0 and int(ra.get("files_read", 0)) == 0
+
+
+def test_files_over_the_size_cap_are_not_read_ahead(stoker, daemon_factory, cold_set):
+    root, _ = cold_set
+    d = daemon_factory(workers=1, data_root=root, extra_args=["--max-file-bytes", "100"])
+    with stoker.Loader("set", socket=d.socket, batch_size=8, size=32, epochs=1,
+                       failure_policy="error") as ld:
+        with pytest.raises(stoker.SampleError, match="over the cap"):
+            next(iter(ld))
+    ra = status(d)["readahead"]
+    assert int(ra.get("files_read", 0)) == 0 and int(ra.get("bytes_read", 0)) == 0
