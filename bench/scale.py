@@ -214,6 +214,9 @@ def evict(root: str) -> None:
             fd = os.open(os.path.join(d, f), os.O_RDONLY)
             try:
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            except OSError as e:
+                log(f"!! cannot drop {root} from the page cache ({e}): these runs are warm")
+                return
             finally:
                 os.close(fd)
 
