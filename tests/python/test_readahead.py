@@ -36,12 +36,16 @@ def evict(root):
 
 
 def cached(path):
+    """Whether the file's first page is in the page cache (True where the file
+    system cannot tell: RWF_NOWAIT unsupported, e.g. tmpfs)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.preadv(fd, [bytearray(1)], 0, os.RWF_NOWAIT)
         return True
     except BlockingIOError:
         return False
+    except OSError:
+        return True
     finally:
         os.close(fd)
 
