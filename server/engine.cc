@@ -6,7 +6,6 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -426,14 +425,14 @@ absl::Status Engine::Start() {
                                              config_.simulate_read_latency_us);
   }
   if (!config_.index_cache.empty()) {
+    // Its parents, as needed; Dataset::Open makes the folder itself 0700.
     std::error_code ec;
-    std::filesystem::create_directories(config_.index_cache, ec);
+    const std::filesystem::path parent = std::filesystem::path(config_.index_cache).parent_path();
+    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
     if (ec) {
       spdlog::warn("index cache {} cannot be created ({}); indexes are not cached",
                    config_.index_cache, ec.message());
       config_.index_cache.clear();
-    } else {
-      ::chmod(config_.index_cache.c_str(), 0700);
     }
   }
   shm_tag_ = absl::StrFormat(

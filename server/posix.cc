@@ -1,8 +1,7 @@
 #include "server/posix.h"
 
-#include <sys/uio.h>
-
 #include <sys/mman.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -55,8 +54,8 @@ void Mapping::Reset() {
 }
 
 absl::Status MapShared(int fd, uint64_t offset, uint64_t bytes, Mapping* out, bool populate) {
-  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | (populate ? MAP_POPULATE : 0), fd,
-                   static_cast<off_t>(offset));
+  const int flags = MAP_SHARED | (populate ? MAP_POPULATE : 0);
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, flags, fd, static_cast<off_t>(offset));
   if (p == MAP_FAILED) return PosixError("mmap", errno);
   *out = Mapping(p, bytes);
   return absl::OkStatus();

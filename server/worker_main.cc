@@ -61,11 +61,11 @@ absl::Status ReadInput(const TaskMsg& t, std::string_view path, std::vector<uint
                                               " bytes): a truncated shard?"));
   }
   if (length == 0) return absl::InvalidArgumentError("empty file");
-  if (t.simulate_latency_us != 0 && !Cached(fd.get(), begin)) ::usleep(t.simulate_latency_us);
   if (t.max_file_bytes != 0 && length > t.max_file_bytes) {
     return absl::ResourceExhaustedError(
         absl::StrCat("file is ", length, " bytes, over the cap of ", t.max_file_bytes));
   }
+  if (t.simulate_latency_us != 0 && !Cached(fd.get(), begin)) ::usleep(t.simulate_latency_us);
   buf->resize(length);
   uint64_t done = 0;
   while (done < length) {

@@ -163,9 +163,9 @@ absl::StatusOr<std::string> Dataset::CanonicalName(const DataRoot& root,
 
 std::string Dataset::display(uint64_t i) const {
   std::string out(path(i));
-  if (name_offsets_.size != 0) {
+  if (a_.name_offsets.size != 0) {
     out.push_back(':');
-    out.append(names_.data + name_offsets_[i], name_offsets_[i + 1] - name_offsets_[i]);
+    out.append(a_.names.data + a_.name_offsets[i], a_.name_offsets[i + 1] - a_.name_offsets[i]);
   }
   return out;
 }
@@ -232,14 +232,7 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::Open(const DataRoot& roo
       auto mapped = dataset_internal::LoadIndex(root, cache_file, name, format_id, &why);
       if (mapped != nullptr) {
         Dataset& d = *dataset;
-        d.paths_ = mapped->paths;
-        d.offsets_ = mapped->offsets;
-        d.entry_file_ = mapped->entry_file;
-        d.ranges_ = mapped->ranges;
-        d.names_ = mapped->names;
-        d.name_offsets_ = mapped->name_offsets.size > 1 ? mapped->name_offsets
-                                                         : Span<uint64_t>{};
-        d.labels_ = mapped->labels;
+        d.a_ = mapped->arrays;
         d.class_names_ = mapped->class_names;
         d.warnings_ = mapped->warnings;
         d.from_cache_ = true;
@@ -309,16 +302,7 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::Open(const DataRoot& roo
     }
   }
   Dataset& d = *dataset;
-  const bool tar = format == DatasetFormat::kWebDataset;
-  d.paths_ = {index.paths.data(), index.paths.size()};
-  d.offsets_ = {index.offsets.data(), index.offsets.size()};
-  if (tar) {
-    d.entry_file_ = {index.entry_file.data(), index.entry_file.size()};
-    d.ranges_ = {index.ranges.data(), index.ranges.size()};
-    d.names_ = {index.names.data(), index.names.size()};
-    d.name_offsets_ = {index.name_offsets.data(), index.name_offsets.size()};
-  }
-  d.labels_ = {index.labels.data(), index.labels.size()};
+  d.a_ = index.arrays();
   d.class_names_ = index.class_names;
   for (std::string& w : index.warnings) d.warnings_.push_back(std::move(w));
   index.warnings.clear();

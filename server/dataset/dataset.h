@@ -122,20 +122,23 @@ class Dataset {
                                                              const IndexOptions& options = {});
 
   ~Dataset();
-  uint64_t size() const { return labels_.size; }
+  uint64_t size() const { return a_.labels.size; }
   // The file to open for entry i, relative to the data root (for
   // OpenBeneath): the image, or the shard holding it.
   std::string_view path(uint64_t i) const {
-    const uint64_t f = entry_file_.size != 0 ? entry_file_[i] : i;
-    return std::string_view(paths_.data, paths_.size).substr(offsets_[f], offsets_[f + 1] - offsets_[f]);
+    const uint64_t f = a_.entry_file.size != 0 ? a_.entry_file[i] : i;
+    return std::string_view(a_.paths.data, a_.paths.size)
+        .substr(a_.offsets[f], a_.offsets[f + 1] - a_.offsets[f]);
   }
   // Whether entry i is a byte range of its file (a tar member) and which.
-  bool has_range(uint64_t) const { return ranges_.size != 0; }
-  uint64_t range_offset(uint64_t i) const { return ranges_.size != 0 ? ranges_[2 * i] : 0; }
-  uint64_t range_length(uint64_t i) const { return ranges_.size != 0 ? ranges_[2 * i + 1] : 0; }
+  bool has_range(uint64_t) const { return a_.ranges.size != 0; }
+  uint64_t range_offset(uint64_t i) const { return a_.ranges.size != 0 ? a_.ranges[2 * i] : 0; }
+  uint64_t range_length(uint64_t i) const {
+    return a_.ranges.size != 0 ? a_.ranges[2 * i + 1] : 0;
+  }
   // How to name entry i to a person: path(i), or "shard.tar:member.jpg".
   std::string display(uint64_t i) const;
-  int64_t label(uint64_t i) const { return labels_[i]; }
+  int64_t label(uint64_t i) const { return a_.labels[i]; }
   // ImageFolder: the class names in label order; manifest: empty.
   const std::vector<std::string>& class_names() const { return class_names_; }
   // Canonical path relative to the root (a pattern: as given, normalized):
@@ -172,20 +175,25 @@ class Dataset {
     uint64_t size = 0;
     const T& operator[](uint64_t i) const { return data[i]; }
   };
-  struct Storage;  // the arrays: owned (built) or mapped (cached)
+  // The index's arrays, wherever they live (Storage: built on the heap, or
+  // mapped from the cache). The WebDataset ones are empty for other formats.
+  struct Arrays {
+    Span<char> paths;             // every file path, concatenated
+    Span<uint64_t> offsets;       // files + 1 entries into paths
+    Span<uint32_t> entry_file;    // WebDataset: the file (shard) of each entry
+    Span<uint64_t> ranges;        // WebDataset: (offset, length) per entry
+    Span<char> names;             // WebDataset: member names, concatenated
+    Span<uint64_t> name_offsets;  // WebDataset: entries + 1 entries into names
+    Span<int64_t> labels;
+  };
+  struct Storage;  // owns what Arrays points into
 
  private:
   Dataset() = default;
   friend struct DatasetAccess;
   std::string name_;
   DatasetFormat format_ = DatasetFormat::kImageFolder;
-  Span<char> paths_;             // every file path, concatenated
-  Span<uint64_t> offsets_;       // files + 1 entries into paths_
-  Span<uint32_t> entry_file_;    // WebDataset: the file (shard) of each entry
-  Span<uint64_t> ranges_;        // WebDataset: (offset, length) per entry
-  Span<char> names_;             // WebDataset: member names, concatenated
-  Span<uint64_t> name_offsets_;  // WebDataset: entries + 1 entries into names_
-  Span<int64_t> labels_;
+  Arrays a_;
   std::vector<std::string> class_names_;
   std::vector<std::string> warnings_;
   bool from_cache_ = false;

@@ -62,6 +62,8 @@ struct DatasetIndex {
   }
   // Records how `fd` (open on `path`) looks now, for the cache.
   void Watch(std::string path, int fd, bool is_dir);
+  // Views of the arrays (the WebDataset ones only when there are shards).
+  Dataset::Arrays arrays() const;
 };
 
 // Indexes the ImageFolder tree at the canonical directory `dir` (relative to
@@ -90,13 +92,7 @@ absl::Status SaveIndex(const std::string& file, const std::string& name, int for
 struct MappedIndex {
   void* addr = nullptr;
   size_t bytes = 0;
-  Dataset::Span<char> paths;
-  Dataset::Span<uint64_t> offsets;
-  Dataset::Span<uint32_t> entry_file;
-  Dataset::Span<uint64_t> ranges;
-  Dataset::Span<char> names;
-  Dataset::Span<uint64_t> name_offsets;
-  Dataset::Span<int64_t> labels;
+  Dataset::Arrays arrays;
   std::vector<std::string> class_names;
   std::vector<std::string> warnings;
   std::vector<WatchedPath> watched;

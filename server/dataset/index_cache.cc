@@ -136,6 +136,20 @@ bool StillSame(const DataRoot& root, const WatchedPath& w, std::string* why) {
   return true;
 }
 
+Dataset::Arrays DatasetIndex::arrays() const {
+  Dataset::Arrays a;
+  a.paths = {paths.data(), paths.size()};
+  a.offsets = {offsets.data(), offsets.size()};
+  if (!entry_file.empty()) {
+    a.entry_file = {entry_file.data(), entry_file.size()};
+    a.ranges = {ranges.data(), ranges.size()};
+    a.names = {names.data(), names.size()};
+    a.name_offsets = {name_offsets.data(), name_offsets.size()};
+  }
+  a.labels = {labels.data(), labels.size()};
+  return a;
+}
+
 void DatasetIndex::Watch(std::string path, int fd, bool is_dir) {
   struct stat st;
   if (fstat(fd, &st) != 0) return;
@@ -281,40 +295,42 @@ std::unique_ptr<MappedIndex> LoadIndex(const DataRoot& root, const std::string& 
     *why = Cat(file, " holds another dataset");
     return nullptr;
   }
-  m->paths = {base + h.sections[kPaths].offset, h.sections[kPaths].bytes};
-  array(kOffsets, &m->offsets);
-  array(kEntryFile, &m->entry_file);
-  array(kRanges, &m->ranges);
-  m->names = {base + h.sections[kNames].offset, h.sections[kNames].bytes};
-  array(kNameOffsets, &m->name_offsets);
-  array(kLabels, &m->labels);
+  Dataset::Arrays& a = m->arrays;
+  a.paths = {base + h.sections[kPaths].offset, h.sections[kPaths].bytes};
+  array(kOffsets, &a.offsets);
+  array(kEntryFile, &a.entry_file);
+  array(kRanges, &a.ranges);
+  a.names = {base + h.sections[kNames].offset, h.sections[kNames].bytes};
+  array(kNameOffsets, &a.name_offsets);
+  array(kLabels, &a.labels);
   // The arrays must agree with one another, and every offset stay inside
   // its buffer: a damaged cache must not send a worker elsewhere.
-  const uint64_t n = m->labels.size;
-  const uint64_t files = m->offsets.size == 0 ? 0 : m->offsets.size - 1;
-  const bool tar = m->entry_file.size != 0;
-  if (!shape_ok || m->offsets.size == 0 || (tar ? false : files != n) ||
-      (tar && (m->entry_file.size != n || m->ranges.size != 2 * n ||
-               m->name_offsets.size != n + 1)) ||
-      (!tar && (m->ranges.size != 0 || m->name_offsets.size > 1))) {
+  const uint64_t n = a.labels.size;
+  const uint64_t files = a.offsets.size == 0 ? 0 : a.offsets.size - 1;
+  const bool tar = a.entry_file.size != 0;
+  if (!shape_ok || a.offsets.size == 0 || (!tar && files != n) ||
+      (tar && (a.entry_file.size != n || a.ranges.size != 2 * n ||
+               a.name_offsets.size != n + 1)) ||
+      (!tar && (a.ranges.size != 0 || a.name_offsets.size > 1))) {
     *why = Cat(file, " is inconsistent");
     return nullptr;
   }
   for (uint64_t f = 0; f < files; ++f) {
-    if (m->offsets[f] > m->offsets[f + 1] || m->offsets[f + 1] > m->paths.size) shape_ok = false;
+    if (a.offsets[f] > a.offsets[f + 1] || a.offsets[f + 1] > a.paths.size) shape_ok = false;
   }
   if (tar) {
     for (uint64_t i = 0; i < n; ++i) {
-      if (m->entry_file[i] >= files || m->name_offsets[i] > m->name_offsets[i + 1] ||
-          m->name_offsets[i + 1] > m->names.size) {
+      if (a.entry_file[i] >= files || a.name_offsets[i] > a.name_offsets[i + 1] ||
+          a.name_offsets[i + 1] > a.names.size) {
         shape_ok = false;
       }
     }
   }
-  if (!shape_ok || m->offsets[0] != 0) {
+  if (!shape_ok || a.offsets[0] != 0) {
     *why = Cat(file, " is inconsistent");
     return nullptr;
   }
+  if (!tar) a.name_offsets = {};  // saved as {0}
   m->class_names = Split(text(kClassNames));
   m->warnings = Split(text(kWarnings));
   // Has anything it was made from changed?
