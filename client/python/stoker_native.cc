@@ -717,10 +717,14 @@ class PyClient {
   std::unique_ptr<Client> client_;
 };
 
-PyObject* NewException(py::module_& m, const char* name, const char* doc, py::handle bases) {
+// `code`: the class's default `.code`, which an error raised from Python
+// keeps; one raised here for a status gets that status's name instead.
+PyObject* NewException(py::module_& m, const char* name, const char* code, const char* doc,
+                       py::handle bases) {
   std::string full = std::string("stoker.") + name;
   PyObject* e = PyErr_NewExceptionWithDoc(full.c_str(), doc, bases.ptr(), nullptr);
   if (e == nullptr) throw py::error_already_set();
+  py::setattr(py::handle(e), "code", py::str(code));
   m.attr(name) = py::handle(e);  // the module takes a reference; ours is leaked on purpose
   return e;
 }
@@ -733,45 +737,45 @@ PYBIND11_MODULE(_native, m) {
   m.doc() = "Native binding of the stoker C++ client. Use the `stoker` package instead.";
 
   py::handle runtime_error(PyExc_RuntimeError);
-  g_exc.stoker_error = NewException(m, "StokerError",
+  g_exc.stoker_error = NewException(m, "StokerError", "UNKNOWN",
                                     "Base of every stoker error. `.code` is the status code name "
                                     "(e.g. 'UNAVAILABLE').",
                                     runtime_error);
   py::handle base(g_exc.stoker_error);
   g_exc.daemon_unavailable =
-      NewException(m, "DaemonUnavailableError",
+      NewException(m, "DaemonUnavailableError", "UNAVAILABLE",
                    "stokerd cannot be reached, went away, is shutting down or ended the session.",
                    base);
   g_exc.sample_error = NewException(
-      m, "SampleError",
+      m, "SampleError", "ABORTED",
       "A sample of the batch failed under failure_policy='error'; the message names the file. "
       "The session goes on with the next batch.",
       base);
   g_exc.ring_exhausted = NewException(
-      m, "RingExhaustedError",
+      m, "RingExhaustedError", "FAILED_PRECONDITION",
       "Every ring slot is held by batches still referenced (arrays/tensors not yet collected); "
       "drop some, or attach with more ring_slots.",
       base);
   g_exc.invalid_request = NewException(
-      m, "InvalidRequestError",
+      m, "InvalidRequestError", "INVALID_ARGUMENT",
       "The daemon refused the request (bad options, a missing or empty dataset, a path outside "
       "the data root).",
       py::make_tuple(base, py::handle(PyExc_ValueError)));
   g_exc.resource_exhausted = NewException(
-      m, "ResourceExhaustedError",
+      m, "ResourceExhaustedError", "RESOURCE_EXHAUSTED",
       "The daemon is out of sessions or shared memory for this request.", base);
-  g_exc.timeout = NewException(m, "StokerTimeoutError",
+  g_exc.timeout = NewException(m, "StokerTimeoutError", "DEADLINE_EXCEEDED",
                                "No batch within timeout_ms (also a builtin TimeoutError).",
                                py::make_tuple(base, py::handle(PyExc_TimeoutError)));
-  g_exc.end_of_data = NewException(m, "EndOfData",
+  g_exc.end_of_data = NewException(m, "EndOfData", "OUT_OF_RANGE",
                                    "Every batch of every epoch of the session was delivered.",
                                    base);
   g_exc.cuda_unavailable = NewException(
-      m, "CudaUnavailableError",
+      m, "CudaUnavailableError", "FAILED_PRECONDITION",
       "A device copy needs CUDA: stoker was built without it, or there is no driver or no GPU "
       "(the message says which). Loader(cpu_fallback=True) yields CPU tensors instead.",
       base);
-  g_exc.data_loss = NewException(m, "DataLossError",
+  g_exc.data_loss = NewException(m, "DataLossError", "DATA_LOSS",
                                  "The ring's contents are inconsistent (a bug or a corrupted ring).",
                                  base);
 

@@ -104,8 +104,9 @@ def test_a_killed_trainer_leaves_nothing_behind(build_dir, no_socket_env, small_
 def test_no_daemon_to_start_is_a_clear_error(stoker, no_socket_env, small_set, monkeypatch,
                                              tmp_path):
     monkeypatch.setenv("STOKERD", str(tmp_path / "nope"))
-    with pytest.raises(stoker.DaemonUnavailableError, match="STOKERD"):
+    with pytest.raises(stoker.DaemonUnavailableError, match="STOKERD") as ei:
         next(iter(stoker.Loader(small_set, batch_size=4, size=32)))
+    assert ei.value.code == "UNAVAILABLE"
     with pytest.raises(stoker.InvalidRequestError, match="does not exist"):
         monkeypatch.delenv("STOKERD")
         next(iter(stoker.Loader(str(tmp_path / "missing"), batch_size=4, size=32)))

@@ -45,14 +45,14 @@ def find_stokerd() -> str:
     if env:
         if os.access(env, os.X_OK):
             return env
-        raise _unavailable(f"${STOKERD_ENV}={env!r} is not an executable file")
+        raise _native.DaemonUnavailableError(f"${STOKERD_ENV}={env!r} is not an executable file")
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bin", "stokerd")
     if os.access(here, os.X_OK):
         return here
     found = shutil.which("stokerd")
     if found:
         return found
-    raise _unavailable(
+    raise _native.DaemonUnavailableError(
         f"no stokerd daemon was given (socket=None and ${'STOKER_SOCKET'} unset) and none can be "
         f"started: no stokerd beside the stoker module ({here}), none on PATH and "
         f"${STOKERD_ENV} unset")
@@ -68,12 +68,6 @@ def default_workers() -> int:
     return max(1, cpus - 1)
 
 
-def _unavailable(message: str) -> "_native.DaemonUnavailableError":
-    e = _native.DaemonUnavailableError(message)
-    e.code = "UNAVAILABLE"
-    return e
-
-
 def data_root_for(dataset: str) -> Tuple[str, str]:
     """(data_root, dataset) for a private daemon: a folder is its own data
     root; a manifest's or a shard pattern's is the folder it lies in."""
@@ -81,18 +75,14 @@ def data_root_for(dataset: str) -> Tuple[str, str]:
         head, _, tail = dataset.partition("{")
         folder = os.path.realpath(os.path.dirname(head) or ".")
         if not os.path.isdir(folder):
-            e = _native.InvalidRequestError(f"dataset {dataset!r}: no folder {folder!r}")
-            e.code = "INVALID_ARGUMENT"
-            raise e
+            raise _native.InvalidRequestError(f"dataset {dataset!r}: no folder {folder!r}")
         return folder, os.path.join(folder, os.path.basename(head) + "{" + tail)
     path = os.path.realpath(dataset)
     if os.path.isdir(path):
         return path, path
     if os.path.exists(path):
         return os.path.dirname(path), path
-    e = _native.InvalidRequestError(f"dataset {dataset!r} does not exist")
-    e.code = "INVALID_ARGUMENT"
-    raise e
+    raise _native.InvalidRequestError(f"dataset {dataset!r} does not exist")
 
 
 class PrivateDaemon:
@@ -127,7 +117,7 @@ class PrivateDaemon:
         deadline = time.monotonic() + timeout_s
         while True:
             if self.proc.poll() is not None:
-                raise _unavailable(f"the private stokerd ({exe}) exited with "
+                raise _native.DaemonUnavailableError(f"the private stokerd ({exe}) exited with "
                                    f"{self.proc.returncode} while starting:\n{self.log_tail()}")
             if os.path.exists(self.socket):
                 try:
@@ -137,7 +127,7 @@ class PrivateDaemon:
                     pass
             if time.monotonic() > deadline:
                 self.stop()
-                raise _unavailable(f"the private stokerd ({exe}) did not become healthy within "
+                raise _native.DaemonUnavailableError(f"the private stokerd ({exe}) did not become healthy within "
                                    f"{timeout_s:.0f} s:\n{self.log_tail()}")
             time.sleep(0.02)
         _log.info("started a private stokerd (pid %d, %d workers) for %s", self.proc.pid,
@@ -184,9 +174,7 @@ def acquire(dataset: str, workers: Optional[int]) -> Tuple[PrivateDaemon, str]:
     root, path = data_root_for(dataset)
     n = default_workers() if workers is None else int(workers)
     if n < 1:
-        e = _native.InvalidRequestError(f"num_workers must be at least 1, got {workers}")
-        e.code = "INVALID_ARGUMENT"
-        raise e
+        raise _native.InvalidRequestError(f"num_workers must be at least 1, got {workers}")
     with _lock:
         d = _daemons.get((root, n))
         if d is None or d.proc is None or d.proc.poll() is not None:

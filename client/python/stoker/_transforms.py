@@ -24,11 +24,9 @@ _SUPPORTED = ("RandomResizedCrop, RandomHorizontalFlip, Resize(int) + CenterCrop
 
 
 def _refuse(message: str) -> "_native.InvalidRequestError":
-    e = _native.InvalidRequestError(
+    return _native.InvalidRequestError(
         f"transform: {message}. stoker runs these torchvision transforms in the daemon: "
         f"{_SUPPORTED}")
-    e.code = "INVALID_ARGUMENT"
-    return e
 
 
 def _flatten(t: Any) -> List[Any]:

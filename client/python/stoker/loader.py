@@ -162,12 +162,6 @@ def _default_client_name(rank: int) -> str:
     return name
 
 
-def _cuda_unavailable(message: str) -> "_native.CudaUnavailableError":
-    e = _native.CudaUnavailableError(message)
-    e.code = "FAILED_PRECONDITION"
-    return e
-
-
 class Loader:
     """Batches of decoded, augmented images from stokerd, as torch tensors.
 
@@ -535,7 +529,7 @@ class Loader:
                     f"device={self.device!r}: this process sees {count} CUDA device(s)")
             return "cuda"
         if not self.cpu_fallback:
-            raise _cuda_unavailable(
+            raise _native.CudaUnavailableError(
                 f"stoker.Loader(device={self.device!r}) needs CUDA: {why}. Pass "
                 "cpu_fallback=True to get CPU tensors instead.")
         if self._mode != "cpu_fallback":
