@@ -428,14 +428,22 @@ class Loader:
         self._info = info
         self._bpe = info["batches_per_epoch"]
         self._next_global = start_epoch * self._bpe + start_batch
-        if self._token_dataset_size is not None:
-            want, self._token_dataset_size = self._token_dataset_size, None
-            if want != info["dataset_size"]:
-                self.close()
-                raise _native.InvalidRequestError(
-                    f"load_state_dict: the state was saved with a dataset of {want} samples; "
-                    f"{self.dataset!r} now has {info['dataset_size']}, so its order differs")
+        try:
+            self._check_token_dataset_size()
+        except _native.InvalidRequestError:
+            self.close()
+            raise
         return self
+
+    def _check_token_dataset_size(self) -> None:
+        """Once attached: refuses a loaded state saved with a dataset of another size."""
+        assert self._info is not None
+        want, self._token_dataset_size = self._token_dataset_size, None
+        have = self._info["dataset_size"]
+        if want is not None and want != have:
+            raise _native.InvalidRequestError(
+                f"load_state_dict: the state was saved with a dataset of {want} samples; "
+                f"{self.dataset!r} now has {have}, so its order differs")
 
     # ------------------------------------------------------------------
     # Epochs and resume
@@ -506,12 +514,8 @@ class Loader:
         self._in_epoch = None
         self._generation += 1
         self._token_dataset_size = state.get("dataset_size")
-        if self._session is not None and self._token_dataset_size is not None:
-            want, self._token_dataset_size = self._token_dataset_size, None
-            if want != self.info["dataset_size"]:
-                raise _native.InvalidRequestError(
-                    f"load_state_dict: the state was saved with a dataset of {want} samples; "
-                    f"{self.dataset!r} now has {self.info['dataset_size']}")
+        if self._session is not None:
+            self._check_token_dataset_size()
 
     # ------------------------------------------------------------------
     # Device copies
