@@ -255,36 +255,24 @@ void BuildBilinearPlan(const AxisSpec& spec, uint32_t size, AxisPlan* plan) {
 
 namespace {
 
-// Horizontal kernels run with a fixed tap count K (the plan's ksize; taps
-// past an output's count have weight 0), so their loops unroll. They read up
-// to K - 1 pixels (+1 byte) past an output's last tap: callers pad rows by
-// kResamplePadBytes. Vertical kernels use each output's exact row count.
-// The SIMD versions compute exactly the same int32 sums as the scalar ones.
-
-template <int K>
-void RowKernelScalar(const uint8_t* src, int32_t src_x0, const int32_t* first,
-                     const int32_t* coeffs, uint32_t out_size, uint8_t* dst) {
+// Horizontal kernels are templates on kTaps. kTaps > 0 (the plan's ksize):
+// every output has kTaps taps (zero weights past its count), so the loops
+// unroll; they read up to kTaps - 1 pixels (+1 byte) past an output's last
+// tap, and callers pad rows by kResamplePadBytes. kTaps == 0: output i has
+// plan.count[i] taps at a stride of plan.ksize (large downscales without DCT
+// scaling). Vertical kernels use each output's exact row count. The SIMD
+// versions compute exactly the same int32 sums as the scalar ones.
+template <int kTaps>
+void RowScalar(const uint8_t* src, int32_t src_x0, const AxisPlan& plan, uint8_t* dst) {
+  // Locals: stores through dst (uint8_t) may alias the plan's vectors.
+  const int32_t *first = plan.first.data(), *count = plan.count.data();
+  const int32_t* coeffs = plan.coeffs.data();
+  const uint32_t out_size = plan.out_size;
+  const size_t stride = kTaps > 0 ? kTaps : plan.ksize;
   for (uint32_t i = 0; i < out_size; ++i) {
     const uint8_t* s = src + static_cast<ptrdiff_t>(first[i] - src_x0) * 3;
-    const int32_t* k = coeffs + size_t{i} * K;
-    int32_t a0 = kHalf, a1 = kHalf, a2 = kHalf;
-    for (int t = 0; t < K; ++t) {
-      a0 += s[3 * t + 0] * k[t];
-      a1 += s[3 * t + 1] * k[t];
-      a2 += s[3 * t + 2] * k[t];
-    }
-    dst[3 * i + 0] = Clip8(a0);
-    dst[3 * i + 1] = Clip8(a1);
-    dst[3 * i + 2] = Clip8(a2);
-  }
-}
-
-void RowGeneric(const uint8_t* src, int32_t src_x0, const AxisPlan& plan, uint8_t* dst) {
-  const uint32_t ksize = plan.ksize;
-  for (uint32_t i = 0; i < plan.out_size; ++i) {
-    const uint8_t* s = src + static_cast<ptrdiff_t>(plan.first[i] - src_x0) * 3;
-    const int32_t* k = plan.coeffs.data() + size_t{i} * ksize;
-    const int32_t n = plan.count[i];
+    const int32_t* k = coeffs + i * stride;
+    const int32_t n = kTaps > 0 ? kTaps : count[i];
     int32_t a0 = kHalf, a1 = kHalf, a2 = kHalf;
     for (int32_t t = 0; t < n; ++t) {
       a0 += s[3 * t + 0] * k[t];
@@ -310,18 +298,22 @@ void ColumnScalar(const uint8_t* const* rows, const int32_t* k, int32_t n, size_
 #define STOKER_X86_SIMD 1
 
 // One output pixel = one 4 x int32 vector (R, G, B, and a lane discarded).
-template <int K>
-__attribute__((target("sse4.1"))) void RowKernelSse41(const uint8_t* src, int32_t src_x0,
-                                                      const int32_t* first, const int32_t* coeffs,
-                                                      uint32_t out_size, uint8_t* dst) {
-  if (out_size == 0) return;
+// kTaps as for RowScalar.
+template <int kTaps>
+__attribute__((target("sse4.1"))) void RowSse41(const uint8_t* src, int32_t src_x0,
+                                                const AxisPlan& plan, uint8_t* dst) {
+  const int32_t *first = plan.first.data(), *count = plan.count.data();
+  const int32_t* coeffs = plan.coeffs.data();
+  const uint32_t out_size = plan.out_size;
+  const size_t stride = kTaps > 0 ? kTaps : plan.ksize;
   const __m128i half = _mm_set1_epi32(kHalf);
   for (uint32_t i = 0; i < out_size; ++i) {
     const uint8_t* s = src + static_cast<ptrdiff_t>(first[i] - src_x0) * 3;
-    const int32_t* k = coeffs + size_t{i} * K;
+    const int32_t* k = coeffs + i * stride;
+    const int32_t n = kTaps > 0 ? kTaps : count[i];
     __m128i a = half;
 #pragma GCC unroll 16
-    for (int t = 0; t < K; ++t) {
+    for (int32_t t = 0; t < n; ++t) {
       int32_t bytes;
       std::memcpy(&bytes, s + 3 * t, sizeof(bytes));
       const __m128i px = _mm_cvtepu8_epi32(_mm_cvtsi32_si128(bytes));
@@ -373,29 +365,6 @@ __attribute__((target("avx2"))) void RowKernelAvx2(const uint8_t* src, int32_t s
       for (int c = 0; c < 3; ++c) a[c] += s0[3 * t + c] * k[8 * t];
     }
     for (int c = 0; c < 3; ++c) dst[3 * i + c] = Clip8(a[c]);
-  }
-}
-
-// Any K (large downscales without DCT scaling).
-__attribute__((target("sse4.1"))) void RowAnySse41(const uint8_t* src, int32_t src_x0,
-                                                   const int32_t* first, const int32_t* count,
-                                                   const int32_t* coeffs, uint32_t ksize,
-                                                   uint32_t out_size, uint8_t* dst) {
-  const __m128i half = _mm_set1_epi32(kHalf);
-  for (uint32_t i = 0; i < out_size; ++i) {
-    const uint8_t* s = src + static_cast<ptrdiff_t>(first[i] - src_x0) * 3;
-    const int32_t* k = coeffs + size_t{i} * ksize;
-    __m128i a = half;
-    for (int32_t t = 0; t < count[i]; ++t) {
-      int32_t bytes;
-      std::memcpy(&bytes, s + 3 * t, sizeof(bytes));
-      const __m128i px = _mm_cvtepu8_epi32(_mm_cvtsi32_si128(bytes));
-      a = _mm_add_epi32(a, _mm_mullo_epi32(px, _mm_set1_epi32(k[t])));
-    }
-    a = _mm_srai_epi32(a, kPrecisionBits);
-    const __m128i packed = _mm_packus_epi16(_mm_packs_epi32(a, a), a);
-    const int32_t rgbx = _mm_cvtsi128_si32(packed);
-    std::memcpy(dst + 3 * i, &rgbx, i + 1 < out_size ? 4 : 3);
   }
 }
 
@@ -468,15 +437,16 @@ bool HasAvx2() {
 
 template <int K>
 void RowKernel(const uint8_t* src, int32_t src_x0, const AxisPlan& plan, uint8_t* dst) {
-  const int32_t* first = plan.first.data();
-  const int32_t* coeffs = plan.coeffs.data();
 #ifdef STOKER_X86_SIMD
-  if (!plan.pairs.empty() && HasAvx2()) {
-    return RowKernelAvx2<K>(src, src_x0, first, plan.pairs.data(), plan.out_size, dst);
+  if constexpr (K > 0) {
+    if (!plan.pairs.empty() && HasAvx2()) {
+      return RowKernelAvx2<K>(src, src_x0, plan.first.data(), plan.pairs.data(), plan.out_size,
+                              dst);
+    }
   }
-  if (HasSse41()) return RowKernelSse41<K>(src, src_x0, first, coeffs, plan.out_size, dst);
+  if (HasSse41()) return RowSse41<K>(src, src_x0, plan, dst);
 #endif
-  RowKernelScalar<K>(src, src_x0, first, coeffs, plan.out_size, dst);
+  RowScalar<K>(src, src_x0, plan, dst);
 }
 
 void ColumnKernel(const uint8_t* const* rows, const int32_t* k, int32_t n, size_t row_bytes,
@@ -517,13 +487,7 @@ void ResampleRow(const uint8_t* src, int32_t src_x0, const AxisPlan& plan, uint8
     case 13:
       return RowKernel<13>(src, src_x0, plan, dst);
     default:
-#ifdef STOKER_X86_SIMD
-      if (HasSse41()) {
-        return RowAnySse41(src, src_x0, plan.first.data(), plan.count.data(), plan.coeffs.data(),
-                           plan.ksize, plan.out_size, dst);
-      }
-#endif
-      return RowGeneric(src, src_x0, plan, dst);
+      return RowKernel<0>(src, src_x0, plan, dst);
   }
 }
 
