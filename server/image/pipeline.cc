@@ -147,9 +147,24 @@ struct SampleProcessor::Impl {
     return s;
   }
 
-  // The common end of Process and ProcessRegion: a failed sample leaves the
-  // decoder reset and an empty result; both report their stage times.
-  absl::Status Finish(absl::Status s, uint64_t start, SampleResult* result) {
+  // The frame of Process and ProcessRegion: checks, Open, then `render`
+  // with the oriented height and width. A failed sample leaves the decoder
+  // reset and an empty result; both report their stage times.
+  template <typename Render>
+  absl::Status Run(const uint8_t* jpeg, size_t size, const PipelineParams& p, const void* out,
+                   SampleResult* result, Render&& render) {
+    const uint64_t start = NowNs();
+    *result = SampleResult();
+    decode_ns = 0;
+    absl::Status s = ValidateParams(p);
+    if (!s.ok()) return s;
+    if (out == nullptr) return absl::InvalidArgumentError("no output buffer");
+    try {
+      s = Open(jpeg, size, p);
+      if (s.ok()) s = render(OrientedHeight(), OrientedWidth());
+    } catch (const std::bad_alloc&) {
+      s = absl::ResourceExhaustedError("out of memory while decoding");
+    }
     if (!s.ok()) {
       decoder.Abort();
       *result = SampleResult();
@@ -340,78 +355,48 @@ SampleProcessor::~SampleProcessor() = default;
 absl::Status SampleProcessor::Process(const uint8_t* jpeg, size_t size, const PipelineParams& p,
                                       const SampleKey& key, void* out, size_t capacity,
                                       SampleResult* result) {
-  const uint64_t start = NowNs();
-  *result = SampleResult();
   Impl& im = *impl_;
-  im.decode_ns = 0;
-  absl::Status s = ValidateParams(p);
-  if (!s.ok()) return s;
-  if (out == nullptr) return absl::InvalidArgumentError("no output buffer");
-  try {
-    s = im.Open(jpeg, size, p);
-    if (s.ok()) {
-      const uint32_t h = im.OrientedHeight(), w = im.OrientedWidth();
-      switch (p.kind) {
-        case PipelineKind::kTrain: {
-          KeyedRng rng(key.seed, key.epoch, key.dataset_index);
-          const CropBox box = ChooseTrainCrop(h, w, p, rng);
-          const bool flip = ChooseFlip(p, rng);
-          s = im.RenderResampled(p, CropResizeAxis(box.top, box.height, p.out_height),
-                                 CropResizeAxis(box.left, box.width, p.out_width), flip, out,
-                                 capacity, result);
-          break;
-        }
-        case PipelineKind::kEval: {
-          const EvalGeometry g = ComputeEvalGeometry(h, w, p);
-          s = im.RenderResampled(p, ResizeCropAxis(h, g.resized_height, g.top, p.out_height),
-                                 ResizeCropAxis(w, g.resized_width, g.left, p.out_width), false,
-                                 out, capacity, result);
-          break;
-        }
-        case PipelineKind::kDecode:
-          s = im.RenderWhole(p, out, capacity, result);
-          break;
+  return im.Run(jpeg, size, p, out, result, [&](uint32_t h, uint32_t w) {
+    switch (p.kind) {
+      case PipelineKind::kTrain: {
+        KeyedRng rng(key.seed, key.epoch, key.dataset_index);
+        const CropBox box = ChooseTrainCrop(h, w, p, rng);
+        const bool flip = ChooseFlip(p, rng);
+        return im.RenderResampled(p, CropResizeAxis(box.top, box.height, p.out_height),
+                                  CropResizeAxis(box.left, box.width, p.out_width), flip, out,
+                                  capacity, result);
       }
+      case PipelineKind::kEval: {
+        const EvalGeometry g = ComputeEvalGeometry(h, w, p);
+        return im.RenderResampled(p, ResizeCropAxis(h, g.resized_height, g.top, p.out_height),
+                                  ResizeCropAxis(w, g.resized_width, g.left, p.out_width), false,
+                                  out, capacity, result);
+      }
+      case PipelineKind::kDecode:
+        break;
     }
-  } catch (const std::bad_alloc&) {
-    s = absl::ResourceExhaustedError("out of memory while decoding");
-  }
-  return im.Finish(std::move(s), start, result);
+    return im.RenderWhole(p, out, capacity, result);
+  });
 }
 
 absl::Status SampleProcessor::ProcessRegion(const uint8_t* jpeg, size_t size,
                                             const PipelineParams& params, const CropBox& box,
                                             bool flip, void* out, size_t capacity,
                                             SampleResult* result) {
-  const uint64_t start = NowNs();
-  *result = SampleResult();
-  Impl& im = *impl_;
-  im.decode_ns = 0;
   PipelineParams p = params;
   p.kind = PipelineKind::kTrain;
-  absl::Status s = ValidateParams(p);
-  if (!s.ok()) return s;
-  if (out == nullptr) return absl::InvalidArgumentError("no output buffer");
-  try {
-    s = im.Open(jpeg, size, p);
-    if (s.ok()) {
-      const uint32_t h = im.OrientedHeight(), w = im.OrientedWidth();
-      if (box.height == 0 || box.width == 0 || box.top >= h || box.left >= w ||
-          box.height > h - box.top || box.width > w - box.left) {
-        im.decoder.Abort();
-        s = absl::InvalidArgumentError(absl::StrCat("crop box (top ", box.top, ", left ", box.left,
-                                                    ", ", box.height, "x", box.width,
-                                                    ") is not inside the ", h, "x", w, " image"));
-      } else {
-        s = im.RenderResampled(p, CropResizeAxis(box.top, box.height, p.out_height),
-                               CropResizeAxis(box.left, box.width, p.out_width), flip, out,
-                               capacity, result);
-      }
+  Impl& im = *impl_;
+  return im.Run(jpeg, size, p, out, result, [&](uint32_t h, uint32_t w) {
+    if (box.height == 0 || box.width == 0 || box.top >= h || box.left >= w ||
+        box.height > h - box.top || box.width > w - box.left) {
+      return absl::InvalidArgumentError(absl::StrCat("crop box (top ", box.top, ", left ",
+                                                     box.left, ", ", box.height, "x", box.width,
+                                                     ") is not inside the ", h, "x", w, " image"));
     }
-  } catch (const std::bad_alloc&) {
-    s = absl::ResourceExhaustedError("out of memory while decoding");
-  }
-  return im.Finish(std::move(s), start, result);
+    return im.RenderResampled(p, CropResizeAxis(box.top, box.height, p.out_height),
+                              CropResizeAxis(box.left, box.width, p.out_width), flip, out,
+                              capacity, result);
+  });
 }
 
 }  // namespace stoker::image
