@@ -30,6 +30,9 @@ from typing import Dict, List, Tuple
 import numpy as np
 from PIL import Image, ImageFile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+from make_dataset import gradients_and_blobs  # noqa: E402
+
 # Noisy progressive JPEGs can outgrow PIL's default encoder buffer
 # ("Suspension not allowed here").
 ImageFile.MAXBLOCK = 1 << 25
@@ -47,18 +50,7 @@ def _upsampled_noise(rng: np.random.Generator, h: int, w: int, scale: float) -> 
 def textured_photo(rng: np.random.Generator, h: int, w: int, fine_noise: float = 22.0,
                    grating_amp: Tuple[float, float] = (15, 40)) -> np.ndarray:
     """A photo-like RGB image: gradients, blobs, multi-scale texture, gratings, noise."""
-    y = np.linspace(0, 1, h, dtype=np.float32)[:, None]
-    x = np.linspace(0, 1, w, dtype=np.float32)[None, :]
-    img = np.empty((h, w, 3), np.float32)
-    for c in range(3):
-        a, b, p = rng.uniform(-1, 1, 3)
-        f = rng.uniform(1, 6)
-        img[..., c] = 128 + 70 * np.sin(f * (a * x + b * y) * np.pi + p * 3)
-    for _ in range(rng.integers(3, 8)):  # objects
-        cy, cx = rng.uniform(0, 1, 2)
-        r = rng.uniform(0.05, 0.3)
-        mask = ((y - cy) ** 2 + (x - cx) ** 2) < r * r
-        img[mask] = img[mask] * 0.4 + rng.uniform(0, 255, 3) * 0.6
+    img = gradients_and_blobs(rng, h, w, amp=70, blobs=(3, 8))  # objects
     lum = np.zeros((h, w), np.float32)  # texture at several scales
     for s, amp in ((32, 30), (8, 20), (3, 28), (1.5, 28)):
         lum += amp * _upsampled_noise(rng, h, w, s)

@@ -16,20 +16,29 @@ import numpy as np
 from PIL import Image
 
 
-def photo_like(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
-    """A smooth, textured RGB image of h x w pixels."""
+def gradients_and_blobs(rng: np.random.Generator, h: int, w: int, amp: float = 80,
+                        blobs=(2, 6)) -> np.ndarray:
+    """h x w x 3 float32: a sinusoidal gradient per channel (128 +- amp) and
+    rng.integers(*blobs) flat-coloured discs blended in. Also the base of
+    bench/make_data.py's textured images."""
     y = np.linspace(0, 1, h, dtype=np.float32)[:, None]
     x = np.linspace(0, 1, w, dtype=np.float32)[None, :]
     img = np.empty((h, w, 3), np.float32)
     for c in range(3):
         a, b, p = rng.uniform(-1, 1, 3)
         f = rng.uniform(1, 6)
-        img[..., c] = 128 + 80 * np.sin(f * (a * x + b * y) * np.pi + p * 3)
-    for _ in range(rng.integers(2, 6)):  # a few blobs
+        img[..., c] = 128 + amp * np.sin(f * (a * x + b * y) * np.pi + p * 3)
+    for _ in range(rng.integers(*blobs)):
         cy, cx = rng.uniform(0, 1, 2)
         r = rng.uniform(0.05, 0.3)
         mask = ((y - cy) ** 2 + (x - cx) ** 2) < r * r
         img[mask] = img[mask] * 0.4 + rng.uniform(0, 255, 3) * 0.6
+    return img
+
+
+def photo_like(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
+    """A smooth, textured RGB image of h x w pixels."""
+    img = gradients_and_blobs(rng, h, w)
     img += rng.normal(0, 12, img.shape).astype(np.float32)  # texture
     return np.clip(img, 0, 255).astype(np.uint8)
 
