@@ -1338,6 +1338,7 @@ v1::StatusResponse Engine::GetStatus(bool include_failures) {
     ra->set_files_read(st.files_read);
     ra->set_bytes_read(st.bytes_read);
     ra->set_cold_files(st.cold_files);
+    ra->set_files_cached(st.files_cached);
     ra->set_late(st.late);
     ra->set_window_bytes(st.window_bytes);
     ra->set_window_bytes_max(st.window_bytes_max);

@@ -61,12 +61,15 @@ absl::Status MapShared(int fd, uint64_t offset, uint64_t bytes, Mapping* out, bo
   return absl::OkStatus();
 }
 
-bool Cached(int fd, uint64_t offset) {
+Residency PageResidency(int fd, uint64_t offset) {
   char byte;
   struct iovec iov = {&byte, 1};
   ssize_t n = ::preadv2(fd, &iov, 1, static_cast<off_t>(offset), RWF_NOWAIT);
-  return !(n < 0 && errno == EAGAIN);
+  if (n >= 0) return Residency::kCached;
+  return errno == EAGAIN ? Residency::kNotCached : Residency::kUnknown;
 }
+
+bool Cached(int fd, uint64_t offset) { return PageResidency(fd, offset) != Residency::kNotCached; }
 
 int64_t WallNs() {
   struct timespec ts;

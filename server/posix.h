@@ -76,8 +76,12 @@ absl::Status MapShared(int fd, uint64_t offset, uint64_t bytes, Mapping* out,
 
 // Monotonic clock in nanoseconds / milliseconds.
 int64_t MonotonicNs();
-// Whether the byte at `offset` of `fd` is in the page cache (preadv2
-// RWF_NOWAIT); true when that cannot be told.
+// Whether the page holding byte `offset` of `fd` is in the page cache, asked
+// with a one-byte preadv2(RWF_NOWAIT); kUnknown where the file system cannot
+// tell (EOPNOTSUPP) or the read failed otherwise.
+enum class Residency { kCached, kNotCached, kUnknown };
+Residency PageResidency(int fd, uint64_t offset);
+// PageResidency(...) != kNotCached: true when it cannot be told.
 bool Cached(int fd, uint64_t offset);
 
 // CLOCK_REALTIME in ns (file times are on this clock).

@@ -26,7 +26,8 @@ Prefetcher::~Prefetcher() {
     std::lock_guard<std::mutex> l(mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  work_cv_.notify_all();
+  space_cv_.notify_all();
   for (auto& t : threads_) t.join();
 }
 
@@ -38,7 +39,7 @@ void Prefetcher::Enqueue(uint64_t key, std::string path, bool ranged, uint64_t o
     queue_.push_back(Item{key, std::move(path), ranged, offset, length});
     entries_[key] = Entry{};
   }
-  cv_.notify_one();
+  work_cv_.notify_one();
 }
 
 void Prefetcher::Done(uint64_t key) {
@@ -49,16 +50,21 @@ void Prefetcher::Done(uint64_t key) {
     case State::kQueued:
       ++stats_.late;  // still queued: Loop skips keys no longer in entries_
       entries_.erase(it);
+      if (space_waiters_ > 0) space_cv_.notify_all();  // it may be waiting for room
       break;
     case State::kReading:
       it->second.done = true;  // ReadOne's end frees its bytes
       break;
     case State::kRead:
-      window_ -= it->second.bytes;
+      FreeLocked(it->second.bytes);
       entries_.erase(it);
-      cv_.notify_all();
       break;
   }
+}
+
+void Prefetcher::FreeLocked(uint64_t bytes) {
+  window_ -= bytes;
+  if (space_waiters_ > 0) space_cv_.notify_all();
 }
 
 Prefetcher::Stats Prefetcher::stats() const {
@@ -74,7 +80,7 @@ void Prefetcher::Loop() {
   std::unique_lock<std::mutex> l(mu_);
   while (!stop_) {
     if (queue_.empty()) {
-      cv_.wait(l);
+      work_cv_.wait(l);
       continue;
     }
     Item item = std::move(queue_.front());
@@ -98,6 +104,10 @@ void Prefetcher::ReadOne(const Item& item, std::vector<char>* scratch) {
     begin = item.ranged ? std::min(item.offset, size) : 0;
     length = item.ranged ? std::min(item.length, size - begin) : size;
   }
+  // Resident already (first and last page): nothing to read, nothing held.
+  const Residency first = ok && length > 0 ? PageResidency(closer.get(), begin) : Residency::kUnknown;
+  const bool warm = first == Residency::kCached &&
+                    PageResidency(closer.get(), begin + length - 1) == Residency::kCached;
   {
     // Claim the bytes: wait while the window is full (but never with an
     // empty window, or a file larger than the budget would wait forever).
@@ -108,14 +118,17 @@ void Prefetcher::ReadOne(const Item& item, std::vector<char>* scratch) {
       ++stats_.too_large;
       ok = false;
     }
-    if (it == entries_.end() || !ok) {
+    if (ok && warm) ++stats_.files_cached;
+    if (it == entries_.end() || !ok || warm) {
       if (it != entries_.end()) entries_.erase(it);
       return;
     }
-    cv_.wait(l, [&] {
+    ++space_waiters_;
+    space_cv_.wait(l, [&] {
       auto e = entries_.find(item.key);
       return stop_ || e == entries_.end() || window_ == 0 || window_ + length <= budget_;
     });
+    --space_waiters_;
     it = entries_.find(item.key);
     if (stop_ || it == entries_.end()) return;
     it->second.state = State::kReading;
@@ -123,7 +136,7 @@ void Prefetcher::ReadOne(const Item& item, std::vector<char>* scratch) {
     window_ += length;
     stats_.window_bytes_max = std::max(stats_.window_bytes_max, window_);
   }
-  const bool cold = length > 0 && !Cached(closer.get(), begin);
+  const bool cold = first == Residency::kNotCached;
   if (cold && latency_us_ > 0) std::this_thread::sleep_for(std::chrono::microseconds(latency_us_));
   uint64_t done = 0;
   bool read_ok = true;
@@ -145,9 +158,8 @@ void Prefetcher::ReadOne(const Item& item, std::vector<char>* scratch) {
   auto it = entries_.find(item.key);
   if (it == entries_.end()) return;
   if (it->second.done) {
-    window_ -= it->second.bytes;
+    FreeLocked(it->second.bytes);
     entries_.erase(it);
-    cv_.notify_all();
   } else {
     it->second.state = State::kRead;
   }
