@@ -241,7 +241,8 @@ def cold_epoch(build: str, data: str, rel: str, args: List[str]) -> Dict[str, An
                 read_p99_ms=sess["read"]["p99_ms"], read_mean_ms=sess["read"]["mean_ms"],
                 stall_s=sess.get("client_wait_seconds", 0.0),
                 readahead={k: st.get("readahead", {}).get(k) for k in
-                           ("files_read", "cold_files", "late", "window_bytes_max")})
+                           ("files_read", "cold_files", "files_cached", "late",
+                            "window_bytes_max")})
 
 
 def cold_reads(build: str, data: str, rounds: int, quick: bool) -> List[Dict[str, Any]]:

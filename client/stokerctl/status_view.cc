@@ -62,6 +62,17 @@ std::string RenderStatus(const v1::StatusResponse& s) {
       s.version(), s.pid(), Duration(s.uptime_seconds()), s.state(), s.workers_size(),
       s.sessions_size(), s.samples_total(), s.samples_failed_total(), s.worker_restarts_total(),
       s.sessions_reclaimed());
+  const v1::ReadaheadStatus& ra = s.readahead();
+  if (ra.threads() == 0) {
+    out += "readahead off\n\n";
+  } else {
+    out += absl::StrFormat(
+        "readahead  %d threads  budget %.0f MiB  read %d files (%d cold)  already cached %d  "
+        "late %d  window %.1f MiB (max %.1f)\n\n",
+        ra.threads(), ra.budget_bytes() / 1048576.0, ra.files_read(), ra.cold_files(),
+        ra.files_cached(), ra.late(), ra.window_bytes() / 1048576.0,
+        ra.window_bytes_max() / 1048576.0);
+  }
   Table w({"WORKER", "PID", "STATE", "IN-FLIGHT", "DONE", "FAILED", "RESTARTS", "CPU"});
   for (const auto& x : s.workers()) {
     w.Add({absl::StrCat(x.id()), absl::StrCat(x.pid()), x.state(), absl::StrCat(x.in_flight()),

@@ -2,6 +2,7 @@
 health against a live daemon, on the Unix socket and the TCP listener."""
 
 import json
+import re
 import os
 import pty
 import socket
@@ -74,6 +75,8 @@ def test_stokerctl_status_table_and_health(served, stoker):
         assert r.returncode == 0, r.stderr
         assert "WORKER" in r.stdout and "SESSION" in r.stdout
         assert "serving" in r.stdout and "train" in r.stdout
+        assert re.search(r"readahead +16 threads +budget 64 MiB +read \d+ files", r.stdout), \
+            r.stdout
     r = served.ctl("health")
     assert r.returncode == 0 and r.stdout.strip() == "SERVING"
 
