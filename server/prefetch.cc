@@ -105,7 +105,8 @@ void Prefetcher::ReadOne(const Item& item, std::vector<char>* scratch) {
     length = item.ranged ? std::min(item.length, size - begin) : size;
   }
   // Resident already (first and last page): nothing to read, nothing held.
-  const Residency first = ok && length > 0 ? PageResidency(closer.get(), begin) : Residency::kUnknown;
+  const Residency first =
+      ok && length > 0 ? PageResidency(closer.get(), begin) : Residency::kUnknown;
   const bool warm = first == Residency::kCached &&
                     PageResidency(closer.get(), begin + length - 1) == Residency::kCached;
   {

@@ -28,8 +28,7 @@ namespace stoker {
 class Prefetcher {
  public:
   struct Stats {
-    uint64_t files_read = 0;        // reads completed
-    uint64_t files_cached = 0;      // found in the page cache already: not read
+    uint64_t files_read = 0;  // reads completed
     uint64_t bytes_read = 0;
     uint64_t cold_files = 0;        // not in the page cache when their read began
     uint64_t late = 0;              // dispatched before their read began (dropped)
@@ -38,6 +37,7 @@ class Prefetcher {
     uint64_t window_bytes = 0;      // read ahead, not yet dispatched, now
     uint64_t window_bytes_max = 0;  // its high-water mark
     uint64_t queued = 0;            // waiting for a thread, now
+    uint64_t files_cached = 0;      // found in the page cache already: not read
   };
 
   // `root_fd`: the data root (borrowed). Inputs over `max_file_bytes` are

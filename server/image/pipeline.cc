@@ -389,13 +389,13 @@ absl::Status SampleProcessor::ProcessRegion(const uint8_t* jpeg, size_t size,
   return im.Run(jpeg, size, p, out, result, [&](uint32_t h, uint32_t w) {
     if (box.height == 0 || box.width == 0 || box.top >= h || box.left >= w ||
         box.height > h - box.top || box.width > w - box.left) {
-      return absl::InvalidArgumentError(absl::StrCat("crop box (top ", box.top, ", left ",
-                                                     box.left, ", ", box.height, "x", box.width,
+      return absl::InvalidArgumentError(absl::StrCat("crop box (top ", box.top, ", left ", box.left,
+                                                     ", ", box.height, "x", box.width,
                                                      ") is not inside the ", h, "x", w, " image"));
     }
     return im.RenderResampled(p, CropResizeAxis(box.top, box.height, p.out_height),
-                              CropResizeAxis(box.left, box.width, p.out_width), flip, out,
-                              capacity, result);
+                              CropResizeAxis(box.left, box.width, p.out_width), flip, out, capacity,
+                              result);
   });
 }
 
