@@ -119,7 +119,7 @@ void Prefetcher::ReadOne(const Item& item, std::vector<char>* scratch) {
       ++stats_.too_large;
       ok = false;
     }
-    if (ok && warm) ++stats_.files_cached;
+    if (ok && warm && it != entries_.end()) ++stats_.files_cached;  // else counted late
     if (it == entries_.end() || !ok || warm) {
       if (it != entries_.end()) entries_.erase(it);
       return;
