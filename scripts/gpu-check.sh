@@ -14,8 +14,12 @@
 #     control run that releases early and must be caught;
 #   - with PyTorch: torch stream semantics on every GPU (no synchronize), and
 #     the copy+normalize feed ceiling in images/s into torch tensors;
-#   - end to end through stokerd, only if STOKER_BUILD_DIR points at a full
-#     build (the daemon needs gRPC; skipped otherwise).
+#   - end to end through stokerd into GPU memory: with the bundle that
+#     scripts/gpu-bundle.sh makes here (stokerd, its worker, stoker-gpu-feed
+#     and their Debian libraries and loader; the device tool carries it), the
+#     fp16 feed rate against the daemon's CPU-only rate, and the device data
+#     against the CPU reference; and through the Python loader if
+#     STOKER_BUILD_DIR points at a full build usable there.
 #
 # Prints a short table last. Exit status: 0 all passed, 1 a check failed,
 # 2 no CUDA device (or no nvcc). Bounded: well under 8 minutes.
@@ -141,7 +145,58 @@ PYEOF
   kill "$DPID" 2>/dev/null
   wait "$DPID" 2>/dev/null
 else
-  row "end to end through stokerd" "skipped: needs a full build (gRPC); set STOKER_BUILD_DIR" "-" "SKIP"
+  row "end to end, Python (stokerd)" "skipped: needs a full build (gRPC, Python 3.11); set STOKER_BUILD_DIR" "-" "SKIP"
+fi
+
+# --- end to end through the bundled daemon (scripts/gpu-bundle.sh) ---------
+# The daemon and stoker-gpu-feed (C++ client) from a bundle built on Debian
+# 12 with its own libraries and loader: this machine needs none of them.
+G=${STOKER_GPU_BUNDLE:-$ROOT/gpu-bundle}
+if [[ -x $G/bin/stokerd && -x $G/bin/stoker-gpu-feed ]]; then
+  note "end to end through the bundled stokerd ($G, built at $(cat "$G/COMMIT" 2>/dev/null))"
+  E2B=$(mktemp -d /tmp/stkgpub.XXXX)
+  W=$(nproc)
+  "$G/bin/stokerd" --socket "$E2B/s.sock" --data-root "$G/data" --workers "$W" \
+    --index-cache "$E2B/index" --worker-binary "$G/bin/stoker-worker" >"$E2B/stokerd.log" 2>&1 &
+  GPID=$!
+  for _ in $(seq 100); do [[ -S $E2B/s.sock ]] && break; sleep 0.1; done
+  # CPU only first: what the daemon's decode gives this machine (about 5 s).
+  cpu=$(timeout 120 "$G/bin/stokerctl" consume --socket "$E2B/s.sock" --dataset ds \
+    --batch-size 256 --epochs $((15 * W)) --json 2>>"$E2B/stokerd.log" | tail -1)
+  cpu_rate=$(sed -n 's/.*"images_per_s":\([0-9.]*\).*/\1/p' <<<"$cpu")
+  feed=$(timeout 150 "$G/bin/stoker-gpu-feed" --socket "$E2B/s.sock" --dataset ds \
+    --batch-size 256 --seconds 20 --warmup 5 --dtype float16 2>>"$E2B/stokerd.log" | tail -1)
+  frc=$?
+  kill "$GPID" 2>/dev/null
+  wait "$GPID" 2>/dev/null
+  echo "cpu only: $cpu"
+  echo "into GPU: $feed"
+  if [[ -z $cpu_rate || -z $feed ]]; then
+    row "end to end, bundled stokerd" "failed (see $E2B/stokerd.log)" "-" "FAIL"
+    tail -20 "$E2B/stokerd.log"
+    status=1
+  else
+    rate=$(sed -n 's/.*"images_per_s":\([0-9.]*\).*/\1/p' <<<"$feed")
+    mode=$(sed -n 's/.*"mode":"\([a-z]*\)".*/\1/p' <<<"$feed")
+    bad=$(sed -n 's/.*"mismatches":\([0-9]*\).*/\1/p' <<<"$feed")
+    chk=$(sed -n 's/.*"checked_batches":\([0-9]*\).*/\1/p' <<<"$feed")
+    share=$(awk -v a="$rate" -v b="$cpu_rate" 'BEGIN { printf "%.0f", 100 * a / b }')
+    verdict=FAIL
+    ((share >= 90)) && verdict=PASS
+    row "end to end into GPU fp16 NCHW (bundled stokerd, $W workers)" \
+      "$rate images/s = $share% of CPU-only consume ($cpu_rate/s); $mode" ">= 90% (decode-bound)" \
+      "$verdict"
+    if [[ $frc == 0 && $bad == 0 && ${chk:-0} -gt 0 ]]; then
+      row "end to end device data vs CPU reference" "$chk batches of 256, bit-equal" "equal" "PASS"
+    else
+      row "end to end device data vs CPU reference" "$bad mismatches in $chk batches (exit $frc)" \
+        "equal" "FAIL"
+      status=1
+    fi
+    [[ $verdict == PASS && $mode == registered ]] || status=1
+  fi
+else
+  row "end to end, bundled stokerd" "skipped: no $G (make it with scripts/gpu-bundle.sh)" "-" "SKIP"
 fi
 
 table

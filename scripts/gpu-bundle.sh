@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Packs stokerd, its worker, stokerctl and stoker-gpu-feed with every shared
+# library they load (Debian 12's glibc and its loader included) and a small
+# JPEG dataset into one folder, for a GPU machine that has none of stoker's
+# Debian libraries. scripts/gpu-check.sh finds it at ./gpu-bundle (or
+# $STOKER_GPU_BUNDLE) and then measures end to end through the daemon into
+# GPU memory. The folder is git-ignored; the device tool carries it:
+#
+#   scripts/gpu-bundle.sh                 # build/ (with CUDA) -> gpu-bundle/
+#   run(command="bash scripts/gpu-check.sh", carry=["gpu-bundle"])
+#
+# Each bin/ entry is a shell script that runs the real binary (libexec/)
+# through the bundled loader with the bundled libraries first, then
+# $LD_LIBRARY_PATH and the usual driver folders (for libcuda.so.1, which
+# comes from the machine's driver and is not bundled).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+OUT=${1:-$ROOT/gpu-bundle}
+BUILD=${STOKER_BUILD_DIR:-$ROOT/build}
+LIMIT_MB=60 # the device tool carries 64 MiB in all
+
+source scripts/lib.sh
+stoker_ensure_packages
+stoker_build "$BUILD" >/dev/null
+if [[ ! -x $BUILD/bench/stoker-gpu-feed ]]; then
+  echo "gpu-bundle: $BUILD has no stoker-gpu-feed: it needs a CUDA toolkit at configure time" >&2
+  exit 1
+fi
+
+rm -rf "$OUT"
+mkdir -p "$OUT/bin" "$OUT/libexec" "$OUT/lib" "$OUT/data"
+bins=("$BUILD/server/stokerd" "$BUILD/server/stoker-worker" "$BUILD/client/stokerctl"
+  "$BUILD/bench/stoker-gpu-feed")
+for b in "${bins[@]}"; do
+  strip --strip-unneeded -o "$OUT/libexec/$(basename "$b")" "$b"
+done
+
+# The shared libraries, resolved to their files, under their sonames; glibc's
+# compatibility stubs too (the driver's libcuda.so.1 may ask for them).
+loader=""
+while read -r so path; do
+  [[ -n $path && -e $path ]] || continue
+  cp -L "$path" "$OUT/lib/$so"
+  [[ $so == ld-linux-x86-64.so.2 ]] && loader=$so
+done < <(
+  for b in "${bins[@]}"; do ldd "$b"; done |
+    awk '$2 == "=>" && $3 ~ /^\// {print $1, $3} $1 ~ /^\/.*ld-linux/ {n=split($1, p, "/"); print p[n], $1}' |
+    sort -u
+)
+for stub in libdl.so.2 libpthread.so.0 librt.so.1 libm.so.6; do
+  [[ -e $OUT/lib/$stub ]] || cp -L "/lib/x86_64-linux-gnu/$stub" "$OUT/lib/$stub"
+done
+if [[ -z $loader ]]; then
+  echo "gpu-bundle: no ld-linux-x86-64.so.2 in the ldd output" >&2
+  exit 1
+fi
+strip --strip-unneeded "$OUT"/lib/*.so* 2>/dev/null || true
+
+for b in "${bins[@]}"; do
+  name=$(basename "$b")
+  cat >"$OUT/bin/$name" <<EOF
+#!/bin/sh
+# $name from the stoker GPU bundle (scripts/gpu-bundle.sh).
+B=\$(dirname "\$(dirname "\$(readlink -f "\$0")")")
+P="\$B/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}:/usr/local/nvidia/lib64:/usr/lib/x86_64-linux-gnu:/usr/lib64:/lib64"
+exec "\$B/lib/$loader" --library-path "\$P" "\$B/libexec/$name" "\$@"
+EOF
+  chmod +x "$OUT/bin/$name"
+done
+
+/usr/bin/python3 scripts/make_dataset.py "$OUT/data/ds" --classes 4 --per-class 100 \
+  --min-size 256 --max-size 400 >/dev/null
+git -C "$ROOT" rev-parse --short HEAD >"$OUT/COMMIT" 2>/dev/null || echo unknown >"$OUT/COMMIT"
+
+# It must run here, with nothing but the bundle.
+"$OUT/bin/stokerd" --version >/dev/null
+mb=$(du -sm "$OUT" | cut -f1)
+echo "gpu-bundle: $OUT ($mb MiB: $(ls "$OUT/lib" | wc -l) libraries, 400 JPEGs)"
+if ((mb > LIMIT_MB)); then
+  echo "gpu-bundle: over $LIMIT_MB MiB, too big to carry" >&2
+  exit 1
+fi
