@@ -156,16 +156,22 @@ if [[ -x $G/bin/stokerd && -x $G/bin/stoker-gpu-feed ]]; then
   note "end to end through the bundled stokerd ($G, built at $(cat "$G/COMMIT" 2>/dev/null))"
   E2B=$(mktemp -d /tmp/stkgpub.XXXX)
   W=$(nproc)
+  # The daemon's rings live in /dev/shm: 4 slots of a batch of 224x224x3.
+  shm_mb=$(($(df -Pk /dev/shm | awk 'NR == 2 {print $4}') / 1024))
+  FB=256
+  ((shm_mb < 220)) && FB=64
+  ((shm_mb < 60)) && FB=16
+  row "/dev/shm free" "$shm_mb MiB: end-to-end batches of $FB" "-" "INFO"
   "$G/bin/stokerd" --socket "$E2B/s.sock" --data-root "$G/data" --workers "$W" \
     --index-cache "$E2B/index" --worker-binary "$G/bin/stoker-worker" >"$E2B/stokerd.log" 2>&1 &
   GPID=$!
   for _ in $(seq 100); do [[ -S $E2B/s.sock ]] && break; sleep 0.1; done
   # CPU only first: what the daemon's decode gives this machine (about 5 s).
   cpu=$(timeout 120 "$G/bin/stokerctl" consume --socket "$E2B/s.sock" --dataset ds \
-    --batch-size 256 --epochs $((15 * W)) --json 2>>"$E2B/stokerd.log" | tail -1)
+    --batch-size "$FB" --epochs $((15 * W)) --json 2>>"$E2B/stokerd.log" | tail -1)
   cpu_rate=$(sed -n 's/.*"images_per_s":\([0-9.]*\).*/\1/p' <<<"$cpu")
   feed=$(timeout 150 "$G/bin/stoker-gpu-feed" --socket "$E2B/s.sock" --dataset ds \
-    --batch-size 256 --seconds 20 --warmup 5 --dtype float16 2>>"$E2B/stokerd.log" | tail -1)
+    --batch-size "$FB" --seconds 20 --warmup 5 --dtype float16 2>>"$E2B/stokerd.log" | tail -1)
   frc=$?
   kill "$GPID" 2>/dev/null
   wait "$GPID" 2>/dev/null
@@ -187,7 +193,7 @@ if [[ -x $G/bin/stokerd && -x $G/bin/stoker-gpu-feed ]]; then
       "$rate images/s = $share% of CPU-only consume ($cpu_rate/s); $mode" ">= 90% (decode-bound)" \
       "$verdict"
     if [[ $frc == 0 && $bad == 0 && ${chk:-0} -gt 0 ]]; then
-      row "end to end device data vs CPU reference" "$chk batches of 256, bit-equal" "equal" "PASS"
+      row "end to end device data vs CPU reference" "$chk batches of $FB, bit-equal" "equal" "PASS"
     else
       row "end to end device data vs CPU reference" "$bad mismatches in $chk batches (exit $frc)" \
         "equal" "FAIL"

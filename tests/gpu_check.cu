@@ -28,6 +28,7 @@
 #include <cuda_runtime.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -80,6 +81,9 @@ double NowS() {
 }
 
 // A ring-like shared-memory object: a 4 KiB header page, then `slots` slots.
+// In /dev/shm as stokerd's rings are; where /dev/shm is too small for it (a
+// container's 64 MB default), a memfd: the same shmem pages, so the same
+// cudaHostRegister path, without the mount's size limit.
 struct ShmRing {
   std::string name;
   uint8_t* base = nullptr;
@@ -88,9 +92,19 @@ struct ShmRing {
   ShmRing(uint32_t n, uint64_t slot) : slot_bytes((slot + 4095) / 4096 * 4096), slots(n) {
     name = "/stoker-gpucheck-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
     bytes = data_offset + slot_bytes * n;
-    int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    struct statvfs vfs;
+    const bool room = ::statvfs("/dev/shm", &vfs) == 0 &&
+                      uint64_t{vfs.f_bavail} * vfs.f_frsize >= bytes + (64u << 20);
+    int fd = -1;
+    if (room) {
+      fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    } else {
+      if (counter == 1) std::printf("note: /dev/shm is too small; rings are memfds here\n");
+      fd = ::memfd_create(name.c_str() + 1, MFD_CLOEXEC);
+      name.clear();  // nothing to unlink
+    }
     if (fd < 0 || ::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-      std::perror("shm_open/ftruncate");
+      std::perror("shm_open/memfd_create/ftruncate");
       std::exit(1);
     }
     void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
@@ -103,7 +117,7 @@ struct ShmRing {
   }
   ~ShmRing() {
     ::munmap(base, bytes);
-    ::shm_unlink(name.c_str());
+    if (!name.empty()) ::shm_unlink(name.c_str());
   }
   uint8_t* slot(uint32_t s) const { return base + data_offset + slot_bytes * s; }
   static inline int counter = 0;
