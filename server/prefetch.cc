@@ -50,7 +50,7 @@ void Prefetcher::Done(uint64_t key) {
     case State::kQueued:
       ++stats_.late;  // still queued: Loop skips keys no longer in entries_
       entries_.erase(it);
-      if (space_waiters_ > 0) space_cv_.notify_all();  // it may be waiting for room
+      if (!space_waiting_.empty()) space_cv_.notify_all();  // it may be waiting for room
       break;
     case State::kReading:
       it->second.done = true;  // ReadOne's end frees its bytes
@@ -64,7 +64,7 @@ void Prefetcher::Done(uint64_t key) {
 
 void Prefetcher::FreeLocked(uint64_t bytes) {
   window_ -= bytes;
-  if (space_waiters_ > 0) space_cv_.notify_all();
+  if (!space_waiting_.empty()) space_cv_.notify_all();
 }
 
 Prefetcher::Stats Prefetcher::stats() const {
@@ -111,7 +111,8 @@ void Prefetcher::ReadOne(const Item& item, std::vector<char>* scratch) {
                     PageResidency(closer.get(), begin + length - 1) == Residency::kCached;
   {
     // Claim the bytes: wait while the window is full (but never with an
-    // empty window, or a file larger than the budget would wait forever).
+    // empty window, or a file larger than the budget would wait forever),
+    // and while an item due earlier waits for room.
     std::unique_lock<std::mutex> l(mu_);
     auto it = entries_.find(item.key);
     if (!ok) ++stats_.errors;
@@ -124,12 +125,13 @@ void Prefetcher::ReadOne(const Item& item, std::vector<char>* scratch) {
       if (it != entries_.end()) entries_.erase(it);
       return;
     }
-    ++space_waiters_;
+    space_waiting_.insert(item.key);
     space_cv_.wait(l, [&] {
-      auto e = entries_.find(item.key);
-      return stop_ || e == entries_.end() || window_ == 0 || window_ + length <= budget_;
+      if (stop_ || entries_.find(item.key) == entries_.end()) return true;
+      return *space_waiting_.begin() == item.key && (window_ == 0 || window_ + length <= budget_);
     });
-    --space_waiters_;
+    space_waiting_.erase(item.key);
+    if (!space_waiting_.empty()) space_cv_.notify_all();  // the next in line may fit too
     it = entries_.find(item.key);
     if (stop_ || it == entries_.end()) return;
     it->second.state = State::kReading;

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -80,7 +81,9 @@ class Prefetcher {
   mutable std::mutex mu_;
   std::condition_variable work_cv_;   // queue_ gained an item, or stop_
   std::condition_variable space_cv_;  // window_ shrank, or stop_
-  uint32_t space_waiters_ = 0;        // threads waiting on space_cv_
+  // Keys of the items whose threads wait for room. Room goes to the smallest
+  // first: keys grow in dispatch order, so the sample due next is read next.
+  std::set<uint64_t> space_waiting_;
   bool stop_ = false;
   std::deque<Item> queue_;
   struct Entry {
