@@ -74,6 +74,15 @@ bool MakeFiles(const testing::TempDir& dir, int n, bool cold) {
   return probe.valid() && PageResidency(probe.get(), 0) != Residency::kUnknown;
 }
 
+UniqueFd OpenRoot(const testing::TempDir& dir) {
+  return UniqueFd(::open(dir.path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+}
+
+// Queues f0..f{n-1} under keys 1..n, in that order.
+void EnqueueFiles(Prefetcher& p, int n) {
+  for (int k = 0; k < n; ++k) p.Enqueue(k + 1, "f" + std::to_string(k), false, 0, 0);
+}
+
 TEST_CASE("readahead holds at most its budget and a freed window wakes the next read",
           "[prefetch]") {
   testing::TempDir dir;
@@ -81,13 +90,13 @@ TEST_CASE("readahead holds at most its budget and a freed window wakes the next 
     WARN("cannot drop files from the page cache here, or cannot tell: skipped");
     return;
   }
-  UniqueFd root(::open(dir.path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  UniqueFd root = OpenRoot(dir);
   REQUIRE(root.valid());
   // One thread, so the samples are taken in order; room for one file, so a
   // second read must wait until the first sample is dispatched.
   Prefetcher p(root.get(), /*threads=*/1, /*budget_bytes=*/kFileBytes + kFileBytes / 2,
                /*max_file_bytes=*/0, /*simulate_latency_us=*/0);
-  for (uint64_t k = 0; k < 4; ++k) p.Enqueue(k + 1, "f" + std::to_string(k), false, 0, 0);
+  EnqueueFiles(p, 4);
   // A probe of a cold page starts the kernel's own read of it; on storage
   // fast enough (a VM's disk served from the host's cache) the probe itself
   // may then find the file cached, and it is left alone. Either way a sample
@@ -122,10 +131,10 @@ TEST_CASE("readahead leaves inputs that are already cached alone", "[prefetch]")
     WARN("this file system cannot say what is cached: skipped");
     return;
   }
-  UniqueFd root(::open(dir.path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  UniqueFd root = OpenRoot(dir);
   REQUIRE(root.valid());
   Prefetcher p(root.get(), 2, 1 << 20, 0, 0);
-  for (uint64_t k = 0; k < 4; ++k) p.Enqueue(k + 1, "f" + std::to_string(k), false, 0, 0);
+  EnqueueFiles(p, 4);
   REQUIRE(WaitFor([&] { return p.stats().files_cached == 4; }));
   const Prefetcher::Stats s = p.stats();
   CHECK(s.files_read == 0);
@@ -138,7 +147,7 @@ TEST_CASE("readahead leaves inputs that are already cached alone", "[prefetch]")
 TEST_CASE("a sample dispatched before its turn is counted late, once", "[prefetch]") {
   testing::TempDir dir;
   MakeFiles(dir, 1, /*cold=*/false);
-  UniqueFd root(::open(dir.path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  UniqueFd root = OpenRoot(dir);
   REQUIRE(root.valid());
   // Each sample dispatched right after it is queued, as when the workers win
   // the race: the thread finds it queued, being checked, or being read.
