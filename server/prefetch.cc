@@ -104,9 +104,12 @@ void Prefetcher::ReadOne(const Item& item, std::vector<char>* scratch) {
     begin = item.ranged ? std::min(item.offset, size) : 0;
     length = item.ranged ? std::min(item.length, size - begin) : size;
   }
+  const bool too_large = ok && max_file_bytes_ != 0 && length > max_file_bytes_;
   // Resident already (first and last page): nothing to read, nothing held.
+  // (Not asked of an input that will not be read: a probe of a cold page
+  // starts the kernel's own readahead of it.)
   const Residency first =
-      ok && length > 0 ? PageResidency(closer.get(), begin) : Residency::kUnknown;
+      ok && !too_large && length > 0 ? PageResidency(closer.get(), begin) : Residency::kUnknown;
   const bool warm = first == Residency::kCached &&
                     PageResidency(closer.get(), begin + length - 1) == Residency::kCached;
   {
@@ -116,7 +119,7 @@ void Prefetcher::ReadOne(const Item& item, std::vector<char>* scratch) {
     std::unique_lock<std::mutex> l(mu_);
     auto it = entries_.find(item.key);
     if (!ok) ++stats_.errors;
-    if (ok && max_file_bytes_ != 0 && length > max_file_bytes_) {
+    if (too_large) {
       ++stats_.too_large;
       ok = false;
     }
