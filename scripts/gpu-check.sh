@@ -39,6 +39,10 @@ RESULTS="$OUT/results.txt"
 
 note() { echo "==> $*"; }
 row() { echo "RESULT|$1|$2|$3|$4" >>"$RESULTS"; }
+# json_field KEY <<<'{"KEY":value,...}': a number or a plain string value.
+json_field() { sed -n "s/.*\"$1\":\"\{0,1\}\([A-Za-z0-9._-]*\).*/\1/p"; }
+# wait_socket PATH: up to 10 s for a daemon's socket to appear.
+wait_socket() { for _ in $(seq 100); do [[ -S $1 ]] && return 0; sleep 0.1; done; return 1; }
 
 table() {
   echo
@@ -120,7 +124,7 @@ if [[ -n $B && -x $B/server/stokerd && -d $B/python/stoker ]]; then
   "$B/server/stokerd" --socket "$E2E/s.sock" --data-root "$E2E/data" \
     --workers "$(nproc)" >"$E2E/stokerd.log" 2>&1 &
   DPID=$!
-  for _ in $(seq 100); do [[ -S $E2E/s.sock ]] && break; sleep 0.1; done
+  wait_socket "$E2E/s.sock"
   timeout 180 env PYTHONPATH="$B/python" "$PY" - "$E2E/s.sock" <<'PYEOF' | tee "$OUT/e2e.log"
 import sys, time, torch, stoker
 with stoker.Loader("ds", socket=sys.argv[1], batch_size=256, device="cuda", dtype="float16",
@@ -165,11 +169,11 @@ if [[ -x $G/bin/stokerd && -x $G/bin/stoker-gpu-feed ]]; then
   "$G/bin/stokerd" --socket "$E2B/s.sock" --data-root "$G/data" --workers "$W" \
     --index-cache "$E2B/index" --worker-binary "$G/bin/stoker-worker" >"$E2B/stokerd.log" 2>&1 &
   GPID=$!
-  for _ in $(seq 100); do [[ -S $E2B/s.sock ]] && break; sleep 0.1; done
+  wait_socket "$E2B/s.sock"
   # CPU only first: what the daemon's decode gives this machine (about 5 s).
   cpu=$(timeout 120 "$G/bin/stokerctl" consume --socket "$E2B/s.sock" --dataset ds \
     --batch-size "$FB" --epochs $((15 * W)) --json 2>>"$E2B/stokerd.log" | tail -1)
-  cpu_rate=$(sed -n 's/.*"images_per_s":\([0-9.]*\).*/\1/p' <<<"$cpu")
+  cpu_rate=$(json_field images_per_s <<<"$cpu")
   feed=$(timeout 150 "$G/bin/stoker-gpu-feed" --socket "$E2B/s.sock" --dataset ds \
     --batch-size "$FB" --seconds 20 --warmup 5 --dtype float16 2>>"$E2B/stokerd.log" | tail -1)
   frc=$?
@@ -182,10 +186,10 @@ if [[ -x $G/bin/stokerd && -x $G/bin/stoker-gpu-feed ]]; then
     tail -20 "$E2B/stokerd.log"
     status=1
   else
-    rate=$(sed -n 's/.*"images_per_s":\([0-9.]*\).*/\1/p' <<<"$feed")
-    mode=$(sed -n 's/.*"mode":"\([a-z]*\)".*/\1/p' <<<"$feed")
-    bad=$(sed -n 's/.*"mismatches":\([0-9]*\).*/\1/p' <<<"$feed")
-    chk=$(sed -n 's/.*"checked_batches":\([0-9]*\).*/\1/p' <<<"$feed")
+    rate=$(json_field images_per_s <<<"$feed")
+    mode=$(json_field mode <<<"$feed")
+    bad=$(json_field mismatches <<<"$feed")
+    chk=$(json_field checked_batches <<<"$feed")
     share=$(awk -v a="$rate" -v b="$cpu_rate" 'BEGIN { printf "%.0f", 100 * a / b }')
     verdict=FAIL
     ((share >= 90)) && verdict=PASS
