@@ -81,9 +81,10 @@ def test_readahead_reads_cold_files_ahead_within_its_budget(stoker, daemon_facto
     print("readahead status:", ra)
     assert ra["threads"] == 3 and int(ra["budget_bytes"]) == 1 << 20
     files_read, late = int(ra["files_read"]), int(ra.get("late", 0))
-    # Every sample was either read ahead, found cached (a file that shares
-    # pages with one read before it cannot be evicted alone), or dispatched
-    # before its turn came.
+    # Every sample was either read ahead, found cached (a one-byte probe of a
+    # cold page starts the kernel's own readahead, which on fast storage can
+    # finish before the probe of the last page), or dispatched before its
+    # turn came.
     assert files_read + late + int(ra.get("files_cached", 0)) >= 48 and files_read > 0
     # The files were cold, and readahead is what found them so.
     assert int(ra["cold_files"]) > 0
