@@ -59,6 +59,11 @@ absl::StatusOr<int> OpenBeneath(int root_fd, std::string_view relative_path) {
 namespace {
 
 constexpr size_t kMaxExpansions = 100000;
+// A pattern longer than a path may be is refused, and so is one whose
+// expansion would take more than this many bytes (the count limit alone lets
+// 100,000 copies of a long suffix through).
+constexpr size_t kMaxPatternBytes = 4096;
+constexpr size_t kMaxExpandedBytes = size_t{64} << 20;
 
 bool IsPattern(std::string_view p) { return p.find('{') != std::string_view::npos; }
 
@@ -92,14 +97,28 @@ struct Dataset::Storage {
 Dataset::~Dataset() = default;
 
 absl::StatusOr<std::vector<std::string>> Dataset::ExpandBraces(std::string_view pattern) {
+  if (pattern.size() > kMaxPatternBytes) {
+    return absl::InvalidArgumentError(
+        Cat("a shard pattern of ", pattern.size(), " bytes is over the limit of ", kMaxPatternBytes));
+  }
   std::vector<std::string> out{""};
+  size_t out_bytes = 0;  // the sum of out's lengths
+  auto too_big = [&pattern] {
+    return absl::InvalidArgumentError(Cat("'", pattern, "' expands to more than ",
+                                          kMaxExpandedBytes >> 20, " MiB of shard names"));
+  };
   size_t i = 0;
   while (i < pattern.size()) {
     const char c = pattern[i];
     if (c == '}') return absl::InvalidArgumentError(Cat("unbalanced '}' in '", pattern, "'"));
     if (c != '{') {
-      for (std::string& o : out) o.push_back(c);
-      ++i;
+      size_t end = pattern.find_first_of("{}", i);
+      if (end == std::string_view::npos) end = pattern.size();
+      const std::string_view run = pattern.substr(i, end - i);
+      if (out_bytes + out.size() * run.size() > kMaxExpandedBytes) return too_big();
+      for (std::string& o : out) o.append(run);
+      out_bytes += out.size() * run.size();
+      i = end;
       continue;
     }
     const size_t close = pattern.find('}', i);
@@ -138,6 +157,13 @@ absl::StatusOr<std::vector<std::string>> Dataset::ExpandBraces(std::string_view 
       return absl::InvalidArgumentError(
           Cat("'", pattern, "' names more than ", kMaxExpansions, " shards"));
     }
+    size_t choice_bytes = 0;
+    for (const std::string& ch : choices) choice_bytes += ch.size();
+    // out.size() * choices.size() <= kMaxExpansions and each length is
+    // below kMaxPatternBytes + 20, so neither product overflows.
+    const size_t next_bytes = out_bytes * choices.size() + out.size() * choice_bytes;
+    if (next_bytes > kMaxExpandedBytes) return too_big();
+    out_bytes = next_bytes;
     std::vector<std::string> next;
     next.reserve(out.size() * choices.size());
     for (const std::string& o : out) {

@@ -38,6 +38,10 @@ constexpr uint64_t kBlock = 512;
 constexpr uint64_t kMaxLabelBytes = 1 << 16;
 // Long-name and pax records larger than this end the shard's index.
 constexpr uint64_t kMaxMetaBytes = 1 << 20;
+// A member size over this is a damaged header: it ends the shard's index.
+// (GNU base-256 can encode sizes near 2^64, whose rounded end would wrap
+// around and send the walk back to an earlier header, forever.)
+constexpr uint64_t kMaxMemberBytes = uint64_t{1} << 48;
 
 bool ReadAt(int fd, uint64_t offset, void* buf, size_t bytes) {
   size_t done = 0;
@@ -178,6 +182,7 @@ class ShardIndexer {
       if (!ChecksumOk(h)) return Stop(at, "a damaged header (bad checksum)");
       uint64_t size;
       if (!ParseNumber(h + 124, 12, &size)) return Stop(at, "a damaged header (size)");
+      if (size > kMaxMemberBytes) return Stop(at, "a damaged header (a member size over 2^48 bytes)");
       const char type = static_cast<char>(h[156]);
       const uint64_t data = at + kBlock;
       const uint64_t next = data + ((size + kBlock - 1) / kBlock) * kBlock;

@@ -47,6 +47,18 @@ class TarWriter {
     Data(data);
   }
   void End() { bytes_.append(1024, '\0'); }
+  // A member whose size field is GNU base-256 `size` (no data follows).
+  void HugeMember(const std::string& name, uint64_t size) {
+    Header(name, 0, '0');
+    char* h = bytes_.data() + bytes_.size() - 512;
+    std::memset(h + 124, 0, 12);
+    h[124] = static_cast<char>(0x80);
+    for (int i = 0; i < 8; ++i) h[135 - i] = static_cast<char>(size >> (8 * i));
+    std::memset(h + 148, ' ', 8);
+    unsigned sum = 0;
+    for (int i = 0; i < 512; ++i) sum += static_cast<unsigned char>(h[i]);
+    std::snprintf(h + 148, 8, "%06o", sum);
+  }
   std::string& bytes() { return bytes_; }
   size_t size() const { return bytes_.size(); }
 
@@ -107,6 +119,19 @@ TEST_CASE("Brace patterns expand like the shell's, zero padding kept", "[dataset
     CAPTURE(bad);
     CHECK(absl::IsInvalidArgument(Dataset::ExpandBraces(bad).status()));
   }
+  // Within the count limit but not within the byte limit: 100,000 copies of
+  // a 1 KB suffix would be 100 MB (and a 4 MB request, 400 GB). Refused
+  // before anything is built, as is a pattern longer than a path may be.
+  const std::string long_suffix = "{0..99999}" + std::string(1000, 'a') + ".tar";
+  CHECK(absl::IsInvalidArgument(Dataset::ExpandBraces(long_suffix).status()));
+  CHECK(absl::IsInvalidArgument(Dataset::ExpandBraces(std::string(5000, 'a')).status()));
+  const std::string long_prefix = std::string(1000, 'a') + "{0..9}{0..9}{0..9}{0..9}{0..9}";
+  CHECK(absl::IsInvalidArgument(Dataset::ExpandBraces(long_prefix).status()));
+  // 10,000 names of 30 bytes are fine.
+  auto many = Dataset::ExpandBraces("shards/train-{0000..9999}.tar");
+  REQUIRE(many.ok());
+  CHECK(many->size() == 10000);
+  CHECK(many->back() == "shards/train-9999.tar");
 }
 
 TEST_CASE("WebDataset: samples grouped by key, labels from .cls and .json, ranges exact",
@@ -199,6 +224,24 @@ TEST_CASE("WebDataset: truncated and damaged shards", "[dataset][webdataset]") {
   bool named = false;
   for (const auto& w : (*bad)->warnings()) named = named || w.find("bad checksum") != std::string::npos;
   CHECK(named);
+
+  // Sizes near 2^64 (GNU base-256): the rounded end of the member wraps
+  // around to this header, or to an earlier one. The index must end with a
+  // warning, not walk the same headers forever.
+  for (uint64_t huge : {~uint64_t{0} - 511, ~uint64_t{0} - 1023, uint64_t{1} << 62}) {
+    TarWriter w;
+    w.File("a.jpg", "AAAA");
+    w.HugeMember("b.jpg", huge);
+    w.File("c.jpg", "CCCC");
+    w.End();
+    WriteFile(tmp / "root/huge.tar", w.bytes());
+    auto huge_ds = Dataset::Open(*root, "huge.tar", DatasetFormat::kAuto);
+    REQUIRE(huge_ds.ok());
+    CHECK((*huge_ds)->size() == 1);
+    bool said = false;
+    for (const auto& m : (*huge_ds)->warnings()) said = said || m.find("member size") != std::string::npos;
+    CHECK(said);
+  }
 
   WriteFile(tmp / "root/nothing.tar", std::string(1024, '\0'));
   CHECK(absl::IsFailedPrecondition(
