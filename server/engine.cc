@@ -43,7 +43,14 @@ constexpr uint32_t kMaxReplacements = 64;
 constexpr uint32_t kMaxSelfCrashes = 2;
 constexpr uint32_t kMaxAnyDeaths = 8;
 constexpr uint64_t kDefaultVariableDecodePixels = 16ull << 20;
+// A dataset path longer than this is refused (it could not name a file).
+constexpr size_t kMaxDatasetBytes = 4096;
 constexpr size_t kMaxFailuresListed = 1000;
+
+// The key of an indexed dataset: its canonical name and the format asked for.
+std::string DatasetKey(const std::string& name, int format) {
+  return absl::StrCat(format, ":", name);
+}
 
 std::string PipelineName(v1::PipelineKind k) {
   switch (k) {
@@ -357,7 +364,8 @@ struct WorkerSlot {
   int64_t respawn_at_ns = 0;  // when dead: when to start again
   int64_t started_ns = 0;
   bool dead = true;
-  bool hung = false;
+  bool hung = false;         // killed by us: it hung, or answered out of order
+  bool unsendable = false;   // a send to it failed; its death comes by epoll
   uint64_t restarts = 0;
   uint64_t crashes = 0;
   uint64_t samples_done = 0;
@@ -520,6 +528,7 @@ absl::Status Engine::SpawnWorkerLocked(WorkerSlot& w) {
   w.channel = std::move(ours);
   w.dead = false;
   w.hung = false;
+  w.unsendable = false;
   w.state = "idle";
   w.in_flight.clear();
   w.started_ns = MonotonicNs();
@@ -574,15 +583,32 @@ absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) 
   auto params = ParamsFromSpec(req.pipeline(), req.batch_size());
   if (!params.ok()) return params.status();
   if (req.dataset().empty()) return absl::InvalidArgumentError("dataset is empty");
+  if (req.dataset().size() > kMaxDatasetBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("dataset is ", req.dataset().size(),
+                                                   " bytes long, over the limit of ",
+                                                   kMaxDatasetBytes));
+  }
+  if (!v1::DatasetFormat_IsValid(req.format())) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown dataset format ", req.format()));
+  }
 
-  // Index the dataset (outside the lock: it may take seconds); cached by its
-  // canonical name.
+  // Index the dataset (outside mu_: it may take seconds), once however many
+  // Attaches ask for it at the same time; kept by its canonical name and the
+  // format asked for.
   auto resolved = Dataset::CanonicalName(*data_root_, req.dataset());
   if (!resolved.ok()) return resolved.status();
+  std::shared_ptr<std::mutex> gate;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    std::shared_ptr<std::mutex>& g = index_gates_[DatasetKey(*resolved, req.format())];
+    if (g == nullptr) g = std::make_shared<std::mutex>();
+    gate = g;
+  }
+  std::unique_lock<std::mutex> gate_lock(*gate);
   std::shared_ptr<const Dataset> ds;
   {
     std::lock_guard<std::mutex> l(mu_);
-    auto it = datasets_.find(*resolved);
+    auto it = datasets_.find(DatasetKey(*resolved, req.format()));
     if (it != datasets_.end()) ds = it->second;
   }
   if (ds != nullptr) {
@@ -609,9 +635,13 @@ absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) 
                  ds->from_cache() ? "loaded the cached index of" : "indexed", ds->name(),
                  ds->size(), ds->class_names().size(), (MonotonicNs() - t0) / 1e6,
                  ds->memory_bytes() / 1e6, ds->from_cache() ? " on the heap (mapped)" : "");
+    // Kept under the name Open resolved, which is the name of what it indexed
+    // (a symlink swapped since CanonicalName above must not file one
+    // dataset's index under another's name).
     std::lock_guard<std::mutex> l(mu_);
-    datasets_[*resolved] = ds;
+    datasets_[DatasetKey(ds->name(), req.format())] = ds;
   }
+  gate_lock.unlock();
 
   auto s = std::make_shared<Session>();
   s->req = req;
@@ -667,10 +697,12 @@ absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) 
     }
   }
 
-  std::vector<std::shared_ptr<Session>> none;
-  std::unique_lock<std::mutex> l(mu_);
-  if (state_ != "serving") return absl::UnavailableError(absl::StrCat("stokerd is ", state_));
-  s->number = next_session_number_++;
+  // The ring is made outside mu_: reserving gigabytes of /dev/shm takes a
+  // while, and mu_ also serves the dispatcher, the heartbeats and Status.
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    s->number = next_session_number_++;
+  }
   s->id = absl::StrFormat("%s-%d", shm_tag_, s->number);
   RingSpec rs;
   rs.slot_count = slots;
@@ -694,6 +726,15 @@ absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) 
   auto ring = RingOwner::Create(shm_name, rs);
   if (!ring.ok()) return ring.status();
   s->ring = std::move(*ring);
+
+  std::unique_lock<std::mutex> l(mu_);
+  // Checked again now: Attaches that passed the first check together must
+  // not all be let in (the ring is unlinked as s goes).
+  if (state_ != "serving") return absl::UnavailableError(absl::StrCat("stokerd is ", state_));
+  if (sessions_.size() >= config_.max_sessions) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the daemon serves its maximum of ", config_.max_sessions, " sessions"));
+  }
   s->slot_busy.assign(slots, 0);
   s->created_ns = MonotonicNs();
   s->keepalive_closed_ns = s->created_ns;
@@ -941,7 +982,7 @@ void Engine::DispatchLocked() {
   for (uint32_t depth = 0; depth < std::max(1u, config_.worker_queue_depth); ++depth) {
     for (auto& wp : workers_) {
       WorkerSlot& w = *wp;
-      if (w.dead || w.hung || w.in_flight.size() > depth) continue;
+      if (w.dead || w.hung || w.unsendable || w.in_flight.size() > depth) continue;
       Session* pick = nullptr;
       for (size_t k = 0; k < order.size(); ++k) {
         Session* cand = order[(rr_cursor_ + k) % order.size()];
@@ -996,9 +1037,11 @@ void Engine::DispatchLocked() {
       }
       std::memcpy(msg.path, path.data(), path.size());
       if (!SendWithFd(w.channel.get(), &msg, worker::TaskHeaderBytes() + path.size(), -1)) {
-        // The worker is gone or stuck; its death is handled from epoll (or by
-        // the hang check). Leave the task queued.
-        w.hung = true;
+        // The worker is gone (killed from outside, say) or stuck; its death
+        // is handled from epoll, or by the hang check. Leave the task queued.
+        // Not `hung`: a send that failed says nothing about the sample the
+        // worker was on, and must not count as a crash it caused.
+        w.unsendable = true;
         continue;
       }
       pick->queue.pop_front();

@@ -117,7 +117,12 @@ class Engine {
   std::map<std::string, std::shared_ptr<Session>> sessions_;
   std::vector<std::unique_ptr<WorkerSlot>> workers_;
   std::unordered_map<uint64_t, SampleTask*> in_flight_;  // by task id
+  // Indexed datasets by DatasetKey (the canonical name the index was built
+  // from, and the format the request asked for).
   std::map<std::string, std::shared_ptr<const Dataset>> datasets_;
+  // One gate per DatasetKey: concurrent Attaches of one dataset (the ranks of
+  // a job starting together) index it once; the others wait and share it.
+  std::map<std::string, std::shared_ptr<std::mutex>> index_gates_;
   uint64_t next_session_number_ = 1;
   uint64_t next_task_id_ = 1;
   uint64_t next_prefetch_key_ = 1;

@@ -268,12 +268,73 @@ TEST_CASE("bad requests get a clear gRPC status and the daemon keeps serving") {
   o = Train(8, 1);
   o.pipeline.height = o.pipeline.width = 1000000;
   expect(o, absl::StatusCode::kInvalidArgument, "");
+  // A dataset path of a megabyte: refused without echoing it back whole.
+  o = Train(8, 1);
+  o.dataset = std::string(1 << 20, 'a');
+  expect(o, absl::StatusCode::kInvalidArgument, "over the limit");
+  // A shard pattern within the count limit whose names would take 1.7 GB.
+  o.dataset = "{0..99999}" + std::string(3000, 'a') + ".tar";
+  expect(o, absl::StatusCode::kInvalidArgument, "MiB");
+  // An unknown format is refused, also once the folder has been indexed
+  // under another (the format is part of what an index is kept by).
+  REQUIRE(client->Attach(Train(8, 1)).ok());
+  o = Train(8, 1);
+  o.format = static_cast<DatasetFormat>(99);
+  expect(o, absl::StatusCode::kInvalidArgument, "format");
+  o.format = DatasetFormat::kManifest;
+  expect(o, absl::StatusCode::kInvalidArgument, "directory");
 
   // Still serving.
   auto s = client->Attach(Train(8, 1));
   REQUIRE(s.ok());
   CHECK(ConsumeAll(**s, 1).indices_per_epoch[0].size() == 51);
   CHECK(client->Health().ok());
+}
+
+TEST_CASE("Attaches at the same time: --max-sessions holds, the dataset is indexed once") {
+  Fixture f;
+  // Enough files that indexing takes a while, so the Attaches overlap.
+  for (int c = 0; c < 40; ++c) {
+    const std::string dir = f.data.path() + "/big/c" + std::to_string(c);
+    fs::create_directories(dir);
+    for (int i = 0; i < 400; ++i) std::ofstream(dir + "/" + std::to_string(i) + ".jpg") << 'x';
+  }
+  Daemon::Options opt;
+  opt.extra_args = {"--max-sessions", "2"};  // and a fresh index cache of its own
+  auto daemon = Daemon::Start(f.data.path(), opt);
+  constexpr int kCallers = 6;
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int i = 0; i < kCallers; ++i) clients.push_back(Connect(*daemon));
+  std::vector<absl::StatusOr<std::unique_ptr<Session>>> got;
+  for (int i = 0; i < kCallers; ++i) got.emplace_back(absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kCallers; ++i) {
+    threads.emplace_back([&, i] {
+      AttachOptions o = Train(8, 1);
+      o.dataset = "big";
+      got[i] = clients[i]->Attach(o);
+    });
+  }
+  for (auto& t : threads) t.join();
+  int ok = 0;
+  for (auto& g : got) {
+    if (g.ok()) {
+      ++ok;
+    } else {
+      INFO(g.status().ToString());
+      CHECK(absl::IsResourceExhausted(g.status()));
+    }
+  }
+  CHECK(ok == 2);
+  auto js = clients[0]->StatusJson();
+  REQUIRE(js.ok());
+  size_t listed = 0;
+  for (size_t at = 0; (at = js->find("\"session_id\"", at)) != std::string::npos; ++at) ++listed;
+  CHECK(listed == 2);
+  const std::string log = daemon->Log();
+  size_t indexed = 0;
+  for (size_t at = 0; (at = log.find("indexed dataset", at)) != std::string::npos; ++at) ++indexed;
+  CHECK(indexed == 1);
 }
 
 TEST_CASE("a daemon killed while the client waits gives a clear error within seconds") {
