@@ -207,8 +207,11 @@ absl::Status SaveIndex(const std::string& file, const std::string& name, int for
   }
   h.total_bytes = at;
 
-  const std::string tmp = Cat(file, ".tmp.", getpid());
-  UniqueFd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  // A fresh name of its own (O_EXCL, mode 0600): two writers of one index do
+  // not share a temp file, and a link planted at a guessable name is not
+  // followed.
+  std::string tmp = Cat(file, ".tmp.XXXXXX");
+  UniqueFd fd(mkostemp(tmp.data(), O_CLOEXEC));
   if (!fd.valid()) return PosixError(Cat("create ", tmp), errno);
   bool ok = true;
   uint64_t written = 0;
@@ -257,6 +260,12 @@ std::unique_ptr<MappedIndex> LoadIndex(const DataRoot& root, const std::string& 
   if (fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) ||
       static_cast<uint64_t>(st.st_size) < sizeof(Header)) {
     *why = Cat(file, " is not an index file");
+    return nullptr;
+  }
+  // Only an index this user wrote, and that nobody else may change, is used
+  // (a cache folder can be shared, e.g. a Kubernetes emptyDir is 0777).
+  if (st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    *why = Cat(file, " is owned by another user or writable by others; not used");
     return nullptr;
   }
   auto m = std::make_unique<MappedIndex>();

@@ -352,6 +352,28 @@ TEST_CASE("Index cache: used while nothing changed, rebuilt when something did",
   CHECK(!(*damaged)->warnings().empty());
   CHECK((*Dataset::Open(*root, "folder", DatasetFormat::kAuto, o))->from_cache());
 
+  // A cache file that others may write is not trusted: indexed again, said
+  // so, and replaced by a private one. No temp file is left behind.
+  std::filesystem::remove_all(tmp / "cache");
+  REQUIRE(Dataset::Open(*root, "folder", DatasetFormat::kAuto, o).ok());  // the one index
+  for (const auto& e : std::filesystem::directory_iterator(tmp / "cache")) {
+    REQUIRE(chmod(e.path().c_str(), 0666) == 0);
+  }
+  auto shared = Dataset::Open(*root, "folder", DatasetFormat::kAuto, o);
+  REQUIRE(shared.ok());
+  CHECK(!(*shared)->from_cache());
+  bool said = false;
+  for (const auto& w : (*shared)->warnings()) said = said || w.find("writable by others") != std::string::npos;
+  CHECK(said);
+  CHECK((*Dataset::Open(*root, "folder", DatasetFormat::kAuto, o))->from_cache());
+  for (const auto& e : std::filesystem::directory_iterator(tmp / "cache")) {
+    CAPTURE(e.path());
+    CHECK(e.path().string().find(".tmp.") == std::string::npos);
+    struct stat fst;
+    REQUIRE(stat(e.path().c_str(), &fst) == 0);
+    CHECK((fst.st_mode & 0777) == 0600);
+  }
+
   struct stat st;
   REQUIRE(stat((tmp / "cache").c_str(), &st) == 0);
   CHECK((st.st_mode & 0777) == 0700);
