@@ -1336,7 +1336,12 @@ void Engine::TickerLoop() {
       std::unique_lock<std::mutex> l(mu_);
       const int64_t now = MonotonicNs();
       std::vector<std::string> stale;
+      std::vector<std::string> cut;
       for (auto& [id, s] : sessions_) {
+        if (s->ring->Truncated()) {
+          cut.push_back(id);
+          continue;
+        }
         s->ring->header()->daemon_heartbeat.fetch_add(1, std::memory_order_release);
         s->rate_window.emplace_back(now, s->samples_produced);
         while (s->rate_window.size() > 2 &&
@@ -1351,6 +1356,13 @@ void Engine::TickerLoop() {
       for (const auto& id : stale) {
         ++sessions_reclaimed_;
         RemoveSessionLocked(id, "no KeepAlive stream from the client; reclaimed", &removed);
+      }
+      for (const auto& id : cut) {
+        spdlog::error("session {}: its ring was truncated by another process", id);
+        RemoveSessionLocked(id,
+                            "its shared-memory ring was truncated by another process (the "
+                            "trainer?); the session cannot go on",
+                            &removed);
       }
       cv_.wait_for(l, std::chrono::milliseconds(ring::kHeartbeatPeriodMs),
                    [this] { return stopping_.load(); });

@@ -49,12 +49,15 @@ class Mapping {
   Mapping(void* addr, size_t bytes) : addr_(addr), bytes_(bytes) {}
   ~Mapping() { Reset(); }
   Mapping(Mapping&& o) noexcept
-      : addr_(std::exchange(o.addr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+      : addr_(std::exchange(o.addr_, nullptr)),
+        bytes_(std::exchange(o.bytes_, 0)),
+        watch_(std::exchange(o.watch_, -1)) {}
   Mapping& operator=(Mapping&& o) noexcept {
     if (this != &o) {
       Reset();
       addr_ = std::exchange(o.addr_, nullptr);
       bytes_ = std::exchange(o.bytes_, 0);
+      watch_ = std::exchange(o.watch_, -1);
     }
     return *this;
   }
@@ -65,9 +68,16 @@ class Mapping {
   size_t bytes() const { return bytes_; }
   void Reset();
 
+  // Shared memory that another process may truncate (server/truncation_guard.h):
+  // a SIGBUS in this mapping no longer kills the process; truncated() says
+  // that one was absorbed. Installs the process's SIGBUS handler.
+  void WatchTruncation();
+  bool truncated() const;
+
  private:
   void* addr_ = nullptr;
   size_t bytes_ = 0;
+  int watch_ = -1;
 };
 
 // mmap(fd, offset, bytes) shared, read-write.

@@ -44,6 +44,7 @@ absl::StatusOr<std::unique_ptr<RingOwner>> RingOwner::Create(const std::string& 
     ::shm_unlink(name.c_str());
     return st;
   }
+  ring->map_.WatchTruncation();
   auto* h = ring->header();
   h->version = ring::kLayoutVersion;
   h->header_bytes = ring::kHeaderBytes;
@@ -72,6 +73,12 @@ absl::StatusOr<std::unique_ptr<RingOwner>> RingOwner::Create(const std::string& 
   std::atomic_thread_fence(std::memory_order_release);
   h->magic = ring::kMagic;
   return ring;
+}
+
+bool RingOwner::Truncated() const {
+  if (map_.truncated()) return true;
+  struct stat st;
+  return ::fstat(fd_.get(), &st) == 0 && static_cast<uint64_t>(st.st_size) < geometry_.total_bytes;
 }
 
 RingOwner::~RingOwner() {

@@ -52,6 +52,10 @@ class RingOwner {
     return static_cast<uint8_t*>(map_.addr()) + geometry_.data_offset +
            geometry_.slot_bytes * slot;
   }
+  // Whether another process (the client maps the ring read-write) has cut
+  // the ring short. The daemon's accesses to a cut ring land on private zero
+  // pages instead of killing it (truncation_guard.h); the session must end.
+  bool Truncated() const;
 
  private:
   RingOwner() = default;

@@ -67,6 +67,54 @@ TEST_CASE("a created ring is owner-only, valid, and removed with its owner") {
   CHECK_FALSE(std::filesystem::exists(path));
 }
 
+TEST_CASE("a ring cut short by another process is noticed, and its stores do not kill us") {
+  RingSpec spec;
+  spec.slot_count = 2;
+  spec.batch_size = 4;
+  spec.sample_bytes = 64 * 64 * 3;
+  const std::string name = UniqueName("truncated");
+  auto r = RingOwner::Create(name, spec);
+  REQUIRE(r.ok());
+  CHECK_FALSE((*r)->Truncated());
+  // The client's way in: the object by name, read-write.
+  const int fd = ::shm_open(name.c_str(), O_RDWR, 0);
+  REQUIRE(fd >= 0);
+  REQUIRE(::ftruncate(fd, 0) == 0);
+  ::close(fd);
+  CHECK((*r)->Truncated());  // by its size, before any access
+  // What the daemon does to a ring: heartbeats, slot states, sample bytes.
+  // Each would raise SIGBUS; they land on private zero pages instead.
+  (*r)->header()->daemon_heartbeat.fetch_add(1);
+  (*r)->descriptor(1)->state.store(ring::kFilling);
+  std::memset((*r)->slot_data(1), 0x5a, 4096);
+  CHECK((*r)->slot_data(1)[4095] == 0x5a);
+  CHECK((*r)->Truncated());
+
+  // A fault outside every watched mapping still kills, as it would have.
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    const int mfd = ::memfd_create("unwatched", 0);
+    if (mfd < 0 || ::ftruncate(mfd, 8192) != 0) ::_exit(10);
+    void* p = ::mmap(nullptr, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+    if (p == MAP_FAILED || ::ftruncate(mfd, 0) != 0) ::_exit(11);
+    static_cast<volatile char*>(p)[0] = 1;
+    ::_exit(0);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  INFO("wait status " << status);
+  if (WIFSIGNALED(status)) {
+    CHECK(WTERMSIG(status) == SIGBUS);
+  } else {
+    // Under ASan its own SIGBUS handler (the one ours hands over to) reports
+    // the fault and exits 1. 0 would mean the fault was absorbed; 10 and 11
+    // that the child could not set up.
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 1);
+  }
+}
+
 TEST_CASE("the reader's validation catches every corrupted header field") {
   RingSpec spec;
   spec.slot_count = 4;

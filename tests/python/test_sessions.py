@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -139,3 +141,49 @@ def test_four_sessions_share_the_workers_fairly_and_a_slow_one_holds_back_only_i
     # The slow consumer (4 samples per 0.25 s) gets only what it takes: its
     # full ring stops its production; the others are not held back by it.
     assert slow < 0.5 * min(fast), f"slow session produced {slow}, fast ones {fast}"
+
+
+_TRUNCATING_TRAINER = r"""
+import os, sys, time
+import stoker
+c = stoker.Client(sys.argv[1])
+s = c.attach(sys.argv[2], batch_size=64, height=64, width=64, epochs=0,
+             client_name="truncating-trainer")
+# While the workers fill the ring: cut it to nothing. This process must not
+# touch its mapping again (it would fault, as stokerd would have).
+fd = os.open("/dev/shm" + s.info["shm_name"], os.O_RDWR)
+os.ftruncate(fd, 0)
+print("truncated", flush=True)
+time.sleep(float(sys.argv[3]))
+"""
+
+
+def test_a_trainer_that_truncates_its_ring_ends_only_its_own_session(
+        stoker, daemon_factory, many_data, build_dir):
+    """A ring is mapped read-write by its client, which can ftruncate it. The
+    daemon's and workers' stores into the cut-off pages must end that session
+    with a reason, not kill stokerd (every session) or a worker (a crash
+    counted against a good file)."""
+    d = daemon_factory(workers=2, data_root=many_data)
+    ds = os.path.join(many_data, "set")
+    with stoker.Loader(ds, socket=d.socket, batch_size=4, size=32, seed=1, epochs=None,
+                       client_name="bystander") as ld:
+        it = iter(ld)
+        next(it)
+        env = dict(os.environ, PYTHONPATH=os.path.join(build_dir, "python"))
+        for _attempt in range(2):
+            child = subprocess.run([sys.executable, "-c", _TRUNCATING_TRAINER, d.socket, ds, "2"],
+                                   env=env, capture_output=True, text=True, timeout=60)
+            assert child.returncode == 0 and "truncated" in child.stdout, child.stderr
+            assert d.proc.poll() is None, f"stokerd died\n{d.log_tail()}"
+        log = d.log()
+        assert log.count("its shared-memory ring was truncated by another process") == 2, \
+            d.log_tail()
+        st = json.loads(d.ctl("status", "--json").stdout)
+        assert [s["client_name"] for s in st["sessions"]] == ["bystander"]
+        for w in st["workers"]:
+            assert int(w.get("crashes", 0)) == 0 and int(w.get("restarts", 0)) == 0, w
+        # The other trainer goes on.
+        for _ in range(20):
+            images, _labels = next(it)
+            assert images.shape == (4, 32, 32, 3)
