@@ -169,6 +169,16 @@ TEST_CASE("a sample record naming bytes outside its slot is refused") {
   r.channels = 3;
   r.status = 7;
   CHECK(ring::ValidateRecord(r, slot, ring::kFloat32) != nullptr);
+  // A failed sample is held to its shape too: readers size its view from it.
+  r.status = ring::kSampleFailed;
+  r.bytes = 0;
+  r.height = r.width = 0;  // variable size: an empty sample
+  CHECK(ring::ValidateRecord(r, slot, ring::kFloat32) == nullptr);
+  r.height = r.width = 40000;
+  CHECK(ring::ValidateRecord(r, slot, ring::kFloat32) != nullptr);
+  r.height = r.width = 4;
+  r.bytes = 48 * 4;  // zeros of the output shape
+  CHECK(ring::ValidateRecord(r, slot, ring::kFloat32) == nullptr);
 }
 
 TEST_CASE("the sweep removes rings of dead daemons only") {

@@ -57,6 +57,16 @@ class RpcChannel {
       : channel(std::move(ch)),
         stub(v1::Stoker::NewStub(channel)),
         health(grpc::health::v1::Health::NewStub(channel)) {}
+  ~RpcChannel() {
+    if (::getpid() != owner_pid) {
+      // In a forked child gRPC's threads do not exist, and shutting a channel
+      // down waits for them forever. The child's copy is left as it is.
+      (void)stub.release();
+      (void)health.release();
+      new std::shared_ptr<grpc::Channel>(std::move(channel));
+    }
+  }
+  const pid_t owner_pid = ::getpid();
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::Stoker::Stub> stub;
   std::unique_ptr<grpc::health::v1::Health::Stub> health;
@@ -68,9 +78,21 @@ class RpcChannel {
 class SessionCore {
  public:
   ~SessionCore() {
+    if (Forked()) {
+      // A forked child's copy: the parent's CUDA state, gRPC stream and
+      // KeepAlive thread are not this process's to touch. Let them go.
+      (void)transfer_.release();
+      (void)keepalive_ctx_.release();
+      if (keepalive_.joinable()) new std::thread(std::move(keepalive_));
+    }
     transfer_.reset();  // device copy: waits for copies still reading the ring
     if (base_ != nullptr) ::munmap(base_, geometry_.total_bytes);
   }
+
+  // Whether this is a child forked from the process that attached. Its copy
+  // of the session must leave the ring alone: a release from it would free a
+  // slot the parent still reads, a Next would take the parent's batches.
+  bool Forked() const { return ::getpid() != owner_pid_; }
 
   absl::Status Map(const v1::AttachResponse& r, uint32_t batch_size) {
     const v1::RingInfo& ri = r.ring();
@@ -92,6 +114,22 @@ class SessionCore {
     dtype_ = r.effective_pipeline().dtype() == v1::DTYPE_FLOAT32   ? ring::kFloat32
              : r.effective_pipeline().dtype() == v1::DTYPE_FLOAT16 ? ring::kFloat16
                                                                    : ring::kUint8;
+    // The shape every view of a fixed-shape batch is given must be exactly
+    // the bytes of one sample (compared by division: the product may wrap);
+    // a variable-size ring has none.
+    const uint64_t pixel_bytes = uint64_t{r.channels()} * ring::DTypeBytes(dtype_);
+    const bool shape_ok =
+        r.channels() == 3 &&
+        (sample_bytes_ == 0
+             ? r.height() == 0 && r.width() == 0
+             : r.height() != 0 && r.width() != 0 && sample_bytes_ % pixel_bytes == 0 &&
+                   sample_bytes_ / pixel_bytes / r.height() == r.width() &&
+                   (sample_bytes_ / pixel_bytes) % r.height() == 0);
+    if (!shape_ok) {
+      return absl::DataLossError(absl::StrCat(
+          "the daemon's sample shape ", r.height(), "x", r.width(), "x", r.channels(),
+          " disagrees with its sample size of ", sample_bytes_, " bytes"));
+    }
     total_batches_ = r.total_batches();
     heartbeat_timeout_ms_ = r.heartbeat_timeout_ms() != 0 ? r.heartbeat_timeout_ms() : 3000;
     int fd = ::shm_open(ri.shm_name().c_str(), O_RDWR | O_CLOEXEC, 0);
@@ -119,6 +157,12 @@ class SessionCore {
     if (const char* why =
             ring::ValidateHeader(snapshot, geometry_.total_bytes, geometry_, slots_, batch_size)) {
       return absl::DataLossError(absl::StrCat("ring header: ", why));
+    }
+    const bool nchw = r.effective_pipeline().layout() == v1::LAYOUT_NCHW;
+    if (snapshot.height != r.height() || snapshot.width != r.width() ||
+        snapshot.channels != r.channels() || snapshot.dtype != dtype_ ||
+        snapshot.sample_bytes != sample_bytes_ || (snapshot.layout == ring::kNCHW) != nchw) {
+      return absl::DataLossError("ring header: the sample shape or format differs from Attach");
     }
     return absl::OkStatus();
   }
@@ -196,6 +240,7 @@ class SessionCore {
   // The host's lease ended: free the slot now, or once the device copy
   // reading it has completed.
   void Release(uint32_t slot) {
+    if (Forked()) return;  // the parent's lease, inherited: not ours to end
     if (transfer_ != nullptr) {
       if (transfer_->EndLease(slot)) return;  // ReapDeviceCopies frees it
       ReleaseNow(slot);
@@ -217,6 +262,7 @@ class SessionCore {
   }
 
   // Constant after Map.
+  const pid_t owner_pid_ = ::getpid();
   void* base_ = nullptr;
   ring::Geometry geometry_;
   uint32_t slots_ = 0;
@@ -320,7 +366,7 @@ absl::Status Batch::CopyToDevice(CUstream_st* stream, void* dst, uint64_t dst_by
 // Session
 
 Session::~Session() {
-  if (core_ == nullptr) return;
+  if (core_ == nullptr || core_->Forked()) return;
   (void)Detach();
   core_->StopKeepAlive();
 }
@@ -336,6 +382,7 @@ DeviceTransferStatus Session::DeviceStatus() const {  // device copy
 
 absl::Status Session::Detach() {
   if (core_->detached_.exchange(true)) return absl::OkStatus();
+  if (core_->Forked()) return absl::OkStatus();  // the parent's session goes on
   core_->stopping_.store(true);
   grpc::ClientContext ctx;
   ctx.set_deadline(internal::Deadline(5000));
@@ -356,6 +403,11 @@ absl::StatusOr<Batch> Session::Next(int64_t timeout_ms) {
     return absl::OutOfRangeError("every batch of every epoch was delivered");
   }
   if (c.detached_.load()) return absl::FailedPreconditionError("the session was detached");
+  if (c.Forked()) {
+    return absl::FailedPreconditionError(
+        "this session was attached by another process (this one is a fork of it); attach a "
+        "session of its own");
+  }
   const uint32_t slot = static_cast<uint32_t>(seq % c.slots_);
   ring::SlotDescriptor* d = c.descriptor(slot);
   ring::RingHeader* h = c.header();

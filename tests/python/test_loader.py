@@ -268,6 +268,41 @@ def test_native_images_are_one_array_over_the_slot_owned_by_a_capsule(stoker, se
         session.next()
 
 
+def test_a_forked_child_leaves_the_parents_session_alone(stoker, served):
+    """A fork (a DataLoader worker, a subprocess helper) inherits the session and
+    its batches. Dropping them in the child must not free the parent's slots (the
+    daemon would refill a slot the parent still reads), and the child can neither
+    take the parent's batches nor detach its session."""
+    session = stoker.Client(served.socket).attach("main", batch_size=2, height=32, width=32,
+                                                  ring_slots=2, shuffle=False)
+    images, *_ = session.next(10000)
+    saved = images.copy()
+    pid = os.fork()
+    if pid == 0:  # the child: only os._exit leaves it
+        code = 0
+        try:
+            try:
+                session.next(1000)
+                code = 3
+            except stoker.StokerError as e:
+                code = 0 if "fork" in str(e) else 4
+            session.detach()
+            del images
+            gc.collect()
+        except BaseException:  # noqa: BLE001 (a distinct exit code says it)
+            code = 5
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    second, *_ = session.next(10000)  # the other slot
+    time.sleep(1.0)  # were slot 0 freed, the daemon would refill it with batch 2 now
+    assert np.array_equal(images, saved), "the parent's batch changed under it"
+    del images, second
+    third = session.next(10000)
+    assert third[-1] == 2  # the session goes on: batch 2
+    session.detach()
+
+
 def test_copy_true_gives_private_tensors(stoker, served):
     with loader_for(stoker, served, ring_slots=2, epochs=None, size=32, copy=True) as loader:
         it = iter(loader)

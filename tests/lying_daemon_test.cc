@@ -1,0 +1,213 @@
+// The client against a daemon that lies: a real gRPC server on a Unix socket
+// and a real shared-memory ring (RingOwner), whose Attach answer, ring header
+// or sample records disagree with each other. The client must refuse each
+// with DATA_LOSS before it sizes a view from the lie, never read past the
+// ring. The honest variant of the same fake must attach and deliver, so that
+// each refusal is the lie's doing.
+
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "server/ring_owner.h"
+#include "stoker/client.h"
+#include "stoker/ring_layout.h"
+#include "stoker/v1/stoker.grpc.pb.h"
+#include "tests/daemon_harness.h"
+
+namespace stoker {
+namespace {
+
+using testing::TempDir;
+
+constexpr uint32_t kSlots = 2, kBatch = 2, kSide = 32;
+constexpr uint64_t kSampleBytes = kSide * kSide * 3;
+
+// What a test changes in an honest Attach: the response, and the ring as it
+// is handed out (its header, its first slot).
+using Lie = std::function<void(v1::AttachResponse*, RingOwner*)>;
+
+class FakeStoker final : public v1::Stoker::Service {
+ public:
+  // `variable`: a variable-size decode ring (no fixed shape), as stokerd
+  // makes for pipeline "decode" without a size.
+  FakeStoker(Lie lie, bool variable) : lie_(std::move(lie)), variable_(variable) {}
+
+  grpc::Status Attach(grpc::ServerContext*, const v1::AttachRequest*,
+                      v1::AttachResponse* resp) override {
+    RingSpec spec;
+    spec.slot_count = kSlots;
+    spec.batch_size = kBatch;
+    if (variable_) {
+      spec.variable_bytes = kSampleBytes * kBatch;
+    } else {
+      spec.sample_bytes = kSampleBytes;
+      spec.height = spec.width = kSide;
+    }
+    spec.channels = 3;
+    spec.dtype = ring::kUint8;
+    spec.layout = ring::kNHWC;
+    spec.batches_per_epoch = 50;
+    spec.total_batches = 50;
+    const std::string name =
+        "/stoker-test-lying-" + std::to_string(::getpid()) + "-" + std::to_string(++n_);
+    auto r = RingOwner::Create(name, spec);
+    if (!r.ok()) return grpc::Status(grpc::StatusCode::INTERNAL, std::string(r.status().message()));
+    ring_ = std::move(*r);
+    const ring::Geometry& g = ring_->geometry();
+    resp->set_session_id("fake-" + std::to_string(n_));
+    auto* ri = resp->mutable_ring();
+    ri->set_shm_name(name);
+    ri->set_total_bytes(g.total_bytes);
+    ri->set_slot_count(kSlots);
+    ri->set_slot_bytes(g.slot_bytes);
+    ri->set_sample_bytes(variable_ ? 0 : kSampleBytes);
+    ri->set_layout_version(ring::kLayoutVersion);
+    ri->set_data_offset(g.data_offset);
+    ri->set_descriptor_offset(g.descriptor_offset);
+    resp->set_dataset_size(100);
+    resp->set_shard_size(100);
+    resp->set_batches_per_epoch(50);
+    resp->set_total_batches(50);
+    resp->set_height(variable_ ? 0 : kSide);
+    resp->set_width(variable_ ? 0 : kSide);
+    resp->set_channels(3);
+    resp->set_heartbeat_timeout_ms(3000);
+    resp->mutable_effective_pipeline()->set_dtype(v1::DTYPE_UINT8);
+    resp->mutable_effective_pipeline()->set_layout(v1::LAYOUT_NHWC);
+    // Batch 0, ready: two good samples of the shape above.
+    ring::SlotDescriptor* d = ring_->descriptor(0);
+    d->sequence = 0;
+    d->sample_count = kBatch;
+    ring::SampleRecord* recs = ring::Records(d);
+    for (uint32_t i = 0; i < kBatch; ++i) {
+      recs[i] = ring::SampleRecord{};
+      recs[i].offset = kSampleBytes * i;
+      recs[i].bytes = kSampleBytes;
+      recs[i].height = recs[i].width = kSide;
+      recs[i].channels = 3;
+      recs[i].dataset_index = recs[i].planned_index = i;
+    }
+    lie_(resp, ring_.get());
+    d->state.store(ring::kReady, std::memory_order_release);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status KeepAlive(grpc::ServerContext* ctx, const v1::KeepAliveRequest*,
+                         grpc::ServerWriter<v1::SessionEvent>*) override {
+    while (!ctx->IsCancelled() && !stop_.load()) {
+      ring_->header()->daemon_heartbeat.fetch_add(1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Detach(grpc::ServerContext*, const v1::DetachRequest*,
+                      v1::DetachResponse*) override {
+    return grpc::Status::OK;
+  }
+
+  void Stop() { stop_.store(true); }
+
+ private:
+  Lie lie_;
+  bool variable_;
+  int n_ = 0;
+  std::unique_ptr<RingOwner> ring_;
+  std::atomic<bool> stop_{false};
+};
+
+// Serves a FakeStoker with `lie` and attaches to it; returns the first batch
+// (or the refusal of the Attach or of Next).
+absl::Status AttachAndTake(Lie lie, bool variable = false) {
+  TempDir dir;
+  const std::string socket = dir.path() + "/fake.sock";
+  FakeStoker service(std::move(lie), variable);
+  grpc::ServerBuilder b;
+  b.AddListeningPort("unix:" + socket, grpc::InsecureServerCredentials());
+  b.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = b.BuildAndStart();
+  REQUIRE(server != nullptr);
+  absl::Status result;
+  {
+    auto client = Client::Connect(socket);
+    REQUIRE(client.ok());
+    AttachOptions o;
+    o.dataset = "ds";
+    o.batch_size = kBatch;
+    o.ring_slots = kSlots;
+    auto s = (*client)->Attach(o);
+    if (!s.ok()) {
+      result = s.status();
+    } else {
+      auto batch = (*s)->Next(5000);
+      result = batch.status();
+      if (batch.ok()) {
+        // Every view of it lies within the slot it came from.
+        CHECK(batch->size() == kBatch);
+        CHECK(batch->height(1) == kSide);
+        CHECK(batch->width(1) == kSide);
+      }
+    }
+  }
+  service.Stop();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  return result;
+}
+
+TEST_CASE("a lying daemon: the honest fake attaches and delivers") {
+  CHECK(AttachAndTake([](v1::AttachResponse*, RingOwner*) {}).ok());
+  CHECK(AttachAndTake([](v1::AttachResponse*, RingOwner*) {}, /*variable=*/true).ok());
+}
+
+TEST_CASE("a lying daemon: a shape in Attach that is not the sample size is refused") {
+  auto expect_loss = [](Lie lie, const char* what) {
+    absl::Status st = AttachAndTake(std::move(lie));
+    INFO(what << ": " << st.ToString());
+    CHECK(absl::IsDataLoss(st));
+  };
+  // 20,000,000 x 32 x 3 bytes would size every view at 1.9 GB over 3 KB.
+  expect_loss([](v1::AttachResponse* r, RingOwner*) { r->set_height(20000000); }, "height");
+  expect_loss([](v1::AttachResponse* r, RingOwner*) { r->set_channels(4); }, "channels");
+  expect_loss([](v1::AttachResponse* r, RingOwner*) { r->set_width(0); }, "no width");
+  expect_loss([](v1::AttachResponse* r, RingOwner*) { r->mutable_ring()->set_sample_bytes(0); },
+              "a variable-size ring with a fixed shape");
+}
+
+TEST_CASE("a lying daemon: a ring header that disagrees with Attach is refused") {
+  auto expect_loss = [](Lie lie, const char* what) {
+    absl::Status st = AttachAndTake(std::move(lie));
+    INFO(what << ": " << st.ToString());
+    CHECK(absl::IsDataLoss(st));
+  };
+  expect_loss([](v1::AttachResponse*, RingOwner* ring) { ring->header()->height = 31; }, "height");
+  expect_loss([](v1::AttachResponse*, RingOwner* ring) { ring->header()->dtype = ring::kFloat32; },
+              "dtype");
+  expect_loss([](v1::AttachResponse*, RingOwner* ring) { ring->header()->layout = ring::kNCHW; },
+              "layout");
+}
+
+TEST_CASE("a lying daemon: a failed sample whose shape is not its size is refused") {
+  for (bool variable : {false, true}) {
+    absl::Status st = AttachAndTake(
+        [](v1::AttachResponse*, RingOwner* ring) {
+          ring::SampleRecord& r = ring::Records(ring->descriptor(0))[1];
+          r.status = ring::kSampleFailed;
+          r.bytes = 0;
+          r.height = r.width = 40000;  // 4.8 GB of view over a 12 KB slot
+        },
+        variable);
+    INFO((variable ? "variable size: " : "fixed shape: ") << st.ToString());
+    CHECK(absl::IsDataLoss(st));
+  }
+}
+
+}  // namespace
+}  // namespace stoker
