@@ -137,6 +137,20 @@ def test_state_between_epochs_points_at_the_next_epoch(stoker, served):
         assert (ld.state_dict()["epoch"], ld.state_dict()["batch"]) == (1, 1)
 
 
+def test_a_token_saved_after_the_last_epoch_resumes_to_nothing(stoker, served):
+    with _loader(stoker, served, batch_size=10, epochs=2) as ld:
+        for _ in range(2):
+            for _ in ld:
+                pass
+        token = ld.state_dict()
+    assert (token["epoch"], token["batch"]) == (2, 0)
+    with _loader(stoker, served, batch_size=10, epochs=2) as again:
+        again.load_state_dict(token)
+        assert len(again) == 5  # 42 samples in batches of 10, the last one short
+        assert list(again) == []
+        assert list(again) == []
+
+
 def test_a_token_that_does_not_fit_is_refused(stoker, served):
     with _loader(stoker, served, batch_size=10) as ld:
         assert ld.state_dict()["dataset_size"] is None  # not attached yet

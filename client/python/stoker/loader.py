@@ -405,6 +405,12 @@ class Loader:
             return self
         if start_epoch is None:
             start_epoch, start_batch = self._next_epoch, self._resume_batch
+        if self.epochs is not None and start_epoch >= self.epochs:
+            # A token saved after the last epoch: nothing is left to read, yet
+            # len() and info still need a session. The daemon refuses a start
+            # past the end, so the session starts at the last epoch (iteration
+            # yields nothing).
+            start_epoch, start_batch = self.epochs - 1, 0
         self._mode = self._resolve_mode()
         dataset = self.dataset
         if self._private_wanted:
