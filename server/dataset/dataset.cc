@@ -87,6 +87,16 @@ absl::StatusOr<std::vector<std::string>> ResolveShards(const DataRoot& root,
   return shards;
 }
 
+// Whether an index's files are `files`, in order.
+bool SameFiles(const Dataset::Arrays& a, const std::vector<std::string>& files) {
+  if (a.offsets.size != files.size() + 1) return false;
+  const std::string_view all(a.paths.data, a.paths.size);
+  for (size_t f = 0; f < files.size(); ++f) {
+    if (all.substr(a.offsets[f], a.offsets[f + 1] - a.offsets[f]) != files[f]) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 struct Dataset::Storage {
@@ -256,6 +266,13 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::Open(const DataRoot& roo
           dataset_internal::CachePath(options.cache_dir, root.path(), name, format_id);
       std::string why;
       auto mapped = dataset_internal::LoadIndex(root, cache_file, name, format_id, &why);
+      // A pattern's shards may be links that now point elsewhere (git-annex,
+      // DVC): the cached index must be of the files the pattern names now.
+      if (mapped != nullptr && format == DatasetFormat::kWebDataset &&
+          !SameFiles(mapped->arrays, shards)) {
+        why = "the shards now resolve to other files";
+        mapped = nullptr;
+      }
       if (mapped != nullptr) {
         Dataset& d = *dataset;
         d.a_ = mapped->arrays;
@@ -336,6 +353,13 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::Open(const DataRoot& roo
 }
 
 bool Dataset::Unchanged(const DataRoot& root, std::string* why) const {
+  if (format_ == DatasetFormat::kWebDataset && IsPattern(name_)) {
+    absl::StatusOr<std::vector<std::string>> shards = ResolveShards(root, name_);
+    if (!shards.ok() || !SameFiles(a_, *shards)) {
+      *why = Cat("the shards of ", name_, " now resolve to other files");
+      return false;
+    }
+  }
   const auto& watched = storage_->mapped != nullptr ? storage_->mapped->watched
                                                     : storage_->built.watched;
   for (const auto& w : watched) {

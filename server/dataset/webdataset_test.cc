@@ -379,5 +379,39 @@ TEST_CASE("Index cache: used while nothing changed, rebuilt when something did",
   CHECK((st.st_mode & 0777) == 0700);
 }
 
+TEST_CASE("Index cache: shards named by a pattern through links follow the links",
+          "[dataset][cache]") {
+  // As git-annex or DVC keep them: wds/s0.tar -> ../blobs/v1.tar, updated by
+  // pointing the link at v2.tar.
+  TempDir tmp;
+  for (const auto& [blob, members] : {std::pair{"v1", 2}, std::pair{"v2", 5}}) {
+    TarWriter t;
+    for (int m = 0; m < members; ++m) t.File(std::to_string(m) + ".jpg", "J");
+    t.End();
+    WriteFile(tmp / (std::string("root/blobs/") + blob + ".tar"), t.bytes());
+  }
+  std::filesystem::create_directories(tmp / "root/wds");
+  std::filesystem::create_symlink("../blobs/v1.tar", tmp / "root/wds/s0.tar");
+  Age(tmp / "root");
+  auto root = OpenRoot(tmp / "root");
+  IndexOptions o;
+  o.cache_dir = tmp / "cache";
+  auto v1 = Dataset::Open(*root, "wds/s{0..0}.tar", DatasetFormat::kAuto, o);
+  REQUIRE(v1.ok());
+  CHECK((*v1)->size() == 2);
+  CHECK((*Dataset::Open(*root, "wds/s{0..0}.tar", DatasetFormat::kAuto, o))->from_cache());
+  std::string why;
+  CHECK((*v1)->Unchanged(*root, &why));
+
+  std::filesystem::remove(tmp / "root/wds/s0.tar");
+  std::filesystem::create_symlink("../blobs/v2.tar", tmp / "root/wds/s0.tar");
+  CHECK_FALSE((*v1)->Unchanged(*root, &why));
+  CHECK(why.find("resolve to other files") != std::string::npos);
+  auto v2 = Dataset::Open(*root, "wds/s{0..0}.tar", DatasetFormat::kAuto, o);
+  REQUIRE(v2.ok());
+  CHECK_FALSE((*v2)->from_cache());
+  CHECK((*v2)->size() == 5);
+}
+
 }  // namespace
 }  // namespace stoker
