@@ -47,6 +47,16 @@ constexpr uint64_t kDefaultVariableDecodePixels = 16ull << 20;
 constexpr size_t kMaxDatasetBytes = 4096;
 constexpr size_t kMaxFailuresListed = 1000;
 
+// NOT_FOUND for a session id; a long one is not echoed whole (an error
+// message travels in gRPC's trailers, whose size is limited).
+absl::Status NoSession(const std::string& session_id) {
+  if (session_id.size() > 100) {
+    return absl::NotFoundError(absl::StrCat("no session with an id of ", session_id.size(),
+                                            " bytes (ids are short)"));
+  }
+  return absl::NotFoundError(absl::StrCat("no session ", session_id));
+}
+
 // The key of an indexed dataset: its canonical name and the format asked for.
 std::string DatasetKey(const std::string& name, int format) {
   return absl::StrCat(format, ":", name);
@@ -796,7 +806,7 @@ absl::Status Engine::Detach(const std::string& session_id, const std::string& wh
   {
     std::lock_guard<std::mutex> l(mu_);
     if (sessions_.find(session_id) == sessions_.end()) {
-      return absl::NotFoundError(absl::StrCat("no session ", session_id));
+      return NoSession(session_id);
     }
     RemoveSessionLocked(session_id, why, &removed);
   }
@@ -856,7 +866,7 @@ absl::Status Engine::KeepAlive(const std::string& session_id,
   {
     std::lock_guard<std::mutex> l(mu_);
     auto it = sessions_.find(session_id);
-    if (it == sessions_.end()) return absl::NotFoundError(absl::StrCat("no session ", session_id));
+    if (it == sessions_.end()) return NoSession(session_id);
     s = it->second;
     if (s->keepalive_open) {
       return absl::AlreadyExistsError("this session's KeepAlive stream is already open");

@@ -441,6 +441,37 @@ def test_bad_requests_raise_invalid_request_and_the_daemon_keeps_serving(stoker,
     assert served.health()
 
 
+def _raw_rpc(socket: str, method: str, request: bytes):
+    """Calls a stoker.v1.Stoker method with hand-serialized bytes (no stubs)."""
+    grpc = pytest.importorskip("grpc")
+    with grpc.insecure_channel("unix:" + socket) as ch:
+        return ch.unary_unary(f"/stoker.v1.Stoker/{method}")(request, timeout=10)
+
+
+def _string_field_1(value: bytes) -> bytes:
+    """A message whose field 1 is the string `value` (protobuf wire format)."""
+    n, varint = len(value), b""
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        varint += bytes([byte | (0x80 if n else 0)])
+        if not n:
+            break
+    return b"\x0a" + varint + value
+
+
+def test_a_huge_session_id_gets_a_short_not_found(served):
+    grpc = pytest.importorskip("grpc")
+    with pytest.raises(grpc.RpcError) as ei:
+        _raw_rpc(served.socket, "Detach", _string_field_1(b"x" * (1 << 20)))
+    # Not RESOURCE_EXHAUSTED for an error message too large for the trailers.
+    assert ei.value.code() == grpc.StatusCode.NOT_FOUND, ei.value
+    assert "1048576 bytes" in ei.value.details() and len(ei.value.details()) < 200
+    with pytest.raises(grpc.RpcError) as ei:
+        _raw_rpc(served.socket, "Detach", _string_field_1(b"no-such-session"))
+    assert ei.value.code() == grpc.StatusCode.NOT_FOUND
+    assert "no-such-session" in ei.value.details()
+
+
 def test_socket_comes_from_the_environment(stoker, served, monkeypatch):
     monkeypatch.delenv("STOKER_SOCKET", raising=False)
     with pytest.raises(stoker.InvalidRequestError, match="STOKER_SOCKET"):
