@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -99,6 +100,14 @@ std::string ReadRange(const std::string& path, uint64_t offset, uint64_t length)
   in.read(s.data(), static_cast<std::streamsize>(length));
   s.resize(static_cast<size_t>(in.gcount()));
   return s;
+}
+
+// Whether one of the dataset's warnings says `what`.
+bool Warned(const Dataset& d, std::string_view what) {
+  for (const auto& w : d.warnings()) {
+    if (w.find(what) != std::string::npos) return true;
+  }
+  return false;
 }
 
 std::unique_ptr<DataRoot> OpenRoot(const std::string& dir) {
@@ -221,9 +230,7 @@ TEST_CASE("WebDataset: truncated and damaged shards", "[dataset][webdataset]") {
   auto bad = Dataset::Open(*root, "bad.tar", DatasetFormat::kAuto);
   REQUIRE(bad.ok());
   CHECK((*bad)->size() == 1);
-  bool named = false;
-  for (const auto& w : (*bad)->warnings()) named = named || w.find("bad checksum") != std::string::npos;
-  CHECK(named);
+  CHECK(Warned(**bad, "bad checksum"));
 
   // Sizes near 2^64 (GNU base-256): the rounded end of the member wraps
   // around to this header, or to an earlier one. The index must end with a
@@ -238,9 +245,7 @@ TEST_CASE("WebDataset: truncated and damaged shards", "[dataset][webdataset]") {
     auto huge_ds = Dataset::Open(*root, "huge.tar", DatasetFormat::kAuto);
     REQUIRE(huge_ds.ok());
     CHECK((*huge_ds)->size() == 1);
-    bool said = false;
-    for (const auto& m : (*huge_ds)->warnings()) said = said || m.find("member size") != std::string::npos;
-    CHECK(said);
+    CHECK(Warned(**huge_ds, "member size"));
   }
 
   WriteFile(tmp / "root/nothing.tar", std::string(1024, '\0'));
@@ -362,9 +367,7 @@ TEST_CASE("Index cache: used while nothing changed, rebuilt when something did",
   auto shared = Dataset::Open(*root, "folder", DatasetFormat::kAuto, o);
   REQUIRE(shared.ok());
   CHECK(!(*shared)->from_cache());
-  bool said = false;
-  for (const auto& w : (*shared)->warnings()) said = said || w.find("writable by others") != std::string::npos;
-  CHECK(said);
+  CHECK(Warned(**shared, "writable by others"));
   CHECK((*Dataset::Open(*root, "folder", DatasetFormat::kAuto, o))->from_cache());
   for (const auto& e : std::filesystem::directory_iterator(tmp / "cache")) {
     CAPTURE(e.path());
