@@ -488,6 +488,13 @@ class PySession {
 
   bool detached() const { return session_ == nullptr; }
 
+  // Batches whose arrays are still alive (their slots not yet back).
+  uint32_t Held() const {
+    uint32_t n = 0;
+    for (int64_t h : leases_->holder) n += h >= 0 ? 1 : 0;
+    return n;
+  }
+
   // Device copies: the session's path (registered ring or staging) and counters.
   py::dict DeviceStatus() const;
 
@@ -794,6 +801,8 @@ PYBIND11_MODULE(_native, m) {
            "DaemonUnavailableError.")
       .def_property_readonly("delivered", &PySession::Delivered, "Batches handed out so far.")
       .def_property_readonly("detached", &PySession::detached)
+      .def_property_readonly("held", &PySession::Held,
+                             "Batches handed out whose arrays are still alive.")
       .def_property_readonly("device_status", &PySession::DeviceStatus,
                              "Device copies: {'built_with_cuda', 'mode' ('none', 'registered', "
                              "'staging'), 'detail', 'copies', 'bytes', 'registered_bytes', "

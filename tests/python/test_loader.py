@@ -367,6 +367,18 @@ def test_an_abandoned_epoch_does_not_leak_into_the_next(stoker, served):
         del images, labels
         got = [(b.epoch, b.batch_in_epoch) for b in loader.iter_batches()]
         assert got == [(1, k) for k in range(8)]
+    # The loop variable still alive after `break`, as it is in Python: the
+    # next epoch starts anyway, whole, and the kept batch stays as it was.
+    for stop_at in (4, 5):  # 3 and 2 batches left over, with 4 slots
+        with loader_for(stoker, served, ring_slots=4, epochs=2, size=32, seed=9) as loader:
+            for n, (images, labels) in enumerate(loader):
+                if n == stop_at:
+                    break
+            kept = images.clone()
+            got = [(b.epoch, b.batch_in_epoch) for b in loader.iter_batches()]
+            assert got == [(1, k) for k in range(8)], stop_at
+            assert torch.equal(images, kept)
+            del images, labels
 
 
 # ---------------------------------------------------------------------------

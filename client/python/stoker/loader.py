@@ -703,9 +703,11 @@ class Loader:
             return epoch, first, self._generation
         self._in_epoch = (epoch, first)
         behind = epoch * self._bpe + first - self._next_global
-        if behind > 0 and behind <= int(self._info["ring_slots"]):
+        if behind > 0 and behind <= int(self._info["ring_slots"]) and self._session.held == 0:
             # A previous iteration stopped early: drop what is probably already
-            # in the ring.
+            # in the ring. (Not while one of its batches is still alive, as the
+            # loop variable is after a `break`: the slots that batch holds
+            # would come round before the new epoch's first batches could.)
             for _ in range(behind):
                 try:
                     self._next_raw()
