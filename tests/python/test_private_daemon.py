@@ -110,3 +110,48 @@ def test_no_daemon_to_start_is_a_clear_error(stoker, no_socket_env, small_set, m
     with pytest.raises(stoker.InvalidRequestError, match="does not exist"):
         monkeypatch.delenv("STOKERD")
         next(iter(stoker.Loader(str(tmp_path / "missing"), batch_size=4, size=32)))
+
+
+def test_a_start_interrupted_by_ctrl_c_leaves_no_daemon(stoker, no_socket_env, small_set,
+                                                        monkeypatch):
+    from stoker import _private
+    started = []
+    real_popen = subprocess.Popen
+
+    def popen(*args, **kw):
+        p = real_popen(*args, **kw)
+        started.append(p)
+        return p
+
+    def interrupted(self, exe, timeout_s):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_private.subprocess, "Popen", popen)
+    monkeypatch.setattr(_private.PrivateDaemon, "_wait_healthy", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        next(iter(stoker.Loader(small_set, batch_size=4, size=32, num_workers=1)))
+    (p,) = started
+    assert p.poll() is not None, "the private stokerd outlived the interrupted start"
+    assert _private.running() == []
+
+
+def test_a_loader_collected_while_a_daemon_starts_releases_its_own(stoker, no_socket_env,
+                                                                   small_set):
+    """The garbage collector may finalize a Loader (release(), under the
+    module's lock) in the middle of acquire() on the same thread, which holds
+    that lock: it must not wait for itself."""
+    import threading
+    from stoker import _private
+    d, _path = _private.acquire(small_set, 1)
+    done = threading.Event()
+
+    def nested():
+        with _private._lock:  # as acquire() holds it while a daemon starts
+            _private.release(d)
+        done.set()
+
+    t = threading.Thread(target=nested, daemon=True)
+    t.start()
+    t.join(timeout=30)
+    assert done.is_set(), "release() under acquire()'s lock waited for itself"
+    assert d.proc is None and _private.running() == []

@@ -30,7 +30,9 @@ from . import _native
 STOKERD_ENV = "STOKERD"
 
 _log = logging.getLogger("stoker.daemon")
-_lock = threading.Lock()
+# Re-entrant: a Loader collected while this thread starts a daemon (the
+# garbage collector runs wherever it likes) releases its own under the lock.
+_lock = threading.RLock()
 _daemons: Dict[Tuple[str, int], "PrivateDaemon"] = {}
 
 
@@ -113,6 +115,16 @@ class PrivateDaemon:
                                      stderr=subprocess.PIPE, close_fds=True,
                                      start_new_session=True)  # Ctrl-C reaches the trainer only
         threading.Thread(target=self._pump, name="stokerd-log", daemon=True).start()
+        try:
+            self._wait_healthy(exe, timeout_s)
+        except BaseException:
+            self.stop()  # a timeout, a daemon that died, or Ctrl-C: none left behind
+            raise
+        _log.info("started a private stokerd (pid %d, %d workers) for %s", self.proc.pid,
+                  self.workers, self.data_root)
+
+    def _wait_healthy(self, exe: str, timeout_s: float) -> None:
+        assert self.proc is not None
         client = _native.Client(self.socket, 2000)
         deadline = time.monotonic() + timeout_s
         while True:
@@ -126,12 +138,9 @@ class PrivateDaemon:
                 except _native.StokerError:
                     pass
             if time.monotonic() > deadline:
-                self.stop()
                 raise _native.DaemonUnavailableError(f"the private stokerd ({exe}) did not become healthy within "
                                    f"{timeout_s:.0f} s:\n{self.log_tail()}")
             time.sleep(0.02)
-        _log.info("started a private stokerd (pid %d, %d workers) for %s", self.proc.pid,
-                  self.workers, self.data_root)
 
     def _pump(self) -> None:
         """Forwards the daemon's log lines (warnings and errors) to logging."""
