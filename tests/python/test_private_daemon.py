@@ -155,3 +155,35 @@ def test_a_loader_collected_while_a_daemon_starts_releases_its_own(stoker, no_so
     t.join(timeout=30)
     assert done.is_set(), "release() under acquire()'s lock waited for itself"
     assert d.proc is None and _private.running() == []
+
+
+def test_data_root_widens_a_private_daemon_for_a_symlink_farm(stoker, no_socket_env, tmp_path):
+    # An ImageFolder whose files are links into a pool beside it (git-annex,
+    # DVC, a subset of ImageNet made of links).
+    pool = tmp_path / "pool"
+    make_dataset(str(pool), classes=2, per_class=3, sizes=(40, 80), seed=33)
+    farm = tmp_path / "farm"
+    for cls in sorted(os.listdir(pool)):
+        os.makedirs(farm / cls)
+        for name in sorted(os.listdir(pool / cls)):
+            os.symlink(os.path.join("..", "..", "pool", cls, name), farm / cls / name)
+    with pytest.raises(stoker.InvalidRequestError, match="data root"):
+        next(iter(stoker.Loader(str(farm), batch_size=2, size=32, num_workers=1)))
+    with stoker.Loader(str(farm), batch_size=2, size=32, num_workers=1, epochs=1,
+                       data_root=str(tmp_path)) as ld:
+        assert sum(len(labels) for _, labels in ld) == 6
+    with pytest.raises(stoker.InvalidRequestError, match="beneath"):
+        stoker.Loader(str(farm), batch_size=2, data_root=str(pool)).attach()
+    with pytest.raises(stoker.InvalidRequestError, match="sidecar"):
+        stoker.Loader(str(farm), socket="/nonexistent.sock", data_root=str(tmp_path))
+
+
+def test_private_daemons_share_the_cpus_among_local_ranks(monkeypatch):
+    from stoker import _private
+    monkeypatch.setattr(_private.os, "sched_getaffinity", lambda pid: set(range(16)))
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    assert _private.default_workers() == 15
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert _private.default_workers() == 3
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "32")
+    assert _private.default_workers() == 1

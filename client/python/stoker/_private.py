@@ -61,30 +61,48 @@ def find_stokerd() -> str:
 
 
 def default_workers() -> int:
-    """Workers of a private daemon by default: the CPUs this process may use,
-    less one for the trainer (at least 1)."""
+    """Workers of a private daemon by default: this rank's share of the CPUs
+    this process may use (torchrun's ``LOCAL_WORLD_SIZE`` ranks on a node each
+    start their own), less one for the trainer (at least 1)."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cpus = os.cpu_count() or 1
-    return max(1, cpus - 1)
+    try:
+        local_ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    except ValueError:
+        local_ranks = 1
+    return max(1, cpus // local_ranks - 1)
 
 
-def data_root_for(dataset: str) -> Tuple[str, str]:
+def data_root_for(dataset: str, data_root: Optional[str] = None) -> Tuple[str, str]:
     """(data_root, dataset) for a private daemon: a folder is its own data
-    root; a manifest's or a shard pattern's is the folder it lies in."""
+    root; a manifest's or a shard pattern's is the folder it lies in.
+    `data_root` widens it (files that are links into another folder, manifest
+    entries with ``..``); the dataset must lie beneath it."""
     if "{" in dataset:  # WebDataset shards: "dir/train-{0000..0099}.tar"
         head, _, tail = dataset.partition("{")
         folder = os.path.realpath(os.path.dirname(head) or ".")
         if not os.path.isdir(folder):
             raise _native.InvalidRequestError(f"dataset {dataset!r}: no folder {folder!r}")
-        return folder, os.path.join(folder, os.path.basename(head) + "{" + tail)
-    path = os.path.realpath(dataset)
-    if os.path.isdir(path):
-        return path, path
-    if os.path.exists(path):
-        return os.path.dirname(path), path
-    raise _native.InvalidRequestError(f"dataset {dataset!r} does not exist")
+        root, path = folder, os.path.join(folder, os.path.basename(head) + "{" + tail)
+    else:
+        path = os.path.realpath(dataset)
+        if os.path.isdir(path):
+            root = path
+        elif os.path.exists(path):
+            root = os.path.dirname(path)
+        else:
+            raise _native.InvalidRequestError(f"dataset {dataset!r} does not exist")
+    if data_root is not None:
+        wide = os.path.realpath(os.fspath(data_root))
+        if not os.path.isdir(wide):
+            raise _native.InvalidRequestError(f"data_root {data_root!r} is not a folder")
+        if os.path.commonpath([wide, root]) != wide:
+            raise _native.InvalidRequestError(
+                f"dataset {dataset!r} does not lie beneath data_root {data_root!r}")
+        root = wide
+    return root, path
 
 
 class PrivateDaemon:
@@ -177,10 +195,11 @@ class PrivateDaemon:
             pass
 
 
-def acquire(dataset: str, workers: Optional[int]) -> Tuple[PrivateDaemon, str]:
+def acquire(dataset: str, workers: Optional[int],
+            data_root: Optional[str] = None) -> Tuple[PrivateDaemon, str]:
     """The private daemon for `dataset` (started if needed) and the dataset
     path to attach with; pair with `release`."""
-    root, path = data_root_for(dataset)
+    root, path = data_root_for(dataset, data_root)
     n = default_workers() if workers is None else int(workers)
     if n < 1:
         raise _native.InvalidRequestError(f"num_workers must be at least 1, got {workers}")

@@ -260,9 +260,15 @@ class Loader:
             RuntimeWarning.
         register_ring: pin the ring with cudaHostRegister for device copies
             (False: copy through pinned staging buffers; for diagnosis).
-        num_workers: decode processes of a private daemon (None: the CPUs
-            this process may use, less one). A sidecar daemon has its own
-            ``--workers``; then this is ignored.
+        num_workers: decode processes of a private daemon (None: this rank's
+            share of the CPUs this process may use, by ``LOCAL_WORLD_SIZE``,
+            less one). A sidecar daemon has its own ``--workers``; then this is
+            ignored.
+        data_root: the folder a private daemon may read beneath (None: the
+            dataset's folder, or the folder of its manifest or shards). Give a
+            wider one when the dataset's files are links into another folder
+            or its manifest names ``../`` paths. A sidecar has its own
+            ``--data-root``; then this is refused.
     """
 
     def __init__(
@@ -298,6 +304,7 @@ class Loader:
         register_ring: bool = True,
         transform: Any = None,
         num_workers: Optional[int] = None,
+        data_root: Optional[Union[str, "os.PathLike[str]"]] = None,
     ) -> None:
         if transform is not None:
             t = _transforms.loader_options(transform)
@@ -333,6 +340,10 @@ class Loader:
         self.socket: Optional[str] = (os.fspath(socket) if socket
                                       else os.environ.get(SOCKET_ENV) or None)
         self._private_wanted = self.socket is None
+        if data_root is not None and not self._private_wanted:
+            raise _native.InvalidRequestError(
+                "data_root is for a private daemon; a sidecar stokerd has its own --data-root")
+        self._private_root: Optional[str] = None if data_root is None else os.fspath(data_root)
         self._private: Optional[_private.PrivateDaemon] = None
         self._private_path = ""  # the dataset as the private daemon sees it
         if num_workers is not None and int(num_workers) < 1:
@@ -415,8 +426,8 @@ class Loader:
         dataset = self.dataset
         if self._private_wanted:
             if self._private is None:
-                self._private, self._private_path = _private.acquire(self.dataset,
-                                                                     self.num_workers)
+                self._private, self._private_path = _private.acquire(
+                    self.dataset, self.num_workers, self._private_root)
                 self.socket = self._private.socket
                 self._client = None
             dataset = self._private_path
