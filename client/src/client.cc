@@ -599,7 +599,8 @@ absl::StatusOr<std::unique_ptr<Session>> Client::Attach(const AttachOptions& o) 
   req.set_client_pid(static_cast<uint32_t>(::getpid()));
 
   grpc::ClientContext ctx;
-  ctx.set_deadline(internal::Deadline(options_.rpc_timeout_ms));
+  ctx.set_deadline(
+      internal::Deadline(std::max(options_.attach_timeout_ms, options_.rpc_timeout_ms)));
   v1::AttachResponse resp;
   grpc::Status st = rpc_->stub->Attach(&ctx, req, &resp);
   if (!st.ok()) return internal::FromGrpc(st, "attach");

@@ -266,8 +266,12 @@ class Session {
 };
 
 struct ClientOptions {
-  // Deadline of each control RPC.
+  // Deadline of each control RPC but Attach.
   int64_t rpc_timeout_ms = 30000;
+  // Deadline of Attach, which indexes a dataset the daemon has not seen yet
+  // (a million files on network storage can take minutes; stokerd logs its
+  // progress). At least rpc_timeout_ms.
+  int64_t attach_timeout_ms = 600000;
 };
 
 // A connection to one daemon. Thread-safe.
