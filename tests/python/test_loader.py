@@ -117,7 +117,9 @@ def test_iteration_yields_tensor_pairs_in_dataset_order_without_shuffle(stoker, 
     with loader_for(stoker, served, epochs=1, shuffle=False, pipeline="eval", size=64,
                     batch_size=16) as loader:
         seen = []
-        for images, labels in loader:
+        it = iter(loader)
+        assert len(it) == -(-MAIN_N // 16)  # before the first batch, as DataLoader's
+        for images, labels in it:
             assert isinstance(images, torch.Tensor) and images.shape[1:] == (64, 64, 3)
             seen += loader.last_indices.tolist()
             assert labels.tolist() == [samples[i][1] for i in loader.last_indices]

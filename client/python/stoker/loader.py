@@ -843,4 +843,6 @@ class _EpochIterator:
             ld._in_epoch = (self._epoch, self._batch)
 
     def __len__(self) -> int:
-        return self._loader._bpe if not self._started else self._left
+        # Before the first next(): the loader's batches per epoch (attaching
+        # if needed, as len(loader) does); then what is left of this epoch.
+        return len(self._loader) if not self._started else self._left
