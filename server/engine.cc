@@ -18,6 +18,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "server/dataset/sampler.h"
@@ -607,13 +608,23 @@ absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) 
   // format asked for.
   auto resolved = Dataset::CanonicalName(*data_root_, req.dataset());
   if (!resolved.ok()) return resolved.status();
+  const std::string gate_key = DatasetKey(*resolved, req.format());
   std::shared_ptr<std::mutex> gate;
   {
     std::lock_guard<std::mutex> l(mu_);
-    std::shared_ptr<std::mutex>& g = index_gates_[DatasetKey(*resolved, req.format())];
+    std::shared_ptr<std::mutex>& g = index_gates_[gate_key];
     if (g == nullptr) g = std::make_shared<std::mutex>();
     gate = g;
   }
+  // The gate leaves the table with its last user (keys are client text: a
+  // table that only grew would keep every pattern ever asked for).
+  absl::Cleanup drop_gate = [this, &gate_key, &gate] {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = index_gates_.find(gate_key);
+    if (it != index_gates_.end() && it->second == gate && gate.use_count() == 2) {
+      index_gates_.erase(it);
+    }
+  };
   std::unique_lock<std::mutex> gate_lock(*gate);
   std::shared_ptr<const Dataset> ds;
   {
@@ -652,6 +663,7 @@ absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) 
     datasets_[DatasetKey(ds->name(), req.format())] = ds;
   }
   gate_lock.unlock();
+  std::move(drop_gate).Invoke();
 
   auto s = std::make_shared<Session>();
   s->req = req;

@@ -28,7 +28,11 @@ std::once_flag g_installed;
 
 void OnSigbus(int sig, siginfo_t* info, void* context) {
   const uintptr_t at = reinterpret_cast<uintptr_t>(info->si_addr);
+  // Only a fault (si_code > 0) has an address; a SIGBUS sent by kill() or
+  // tgkill() goes straight to the previous action.
+  const bool fault = info->si_code > 0;
   for (Range& r : g_ranges) {
+    if (!fault) break;
     const uintptr_t begin = r.begin.load(std::memory_order_acquire);
     if (begin == 0 || at < begin || at - begin >= r.bytes.load(std::memory_order_relaxed)) {
       continue;
@@ -36,7 +40,8 @@ void OnSigbus(int sig, siginfo_t* info, void* context) {
     // mmap is a plain system call, safe in a handler. Zero pages over the
     // whole range: later accesses to it fault no more.
     void* p = ::mmap(reinterpret_cast<void*>(begin), r.bytes.load(std::memory_order_relaxed),
-                     PROT_READ | PROT_WRITE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                     PROT_READ | PROT_WRITE,
+                     MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p != MAP_FAILED) {
       r.lost.store(true, std::memory_order_release);
       return;  // the access is retried, now on the private pages
@@ -52,9 +57,10 @@ void OnSigbus(int sig, siginfo_t* info, void* context) {
     g_previous.sa_handler(sig);
     return;
   }
-  // Default: the faulting access is retried and the process dies of SIGBUS,
-  // as it would have.
+  // Default: the process dies of SIGBUS, as it would have. (raise() pends
+  // while this handler runs; a fault would also repeat on return.)
   ::signal(SIGBUS, SIG_DFL);
+  ::raise(SIGBUS);
 }
 
 }  // namespace

@@ -397,17 +397,19 @@ absl::Status Session::Detach() {
 
 absl::StatusOr<Batch> Session::Next(int64_t timeout_ms) {
   internal::SessionCore& c = *core_;
+  // Before the lock: a fork taken while another thread waited in Next has
+  // that lock held forever in the child.
+  if (c.Forked()) {
+    return absl::FailedPreconditionError(
+        "this session was attached by another process (this one is a fork of it); attach a "
+        "session of its own");
+  }
   std::lock_guard<std::mutex> l(c.next_mu_);
   const uint64_t seq = c.next_seq_;
   if (c.total_batches_ != 0 && seq >= c.total_batches_) {
     return absl::OutOfRangeError("every batch of every epoch was delivered");
   }
   if (c.detached_.load()) return absl::FailedPreconditionError("the session was detached");
-  if (c.Forked()) {
-    return absl::FailedPreconditionError(
-        "this session was attached by another process (this one is a fork of it); attach a "
-        "session of its own");
-  }
   const uint32_t slot = static_cast<uint32_t>(seq % c.slots_);
   ring::SlotDescriptor* d = c.descriptor(slot);
   ring::RingHeader* h = c.header();

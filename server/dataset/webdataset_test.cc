@@ -131,6 +131,9 @@ TEST_CASE("Brace patterns expand like the shell's, zero padding kept", "[dataset
   // Within the count limit but not within the byte limit: 100,000 copies of
   // a 1 KB suffix would be 100 MB (and a 4 MB request, 400 GB). Refused
   // before anything is built, as is a pattern longer than a path may be.
+  // Range endpoints padded wider than any number: 100,000 names of 4 KB.
+  CHECK(absl::IsInvalidArgument(
+      Dataset::ExpandBraces("{" + std::string(4000, '0') + "..99999}").status()));
   const std::string long_suffix = "{0..99999}" + std::string(1000, 'a') + ".tar";
   CHECK(absl::IsInvalidArgument(Dataset::ExpandBraces(long_suffix).status()));
   CHECK(absl::IsInvalidArgument(Dataset::ExpandBraces(std::string(5000, 'a')).status()));

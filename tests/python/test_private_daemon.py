@@ -180,6 +180,7 @@ def test_data_root_widens_a_private_daemon_for_a_symlink_farm(stoker, no_socket_
 
 def test_private_daemons_share_the_cpus_among_local_ranks(monkeypatch):
     from stoker import _private
+    monkeypatch.setattr(_private.os, "cpu_count", lambda: 16)
     monkeypatch.setattr(_private.os, "sched_getaffinity", lambda pid: set(range(16)))
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
     assert _private.default_workers() == 15
@@ -187,3 +188,32 @@ def test_private_daemons_share_the_cpus_among_local_ranks(monkeypatch):
     assert _private.default_workers() == 3
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "32")
     assert _private.default_workers() == 1
+    # Ranks pinned to their own CPUs already (numactl, SLURM --cpu-bind):
+    # the affinity is the share.
+    monkeypatch.setattr(_private.os, "cpu_count", lambda: 64)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert _private.default_workers() == 15
+
+
+def test_a_release_during_acquire_waits_until_acquire_has_counted(stoker, no_socket_env,
+                                                                  small_set, monkeypatch):
+    """The last other user of a daemon finalized (by the garbage collector)
+    inside acquire(), between the lookup and the count: the daemon handed
+    out must not be stopped under its new user."""
+    from stoker import _private
+    d, _path = _private.acquire(small_set, 1)
+    original = _private._daemons
+
+    class FinalizedMidway(dict):
+        def get(self, key, default=None):
+            _private.release(d)
+            return dict.get(self, key, default)
+
+    monkeypatch.setattr(_private, "_daemons", FinalizedMidway(original))
+    again, _path = _private.acquire(small_set, 1)
+    assert again is d and d.refs == 1
+    assert d.proc is not None and d.proc.poll() is None, "stopped under its new user"
+    _private.release(again)
+    assert d.proc is None
+    for key in [k for k, v in original.items() if v is d]:
+        del original[key]

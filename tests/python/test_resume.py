@@ -147,8 +147,15 @@ def test_a_token_saved_after_the_last_epoch_resumes_to_nothing(stoker, served):
     with _loader(stoker, served, batch_size=10, epochs=2) as again:
         again.load_state_dict(token)
         assert len(again) == 5  # 42 samples in batches of 10, the last one short
+        assert len(iter(again)) == 0
         assert list(again) == []
         assert list(again) == []
+    # A token from the middle of an epoch: the first iteration is the rest.
+    with _loader(stoker, served, batch_size=10, epochs=2) as again:
+        again.load_state_dict(dict(token, epoch=1, batch=3))
+        it = iter(again)
+        assert len(it) == 2
+        assert len(list(it)) == 2
 
 
 def test_a_token_that_does_not_fit_is_refused(stoker, served):

@@ -33,6 +33,8 @@ _log = logging.getLogger("stoker.daemon")
 # Re-entrant: a Loader collected while this thread starts a daemon (the
 # garbage collector runs wherever it likes) releases its own under the lock.
 _lock = threading.RLock()
+# Per thread: the releases that arrived while that thread was in acquire().
+_acquiring = threading.local()
 _daemons: Dict[Tuple[str, int], "PrivateDaemon"] = {}
 
 
@@ -72,6 +74,8 @@ def default_workers() -> int:
         local_ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     except ValueError:
         local_ranks = 1
+    if cpus < (os.cpu_count() or cpus):
+        local_ranks = 1  # pinned already (numactl, SLURM --cpu-bind): this is its share
     return max(1, cpus // local_ranks - 1)
 
 
@@ -203,18 +207,30 @@ def acquire(dataset: str, workers: Optional[int],
     n = default_workers() if workers is None else int(workers)
     if n < 1:
         raise _native.InvalidRequestError(f"num_workers must be at least 1, got {workers}")
-    with _lock:
-        d = _daemons.get((root, n))
-        if d is None or d.proc is None or d.proc.poll() is not None:
-            d = PrivateDaemon(root, n)
-            d.start()
-            _daemons[(root, n)] = d
-        d.refs += 1
-        return d, path
+    # The garbage collector may finalize a Loader anywhere in here, and its
+    # release() would re-enter the lock: releases wait until this acquire has
+    # counted its reference, so that none stops the daemon being handed out.
+    _acquiring.pending = []
+    try:
+        with _lock:
+            d = _daemons.get((root, n))
+            if d is None or d.proc is None or d.proc.poll() is not None:
+                d = PrivateDaemon(root, n)
+                d.start()
+                _daemons[(root, n)] = d
+            d.refs += 1
+    finally:
+        pending, _acquiring.pending = _acquiring.pending, None
+        for p in pending:
+            release(p)
+    return d, path
 
 
 def release(daemon: PrivateDaemon) -> None:
     """Drops one reference; the last one stops the daemon."""
+    if getattr(_acquiring, "pending", None) is not None:
+        _acquiring.pending.append(daemon)  # inside acquire() on this thread
+        return
     with _lock:
         daemon.refs -= 1
         if daemon.refs > 0:

@@ -843,6 +843,13 @@ class _EpochIterator:
             ld._in_epoch = (self._epoch, self._batch)
 
     def __len__(self) -> int:
-        # Before the first next(): the loader's batches per epoch (attaching
-        # if needed, as len(loader) does); then what is left of this epoch.
-        return len(self._loader) if not self._started else self._left
+        # Before the first next(): what this epoch will yield (attaching if
+        # needed, as len(loader) does): the batches per epoch, less those a
+        # restored state_dict skips; then what is left of it.
+        if self._started:
+            return self._left
+        ld = self._loader
+        per_epoch = len(ld)
+        if ld.epochs is not None and ld._next_epoch >= ld.epochs:
+            return 0
+        return max(0, per_epoch - ld._resume_batch)
