@@ -559,16 +559,21 @@ void Engine::Wake() {
   (void)n;
 }
 
+absl::Status Engine::RoomForSessionLocked() const {
+  if (state_ != "serving") return absl::UnavailableError(absl::StrCat("stokerd is ", state_));
+  if (sessions_.size() >= config_.max_sessions) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the daemon serves its maximum of ", config_.max_sessions, " sessions"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) {
   {
+    // Refused early, before any indexing; asked again when the session is
+    // added (Attaches that pass here together must not all get in).
     std::lock_guard<std::mutex> l(mu_);
-    if (state_ != "serving") {
-      return absl::UnavailableError(absl::StrCat("stokerd is ", state_));
-    }
-    if (sessions_.size() >= config_.max_sessions) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("the daemon serves its maximum of ", config_.max_sessions, " sessions"));
-    }
+    if (absl::Status room = RoomForSessionLocked(); !room.ok()) return room;
   }
   if (req.batch_size() == 0) return absl::InvalidArgumentError("batch_size must be at least 1");
   if (req.batch_size() > ring::kMaxBatchSize) {
@@ -608,19 +613,19 @@ absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) 
   // format asked for.
   auto resolved = Dataset::CanonicalName(*data_root_, req.dataset());
   if (!resolved.ok()) return resolved.status();
-  const std::string gate_key = DatasetKey(*resolved, req.format());
+  const std::string ds_key = DatasetKey(*resolved, req.format());  // of the gate and the index
   std::shared_ptr<std::mutex> gate;
   {
     std::lock_guard<std::mutex> l(mu_);
-    std::shared_ptr<std::mutex>& g = index_gates_[gate_key];
+    std::shared_ptr<std::mutex>& g = index_gates_[ds_key];
     if (g == nullptr) g = std::make_shared<std::mutex>();
     gate = g;
   }
   // The gate leaves the table with its last user (keys are client text: a
   // table that only grew would keep every pattern ever asked for).
-  absl::Cleanup drop_gate = [this, &gate_key, &gate] {
+  absl::Cleanup drop_gate = [this, &ds_key, &gate] {
     std::lock_guard<std::mutex> l(mu_);
-    auto it = index_gates_.find(gate_key);
+    auto it = index_gates_.find(ds_key);
     if (it != index_gates_.end() && it->second == gate && gate.use_count() == 2) {
       index_gates_.erase(it);
     }
@@ -629,7 +634,7 @@ absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) 
   std::shared_ptr<const Dataset> ds;
   {
     std::lock_guard<std::mutex> l(mu_);
-    auto it = datasets_.find(DatasetKey(*resolved, req.format()));
+    auto it = datasets_.find(ds_key);
     if (it != datasets_.end()) ds = it->second;
   }
   if (ds != nullptr) {
@@ -750,13 +755,8 @@ absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) 
   s->ring = std::move(*ring);
 
   std::unique_lock<std::mutex> l(mu_);
-  // Checked again now: Attaches that passed the first check together must
-  // not all be let in (the ring is unlinked as s goes).
-  if (state_ != "serving") return absl::UnavailableError(absl::StrCat("stokerd is ", state_));
-  if (sessions_.size() >= config_.max_sessions) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("the daemon serves its maximum of ", config_.max_sessions, " sessions"));
-  }
+  // (Refused now, the ring is unlinked as s goes.)
+  if (absl::Status room = RoomForSessionLocked(); !room.ok()) return room;
   s->slot_busy.assign(slots, 0);
   s->created_ns = MonotonicNs();
   s->keepalive_closed_ns = s->created_ns;

@@ -91,6 +91,8 @@ class Engine {
   void FinishBatchLocked(Session& s, uint64_t seq);
   void FailSampleLocked(Session& s, SampleTask& t, const std::string& reason);
   absl::Status SpawnWorkerLocked(WorkerSlot& w);
+  // UNAVAILABLE unless serving, RESOURCE_EXHAUSTED at --max-sessions.
+  absl::Status RoomForSessionLocked() const;
   void RemoveSessionLocked(const std::string& id, const std::string& why,
                            std::vector<std::shared_ptr<Session>>* removed);
   void FinalizeRemoved(std::vector<std::shared_ptr<Session>>& removed);

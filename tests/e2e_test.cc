@@ -326,15 +326,15 @@ TEST_CASE("Attaches at the same time: --max-sessions holds, the dataset is index
     }
   }
   CHECK(ok == 2);
+  auto count = [](const std::string& text, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = 0; (at = text.find(what, at)) != std::string::npos; ++at) ++n;
+    return n;
+  };
   auto js = clients[0]->StatusJson();
   REQUIRE(js.ok());
-  size_t listed = 0;
-  for (size_t at = 0; (at = js->find("\"session_id\"", at)) != std::string::npos; ++at) ++listed;
-  CHECK(listed == 2);
-  const std::string log = daemon->Log();
-  size_t indexed = 0;
-  for (size_t at = 0; (at = log.find("indexed dataset", at)) != std::string::npos; ++at) ++indexed;
-  CHECK(indexed == 1);
+  CHECK(count(*js, "\"session_id\"") == 2);
+  CHECK(count(daemon->Log(), "indexed dataset") == 1);
 }
 
 TEST_CASE("a daemon killed while the client waits gives a clear error within seconds") {

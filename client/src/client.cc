@@ -115,17 +115,16 @@ class SessionCore {
              : r.effective_pipeline().dtype() == v1::DTYPE_FLOAT16 ? ring::kFloat16
                                                                    : ring::kUint8;
     // The shape every view of a fixed-shape batch is given must be exactly
-    // the bytes of one sample (compared by division: the product may wrap);
-    // a variable-size ring has none.
-    const uint64_t pixel_bytes = uint64_t{r.channels()} * ring::DTypeBytes(dtype_);
-    const bool shape_ok =
-        r.channels() == 3 &&
-        (sample_bytes_ == 0
-             ? r.height() == 0 && r.width() == 0
-             : r.height() != 0 && r.width() != 0 && sample_bytes_ % pixel_bytes == 0 &&
-                   sample_bytes_ / pixel_bytes / r.height() == r.width() &&
-                   (sample_bytes_ / pixel_bytes) % r.height() == 0);
-    if (!shape_ok) {
+    // the bytes of one sample: the check each record gets at Next. A
+    // variable-size ring has no shape (0x0).
+    ring::SampleRecord shape{};
+    shape.bytes = sample_bytes_;
+    shape.height = r.height();
+    shape.width = r.width();
+    shape.channels = r.channels();
+    const bool no_shape = r.height() == 0 && r.width() == 0;
+    if (r.channels() != 3 || (sample_bytes_ == 0) != no_shape ||
+        ring::ValidateRecord(shape, geometry_.slot_bytes, dtype_) != nullptr) {
       return absl::DataLossError(absl::StrCat(
           "the daemon's sample shape ", r.height(), "x", r.width(), "x", r.channels(),
           " disagrees with its sample size of ", sample_bytes_, " bytes"));

@@ -55,10 +55,7 @@ class TarWriter {
     std::memset(h + 124, 0, 12);
     h[124] = static_cast<char>(0x80);
     for (int i = 0; i < 8; ++i) h[135 - i] = static_cast<char>(size >> (8 * i));
-    std::memset(h + 148, ' ', 8);
-    unsigned sum = 0;
-    for (int i = 0; i < 512; ++i) sum += static_cast<unsigned char>(h[i]);
-    std::snprintf(h + 148, 8, "%06o", sum);
+    Checksum(h);
   }
   std::string& bytes() { return bytes_; }
   size_t size() const { return bytes_.size(); }
@@ -74,11 +71,15 @@ class TarWriter {
     std::snprintf(h + 136, 12, "%011o", 0);
     h[156] = type;
     std::memcpy(h + 257, "ustar\0" "00", 8);
+    Checksum(h);
+    bytes_.append(h, 512);
+  }
+  // The header's checksum field, over its 512 bytes as they are.
+  static void Checksum(char* h) {
     std::memset(h + 148, ' ', 8);
     unsigned sum = 0;
-    for (unsigned char c : h) sum += c;
+    for (int i = 0; i < 512; ++i) sum += static_cast<unsigned char>(h[i]);
     std::snprintf(h + 148, 8, "%06o", sum);
-    bytes_.append(h, 512);
   }
   void Data(const std::string& d) {
     bytes_.append(d);

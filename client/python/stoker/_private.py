@@ -30,8 +30,9 @@ from . import _native
 STOKERD_ENV = "STOKERD"
 
 _log = logging.getLogger("stoker.daemon")
-# Re-entrant: a Loader collected while this thread starts a daemon (the
-# garbage collector runs wherever it likes) releases its own under the lock.
+# Re-entrant: the garbage collector runs wherever it likes, and a Loader it
+# finalizes while this thread holds the lock (in release(), say) releases its
+# own daemon under it. (Inside acquire() releases are deferred: _acquiring.)
 _lock = threading.RLock()
 # Per thread: the releases that arrived while that thread was in acquire().
 _acquiring = threading.local()

@@ -730,6 +730,12 @@ class Loader:
             self._reattach(epoch, first)
         return epoch, first, self._generation
 
+    def _batches_left(self, epoch: int, first: int) -> int:
+        """Batches an epoch yields from batch `first` on (none past the last)."""
+        if self.epochs is not None and epoch >= self.epochs:
+            return 0
+        return max(0, self._bpe - first)
+
     def _next_raw(self) -> tuple:
         assert self._session is not None
         try:
@@ -812,10 +818,7 @@ class _EpochIterator:
             # workers: errors surface inside the for loop.
             self._started = True
             self._epoch, self._batch, self._generation = ld._begin_epoch()
-            if ld.epochs is not None and self._epoch >= ld.epochs:
-                self._left = 0
-            else:
-                self._left = max(0, ld._bpe - self._batch)
+            self._left = ld._batches_left(self._epoch, self._batch)
         if self._left <= 0 or self._generation != ld._generation or ld._session is None:
             if self._generation == ld._generation:
                 ld._in_epoch = None  # the epoch is done: state_dict points at the next
@@ -849,7 +852,5 @@ class _EpochIterator:
         if self._started:
             return self._left
         ld = self._loader
-        per_epoch = len(ld)
-        if ld.epochs is not None and ld._next_epoch >= ld.epochs:
-            return 0
-        return max(0, per_epoch - ld._resume_batch)
+        ld.attach()  # for the batches per epoch, as len(loader)
+        return ld._batches_left(ld._next_epoch, ld._resume_batch)
