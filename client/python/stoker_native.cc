@@ -233,8 +233,12 @@ AttachOptions ParseAttach(const std::string& dataset, const py::kwargs& kw) {
       p.max_decode_pixels = ToUint(v, k, std::numeric_limits<int64_t>::max());
     } else if (key == "exact_decode") {
       p.exact_decode = ToBool(v);
-    } else if (key == "ignore_exif_orientation") {
-      p.ignore_exif_orientation = ToBool(v);
+    } else if (key == "apply_exif_orientation") {
+      p.apply_exif_orientation = ToBool(v);
+    } else if (key == "allow_empty") {
+      o.allow_empty = ToBool(v);
+    } else if (key == "skip_unsupported_formats") {
+      o.skip_unsupported_formats = ToBool(v);
     } else if (key == "batch_size") {
       o.batch_size = ToU32(v, k);
     } else if (key == "seed") {
@@ -819,7 +823,7 @@ PYBIND11_MODULE(_native, m) {
       .def("attach", &PyClient::Attach, py::arg("dataset"),
            "attach(dataset, **options) -> Session. Options: format, pipeline, height, width, "
            "resize_size, scale, ratio, flip_prob, interpolation, dtype, layout, mean, std, "
-           "max_decode_pixels, exact_decode, ignore_exif_orientation, batch_size, seed, shuffle, "
+           "max_decode_pixels, exact_decode, apply_exif_orientation, allow_empty, skip_unsupported_formats, batch_size, seed, shuffle, "
            "epochs (0: without end), rank, world_size, drop_last, ring_slots, failure_policy, "
            "start_epoch, start_batch, client_name. None means the default.")
       .def("status_json", &PyClient::StatusJson, py::arg("include_failures") = false)

@@ -584,7 +584,7 @@ absl::StatusOr<std::unique_ptr<Session>> Client::Attach(const AttachOptions& o) 
   for (float s : o.pipeline.std) p->add_std(s);
   p->set_max_decode_pixels(o.pipeline.max_decode_pixels);
   p->set_exact_decode(o.pipeline.exact_decode);
-  p->set_ignore_exif_orientation(o.pipeline.ignore_exif_orientation);
+  p->set_apply_exif_orientation(o.pipeline.apply_exif_orientation);
   req.set_batch_size(o.batch_size);
   req.set_seed(o.seed);
   req.set_shuffle(o.shuffle);
@@ -598,6 +598,8 @@ absl::StatusOr<std::unique_ptr<Session>> Client::Attach(const AttachOptions& o) 
   req.set_start_batch(o.start_batch);
   req.set_client_name(o.client_name);
   req.set_client_pid(static_cast<uint32_t>(::getpid()));
+  req.set_allow_empty(o.allow_empty);
+  req.set_skip_unsupported_formats(o.skip_unsupported_formats);
 
   grpc::ClientContext ctx;
   ctx.set_deadline(

@@ -176,10 +176,11 @@ def test_an_unusual_valid_jpeg_decodes_exactly_as_pil(corpus, unusual_decoded, n
     assert diff.max() == 0, f"{u.what}: max |diff| {diff.max()}, mean {diff.mean():.3f}"
 
 
-def test_exif_orientation_is_applied_unless_ignored(stoker, served, corpus):
+def test_exif_orientation_is_applied_only_when_asked(stoker, served, corpus):
+    # Default: PIL.Image.open(f).convert("RGB"), as torchvision's ImageFolder reads it.
     paths = [os.path.join(corpus["root"], "exif", "c", n) for n in sorted(corpus["exif"])]
-    applied = decode_all(stoker, served, "exif")
-    ignored = decode_all(stoker, served, "exif", ignore_exif_orientation=True)
+    applied = decode_all(stoker, served, "exif", apply_exif_orientation=True)
+    ignored = decode_all(stoker, served, "exif")
     for p, a, i in zip(paths, applied, ignored):
         want = pil_rgb(p)
         assert a.shape == want.shape and np.array_equal(a, want), p

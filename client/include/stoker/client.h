@@ -88,8 +88,9 @@ struct PipelineOptions {
   uint64_t max_decode_pixels = 0;
   // Never decode at a reduced DCT scale (slower, a hair closer to PIL).
   bool exact_decode = false;
-  // Do not apply EXIF orientation (applied by default).
-  bool ignore_exif_orientation = false;
+  // Rotate/mirror as the EXIF orientation says (PIL's exif_transpose). Off
+  // by default: torchvision's ImageFolder does not.
+  bool apply_exif_orientation = false;
 };
 
 struct AttachOptions {
@@ -118,6 +119,12 @@ struct AttachOptions {
   uint64_t start_batch = 0;
   // Shown in the daemon's status and logs.
   std::string client_name;
+  // ImageFolder: allow class folders with no readable file (else Attach
+  // fails naming them, as torchvision does).
+  bool allow_empty = false;
+  // ImageFolder: leave out image files of formats stoker cannot decode yet
+  // (else Attach fails with their count and an example).
+  bool skip_unsupported_formats = false;
   // Device copies (stoker/cuda.h): pin the mapped ring with cudaHostRegister
   // at the first Batch::CopyToDevice, so copies DMA from the slots. false:
   // always go through pinned staging buffers (one extra host copy).
