@@ -58,9 +58,10 @@ absl::Status NoSession(const std::string& session_id) {
   return absl::NotFoundError(absl::StrCat("no session ", session_id));
 }
 
-// The key of an indexed dataset: its canonical name and the format asked for.
-std::string DatasetKey(const std::string& name, int format) {
-  return absl::StrCat(format, ":", name);
+// The key of an indexed dataset: its canonical name, the format asked for
+// and the options that change what the index holds.
+std::string DatasetKey(const std::string& name, int format, const IndexOptions& io) {
+  return absl::StrCat(format, ":", io.flags(), ":", name);
 }
 
 std::string PipelineName(v1::PipelineKind k) {
@@ -613,7 +614,11 @@ absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) 
   // format asked for.
   auto resolved = Dataset::CanonicalName(*data_root_, req.dataset());
   if (!resolved.ok()) return resolved.status();
-  const std::string ds_key = DatasetKey(*resolved, req.format());  // of the gate and the index
+  IndexOptions io;
+  io.cache_dir = config_.index_cache;
+  io.allow_empty = req.allow_empty();
+  io.skip_unsupported_formats = req.skip_unsupported_formats();
+  const std::string ds_key = DatasetKey(*resolved, req.format(), io);  // of the gate and the index
   std::shared_ptr<std::mutex> gate;
   {
     std::lock_guard<std::mutex> l(mu_);
@@ -646,8 +651,6 @@ absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) 
   }
   if (ds == nullptr) {
     const int64_t t0 = MonotonicNs();
-    IndexOptions io;
-    io.cache_dir = config_.index_cache;
     const std::string what(req.dataset());
     io.progress = [what, t0](uint64_t n) {
       spdlog::info("indexing {}: {} entries so far ({:.1f} s)", what, n, (MonotonicNs() - t0) / 1e9);
@@ -665,7 +668,7 @@ absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) 
     // (a symlink swapped since CanonicalName above must not file one
     // dataset's index under another's name).
     std::lock_guard<std::mutex> l(mu_);
-    datasets_[DatasetKey(ds->name(), req.format())] = ds;
+    datasets_[DatasetKey(ds->name(), req.format(), io)] = ds;
   }
   gate_lock.unlock();
   std::move(drop_gate).Invoke();

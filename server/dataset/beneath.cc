@@ -37,6 +37,15 @@ absl::Status SymlinkEscapes(std::string_view display, std::string_view link,
       "'", display, "' leaves the data root through the symlink '", link, "' -> '", target, "'"));
 }
 
+// The fix, for the two ways of running the daemon, appended to an escape
+// found while resolving (where the root is known).
+absl::Status WithRootHint(const DataRoot& root, const absl::Status& escape) {
+  return absl::PermissionDeniedError(
+      Cat(escape.message(), ". The daemon reads only beneath its data root '", root.path(),
+          "': start stokerd with a --data-root that holds it or, for the private daemon "
+          "that stoker.Loader starts, pass Loader(data_root=...)"));
+}
+
 absl::StatusOr<std::string> ReadLinkAt(int dir_fd, const std::string& path) {
   std::string target(256, '\0');
   while (true) {
@@ -90,6 +99,18 @@ int TryOpenat2(int root_fd, const char* path, int flags) {
 bool IsSymlinkAt(int dir_fd, const std::string& name) {
   struct stat st;
   return fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode);
+}
+
+// Whether the last component of `path` is a symlink, looked at beneath
+// `root_fd` (for the message of a file not found).
+bool LastIsSymlink(int root_fd, const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return IsSymlinkAt(root_fd, path);
+  const int parent = TryOpenat2(root_fd, path.substr(0, slash).c_str(),
+                                O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (parent < 0) return false;
+  UniqueFd closer(parent);
+  return IsSymlinkAt(parent, path.substr(slash + 1));
 }
 
 absl::Status SymlinkRefused(std::string_view path) {
@@ -214,7 +235,7 @@ absl::StatusOr<ResolvedPath> ResolveBeneath(const DataRoot& root, std::string_vi
     std::string component = std::move(pending.back());
     pending.pop_back();
     if (component == "..") {
-      if (result.path.empty()) return Escapes(display);
+      if (result.path.empty()) return WithRootHint(root, Escapes(display));
       size_t slash = result.path.rfind('/');
       result.path.resize(slash == std::string::npos ? 0 : slash);
       result.is_dir = result.exists;
@@ -262,7 +283,9 @@ absl::StatusOr<ResolvedPath> ResolveBeneath(const DataRoot& root, std::string_vi
       continue;
     }
     std::optional<std::string> aliased = RealPathBeneath(root.path(), *target);
-    if (!aliased.has_value()) return SymlinkEscapes(display, candidate, *target);
+    if (!aliased.has_value()) {
+      return WithRootHint(root, SymlinkEscapes(display, candidate, *target));
+    }
     result.path = std::move(*aliased);  // canonical already
     result.is_dir = true;               // corrected by the next stat, if any
     if (pending.empty()) {
@@ -290,8 +313,8 @@ absl::StatusOr<ResolvedPath> ResolveUserPath(const DataRoot& root, std::string_v
   if (std::optional<std::string> real = RealPathBeneath(root.path(), std::string(user_path))) {
     return ResolveBeneath(root, "", *real, user_path, /*allow_missing=*/false);
   }
-  return absl::PermissionDeniedError(
-      Cat("'", user_path, "' is outside the data root '", root.path(), "'"));
+  return WithRootHint(root, absl::PermissionDeniedError(Cat("'", user_path,
+                                                            "' is outside the data root")));
 }
 
 absl::StatusOr<int> OpenBeneathImpl(int root_fd, std::string_view relative_path, OpenKind kind,
@@ -310,6 +333,8 @@ absl::StatusOr<int> OpenBeneathImpl(int root_fd, std::string_view relative_path,
       return Escapes(relative_path);
     } else if (rc == -ENOSYS) {
       openat2_unavailable.store(true, std::memory_order_relaxed);
+    } else if (rc == -ENOENT && LastIsSymlink(root_fd, path)) {
+      return PosixError(Cat("open '", relative_path, "' (a dangling symlink)"), ENOENT);
     } else if (rc != -EPERM) {  // EPERM: a seccomp filter that predates openat2
       return PosixError(Cat("open '", relative_path, "'"), -rc);
     }

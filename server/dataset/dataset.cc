@@ -209,6 +209,18 @@ std::string Dataset::display(uint64_t i) const {
   return out;
 }
 
+std::string Dataset::listed_path(uint64_t i) const {
+  if (format_ != DatasetFormat::kImageFolder) return display(i);
+  if (a_.listed_offsets.size != 0 && a_.listed_offsets[i + 1] != a_.listed_offsets[i]) {
+    return std::string(a_.listed.data + a_.listed_offsets[i],
+                       a_.listed_offsets[i + 1] - a_.listed_offsets[i]);
+  }
+  // The path less "<name>/" (nothing for a dataset at the root itself).
+  std::string_view p = path(i);
+  if (!name_.empty()) p.remove_prefix(name_.size() + 1);
+  return std::string(p);
+}
+
 absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::Open(const DataRoot& root,
                                                              std::string_view user_path,
                                                              DatasetFormat format,
@@ -257,6 +269,7 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::Open(const DataRoot& roo
   dataset->format_ = format;
   dataset->storage_ = std::make_unique<Storage>();
   const int format_id = static_cast<int>(format);
+  const uint32_t flags = options.flags();
 
   // The cache first.
   std::string cache_file;
@@ -266,9 +279,9 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::Open(const DataRoot& roo
           Cat("index cache ", options.cache_dir, " cannot be created: ", std::strerror(errno)));
     } else {
       cache_file =
-          dataset_internal::CachePath(options.cache_dir, root.path(), name, format_id);
+          dataset_internal::CachePath(options.cache_dir, root.path(), name, format_id, flags);
       std::string why;
-      auto mapped = dataset_internal::LoadIndex(root, cache_file, name, format_id, &why);
+      auto mapped = dataset_internal::LoadIndex(root, cache_file, name, format_id, flags, &why);
       // A pattern's shards may be links that now point elsewhere (git-annex,
       // DVC): the cached index must be of the files the pattern names now.
       if (mapped != nullptr && format == DatasetFormat::kWebDataset &&
@@ -305,7 +318,7 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::Open(const DataRoot& roo
   }
   absl::Status status;
   if (format == DatasetFormat::kImageFolder) {
-    status = dataset_internal::IndexImageFolder(root, name, &index);
+    status = dataset_internal::IndexImageFolder(root, name, options, &index);
   } else if (format == DatasetFormat::kManifest) {
     status = dataset_internal::IndexManifest(root, name, &index);
   } else {
@@ -316,7 +329,7 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::Open(const DataRoot& roo
   if (index.size() == 0) {
     return absl::FailedPreconditionError(
         format == DatasetFormat::kImageFolder
-            ? Cat("dataset '", user_path, "' has no .jpg/.jpeg file in a class folder")
+            ? Cat("ImageFolder '", user_path, "' has no .jpg/.jpeg file in a class folder")
         : format == DatasetFormat::kManifest
             ? Cat("manifest '", user_path, "' lists no entry")
             : Cat("no sample with a .jpg/.jpeg member in the shards '", user_path, "'"));
@@ -334,6 +347,8 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::Open(const DataRoot& roo
   trim(index.ranges);
   trim(index.names);
   trim(index.name_offsets);
+  trim(index.listed);
+  trim(index.listed_offsets);
 
   if (!cache_file.empty()) {
     // A folder changed within the last 2 s may change again within the same
@@ -343,7 +358,8 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::Open(const DataRoot& roo
     const int64_t now_ns = WallNs();
     for (const auto& w : index.watched) racy = racy || w.mtime_ns > now_ns - 2'000'000'000;
     if (!racy) {
-      absl::Status saved = dataset_internal::SaveIndex(cache_file, name, format_id, index);
+      absl::Status saved =
+          dataset_internal::SaveIndex(cache_file, name, format_id, flags, index);
       if (!saved.ok()) index.warnings.push_back(Cat("index cache not written: ", saved.message()));
     }
   }
@@ -377,7 +393,8 @@ uint64_t Dataset::memory_bytes() const {
                    b.labels.capacity() * sizeof(int64_t) +
                    b.entry_file.capacity() * sizeof(uint32_t) +
                    b.ranges.capacity() * sizeof(uint64_t) + b.names.capacity() +
-                   b.name_offsets.capacity() * sizeof(uint64_t) + name_.capacity() +
+                   b.name_offsets.capacity() * sizeof(uint64_t) + b.listed.capacity() +
+                   b.listed_offsets.capacity() * sizeof(uint64_t) + name_.capacity() +
                    class_names_.capacity() * sizeof(std::string);
   for (const std::string& name : class_names_) bytes += name.capacity();
   return bytes;

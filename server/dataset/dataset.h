@@ -34,7 +34,9 @@ class DataRoot {
   // Resolves a path named by a client (relative to the root, or absolute and
   // inside it) to a canonical path relative to the root ("" for the root
   // itself). PERMISSION_DENIED when it escapes the root (through "..", an
-  // absolute path elsewhere, or a symlink), NOT_FOUND when it does not exist.
+  // absolute path elsewhere, or a symlink; the message names the fix:
+  // stokerd --data-root, or stoker.Loader(data_root=...) for the daemon a
+  // Loader starts), NOT_FOUND when it does not exist.
   // Canonical: symlinks resolved, no "." or ".." components. A symlink whose
   // absolute target lies beneath the root is followed. INVALID_ARGUMENT for
   // an empty path (use "." for the root).
@@ -56,7 +58,8 @@ class DataRoot {
 //    Without openat2 (ENOSYS, or EPERM from an old seccomp filter) every
 //    component is opened with O_NOFOLLOW: any symlink is refused.
 //  - FAILED_PRECONDITION when it is not a regular file (a FIFO named like a
-//    sample must not block a worker); NOT_FOUND when missing.
+//    sample must not block a worker); NOT_FOUND when missing (the message
+//    says "a dangling symlink" when the path's last component is one).
 // The fd is read-only, close-on-exec and blocking; the caller closes it.
 absl::StatusOr<int> OpenBeneath(int root_fd, std::string_view relative_path);
 
@@ -74,26 +77,60 @@ struct IndexOptions {
   // Called during indexing with the entries (files or members) found so far,
   // at most every ~100,000 entries or 2 s; and once at the end.
   std::function<void(uint64_t entries)> progress;
+  // ImageFolder (see Dataset::Open): a class folder with no image file is a
+  // class without samples instead of an error (torchvision's
+  // ImageFolder(allow_empty=True)).
+  bool allow_empty = false;
+  // ImageFolder: image files stoker cannot decode yet (torchvision's
+  // IMG_EXTENSIONS other than .jpg/.jpeg) are left out instead of failing
+  // the request.
+  bool skip_unsupported_formats = false;
+
+  // The options above that change what an index holds, as bits: part of
+  // every key an index is kept under (the daemon's table of open datasets,
+  // the cache file), so that indexes made with different options never mix.
+  uint32_t flags() const {
+    return (allow_empty ? 1u : 0u) | (skip_unsupported_formats ? 2u : 0u);
+  }
 };
 
 // An indexed dataset: immutable, shared between sessions (shared_ptr<const>).
 // Paths are stored in one buffer (no per-entry allocation) so that millions
 // of entries stay small: 16 bytes per entry plus the path bytes (WebDataset:
-// 28 bytes per entry plus each member's name; shard paths once).
+// 28 bytes per entry plus each member's name; shard paths once; an
+// ImageFolder reached through symlinks: 8 more per entry plus the listed
+// paths of those entries).
 class Dataset {
  public:
   // Indexes the dataset at `user_path` (resolved through `root`).
-  //  - kImageFolder: a sub-folder per class, sorted class names give labels
-  //    0..K-1 (as torchvision's ImageFolder); files ending .jpg/.jpeg in any
-  //    case, found recursively under each class folder, sorted by path.
-  //    Exactly torchvision's order: classes are the directories (symlinks
-  //    followed) sorted by name bytes; within a class, directories sorted by
-  //    their whole path string (so "a/x y" < "a/x/z" < "a/x0"), files by name
-  //    within each. Non-directories only: a directory "x.jpg" is walked, not
-  //    listed; a dangling symlink "x.jpg" is listed (it fails as a sample).
-  //    Symlinks are followed; one leading outside the root fails the whole
-  //    request. A directory met again below itself (a loop) is skipped.
-  //    path(i) is the canonical path: a symlinked file's target.
+  //  - kImageFolder: torchvision's ImageFolder(root), entry for entry.
+  //    Classes: every directory entry of the folder that is a directory
+  //    (symlinks followed; hidden ones such as ".ipynb_checkpoints"
+  //    included), sorted by name bytes, give labels 0..K-1. Samples: files
+  //    found recursively under each class folder, in torchvision's order:
+  //    directories sorted by their whole path string (so "a/x y" < "a/x/z" <
+  //    "a/x0"), files by name within each. Non-directories only: a directory
+  //    "x.jpg" is walked, not listed. Extensions are matched in any case.
+  //    torchvision takes its IMG_EXTENSIONS: .jpg .jpeg .png .ppm .bmp .pgm
+  //    .tif .tiff .webp; stoker reads .jpg/.jpeg only, so the others
+  //    ("unsupported" files; by extension, never by content) fail the
+  //    request (FAILED_PRECONDITION with their count and an example) unless
+  //    options.skip_unsupported_formats, which leaves them out.
+  //    A class with no image file (none of IMG_EXTENSIONS, or, with
+  //    skip_unsupported_formats, no .jpg/.jpeg) fails the request
+  //    (FAILED_PRECONDITION naming the classes, as torchvision raises
+  //    FileNotFoundError) unless options.allow_empty: then it keeps its label
+  //    and has no samples. No class folder at all: FAILED_PRECONDITION.
+  //    Symlinks are followed. A class folder or a directory below it that
+  //    leads outside the root fails the whole request (PERMISSION_DENIED,
+  //    naming the link and how to widen the data root). A .jpg/.jpeg file
+  //    that is a dangling symlink, or one leading outside the root, is listed
+  //    as torchvision lists it and fails as a sample: its path(i) is the link
+  //    itself, which OpenBeneath refuses ("leaves the data root") or does not
+  //    find ("dangling symlink"); it is never followed outside. A directory
+  //    met again below itself (a loop) is skipped.
+  //    path(i) is the canonical path: a symlinked file's target (within the
+  //    root); listed_path(i) the path torchvision lists.
   //  - kManifest: `path<TAB>label` per line, paths relative to the
   //    manifest's folder; blank lines and '#' comments skipped.
   //    The label is a signed 64-bit integer after the last tab; CRLF line
@@ -111,7 +148,10 @@ class Dataset {
   //    a damaged header ends that shard's index (see warnings()).
   //  - kAuto: a brace pattern or a .tar file is WebDataset, a directory an
   //    ImageFolder, another file a manifest.
-  // Every entry is confined to the root (PERMISSION_DENIED naming the entry).
+  // Every entry is confined to the root (PERMISSION_DENIED naming the entry;
+  // ImageFolder files: see above). A dataset path outside the root is
+  // PERMISSION_DENIED too, with the same hint (stokerd --data-root, or
+  // stoker.Loader(data_root=...) for the daemon the Loader starts).
   // NOT_FOUND for a missing path, FAILED_PRECONDITION for an empty dataset,
   // INVALID_ARGUMENT for a malformed manifest line (with its line number),
   // or for a format that does not match the path (a directory as manifest).
@@ -138,6 +178,12 @@ class Dataset {
   }
   // How to name entry i to a person: path(i), or "shard.tar:member.jpg".
   std::string display(uint64_t i) const;
+  // Entry i as the dataset lists it. ImageFolder: the path torchvision's
+  // ImageFolder(root).samples[i] gives, relative to the dataset folder
+  // ("cls/sub/x.jpg"; through symlinks, not to their targets), so that
+  // os.path.join(root, listed_path(i)) is that sample's path for the root
+  // the user gave. Other formats: display(i), relative to the data root.
+  std::string listed_path(uint64_t i) const;
   int64_t label(uint64_t i) const { return a_.labels[i]; }
   // ImageFolder: the class names in label order; manifest: empty.
   const std::vector<std::string>& class_names() const { return class_names_; }
@@ -185,6 +231,10 @@ class Dataset {
     Span<char> names;             // WebDataset: member names, concatenated
     Span<uint64_t> name_offsets;  // WebDataset: entries + 1 entries into names
     Span<int64_t> labels;
+    // ImageFolder: listed_path(i) where it is not path(i) less the dataset
+    // folder (a symlink on the way), else ""; both empty when no entry's is.
+    Span<char> listed;
+    Span<uint64_t> listed_offsets;  // empty, or entries + 1 entries into listed
   };
   struct Storage;  // owns what Arrays points into
 

@@ -1,5 +1,6 @@
-// Dataset::Open: ImageFolder order and labels as torchvision's, manifests,
-// confinement of every entry, and the memory of a million-entry index.
+// Dataset::Open: ImageFolder order, labels, empty classes and unsupported
+// formats as torchvision's, manifests, confinement of every entry, the
+// options in the cache's key, and the memory of a million-entry index.
 
 #include "server/dataset/dataset.h"
 
@@ -7,6 +8,7 @@
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
+#include <filesystem>
 #include <limits>
 #include <memory>
 #include <string>
@@ -77,11 +79,31 @@ void MakeImageFolder(const TempDir& tmp) {
   tmp.Symlink("/etc/passwd", "root/ds/B/passwd.txt");  // not an image: never looked at
 }
 
+std::vector<std::string> Listed(const Dataset& d) {
+  std::vector<std::string> listed;
+  for (uint64_t i = 0; i < d.size(); ++i) listed.push_back(d.listed_path(i));
+  return listed;
+}
+
+IndexOptions Lenient() {
+  IndexOptions o;
+  o.allow_empty = true;
+  o.skip_unsupported_formats = true;
+  return o;
+}
+
 TEST_CASE("ImageFolder: labels and order as torchvision's", "[dataset][image_folder]") {
   TempDir tmp;
   MakeImageFolder(tmp);
   auto root = OpenRoot(tmp / "root");
-  auto opened = Dataset::Open(*root, "ds", DatasetFormat::kImageFolder);
+  // As torchvision, which refuses the empty class "c" (and would list u.png).
+  auto strict = Dataset::Open(*root, "ds", DatasetFormat::kImageFolder);
+  CHECK(absl::IsFailedPrecondition(strict.status()));
+  CHECK(Mentions(strict.status(), "no valid file for the classes c ("));
+  CHECK(Mentions(strict.status(), "1 image file in a format stoker cannot read yet"));
+  CHECK(Mentions(strict.status(), "'ds/a/sub0/u.png'"));
+
+  auto opened = Dataset::Open(*root, "ds", DatasetFormat::kImageFolder, Lenient());
   REQUIRE(opened.ok());
   const Dataset& d = **opened;
   CHECK(d.name() == "ds");
@@ -96,9 +118,15 @@ TEST_CASE("ImageFolder: labels and order as torchvision's", "[dataset][image_fol
       {"ds/B/img2.JPG", 2},   // b_2/abs/img2.JPG
   };
   CHECK(Entries(d) == expected);
+  // torchvision's samples, less the dataset folder: through the links.
+  CHECK(Listed(d) == std::vector<std::string>{
+                         "B/img1.jpeg", "B/img2.JPG", "a/dangling.jpg", "a/z.jpg",
+                         "a/a.jpg/t.jpg", "a/sub/y.Jpeg", "a/sub b/w.jpg", "a/sub-c/v.jpg",
+                         "a/sub/deeper/x.jpg", "a/sub0/u.jpg", "b_2/.hidden.jpg", "b_2/1.jpg",
+                         "b_2/link.jpg", "b_2/abs/img1.jpeg", "b_2/abs/img2.JPG"});
 
   // kAuto picks ImageFolder for a directory; an absolute path inside works.
-  auto automatic = Dataset::Open(*root, tmp / "root/ds", DatasetFormat::kAuto);
+  auto automatic = Dataset::Open(*root, tmp / "root/ds", DatasetFormat::kAuto, Lenient());
   REQUIRE(automatic.ok());
   CHECK(Entries(**automatic) == expected);
   CHECK((*automatic)->name() == "ds");
@@ -115,6 +143,7 @@ TEST_CASE("ImageFolder: the data root itself, and a class reached by a symlink",
   REQUIRE(opened.ok());
   CHECK((*opened)->class_names() == std::vector<std::string>{"cat", "dog"});
   CHECK(Entries(**opened) == std::vector<Entry>{{"root/cat/1.jpg", 0}, {"raw/dogs/2.JPEG", 1}});
+  CHECK(Listed(**opened) == std::vector<std::string>{"cat/1.jpg", "dog/2.JPEG"});
 
   TempDir tmp2;
   tmp2.Write("x/1.jpg");
@@ -123,6 +152,7 @@ TEST_CASE("ImageFolder: the data root itself, and a class reached by a symlink",
   REQUIRE(at_root.ok());
   CHECK((*at_root)->name() == "");
   CHECK(Entries(**at_root) == std::vector<Entry>{{"x/1.jpg", 0}});
+  CHECK(Listed(**at_root) == std::vector<std::string>{"x/1.jpg"});
 }
 
 TEST_CASE("ImageFolder: symlink loops are walked once", "[dataset][image_folder]") {
@@ -142,45 +172,187 @@ TEST_CASE("ImageFolder: symlink loops are walked once", "[dataset][image_folder]
                              });
 }
 
-TEST_CASE("ImageFolder: an entry leading outside the root fails the request",
+TEST_CASE("ImageFolder: classes without an image file fail the request, as torchvision's",
+          "[dataset][image_folder]") {
+  TempDir tmp;
+  tmp.MakeDir("root/ds/.ipynb_checkpoints");  // what Jupyter leaves beside the classes
+  tmp.Write("root/ds/cat/1.jpg");
+  tmp.Write("root/ds/dog/readme.txt");
+  tmp.Write("root/ds/emu/2.jpg");
+  tmp.Write("root/ds/notes.txt");
+  auto root = OpenRoot(tmp / "root");
+
+  auto strict = Dataset::Open(*root, "ds", DatasetFormat::kImageFolder);
+  CHECK(absl::IsFailedPrecondition(strict.status()));
+  INFO(strict.status().message());
+  CHECK(Mentions(strict.status(), "no valid file for the classes .ipynb_checkpoints, dog ("));
+  CHECK(Mentions(strict.status(), "allow_empty=True"));
+  CHECK(!Mentions(strict.status(), "cat"));
+  CHECK(!Mentions(strict.status(), "format stoker cannot read"));
+
+  IndexOptions o;
+  o.allow_empty = true;
+  auto lenient = Dataset::Open(*root, "ds", DatasetFormat::kImageFolder, o);
+  REQUIRE(lenient.ok());
+  // Every class keeps its label, as ImageFolder(allow_empty=True).
+  CHECK((*lenient)->class_names() ==
+        std::vector<std::string>{".ipynb_checkpoints", "cat", "dog", "emu"});
+  CHECK(Entries(**lenient) == std::vector<Entry>{{"ds/cat/1.jpg", 1}, {"ds/emu/2.jpg", 3}});
+
+  SECTION("no class folder at all") {
+    tmp.Write("root/flat/1.jpg");
+    auto s = Dataset::Open(*root, "flat", DatasetFormat::kImageFolder, o).status();
+    CHECK(absl::IsFailedPrecondition(s));
+    CHECK(Mentions(s, "no class folder"));
+  }
+  SECTION("every class empty, even with allow_empty") {
+    tmp.MakeDir("root/hollow/a");
+    tmp.MakeDir("root/hollow/b");
+    CHECK(absl::IsFailedPrecondition(
+        Dataset::Open(*root, "hollow", DatasetFormat::kImageFolder, o).status()));
+  }
+  SECTION("many empty classes: a bounded list") {
+    for (int k = 0; k < 30; ++k) tmp.MakeDir("root/many/e" + std::to_string(100 + k));
+    tmp.Write("root/many/full/1.jpg");
+    auto s = Dataset::Open(*root, "many", DatasetFormat::kImageFolder).status();
+    CHECK(Mentions(s, "e100, e101"));
+    CHECK(Mentions(s, "e119 and 10 more"));
+    CHECK(!Mentions(s, "e120"));
+  }
+}
+
+TEST_CASE("ImageFolder: image files stoker cannot read yet fail the request, or are left out",
+          "[dataset][image_folder]") {
+  TempDir tmp;
+  tmp.Write("root/ds/a/1.jpg");
+  tmp.Write("root/ds/a/2.PNG");
+  tmp.Write("root/ds/a/3.webp");
+  tmp.Symlink("missing.png", "root/ds/a/gone.png");  // listed by torchvision too
+  tmp.Write("root/ds/a/notes.txt");
+  tmp.Write("root/ds/a/scan.pdf");
+  tmp.Write("root/ds/b/x.tiff");  // b: no JPEG at all
+  tmp.Write("root/ds/b/y.bmp");
+  tmp.Write("root/ds/b/z.Tif");
+  tmp.Write("root/ds/b/w.ppm");
+  tmp.Write("root/ds/b/v.pgm");
+  tmp.Write("root/ds/c/z.jpeg");
+  auto root = OpenRoot(tmp / "root");
+
+  auto strict = Dataset::Open(*root, "ds", DatasetFormat::kImageFolder);
+  CHECK(absl::IsFailedPrecondition(strict.status()));
+  INFO(strict.status().message());
+  CHECK(Mentions(strict.status(), "8 image files in a format stoker cannot read yet"));
+  CHECK(Mentions(strict.status(), "skip_unsupported_formats=True"));
+  CHECK(!Mentions(strict.status(), "no valid file"));  // b is no empty class for torchvision
+  bool example = false;
+  for (const char* p : {"a/2.PNG", "a/3.webp", "a/gone.png", "b/x.tiff", "b/y.bmp", "b/z.Tif",
+                        "b/w.ppm", "b/v.pgm"}) {
+    example = example || Mentions(strict.status(), std::string("e.g. 'ds/") + p + "'");
+  }
+  CHECK(example);
+
+  IndexOptions o;
+  o.skip_unsupported_formats = true;
+  auto skipped = Dataset::Open(*root, "ds", DatasetFormat::kImageFolder, o);
+  // The skip leaves b without a file: empty, unless allow_empty.
+  CHECK(absl::IsFailedPrecondition(skipped.status()));
+  CHECK(Mentions(skipped.status(), "the classes b have no .jpg/.jpeg file"));
+  CHECK(Mentions(skipped.status(), "allow_empty=True"));
+
+  o.allow_empty = true;
+  auto lenient = Dataset::Open(*root, "ds", DatasetFormat::kImageFolder, o);
+  REQUIRE(lenient.ok());
+  CHECK((*lenient)->class_names() == std::vector<std::string>{"a", "b", "c"});
+  CHECK(Entries(**lenient) == std::vector<Entry>{{"ds/a/1.jpg", 0}, {"ds/c/z.jpeg", 2}});
+}
+
+// Folder mtimes 10 s in the past: an index of a tree changed within the last
+// 2 s is not cached.
+void AgeFolders(const std::string& dir) {
+  const auto past = std::filesystem::file_time_type::clock::now() - std::chrono::seconds(10);
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+    if (e.is_directory() && !e.is_symlink()) std::filesystem::last_write_time(e.path(), past);
+  }
+  std::filesystem::last_write_time(dir, past);
+}
+
+TEST_CASE("Index cache: indexes made with other options are kept apart", "[dataset][cache]") {
+  TempDir tmp;
+  tmp.Write("root/ds/a/1.jpg");
+  tmp.Write("root/ds/a/2.png");
+  tmp.Write("root/ds/b/3.jpg");
+  tmp.Write("raw/4.jpg");
+  tmp.Symlink("../../../raw/4.jpg", "root/ds/b/link.jpg");  // a listed path of its own
+  tmp.Symlink(tmp / "raw/4.jpg", "root/ds/b/out.jpg");
+  AgeFolders(tmp / "root");
+  auto root = OpenRoot(tmp / "root");
+  IndexOptions skip;
+  skip.cache_dir = tmp / "cache";
+  skip.skip_unsupported_formats = true;
+  IndexOptions strict;
+  strict.cache_dir = skip.cache_dir;
+
+  auto first = Dataset::Open(*root, "ds", DatasetFormat::kImageFolder, skip);
+  REQUIRE(first.ok());
+  CHECK(!(*first)->from_cache());
+  // The same folder without the opt-in must not get the index cached with it.
+  auto refused = Dataset::Open(*root, "ds", DatasetFormat::kImageFolder, strict);
+  CHECK(absl::IsFailedPrecondition(refused.status()));
+  CHECK(Mentions(refused.status(), "1 image file in a format stoker cannot read yet"));
+  auto again = Dataset::Open(*root, "ds", DatasetFormat::kImageFolder, skip);
+  REQUIRE(again.ok());
+  CHECK((*again)->from_cache());
+  CHECK(Entries(**again) == Entries(**first));
+  CHECK(Listed(**again) == Listed(**first));
+  CHECK(Listed(**again) == std::vector<std::string>{"a/1.jpg", "b/3.jpg", "b/link.jpg",
+                                                    "b/out.jpg"});
+  CHECK(Entries(**again) == std::vector<Entry>{{"ds/a/1.jpg", 0},
+                                               {"ds/b/3.jpg", 1},
+                                               {"ds/b/link.jpg", 1},  // leaves the root
+                                               {"ds/b/out.jpg", 1}});
+}
+
+TEST_CASE("ImageFolder: a folder leading outside the root fails the request",
           "[dataset][image_folder]") {
   TempDir tmp;
   tmp.Write("outside/secret.jpg");
   tmp.Write("outside/dir/x.jpg");
   tmp.Write("root/ds/cls/ok.jpg");
   auto root = OpenRoot(tmp / "root");
+  // The fix for both ways of running the daemon.
+  auto hints = [](const absl::Status& s) {
+    return Mentions(s, "--data-root") && Mentions(s, "Loader(data_root=...)");
+  };
 
-  SECTION("a file symlink") {
-    tmp.Symlink(tmp / "outside/secret.jpg", "root/ds/cls/evil.jpg");
-    auto s = Dataset::Open(*root, "ds", DatasetFormat::kImageFolder).status();
-    CHECK(absl::IsPermissionDenied(s));
-    CHECK(Mentions(s, "ds/cls/evil.jpg"));
-  }
-  SECTION("a relative file symlink") {
-    tmp.Symlink("../../../outside/secret.jpg", "root/ds/cls/evil.jpg");
-    CHECK(
-        absl::IsPermissionDenied(Dataset::Open(*root, "ds", DatasetFormat::kImageFolder).status()));
-  }
-  SECTION("a dangling symlink that would lead outside") {
-    tmp.Symlink("../../../outside/missing.jpg", "root/ds/cls/evil.jpg");
-    CHECK(
-        absl::IsPermissionDenied(Dataset::Open(*root, "ds", DatasetFormat::kImageFolder).status()));
-  }
   SECTION("a directory symlink inside a class") {
     tmp.Symlink(tmp / "outside/dir", "root/ds/cls/sub");
     auto s = Dataset::Open(*root, "ds", DatasetFormat::kImageFolder).status();
     CHECK(absl::IsPermissionDenied(s));
     CHECK(Mentions(s, "ds/cls/sub"));
+    CHECK(hints(s));
   }
   SECTION("a class folder symlink") {
     tmp.Symlink(tmp / "outside/dir", "root/ds/other");
-    CHECK(
-        absl::IsPermissionDenied(Dataset::Open(*root, "ds", DatasetFormat::kImageFolder).status()));
+    auto s = Dataset::Open(*root, "ds", DatasetFormat::kImageFolder).status();
+    CHECK(absl::IsPermissionDenied(s));
+    INFO(s.message());
+    CHECK(Mentions(s, "'ds/other' leaves the data root"));
+    CHECK(hints(s));
+  }
+  SECTION("a relative class folder symlink") {
+    tmp.Symlink("../../outside/dir", "root/ds/other");
+    auto s = Dataset::Open(*root, "ds", DatasetFormat::kImageFolder).status();
+    CHECK(absl::IsPermissionDenied(s));
+    CHECK(hints(s));
   }
   SECTION("the dataset itself") {
     tmp.Symlink(tmp / "outside", "root/elsewhere");
-    CHECK(
-        absl::IsPermissionDenied(Dataset::Open(*root, "elsewhere", DatasetFormat::kAuto).status()));
+    for (std::string ds : {std::string("elsewhere"), std::string("../outside"), tmp / "outside"}) {
+      CAPTURE(ds);
+      auto s = Dataset::Open(*root, ds, DatasetFormat::kAuto).status();
+      CHECK(absl::IsPermissionDenied(s));
+      CHECK(hints(s));
+    }
   }
   SECTION("but not a link outside that is no image") {
     tmp.Symlink(tmp / "outside/secret.jpg", "root/ds/cls/notes.txt");
@@ -189,6 +361,45 @@ TEST_CASE("ImageFolder: an entry leading outside the root fails the request",
     REQUIRE(opened.ok());
     CHECK(Entries(**opened) == std::vector<Entry>{{"ds/cls/ok.jpg", 0}});
   }
+}
+
+TEST_CASE("ImageFolder: a file link that dangles or leaves the root is a sample that fails",
+          "[dataset][image_folder]") {
+  TempDir tmp;
+  tmp.Write("outside/secret.jpg", "secret");
+  tmp.Write("root/ds/cls/ok.jpg");
+  tmp.Symlink(tmp / "outside/secret.jpg", "root/ds/cls/abs.jpg");
+  tmp.Symlink("../../../outside/secret.jpg", "root/ds/cls/rel.jpg");
+  tmp.Symlink("../../../outside/missing.jpg", "root/ds/cls/rel_missing.jpg");
+  tmp.Symlink("/nonexistent/x.jpg", "root/ds/cls/abs_missing.jpg");
+  tmp.Symlink("nothing.jpg", "root/ds/cls/dangling.jpg");
+  auto root = OpenRoot(tmp / "root");
+  auto opened = Dataset::Open(*root, "ds", DatasetFormat::kImageFolder);
+  REQUIRE(opened.ok());
+  // Listed as torchvision lists them, by the links' own paths.
+  CHECK(Entries(**opened) == std::vector<Entry>{{"ds/cls/abs.jpg", 0},
+                                                {"ds/cls/abs_missing.jpg", 0},
+                                                {"ds/cls/dangling.jpg", 0},
+                                                {"ds/cls/ok.jpg", 0},
+                                                {"ds/cls/rel.jpg", 0},
+                                                {"ds/cls/rel_missing.jpg", 0}});
+  CHECK(Listed(**opened) == std::vector<std::string>{"cls/abs.jpg", "cls/abs_missing.jpg",
+                                                     "cls/dangling.jpg", "cls/ok.jpg",
+                                                     "cls/rel.jpg", "cls/rel_missing.jpg"});
+  // What a worker gets: a refusal that says why, never the file outside.
+  for (const char* escaping : {"ds/cls/abs.jpg", "ds/cls/rel.jpg", "ds/cls/rel_missing.jpg",
+                               "ds/cls/abs_missing.jpg"}) {
+    CAPTURE(escaping);
+    auto fd = OpenBeneath(root->fd(), escaping);
+    CHECK(absl::IsPermissionDenied(fd.status()));
+    CHECK(Mentions(fd.status(), "leaves the data root"));
+  }
+  auto dangling = OpenBeneath(root->fd(), "ds/cls/dangling.jpg");
+  CHECK(absl::IsNotFound(dangling.status()));
+  CHECK(Mentions(dangling.status(), "dangling symlink"));
+  auto missing = OpenBeneath(root->fd(), "ds/cls/missing.jpg");
+  CHECK(absl::IsNotFound(missing.status()));
+  CHECK(!Mentions(missing.status(), "dangling"));
 }
 
 TEST_CASE("Dataset::Open: errors for paths and formats", "[dataset]") {

@@ -10,6 +10,8 @@
 // first, then directories are sorted by path and files by (directory, name).
 // fnames holds every non-directory after following symlinks, dangling
 // symlinks included; a directory named "x.jpg" is walked, not listed.
+// make_dataset then keeps the names ending in one of IMG_EXTENSIONS, and
+// raises when a class has none (torchvision 0.14's folder.py).
 //
 // Differences with os.walk, all on trees torchvision cannot index anyway:
 // a directory that is its own ancestor (a symlink loop) is not walked again,
@@ -43,9 +45,37 @@ namespace {
 // same directories many times over (no loop, but exponential paths).
 constexpr size_t kMaxDirectories = size_t{1} << 22;
 
-bool HasJpegExtension(std::string_view name) {
-  return absl::EndsWithIgnoreCase(ToAbsl(name), ".jpg") ||
-         absl::EndsWithIgnoreCase(ToAbsl(name), ".jpeg");
+// torchvision's IMG_EXTENSIONS that stoker does not decode yet.
+constexpr std::string_view kUnsupportedExtensions[] = {".png", ".ppm",  ".bmp", ".pgm",
+                                                        ".tif", ".tiff", ".webp"};
+// Class names listed in an error, at most (a message travels in gRPC's
+// trailers, whose size is limited).
+constexpr size_t kMaxNamesListed = 20;
+
+enum class Extension { kNone, kJpeg, kUnsupported };
+
+// By name, in any case, as torchvision's has_file_allowed_extension.
+Extension ExtensionOf(std::string_view name) {
+  if (absl::EndsWithIgnoreCase(ToAbsl(name), ".jpg") ||
+      absl::EndsWithIgnoreCase(ToAbsl(name), ".jpeg")) {
+    return Extension::kJpeg;
+  }
+  for (std::string_view ext : kUnsupportedExtensions) {
+    if (absl::EndsWithIgnoreCase(ToAbsl(name), ToAbsl(ext))) return Extension::kUnsupported;
+  }
+  return Extension::kNone;
+}
+
+std::string NameList(const std::vector<std::string>& names) {
+  std::string out;
+  for (size_t i = 0; i < names.size() && i < kMaxNamesListed; ++i) {
+    if (i > 0) out.append(", ");
+    out.append(names[i]);
+  }
+  if (names.size() > kMaxNamesListed) {
+    out.append(Cat(" and ", names.size() - kMaxNamesListed, " more"));
+  }
+  return out;
 }
 
 // Calls fn(name, d_type, dir_fd) for each entry of the directory but "." and
@@ -70,7 +100,8 @@ absl::Status ForEachEntry(UniqueFd fd, std::string_view display, Fn&& fn) {
   }
 }
 
-enum class Kind { kSkip, kDirectory, kFile };
+// kUnsupported: an image file stoker cannot decode yet (by its name).
+enum class Kind { kSkip, kDirectory, kFile, kUnsupported };
 
 struct Classified {
   Kind kind = Kind::kSkip;
@@ -81,7 +112,9 @@ struct Classified {
 
 // What an entry is for the walk, following symlinks (os.walk's is_dir()).
 // A symlink is resolved only when it matters: a directory, or a JPEG name
-// with `want_files`; one leading outside the root is PERMISSION_DENIED.
+// with `want_files`. A directory leading outside the root is
+// PERMISSION_DENIED; a JPEG link that does, dangles or loops is a kFile
+// named by the link itself (real empty), which fails as a sample.
 absl::StatusOr<Classified> Classify(const DataRoot& root, int dir_fd, const std::string& dir_real,
                                     std::string_view dir_display, std::string_view name,
                                     unsigned char d_type, bool want_files) {
@@ -95,18 +128,23 @@ absl::StatusOr<Classified> Classify(const DataRoot& root, int dir_fd, const std:
     d_type = S_ISDIR(st.st_mode) ? DT_DIR : S_ISLNK(st.st_mode) ? DT_LNK : DT_REG;
   }
   if (d_type == DT_DIR) return Classified{Kind::kDirectory, ""};
-  const bool jpeg = want_files && HasJpegExtension(name);
-  if (d_type != DT_LNK) return Classified{jpeg ? Kind::kFile : Kind::kSkip, ""};
+  const Extension ext = want_files ? ExtensionOf(name) : Extension::kNone;
+  const Kind file_kind = ext == Extension::kJpeg          ? Kind::kFile
+                         : ext == Extension::kUnsupported ? Kind::kUnsupported
+                                                          : Kind::kSkip;
+  if (d_type != DT_LNK) return Classified{file_kind, ""};
 
   const bool target_exists = fstatat(dir_fd, name_str.c_str(), &st, 0) == 0;
   const bool target_is_dir = target_exists && S_ISDIR(st.st_mode);
-  if (!target_is_dir && !jpeg) return Classified{};
+  if (!target_is_dir && file_kind != Kind::kFile) return Classified{file_kind, ""};
   const std::string display = JoinPath(dir_display, name);
   absl::StatusOr<ResolvedPath> resolved =
       ResolveBeneath(root, dir_real, name, display, /*allow_missing=*/!target_exists);
   if (!resolved.ok()) {
-    if (target_is_dir || absl::IsPermissionDenied(resolved.status())) return resolved.status();
-    // A file link that loops or vanished: listed, it fails later as a sample.
+    if (target_is_dir) return resolved.status();
+    // A file link that leaves the root, loops or vanished: listed (as
+    // torchvision lists it) by its own path, which the worker's OpenBeneath
+    // refuses or does not find; a counted sample failure, never followed.
     return Classified{Kind::kFile, ""};
   }
   if (target_is_dir) return Classified{Kind::kDirectory, std::move(resolved->path)};
@@ -130,17 +168,28 @@ struct WalkFile {
   uint64_t path_offset;
 };
 
+// What the walk of a class found besides its samples.
+struct ClassCounts {
+  uint64_t unsupported = 0;  // image files stoker cannot decode yet
+  std::string example;       // the first of them (its path as listed)
+};
+
 class ClassWalker {
  public:
-  ClassWalker(const DataRoot& root, size_t* directories_walked)
-      : root_(root), directories_walked_(directories_walked) {}
+  // `dataset_dir`: the dataset's canonical folder, the start of every path
+  // the walk is given.
+  ClassWalker(const DataRoot& root, std::string_view dataset_dir, size_t* directories_walked)
+      : root_(root), dataset_dir_(dataset_dir), directories_walked_(directories_walked) {}
 
-  // Appends the class's entries, in torchvision's order, to `out`.
-  absl::Status Walk(std::string display, std::string real, int64_t label, DatasetIndex* out) {
+  // Appends the class's entries, in torchvision's order, to `out`. Image
+  // files in a format stoker cannot decode yet are counted, not listed.
+  absl::Status Walk(std::string display, std::string real, int64_t label, DatasetIndex* out,
+                    ClassCounts* counts) {
     dirs_.clear();
     files_.clear();
     arena_.clear();
     out_ = out;
+    counts_ = counts;
     dirs_.push_back(WalkDir{std::move(display), std::move(real), -1});
     for (size_t i = 0; i < dirs_.size(); ++i) {
       absl::Status status = ListDirectory(i);
@@ -178,7 +227,9 @@ class ClassWalker {
           absl::StatusOr<Classified> c =
               Classify(root_, dir_fd, real, display, name, d_type, /*want_files=*/true);
           if (!c.ok()) return c.status();
-          if (c->kind == Kind::kDirectory) {
+          if (c->kind == Kind::kUnsupported) {
+            if (counts_->unsupported++ == 0) counts_->example = JoinPath(display, name);
+          } else if (c->kind == Kind::kDirectory) {
             dirs_.push_back(WalkDir{JoinPath(display, name),
                                     c->real.empty() ? JoinPath(real, name) : std::move(c->real),
                                     static_cast<int64_t>(index)});
@@ -210,7 +261,12 @@ class ClassWalker {
       if (rank[a.dir] != rank[b.dir]) return rank[a.dir] < rank[b.dir];
       return name(a) < name(b);
     });
+    // The listed path (torchvision's, less the dataset folder) is stored
+    // only where it is not the path less the dataset folder.
+    const size_t listed_skip = dataset_dir_.empty() ? 0 : dataset_dir_.size() + 1;
+    std::string listed;
     for (const WalkFile& f : files_) {
+      const size_t start = out->paths.size();
       if (f.path_len == 0) {
         const std::string& dir = dirs_[f.dir].real;
         out->paths.append(dir);
@@ -219,21 +275,32 @@ class ClassWalker {
       } else {
         out->paths.append(arena.substr(f.path_offset, f.path_len));
       }
+      const std::string_view display = dirs_[f.dir].display;
+      const std::string_view path = std::string_view(out->paths).substr(start);
+      if (path.size() != display.size() + 1 + f.name_len ||
+          path.substr(0, display.size()) != display ||
+          path.substr(display.size() + 1) != name(f)) {
+        listed = JoinPath(display.substr(listed_skip), name(f));
+        out->SetListed(listed);
+      }
       out->EndEntry(label);
     }
   }
 
   const DataRoot& root_;
+  const std::string_view dataset_dir_;
   size_t* directories_walked_;
   std::vector<WalkDir> dirs_;
   std::vector<WalkFile> files_;
   std::string arena_;  // file names and symlink targets of files_
   DatasetIndex* out_ = nullptr;
+  ClassCounts* counts_ = nullptr;
 };
 
 }  // namespace
 
-absl::Status IndexImageFolder(const DataRoot& root, const std::string& dir, DatasetIndex* out) {
+absl::Status IndexImageFolder(const DataRoot& root, const std::string& dir,
+                              const IndexOptions& options, DatasetIndex* out) {
   absl::StatusOr<int> opened =
       OpenBeneathImpl(root.fd(), dir, OpenKind::kDirectory, /*use_openat2=*/true);
   if (!opened.ok()) return opened.status();
@@ -257,16 +324,67 @@ absl::Status IndexImageFolder(const DataRoot& root, const std::string& dir, Data
                      return absl::OkStatus();
                    });
   if (!status.ok()) return status;
+  const std::string shown = dir.empty() ? "." : dir;  // the dataset, in messages
+  if (classes.empty()) {
+    return absl::FailedPreconditionError(
+        Cat("ImageFolder '", shown,
+            "' has no class folder (one sub-folder per class, as torchvision's ImageFolder "
+            "needs)"));
+  }
   std::sort(classes.begin(), classes.end(),
             [](const ClassDir& a, const ClassDir& b) { return a.name < b.name; });
 
   size_t directories_walked = 0;
-  ClassWalker walker(root, &directories_walked);
+  ClassWalker walker(root, dir, &directories_walked);
+  std::vector<std::string> empty;          // no image file at all: torchvision's empty classes
+  std::vector<std::string> emptied;        // image files, but none stoker reads
+  uint64_t unsupported = 0;
+  std::string example;
   for (size_t label = 0; label < classes.size(); ++label) {
     out->class_names.push_back(classes[label].name);
+    const uint64_t before = out->size();
+    ClassCounts counts;
     status = walker.Walk(JoinPath(dir, classes[label].name), std::move(classes[label].real),
-                         static_cast<int64_t>(label), out);
+                         static_cast<int64_t>(label), out, &counts);
     if (!status.ok()) return status;
+    if (out->size() == before) {
+      (counts.unsupported == 0 ? empty : emptied).push_back(classes[label].name);
+    }
+    if (unsupported == 0) example = std::move(counts.example);
+    unsupported += counts.unsupported;
+  }
+
+  // Every problem in one message: the user fixes them in one go.
+  std::vector<std::string> problems;
+  if (!empty.empty() && !options.allow_empty) {
+    problems.push_back(Cat(
+        "found no valid file for the classes ", NameList(empty),
+        " (torchvision's ImageFolder raises FileNotFoundError for them; its extensions are "
+        ".jpg .jpeg .png .ppm .bmp .pgm .tif .tiff .webp). Every folder in the dataset folder, "
+        "hidden ones included, is a class and takes a label: remove these folders, or pass "
+        "allow_empty=True (stoker.Loader(allow_empty=True), AttachRequest.allow_empty) to keep "
+        "them as classes without samples, as ImageFolder(allow_empty=True) does"));
+  }
+  if (unsupported != 0 && !options.skip_unsupported_formats) {
+    problems.push_back(Cat(
+        unsupported, unsupported == 1 ? " image file" : " image files",
+        " in a format stoker cannot read yet (.png .ppm .bmp .pgm .tif .tiff .webp), e.g. '",
+        example,
+        "'. torchvision's ImageFolder lists them: without them sample i would not be "
+        "torchvision's sample i. Convert them to JPEG, or pass skip_unsupported_formats=True "
+        "(stoker.Loader(skip_unsupported_formats=True), "
+        "AttachRequest.skip_unsupported_formats) to leave them out knowingly"));
+  } else if (!emptied.empty() && !options.allow_empty) {
+    problems.push_back(Cat(
+        "the classes ", NameList(emptied),
+        " have no .jpg/.jpeg file once the image files stoker cannot read yet are left out "
+        "(skip_unsupported_formats): convert their files to JPEG, or pass allow_empty=True "
+        "as well to keep them as classes without samples"));
+  }
+  if (!problems.empty()) {
+    std::string message = Cat("ImageFolder '", shown, "': ", problems[0]);
+    for (size_t k = 1; k < problems.size(); ++k) message.append(Cat(". Also: ", problems[k]));
+    return absl::FailedPreconditionError(message);
   }
   return absl::OkStatus();
 }

@@ -41,6 +41,10 @@ struct DatasetIndex {
   std::vector<uint64_t> ranges;
   std::string names;
   std::vector<uint64_t> name_offsets{0};
+  // ImageFolder only: see Dataset::Arrays::listed. Empty until an entry's
+  // listed path differs (SetListed).
+  std::string listed;
+  std::vector<uint64_t> listed_offsets;
   std::vector<WatchedPath> watched;
   std::vector<std::string> warnings;
   std::function<void(uint64_t)> progress;
@@ -50,7 +54,14 @@ struct DatasetIndex {
   void EndEntry(int64_t label) {
     offsets.push_back(paths.size());
     labels.push_back(label);
+    if (!listed_offsets.empty()) listed_offsets.push_back(listed.size());
     Tick();
+  }
+  // Gives the entry being added (before its EndEntry) a listed path of its
+  // own; the entries before it keep "" (derived from their paths).
+  void SetListed(std::string_view path) {
+    if (listed_offsets.empty()) listed_offsets.assign(labels.size() + 1, 0);
+    listed.append(path);
   }
   void Add(std::string_view path, int64_t label) {
     paths.append(path);
@@ -68,7 +79,8 @@ struct DatasetIndex {
 
 // Indexes the ImageFolder tree at the canonical directory `dir` (relative to
 // the root). See Dataset::Open.
-absl::Status IndexImageFolder(const DataRoot& root, const std::string& dir, DatasetIndex* out);
+absl::Status IndexImageFolder(const DataRoot& root, const std::string& dir,
+                              const IndexOptions& options, DatasetIndex* out);
 
 // Parses the manifest at the canonical file path `file` (relative to the
 // root). See Dataset::Open.
@@ -79,14 +91,15 @@ absl::Status IndexManifest(const DataRoot& root, const std::string& file, Datase
 absl::Status IndexWebDataset(const DataRoot& root, const std::vector<std::string>& shards,
                              DatasetIndex* out);
 
-// The index cache: the file that would hold the index of `name` under
-// `cache_dir`; Save writes it atomically (a warning on failure, never an
-// error); Load maps it, if it is there, intact and still valid for the
-// files it was made from (else nullptr).
+// The index cache: the file that would hold the index of `name` made with
+// the IndexOptions::flags() `flags` under `cache_dir`; Save writes it
+// atomically (a warning on failure, never an error); Load maps it, if it is
+// there, intact, made with the same format and flags, and still valid for
+// the files it was made from (else nullptr).
 std::string CachePath(const std::string& cache_dir, const std::string& root_path,
-                      const std::string& name, int format);
+                      const std::string& name, int format, uint32_t flags);
 absl::Status SaveIndex(const std::string& file, const std::string& name, int format,
-                       const DatasetIndex& index);
+                       uint32_t flags, const DatasetIndex& index);
 
 // A cached index, mapped read-only; the spans point into the mapping.
 struct MappedIndex {
@@ -105,7 +118,8 @@ bool StillSame(const DataRoot& root, const WatchedPath& w, std::string* why);
 // nullptr when there is no usable cache file (`why` says why, for the log;
 // empty when there is simply none).
 std::unique_ptr<MappedIndex> LoadIndex(const DataRoot& root, const std::string& file,
-                                       const std::string& name, int format, std::string* why);
+                                       const std::string& name, int format, uint32_t flags,
+                                       std::string* why);
 
 }  // namespace dataset_internal
 }  // namespace stoker

@@ -3,9 +3,10 @@
 // Layout (little-endian, as the daemon that wrote it; every section starts
 // on an 8-byte boundary so that the arrays can be used in place):
 //
-//   Header   magic "STKIDX1\0", version, format, section table
+//   Header   magic "STKIDX1\0", version, format, flags, section table
 //   sections name | paths | offsets | entry_file | ranges | names |
-//            name_offsets | labels | class names | warnings | watched
+//            name_offsets | labels | class names | warnings | watched |
+//            listed | listed_offsets
 //
 // String lists (class names, warnings) are stored as NUL-separated text.
 // `watched` lists what the index was made from, with inode, size and mtime;
@@ -37,7 +38,8 @@ namespace dataset_internal {
 namespace {
 
 constexpr char kMagic[8] = {'S', 'T', 'K', 'I', 'D', 'X', '1', '\0'};
-constexpr uint32_t kVersion = 1;
+// 2: flags (IndexOptions::flags()) and the listed paths.
+constexpr uint32_t kVersion = 2;
 
 enum Section : uint32_t {
   kName,
@@ -51,6 +53,8 @@ enum Section : uint32_t {
   kClassNames,
   kWarnings,
   kWatched,
+  kListed,
+  kListedOffsets,
   kSectionCount
 };
 
@@ -63,6 +67,8 @@ struct Header {
   char magic[8];
   uint32_t version;
   uint32_t format;
+  uint32_t flags;
+  uint32_t reserved;
   uint64_t total_bytes;
   SectionRef sections[kSectionCount];
 };
@@ -147,6 +153,10 @@ Dataset::Arrays DatasetIndex::arrays() const {
     a.name_offsets = {name_offsets.data(), name_offsets.size()};
   }
   a.labels = {labels.data(), labels.size()};
+  if (!listed_offsets.empty()) {
+    a.listed = {listed.data(), listed.size()};
+    a.listed_offsets = {listed_offsets.data(), listed_offsets.size()};
+  }
   return a;
 }
 
@@ -158,7 +168,7 @@ void DatasetIndex::Watch(std::string path, int fd, bool is_dir) {
 }
 
 std::string CachePath(const std::string& cache_dir, const std::string& root_path,
-                      const std::string& name, int format) {
+                      const std::string& name, int format, uint32_t flags) {
   // FNV-1a 64 of what identifies the dataset; the file also stores its name.
   uint64_t h = 1469598103934665603ull;
   auto mix = [&h](std::string_view s) {
@@ -168,13 +178,14 @@ std::string CachePath(const std::string& cache_dir, const std::string& root_path
   mix(root_path);
   mix(name);
   mix(std::to_string(format));
+  mix(std::to_string(flags));
   char hex[17];
   std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
   return Cat(cache_dir, "/", hex, ".idx");
 }
 
 absl::Status SaveIndex(const std::string& file, const std::string& name, int format,
-                       const DatasetIndex& index) {
+                       uint32_t flags, const DatasetIndex& index) {
   const std::string class_names = Joined(index.class_names);
   const std::string warnings = Joined(index.warnings);
   const std::string watched = WatchedBlob(index.watched);
@@ -194,11 +205,14 @@ absl::Status SaveIndex(const std::string& file, const std::string& name, int for
       {class_names.data(), class_names.size()},
       {warnings.data(), warnings.size()},
       {watched.data(), watched.size()},
+      {index.listed.data(), index.listed.size()},
+      {index.listed_offsets.data(), index.listed_offsets.size() * sizeof(uint64_t)},
   };
   Header h{};
   std::memcpy(h.magic, kMagic, sizeof(kMagic));
   h.version = kVersion;
   h.format = static_cast<uint32_t>(format);
+  h.flags = flags;
   uint64_t at = sizeof(Header);
   for (uint32_t k = 0; k < kSectionCount; ++k) {
     at = (at + 7) & ~uint64_t{7};
@@ -249,7 +263,8 @@ MappedIndex::~MappedIndex() {
 }
 
 std::unique_ptr<MappedIndex> LoadIndex(const DataRoot& root, const std::string& file,
-                                       const std::string& name, int format, std::string* why) {
+                                       const std::string& name, int format, uint32_t flags,
+                                       std::string* why) {
   why->clear();
   UniqueFd fd(open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
   if (!fd.valid()) {
@@ -280,8 +295,9 @@ std::unique_ptr<MappedIndex> LoadIndex(const DataRoot& root, const std::string& 
   Header h;
   std::memcpy(&h, base, sizeof(h));
   if (std::memcmp(h.magic, kMagic, sizeof(kMagic)) != 0 || h.version != kVersion ||
-      h.format != static_cast<uint32_t>(format) || h.total_bytes != m->bytes) {
-    *why = Cat(file, " is from another version, format or a partial write");
+      h.format != static_cast<uint32_t>(format) || h.flags != flags ||
+      h.total_bytes != m->bytes) {
+    *why = Cat(file, " is from another version, format, options or a partial write");
     return nullptr;
   }
   for (const SectionRef& s : h.sections) {
@@ -312,6 +328,8 @@ std::unique_ptr<MappedIndex> LoadIndex(const DataRoot& root, const std::string& 
   a.names = {base + h.sections[kNames].offset, h.sections[kNames].bytes};
   array(kNameOffsets, &a.name_offsets);
   array(kLabels, &a.labels);
+  a.listed = {base + h.sections[kListed].offset, h.sections[kListed].bytes};
+  array(kListedOffsets, &a.listed_offsets);
   // The arrays must agree with one another, and every offset stay inside
   // its buffer: a damaged cache must not send a worker elsewhere.
   const uint64_t n = a.labels.size;
@@ -320,7 +338,8 @@ std::unique_ptr<MappedIndex> LoadIndex(const DataRoot& root, const std::string& 
   if (!shape_ok || a.offsets.size == 0 || (!tar && files != n) ||
       (tar && (a.entry_file.size != n || a.ranges.size != 2 * n ||
                a.name_offsets.size != n + 1)) ||
-      (!tar && (a.ranges.size != 0 || a.name_offsets.size > 1))) {
+      (!tar && (a.ranges.size != 0 || a.name_offsets.size > 1)) ||
+      (a.listed_offsets.size != 0 && a.listed_offsets.size != n + 1)) {
     *why = Cat(file, " is inconsistent");
     return nullptr;
   }
@@ -335,7 +354,13 @@ std::unique_ptr<MappedIndex> LoadIndex(const DataRoot& root, const std::string& 
       }
     }
   }
-  if (!shape_ok || a.offsets[0] != 0) {
+  for (uint64_t i = 0; i + 1 < a.listed_offsets.size; ++i) {
+    if (a.listed_offsets[i] > a.listed_offsets[i + 1] || a.listed_offsets[i + 1] > a.listed.size) {
+      shape_ok = false;
+    }
+  }
+  if (!shape_ok || a.offsets[0] != 0 ||
+      (a.listed_offsets.size != 0 && a.listed_offsets[0] != 0)) {
     *why = Cat(file, " is inconsistent");
     return nullptr;
   }
