@@ -347,30 +347,34 @@ def test_keeping_one_batch_while_the_ring_comes_around_raises(stoker, served):
         assert next(it)[0].shape == (4, 32, 32, 3)
 
 
-def test_an_abandoned_epoch_does_not_leak_into_the_next(stoker, served):
-    # ring_slots=2 and 6 batches left: the loader re-attaches at epoch 1.
+def test_an_abandoned_epoch_is_served_again_whole_and_does_not_leak(stoker, served):
+    # An iteration that stops early is undone: the next one serves the same
+    # epoch again, whole (test_dropin.py has the DataLoader habits).
+    # ring_slots=2 and 6 batches left: the loader re-attaches at epoch 0.
     with loader_for(stoker, served, ring_slots=2, epochs=3, size=32, seed=9) as loader:
         for n, (images, labels) in enumerate(loader):
             if n == 1:
                 break
         order = [i for b in loader.iter_batches() for i in b.indices.tolist()]
-        assert loader.epoch == 1 and sorted(order) == list(range(MAIN_N))
+        assert loader.epoch == 0 and sorted(order) == list(range(MAIN_N))
         for n, b in enumerate(loader.iter_batches()):
             if n == 6:
                 break
         del b
-        assert loader.epoch == 2
-        assert list(loader) == []  # epochs=3 were 0, 1, 2
-    # ring_slots=4 and 1 batch left: the loader drains it.
+        assert loader.epoch == 1
+        assert [len(list(loader)) for _ in range(3)] == [8, 8, 0]  # epochs 1, 2, then none
+    # ring_slots=4 and 1 batch left: the same.
     with loader_for(stoker, served, ring_slots=4, epochs=2, size=32, seed=9) as loader:
         for n, (images, labels) in enumerate(loader):
             if n == 6:
                 break
         del images, labels
         got = [(b.epoch, b.batch_in_epoch) for b in loader.iter_batches()]
+        assert got == [(0, k) for k in range(8)]
+        got = [(b.epoch, b.batch_in_epoch) for b in loader.iter_batches()]
         assert got == [(1, k) for k in range(8)]
     # The loop variable still alive after `break`, as it is in Python: the
-    # next epoch starts anyway, whole, and the kept batch stays as it was.
+    # epoch starts again anyway, whole, and the kept batch stays as it was.
     for stop_at in (4, 5):  # 3 and 2 batches left over, with 4 slots
         with loader_for(stoker, served, ring_slots=4, epochs=2, size=32, seed=9) as loader:
             for n, (images, labels) in enumerate(loader):
@@ -378,7 +382,7 @@ def test_an_abandoned_epoch_does_not_leak_into_the_next(stoker, served):
                     break
             kept = images.clone()
             got = [(b.epoch, b.batch_in_epoch) for b in loader.iter_batches()]
-            assert got == [(1, k) for k in range(8)], stop_at
+            assert got == [(0, k) for k in range(8)], stop_at
             assert torch.equal(images, kept)
             del images, labels
 

@@ -110,7 +110,7 @@ def test_set_epoch_moves_back_and_forth_and_state_follows(stoker, daemon_factory
         it = iter(ld.iter_batches())
         got0 = _take(it, 2)
         state = ld.state_dict()
-        ld.set_epoch(1)  # abandons epoch 0 midway, like breaking out of the loop
+        ld.set_epoch(1)  # leaves epoch 0 midway: the next iteration serves epoch 1
         got1 = _epochs(ld, 1)
     _assert_same(got2, want[2 * bpe:])
     _assert_same(got0, want[:2])

@@ -24,6 +24,9 @@ Errors (all subclasses of `StokerError`, itself a `RuntimeError`):
 * `CudaUnavailableError`: ``Loader(device='cuda')`` where CUDA is unavailable
   (stoker built without it, torch without it, no driver, no GPU); pass
   ``cpu_fallback=True`` to get CPU tensors instead.
+* `ConcurrentIterationError`: a second iteration of one Loader started from
+  another thread while one is live, or a superseded iterator advanced.
+* `ForkedLoaderError`: a Loader used in a child forked from its process.
 * `EndOfData`: the low-level ``Session.next`` after the last batch (the Loader
   turns it into `StopIteration`).
 """
@@ -43,17 +46,20 @@ from ._native import (
 )
 from ._native import cuda_status
 from .client import Client, resolve_socket
-from .loader import BatchView, Loader
+from .loader import BatchView, ConcurrentIterationError, DatasetView, ForkedLoaderError, Loader
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BatchView",
     "Client",
+    "ConcurrentIterationError",
     "CudaUnavailableError",
     "DaemonUnavailableError",
     "DataLossError",
+    "DatasetView",
     "EndOfData",
+    "ForkedLoaderError",
     "InvalidRequestError",
     "Loader",
     "ResourceExhaustedError",

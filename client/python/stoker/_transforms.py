@@ -69,6 +69,56 @@ def _dtype_name(d: Any) -> str:
     return aliases[name]
 
 
+def channels(values: Any, what: str) -> List[float]:
+    """Per-channel values (a mean or std) as 3 floats: one value is broadcast
+    to the three RGB channels, as torchvision's Normalize does.
+
+    Raises:
+        InvalidRequestError: not 1 or 3 numbers.
+    """
+    try:
+        v = [float(x) for x in (values if hasattr(values, "__iter__") else [values])]
+    except (TypeError, ValueError):
+        v = []
+    if len(v) == 1:
+        return v * 3
+    if len(v) != 3:
+        raise _native.InvalidRequestError(
+            f"{what} must have 1 value (for every channel) or 3 (R, G, B), got {values!r}")
+    return v
+
+
+#: The steps of a transform that decide each pipeline keyword of Loader, the
+#: first one present naming it in errors.
+_SETTERS: Dict[str, Sequence[str]] = {
+    "pipeline": ("RandomResizedCrop", "Resize", "CenterCrop"),
+    "size": ("RandomResizedCrop", "CenterCrop"),
+    "resize_size": ("Resize",),
+    "scale": ("RandomResizedCrop",),
+    "ratio": ("RandomResizedCrop",),
+    "flip_prob": ("RandomHorizontalFlip",),
+    "interpolation": ("RandomResizedCrop", "Resize"),
+    "dtype": ("ConvertImageDtype", "ToTensor", "PILToTensor"),
+    "layout": ("ToTensor", "PILToTensor"),
+    "mean": ("Normalize",),
+    "std": ("Normalize",),
+}
+
+
+def step_setting(keyword: str, transform: Any) -> str:
+    """Names the step of `transform` that decides the Loader keyword
+    `keyword` (e.g. 'RandomResizedCrop(...)' for size), for error messages."""
+    names = _SETTERS.get(keyword, ())
+    steps = _flatten(transform)
+    for want in names:
+        for t in steps:
+            if type(t).__name__ == want:
+                return repr(t) if len(repr(t)) <= 120 else want
+    if names:
+        return f"the transform as a whole (it has no {' or '.join(names)})"
+    return "the transform"
+
+
 def loader_options(transform: Any) -> Dict[str, Any]:
     """The Loader keyword arguments equivalent to `transform` (pipeline, size,
     resize_size, scale, ratio, flip_prob, interpolation, dtype, layout, mean, std)."""
@@ -118,7 +168,11 @@ def loader_options(transform: Any) -> Dict[str, Any]:
             if dtype is None or dtype == "uint8" or normalized:
                 raise _refuse("Normalize must follow ToTensor (or a float ConvertImageDtype)")
             normalized = True
-            opts.update(mean=[float(x) for x in t.mean], std=[float(x) for x in t.std])
+            try:
+                opts.update(mean=channels(t.mean, "Normalize's mean"),
+                            std=channels(t.std, "Normalize's std"))
+            except _native.InvalidRequestError as e:
+                raise _refuse(str(e)) from None
         else:
             raise _refuse(f"{name} is not supported here, or not in this position")
     if resize is not None and geometry is None:

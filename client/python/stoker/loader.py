@@ -6,7 +6,9 @@ import gc
 import json
 import os
 import sys
+import threading
 import warnings
+import weakref
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -92,14 +94,18 @@ def _env_int(name: str) -> Optional[int]:
 def _size_pair(size: Union[int, Sequence[int], None], pipeline: str) -> Tuple[int, int]:
     if size is None:
         return (0, 0) if pipeline == "decode" else (224, 224)
-    if isinstance(size, (int, np.integer)) and not isinstance(size, bool):
-        return int(size), int(size)
+    bad = _native.InvalidRequestError(
+        f"size must be a positive int or a (height, width) pair of them, got {size!r}")
+    if isinstance(size, (int, np.integer)):
+        size = (size, size)
     try:
         h, w = size  # type: ignore[misc]
-        return int(h), int(w)
     except (TypeError, ValueError):
-        raise _native.InvalidRequestError(
-            f"size must be an int or a (height, width) pair, got {size!r}") from None
+        raise bad from None
+    if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v > 0
+               for v in (h, w)):
+        raise bad
+    return int(h), int(w)
 
 
 # ---------------------------------------------------------------------------
@@ -160,6 +166,183 @@ def _default_client_name(rank: int) -> str:
     if os.environ.get("WORLD_SIZE") or rank:
         name += f" rank {rank}" + (f" (local {local})" if local else "")
     return name
+
+
+class ConcurrentIterationError(_native.StokerError):
+    """A Loader serves one iteration at a time: a second one was started from
+    another thread while one was live, or an iterator superseded by a newer
+    iteration of the same Loader was advanced."""
+
+    code = "FAILED_PRECONDITION"
+
+
+class ForkedLoaderError(_native.StokerError):
+    """A Loader was used in a child forked from the process that made it."""
+
+    code = "FAILED_PRECONDITION"
+
+
+class _Unset:
+    """The default of a keyword whose value, when given, is checked against
+    what a transform decides (see _PIPELINE_DEFAULTS)."""
+
+    def __repr__(self) -> str:
+        return "<default>"
+
+    def __reduce__(self) -> str:
+        return "_UNSET"  # pickles as the module's one instance
+
+
+_UNSET: Any = _Unset()
+
+#: The pipeline keywords of Loader and their defaults (the one place they
+#: live): a transform decides them all, so giving one beside it is an error.
+_PIPELINE_DEFAULTS: Dict[str, Any] = dict(
+    pipeline="train", size=None, resize_size=None, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3),
+    flip_prob=0.5, interpolation="antialias", dtype="uint8", layout=None, mean=None, std=None)
+_DEFAULT_RING_SLOTS = 4
+
+#: DataLoader keywords that stoker cannot honour: (the value that means
+#: "not used", so that it is accepted, and the stoker way).
+_DATALOADER_ONLY: Dict[str, Tuple[Any, str]] = {
+    "sampler": (None, "the daemon samples each epoch: use shuffle= and seed= for the order and "
+                "rank=/world_size= for DistributedSampler's rank/num_replicas (set_epoch works "
+                "as DistributedSampler's)"),
+    "batch_sampler": (None, "the daemon makes the batches: use batch_size= and drop_last="),
+    "collate_fn": (None, "batches come from the ring already collated, (images, labels) "
+                   "tensors (iter_batches() adds indices and statuses); no collate_fn runs"),
+    "worker_init_fn": (None, "the daemon's worker processes decode in C++: no Python worker "
+                       "runs a worker_init_fn"),
+    "generator": (None, "the order and the augmentations are drawn from seed= and the epoch"),
+    "timeout": (0, "use timeout_ms= (milliseconds; -1, the default: no limit)"),
+    "multiprocessing_context": (None, "no Python worker processes are started (the daemon's "
+                                "workers decode), so there is no multiprocessing_context"),
+    "pin_memory_device": ("", "use device='cuda' or 'cuda:N': batches are copied to that GPU "
+                          "straight from the ring"),
+    "in_order": (True, "batches always come in order"),
+}
+
+
+def _refuse_dataloader_keywords(keywords: Dict[str, Any]) -> None:
+    for k, v in keywords.items():
+        if k not in _DATALOADER_ONLY:
+            raise TypeError(f"Loader() got an unexpected keyword argument {k!r}")
+        unused, how = _DATALOADER_ONLY[k]
+        if not (v is unused or (unused is not None and v == unused)):
+            raise _native.InvalidRequestError(
+                f"stoker.Loader: DataLoader's {k}={v!r} cannot be honoured: {how}")
+
+
+def _folder_dataset(ds: Any, transform: Any) -> Dict[str, Any]:
+    """Reads a torchvision ImageFolder / DatasetFolder given as the dataset
+    (recognized by class name: torchvision is not imported): its root and
+    transform; refuses, naming it, what the daemon cannot do as it would."""
+    mro = {c.__name__: c for c in type(ds).__mro__}
+    if "DatasetFolder" not in mro:
+        raise _native.InvalidRequestError(
+            f"dataset: a {type(ds).__module__}.{type(ds).__name__} object: stoker reads image "
+            "folders, manifests and WebDataset shards, decoded by its daemon, not items made by "
+            "Python code. Pass the folder's path (or a torchvision ImageFolder of it), a "
+            "manifest file or a shard pattern")
+
+    def refuse(what: str, why: str) -> "_native.InvalidRequestError":
+        return _native.InvalidRequestError(
+            f"dataset: {type(ds).__name__}({what}) cannot be honoured: {why}")
+
+    if getattr(ds, "target_transform", None) is not None:
+        raise refuse(f"target_transform={ds.target_transform!r}",
+                     "labels come from the daemon as class indices; apply it to the labels "
+                     "in your loop")
+    load = getattr(ds, "loader", None)
+    if not (getattr(load, "__module__", "") == "torchvision.datasets.folder"
+            and getattr(load, "__name__", "") in ("default_loader", "pil_loader",
+                                                  "accimage_loader")):
+        raise refuse(f"loader={load!r}", "the daemon opens and decodes the files itself; a "
+                     "custom loader cannot run there")
+    folder_module = sys.modules.get("torchvision.datasets.folder")
+    standard = getattr(folder_module, "IMG_EXTENSIONS", None)
+    extensions = getattr(ds, "extensions", None)
+    if extensions is None:
+        raise refuse("is_valid_file=...", "the daemon chooses the files by their extension, "
+                     "as ImageFolder's default does; a custom is_valid_file cannot run there")
+    if standard is not None and {e.lower() for e in extensions} != {e.lower() for e in standard}:
+        raise refuse(f"extensions={extensions!r}",
+                     "the daemon chooses the files by ImageFolder's default extensions")
+    base = mro["DatasetFolder"]
+    if type(ds).__getitem__ is not base.__getitem__:
+        raise refuse("...", f"{type(ds).__name__} has a __getitem__ of its own, which cannot "
+                     "run in the daemon")
+    own = getattr(ds, "transform", None)
+    if own is not None and transform is not None:
+        raise _native.InvalidRequestError(
+            f"a transform both on the dataset ({type(ds).__name__}(transform={own!r})) and as "
+            f"Loader(transform={transform!r}): give it once")
+    targets = getattr(ds, "targets", None) or [s[1] for s in ds.samples]
+    return {"root": ds.root, "transform": own if own is not None else transform,
+            "has_empty_classes": len(set(targets)) < len(ds.classes)}
+
+
+class DatasetView:
+    """`Loader.dataset` when the loader was given a path: the dataset the
+    daemon serves, with torchvision ImageFolder's attributes.
+
+    ``len()``, `classes` and `class_to_idx` come from the session (attaching
+    if needed); `samples` (``(path, class_index)`` in dataset index order, the
+    paths joined to `root`), `targets` and `imgs` are listed by the daemon on
+    first use and kept.
+    """
+
+    def __init__(self, loader: "Loader") -> None:
+        self._loader = weakref.ref(loader)
+        #: The dataset's path as given to the Loader (ImageFolder's root).
+        self.root: str = loader.dataset_path
+        self._samples: Optional[List[Tuple[str, int]]] = None
+
+    def _attached(self) -> "Loader":
+        ld = self._loader()
+        if ld is None:
+            raise _native.StokerError("the Loader of this dataset is gone")
+        ld.attach()
+        return ld
+
+    def __len__(self) -> int:
+        return int(self._attached().info["dataset_size"])
+
+    @property
+    def classes(self) -> List[str]:
+        """Class names, index = label (ImageFolder's sorted folder names)."""
+        return self._attached().class_names
+
+    @property
+    def class_to_idx(self) -> Dict[str, int]:
+        return {c: i for i, c in enumerate(self.classes)}
+
+    @property
+    def samples(self) -> List[Tuple[str, int]]:
+        """``[(path, class_index)]``, sample i being the dataset's index i."""
+        if self._samples is None:
+            ld = self._attached()
+            n = int(ld.info["dataset_size"])
+            out: List[Tuple[str, int]] = []
+            while len(out) < n:
+                assert ld._session is not None
+                paths, labels = ld._session.list_samples(len(out), min(65536, n - len(out)))
+                if not paths:
+                    break
+                out += [(os.path.join(self.root, p), int(c)) for p, c in zip(paths, labels)]
+            self._samples = out
+        return self._samples
+
+    @property
+    def imgs(self) -> List[Tuple[str, int]]:
+        return self.samples
+
+    @property
+    def targets(self) -> List[int]:
+        return [c for _, c in self.samples]
+
+    def __repr__(self) -> str:
+        return f"stoker.DatasetView(root={self.root!r})"
 
 
 class Loader:
@@ -273,28 +456,28 @@ class Loader:
 
     def __init__(
         self,
-        dataset: Union[str, "os.PathLike[str]"],
+        dataset: Any,
+        batch_size: int = 64,
+        shuffle: bool = True,
         *,
         socket: Optional[str] = None,
-        batch_size: int = 64,
-        pipeline: str = "train",
-        size: Union[int, Tuple[int, int], None] = None,
-        resize_size: Optional[int] = None,
-        scale: Tuple[float, float] = (0.08, 1.0),
-        ratio: Tuple[float, float] = (3 / 4, 4 / 3),
-        flip_prob: float = 0.5,
-        interpolation: str = "antialias",
-        dtype: str = "uint8",
-        layout: Optional[str] = None,
-        mean: Optional[Sequence[float]] = None,
-        std: Optional[Sequence[float]] = None,
+        pipeline: Any = _UNSET,
+        size: Any = _UNSET,
+        resize_size: Any = _UNSET,
+        scale: Any = _UNSET,
+        ratio: Any = _UNSET,
+        flip_prob: Any = _UNSET,
+        interpolation: Any = _UNSET,
+        dtype: Any = _UNSET,
+        layout: Any = _UNSET,
+        mean: Any = _UNSET,
+        std: Any = _UNSET,
         seed: int = 0,
-        shuffle: bool = True,
         epochs: Optional[int] = None,
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
         drop_last: bool = False,
-        ring_slots: int = 4,
+        ring_slots: Any = _UNSET,
         failure_policy: str = "skip",
         timeout_ms: int = -1,
         copy: bool = False,
@@ -305,18 +488,69 @@ class Loader:
         transform: Any = None,
         num_workers: Optional[int] = None,
         data_root: Optional[Union[str, "os.PathLike[str]"]] = None,
+        pin_memory: bool = False,
+        persistent_workers: bool = False,
+        prefetch_factor: Optional[int] = None,
+        apply_exif_orientation: bool = False,
+        exact_decode: bool = False,
+        allow_empty: Optional[bool] = None,
+        skip_unsupported_formats: bool = False,
+        **dataloader_keywords: Any,
     ) -> None:
+        # The arguments as given (before anything below rebinds them): what a
+        # pickled loader is rebuilt from.
+        self._init_args: Dict[str, Any] = {k: v for k, v in locals().items()
+                                           if k not in ("self", "dataloader_keywords")}
+        self._init_args.update(dataloader_keywords)
+        self._pid = os.getpid()
+        _refuse_dataloader_keywords(dataloader_keywords)
+        # A torchvision ImageFolder: its root, transform and classes.
+        self._dataset_object: Any = None
+        if not isinstance(dataset, (str, bytes, os.PathLike)):
+            folder = _folder_dataset(dataset, transform)
+            self._dataset_object = dataset
+            dataset, transform = folder["root"], folder["transform"]
+            if allow_empty is None:
+                allow_empty = folder["has_empty_classes"]
+        given = {k: v for k, v in (("pipeline", pipeline), ("size", size),
+                                   ("resize_size", resize_size), ("scale", scale),
+                                   ("ratio", ratio), ("flip_prob", flip_prob),
+                                   ("interpolation", interpolation), ("dtype", dtype),
+                                   ("layout", layout), ("mean", mean), ("std", std))
+                 if v is not _UNSET}
+        opts = dict(_PIPELINE_DEFAULTS, **given)
         if transform is not None:
-            t = _transforms.loader_options(transform)
-            pipeline, dtype, layout = t["pipeline"], t["dtype"], t["layout"]
-            size = t.get("size")
-            resize_size = t.get("resize_size", resize_size)
-            scale, ratio = t.get("scale", scale), t.get("ratio", ratio)
-            flip_prob = t.get("flip_prob", flip_prob)
-            interpolation = t.get("interpolation", interpolation)
-            mean, std = t.get("mean", mean), t.get("std", std)
-        pipeline = str(pipeline).lower()
-        dtype = str(dtype).lower()
+            for k, v in list(given.items())[:1]:
+                raise _native.InvalidRequestError(
+                    f"transform= and {k}={v!r} both given: {k} is decided by the transform's "
+                    f"{_transforms.step_setting(k, transform)}. Drop {k}=, or change the "
+                    "transform")
+            opts.update(_transforms.loader_options(transform))
+            if opts["pipeline"] == "decode" and batch_size != 1:
+                raise _native.InvalidRequestError(
+                    f"transform={transform!r} has no fixed-size crop or resize, so its images "
+                    f"keep their own sizes and cannot be batched (batch_size={batch_size}): add "
+                    "RandomResizedCrop(size) (training) or Resize(int) + CenterCrop(size) "
+                    "(evaluation) to the transform, or use batch_size=1")
+        if prefetch_factor is not None:
+            if ring_slots is not _UNSET:
+                raise _native.InvalidRequestError(
+                    f"prefetch_factor={prefetch_factor!r} and ring_slots={ring_slots!r} both "
+                    "given: both set the prefetch depth (ring_slots = prefetch_factor + 1); "
+                    "give one")
+            if isinstance(prefetch_factor, bool) or int(prefetch_factor) < 1:
+                raise _native.InvalidRequestError(
+                    f"prefetch_factor must be at least 1, got {prefetch_factor!r}")
+            ring_slots = int(prefetch_factor) + 1
+        elif ring_slots is _UNSET:
+            ring_slots = _DEFAULT_RING_SLOTS
+        if batch_size is None or isinstance(batch_size, bool):
+            raise _native.InvalidRequestError(
+                f"batch_size={batch_size!r}: stoker yields batches; give an int >= 1 "
+                "(batch_size=1 for single samples)")
+        pipeline = str(opts["pipeline"]).lower()
+        dtype = str(opts["dtype"]).lower()
+        layout, size, mean, std = opts["layout"], opts["size"], opts["mean"], opts["std"]
         if pipeline not in _PIPELINES:
             raise _native.InvalidRequestError(
                 f"unknown pipeline {pipeline!r}: use one of {', '.join(_PIPELINES)}")
@@ -329,13 +563,19 @@ class Loader:
         if layout not in _LAYOUTS:
             raise _native.InvalidRequestError(
                 f"unknown layout {layout!r}: use one of {', '.join(_LAYOUTS)}")
+        mean = None if mean is None else _transforms.channels(mean, "mean")
+        std = None if std is None else _transforms.channels(std, "std")
         if epochs is not None and epochs < 1:
             raise _native.InvalidRequestError("epochs must be at least 1 (None: without end)")
         if world_size is None:
             world_size = _env_int("WORLD_SIZE")
         if rank is None:
             rank = _env_int("RANK")
-        self.dataset: str = os.fspath(dataset)
+        #: The dataset's path, as given (for an ImageFolder object, its root).
+        self.dataset_path: str = os.fspath(dataset)
+        if isinstance(self.dataset_path, bytes):
+            self.dataset_path = os.fsdecode(self.dataset_path)
+        self._dataset_view: Optional[DatasetView] = None
         #: The daemon's socket; None until a private daemon is started.
         self.socket: Optional[str] = (os.fspath(socket) if socket
                                       else os.environ.get(SOCKET_ENV) or None)
@@ -356,6 +596,9 @@ class Loader:
         self.world_size: int = 1 if world_size is None else world_size
         self.timeout_ms: int = timeout_ms
         self.copy: bool = bool(copy)
+        self.pin_memory: bool = bool(pin_memory)
+        self.persistent_workers: bool = bool(persistent_workers)  # the daemon's always are
+        self._pin: Optional[bool] = None  # pin_memory and CUDA present; known at iteration
         # Device copies: what the user asked for; what the daemon serves is
         # decided at attach (_resolve_mode), once CUDA's availability is known.
         self.device: Any = device
@@ -363,21 +606,24 @@ class Loader:
         self._device_index: Optional[int] = _parse_device(device)
         self._dtype: str = dtype
         self._layout: str = layout
-        self._mean = None if mean is None else [float(v) for v in mean]
-        self._std = None if std is None else [float(v) for v in std]
+        self._mean = mean
+        self._std = std
         self._mode = "cpu"  # 'cpu', 'cuda' or 'cpu_fallback'; set at attach
         self._staging_warned = False
         height, width = _size_pair(size, pipeline)
         self._options: Dict[str, Any] = dict(
             pipeline=pipeline, height=height, width=width,
-            resize_size=resize_size or 0, scale=tuple(scale), ratio=tuple(ratio),
-            flip_prob=float(flip_prob), interpolation=interpolation, dtype=dtype,
-            layout=layout, mean=None if mean is None else list(mean),
-            std=None if std is None else list(std), batch_size=batch_size, seed=seed,
-            shuffle=bool(shuffle), epochs=0 if epochs is None else epochs, rank=self.rank,
+            resize_size=opts["resize_size"] or 0, scale=tuple(opts["scale"]),
+            ratio=tuple(opts["ratio"]), flip_prob=float(opts["flip_prob"]),
+            interpolation=opts["interpolation"], dtype=dtype, layout=layout, mean=mean,
+            std=std, batch_size=batch_size, seed=seed, shuffle=bool(shuffle),
+            epochs=0 if epochs is None else epochs, rank=self.rank,
             world_size=self.world_size, drop_last=bool(drop_last), ring_slots=ring_slots,
             failure_policy=failure_policy, register_ring_with_cuda=bool(register_ring),
-            client_name=client_name or _default_client_name(self.rank))
+            client_name=client_name or _default_client_name(self.rank),
+            apply_exif_orientation=bool(apply_exif_orientation),
+            exact_decode=bool(exact_decode), allow_empty=bool(allow_empty),
+            skip_unsupported_formats=bool(skip_unsupported_formats))
         if pipeline != "train":
             for k in ("scale", "ratio", "flip_prob"):
                 self._options.pop(k)
@@ -386,16 +632,45 @@ class Loader:
         self._info: Optional[Dict[str, Any]] = None
         self._bpe = 0  # batches per epoch
         self._next_global = 0  # the global batch number the session delivers next
-        self._next_epoch = 0  # the epoch the next iter() serves
-        self._resume_batch = 0  # ... from this batch of it (load_state_dict)
-        # (epoch, next batch) of the epoch being iterated, None between epochs
+        # Where the next iteration begins: an epoch is left only once all its
+        # batches were yielded (an iteration stopped early is served again).
+        self._next_epoch = 0
+        self._resume_batch = 0
+        # (epoch, next batch) of the iteration begun and not yet through its
+        # epoch (live or abandoned); None between epochs.
         self._in_epoch: Optional[Tuple[int, int]] = None
+        self._live: Optional["weakref.ReferenceType[_EpochIterator]"] = None
+        self._abandoned: Dict[int, int] = {}  # epoch -> iterations that stopped early
+        self._abandon_warned = False
+        # Re-entrant: a garbage collection inside may finalize objects whose
+        # teardown reaches back here.
+        self._lock = threading.RLock()
         self._token_dataset_size: Optional[int] = None  # to check after attach
         self._epoch = 0
-        self._generation = 0  # bumped by each iter(): older iterators stop
+        self._generation = 0  # bumped by set_epoch, load_state_dict, close: open iterators end
         self._closed = False
         self.last_indices: Optional[np.ndarray] = None
         """Dataset indices of the most recently yielded batch (int64 ndarray)."""
+
+    # ------------------------------------------------------------------
+    # Pickling: the configuration as given and the position
+
+    def __getstate__(self) -> Dict[str, Any]:
+        return {"stoker_loader_args": self._init_args, "state": self.state_dict()}
+
+    def __setstate__(self, d: Dict[str, Any]) -> None:
+        args = dict(d["stoker_loader_args"])
+        self.__init__(args.pop("dataset"), **args)  # type: ignore[misc]
+        self.load_state_dict(d["state"])
+
+    def _check_process(self) -> None:
+        if os.getpid() != self._pid:
+            raise ForkedLoaderError(
+                f"this stoker.Loader was made in process {self._pid} and is used in the child "
+                f"{os.getpid()} that process forked: its session and its gRPC channel belong "
+                "to the parent. Create a Loader in the child, or pass the loader to a spawned "
+                "process (multiprocessing 'spawn', mp.spawn): it pickles, and the copy attaches "
+                "a session of its own at the same position")
 
     # ------------------------------------------------------------------
     # Session management
@@ -410,6 +685,7 @@ class Loader:
 
         Raises InvalidRequestError, DaemonUnavailableError, ResourceExhaustedError.
         """
+        self._check_process()
         if self._closed:
             raise _native.StokerError("the loader is closed")
         if self._session is not None:
@@ -423,11 +699,11 @@ class Loader:
             # yields nothing).
             start_epoch, start_batch = self.epochs - 1, 0
         self._mode = self._resolve_mode()
-        dataset = self.dataset
+        dataset = self.dataset_path
         if self._private_wanted:
             if self._private is None:
                 self._private, self._private_path = _private.acquire(
-                    self.dataset, self.num_workers, self._private_root)
+                    self.dataset_path, self.num_workers, self._private_root)
                 self.socket = self._private.socket
                 self._client = None
             dataset = self._private_path
@@ -447,10 +723,27 @@ class Loader:
         self._next_global = start_epoch * self._bpe + start_batch
         try:
             self._check_token_dataset_size()
+            self._check_dataset_object()
         except _native.InvalidRequestError:
             self.close()
             raise
         return self
+
+    def _check_dataset_object(self) -> None:
+        """Once attached: the daemon must see the dataset an ImageFolder given
+        as the dataset describes."""
+        ds = self._dataset_object
+        if ds is None:
+            return
+        assert self._info is not None
+        have = (int(self._info["dataset_size"]), list(self._info["class_names"]))
+        want = (len(ds.samples), list(ds.classes))
+        if have != want:
+            raise _native.InvalidRequestError(
+                f"dataset: the {type(ds).__name__} object has {want[0]} samples in classes "
+                f"{want[1]}, the daemon finds {have[0]} samples in classes {have[1]} in "
+                f"{self.dataset_path!r}: the folder changed since the object was made, or the "
+                "daemon leaves out files the object has (see skip_unsupported_formats)")
 
     def _check_token_dataset_size(self) -> None:
         """Once attached: refuses a loaded state saved with a dataset of another size."""
@@ -460,7 +753,7 @@ class Loader:
         if want is not None and want != have:
             raise _native.InvalidRequestError(
                 f"load_state_dict: the state was saved with a dataset of {want} samples; "
-                f"{self.dataset!r} now has {have}, so its order differs")
+                f"{self.dataset_path!r} now has {have}, so its order differs")
 
     # ------------------------------------------------------------------
     # Epochs and resume
@@ -476,20 +769,23 @@ class Loader:
         epoch = int(epoch)
         if epoch < 0:
             raise _native.InvalidRequestError(f"epoch must be >= 0, got {epoch}")
-        if epoch != self._next_epoch:
-            self._next_epoch = epoch
-            self._resume_batch = 0
-        self._in_epoch = None
-        self._generation += 1  # an iterator still open ends
+        with self._lock:
+            if epoch != self._next_epoch:
+                self._next_epoch = epoch
+                self._resume_batch = 0
+            self._end_iteration()  # an iterator still open ends
 
     def state_dict(self) -> Dict[str, Any]:
         """Where the loader stands: a small JSON-able token for `load_state_dict`.
 
         Taken inside the loop over an epoch it points at the batch after the
         last one yielded; taken between epochs, at the next epoch's first
-        batch. Ranks iterate in step, so rank 0's token restores every rank.
+        batch; after an iteration stopped early (a ``break``, a peek), where
+        the next iteration starts: that epoch again, from where the stopped
+        iteration began. Ranks iterate in step, so rank 0's token restores
+        every rank.
         """
-        if self._in_epoch is not None:
+        if self._in_epoch is not None and self._live_iterator() is not None:
             epoch, batch = self._in_epoch
         else:
             epoch, batch = self._next_epoch, self._resume_batch
@@ -526,10 +822,10 @@ class Loader:
         if int(state["seed"]) != o["seed"] and self._session is not None:
             self._drop_session()  # the order depends on the seed: attach anew
         o["seed"] = int(state["seed"])
-        self._next_epoch, self._resume_batch = epoch, batch
-        self._epoch = epoch
-        self._in_epoch = None
-        self._generation += 1
+        with self._lock:
+            self._next_epoch, self._resume_batch = epoch, batch
+            self._epoch = epoch
+            self._end_iteration()
         self._token_dataset_size = state.get("dataset_size")
         if self._session is not None:
             self._check_token_dataset_size()
@@ -621,6 +917,7 @@ class Loader:
         loader uses). Tensors already yielded stay valid. Idempotent."""
         self._closed = True
         self._generation += 1
+        self._live = None
         s, self._session = self._session, None
         p, self._private = self._private, None
         try:
@@ -685,8 +982,19 @@ class Loader:
         """Batches per epoch of this rank (attaches if needed)."""
         return int(self.info["batches_per_epoch"])
 
+    @property
+    def dataset(self) -> Any:
+        """The dataset, as DataLoader's: the ImageFolder object given, else a
+        `DatasetView` with ImageFolder's attributes (len, root, classes,
+        class_to_idx, samples, targets, imgs). The path: `dataset_path`."""
+        if self._dataset_object is not None:
+            return self._dataset_object
+        if self._dataset_view is None:
+            self._dataset_view = DatasetView(self)
+        return self._dataset_view
+
     def __repr__(self) -> str:
-        return (f"stoker.Loader({self.dataset!r}, socket={self.socket or '(private)'!r}, "
+        return (f"stoker.Loader({self.dataset_path!r}, socket={self.socket or '(private)'!r}, "
                 f"batch_size={self.batch_size}, pipeline={self.pipeline!r})")
 
     # ------------------------------------------------------------------
@@ -694,41 +1002,107 @@ class Loader:
 
     def __iter__(self) -> Iterator[Tuple[Images, Any]]:
         """One epoch of (images, labels)."""
+        self._check_process()
         return _EpochIterator(self, views=False)
 
     def iter_batches(self) -> Iterator[BatchView]:
         """One epoch of `BatchView` (images, labels, indices, epoch, ...)."""
+        self._check_process()
         return _EpochIterator(self, views=True)
 
-    def _begin_epoch(self) -> Tuple[int, int, int]:
-        """Positions the session at the next epoch (at its resume batch);
-        returns (epoch, first batch, generation)."""
-        if self._closed:
-            raise _native.StokerError("the loader is closed")
-        self.attach()
+    def _live_iterator(self) -> Optional["_EpochIterator"]:
+        """The iterator of the iteration under way, if it is still referenced
+        and neither through its epoch nor ended by set_epoch and the like."""
+        it = None if self._live is None else self._live()
+        if it is None or it._ended or it._superseded or it._generation != self._generation:
+            return None
+        return it
+
+    def _end_iteration(self) -> None:
+        """set_epoch / load_state_dict: an open iterator ends (StopIteration)
+        and the next iteration starts where they say."""
+        self._in_epoch = None
+        self._live = None
         self._generation += 1
-        epoch, first = self._next_epoch, self._resume_batch
+
+    def _epoch_served(self, epoch: int) -> None:
+        """All of `epoch`'s batches were yielded: the next iteration serves the next."""
         self._next_epoch, self._resume_batch = epoch + 1, 0
-        if self.epochs is not None and epoch >= self.epochs:
-            self._in_epoch = None
+        self._in_epoch = None
+        self._live = None
+
+    def _begin_epoch(self, it: "_EpochIterator") -> Tuple[int, int, int]:
+        """Makes `it` the iteration under way and positions the session at the
+        epoch it serves; returns (epoch, first batch, generation)."""
+        with self._lock:
+            if self._closed:
+                raise _native.StokerError("the loader is closed")
+            prev = self._live_iterator()
+            if prev is not None and prev is not it:
+                if prev._thread is not threading.current_thread() and prev._thread.is_alive():
+                    raise ConcurrentIterationError(
+                        f"stoker.Loader: thread {prev._thread.name!r} is iterating this Loader "
+                        f"and thread {threading.current_thread().name!r} started another "
+                        "iteration. A Loader serves one iteration at a time: give each "
+                        "thread its own Loader (they may share one daemon: the same socket=)")
+                prev._superseded = True
+            if self._in_epoch is not None:
+                self._count_abandoned(self._in_epoch[0])
+            self.attach()
+            self._generation += 1
+            epoch, first = self._next_epoch, self._resume_batch
+            if self.epochs is not None and epoch >= self.epochs:
+                self._in_epoch = None
+                self._live = None
+                return epoch, first, self._generation
+            if self._pin is None:
+                self._pin = self._pinning()
+            self._in_epoch = (epoch, first)
+            self._live = weakref.ref(it)
+            behind = epoch * self._bpe + first - self._next_global
+            if behind > 0 and behind <= int(self._info["ring_slots"]) and self._session.held == 0:
+                # set_epoch / load_state_dict went a little ahead: drop what is
+                # probably already in the ring. (Not while one of its batches is
+                # still alive: the slots that batch holds would come round
+                # before the new epoch's first batches could.)
+                for _ in range(behind):
+                    try:
+                        self._next_raw()
+                    except _native.SampleError:
+                        pass  # a failed batch nobody wants
+            elif behind != 0:
+                # Further ahead, or behind (an iteration stopped early and its
+                # epoch is served again; set_epoch / load_state_dict went
+                # back): restart the session there.
+                self._reattach(epoch, first)
             return epoch, first, self._generation
-        self._in_epoch = (epoch, first)
-        behind = epoch * self._bpe + first - self._next_global
-        if behind > 0 and behind <= int(self._info["ring_slots"]) and self._session.held == 0:
-            # A previous iteration stopped early: drop what is probably already
-            # in the ring. (Not while one of its batches is still alive, as the
-            # loop variable is after a `break`: the slots that batch holds
-            # would come round before the new epoch's first batches could.)
-            for _ in range(behind):
-                try:
-                    self._next_raw()
-                except _native.SampleError:
-                    pass  # a failed batch of the abandoned epoch: nobody wants it
-        elif behind != 0:
-            # Further ahead, or behind (set_epoch / load_state_dict went back):
-            # restart the session there.
-            self._reattach(epoch, first)
-        return epoch, first, self._generation
+
+    def _count_abandoned(self, epoch: int) -> None:
+        n = self._abandoned[epoch] = self._abandoned.get(epoch, 0) + 1
+        if n >= 2 and not self._abandon_warned:
+            self._abandon_warned = True
+            warnings.warn(
+                f"stoker.Loader: an iteration over epoch {epoch} stopped before the epoch's end "
+                "again, so the next one serves epoch {epoch} again from where it began (a "
+                "partly read epoch is not lost). A loop that stops early every epoch sees the "
+                "same first batches each time: call loader.set_epoch(epoch) at the start of "
+                "each epoch, as with DistributedSampler".replace("{epoch}", str(epoch)),
+                RuntimeWarning, stacklevel=4)
+
+    def _pinning(self) -> bool:
+        """pin_memory=True: whether batches are copied to pinned memory (CUDA is
+        present and batches are CPU tensors); warns once when it is not."""
+        if not self.pin_memory or self._mode == "cuda":
+            return False  # device='cuda' copies straight from the ring
+        torch = _torch or _torch_module()
+        if torch.cuda.is_available():
+            return True
+        warnings.warn(
+            "stoker.Loader(pin_memory=True): no accelerator is found "
+            "(torch.cuda.is_available() is False), so pinned memory is not used. With a GPU, "
+            "device='cuda' copies each batch from the ring to the GPU with no pinned copy",
+            RuntimeWarning, stacklevel=5)
+        return False
 
     def _batches_left(self, epoch: int, first: int) -> int:
         """Batches an epoch yields from batch `first` on (none past the last)."""
@@ -786,6 +1160,10 @@ class Loader:
             images = ([a.permute(2, 0, 1) for a in images] if isinstance(images, list)
                       else images.permute(0, 3, 1, 2))
         labels = torch.from_numpy(labels)
+        if self._pin:  # pin_memory=True: a pinned copy, as DataLoader's (the slot returns)
+            images = ([a.pin_memory() for a in images] if isinstance(images, list)
+                      else images.pin_memory())
+            labels = labels.pin_memory()
         self.last_indices = indices
         self._epoch = epoch
         if views:
@@ -795,39 +1173,51 @@ class Loader:
 
 
 class _EpochIterator:
-    """Iterates one epoch of a Loader; stops early if a newer iter() began."""
+    """Iterates one epoch of a Loader (see Loader._begin_epoch)."""
 
-    __slots__ = ("_loader", "_views", "_epoch", "_generation", "_left", "_started", "_batch")
+    __slots__ = ("_loader", "_views", "_epoch", "_generation", "_left", "_started", "_batch",
+                 "_thread", "_ended", "_superseded", "__weakref__")
 
     def __init__(self, loader: Loader, views: bool) -> None:
         self._loader = loader
         self._views = views
         self._started = False
+        self._ended = False  # through its epoch, or ended by set_epoch and the like
+        self._superseded = False  # a newer iteration of the loader began
         self._left = 0
         self._epoch = 0
         self._batch = 0  # the batch_in_epoch expected next
         self._generation = 0
+        self._thread: Optional[threading.Thread] = None
 
     def __iter__(self) -> "_EpochIterator":
         return self
 
     def __next__(self) -> Any:
         ld = self._loader
+        ld._check_process()
         if not self._started:
             # Attach and position at the first next(), as DataLoader starts its
             # workers: errors surface inside the for loop.
+            self._thread = threading.current_thread()
+            self._epoch, self._batch, self._generation = ld._begin_epoch(self)
             self._started = True
-            self._epoch, self._batch, self._generation = ld._begin_epoch()
             self._left = ld._batches_left(self._epoch, self._batch)
-        if self._left <= 0 or self._generation != ld._generation or ld._session is None:
-            if self._generation == ld._generation:
-                ld._in_epoch = None  # the epoch is done: state_dict points at the next
+        if self._superseded:
+            raise ConcurrentIterationError(
+                "stoker.Loader: this iterator was superseded by a newer iteration of the same "
+                "Loader (iter() was called again before it was through its epoch). A Loader "
+                "serves one iteration at a time; the newer one serves this epoch again")
+        if (self._ended or self._left <= 0 or self._generation != ld._generation
+                or ld._session is None):
+            self._ended = True
             raise StopIteration
         try:
             raw = ld._next_raw()
         except _native.EndOfData:
-            self._left = 0
-            ld._in_epoch = None
+            self._ended = True
+            if self._generation == ld._generation:
+                ld._epoch_served(self._epoch)
             raise StopIteration from None
         except _native.SampleError:
             self._advance(ld)  # that batch is gone; next() goes on with the following one
@@ -842,8 +1232,14 @@ class _EpochIterator:
     def _advance(self, ld: Loader) -> None:
         self._left -= 1
         self._batch += 1
-        if self._generation == ld._generation:
-            ld._in_epoch = (self._epoch, self._batch)
+        if self._generation != ld._generation:
+            return
+        with ld._lock:
+            if self._left <= 0:  # the epoch's last batch: served, StopIteration or not
+                self._ended = True
+                ld._epoch_served(self._epoch)
+            else:
+                ld._in_epoch = (self._epoch, self._batch)
 
     def __len__(self) -> int:
         # Before the first next(): what this epoch will yield (attaching if
