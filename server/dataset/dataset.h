@@ -127,8 +127,10 @@ class Dataset {
   //    that is a dangling symlink, or one leading outside the root, is listed
   //    as torchvision lists it and fails as a sample: its path(i) is the link
   //    itself, which OpenBeneath refuses ("leaves the data root") or does not
-  //    find ("dangling symlink"); it is never followed outside. A directory
-  //    met again below itself (a loop) is skipped.
+  //    find ("dangling symlink"); it is never followed outside (a warning
+  //    counts those leaving the root; when every sample does, the request
+  //    fails: PERMISSION_DENIED with the hint below). A directory met again
+  //    below itself (a loop) is skipped.
   //    path(i) is the canonical path: a symlinked file's target (within the
   //    root); listed_path(i) the path torchvision lists.
   //  - kManifest: `path<TAB>label` per line, paths relative to the

@@ -354,6 +354,17 @@ TEST_CASE("ImageFolder: a folder leading outside the root fails the request",
       CHECK(hints(s));
     }
   }
+  SECTION("every sample a link outside (a farm of links into a pool beside the root)") {
+    tmp.Write("outside/pool/a.jpg");
+    tmp.Write("outside/pool/b.jpg");
+    tmp.Symlink(tmp / "outside/pool/a.jpg", "root/farm/x/a.jpg");
+    tmp.Symlink("../../../outside/pool/b.jpg", "root/farm/y/b.jpg");
+    auto s = Dataset::Open(*root, "farm", DatasetFormat::kImageFolder).status();
+    CHECK(absl::IsPermissionDenied(s));
+    INFO(s.message());
+    CHECK(Mentions(s, "every sample is a symlink leaving the data root, e.g. 'farm/x/a.jpg'"));
+    CHECK(hints(s));
+  }
   SECTION("but not a link outside that is no image") {
     tmp.Symlink(tmp / "outside/secret.jpg", "root/ds/cls/notes.txt");
     tmp.Symlink(tmp / "outside/secret.jpg", "root/ds/not_a_class");
@@ -376,6 +387,8 @@ TEST_CASE("ImageFolder: a file link that dangles or leaves the root is a sample 
   auto root = OpenRoot(tmp / "root");
   auto opened = Dataset::Open(*root, "ds", DatasetFormat::kImageFolder);
   REQUIRE(opened.ok());
+  REQUIRE((*opened)->warnings().size() == 1);
+  CHECK((*opened)->warnings()[0].find("4 files are symlinks leaving the data root") == 0);
   // Listed as torchvision lists them, by the links' own paths.
   CHECK(Entries(**opened) == std::vector<Entry>{{"ds/cls/abs.jpg", 0},
                                                 {"ds/cls/abs_missing.jpg", 0},

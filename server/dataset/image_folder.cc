@@ -108,6 +108,8 @@ struct Classified {
   // Canonical path of what a symlink leads to; empty: the entry's own path
   // (its directory's canonical path + its name).
   std::string real;
+  // A file link that leaves the root: why (PERMISSION_DENIED).
+  absl::Status escape;
 };
 
 // What an entry is for the walk, following symlinks (os.walk's is_dir()).
@@ -127,16 +129,16 @@ absl::StatusOr<Classified> Classify(const DataRoot& root, int dir_fd, const std:
     }
     d_type = S_ISDIR(st.st_mode) ? DT_DIR : S_ISLNK(st.st_mode) ? DT_LNK : DT_REG;
   }
-  if (d_type == DT_DIR) return Classified{Kind::kDirectory, ""};
+  if (d_type == DT_DIR) return Classified{Kind::kDirectory, "", {}};
   const Extension ext = want_files ? ExtensionOf(name) : Extension::kNone;
   const Kind file_kind = ext == Extension::kJpeg          ? Kind::kFile
                          : ext == Extension::kUnsupported ? Kind::kUnsupported
                                                           : Kind::kSkip;
-  if (d_type != DT_LNK) return Classified{file_kind, ""};
+  if (d_type != DT_LNK) return Classified{file_kind, "", {}};
 
   const bool target_exists = fstatat(dir_fd, name_str.c_str(), &st, 0) == 0;
   const bool target_is_dir = target_exists && S_ISDIR(st.st_mode);
-  if (!target_is_dir && file_kind != Kind::kFile) return Classified{file_kind, ""};
+  if (!target_is_dir && file_kind != Kind::kFile) return Classified{file_kind, "", {}};
   const std::string display = JoinPath(dir_display, name);
   absl::StatusOr<ResolvedPath> resolved =
       ResolveBeneath(root, dir_real, name, display, /*allow_missing=*/!target_exists);
@@ -145,11 +147,13 @@ absl::StatusOr<Classified> Classify(const DataRoot& root, int dir_fd, const std:
     // A file link that leaves the root, loops or vanished: listed (as
     // torchvision lists it) by its own path, which the worker's OpenBeneath
     // refuses or does not find; a counted sample failure, never followed.
-    return Classified{Kind::kFile, ""};
+    Classified c{Kind::kFile, "", {}};
+    if (absl::IsPermissionDenied(resolved.status())) c.escape = resolved.status();
+    return c;
   }
-  if (target_is_dir) return Classified{Kind::kDirectory, std::move(resolved->path)};
-  if (!resolved->exists) return Classified{Kind::kFile, ""};  // dangling, but confined
-  return Classified{Kind::kFile, std::move(resolved->path)};
+  if (target_is_dir) return Classified{Kind::kDirectory, std::move(resolved->path), {}};
+  if (!resolved->exists) return Classified{Kind::kFile, "", {}};  // dangling, but confined
+  return Classified{Kind::kFile, std::move(resolved->path), {}};
 }
 
 struct WalkDir {
@@ -172,6 +176,8 @@ struct WalkFile {
 struct ClassCounts {
   uint64_t unsupported = 0;  // image files stoker cannot decode yet
   std::string example;       // the first of them (its path as listed)
+  uint64_t escaping = 0;     // samples that are links leaving the root
+  absl::Status escape;       // why the first of them does
 };
 
 class ClassWalker {
@@ -234,6 +240,7 @@ class ClassWalker {
                                     c->real.empty() ? JoinPath(real, name) : std::move(c->real),
                                     static_cast<int64_t>(index)});
           } else if (c->kind == Kind::kFile) {
+            if (!c->escape.ok() && counts_->escaping++ == 0) counts_->escape = c->escape;
             WalkFile f;
             f.dir = static_cast<uint32_t>(index);
             f.name_offset = arena_.size();
@@ -340,6 +347,8 @@ absl::Status IndexImageFolder(const DataRoot& root, const std::string& dir,
   std::vector<std::string> emptied;        // image files, but none stoker reads
   uint64_t unsupported = 0;
   std::string example;
+  uint64_t escaping = 0;
+  absl::Status escape;
   for (size_t label = 0; label < classes.size(); ++label) {
     out->class_names.push_back(classes[label].name);
     const uint64_t before = out->size();
@@ -352,6 +361,21 @@ absl::Status IndexImageFolder(const DataRoot& root, const std::string& dir,
     }
     if (unsupported == 0) example = std::move(counts.example);
     unsupported += counts.unsupported;
+    if (escaping == 0) escape = counts.escape;
+    escaping += counts.escaping;
+  }
+  // Links leaving the root fail as samples; when they are all there is, the
+  // dataset cannot be served at all (a farm of links into a pool beside the
+  // root): that is the request's error, with its fix.
+  if (escaping != 0 && escaping == out->size()) {
+    return absl::PermissionDeniedError(
+        Cat("ImageFolder '", shown, "': every sample is a symlink leaving the data root, e.g. ",
+            escape.message()));
+  }
+  if (escaping != 0) {
+    out->warnings.push_back(Cat(escaping, escaping == 1 ? " file is a symlink" : " files are symlinks",
+                                " leaving the data root; they fail as samples. The first: ",
+                                escape.message()));
   }
 
   // Every problem in one message: the user fixes them in one go.
