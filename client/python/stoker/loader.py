@@ -348,11 +348,49 @@ class DatasetView:
 class Loader:
     """Batches of decoded, augmented images from stokerd, as torch tensors.
 
+    A drop-in for torch's DataLoader over an image folder: ``Loader(dataset,
+    batch_size, shuffle, ...)`` takes DataLoader's first three arguments in
+    its order, a path or a torchvision ``ImageFolder`` (whose transform it
+    runs in the daemon), and DataLoader's ``pin_memory``,
+    ``persistent_workers``, ``prefetch_factor`` and ``num_workers``. Its other
+    keywords (``sampler``, ``batch_sampler``, ``collate_fn``,
+    ``worker_init_fn``, ``generator``, ``timeout``,
+    ``multiprocessing_context``, ``pin_memory_device``) are accepted at their
+    "unused" defaults and otherwise refused with the stoker way named.
+
     Iterating yields one epoch, like torch's DataLoader: ``len(loader)`` batches
     of ``(images, labels)``, then StopIteration; the next ``iter()`` serves the
     next epoch of the same session (the daemon keeps prefetching across the
     boundary). `iter_batches` yields `BatchView` objects that also carry the
     dataset indices.
+
+    Every ``for`` over the loader yields a whole epoch. An iteration that stops
+    before its epoch's end (a peek with ``next(iter(loader))``, a ``break``) is
+    undone: the next ``iter()`` serves that same epoch again, whole, from where
+    the stopped iteration began (its first batch, or a restored state's), and
+    `state_dict` points there. An epoch counts as served once all its batches
+    were yielded, StopIteration or not (``zip``). A loop that stops early
+    every epoch should call `set_epoch` each epoch, as with
+    DistributedSampler (a RuntimeWarning says so when one epoch is stopped
+    early twice).
+
+    One iteration at a time: starting a second one from another thread while
+    one is live raises `ConcurrentIterationError` (give each thread its own
+    Loader; they may share a daemon), and so does advancing an iterator that a
+    newer ``iter()`` on the same thread superseded. `set_epoch`,
+    `load_state_dict` and `close` end an open iterator (StopIteration).
+
+    Processes: a Loader belongs to the process that made it; used in a forked
+    child it raises `ForkedLoaderError` at once. It pickles (multiprocessing
+    'spawn', mp.spawn) as its arguments as given and its position
+    (`state_dict`): the copy attaches a session of its own, to the same
+    socket, or to a private daemon of its own when none was given, and yields
+    the batches the original would have yielded next.
+
+    ``loader.dataset`` is, as DataLoader's, the ImageFolder given, else a
+    `DatasetView` with ImageFolder's attributes (``len()``, ``root``,
+    ``classes``, ``class_to_idx``, ``samples``, ``targets``, ``imgs``) read
+    from the daemon; ``loader.dataset_path`` is the path.
 
     Zero copy: ``images`` is a tensor over a slot of the shared-memory ring.
     It stays valid, and unchanged, for as long as you hold it (even after
@@ -390,24 +428,44 @@ class Loader:
 
     Args:
         dataset: the dataset, relative to the daemon's ``--data-root`` (or
-            absolute inside it): an ImageFolder tree or a manifest file. Sample
-            i is ``torchvision.datasets.ImageFolder(root).samples[i]``. With a
+            absolute inside it): an ImageFolder tree, a manifest file or a
+            WebDataset shard pattern. Sample i is
+            ``torchvision.datasets.ImageFolder(root).samples[i]``. With a
             private daemon: a path as usual (relative to the working folder).
+            Or a ``torchvision.datasets.ImageFolder`` (or DatasetFolder with
+            ImageFolder's extensions): its root is the path, its transform the
+            transform, and after attach the daemon's classes and size must be
+            the object's. Refused, naming it: a target_transform, a custom
+            loader or is_valid_file, a subclass's own __getitem__, a transform
+            both on it and as ``transform=``, and any other Dataset (stoker
+            reads image folders, manifests and WebDataset shards).
+        batch_size: samples per batch (DataLoader's second argument).
+        shuffle: permute each epoch (else dataset order). DataLoader's third
+            argument; note the default: True here, False in DataLoader.
         socket: the daemon's Unix socket; None: ``$STOKER_SOCKET``; neither:
             a private daemon (see above).
         transform: a torchvision transform (``T.Compose([...])`` or a list) to
-            run in the daemon instead of the pipeline arguments below (which
-            it then overrides): RandomResizedCrop, RandomHorizontalFlip,
-            Resize(int) + CenterCrop, ToTensor or PILToTensor,
-            ConvertImageDtype, Normalize. Others are refused with an error.
-        batch_size: samples per batch.
+            run in the daemon instead of the pipeline arguments below:
+            RandomResizedCrop, RandomHorizontalFlip, Resize(int) + CenterCrop,
+            ToTensor or PILToTensor, ConvertImageDtype, Normalize (a 1-value
+            mean/std is broadcast). Others are refused with an error. It
+            decides every pipeline argument (pipeline, size, resize_size,
+            scale, ratio, flip_prob, interpolation, dtype, layout, mean, std):
+            giving one of them too is an error naming both. Without a
+            fixed-size crop or resize the images cannot be batched: an error,
+            unless ``batch_size=1``.
         pipeline: 'train' (RandomResizedCrop + RandomHorizontalFlip), 'eval'
-            (Resize + CenterCrop) or 'decode' (the whole image).
-        size: output size, int or (height, width). None: 224 for train/eval;
-            for decode each image's own size (needs ``batch_size=1``).
+            (Resize + CenterCrop) or 'decode' (the whole image). Defaults of
+            this and the pipeline arguments down to ``std``: pipeline='train', size=None, resize_size=None,
+            scale=(0.08, 1), ratio=(3/4, 4/3), flip_prob=0.5,
+            interpolation='antialias', dtype='uint8', layout=None, mean=None,
+            std=None.
+        size: output size, a positive int or (height, width). None: 224 for
+            train/eval; for decode each image's own size (needs
+            ``batch_size=1``).
         resize_size: eval: the shorter side before the crop (None: 256*size/224).
-        scale, ratio: train: RandomResizedCrop's ranges.
-        flip_prob: train: probability of a horizontal flip.
+        scale, ratio: train: RandomResizedCrop's ranges ((0.08, 1), (3/4, 4/3)).
+        flip_prob: train: probability of a horizontal flip (0.5).
         interpolation: 'antialias' (PIL-like, torchvision's default) or 'bilinear'.
         dtype: 'uint8' (raw pixels) or 'float32'/'float16'/'bfloat16',
             normalized ``(x/255 - mean) / std`` (bfloat16: rounded from the
@@ -416,17 +474,17 @@ class Loader:
         layout: 'nhwc' or 'nchw' (the tensor's shape), or 'channels_last': an
             [n, 3, H, W] tensor in torch.channels_last memory format. None:
             'nhwc' for uint8, 'nchw' for floats.
-        mean, std: per RGB channel; None: ImageNet's.
+        mean, std: per RGB channel, 3 values or 1 for all; None: ImageNet's.
         seed: the order of epoch e is a permutation from (seed, e); a sample's
             augmentation is keyed by (seed, epoch, index): the same seed gives
             the same batches whatever the daemon's worker count.
-        shuffle: permute each epoch (else dataset order).
         epochs: epochs to serve; None: without end.
         rank, world_size: the global rank and world size, DistributedSampler's:
             each rank reads a disjoint 1/world_size of every epoch. None:
             ``$RANK`` / ``$WORLD_SIZE`` (as torchrun sets them), else 0 / 1.
         drop_last: drop each epoch's last, partial batch.
-        ring_slots: the ring's depth in batches (the prefetch depth), >= 2.
+        ring_slots: the ring's depth in batches, >= 2 (default 4): the batch in
+            use and ``ring_slots - 1`` prefetched.
         failure_policy: 'skip' (a bad file is replaced by another sample of the
             shard) or 'error' (`SampleError` naming the file).
         timeout_ms: the longest wait for one batch (-1: no limit; a dead daemon
@@ -452,6 +510,29 @@ class Loader:
             wider one when the dataset's files are links into another folder
             or its manifest names ``../`` paths. A sidecar has its own
             ``--data-root``; then this is refused.
+        pin_memory: DataLoader's: each CPU batch is copied into page-locked
+            memory (``tensor.pin_memory()``) for faster, asynchronous copies to
+            the GPU; the copy frees the ring slot at once. Without CUDA, one
+            RuntimeWarning and no pinning, as DataLoader. Ignored with
+            ``device='cuda'``, the zero-copy path (the ring itself is pinned).
+        persistent_workers: DataLoader's; accepted, no effect: the daemon's
+            workers always persist across epochs.
+        prefetch_factor: DataLoader's: batches prefetched ahead of the one in
+            use; sets ``ring_slots = prefetch_factor + 1`` (giving both is an
+            error). Stoker's prefetch is for the whole loader, not per worker.
+        apply_exif_orientation: rotate and flip each image as its EXIF
+            orientation says (off by default: torchvision's ImageFolder does
+            not rotate either).
+        exact_decode: decode every image at full size before resizing (no
+            reduced-size DCT decode): slower, closest to PIL's pixels.
+        allow_empty: ImageFolder's allow_empty: keep class folders with no
+            image file as classes with no samples (otherwise attach fails
+            naming them). None: False, or, for an ImageFolder object given,
+            whether it has such classes.
+        skip_unsupported_formats: leave out image files stoker cannot read yet
+            (PNG, WebP, ... in torchvision's IMG_EXTENSIONS) knowingly;
+            otherwise attach fails with their count and an example, since the
+            sample indices would no longer be ImageFolder's.
     """
 
     def __init__(
@@ -1101,7 +1182,7 @@ class Loader:
             "stoker.Loader(pin_memory=True): no accelerator is found "
             "(torch.cuda.is_available() is False), so pinned memory is not used. With a GPU, "
             "device='cuda' copies each batch from the ring to the GPU with no pinned copy",
-            RuntimeWarning, stacklevel=5)
+            RuntimeWarning, stacklevel=4)
         return False
 
     def _batches_left(self, epoch: int, first: int) -> int:
