@@ -373,9 +373,10 @@ absl::Status IndexImageFolder(const DataRoot& root, const std::string& dir,
             escape.message()));
   }
   if (escaping != 0) {
-    out->warnings.push_back(Cat(escaping, escaping == 1 ? " file is a symlink" : " files are symlinks",
-                                " leaving the data root; they fail as samples. The first: ",
-                                escape.message()));
+    out->warnings.push_back(Cat(escaping,
+                                escaping == 1 ? " file is a symlink leaving the data root; it fails"
+                                              : " files are symlinks leaving the data root; they fail",
+                                " as samples. The first: ", escape.message()));
   }
 
   // Every problem in one message: the user fixes them in one go.
