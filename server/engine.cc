@@ -47,6 +47,13 @@ constexpr uint64_t kDefaultVariableDecodePixels = 16ull << 20;
 // A dataset path longer than this is refused (it could not name a file).
 constexpr size_t kMaxDatasetBytes = 4096;
 constexpr size_t kMaxFailuresListed = 1000;
+// The failure memory's bounds (stated in stoker.proto's DatasetFailures).
+constexpr size_t kKeptFailureDatasets = 64;
+constexpr size_t kKeptFailuresPerDataset = 1000;
+// ListSamples' page: the default and the largest.
+constexpr uint32_t kDefaultListLimit = 4096;
+constexpr uint32_t kMaxListLimit = 65536;
+constexpr size_t kMaxListBytes = 2u << 20;  // of paths, per page
 
 // NOT_FOUND for a session id; a long one is not echoed whole (an error
 // message travels in gRPC's trailers, whose size is limited).
@@ -62,6 +69,19 @@ absl::Status NoSession(const std::string& session_id) {
 // and the options that change what the index holds.
 std::string DatasetKey(const std::string& name, int format, const IndexOptions& io) {
   return absl::StrCat(format, ":", io.flags(), ":", name);
+}
+
+// Entry i as ListSamples lists it: relative to the dataset's own folder (an
+// ImageFolder's root, a manifest's folder, a pattern's folder).
+std::string ListedPath(const Dataset& ds, uint64_t i) {
+  std::string p = ds.listed_path(i);
+  if (ds.format() == DatasetFormat::kImageFolder) return p;  // relative to its root already
+  const std::string_view name = ds.name();
+  const size_t slash = name.rfind('/');
+  if (slash == std::string_view::npos) return p;  // a file at the data root
+  const std::string_view folder = name.substr(0, slash + 1);
+  if (p.compare(0, folder.size(), folder) == 0) p.erase(0, folder.size());
+  return p;
 }
 
 std::string PipelineName(v1::PipelineKind k) {
@@ -318,6 +338,20 @@ struct FailureRecord {
   std::string path;
   std::string reason;
   uint64_t count = 0;
+};
+
+struct FailureEntry {
+  uint64_t index = 0;
+  std::string reason;
+  uint64_t count = 0;
+};
+
+// The failure memory of one dataset (Engine::failure_memory_).
+struct DatasetFailureLog {
+  std::string dataset;
+  uint64_t samples_failed = 0;
+  uint64_t failures_not_kept = 0;
+  std::map<std::string, FailureEntry> by_path;  // at most kKeptFailuresPerDataset
 };
 
 struct Session {
@@ -1148,6 +1182,7 @@ void Engine::FailSampleLocked(Session& s, SampleTask& t, const std::string& reas
     rec.reason = reason;
     spdlog::warn("session {}: sample {} ({}) failed: {}", s.id, t.index, path, reason);
   }
+  RememberFailureLocked(s.dataset->name(), t.index, path, reason);
   ++s.samples_failed;
   ++samples_failed_total_;
   if (!s.policy_error && t.replacements < kMaxReplacements) {
@@ -1180,6 +1215,30 @@ void Engine::FailSampleLocked(Session& s, SampleTask& t, const std::string& reas
     cv_.notify_all();
   }
   if (--f.remaining == 0) FinishBatchLocked(s, t.seq);
+}
+
+void Engine::RememberFailureLocked(const std::string& dataset, uint64_t index,
+                                   const std::string& path, const std::string& reason) {
+  auto it = std::find_if(failure_memory_.begin(), failure_memory_.end(),
+                         [&](const DatasetFailureLog& d) { return d.dataset == dataset; });
+  if (it == failure_memory_.end()) {
+    if (failure_memory_.size() >= kKeptFailureDatasets) failure_memory_.pop_back();
+    failure_memory_.emplace_front();
+    failure_memory_.front().dataset = dataset;
+  } else if (it != failure_memory_.begin()) {
+    failure_memory_.splice(failure_memory_.begin(), failure_memory_, it);
+  }
+  DatasetFailureLog& d = failure_memory_.front();
+  ++d.samples_failed;
+  auto e = d.by_path.find(path);
+  if (e == d.by_path.end()) {
+    if (d.by_path.size() >= kKeptFailuresPerDataset) {
+      ++d.failures_not_kept;
+      return;
+    }
+    e = d.by_path.emplace(path, FailureEntry{index, reason, 0}).first;
+  }
+  ++e->second.count;
 }
 
 void Engine::FinishBatchLocked(Session& s, uint64_t seq) {
@@ -1496,7 +1555,56 @@ v1::StatusResponse Engine::GetStatus(bool include_failures) {
       }
     }
   }
+  if (include_failures) {
+    for (const DatasetFailureLog& d : failure_memory_) {
+      auto* df = r.add_dataset_failures();
+      df->set_dataset(d.dataset);
+      df->set_samples_failed(d.samples_failed);
+      df->set_failures_not_kept(d.failures_not_kept);
+      std::vector<const std::pair<const std::string, FailureEntry>*> order;
+      order.reserve(d.by_path.size());
+      for (const auto& kv : d.by_path) order.push_back(&kv);
+      std::sort(order.begin(), order.end(),
+                [](const auto* a, const auto* b) { return a->second.index < b->second.index; });
+      for (const auto* kv : order) {
+        auto* fr = df->add_failures();
+        fr->set_path(kv->first);
+        fr->set_reason(kv->second.reason);
+        fr->set_count(kv->second.count);
+        fr->set_dataset_index(kv->second.index);
+      }
+    }
+  }
   return r;
+}
+
+absl::StatusOr<v1::ListSamplesResponse> Engine::ListSamples(const v1::ListSamplesRequest& req) {
+  if (req.limit() > kMaxListLimit) {
+    return absl::InvalidArgumentError(absl::StrCat("limit ", req.limit(),
+                                                   " is over the largest page, ", kMaxListLimit));
+  }
+  std::shared_ptr<const Dataset> ds;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = sessions_.find(req.session_id());
+    if (it == sessions_.end()) return NoSession(req.session_id());
+    ds = it->second->dataset;
+  }
+  v1::ListSamplesResponse resp;
+  resp.set_dataset_size(ds->size());
+  const uint64_t limit = req.limit() == 0 ? kDefaultListLimit : req.limit();
+  const uint64_t begin = std::min<uint64_t>(req.offset(), ds->size());
+  const uint64_t end = begin + std::min<uint64_t>(limit, ds->size() - begin);
+  resp.mutable_paths()->Reserve(static_cast<int>(end - begin));
+  resp.mutable_labels()->Reserve(static_cast<int>(end - begin));
+  size_t bytes = 0;
+  for (uint64_t i = begin; i < end && (i == begin || bytes < kMaxListBytes); ++i) {
+    std::string* path = resp.add_paths();
+    *path = ListedPath(*ds, i);
+    bytes += path->size();
+    resp.add_labels(ds->label(i));
+  }
+  return resp;
 }
 
 void Engine::Drain() {

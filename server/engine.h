@@ -23,6 +23,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -42,6 +43,7 @@
 namespace stoker {
 
 struct Session;
+struct DatasetFailureLog;
 struct SampleTask;
 struct WorkerSlot;
 struct ResultView;
@@ -69,7 +71,14 @@ class Engine {
   [[nodiscard]] absl::Status KeepAlive(const std::string& session_id,
                                        const std::function<bool()>& cancelled,
                                        const std::function<bool(const v1::SessionEvent&)>& send);
+  // With include_failures, each session's failures and the failure memory
+  // per dataset (v1::DatasetFailures, which states its bounds).
   v1::StatusResponse GetStatus(bool include_failures);
+  // A page of a session's dataset in index order (v1::Stoker.ListSamples):
+  // NOT_FOUND for an unknown session, INVALID_ARGUMENT for a limit over
+  // 65536 (0 means 4096).
+  [[nodiscard]] absl::StatusOr<v1::ListSamplesResponse> ListSamples(
+      const v1::ListSamplesRequest& req);
 
   // "starting", "serving", "draining", "stopped".
   std::string state() const;
@@ -90,6 +99,8 @@ class Engine {
   void OnWorkerDeathLocked(WorkerSlot& w, const std::string& why);
   void FinishBatchLocked(Session& s, uint64_t seq);
   void FailSampleLocked(Session& s, SampleTask& t, const std::string& reason);
+  void RememberFailureLocked(const std::string& dataset, uint64_t index, const std::string& path,
+                             const std::string& reason);
   absl::Status SpawnWorkerLocked(WorkerSlot& w);
   // UNAVAILABLE unless serving, RESOURCE_EXHAUSTED at --max-sessions.
   absl::Status RoomForSessionLocked() const;
@@ -134,6 +145,10 @@ class Engine {
   uint64_t samples_total_ = 0;
   uint64_t samples_failed_total_ = 0;
   uint64_t worker_restarts_total_ = 0;
+  // Failures by dataset, beyond the sessions that hit them; the dataset that
+  // failed most recently first (bounds: kKeptFailureDatasets and
+  // kKeptFailuresPerDataset in engine.cc).
+  std::list<DatasetFailureLog> failure_memory_;
 };
 
 }  // namespace stoker

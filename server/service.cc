@@ -87,6 +87,16 @@ grpc::Status StokerService::Watch(grpc::ServerContext* ctx, const v1::WatchReque
   return grpc::Status::OK;
 }
 
+grpc::Status StokerService::ListSamples(grpc::ServerContext* ctx,
+                                        const v1::ListSamplesRequest* req,
+                                        v1::ListSamplesResponse* resp) {
+  if (grpc::Status t = RefuseTcp(ctx); !t.ok()) return t;
+  auto r = engine_->ListSamples(*req);
+  if (!r.ok()) return ToGrpc(r.status());
+  *resp = std::move(*r);
+  return grpc::Status::OK;
+}
+
 Server::Server(DaemonConfig config)
     : config_(config), engine_(std::move(config)), service_(&engine_) {}
 

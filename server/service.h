@@ -29,6 +29,8 @@ class StokerService final : public v1::Stoker::Service {
                       v1::StatusResponse* resp) override;
   grpc::Status Watch(grpc::ServerContext* ctx, const v1::WatchRequest* req,
                      grpc::ServerWriter<v1::StatusResponse>* writer) override;
+  grpc::Status ListSamples(grpc::ServerContext* ctx, const v1::ListSamplesRequest* req,
+                           v1::ListSamplesResponse* resp) override;
 
  private:
   Engine* engine_;
@@ -36,8 +38,8 @@ class StokerService final : public v1::Stoker::Service {
 
 // stokerd's server: the engine plus gRPC (the Stoker service, the standard
 // health service and reflection) on a Unix socket, and optionally on a TCP
-// address for status and health only (Attach, Detach and KeepAlive are
-// refused there: a ring is only reachable on the same host).
+// address for status and health only (Attach, Detach, KeepAlive and
+// ListSamples are refused there: a ring is only reachable on the same host).
 class Server {
  public:
   explicit Server(DaemonConfig config);

@@ -492,6 +492,29 @@ class PySession {
 
   bool detached() const { return session_ == nullptr; }
 
+  // (paths, labels) of entries [offset, offset + limit): see
+  // Session::ListSamples. Paths are decoded as os.fsdecode does (a name that
+  // is not UTF-8 keeps its bytes as surrogates, as os.listdir gives it).
+  py::tuple ListSamples(uint64_t offset, uint32_t limit) {
+    if (session_ == nullptr) Raise(g_exc.stoker_error, "the session was detached", "CANCELLED");
+    absl::StatusOr<SampleList> r;
+    {
+      py::gil_scoped_release nogil;
+      r = session_->ListSamples(offset, limit);
+    }
+    if (!r.ok()) RaiseStatus(r.status(), Where::kStatus);
+    py::list paths(r->paths.size());
+    py::list labels(r->labels.size());
+    for (size_t i = 0; i < r->paths.size(); ++i) {
+      PyObject* p = PyUnicode_DecodeFSDefaultAndSize(r->paths[i].data(),
+                                                     static_cast<Py_ssize_t>(r->paths[i].size()));
+      if (p == nullptr) throw py::error_already_set();
+      PyList_SET_ITEM(paths.ptr(), static_cast<Py_ssize_t>(i), p);
+      labels[i] = py::int_(r->labels[i]);
+    }
+    return py::make_tuple(std::move(paths), std::move(labels));
+  }
+
   // Batches whose arrays are still alive (their slots not yet back).
   uint32_t Held() const {
     uint32_t n = 0;
@@ -812,6 +835,14 @@ PYBIND11_MODULE(_native, m) {
                              "'staging'), 'detail', 'copies', 'bytes', 'registered_bytes', "
                              "'staging_bytes', 'in_flight', 'deferred_slots', "
                              "'released_after_copy'}.")
+      .def("list_samples", &PySession::ListSamples, py::arg("offset") = 0,
+           py::arg("limit") = 0,
+           "(paths, labels) of dataset entries [offset, offset + limit), in index order "
+           "(GIL released): paths relative to the dataset's folder, as torchvision's "
+           "ImageFolder(root).samples has them relative to root. limit 0 means 4096, at most "
+           "65536; a page may be shorter (at the end, or past 2 MiB of paths; never empty "
+           "before the end): go on from offset + len(paths) up to info['dataset_size']. "
+           "Raises InvalidRequestError for a limit over 65536 or an ended session.")
       .def("detach", &PySession::Detach,
            "Ends the session on the daemon (GIL released). Arrays already returned stay "
            "readable. Idempotent.");

@@ -272,6 +272,7 @@ class SessionCore {
   uint64_t total_batches_ = 0;
   int64_t heartbeat_timeout_ms_ = 3000;
   std::shared_ptr<RpcChannel> rpc_;
+  int64_t rpc_timeout_ms_ = 30000;  // ClientOptions::rpc_timeout_ms
   std::string session_id_;
 
   std::mutex next_mu_;  // one Next at a time; guards the next four
@@ -392,6 +393,31 @@ absl::Status Session::Detach() {
   core_->StopKeepAlive();
   if (st.error_code() == grpc::StatusCode::NOT_FOUND) return absl::OkStatus();  // already gone
   return internal::FromGrpc(st, "detach");
+}
+
+absl::StatusOr<SampleList> Session::ListSamples(uint64_t offset, uint32_t limit) const {
+  if (core_->Forked()) {
+    return absl::FailedPreconditionError(
+        "this session was attached by another process (this one is a fork of it)");
+  }
+  grpc::ClientContext ctx;
+  ctx.set_deadline(internal::Deadline(core_->rpc_timeout_ms_));
+  v1::ListSamplesRequest req;
+  req.set_session_id(info_.session_id);
+  req.set_offset(offset);
+  req.set_limit(limit);
+  v1::ListSamplesResponse resp;
+  grpc::Status st = core_->rpc_->stub->ListSamples(&ctx, req, &resp);
+  if (!st.ok()) return internal::FromGrpc(st, "list samples");
+  if (resp.paths_size() != resp.labels_size()) {
+    return absl::DataLossError("list samples: the daemon sent unequal paths and labels");
+  }
+  SampleList out;
+  out.paths.assign(std::make_move_iterator(resp.mutable_paths()->begin()),
+                   std::make_move_iterator(resp.mutable_paths()->end()));
+  out.labels.assign(resp.labels().begin(), resp.labels().end());
+  out.dataset_size = resp.dataset_size();
+  return out;
 }
 
 absl::StatusOr<Batch> Session::Next(int64_t timeout_ms) {
@@ -612,6 +638,7 @@ absl::StatusOr<std::unique_ptr<Session>> Client::Attach(const AttachOptions& o) 
   auto core = std::make_shared<internal::SessionCore>();
   // The KeepAlive stream first: mapping (and populating) a large ring can
   // take longer than the daemon's grace for a session without one.
+  core->rpc_timeout_ms_ = options_.rpc_timeout_ms;
   core->StartKeepAlive(rpc_, resp.session_id());
   absl::Status ms = core->Map(resp, o.batch_size);
   if (ms.ok()) core->mapped_.store(true, std::memory_order_release);

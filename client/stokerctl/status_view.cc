@@ -1,9 +1,12 @@
 #include "client/stokerctl/status_view.h"
 
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <string_view>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -14,32 +17,45 @@
 namespace stoker::ctl {
 namespace {
 
-// Columns padded to their widest cell.
-class Table {
- public:
-  explicit Table(std::vector<std::string> header) { rows_.push_back(std::move(header)); }
-  void Add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
-  std::string Render() const {
-    std::vector<size_t> width;
-    for (const auto& r : rows_) {
-      width.resize(std::max(width.size(), r.size()));
-      for (size_t i = 0; i < r.size(); ++i) width[i] = std::max(width[i], r[i].size());
-    }
-    std::string out;
-    for (const auto& r : rows_) {
-      std::string line;
-      for (size_t i = 0; i < r.size(); ++i) {
-        line += r[i];
-        if (i + 1 < r.size()) line += std::string(width[i] - r[i].size() + 2, ' ');
-      }
-      out += line + "\n";
-    }
-    return out;
-  }
+constexpr char kEllipsis[] = "\u2026";  // one character, three bytes
+constexpr size_t kGap = 2;               // spaces between columns
 
- private:
-  std::vector<std::vector<std::string>> rows_;
-};
+// Characters, not bytes, of UTF-8 text.
+size_t Len(std::string_view s) {
+  size_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+// The byte offset of character `chars` of s (s.size() past its end).
+size_t ByteAt(std::string_view s, size_t chars) {
+  size_t i = 0;
+  for (; i < s.size(); ++i) {
+    if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80 && chars-- == 0) break;
+  }
+  return i;
+}
+
+std::string Shorten(const std::string& s, size_t width, Trim how) {
+  const size_t len = Len(s);
+  if (len <= width) return s;
+  if (width == 0) return "";
+  if (how == Trim::kHead) return kEllipsis + s.substr(ByteAt(s, len - (width - 1)));
+  return s.substr(0, ByteAt(s, width - 1)) + kEllipsis;
+}
+
+// Items joined by two spaces, a new line where the next would pass `width`.
+std::string Wrap(const std::vector<std::string>& items, size_t width) {
+  std::string out, line;
+  for (const std::string& it : items) {
+    if (!line.empty() && Len(line) + kGap + Len(it) > width) {
+      out += line + "\n";
+      line.clear();
+    }
+    line += (line.empty() ? "" : "  ") + Shorten(it, width, Trim::kTail);
+  }
+  return out + line + "\n";
+}
 
 std::string Duration(double seconds) {
   const int64_t s = static_cast<int64_t>(seconds);
@@ -55,56 +71,208 @@ std::string Ms(const v1::LatencySummary& l) {
 
 }  // namespace
 
-std::string RenderStatus(const v1::StatusResponse& s) {
-  std::string out = absl::StrFormat(
-      "stokerd %s  pid %d  up %s  %s  workers %d  sessions %d  samples %d (%d failed)  "
-      "worker restarts %d  reclaimed %d\n\n",
-      s.version(), s.pid(), Duration(s.uptime_seconds()), s.state(), s.workers_size(),
-      s.sessions_size(), s.samples_total(), s.samples_failed_total(), s.worker_restarts_total(),
-      s.sessions_reclaimed());
+size_t TerminalWidth() {
+  struct winsize ws = {};
+  if (::ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
+  if (const char* c = std::getenv("COLUMNS")) {
+    char* end = nullptr;
+    const long n = std::strtol(c, &end, 10);
+    if (end != c && *end == '\0' && n > 0 && n < 100000) return static_cast<size_t>(n);
+  }
+  return 80;
+}
+
+std::string LayoutTable(const std::vector<Column>& columns,
+                        const std::vector<std::vector<std::string>>& rows, size_t width) {
+  const size_t n = columns.size();
+  std::vector<size_t> natural(n);
+  for (size_t i = 0; i < n; ++i) {
+    natural[i] = Len(columns[i].header);
+    for (const auto& r : rows) {
+      if (i < r.size()) natural[i] = std::max(natural[i], Len(r[i]));
+    }
+  }
+  auto floor_of = [&](size_t i, bool soft) {
+    if (columns[i].trim == Trim::kNone) return natural[i];
+    return std::min(natural[i], std::max<size_t>(1, soft ? columns[i].soft_width
+                                                         : columns[i].min_width));
+  };
+  // Widths for the columns shown: natural, then the widest trimmed column
+  // shortened one character at a time down to its floor until it fits.
+  auto fit = [&](const std::vector<bool>& shown, bool soft, std::vector<size_t>* w) {
+    w->assign(natural.begin(), natural.end());
+    size_t total = 0, count = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (shown[i]) total += (*w)[i] + (count++ ? kGap : 0);
+    }
+    while (total > width) {
+      size_t pick = n;
+      for (size_t i = 0; i < n; ++i) {
+        if (shown[i] && (*w)[i] > floor_of(i, soft) && (pick == n || (*w)[i] > (*w)[pick])) {
+          pick = i;
+        }
+      }
+      if (pick == n) break;
+      --(*w)[pick];
+      --total;
+    }
+    return total <= width;
+  };
+  std::vector<bool> shown(n, true);
+  std::vector<size_t> w;
+  if (!fit(shown, true, &w)) {
+    // The columns that are never dropped, then the others by rank (highest
+    // first) wherever one still fits.
+    std::vector<size_t> order;
+    for (size_t i = 0; i < n; ++i) {
+      shown[i] = columns[i].rank == Column::kAlways;
+      if (!shown[i]) order.push_back(i);
+    }
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return columns[a].rank > columns[b].rank; });
+    const bool fits = fit(shown, true, &w);
+    for (size_t i : order) {
+      if (!fits) break;
+      shown[i] = true;
+      if (!fit(shown, true, &w)) shown[i] = false;
+    }
+    if (!fit(shown, true, &w)) fit(shown, false, &w);
+  }
+  std::vector<size_t> visible;
+  for (size_t i = 0; i < n; ++i) {
+    if (shown[i]) visible.push_back(i);
+  }
+  std::string out;
+  auto emit = [&](const std::vector<std::string>& cells, bool header) {
+    std::string line;
+    for (size_t k = 0; k < visible.size(); ++k) {
+      const size_t i = visible[k];
+      const std::string& raw = header ? columns[i].header : (i < cells.size() ? cells[i] : "");
+      const std::string cell = Shorten(raw, w[i], columns[i].trim == Trim::kHead ? Trim::kHead
+                                                                                 : Trim::kTail);
+      line += cell;
+      if (k + 1 < visible.size()) line += std::string(w[i] - Len(cell) + kGap, ' ');
+    }
+    out += Shorten(line, width, Trim::kTail) + "\n";
+  };
+  emit({}, true);
+  for (const auto& r : rows) emit(r, false);
+  return out;
+}
+
+std::string RenderStatus(const v1::StatusResponse& s, size_t width) {
+  std::string out = Wrap(
+      {absl::StrCat("stokerd ", s.version()), absl::StrCat("pid ", s.pid()),
+       absl::StrCat("up ", Duration(s.uptime_seconds())), s.state(),
+       absl::StrCat("workers ", s.workers_size()), absl::StrCat("sessions ", s.sessions_size()),
+       absl::StrCat("samples ", s.samples_total(), " (", s.samples_failed_total(), " failed)"),
+       absl::StrCat("worker restarts ", s.worker_restarts_total()),
+       absl::StrCat("reclaimed ", s.sessions_reclaimed())},
+      width);
+  out += "\n";
   const v1::ReadaheadStatus& ra = s.readahead();
   if (ra.threads() == 0) {
     out += "readahead off\n\n";
   } else {
-    out += absl::StrFormat(
-        "readahead  %d threads  budget %.0f MiB  read %d files (%d cold)  already cached %d  "
-        "late %d  window %.1f MiB (max %.1f)\n\n",
-        ra.threads(), ra.budget_bytes() / 1048576.0, ra.files_read(), ra.cold_files(),
-        ra.files_cached(), ra.late(), ra.window_bytes() / 1048576.0,
-        ra.window_bytes_max() / 1048576.0);
+    out += Wrap({"readahead", absl::StrCat(ra.threads(), " threads"),
+                 absl::StrFormat("budget %.0f MiB", ra.budget_bytes() / 1048576.0),
+                 absl::StrCat("read ", ra.files_read(), " files (", ra.cold_files(), " cold)"),
+                 absl::StrCat("already cached ", ra.files_cached()),
+                 absl::StrCat("late ", ra.late()),
+                 absl::StrFormat("window %.1f MiB (max %.1f)", ra.window_bytes() / 1048576.0,
+                                 ra.window_bytes_max() / 1048576.0)},
+                width);
+    out += "\n";
   }
-  Table w({"WORKER", "PID", "STATE", "IN-FLIGHT", "DONE", "FAILED", "RESTARTS", "CPU"});
+  constexpr int kAlways = Column::kAlways;
+  std::vector<std::vector<std::string>> rows;
   for (const auto& x : s.workers()) {
-    w.Add({absl::StrCat(x.id()), absl::StrCat(x.pid()), x.state(), absl::StrCat(x.in_flight()),
-           absl::StrCat(x.samples_done()), absl::StrCat(x.samples_failed()),
-           absl::StrCat(x.restarts()), absl::StrFormat("%.1fs", x.cpu_seconds())});
+    rows.push_back({absl::StrCat(x.id()), absl::StrCat(x.pid()), x.state(),
+                    absl::StrCat(x.in_flight()), absl::StrCat(x.samples_done()),
+                    absl::StrCat(x.samples_failed()), absl::StrCat(x.restarts()),
+                    absl::StrFormat("%.1fs", x.cpu_seconds())});
   }
-  out += w.Render();
-  if (s.sessions_size() == 0) return out + "\nno sessions\n";
-  Table t({"SESSION", "CLIENT", "PID", "RANK", "DATASET", "PIPELINE", "BATCH", "EPOCH",
-           "PRODUCED", "CONSUMED", "IMG/S", "RING r/f/l", "WAIT p50/p99 ms", "STALL",
-           "DECODE p50/p99 ms", "FAILED"});
-  for (const auto& x : s.sessions()) {
-    t.Add({x.session_id(), x.client_name().empty() ? "-" : x.client_name(),
-           absl::StrCat(x.client_pid()), absl::StrCat(x.rank(), "/", x.world_size()), x.dataset(),
-           x.pipeline(), absl::StrCat(x.batch_size()), absl::StrCat(x.current_epoch()),
-           absl::StrCat(x.batches_produced()), absl::StrCat(x.batches_consumed()),
-           absl::StrFormat("%.0f", x.images_per_second()),
+  out += LayoutTable({{"WORKER"}, {"PID", 3}, {"STATE"}, {"IN-FLIGHT", 1}, {"DONE"},
+                      {"FAILED"}, {"RESTARTS", 2}, {"CPU", 4}},
+                     rows, width);
+  if (s.sessions_size() == 0) {
+    out += "\nno sessions\n";
+  } else {
+    rows.clear();
+    for (const auto& x : s.sessions()) {
+      rows.push_back(
+          {x.session_id(), x.client_name().empty() ? "-" : x.client_name(),
+           absl::StrCat(x.client_pid()), absl::StrCat(x.rank(), "/", x.world_size()),
+           x.dataset(), x.pipeline(), absl::StrCat(x.batch_size()),
+           absl::StrCat(x.current_epoch()), absl::StrCat(x.batches_produced()),
+           absl::StrCat(x.batches_consumed()), absl::StrFormat("%.0f", x.images_per_second()),
            absl::StrCat(x.ring_ready(), "/", x.ring_filling(), "/", x.ring_leased(), " of ",
                         x.ring_slots()),
-           Ms(x.client_wait()), absl::StrFormat("%.1fs", x.client_wait_seconds()),
-           Ms(x.decode()), absl::StrCat(x.samples_failed(), " (", x.samples_replaced(), " repl)")});
+           Ms(x.client_wait()), absl::StrFormat("%.1fs", x.client_wait_seconds()), Ms(x.read()),
+           Ms(x.decode()), Ms(x.augment()), Duration(x.uptime_seconds()),
+           absl::StrCat(x.samples_failed()), absl::StrCat(x.samples_replaced())});
+    }
+    // Dropped first when narrow: the stage latencies, then what a glance
+    // at top can do without; kept: who, what, how fast, stalls, failures.
+    out += "\n" + LayoutTable({{"SESSION"},
+                               {"CLIENT", kAlways, Trim::kTail, 14, 6},
+                               {"PID", 7},
+                               {"RANK", 9},
+                               {"DATASET", kAlways, Trim::kHead, 20, 8},
+                               {"PIPELINE", 10},
+                               {"BATCH", 6},
+                               {"EPOCH", 14},
+                               {"PRODUCED", 5},
+                               {"CONSUMED", 12},
+                               {"IMG/S"},
+                               {"RING r/f/l", 11},
+                               {"WAIT p50/p99 ms", 8},
+                               {"STALL"},
+                               {"READ p50/p99 ms", 1},
+                               {"DECODE p50/p99 ms", 3},
+                               {"AUGMENT p50/p99 ms", 2},
+                               {"UP", 4},
+                               {"FAILED"},
+                               {"REPL", 13}},
+                              rows, width);
   }
-  out += "\n" + t.Render();
-  bool any = false;
-  Table f({"SESSION", "PATH", "COUNT", "REASON"});
+  rows.clear();
   for (const auto& x : s.sessions()) {
     for (const auto& fl : x.failures()) {
-      any = true;
-      f.Add({x.session_id(), fl.path(), absl::StrCat(fl.count()), fl.reason()});
+      rows.push_back({x.session_id(), fl.path(), absl::StrCat(fl.count()), fl.reason()});
     }
   }
-  if (any) out += "\nfailed samples\n" + f.Render();
+  if (!rows.empty()) {
+    out += "\nfailed samples\n" +
+           LayoutTable({{"SESSION"},
+                        {"PATH", kAlways, Trim::kHead, 40, 16},
+                        {"COUNT"},
+                        {"REASON", kAlways, Trim::kTail, 30, 12}},
+                       rows, width);
+  }
+  rows.clear();
+  uint64_t not_kept = 0;
+  for (const auto& d : s.dataset_failures()) {
+    for (const auto& fl : d.failures()) {
+      rows.push_back({d.dataset(), fl.path(), absl::StrCat(fl.dataset_index()),
+                      absl::StrCat(fl.count()), fl.reason()});
+    }
+    not_kept += d.failures_not_kept();
+  }
+  if (!rows.empty()) {
+    out += "\nfailed samples by dataset (ended sessions included)\n" +
+           LayoutTable({{"DATASET", kAlways, Trim::kHead, 20, 8},
+                        {"PATH", kAlways, Trim::kHead, 40, 16},
+                        {"INDEX", 1},
+                        {"COUNT"},
+                        {"REASON", kAlways, Trim::kTail, 30, 12}},
+                       rows, width);
+    if (not_kept != 0) {
+      out += Wrap({absl::StrCat(not_kept, " more failures, of files past the daemon's bound per "
+                                          "dataset (not listed)")},
+                  width);
+    }
+  }
   return out;
 }
 
@@ -146,7 +314,8 @@ absl::Status RunTop(const std::string& address, uint32_t interval_ms, uint32_t i
   while (reader->Read(&s)) {
     // Home the cursor and clear the screen, as top does.
     if (tty) std::fputs("\033[H\033[2J", stdout);
-    std::fputs(RenderStatus(s).c_str(), stdout);
+    s.clear_dataset_failures();  // a history: `stokerctl status --failures` shows it
+    std::fputs(RenderStatus(s, TerminalWidth()).c_str(), stdout);
     std::fflush(stdout);
     if (iterations != 0 && ++shown >= iterations) {
       ctx.TryCancel();

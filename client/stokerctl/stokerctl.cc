@@ -1,7 +1,9 @@
 // stokerctl: look inside a running stokerd, and feed from it.
 //
 //   stokerctl consume --socket PATH --dataset PATH [--pipeline train|eval|decode]
-//                     [--batch-size N] [--epochs N] [--seed N] [--json]
+//                     [--batch-size N] [--epochs N] [--seed N] [--dtype uint8|float32|float16]
+//                     [--allow-empty] [--skip-unsupported-formats]
+//                     [--apply-exif-orientation] [--exact-decode] [--json]
 //   stokerctl status  --socket PATH|HOST:PORT [--json] [--failures]
 //   stokerctl top     --socket PATH|HOST:PORT [--interval-ms N] [--iterations N]
 //   stokerctl health  --socket PATH|HOST:PORT
@@ -15,6 +17,7 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/stokerctl/status_view.h"
 #include "google/protobuf/util/json_util.h"
@@ -42,6 +45,10 @@ struct ConsumeArgs {
   bool no_shuffle = false;
   bool json = false;
   bool list_indices = false;
+  bool allow_empty = false;
+  bool skip_unsupported_formats = false;
+  bool apply_exif_orientation = false;
+  bool exact_decode = false;
 };
 
 int Consume(const ConsumeArgs& a) {
@@ -66,9 +73,20 @@ int Consume(const ConsumeArgs& a) {
     return Fail(absl::InvalidArgumentError("--pipeline must be train, eval or decode"));
   }
   o.pipeline.height = o.pipeline.width = a.size;
-  o.pipeline.dtype = a.dtype == "float32"   ? stoker::DType::kFloat32
-                     : a.dtype == "float16" ? stoker::DType::kFloat16
-                                            : stoker::DType::kUint8;
+  if (a.dtype == "uint8") {
+    o.pipeline.dtype = stoker::DType::kUint8;
+  } else if (a.dtype == "float32") {
+    o.pipeline.dtype = stoker::DType::kFloat32;
+  } else if (a.dtype == "float16") {
+    o.pipeline.dtype = stoker::DType::kFloat16;
+  } else {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--dtype ", a.dtype, " is not uint8, float32 or float16")));
+  }
+  o.pipeline.apply_exif_orientation = a.apply_exif_orientation;
+  o.pipeline.exact_decode = a.exact_decode;
+  o.allow_empty = a.allow_empty;
+  o.skip_unsupported_formats = a.skip_unsupported_formats;
   o.failure_policy = a.policy == "error" ? stoker::FailurePolicy::kError
                                          : stoker::FailurePolicy::kSkip;
   auto session = (*client)->Attach(o);
@@ -144,13 +162,21 @@ int main(int argc, char** argv) {
   consume->add_flag("--no-shuffle", ca.no_shuffle);
   consume->add_flag("--json", ca.json, "one JSON object");
   consume->add_flag("--list-indices", ca.list_indices, "with --json: every delivered index");
+  consume->add_flag("--allow-empty", ca.allow_empty, "ImageFolder: allow classes with no image");
+  consume->add_flag("--skip-unsupported-formats", ca.skip_unsupported_formats,
+                    "ImageFolder: leave out image files stoker cannot decode yet");
+  consume->add_flag("--apply-exif-orientation", ca.apply_exif_orientation,
+                    "rotate images as their EXIF orientation says");
+  consume->add_flag("--exact-decode", ca.exact_decode, "no DCT-domain downscaling");
 
   std::string status_socket = socket;
   bool status_json = false, failures = false;
   auto* status = app.add_subcommand("status", "the daemon's status");
   status->add_option("--socket", status_socket, "daemon socket or HOST:PORT");
   status->add_flag("--json", status_json, "the raw status as JSON");
-  status->add_flag("--failures", failures, "include each session's failed samples");
+  status->add_flag("--failures", failures,
+                   "include failed samples: each session's, and each dataset's (ended sessions "
+                   "included)");
 
   std::string top_socket = socket;
   uint32_t top_interval_ms = 1000, top_iterations = 0;
@@ -178,7 +204,10 @@ int main(int argc, char** argv) {
       (void)google::protobuf::util::MessageToJsonString(s, &json, jo);
       std::printf("%s\n", json.c_str());
     } else {
-      std::fputs(stoker::ctl::RenderStatus(s).c_str(), stdout);
+      // Each session's failures always; the daemon's memory of failures per
+      // dataset (v1::DatasetFailures) when asked.
+      if (!failures) s.clear_dataset_failures();
+      std::fputs(stoker::ctl::RenderStatus(s, stoker::ctl::TerminalWidth()).c_str(), stdout);
     }
     return 0;
   }

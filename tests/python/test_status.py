@@ -71,7 +71,10 @@ def test_stokerctl_status_table_and_health(served, stoker):
     with stoker.Loader("ds", socket=served.socket, batch_size=5, size=32, epochs=None) as loader:
         it = iter(loader)
         next(it)
-        r = served.ctl("status")
+        # (Wide enough for every column: an 80-column one drops PIPELINE.)
+        r = subprocess.run([served.stokerctl, "status", "--socket", served.socket],
+                           capture_output=True, text=True, timeout=30,
+                           env=dict(os.environ, COLUMNS="300"))
         assert r.returncode == 0, r.stderr
         assert "WORKER" in r.stdout and "SESSION" in r.stdout
         assert "serving" in r.stdout and "train" in r.stdout

@@ -154,6 +154,20 @@ struct SessionInfo {
   std::string effective_pipeline_json;
 };
 
+// One page of a session's dataset, in dataset index order
+// (Session::ListSamples). paths[k] and labels[k] are entry offset + k.
+struct SampleList {
+  // Each entry relative to the dataset's own folder, as its format lists it:
+  // ImageFolder "class/sub/x.jpg", exactly as torchvision's
+  // ImageFolder(root).samples names it relative to root (a symlink by its
+  // own name, not its target's); manifest: the entry (normalized, relative
+  // to the manifest's folder); WebDataset "shard.tar:member.jpg", the shard
+  // relative to the pattern's folder.
+  std::vector<std::string> paths;
+  std::vector<int64_t> labels;  // -1: no label
+  uint64_t dataset_size = 0;    // entries in the whole dataset
+};
+
 // A lease on one ready batch in the ring. Move-only. The pixels stay valid
 // and unchanged until the lease ends: when the Batch is destroyed or
 // Release() is called; then the slot goes back to the daemon. Labels,
@@ -257,6 +271,17 @@ class Session {
 
   // Batches handed out so far.
   uint64_t delivered() const;
+
+  // Entries [offset, offset + limit) of the session's dataset, with their
+  // labels: limit 0 means 4096, at most 65536. Fewer at the end (none at or
+  // past it), or when their paths pass 2 MiB (at least one while any is
+  // left): page on from offset + paths.size() up to dataset_size. One RPC
+  // (ClientOptions::rpc_timeout_ms). Thread-safe. Errors:
+  //   INVALID_ARGUMENT     limit over 65536;
+  //   NOT_FOUND            the session has ended;
+  //   FAILED_PRECONDITION  called in a forked child of the attaching process;
+  //   UNAVAILABLE          the daemon cannot be reached.
+  absl::StatusOr<SampleList> ListSamples(uint64_t offset, uint32_t limit = 0) const;
 
   // Ends the session on the daemon. Outstanding Batches stay readable.
   absl::Status Detach();
