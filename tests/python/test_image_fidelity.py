@@ -29,6 +29,8 @@ import torchvision.transforms as T  # noqa: E402
 import torchvision.transforms.functional as TF  # noqa: E402
 from torchvision.transforms import InterpolationMode  # noqa: E402
 
+import textured_corpus  # noqa: E402
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 BUILD = pathlib.Path(os.environ.get("STOKER_BUILD_DIR", REPO / "build"))
 TOOL = BUILD / "server" / "image" / "stoker-image-tool"
@@ -36,9 +38,11 @@ TOOL = BUILD / "server" / "image" / "stoker-image-tool"
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
 
-# Limits the tests hold the pipeline to (mean absolute error, uint8 levels).
+# README's promise: with the crop box and flip forced, the output is within
+# this mean absolute error (uint8 levels) of torchvision's PIL path, DCT
+# scaling or not. --exact (no DCT scaling) is held to tighter limits below.
+MAE_PROMISE = 1.0
 MAE_EXACT = 1.0
-MAE_SCALED = 2.0
 
 pytestmark = pytest.mark.skipif(not TOOL.exists(), reason=f"{TOOL} not built")
 
@@ -222,7 +226,7 @@ def test_train_forced_crop_matches_torchvision(tmp_path, width, height, coding, 
         got, _ = render(path, tmp_path, *args)
         err = mae(got, want)
         record(f"train_{'exact' if exact else 'dct'}", err)
-        limit = MAE_EXACT if exact else MAE_SCALED
+        limit = MAE_EXACT if exact else MAE_PROMISE
         assert err <= limit, f"box {(top, left, h, w, flip)}: MAE {err:.3f} > {limit}"
         if exact:
             assert np.abs(got.astype(int) - want.astype(int)).max() <= 2
@@ -243,7 +247,7 @@ def test_train_crop_on_exif_oriented_image(tmp_path, orientation):
         err = mae(got, want)
         record(f"train_exif_{'exact' if exact else 'dct'}", err)
         # The passes run in the coded orientation: rounding differs, not geometry.
-        assert err <= (0.5 if exact else MAE_SCALED)
+        assert err <= (0.5 if exact else MAE_PROMISE)
 
 
 def test_train_draws_are_keyed(tmp_path):
@@ -272,7 +276,7 @@ def test_eval_matches_resize_center_crop(tmp_path, width, height, coding, exact)
     assert got.shape == want.shape
     err = mae(got, want)
     record(f"eval_{'exact' if exact else 'dct'}", err)
-    assert err <= (MAE_EXACT if exact else MAE_SCALED)
+    assert err <= (MAE_EXACT if exact else MAE_PROMISE)
 
 
 # ---------------------------------------------------------------- dtypes
@@ -305,3 +309,61 @@ def test_uint8_nchw_is_the_transposed_nhwc(tmp_path):
     nchw, _ = render(path, tmp_path, "--pipeline", "eval", "--size", 128, 160, "--resize", 160, "--layout", "nchw")
     assert nhwc.shape == (128, 160, 3)
     assert np.array_equal(nhwc.transpose(2, 0, 1), nchw)
+
+
+# ---------------------------------------------------------------- textured photos
+
+# The promise on the images where a reduced-scale decode is furthest from
+# PIL's: small print, fur, woven fabric (textured_corpus.py; real photos are
+# not available to the tests). Train: forced crops whose side is 1, 1.19,
+# 1.41, ... times the output's (every DCT scale is reached near each of its
+# thresholds), positions and aspects drawn from a fixed seed, and the whole
+# image. Eval: Resize of
+# the shorter side to out * 8/7 (256 for 224), then CenterCrop(out).
+
+TEXTURED_OUTS = [224, 112, 64, 32]
+
+
+@pytest.fixture(scope="module")
+def textured(tmp_path_factory):
+    return dict(textured_corpus.write_corpus(tmp_path_factory.mktemp("textured")))
+
+
+def textured_boxes(width, height, out, seed):
+    rng = np.random.default_rng(seed)
+    boxes = []
+    for i in range(64):
+        side = (2 ** (i / 4)) * out
+        aspect = rng.uniform(1.0, 1.3)
+        h, w = (side, side * aspect) if i % 2 else (side * aspect, side)
+        h, w = int(round(h)), int(round(w))
+        if h > height or w > width:
+            break
+        boxes.append((int(rng.integers(0, height - h + 1)), int(rng.integers(0, width - w + 1)), h, w, i % 2 == 1))
+    boxes.append((0, 0, height, width, False))  # the whole image
+    return boxes
+
+
+@pytest.mark.parametrize("out", TEXTURED_OUTS)
+@pytest.mark.parametrize("name", [textured_corpus.case_name(*c) for c in textured_corpus.CORPUS])
+def test_textured_photos_keep_the_promise(tmp_path, textured, name, out):
+    path = textured[name]
+    img = Image.open(path).convert("RGB")
+    failures = []
+    for top, left, h, w, flip in textured_boxes(img.width, img.height, out, seed=out):
+        want = TF.resized_crop(img, top, left, h, w, [out, out], InterpolationMode.BILINEAR)
+        want = np.asarray(TF.hflip(want) if flip else want)
+        got, _ = render(path, tmp_path, "--pipeline", "train", "--size", out, out,
+                        "--crop", top, left, h, w, "--flip", int(flip))
+        err = mae(got, want)
+        record(f"textured_train_{out}", err)
+        if not err < MAE_PROMISE:
+            failures.append(f"train box {(top, left, h, w, flip)} (crop/out {min(h, w) / out:.2f}): MAE {err:.3f}")
+    resize = round(out * 8 / 7)
+    want = np.asarray(T.CenterCrop(out)(T.Resize(resize)(img)))
+    got, _ = render(path, tmp_path, "--pipeline", "eval", "--size", out, out, "--resize", resize)
+    err = mae(got, want)
+    record(f"textured_eval_{out}", err)
+    if not err < MAE_PROMISE:
+        failures.append(f"eval Resize({resize}) CenterCrop({out}): MAE {err:.3f}")
+    assert not failures, f"{name} at {out} px, over {MAE_PROMISE} level(s):\n  " + "\n  ".join(failures)
