@@ -299,8 +299,6 @@ def test_loader_dataset_has_imagefolders_attributes(stoker, served, folder):
         assert len(ds) == len(ref) == N
         assert ds.root == ref.root
         assert ds.classes == ref.classes and ds.class_to_idx == ref.class_to_idx
-        if not hasattr(stoker.Session, "list_samples"):
-            pytest.skip("samples/targets/imgs wait for Session.list_samples (engineer C)")
         assert ds.samples == ref.samples and ds.imgs == ref.imgs
         assert ds.targets == ref.targets
 

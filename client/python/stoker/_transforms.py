@@ -7,7 +7,8 @@ them, and runs them in the daemon:
 * train: ``RandomResizedCrop(size, scale, ratio)`` and ``RandomHorizontalFlip(p)``
 * eval:  ``Resize(int)`` then ``CenterCrop(size)``
 * then:  ``ToTensor()`` (float32 in [0, 1]) or ``PILToTensor()`` (uint8), optionally
-  ``ConvertImageDtype(float dtype)``, then optionally ``Normalize(mean, std)``.
+  ``ConvertImageDtype(float dtype)``, then optionally ``Normalize(mean, std)`` (1 value
+  each is broadcast to the 3 channels, as torchvision does).
 
 Anything else is refused with the list above: stoker never silently drops a
 transform. Objects are recognized by class name, so torchvision is not imported.
