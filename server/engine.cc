@@ -74,12 +74,18 @@ std::string DatasetKey(const std::string& name, int format, const IndexOptions& 
 // Entry i as ListSamples lists it: relative to the dataset's own folder (an
 // ImageFolder's root, a manifest's folder, a pattern's folder).
 std::string ListedPath(const Dataset& ds, uint64_t i) {
-  std::string p = ds.listed_path(i);
-  if (ds.format() == DatasetFormat::kImageFolder) return p;  // relative to its root already
+  std::string p = ds.listed_path(i);  // other than ImageFolder's: relative to the data root
+  if (ds.format() == DatasetFormat::kImageFolder) return p;
   const std::string_view name = ds.name();
   const size_t slash = name.rfind('/');
   if (slash == std::string_view::npos) return p;  // a file at the data root
-  const std::string_view folder = name.substr(0, slash + 1);
+  if (ds.format() == DatasetFormat::kManifest) {
+    // "../x.jpg" for an entry beside the manifest's folder, as it was written.
+    return std::filesystem::path(p)
+        .lexically_relative(std::filesystem::path(name.substr(0, slash)))
+        .string();
+  }
+  const std::string_view folder = name.substr(0, slash + 1);  // a pattern's folder, as text
   if (p.compare(0, folder.size(), folder) == 0) p.erase(0, folder.size());
   return p;
 }

@@ -452,5 +452,82 @@ TEST_CASE("a worker killed mid-epoch is replaced and nothing is lost or repeated
   CHECK(JsonInts(*js, "worker_restarts_total").at(0) >= 1);
 }
 
+TEST_CASE("ListSamples pages through the dataset in index order, as each format lists it") {
+  Fixture f;
+  // A manifest in a sub-folder, its entries relative to that folder.
+  fs::create_directories(f.data.path() + "/lists");
+  {
+    std::ofstream m(f.data.path() + "/lists/train.txt");
+    m << "# a comment\n../ds/class_01/img_0003.jpg\t7\n\n../ds/class_00/img_0000.jpg\t-2\n";
+  }
+  auto daemon = Daemon::Start(f.data.path());
+  auto client = Connect(*daemon);
+  auto s = client->Attach(Train(8, 1));
+  REQUIRE(s.ok());
+
+  const std::string prefix = f.data.path() + "/ds/";
+  std::vector<std::string> want;
+  for (const std::string& file : f.files) {
+    REQUIRE(file.compare(0, prefix.size(), prefix) == 0);
+    want.push_back(file.substr(prefix.size()));  // "class_00/img_0000.jpg"
+  }
+  // One page of everything (limit 0: up to 4096).
+  auto all = (*s)->ListSamples(0, 0);
+  REQUIRE(all.ok());
+  CHECK(all->dataset_size == want.size());
+  CHECK(all->paths == want);
+  REQUIRE(all->labels.size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) CHECK(all->labels[i] == int64_t(i) / kPerClass);
+
+  // Pages of 10: [0, 10), [10, 20), ... and a short last one.
+  std::vector<std::string> paged;
+  std::vector<int64_t> labels;
+  for (uint64_t off = 0;;) {
+    auto page = (*s)->ListSamples(off, 10);
+    REQUIRE(page.ok());
+    CHECK(page->dataset_size == want.size());
+    if (page->paths.empty()) break;
+    CHECK(page->paths.size() == std::min<uint64_t>(10, want.size() - off));
+    paged.insert(paged.end(), page->paths.begin(), page->paths.end());
+    labels.insert(labels.end(), page->labels.begin(), page->labels.end());
+    off += page->paths.size();
+  }
+  CHECK(paged == want);
+  CHECK(labels == all->labels);
+  auto last = (*s)->ListSamples(want.size() - 1, 5);
+  REQUIRE(last.ok());
+  CHECK(last->paths == std::vector<std::string>{want.back()});
+  auto past = (*s)->ListSamples(want.size() + 100, 5);
+  REQUIRE(past.ok());
+  CHECK(past->paths.empty());
+  CHECK(past->labels.empty());
+  auto huge_offset = (*s)->ListSamples(~uint64_t{0}, 65536);
+  REQUIRE(huge_offset.ok());
+  CHECK(huge_offset->paths.empty());
+
+  // Bounds of a page.
+  CHECK((*s)->ListSamples(0, 65536).ok());
+  auto over = (*s)->ListSamples(0, 65537);
+  CHECK(over.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(over.status().message().find("65536") != absl::string_view::npos);
+
+  // A manifest lists its entries, relative to its own folder, with their labels.
+  AttachOptions mo = Train(1, 1);
+  mo.dataset = "lists/train.txt";
+  auto ms = client->Attach(mo);
+  REQUIRE(ms.ok());
+  auto ml = (*ms)->ListSamples(0, 0);
+  REQUIRE(ml.ok());
+  CHECK(ml->paths ==
+        std::vector<std::string>{"../ds/class_01/img_0003.jpg", "../ds/class_00/img_0000.jpg"});
+  CHECK(ml->labels == std::vector<int64_t>{7, -2});
+
+  // An ended session is unknown.
+  REQUIRE((*s)->Detach().ok());
+  auto gone = (*s)->ListSamples(0, 1);
+  CHECK(gone.status().code() == absl::StatusCode::kNotFound);
+  CHECK(client->Health().ok());
+}
+
 }  // namespace
 }  // namespace stoker::testing

@@ -226,7 +226,11 @@ def test_list_samples_equals_imagefolder_samples(served, stoker):
         with open(os.path.join(root, "class_00", "img_0000.jpg"), "rb") as src, \
                 open(os.path.join(root, rel), "wb") as dst:
             dst.write(src.read())
+    # A file that is a link (within the root) is listed by its own name.
+    os.symlink(os.path.join(root, "class_00", "img_0001.jpg"),
+               os.path.join(root, "class_01", "linked.jpg"))
     want = imagefolder_samples(root)
+    assert (os.path.join(root, "class_01", "linked.jpg"), 1) in want
     c = stoker.Client(served.socket)
     s = c.attach("nested", batch_size=1, pipeline="eval", height=32, width=32, epochs=1)
     try:
@@ -270,3 +274,42 @@ def test_consume_takes_the_attach_flags(served):
                    "--exact-decode", "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["samples"] == 8
+    # They reach the daemon: an empty class and a PNG refuse the attach
+    # unless --allow-empty and --skip-unsupported-formats say otherwise.
+    root = os.path.join(served.data_root, "odd")
+    make_dataset(root, classes=1, per_class=4, sizes=(32, 40))
+    os.makedirs(os.path.join(root, "class_09_empty"))
+    args = ("consume", "--dataset", "odd", "--size", "32", "--batch-size", "2", "--json")
+    r = served.ctl(*args)
+    assert r.returncode != 0 and "FAILED_PRECONDITION" in r.stderr, r.stderr
+    r = served.ctl(*args, "--allow-empty")
+    assert r.returncode == 0, r.stderr
+    with open(os.path.join(root, "class_00", "extra.png"), "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n")
+    r = served.ctl(*args, "--allow-empty")
+    assert r.returncode != 0 and "FAILED_PRECONDITION" in r.stderr, r.stderr
+    r = served.ctl(*args, "--allow-empty", "--skip-unsupported-formats")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["samples"] == 4
+
+
+def test_list_samples_of_webdataset_shards(served, stoker):
+    import io
+    import tarfile
+    os.makedirs(os.path.join(served.data_root, "wds"))
+    with open(os.path.join(served.data_root, "bad", "class_00", "img_0000.jpg"), "rb") as f:
+        jpeg = f.read()
+    for k in range(2):
+        with tarfile.open(os.path.join(served.data_root, "wds", f"s-{k}.tar"), "w") as t:
+            for key, label in [(f"n{k}a", 3), (f"n{k}b", 4)]:
+                for ext, data in [("jpg", jpeg), ("cls", str(label).encode())]:
+                    info = tarfile.TarInfo(f"{key}.{ext}")
+                    info.size = len(data)
+                    t.addfile(info, io.BytesIO(data))
+    s = stoker.Client(served.socket).attach("wds/s-{0..1}.tar", batch_size=1, pipeline="eval",
+                                            height=32, width=32, epochs=1)
+    try:
+        assert s.list_samples() == (["s-0.tar:n0a.jpg", "s-0.tar:n0b.jpg", "s-1.tar:n1a.jpg",
+                                     "s-1.tar:n1b.jpg"], [3, 4, 3, 4])
+    finally:
+        s.detach()

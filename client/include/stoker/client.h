@@ -160,8 +160,9 @@ struct SampleList {
   // Each entry relative to the dataset's own folder, as its format lists it:
   // ImageFolder "class/sub/x.jpg", exactly as torchvision's
   // ImageFolder(root).samples names it relative to root (a symlink by its
-  // own name, not its target's); manifest: the entry (normalized, relative
-  // to the manifest's folder); WebDataset "shard.tar:member.jpg", the shard
+  // own name, not its target's); manifest: the entry as written, relative
+  // to the manifest's folder (normalized: "a/./b" is "a/b", an absolute
+  // entry is made relative); WebDataset "shard.tar:member.jpg", the shard
   // relative to the pattern's folder.
   std::vector<std::string> paths;
   std::vector<int64_t> labels;  // -1: no label
