@@ -106,8 +106,8 @@ bool IsSymlinkAt(int dir_fd, const std::string& name) {
 bool LastIsSymlink(int root_fd, const std::string& path) {
   const size_t slash = path.rfind('/');
   if (slash == std::string::npos) return IsSymlinkAt(root_fd, path);
-  const int parent = TryOpenat2(root_fd, path.substr(0, slash).c_str(),
-                                O_PATH | O_DIRECTORY | O_CLOEXEC);
+  const int parent =
+      TryOpenat2(root_fd, path.substr(0, slash).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (parent < 0) return false;
   UniqueFd closer(parent);
   return IsSymlinkAt(parent, path.substr(slash + 1));
@@ -313,8 +313,8 @@ absl::StatusOr<ResolvedPath> ResolveUserPath(const DataRoot& root, std::string_v
   if (std::optional<std::string> real = RealPathBeneath(root.path(), std::string(user_path))) {
     return ResolveBeneath(root, "", *real, user_path, /*allow_missing=*/false);
   }
-  return WithRootHint(root, absl::PermissionDeniedError(Cat("'", user_path,
-                                                            "' is outside the data root")));
+  return WithRootHint(
+      root, absl::PermissionDeniedError(Cat("'", user_path, "' is outside the data root")));
 }
 
 absl::StatusOr<int> OpenBeneathImpl(int root_fd, std::string_view relative_path, OpenKind kind,

@@ -108,8 +108,8 @@ Dataset::~Dataset() = default;
 
 absl::StatusOr<std::vector<std::string>> Dataset::ExpandBraces(std::string_view pattern) {
   if (pattern.size() > kMaxPatternBytes) {
-    return absl::InvalidArgumentError(
-        Cat("a shard pattern of ", pattern.size(), " bytes is over the limit of ", kMaxPatternBytes));
+    return absl::InvalidArgumentError(Cat("a shard pattern of ", pattern.size(),
+                                          " bytes is over the limit of ", kMaxPatternBytes));
   }
   std::vector<std::string> out{""};
   size_t out_bytes = 0;  // the sum of out's lengths
@@ -147,8 +147,8 @@ absl::StatusOr<std::vector<std::string>> Dataset::ExpandBraces(std::string_view 
       // Endpoints of at most 20 digits: zero padding wider than any uint64
       // would make 100,000 names of kilobytes each before any byte check.
       if (a.size() > 20 || b.size() > 20 || !absl::SimpleAtoi(ToAbsl(a), &lo) ||
-          !absl::SimpleAtoi(ToAbsl(b), &hi) || lo > hi ||
-          hi - lo >= kMaxExpansions || !absl::ascii_isdigit(static_cast<unsigned char>(a[0]))) {
+          !absl::SimpleAtoi(ToAbsl(b), &hi) || lo > hi || hi - lo >= kMaxExpansions ||
+          !absl::ascii_isdigit(static_cast<unsigned char>(a[0]))) {
         return absl::InvalidArgumentError(Cat("bad range '{", body, "}' in '", pattern, "'"));
       }
       for (uint64_t v = lo; v <= hi; ++v) {
@@ -160,8 +160,8 @@ absl::StatusOr<std::vector<std::string>> Dataset::ExpandBraces(std::string_view 
       size_t from = 0;
       while (true) {
         const size_t comma = body.find(',', from);
-        choices.emplace_back(body.substr(from, comma == std::string_view::npos ? body.size() - from
-                                                                               : comma - from));
+        choices.emplace_back(
+            body.substr(from, comma == std::string_view::npos ? body.size() - from : comma - from));
         if (comma == std::string_view::npos) break;
         from = comma + 1;
       }
@@ -258,8 +258,7 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::Open(const DataRoot& roo
         }
         break;
       default:
-        return absl::InvalidArgumentError(
-            Cat("unknown dataset format ", static_cast<int>(format)));
+        return absl::InvalidArgumentError(Cat("unknown dataset format ", static_cast<int>(format)));
     }
     name = std::move(resolved->path);
   }
@@ -358,8 +357,7 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::Open(const DataRoot& roo
     const int64_t now_ns = WallNs();
     for (const auto& w : index.watched) racy = racy || w.mtime_ns > now_ns - 2'000'000'000;
     if (!racy) {
-      absl::Status saved =
-          dataset_internal::SaveIndex(cache_file, name, format_id, flags, index);
+      absl::Status saved = dataset_internal::SaveIndex(cache_file, name, format_id, flags, index);
       if (!saved.ok()) index.warnings.push_back(Cat("index cache not written: ", saved.message()));
     }
   }
@@ -379,8 +377,8 @@ bool Dataset::Unchanged(const DataRoot& root, std::string* why) const {
       return false;
     }
   }
-  const auto& watched = storage_->mapped != nullptr ? storage_->mapped->watched
-                                                    : storage_->built.watched;
+  const auto& watched =
+      storage_->mapped != nullptr ? storage_->mapped->watched : storage_->built.watched;
   for (const auto& w : watched) {
     if (!dataset_internal::StillSame(root, w, why)) return false;
   }

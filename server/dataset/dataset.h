@@ -89,9 +89,7 @@ struct IndexOptions {
   // The options above that change what an index holds, as bits: part of
   // every key an index is kept under (the daemon's table of open datasets,
   // the cache file), so that indexes made with different options never mix.
-  uint32_t flags() const {
-    return (allow_empty ? 1u : 0u) | (skip_unsupported_formats ? 2u : 0u);
-  }
+  uint32_t flags() const { return (allow_empty ? 1u : 0u) | (skip_unsupported_formats ? 2u : 0u); }
 };
 
 // An indexed dataset: immutable, shared between sessions (shared_ptr<const>).
@@ -175,9 +173,7 @@ class Dataset {
   // Whether entry i is a byte range of its file (a tar member) and which.
   bool has_range(uint64_t) const { return a_.ranges.size != 0; }
   uint64_t range_offset(uint64_t i) const { return a_.ranges.size != 0 ? a_.ranges[2 * i] : 0; }
-  uint64_t range_length(uint64_t i) const {
-    return a_.ranges.size != 0 ? a_.ranges[2 * i + 1] : 0;
-  }
+  uint64_t range_length(uint64_t i) const { return a_.ranges.size != 0 ? a_.ranges[2 * i + 1] : 0; }
   // How to name entry i to a person: path(i), or "shard.tar:member.jpg".
   std::string display(uint64_t i) const;
   // Entry i as the dataset lists it. ImageFolder: the path torchvision's

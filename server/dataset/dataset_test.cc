@@ -120,10 +120,10 @@ TEST_CASE("ImageFolder: labels and order as torchvision's", "[dataset][image_fol
   CHECK(Entries(d) == expected);
   // torchvision's samples, less the dataset folder: through the links.
   CHECK(Listed(d) == std::vector<std::string>{
-                         "B/img1.jpeg", "B/img2.JPG", "a/dangling.jpg", "a/z.jpg",
-                         "a/a.jpg/t.jpg", "a/sub/y.Jpeg", "a/sub b/w.jpg", "a/sub-c/v.jpg",
-                         "a/sub/deeper/x.jpg", "a/sub0/u.jpg", "b_2/.hidden.jpg", "b_2/1.jpg",
-                         "b_2/link.jpg", "b_2/abs/img1.jpeg", "b_2/abs/img2.JPG"});
+                         "B/img1.jpeg", "B/img2.JPG", "a/dangling.jpg", "a/z.jpg", "a/a.jpg/t.jpg",
+                         "a/sub/y.Jpeg", "a/sub b/w.jpg", "a/sub-c/v.jpg", "a/sub/deeper/x.jpg",
+                         "a/sub0/u.jpg", "b_2/.hidden.jpg", "b_2/1.jpg", "b_2/link.jpg",
+                         "b_2/abs/img1.jpeg", "b_2/abs/img2.JPG"});
 
   // kAuto picks ImageFolder for a directory; an absolute path inside works.
   auto automatic = Dataset::Open(*root, tmp / "root/ds", DatasetFormat::kAuto, Lenient());
@@ -304,8 +304,8 @@ TEST_CASE("Index cache: indexes made with other options are kept apart", "[datas
   CHECK((*again)->from_cache());
   CHECK(Entries(**again) == Entries(**first));
   CHECK(Listed(**again) == Listed(**first));
-  CHECK(Listed(**again) == std::vector<std::string>{"a/1.jpg", "b/3.jpg", "b/link.jpg",
-                                                    "b/out.jpg"});
+  CHECK(Listed(**again) ==
+        std::vector<std::string>{"a/1.jpg", "b/3.jpg", "b/link.jpg", "b/out.jpg"});
   CHECK(Entries(**again) == std::vector<Entry>{{"ds/a/1.jpg", 0},
                                                {"ds/b/3.jpg", 1},
                                                {"ds/b/link.jpg", 1},  // leaves the root
@@ -400,8 +400,8 @@ TEST_CASE("ImageFolder: a file link that dangles or leaves the root is a sample 
                                                      "cls/dangling.jpg", "cls/ok.jpg",
                                                      "cls/rel.jpg", "cls/rel_missing.jpg"});
   // What a worker gets: a refusal that says why, never the file outside.
-  for (const char* escaping : {"ds/cls/abs.jpg", "ds/cls/rel.jpg", "ds/cls/rel_missing.jpg",
-                               "ds/cls/abs_missing.jpg"}) {
+  for (const char* escaping :
+       {"ds/cls/abs.jpg", "ds/cls/rel.jpg", "ds/cls/rel_missing.jpg", "ds/cls/abs_missing.jpg"}) {
     CAPTURE(escaping);
     auto fd = OpenBeneath(root->fd(), escaping);
     CHECK(absl::IsPermissionDenied(fd.status()));

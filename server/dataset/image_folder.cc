@@ -45,9 +45,10 @@ namespace {
 // same directories many times over (no loop, but exponential paths).
 constexpr size_t kMaxDirectories = size_t{1} << 22;
 
-// torchvision's IMG_EXTENSIONS that stoker does not decode yet.
+// torchvision's IMG_EXTENSIONS: those stoker decodes, and the others.
+constexpr std::string_view kJpegExtensions[] = {".jpg", ".jpeg"};
 constexpr std::string_view kUnsupportedExtensions[] = {".png", ".ppm",  ".bmp", ".pgm",
-                                                        ".tif", ".tiff", ".webp"};
+                                                       ".tif", ".tiff", ".webp"};
 // Class names listed in an error, at most (a message travels in gRPC's
 // trailers, whose size is limited).
 constexpr size_t kMaxNamesListed = 20;
@@ -56,14 +57,21 @@ enum class Extension { kNone, kJpeg, kUnsupported };
 
 // By name, in any case, as torchvision's has_file_allowed_extension.
 Extension ExtensionOf(std::string_view name) {
-  if (absl::EndsWithIgnoreCase(ToAbsl(name), ".jpg") ||
-      absl::EndsWithIgnoreCase(ToAbsl(name), ".jpeg")) {
-    return Extension::kJpeg;
+  for (std::string_view ext : kJpegExtensions) {
+    if (absl::EndsWithIgnoreCase(ToAbsl(name), ToAbsl(ext))) return Extension::kJpeg;
   }
   for (std::string_view ext : kUnsupportedExtensions) {
     if (absl::EndsWithIgnoreCase(ToAbsl(name), ToAbsl(ext))) return Extension::kUnsupported;
   }
   return Extension::kNone;
+}
+
+// ".a .b .c", for messages.
+template <size_t N>
+std::string Spelled(const std::string_view (&extensions)[N]) {
+  std::string out;
+  for (std::string_view ext : extensions) out.append(out.empty() ? "" : " ").append(ext);
+  return out;
 }
 
 std::string NameList(const std::vector<std::string>& names) {
@@ -285,8 +293,7 @@ class ClassWalker {
       const std::string_view display = dirs_[f.dir].display;
       const std::string_view path = std::string_view(out->paths).substr(start);
       if (path.size() != display.size() + 1 + f.name_len ||
-          path.substr(0, display.size()) != display ||
-          path.substr(display.size() + 1) != name(f)) {
+          path.substr(0, display.size()) != display || path.substr(display.size() + 1) != name(f)) {
         listed = JoinPath(display.substr(listed_skip), name(f));
         out->SetListed(listed);
       }
@@ -343,8 +350,8 @@ absl::Status IndexImageFolder(const DataRoot& root, const std::string& dir,
 
   size_t directories_walked = 0;
   ClassWalker walker(root, dir, &directories_walked);
-  std::vector<std::string> empty;          // no image file at all: torchvision's empty classes
-  std::vector<std::string> emptied;        // image files, but none stoker reads
+  std::vector<std::string> empty;    // no image file at all: torchvision's empty classes
+  std::vector<std::string> emptied;  // image files, but none stoker reads
   uint64_t unsupported = 0;
   std::string example;
   uint64_t escaping = 0;
@@ -374,37 +381,39 @@ absl::Status IndexImageFolder(const DataRoot& root, const std::string& dir,
   }
   if (escaping != 0) {
     out->warnings.push_back(Cat(escaping,
-                                escaping == 1 ? " file is a symlink leaving the data root; it fails"
-                                              : " files are symlinks leaving the data root; they fail",
+                                escaping == 1
+                                    ? " file is a symlink leaving the data root; it fails"
+                                    : " files are symlinks leaving the data root; they fail",
                                 " as samples. The first: ", escape.message()));
   }
 
   // Every problem in one message: the user fixes them in one go.
   std::vector<std::string> problems;
   if (!empty.empty() && !options.allow_empty) {
-    problems.push_back(Cat(
-        "found no valid file for the classes ", NameList(empty),
-        " (torchvision's ImageFolder raises FileNotFoundError for them; its extensions are "
-        ".jpg .jpeg .png .ppm .bmp .pgm .tif .tiff .webp). Every folder in the dataset folder, "
-        "hidden ones included, is a class and takes a label: remove these folders, or pass "
-        "allow_empty=True (stoker.Loader(allow_empty=True), AttachRequest.allow_empty) to keep "
-        "them as classes without samples, as ImageFolder(allow_empty=True) does"));
+    problems.push_back(
+        Cat("found no valid file for the classes ", NameList(empty),
+            " (torchvision's ImageFolder raises FileNotFoundError for them; its extensions are ",
+            Spelled(kJpegExtensions), " ", Spelled(kUnsupportedExtensions),
+            "). Every folder in the dataset folder, hidden ones included, is a class and takes a "
+            "label: remove these folders, or pass "
+            "allow_empty=True (stoker.Loader(allow_empty=True), AttachRequest.allow_empty) to keep "
+            "them as classes without samples, as ImageFolder(allow_empty=True) does"));
   }
   if (unsupported != 0 && !options.skip_unsupported_formats) {
-    problems.push_back(Cat(
-        unsupported, unsupported == 1 ? " image file" : " image files",
-        " in a format stoker cannot read yet (.png .ppm .bmp .pgm .tif .tiff .webp), e.g. '",
-        example,
-        "'. torchvision's ImageFolder lists them: without them sample i would not be "
-        "torchvision's sample i. Convert them to JPEG, or pass skip_unsupported_formats=True "
-        "(stoker.Loader(skip_unsupported_formats=True), "
-        "AttachRequest.skip_unsupported_formats) to leave them out knowingly"));
+    problems.push_back(
+        Cat(unsupported, unsupported == 1 ? " image file" : " image files",
+            " in a format stoker cannot read yet (", Spelled(kUnsupportedExtensions), "), e.g. '",
+            example,
+            "'. torchvision's ImageFolder lists them: without them sample i would not be "
+            "torchvision's sample i. Convert them to JPEG, or pass skip_unsupported_formats=True "
+            "(stoker.Loader(skip_unsupported_formats=True), "
+            "AttachRequest.skip_unsupported_formats) to leave them out knowingly"));
   } else if (!emptied.empty() && !options.allow_empty) {
-    problems.push_back(Cat(
-        "the classes ", NameList(emptied),
-        " have no .jpg/.jpeg file once the image files stoker cannot read yet are left out "
-        "(skip_unsupported_formats): convert their files to JPEG, or pass allow_empty=True "
-        "as well to keep them as classes without samples"));
+    problems.push_back(
+        Cat("the classes ", NameList(emptied),
+            " have no .jpg/.jpeg file once the image files stoker cannot read yet are left out "
+            "(skip_unsupported_formats): convert their files to JPEG, or pass allow_empty=True "
+            "as well to keep them as classes without samples"));
   }
   if (!problems.empty()) {
     std::string message = Cat("ImageFolder '", shown, "': ", problems[0]);

@@ -98,8 +98,8 @@ absl::Status IndexWebDataset(const DataRoot& root, const std::vector<std::string
 // the files it was made from (else nullptr).
 std::string CachePath(const std::string& cache_dir, const std::string& root_path,
                       const std::string& name, int format, uint32_t flags);
-absl::Status SaveIndex(const std::string& file, const std::string& name, int format,
-                       uint32_t flags, const DatasetIndex& index);
+absl::Status SaveIndex(const std::string& file, const std::string& name, int format, uint32_t flags,
+                       const DatasetIndex& index);
 
 // A cached index, mapped read-only; the spans point into the mapping.
 struct MappedIndex {

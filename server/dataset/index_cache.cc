@@ -121,9 +121,9 @@ int64_t MtimeNs(const struct stat& st) {
 }  // namespace
 
 bool StillSame(const DataRoot& root, const WatchedPath& w, std::string* why) {
-  absl::StatusOr<int> fd = OpenBeneathImpl(root.fd(), w.path,
-                                           w.is_dir ? OpenKind::kDirectory : OpenKind::kRegularFile,
-                                           /*use_openat2=*/true);
+  absl::StatusOr<int> fd =
+      OpenBeneathImpl(root.fd(), w.path, w.is_dir ? OpenKind::kDirectory : OpenKind::kRegularFile,
+                      /*use_openat2=*/true);
   if (!fd.ok()) {
     *why = Cat("'", w.path, "' cannot be opened now");
     return false;
@@ -184,8 +184,8 @@ std::string CachePath(const std::string& cache_dir, const std::string& root_path
   return Cat(cache_dir, "/", hex, ".idx");
 }
 
-absl::Status SaveIndex(const std::string& file, const std::string& name, int format,
-                       uint32_t flags, const DatasetIndex& index) {
+absl::Status SaveIndex(const std::string& file, const std::string& name, int format, uint32_t flags,
+                       const DatasetIndex& index) {
   const std::string class_names = Joined(index.class_names);
   const std::string warnings = Joined(index.warnings);
   const std::string watched = WatchedBlob(index.watched);
@@ -295,8 +295,7 @@ std::unique_ptr<MappedIndex> LoadIndex(const DataRoot& root, const std::string& 
   Header h;
   std::memcpy(&h, base, sizeof(h));
   if (std::memcmp(h.magic, kMagic, sizeof(kMagic)) != 0 || h.version != kVersion ||
-      h.format != static_cast<uint32_t>(format) || h.flags != flags ||
-      h.total_bytes != m->bytes) {
+      h.format != static_cast<uint32_t>(format) || h.flags != flags || h.total_bytes != m->bytes) {
     *why = Cat(file, " is from another version, format, options or a partial write");
     return nullptr;
   }
@@ -336,8 +335,7 @@ std::unique_ptr<MappedIndex> LoadIndex(const DataRoot& root, const std::string& 
   const uint64_t files = a.offsets.size == 0 ? 0 : a.offsets.size - 1;
   const bool tar = a.entry_file.size != 0;
   if (!shape_ok || a.offsets.size == 0 || (!tar && files != n) ||
-      (tar && (a.entry_file.size != n || a.ranges.size != 2 * n ||
-               a.name_offsets.size != n + 1)) ||
+      (tar && (a.entry_file.size != n || a.ranges.size != 2 * n || a.name_offsets.size != n + 1)) ||
       (!tar && (a.ranges.size != 0 || a.name_offsets.size > 1)) ||
       (a.listed_offsets.size != 0 && a.listed_offsets.size != n + 1)) {
     *why = Cat(file, " is inconsistent");
@@ -359,8 +357,7 @@ std::unique_ptr<MappedIndex> LoadIndex(const DataRoot& root, const std::string& 
       shape_ok = false;
     }
   }
-  if (!shape_ok || a.offsets[0] != 0 ||
-      (a.listed_offsets.size != 0 && a.listed_offsets[0] != 0)) {
+  if (!shape_ok || a.offsets[0] != 0 || (a.listed_offsets.size != 0 && a.listed_offsets[0] != 0)) {
     *why = Cat(file, " is inconsistent");
     return nullptr;
   }
