@@ -466,3 +466,29 @@ def test_decode_keywords_reach_the_daemon(stoker, served, folder):
         assert eff["exact_decode"] is True and eff["apply_exif_orientation"] is True
         assert len(ld) == BPE
 
+
+
+def test_a_distributed_sampler_is_read_and_its_set_epoch_followed(stoker, served, folder):
+    from torch.utils.data import DistributedSampler, RandomSampler
+    ds = datasets.ImageFolder(folder)
+    sampler = DistributedSampler(ds, num_replicas=2, rank=1, shuffle=True, seed=7)
+    with stoker.Loader(ds, BATCH, False, sampler=sampler, socket=served.socket, size=32,
+                       timeout_ms=30000) as ld:
+        assert (ld.world_size, ld.rank) == (2, 1)
+        assert ld.info["shard_size"] == N // 2 and len(ld) == N // 2 // BATCH
+        sampler.set_epoch(3)
+        assert {b.epoch for b in ld.iter_batches()} == {3}
+        assert {b.epoch for b in ld.iter_batches()} == {4}  # then in turn, as usual
+        sampler.set_epoch(1)
+        assert {b.epoch for b in ld.iter_batches()} == {1}
+    with stoker.Loader(ds, BATCH, sampler=DistributedSampler(ds, num_replicas=2, rank=0,
+                                                             shuffle=False, seed=7),
+                       socket=served.socket, size=32, epochs=1) as a, \
+            stoker.Loader(folder, BATCH, False, seed=7, world_size=2, rank=0,
+                          socket=served.socket, size=32, epochs=1) as b:
+        assert ([x.indices.tolist() for x in a.iter_batches()]
+                == [x.indices.tolist() for x in b.iter_batches()])
+    with pytest.raises(stoker.InvalidRequestError, match="(?s)sampler.*shuffle"):
+        stoker.Loader(ds, sampler=RandomSampler(ds), socket="/nonexistent.sock")
+    with pytest.raises(stoker.InvalidRequestError, match="disagree"):
+        stoker.Loader(ds, sampler=sampler, world_size=4, socket="/nonexistent.sock")

@@ -205,9 +205,9 @@ _DEFAULT_RING_SLOTS = 4
 #: DataLoader keywords that stoker cannot honour: (the value that means
 #: "not used", so that it is accepted, and the stoker way).
 _DATALOADER_ONLY: Dict[str, Tuple[Any, str]] = {
-    "sampler": (None, "the daemon samples each epoch: use shuffle= and seed= for the order and "
-                "rank=/world_size= for DistributedSampler's rank/num_replicas (set_epoch works "
-                "as DistributedSampler's)"),
+    "sampler": (None, "the daemon samples each epoch (a torch DistributedSampler is read: its "
+                "rank, num_replicas, shuffle, seed and set_epoch): use shuffle= and seed= for "
+                "the order and rank=/world_size= to shard it"),
     "batch_sampler": (None, "the daemon makes the batches: use batch_size= and drop_last="),
     "collate_fn": (None, "batches come from the ring already collated, (images, labels) "
                    "tensors (iter_batches() adds indices and statuses); no collate_fn runs"),
@@ -221,6 +221,11 @@ _DATALOADER_ONLY: Dict[str, Tuple[Any, str]] = {
                           "straight from the ring"),
     "in_order": (True, "batches always come in order"),
 }
+
+
+def _is_distributed_sampler(sampler: Any) -> bool:
+    return any(c.__name__ == "DistributedSampler" and c.__module__.startswith("torch.")
+               for c in type(sampler).__mro__) and hasattr(sampler, "epoch")
 
 
 def _refuse_dataloader_keywords(keywords: Dict[str, Any]) -> None:
@@ -352,9 +357,13 @@ class Loader:
     batch_size, shuffle, ...)`` takes DataLoader's first three arguments in
     its order, a path or a torchvision ``ImageFolder`` (whose transform it
     runs in the daemon), and DataLoader's ``pin_memory``,
-    ``persistent_workers``, ``prefetch_factor`` and ``num_workers``. Its other
-    keywords (``sampler``, ``batch_sampler``, ``collate_fn``,
-    ``worker_init_fn``, ``generator``, ``timeout``,
+    ``persistent_workers``, ``prefetch_factor`` and ``num_workers``, and a
+    torch ``DistributedSampler`` as ``sampler`` (its num_replicas, rank,
+    shuffle and seed become world_size, rank, shuffle and seed; its
+    ``set_epoch(e)`` is followed as `set_epoch` at the next iteration; its
+    drop_last is not used: the daemon shards each epoch disjointly itself).
+    DataLoader's other keywords (other samplers, ``batch_sampler``,
+    ``collate_fn``, ``worker_init_fn``, ``generator``, ``timeout``,
     ``multiprocessing_context``, ``pin_memory_device``) are accepted at their
     "unused" defaults and otherwise refused with the stoker way named.
 
@@ -584,6 +593,27 @@ class Loader:
                                            if k not in ("self", "dataloader_keywords")}
         self._init_args.update(dataloader_keywords)
         self._pid = os.getpid()
+        # DataLoader's sampler: a DistributedSampler maps onto rank/world_size/
+        # shuffle/seed, and its set_epoch is followed (_follow_sampler).
+        self._sampler = dataloader_keywords.pop("sampler", None)
+        if self._sampler is not None:
+            if not _is_distributed_sampler(self._sampler):
+                dataloader_keywords["sampler"], self._sampler = self._sampler, None  # refused
+            else:
+                sm = self._sampler
+                for k, theirs, ours in (("num_replicas", sm.num_replicas, world_size),
+                                        ("rank", sm.rank, rank)):
+                    if ours is not None and int(ours) != int(theirs):
+                        raise _native.InvalidRequestError(
+                            f"sampler=DistributedSampler({k}={theirs}) and "
+                            f"{'world_size' if k == 'num_replicas' else k}={ours} disagree")
+                if getattr(sm, "dataset", dataset) is not dataset:
+                    raise _native.InvalidRequestError(
+                        "sampler=DistributedSampler(...) samples another dataset than the "
+                        "one given to the Loader")
+                world_size, rank = int(sm.num_replicas), int(sm.rank)
+                shuffle, seed = bool(sm.shuffle), int(sm.seed)
+        self._sampler_epoch = None if self._sampler is None else self._sampler.epoch
         _refuse_dataloader_keywords(dataloader_keywords)
         # A torchvision ImageFolder: its root, transform and classes.
         self._dataset_object: Any = None
@@ -1129,6 +1159,7 @@ class Loader:
                 prev._superseded = True
             if self._in_epoch is not None:
                 self._count_abandoned(self._in_epoch[0])
+            self._follow_sampler()
             self.attach()
             self._generation += 1
             epoch, first = self._next_epoch, self._resume_batch
@@ -1157,6 +1188,16 @@ class Loader:
                 # back): restart the session there.
                 self._reattach(epoch, first)
             return epoch, first, self._generation
+
+    def _follow_sampler(self) -> None:
+        """A DistributedSampler given: its set_epoch(e) since the last
+        iteration is this loader's set_epoch(e)."""
+        if self._sampler is None:
+            return
+        epoch = self._sampler.epoch
+        if epoch != self._sampler_epoch:
+            self._sampler_epoch = epoch
+            self.set_epoch(epoch)
 
     def _count_abandoned(self, epoch: int) -> None:
         n = self._abandoned[epoch] = self._abandoned.get(epoch, 0) + 1
