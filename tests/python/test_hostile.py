@@ -30,7 +30,7 @@ torch = pytest.importorskip("torch")
 
 MAX_FILE_BYTES = 3_000_000  # the daemon's --max-file-bytes in this module
 MIX_EPOCHS = 2
-ESCAPE = "h_escape.jpg"  # a symlink leaving the data root: refused at attach in an ImageFolder
+ESCAPE = "h_escape.jpg"  # a symlink leaving the data root: a sample that fails
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +38,8 @@ def corpus(build_dir):
     """A data root with:
         mixed/      good JPEGs (class_00..02), the hostile files (in class_01),
                     the unusual valid files (in class_02), a directory named x.jpg
-        escape/c/   the symlink that leaves the data root (an ImageFolder holding
-                    one is refused at attach, so it cannot be in mixed/)
+        escape/c/   the symlink that leaves the data root alone (an ImageFolder
+                    whose every sample leaves the root is refused at attach)
         unusual/c/  the unusual valid files alone
         exif/c/     one file per EXIF orientation
         one_<name>.txt  a manifest listing one hostile file of mixed/
