@@ -153,6 +153,7 @@ std::string LayoutTable(const std::vector<Column>& columns,
       line += cell;
       if (k + 1 < visible.size()) line += std::string(w[i] - Len(cell) + kGap, ' ');
     }
+    while (!line.empty() && line.back() == ' ') line.pop_back();  // an empty last cell
     out += Shorten(line, width, Trim::kTail) + "\n";
   };
   emit({}, true);
@@ -217,23 +218,23 @@ std::string RenderStatus(const v1::StatusResponse& s, size_t width) {
     out += "\n" + LayoutTable({{"SESSION"},
                                {"CLIENT", kAlways, Trim::kTail, 14, 6},
                                {"PID", 7},
-                               {"RANK", 9},
+                               {"RANK", 8},
                                {"DATASET", kAlways, Trim::kHead, 20, 8},
-                               {"PIPELINE", 10},
+                               {"PIPELINE", 9},
                                {"BATCH", 6},
                                {"EPOCH", 14},
                                {"PRODUCED", 5},
-                               {"CONSUMED", 12},
+                               {"CONSUMED", 13},
                                {"IMG/S"},
-                               {"RING r/f/l", 11},
-                               {"WAIT p50/p99 ms", 8},
+                               {"RING r/f/l", 12},
+                               {"WAIT p50/p99 ms", 11},
                                {"STALL"},
                                {"READ p50/p99 ms", 1},
                                {"DECODE p50/p99 ms", 3},
                                {"AUGMENT p50/p99 ms", 2},
                                {"UP", 4},
                                {"FAILED"},
-                               {"REPL", 13}},
+                               {"REPL", 10}},
                               rows, width);
   }
   rows.clear();
