@@ -287,6 +287,16 @@ def test_a_pickled_private_loader_starts_its_own_daemon(stoker, folder, monkeypa
             assert positions(again.iter_batches()) == [(0, k) for k in range(BPE)]
 
 
+def test_num_workers_zero_means_one_decode_process(stoker, folder, monkeypatch):
+    # DataLoader's "load in the main process": the daemon always decodes.
+    monkeypatch.delenv("STOKER_SOCKET", raising=False)
+    with stoker.Loader(folder, batch_size=BATCH, size=32, epochs=1, num_workers=0) as loader:
+        assert positions(loader.iter_batches()) == [(0, k) for k in range(BPE)]
+        assert len(stoker.Client(loader.socket).status()["workers"]) == 1
+    with pytest.raises(stoker.InvalidRequestError, match="num_workers"):
+        stoker.Loader(folder, num_workers=-1)
+
+
 # ---------------------------------------------------------------------------
 # 5, 6. loader.dataset
 

@@ -512,8 +512,9 @@ class Loader:
             (False: copy through pinned staging buffers; for diagnosis).
         num_workers: decode processes of a private daemon (None: this rank's
             share of the CPUs this process may use, by ``LOCAL_WORLD_SIZE``,
-            less one). A sidecar daemon has its own ``--workers``; then this is
-            ignored.
+            less one; 0, DataLoader's "in the main process", means one: the
+            daemon always decodes). A sidecar daemon has its own
+            ``--workers``; then this is ignored.
         data_root: the folder a private daemon may read beneath (None: the
             dataset's folder, or the folder of its manifest or shards). Give a
             wider one when the dataset's files are links into another folder
@@ -697,9 +698,12 @@ class Loader:
         self._private_root: Optional[str] = None if data_root is None else os.fspath(data_root)
         self._private: Optional[_private.PrivateDaemon] = None
         self._private_path = ""  # the dataset as the private daemon sees it
-        if num_workers is not None and int(num_workers) < 1:
-            raise _native.InvalidRequestError(f"num_workers must be at least 1, got {num_workers}")
-        self.num_workers: Optional[int] = num_workers
+        if num_workers is not None and int(num_workers) < 0:
+            raise _native.InvalidRequestError(f"num_workers must be >= 0, got {num_workers}")
+        # DataLoader's 0 (load in the main process) has no equivalent: the
+        # daemon's worker processes decode. 0 means one of them.
+        self.num_workers: Optional[int] = (None if num_workers is None
+                                           else max(1, int(num_workers)))
         self.batch_size: int = batch_size
         self.pipeline: str = pipeline
         self.epochs: Optional[int] = epochs
