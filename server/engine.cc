@@ -1461,7 +1461,7 @@ void Engine::TickerLoop() {
   }
 }
 
-v1::StatusResponse Engine::GetStatus(bool include_failures) {
+v1::StatusResponse Engine::GetStatus(bool include_failures, bool include_dataset_failures) {
   v1::StatusResponse r;
   r.set_version(STOKER_VERSION);
   r.set_pid(::getpid());
@@ -1561,7 +1561,7 @@ v1::StatusResponse Engine::GetStatus(bool include_failures) {
       }
     }
   }
-  if (include_failures) {
+  if (include_dataset_failures) {
     for (const DatasetFailureLog& d : failure_memory_) {
       auto* df = r.add_dataset_failures();
       df->set_dataset(d.dataset);

@@ -71,9 +71,10 @@ class Engine {
   [[nodiscard]] absl::Status KeepAlive(const std::string& session_id,
                                        const std::function<bool()>& cancelled,
                                        const std::function<bool(const v1::SessionEvent&)>& send);
-  // With include_failures, each session's failures and the failure memory
-  // per dataset (v1::DatasetFailures, which states its bounds).
-  v1::StatusResponse GetStatus(bool include_failures);
+  // With include_failures, each session's failures; with
+  // include_dataset_failures, the failure memory per dataset
+  // (v1::DatasetFailures, which states its bounds).
+  v1::StatusResponse GetStatus(bool include_failures, bool include_dataset_failures);
   // A page of a session's dataset in index order (v1::Stoker.ListSamples):
   // NOT_FOUND for an unknown session, INVALID_ARGUMENT for a limit over
   // 65536 (0 means 4096).

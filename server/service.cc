@@ -68,7 +68,7 @@ grpc::Status StokerService::KeepAlive(grpc::ServerContext* ctx, const v1::KeepAl
 
 grpc::Status StokerService::Status(grpc::ServerContext*, const v1::StatusRequest* req,
                                    v1::StatusResponse* resp) {
-  *resp = engine_->GetStatus(req->include_failures());
+  *resp = engine_->GetStatus(req->include_failures(), req->include_dataset_failures());
   return grpc::Status::OK;
 }
 
@@ -77,7 +77,8 @@ grpc::Status StokerService::Watch(grpc::ServerContext* ctx, const v1::WatchReque
   const int64_t interval_ms =
       std::clamp<int64_t>(req->interval_ms() == 0 ? 1000 : req->interval_ms(), 50, 60000);
   while (!ctx->IsCancelled()) {
-    v1::StatusResponse st = engine_->GetStatus(req->include_failures());
+    v1::StatusResponse st =
+        engine_->GetStatus(req->include_failures(), req->include_dataset_failures());
     if (!writer->Write(st) || st.state() == "stopped" || st.state() == "draining") break;
     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(interval_ms);
     while (std::chrono::steady_clock::now() < until && !ctx->IsCancelled()) {

@@ -688,6 +688,7 @@ absl::StatusOr<std::string> Client::StatusJson(bool include_failures) {
   ctx.set_deadline(internal::Deadline(options_.rpc_timeout_ms));
   v1::StatusRequest req;
   req.set_include_failures(include_failures);
+  req.set_include_dataset_failures(include_failures);
   v1::StatusResponse resp;
   grpc::Status st = rpc_->stub->Status(&ctx, req, &resp);
   if (!st.ok()) return internal::FromGrpc(st, "status");

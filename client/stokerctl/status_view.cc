@@ -286,13 +286,14 @@ std::string GrpcTarget(const std::string& address) {
 }
 
 absl::Status FetchStatus(const std::string& address, bool include_failures,
-                         v1::StatusResponse* out) {
+                         bool include_dataset_failures, v1::StatusResponse* out) {
   auto stub = v1::Stoker::NewStub(
       grpc::CreateChannel(GrpcTarget(address), grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   v1::StatusRequest req;
   req.set_include_failures(include_failures);
+  req.set_include_dataset_failures(include_dataset_failures);
   grpc::Status st = stub->Status(&ctx, req, out);
   if (!st.ok()) {
     return absl::Status(static_cast<absl::StatusCode>(st.error_code()),
@@ -315,7 +316,6 @@ absl::Status RunTop(const std::string& address, uint32_t interval_ms, uint32_t i
   while (reader->Read(&s)) {
     // Home the cursor and clear the screen, as top does.
     if (tty) std::fputs("\033[H\033[2J", stdout);
-    s.clear_dataset_failures();  // a history: `stokerctl status --failures` shows it
     std::fputs(RenderStatus(s, TerminalWidth()).c_str(), stdout);
     std::fflush(stdout);
     if (iterations != 0 && ++shown >= iterations) {

@@ -55,9 +55,9 @@ std::string RenderStatus(const v1::StatusResponse& s, size_t width);
 // The address as gRPC wants it: a path becomes "unix:PATH".
 std::string GrpcTarget(const std::string& address);
 
-// One Status call.
+// One Status call (the flags: StatusRequest's).
 absl::Status FetchStatus(const std::string& address, bool include_failures,
-                         v1::StatusResponse* out);
+                         bool include_dataset_failures, v1::StatusResponse* out);
 
 // `stokerctl top`: clears the screen and redraws on each Watch update, laid
 // out for TerminalWidth() (read again at each refresh), `iterations` times

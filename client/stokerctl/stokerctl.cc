@@ -194,7 +194,10 @@ int main(int argc, char** argv) {
   if (consume->parsed()) return Consume(ca);
   if (status->parsed()) {
     stoker::v1::StatusResponse s;
-    absl::Status st = stoker::ctl::FetchStatus(status_socket, failures || !status_json, &s);
+    // Text: each session's failures always; --failures adds the daemon's
+    // memory of them per dataset (ended sessions' too).
+    absl::Status st =
+        stoker::ctl::FetchStatus(status_socket, failures || !status_json, failures, &s);
     if (!st.ok()) return Fail(st);
     if (status_json) {
       std::string json;
@@ -204,9 +207,6 @@ int main(int argc, char** argv) {
       (void)google::protobuf::util::MessageToJsonString(s, &json, jo);
       std::printf("%s\n", json.c_str());
     } else {
-      // Each session's failures always; the daemon's memory of failures per
-      // dataset (v1::DatasetFailures) when asked.
-      if (!failures) s.clear_dataset_failures();
       std::fputs(stoker::ctl::RenderStatus(s, stoker::ctl::TerminalWidth()).c_str(), stdout);
     }
     return 0;

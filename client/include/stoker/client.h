@@ -318,7 +318,9 @@ class Client {
 
   absl::StatusOr<std::unique_ptr<Session>> Attach(const AttachOptions& options);
 
-  // The daemon's status (stoker.v1.StatusResponse) as JSON.
+  // The daemon's status (stoker.v1.StatusResponse) as JSON; with
+  // include_failures, each session's failed samples and the daemon's memory
+  // of failures per dataset (dataset_failures), ended sessions' included.
   absl::StatusOr<std::string> StatusJson(bool include_failures = false);
 
   // OK when the standard health service reports SERVING.
