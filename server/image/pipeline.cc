@@ -23,8 +23,8 @@ constexpr uint32_t kChunkRows = 16;
 constexpr uint32_t kCropMargin = 16;  // decoded pixels, see RenderResampled
 
 // A DCT-scaled decode filters differently from Pillow's full decode + resize
-// (each 8x8 block's spectrum truncated, 4:2:0 chroma never upsampled, no
-// clipping of the full-resolution pixels), an error that fades only when the
+// (each 8x8 block's spectrum truncated; chroma upsampling and the clipping of
+// the RGB pixels done at the reduced size), an error that fades only when the
 // resize after it still averages several decoded pixels per output pixel.
 // The fewest (per output pixel, on each axis) that keep the mean absolute
 // error against Pillow under 0.8 levels of 255 on finely textured images

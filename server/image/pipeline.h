@@ -90,8 +90,9 @@ class SampleProcessor {
   // Resampling follows Pillow's BILINEAR resize (kAntialias) or plain
   // bilinear (kBilinear). The EXIF orientation is applied first unless
   // ignore_exif. Unless exact_decode, the JPEG is decoded at a reduced DCT
-  // scale when the crop is much larger than the output, and only the rows
-  // and columns the crop needs are decoded.
+  // scale when the crop is many times (pipeline.cc: kMinDecodedPerOutput)
+  // the output on both axes, and only the rows and columns the crop needs
+  // are decoded.
   [[nodiscard]] absl::Status Process(const uint8_t* jpeg, size_t size, const PipelineParams& p,
                                      const SampleKey& key, void* out, size_t capacity,
                                      SampleResult* result);
