@@ -55,7 +55,7 @@ struct CommonOptions {
   std::string dtype = "uint8";
   std::string layout = "nhwc";
   bool exact = false;
-  bool ignore_exif = false;
+  bool apply_exif = false;
   std::vector<float> scale;
   std::vector<float> ratio;
   float flip_prob = 0.5f;
@@ -74,7 +74,9 @@ void AddCommon(CLI::App* app, CommonOptions* o, bool with_decode) {
       ->check(CLI::IsMember({"uint8", "float32", "float16"}));
   app->add_option("--layout", o->layout, "nhwc | nchw")->check(CLI::IsMember({"nhwc", "nchw"}));
   app->add_flag("--exact", o->exact, "never use DCT scaling");
-  app->add_flag("--ignore-exif", o->ignore_exif, "do not apply the EXIF orientation");
+  app->add_flag("--apply-exif", o->apply_exif,
+                "turn the image as its EXIF orientation says (default: as coded, as "
+                "torchvision's ImageFolder)");
   app->add_option("--scale", o->scale, "train: RandomResizedCrop scale MIN MAX")->expected(2);
   app->add_option("--ratio", o->ratio, "train: RandomResizedCrop ratio MIN MAX")->expected(2);
   app->add_option("--flip-prob", o->flip_prob, "train: horizontal flip probability");
@@ -97,7 +99,7 @@ PipelineParams ToParams(const CommonOptions& o) {
                                    : ring::kUint8;
   p.layout = o.layout == "nchw" ? ring::kNCHW : ring::kNHWC;
   p.exact_decode = o.exact ? 1 : 0;
-  p.ignore_exif = o.ignore_exif ? 1 : 0;
+  p.ignore_exif = o.apply_exif ? 0 : 1;
   if (o.scale.size() == 2) {
     p.scale_min = o.scale[0];
     p.scale_max = o.scale[1];

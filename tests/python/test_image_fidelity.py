@@ -159,15 +159,16 @@ def test_decode_large_photo_is_bit_exact(tmp_path):
 
 
 @pytest.mark.parametrize("orientation", [3, 6, 8])
-def test_decode_applies_exif_orientation(tmp_path, orientation):
+def test_decode_applies_exif_orientation_only_when_asked(tmp_path, orientation):
     exif = Image.Exif()
     exif[0x0112] = orientation
     path = write_jpeg(tmp_path, 120, 80, seed=orientation, exif=exif.tobytes())
-    got, _ = render(path, tmp_path, "--pipeline", "decode")
+    # By default as torchvision's ImageFolder reads it: PIL's open + convert, not turned.
+    raw, _ = render(path, tmp_path, "--pipeline", "decode")
+    assert np.array_equal(raw, np.asarray(Image.open(path).convert("RGB")))
+    got, _ = render(path, tmp_path, "--pipeline", "decode", "--apply-exif")
     want = np.asarray(ImageOps.exif_transpose(Image.open(path)).convert("RGB"))
     assert np.array_equal(got, want)
-    raw, _ = render(path, tmp_path, "--pipeline", "decode", "--ignore-exif")
-    assert np.array_equal(raw, np.asarray(Image.open(path).convert("RGB")))
 
 
 def test_truncated_file_fails_like_pil(tmp_path):
@@ -234,7 +235,7 @@ def test_train_forced_crop_matches_torchvision(tmp_path, width, height, coding, 
 
 @pytest.mark.parametrize("orientation", [2, 3, 6, 8])
 def test_train_crop_on_exif_oriented_image(tmp_path, orientation):
-    # The box is in displayed coordinates: exif_transpose first, then crop.
+    # With --apply-exif the box is in displayed coordinates: exif_transpose first, then crop.
     exif = Image.Exif()
     exif[0x0112] = orientation
     path = write_jpeg(tmp_path, 500, 375, seed=orientation, exif=exif.tobytes())
@@ -242,12 +243,25 @@ def test_train_crop_on_exif_oriented_image(tmp_path, orientation):
     top, left, h, w = 40, 30, img.height - 100, img.width - 90
     want = np.asarray(TF.hflip(TF.resized_crop(img, top, left, h, w, [224, 224], InterpolationMode.BILINEAR)))
     for exact in (True, False):
-        args = ["--pipeline", "train", "--crop", top, left, h, w, "--flip", 1] + (["--exact"] if exact else [])
-        got, _ = render(path, tmp_path, *args)
+        args = ["--pipeline", "train", "--apply-exif", "--crop", top, left, h, w, "--flip", 1]
+        got, _ = render(path, tmp_path, *(args + (["--exact"] if exact else [])))
         err = mae(got, want)
         record(f"train_exif_{'exact' if exact else 'dct'}", err)
         # The passes run in the coded orientation: rounding differs, not geometry.
         assert err <= (0.5 if exact else MAE_PROMISE)
+
+
+def test_train_crop_by_default_ignores_exif_orientation(tmp_path):
+    # As ImageFolder + RandomResizedCrop: the box is in the coded image's coordinates.
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    path = write_jpeg(tmp_path, 500, 375, seed=61, exif=exif.tobytes())
+    img = Image.open(path).convert("RGB")
+    top, left, h, w = 40, 30, 300, 420
+    want = np.asarray(TF.resized_crop(img, top, left, h, w, [224, 224], InterpolationMode.BILINEAR))
+    got, _ = render(path, tmp_path, "--pipeline", "train", "--crop", top, left, h, w, "--flip", 0)
+    assert mae(got, want) <= MAE_EXACT
+    assert np.abs(got.astype(int) - want.astype(int)).max() <= 2
 
 
 def test_train_draws_are_keyed(tmp_path):
