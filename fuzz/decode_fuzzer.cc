@@ -6,7 +6,7 @@
 //   [0] mode: 0 train, 1 eval, 2 decode at a fixed size, 3 decode at the
 //       image's own size (variable), 4 train with a given crop box and flip
 //   [1] [2] output height, width - 1 (mod 64)
-//   [3] flags: 1 exact_decode, 2 ignore_exif, 4 bilinear, 8|16 dtype
+//   [3] flags: 1 exact_decode, 2 apply_exif, 4 bilinear, 8|16 dtype
 //       (uint8, uint8, float32, float16), 32 NCHW, 64 flip (mode 4)
 //   [4..7] eval: resize_size; train: scale and ratio; mode 4: the crop box;
 //       all: the sample key
@@ -61,7 +61,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   p.out_width = 1 + q[2] % 64;
   if (mode == 3) p.out_height = p.out_width = 0;
   p.exact_decode = (q[3] & 1) != 0;
-  p.ignore_exif = (q[3] & 2) != 0;
+  p.apply_exif = (q[3] & 2) != 0;
   p.interpolation = (q[3] & 4) != 0 ? stoker::image::Interpolation::kBilinear
                                     : stoker::image::Interpolation::kAntialias;
   const int dt = (q[3] >> 3) & 3;

@@ -208,7 +208,7 @@ absl::StatusOr<image::PipelineParams> ParamsFromSpec(const v1::PipelineSpec& spe
     p.max_decode_pixels = kDefaultVariableDecodePixels;
   }
   p.exact_decode = spec.exact_decode() ? 1 : 0;
-  p.ignore_exif = spec.apply_exif_orientation() ? 0 : 1;
+  p.apply_exif = spec.apply_exif_orientation() ? 1 : 0;
   absl::Status st = image::ValidateParams(p);
   if (!st.ok()) return absl::InvalidArgumentError(absl::StrCat("pipeline: ", st.message()));
   return p;
@@ -239,7 +239,7 @@ v1::PipelineSpec EffectiveSpec(const image::PipelineParams& p, v1::PipelineKind 
   }
   s.set_max_decode_pixels(p.max_decode_pixels);
   s.set_exact_decode(p.exact_decode != 0);
-  s.set_apply_exif_orientation(p.ignore_exif == 0);
+  s.set_apply_exif_orientation(p.apply_exif != 0);
   return s;
 }
 

@@ -99,7 +99,7 @@ PipelineParams ToParams(const CommonOptions& o) {
                                    : ring::kUint8;
   p.layout = o.layout == "nchw" ? ring::kNCHW : ring::kNHWC;
   p.exact_decode = o.exact ? 1 : 0;
-  p.ignore_exif = o.apply_exif ? 0 : 1;
+  p.apply_exif = o.apply_exif ? 1 : 0;
   if (o.scale.size() == 2) {
     p.scale_min = o.scale[0];
     p.scale_max = o.scale[1];

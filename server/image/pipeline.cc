@@ -65,8 +65,8 @@ absl::Status ValidateParams(const PipelineParams& p) {
   if (p.layout != ring::kNHWC && p.layout != ring::kNCHW) {
     return absl::InvalidArgumentError("unknown layout");
   }
-  if (p.exact_decode > 1 || p.ignore_exif > 1) {
-    return absl::InvalidArgumentError("exact_decode and ignore_exif are 0 or 1");
+  if (p.exact_decode > 1 || p.apply_exif > 1) {
+    return absl::InvalidArgumentError("exact_decode and apply_exif are 0 or 1");
   }
   if (p.max_decode_pixels == 0 || p.max_decode_pixels > (1ull << 32)) {
     return absl::InvalidArgumentError("max_decode_pixels must be in 1..2^32");
@@ -192,7 +192,7 @@ absl::Status SampleProcessor::Impl::Open(const uint8_t* jpeg, size_t size,
                                          const PipelineParams& p) {
   DecodeLimits limits;
   limits.max_pixels = p.max_decode_pixels;
-  limits.read_exif = p.ignore_exif == 0;
+  limits.read_exif = p.apply_exif != 0;
   const uint64_t t0 = NowNs();
   absl::Status s = decoder.ReadHeader(jpeg, size, limits, &header);
   decode_ns += NowNs() - t0;

@@ -35,7 +35,8 @@ struct PipelineParams {
   float stdev[3] = {0.229f, 0.224f, 0.225f};
   uint64_t max_decode_pixels = 64ull << 20;  // refuse larger images before allocating
   uint32_t exact_decode = 0;   // 1: never use DCT scaling
-  uint32_t ignore_exif = 0;    // 1: do not apply EXIF orientation
+  uint32_t apply_exif = 0;     // 1: turn the image as its EXIF orientation says
+                               // (0, as torchvision's ImageFolder: as coded)
 };
 
 // Checks ranges (sizes, scale/ratio order, probabilities, std != 0, ...).
@@ -53,7 +54,8 @@ struct SampleKey {
   uint64_t dataset_index = 0;
 };
 
-// A crop in pixels, in the image's displayed orientation (after EXIF).
+// A crop in pixels, in the image's displayed orientation (after EXIF when
+// apply_exif, else as coded).
 struct CropBox {
   uint32_t top = 0;
   uint32_t left = 0;
@@ -88,11 +90,12 @@ class SampleProcessor {
   // Flip(flip_prob), randomness from KeyedRng(seed, epoch, dataset_index).
   // Eval: Resize(resize_size) + CenterCrop(out). Decode: the whole image.
   // Resampling follows Pillow's BILINEAR resize (kAntialias) or plain
-  // bilinear (kBilinear). The EXIF orientation is applied first unless
-  // ignore_exif. Unless exact_decode, the JPEG is decoded at a reduced DCT
-  // scale when the crop is many times (pipeline.cc: kMinDecodedPerOutput)
-  // the output on both axes, and only the rows and columns the crop needs
-  // are decoded.
+  // bilinear (kBilinear). With apply_exif the EXIF orientation is applied
+  // first; by default it is not (PIL's Image.open + convert, what
+  // torchvision's ImageFolder gives, does not turn the image). Unless
+  // exact_decode, the JPEG is decoded at a reduced DCT scale when the crop
+  // is many times (pipeline.cc: kMinDecodedPerOutput) the output on both
+  // axes, and only the rows and columns the crop needs are decoded.
   [[nodiscard]] absl::Status Process(const uint8_t* jpeg, size_t size, const PipelineParams& p,
                                      const SampleKey& key, void* out, size_t capacity,
                                      SampleResult* result);

@@ -33,9 +33,9 @@ PipelineParams DecodeParams() {
 
 // The decode pipeline's output (must succeed).
 std::vector<uint8_t> DecodeRgb(SampleProcessor& proc, const std::vector<uint8_t>& jpeg, uint32_t* h,
-                               uint32_t* w, bool ignore_exif = false) {
+                               uint32_t* w, bool apply_exif = false) {
   PipelineParams p = DecodeParams();
-  p.ignore_exif = ignore_exif;
+  p.apply_exif = apply_exif;
   std::vector<uint8_t> out(MaxSampleBytes(p));
   SampleResult r;
   const absl::Status s = proc.Process(jpeg.data(), jpeg.size(), p, {}, out.data(), out.size(), &r);
@@ -135,16 +135,20 @@ TEST_CASE("CMYK and YCCK decode to RGB", "[pipeline][decode]") {
   }
 }
 
-TEST_CASE("Decode applies the EXIF orientation unless ignore_exif", "[pipeline][exif]") {
+TEST_CASE("Decode leaves the EXIF orientation alone unless apply_exif", "[pipeline][exif]") {
   SampleProcessor proc;
   const uint32_t h = 30, w = 50;
   EncodeOptions o;
   o.subsampling = 444;
   o.app1 = testing::ExifApp1(6, false);  // rotate 90 degrees clockwise
   const std::vector<uint8_t> jpeg = EncodeJpeg(MakePhoto(h, w, 3, 4), h, w, 3, o);
-  uint32_t rh, rw, oh, ow;
-  const std::vector<uint8_t> raw = DecodeRgb(proc, jpeg, &rh, &rw, /*ignore_exif=*/true);
-  const std::vector<uint8_t> rotated = DecodeRgb(proc, jpeg, &oh, &ow);
+  o.app1.clear();
+  const std::vector<uint8_t> untagged = EncodeJpeg(MakePhoto(h, w, 3, 4), h, w, 3, o);
+  uint32_t rh, rw, oh, ow, uh, uw;
+  // The default, as torchvision's ImageFolder (PIL's open + convert): as coded.
+  const std::vector<uint8_t> raw = DecodeRgb(proc, jpeg, &rh, &rw);
+  CHECK(raw == DecodeRgb(proc, untagged, &uh, &uw));
+  const std::vector<uint8_t> rotated = DecodeRgb(proc, jpeg, &oh, &ow, /*apply_exif=*/true);
   REQUIRE(rh == h);
   REQUIRE(rw == w);
   REQUIRE(oh == w);
@@ -166,7 +170,7 @@ struct RegionCheck {
 RegionCheck CheckRegion(SampleProcessor& proc, const std::vector<uint8_t>& jpeg,
                         const PipelineParams& base, const CropBox& box, bool flip) {
   uint32_t ih, iw;
-  const std::vector<uint8_t> img = DecodeRgb(proc, jpeg, &ih, &iw);
+  const std::vector<uint8_t> img = DecodeRgb(proc, jpeg, &ih, &iw, base.apply_exif != 0);
   PipelineParams p = base;
   std::vector<uint8_t> out(MaxSampleBytes(p));
   SampleResult r;
@@ -216,6 +220,7 @@ TEST_CASE("Train regions match the reference (exact and DCT-scaled)", "[pipeline
         p.out_height = 64;
         p.out_width = 48;
         p.exact_decode = 1;
+        p.apply_exif = 1;  // the box is in displayed coordinates
         CAPTURE(orientation, sub, box.top, box.left, box.height, box.width, flip);
         RegionCheck exact = CheckRegion(proc, jpeg, p, box, flip);
         CHECK(exact.worst <= 1);
