@@ -17,7 +17,8 @@ Fixtures (function scope unless said otherwise):
     daemon          one running daemon (2 workers) with an empty data root.
 
 Helpers importable from here (``from conftest import ...``): make_dataset,
-write_jpeg, imagefolder_samples, Daemon, start_daemon, stoker_shm_objects.
+write_jpeg, imagefolder_samples, samples_in_order, read_terminal, Daemon,
+start_daemon, stoker_shm_objects.
 """
 
 from __future__ import annotations
@@ -198,6 +199,42 @@ def imagefolder_samples(root: str) -> List[Tuple[str, int]]:
     """torchvision.datasets.ImageFolder(root).samples (imported lazily)."""
     from torchvision.datasets import ImageFolder
     return list(ImageFolder(root).samples)
+
+
+
+def samples_in_order(stoker, socket: str, dataset: str, **attach) -> List[Tuple[np.ndarray, int]]:
+    """Every sample of one unshuffled epoch, batch 1: [(pixels, label)], each
+    pixel array a copy (its slot goes back at once); every sample must be ok."""
+    s = stoker.Client(socket).attach(dataset, batch_size=1, shuffle=False, epochs=1, **attach)
+    out = []
+    try:
+        while True:
+            try:
+                raw = s.next(30000)
+            except stoker.EndOfData:
+                break
+            images, labels, statuses = raw[0], raw[1], raw[4]
+            assert statuses.tolist() == [0], f"sample {len(out)} of {dataset}: {statuses}"
+            out.append((np.array(images[0]), int(labels[0])))
+    finally:
+        s.detach()
+    return out
+
+
+def read_terminal(master: int, timeout_s: float = 20) -> bytes:
+    """What a child wrote to the pty whose master end is `master`, until it
+    closed its end (or `timeout_s` passed)."""
+    out = b""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    return out
 
 
 @pytest.fixture(name="make_dataset")

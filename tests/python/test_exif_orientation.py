@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
-from conftest import make_dataset
+from conftest import make_dataset, samples_in_order
 
 torchvision = pytest.importorskip("torchvision")
 import torchvision.transforms as T  # noqa: E402
@@ -50,20 +50,7 @@ def served(module_daemon_factory, folder):
 
 def read_all(stoker, daemon, folder, **kw):
     """Every sample in order, batch 1: [(image array, label)]."""
-    s = stoker.Client(daemon.socket).attach(os.path.basename(folder), batch_size=1, shuffle=False,
-                                            epochs=1, **kw)
-    out = []
-    try:
-        while True:
-            try:
-                raw = s.next(30000)
-            except stoker.EndOfData:
-                break
-            assert raw[4].tolist() == [0]
-            out.append((np.array(raw[0][0]), int(raw[1][0])))  # copies: the slot goes back
-    finally:
-        s.detach()
-    return out
+    return samples_in_order(stoker, daemon.socket, os.path.basename(folder), **kw)
 
 
 def test_decode_gives_imagefolder_pixels_and_turns_only_when_asked(stoker, served, folder):

@@ -10,11 +10,10 @@ import pty
 import struct
 import subprocess
 import termios
-import time
 
 import pytest
 
-from conftest import imagefolder_samples, make_dataset, start_daemon, wait_until
+from conftest import imagefolder_samples, make_dataset, read_terminal, start_daemon
 
 BAD = os.path.join("class_01", "img_0002.jpg")
 LONG_DS = "a_rather_long_dataset_folder_name_to_test_the_layout/train"
@@ -92,7 +91,7 @@ def test_failure_memory_is_bounded_per_dataset(served):
     # "error" each missing file fails once, with no replacements tried.
     n = 1001
     with open(os.path.join(served.data_root, "many.txt"), "w") as f:
-        f.write(f"bad/class_00/img_0000.jpg\t0\n")
+        f.write("bad/class_00/img_0000.jpg\t0\n")
         for i in range(n):
             f.write(f"missing/m{i:05d}.jpg\t1\n")
     r = served.ctl("consume", "--dataset", "many.txt", "--batch-size", "64", "--size", "32",
@@ -156,15 +155,7 @@ def run_top_in_pty(served, cols, env):
                           "--interval-ms", "100"], stdin=slave, stdout=slave, stderr=slave,
                          env=env)
     os.close(slave)
-    out = b""
-    while True:
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:  # the child closed the terminal
-            break
-        if not chunk:
-            break
-        out += chunk
+    out = read_terminal(master)
     assert p.wait(timeout=20) == 0
     os.close(master)
     return out.decode(errors="replace").replace("\x1b[H\x1b[2J", "").replace("\r", "")

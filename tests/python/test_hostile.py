@@ -24,7 +24,7 @@ import pytest
 from PIL import Image, ImageOps
 
 import hostile_corpus as hc
-from conftest import imagefolder_samples, make_dataset
+from conftest import imagefolder_samples, make_dataset, samples_in_order
 
 torch = pytest.importorskip("torch")
 
@@ -92,21 +92,8 @@ def pil_rgb(path: str, exif: bool = True) -> np.ndarray:
 
 def decode_all(stoker, daemon, dataset: str, **kw) -> List[np.ndarray]:
     """Every sample of `dataset` through the decode pipeline (batch 1, in order)."""
-    s = stoker.Client(daemon.socket).attach(dataset, pipeline="decode", batch_size=1,
-                                            shuffle=False, epochs=1, **kw)
-    out = []
-    try:
-        while True:
-            try:
-                raw = s.next(30000)
-            except stoker.EndOfData:
-                break
-            images, statuses = raw[0], raw[4]
-            assert statuses.tolist() == [0]
-            out.append(np.array(images[0]))  # a copy: the slot goes back
-    finally:
-        s.detach()
-    return out
+    return [img for img, _ in samples_in_order(stoker, daemon.socket, dataset,
+                                               pipeline="decode", **kw)]
 
 
 # ---------------------------------------------------------------------------

@@ -7,11 +7,10 @@ import os
 import pty
 import socket
 import subprocess
-import time
 
 import pytest
 
-from conftest import wait_until
+from conftest import read_terminal, wait_until
 
 
 def free_port() -> int:
@@ -89,16 +88,7 @@ def test_stokerctl_top_refreshes_in_a_terminal(served):
     p = subprocess.Popen([served.stokerctl, "top", "--socket", served.socket, "--iterations", "2",
                           "--interval-ms", "100"], stdin=slave, stdout=slave, stderr=slave)
     os.close(slave)
-    out = b""
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:  # the child closed the terminal
-            break
-        if not chunk:
-            break
-        out += chunk
+    out = read_terminal(master)
     assert p.wait(timeout=20) == 0
     os.close(master)
     text = out.decode(errors="replace")
