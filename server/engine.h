@@ -132,7 +132,8 @@ class Engine {
   std::vector<std::unique_ptr<WorkerSlot>> workers_;
   std::unordered_map<uint64_t, SampleTask*> in_flight_;  // by task id
   // Indexed datasets by DatasetKey (the canonical name the index was built
-  // from, and the format the request asked for).
+  // from, the format the request asked for, and IndexOptions::flags(): an
+  // index made with allow_empty or skip_unsupported_formats is another one).
   std::map<std::string, std::shared_ptr<const Dataset>> datasets_;
   // One gate per DatasetKey: concurrent Attaches of one dataset (the ranks of
   // a job starting together) index it once; the others wait and share it.
