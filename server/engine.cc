@@ -50,6 +50,7 @@ constexpr size_t kMaxFailuresListed = 1000;
 // The failure memory's bounds (stated in stoker.proto's DatasetFailures).
 constexpr size_t kKeptFailureDatasets = 64;
 constexpr size_t kKeptFailuresPerDataset = 1000;
+constexpr size_t kKeptFailureBytesPerDataset = 256 << 10;  // paths + reasons
 // ListSamples' page: the default and the largest.
 constexpr uint32_t kDefaultListLimit = 4096;
 constexpr uint32_t kMaxListLimit = 65536;
@@ -357,7 +358,10 @@ struct DatasetFailureLog {
   std::string dataset;
   uint64_t samples_failed = 0;
   uint64_t failures_not_kept = 0;
-  std::map<std::string, FailureEntry> by_path;  // at most kKeptFailuresPerDataset
+  // At most kKeptFailuresPerDataset entries, whose paths and reasons hold at
+  // most kKeptFailureBytesPerDataset bytes.
+  std::map<std::string, FailureEntry> by_path;
+  size_t bytes = 0;
 };
 
 struct Session {
@@ -1238,10 +1242,13 @@ void Engine::RememberFailureLocked(const std::string& dataset, uint64_t index,
   ++d.samples_failed;
   auto e = d.by_path.find(path);
   if (e == d.by_path.end()) {
-    if (d.by_path.size() >= kKeptFailuresPerDataset) {
+    const size_t bytes = path.size() + reason.size();
+    if (d.by_path.size() >= kKeptFailuresPerDataset ||
+        d.bytes + bytes > kKeptFailureBytesPerDataset) {
       ++d.failures_not_kept;
       return;
     }
+    d.bytes += bytes;
     e = d.by_path.emplace(path, FailureEntry{index, reason, 0}).first;
   }
   ++e->second.count;

@@ -109,6 +109,25 @@ def test_failure_memory_is_bounded_per_dataset(served):
                for x in df["failures"])
 
 
+def test_failure_memory_is_bounded_in_bytes_per_dataset(served):
+    # 300 missing files with paths of about 2 KB: their paths alone are 600 KB,
+    # more than the 256 KiB a dataset's memory may hold.
+    n, deep = 300, "/".join(["d" * 200] * 10)
+    with open(os.path.join(served.data_root, "long.txt"), "w") as f:
+        f.write("bad/class_00/img_0000.jpg\t0\n")
+        for i in range(n):
+            f.write(f"{deep}/m{i:05d}.jpg\t1\n")
+    r = served.ctl("consume", "--dataset", "long.txt", "--batch-size", "64", "--size", "32",
+                   "--no-shuffle", "--failure-policy", "error", "--json", timeout_s=120)
+    assert r.returncode == 0, r.stderr
+    [df] = dataset_failures(served, "long.txt")
+    kept = df["failures"]
+    assert int(df["samples_failed"]) == n
+    assert 0 < len(kept) < n and int(df["failures_not_kept"]) == n - len(kept)
+    assert sum(len(x["path"]) + len(x["reason"]) for x in kept) <= 256 << 10
+    assert all(x["path"].startswith(deep + "/m") for x in kept)
+
+
 def test_failure_memory_drops_the_dataset_that_failed_longest_ago(served, stoker):
     # 65 tiny datasets with one bad file each: the memory keeps 64.
     c = stoker.Client(served.socket)
