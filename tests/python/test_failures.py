@@ -46,6 +46,21 @@ def dataset_failures(d, name):
     return [x for x in st.get("dataset_failures", []) if x["dataset"] == name]
 
 
+def fail_missing_files(d, name, missing):
+    """Consumes a manifest of one good file and the `missing` paths under
+    policy "error" (each missing file fails once, with no replacements
+    tried); returns the dataset's failure memory."""
+    with open(os.path.join(d.data_root, name), "w") as f:
+        f.write("bad/class_00/img_0000.jpg\t0\n")
+        for path in missing:
+            f.write(f"{path}\t1\n")
+    r = d.ctl("consume", "--dataset", name, "--batch-size", "64", "--size", "32",
+              "--no-shuffle", "--failure-policy", "error", "--json", timeout_s=120)
+    assert r.returncode == 0, r.stderr
+    [df] = dataset_failures(d, name)
+    return df
+
+
 # ---------------------------------------------------------------------------
 # Row 1: failures outlive the session that hit them
 
@@ -87,17 +102,8 @@ def test_failures_are_shown_after_their_session_ended(served, stoker):
 
 
 def test_failure_memory_is_bounded_per_dataset(served):
-    # A manifest of 1001 missing files and one good one: under policy
-    # "error" each missing file fails once, with no replacements tried.
     n = 1001
-    with open(os.path.join(served.data_root, "many.txt"), "w") as f:
-        f.write("bad/class_00/img_0000.jpg\t0\n")
-        for i in range(n):
-            f.write(f"missing/m{i:05d}.jpg\t1\n")
-    r = served.ctl("consume", "--dataset", "many.txt", "--batch-size", "64", "--size", "32",
-                   "--no-shuffle", "--failure-policy", "error", "--json", timeout_s=120)
-    assert r.returncode == 0, r.stderr
-    [df] = dataset_failures(served, "many.txt")
+    df = fail_missing_files(served, "many.txt", [f"missing/m{i:05d}.jpg" for i in range(n)])
     assert int(df["samples_failed"]) == n
     assert len(df["failures"]) == 1000
     assert int(df["failures_not_kept"]) == n - 1000
@@ -113,14 +119,7 @@ def test_failure_memory_is_bounded_in_bytes_per_dataset(served):
     # 300 missing files with paths of about 2 KB: their paths alone are 600 KB,
     # more than the 256 KiB a dataset's memory may hold.
     n, deep = 300, "/".join(["d" * 200] * 10)
-    with open(os.path.join(served.data_root, "long.txt"), "w") as f:
-        f.write("bad/class_00/img_0000.jpg\t0\n")
-        for i in range(n):
-            f.write(f"{deep}/m{i:05d}.jpg\t1\n")
-    r = served.ctl("consume", "--dataset", "long.txt", "--batch-size", "64", "--size", "32",
-                   "--no-shuffle", "--failure-policy", "error", "--json", timeout_s=120)
-    assert r.returncode == 0, r.stderr
-    [df] = dataset_failures(served, "long.txt")
+    df = fail_missing_files(served, "long.txt", [f"{deep}/m{i:05d}.jpg" for i in range(n)])
     kept = df["failures"]
     assert int(df["samples_failed"]) == n
     assert 0 < len(kept) < n and int(df["failures_not_kept"]) == n - len(kept)
