@@ -296,7 +296,7 @@ def run_tool(build: str, files: str, pipeline: str, dtype: str, layout: str,
     writes into a ring (0: into one buffer that stays in cache)."""
     cmd = [os.path.join(build, "server", "image", "stoker-image-tool"), "bench", "--files", files,
            "--pipeline", pipeline, "--threads", str(threads), "--seconds", str(seconds),
-           "--size", "224", "224", "--interp", "antialias", "--dtype", dtype, "--layout", layout,
+           "--size", "224", "224", "--dtype", dtype, "--layout", layout,
            "--ring-mb", str(ring_mb)]
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds * 10 + 120)

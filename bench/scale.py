@@ -155,7 +155,7 @@ def index_once(build: str, root: str, dataset: str, cache: str, n: int) -> Dict[
     try:
         rss0 = rss_kb(d.proc.pid)
         t0 = time.monotonic()
-        s = d.client.attach(dataset, batch_size=16, height=32, width=32, ring_slots=2)
+        s = d.client.attach(dataset, batch_size=16, pipeline={"size": 32}, ring_slots=2)
         attach_s = time.monotonic() - t0
         size = s.info["dataset_size"]
         rss1 = rss_kb(d.proc.pid)

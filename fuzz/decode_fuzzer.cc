@@ -1,14 +1,17 @@
 // libFuzzer target: the worker's decode path, SampleProcessor::Process (and
-// ProcessRegion), on arbitrary bytes, with the train, eval and decode
-// pipelines.
+// ProcessSteps), on arbitrary bytes, with the train, eval and decode
+// presets and with op lists of every kind.
 //
 // Input: 8 bytes of parameters, then the file.
 //   [0] mode: 0 train, 1 eval, 2 decode at a fixed size, 3 decode at the
-//       image's own size (variable), 4 train with a given crop box and flip
+//       image's own size (variable), 4 train with a given crop box and flip,
+//       5 an op list made from [4..7] (any size unless flag 128)
 //   [1] [2] output height, width - 1 (mod 64)
 //   [3] flags: 1 exact_decode, 2 apply_exif, 4 bilinear, 8|16 dtype
-//       (uint8, uint8, float32, float16), 32 NCHW, 64 flip (mode 4)
+//       (uint8, uint8, float32, float16), 32 NCHW, 64 flip (mode 4),
+//       128 (mode 5) the fixed output shape [1] x [2]
 //   [4..7] eval: resize_size; train: scale and ratio; mode 4: the crop box;
+//       mode 5: one op each (low 4 bits the kind, high 4 its parameters);
 //       all: the sample key
 // The output goes to a buffer of exactly the capacity the daemon would give
 // (so that ASan sees any write past it); a success must describe a sample
@@ -43,45 +46,119 @@ uint8_t* Buffer(size_t bytes) {
   return b.data();
 }
 
+// One op from a byte: the kind from the low 4 bits, its parameters from the
+// high 4 (small sizes, every padding mode, odd kernels).
+void AddOp(uint8_t b, stoker::image::PipelineParams* p, stoker::image::Interpolation interp) {
+  using stoker::image::OpKind;
+  using stoker::image::PadMode;
+  const uint32_t k = b & 15, v = b >> 4;
+  stoker::image::OpParams& op = p->ops[p->op_count];
+  switch (k % 11) {
+    case 1:
+      op.kind = OpKind::kRandomResizedCrop;
+      op.height = 1 + v * 3, op.width = 1 + v * 5;
+      op.scale[0] = 0.08f, op.scale[1] = 1.0f;
+      op.ratio[0] = 0.75f, op.ratio[1] = 4.0f / 3.0f;
+      op.interpolation = interp;
+      break;
+    case 2:
+      op.kind = OpKind::kResize;
+      op.height = 1 + v * 7;
+      op.width = (v & 1) != 0 ? 1 + v * 3 : 0;
+      op.max_size = (v & 2) != 0 && op.width == 0 ? op.height + 9 : 0;
+      op.interpolation = interp;
+      break;
+    case 3:
+      op.kind = OpKind::kCenterCrop;
+      op.height = 1 + v * 9, op.width = 1 + v * 4;
+      break;
+    case 4:
+      op.kind = OpKind::kRandomCrop;
+      op.height = 1 + v * 6, op.width = 1 + v * 3;
+      op.padding[0] = v & 3, op.padding[1] = v >> 2, op.padding[2] = v, op.padding[3] = 1;
+      op.pad_if_needed = v & 1;
+      op.padding_mode = static_cast<PadMode>(v & 3);
+      op.fill[0] = static_cast<uint8_t>(b), op.fill[1] = 7, op.fill[2] = 200;
+      break;
+    case 5:
+    case 6:
+      op.kind = k % 11 == 5 ? OpKind::kHorizontalFlip : OpKind::kVerticalFlip;
+      op.p = v / 15.0f;
+      break;
+    case 7:
+      op.kind = OpKind::kColorJitter;
+      op.jitter_set = v;
+      for (int j = 0; j < 3; ++j) op.jitter[j][0] = 0.2f, op.jitter[j][1] = 1.0f + v * 0.3f;
+      op.jitter[3][0] = -0.5f, op.jitter[3][1] = 0.5f;
+      break;
+    case 8:
+      op.kind = OpKind::kGrayscale;
+      break;
+    case 9:
+      op.kind = OpKind::kRandomGrayscale;
+      op.p = v / 15.0f;
+      break;
+    case 10:
+      op.kind = OpKind::kGaussianBlur;
+      op.kernel_x = 1 + 2 * (v & 3), op.kernel_y = 1 + 2 * (v >> 2);
+      op.sigma[0] = 0.1f, op.sigma[1] = 0.1f + v;
+      break;
+    default:
+      return;
+  }
+  ++p->op_count;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  using stoker::image::PipelineKind;
+  using stoker::image::Interpolation;
+  using stoker::image::OpKind;
   if (size < kParamBytes) return 0;
   const uint8_t* q = data;
   data += kParamBytes;
   size -= kParamBytes;
 
   stoker::image::PipelineParams p;
-  const int mode = q[0] % 5;
-  p.kind = mode == 0 || mode == 4 ? PipelineKind::kTrain
-           : mode == 1            ? PipelineKind::kEval
-                                  : PipelineKind::kDecode;
-  p.out_height = 1 + q[1] % 64;
-  p.out_width = 1 + q[2] % 64;
-  if (mode == 3) p.out_height = p.out_width = 0;
+  const int mode = q[0] % 6;
+  const uint32_t out_h = 1 + q[1] % 64, out_w = 1 + q[2] % 64;
+  const Interpolation interp =
+      (q[3] & 4) != 0 ? Interpolation::kBilinear : Interpolation::kAntialias;
+  if (mode == 0 || mode == 4) {
+    p.op_count = 2;
+    stoker::image::OpParams& rrc = p.ops[0];
+    rrc.kind = OpKind::kRandomResizedCrop;
+    rrc.height = out_h, rrc.width = out_w;
+    rrc.interpolation = interp;
+    rrc.scale[0] = (1 + q[4] % 100) / 100.0f;
+    rrc.scale[1] = std::max(rrc.scale[0], (1 + q[5] % 100) / 100.0f);
+    rrc.ratio[0] = 0.25f + (q[6] % 8) * 0.1f;
+    rrc.ratio[1] = rrc.ratio[0] + (q[7] % 8) * 0.25f;
+    p.ops[1].kind = OpKind::kHorizontalFlip;
+    p.ops[1].p = (q[3] & 64) != 0 ? 1.0f : 0.0f;
+    p.out_height = out_h, p.out_width = out_w;
+  } else if (mode == 1) {
+    p.op_count = 2;
+    p.ops[0].kind = OpKind::kResize;
+    p.ops[0].height = std::max(out_h, out_w) + q[4] % 200;
+    p.ops[0].interpolation = interp;
+    p.ops[1].kind = OpKind::kCenterCrop;
+    p.ops[1].height = out_h, p.ops[1].width = out_w;
+    p.out_height = out_h, p.out_width = out_w;
+  } else if (mode == 2) {
+    p.out_height = out_h, p.out_width = out_w;
+  } else if (mode == 5) {
+    for (int i = 4; i < 8; ++i) AddOp(q[i], &p, interp);
+    if ((q[3] & 128) != 0) p.out_height = out_h, p.out_width = out_w;
+  }
   p.exact_decode = (q[3] & 1) != 0;
   p.apply_exif = (q[3] & 2) != 0;
-  p.interpolation = (q[3] & 4) != 0 ? stoker::image::Interpolation::kBilinear
-                                    : stoker::image::Interpolation::kAntialias;
   const int dt = (q[3] >> 3) & 3;
-  p.dtype = dt == 2 ? stoker::ring::kFloat32 : dt == 3 ? stoker::ring::kFloat16 : stoker::ring::kUint8;
+  p.dtype = dt == 2   ? stoker::ring::kFloat32
+            : dt == 3 ? stoker::ring::kFloat16
+                      : stoker::ring::kUint8;
   p.layout = (q[3] & 32) != 0 ? stoker::ring::kNCHW : stoker::ring::kNHWC;
   p.max_decode_pixels = kMaxDecodePixels;
-  if (p.kind == PipelineKind::kEval) {
-    p.resize_size = std::max(p.out_height, p.out_width) + q[4] % 200;
-  } else {
-    p.resize_size = 256;
-  }
-  if (p.kind == PipelineKind::kTrain) {
-    p.scale_min = (1 + q[4] % 100) / 100.0f;
-    p.scale_max = std::max(p.scale_min, (1 + q[5] % 100) / 100.0f);
-    p.ratio_min = 0.25f + (q[6] % 8) * 0.1f;
-    p.ratio_max = p.ratio_min + (q[7] % 8) * 0.25f;
-    p.flip_prob = (q[3] & 64) != 0 ? 1.0f : 0.0f;
-  } else {
-    p.flip_prob = 0.0f;
-  }
   if (!stoker::image::ValidateParams(p).ok()) return 0;
 
   const uint64_t capacity = stoker::image::MaxSampleBytes(p);
@@ -96,12 +173,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   stoker::image::SampleResult r;
   absl::Status st;
   if (mode == 4) {
-    stoker::image::CropBox box;
-    box.top = q[4] * 4u;
-    box.left = q[5] * 4u;
-    box.height = 1 + q[6] * 4u;
-    box.width = 1 + q[7] * 4u;
-    st = processor.ProcessRegion(data, size, p, box, (q[3] & 64) != 0, out, capacity, &r);
+    stoker::image::SampleSteps steps;
+    steps.count = 2;
+    steps.steps[0].kind = stoker::image::StepKind::kCrop;
+    steps.steps[0].top = q[4] * 4u;
+    steps.steps[0].left = q[5] * 4u;
+    steps.steps[0].height = 1 + q[6] * 4u;
+    steps.steps[0].width = 1 + q[7] * 4u;
+    steps.steps[1].kind = stoker::image::StepKind::kResize;
+    steps.steps[1].height = out_h;
+    steps.steps[1].width = out_w;
+    steps.steps[1].interpolation = interp;
+    if ((q[3] & 64) != 0)
+      steps.steps[steps.count++].kind = stoker::image::StepKind::kHorizontalFlip;
+    st = processor.ProcessSteps(data, size, p, steps, out, capacity, &r);
   } else {
     st = processor.Process(data, size, p, key, out, capacity, &r);
   }

@@ -29,6 +29,8 @@ PARAMS = [
     bytes([2, 15, 15, 4 | 8 * 3, 0, 0, 0, 0]),    # decode 16x16 bilinear float16
     bytes([3, 0, 0, 1, 0, 0, 0, 0]),         # decode, the image's own size, exact
     bytes([4, 15, 15, 64 | 2, 1, 1, 4, 4]),  # train, a given box, flipped, no EXIF
+    bytes([5, 0, 0, 0, 0x24, 0x35, 0xF7, 0x5A]),  # RandomCrop, hflip, ColorJitter, GaussianBlur
+    bytes([5, 15, 15, 128, 0x42, 0x13, 0x99, 0xC8]),  # Resize, CenterCrop 16x16, RandomGrayscale, Grayscale
 ]
 
 

@@ -24,9 +24,11 @@
 #include "server/dataset/sampler.h"
 #include "server/image/pipeline.h"
 #include "server/latency.h"
+#include "server/lower_pipeline.h"
 #include "server/ring_owner.h"
 #include "server/worker_protocol.h"
 #include "spdlog/spdlog.h"
+#include "stoker/pipeline_spec.h"
 #include "stoker/ring_futex.h"
 #include "stoker/ring_layout.h"
 
@@ -43,7 +45,6 @@ constexpr uint32_t kMaxReplacements = 64;
 // crashes it caused itself (SIGSEGV, abort, a hang), and any death at all.
 constexpr uint32_t kMaxSelfCrashes = 2;
 constexpr uint32_t kMaxAnyDeaths = 8;
-constexpr uint64_t kDefaultVariableDecodePixels = 16ull << 20;
 // A dataset path longer than this is refused (it could not name a file).
 constexpr size_t kMaxDatasetBytes = 4096;
 constexpr size_t kMaxFailuresListed = 1000;
@@ -89,159 +90,6 @@ std::string ListedPath(const Dataset& ds, uint64_t i) {
   const std::string_view folder = name.substr(0, slash + 1);  // a pattern's folder, as text
   if (p.compare(0, folder.size(), folder) == 0) p.erase(0, folder.size());
   return p;
-}
-
-std::string PipelineName(v1::PipelineKind k) {
-  switch (k) {
-    case v1::PIPELINE_KIND_TRAIN:
-      return "train";
-    case v1::PIPELINE_KIND_EVAL:
-      return "eval";
-    case v1::PIPELINE_KIND_DECODE:
-      return "decode";
-    default:
-      return "unspecified";
-  }
-}
-
-// Applies the defaults documented in stoker.proto and converts.
-absl::StatusOr<image::PipelineParams> ParamsFromSpec(const v1::PipelineSpec& spec,
-                                                     uint32_t batch_size) {
-  image::PipelineParams p;
-  switch (spec.kind()) {
-    case v1::PIPELINE_KIND_TRAIN:
-      p.kind = image::PipelineKind::kTrain;
-      break;
-    case v1::PIPELINE_KIND_EVAL:
-      p.kind = image::PipelineKind::kEval;
-      break;
-    case v1::PIPELINE_KIND_DECODE:
-      p.kind = image::PipelineKind::kDecode;
-      break;
-    default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown pipeline kind ", static_cast<int>(spec.kind()),
-                       ": use train, eval or decode"));
-  }
-  if ((spec.height() == 0) != (spec.width() == 0)) {
-    return absl::InvalidArgumentError("pipeline height and width must both be set or both be 0");
-  }
-  if (p.kind == image::PipelineKind::kDecode) {
-    p.out_height = spec.height();
-    p.out_width = spec.width();
-    if (p.out_height == 0 && batch_size != 1) {
-      return absl::InvalidArgumentError(
-          "the decode pipeline needs batch_size 1 or a fixed height and width");
-    }
-  } else {
-    p.out_height = spec.height() != 0 ? spec.height() : 224;
-    p.out_width = spec.width() != 0 ? spec.width() : 224;
-  }
-  if (spec.resize_size() != 0) {
-    p.resize_size = spec.resize_size();
-  } else {
-    uint32_t side = std::min(p.out_height, p.out_width);
-    p.resize_size = static_cast<uint32_t>(std::lround(side * 256.0 / 224.0));
-  }
-  if (spec.scale_min() != 0 || spec.scale_max() != 0) {
-    p.scale_min = spec.scale_min();
-    p.scale_max = spec.scale_max();
-  }
-  if (spec.ratio_min() != 0 || spec.ratio_max() != 0) {
-    p.ratio_min = spec.ratio_min();
-    p.ratio_max = spec.ratio_max();
-  }
-  if (spec.no_flip()) {
-    p.flip_prob = 0.0f;
-  } else if (spec.flip_prob() != 0) {
-    p.flip_prob = spec.flip_prob();
-  }
-  if (p.kind != image::PipelineKind::kTrain) p.flip_prob = 0.0f;
-  switch (spec.interpolation()) {
-    case v1::INTERPOLATION_UNSPECIFIED:
-    case v1::INTERPOLATION_ANTIALIAS:
-      p.interpolation = image::Interpolation::kAntialias;
-      break;
-    case v1::INTERPOLATION_BILINEAR:
-      p.interpolation = image::Interpolation::kBilinear;
-      break;
-    default:
-      return absl::InvalidArgumentError("unknown interpolation");
-  }
-  switch (spec.dtype()) {
-    case v1::DTYPE_UNSPECIFIED:
-    case v1::DTYPE_UINT8:
-      p.dtype = ring::kUint8;
-      break;
-    case v1::DTYPE_FLOAT32:
-      p.dtype = ring::kFloat32;
-      break;
-    case v1::DTYPE_FLOAT16:
-      p.dtype = ring::kFloat16;
-      break;
-    default:
-      return absl::InvalidArgumentError("unknown dtype");
-  }
-  switch (spec.layout()) {
-    case v1::LAYOUT_UNSPECIFIED:
-    case v1::LAYOUT_NHWC:
-      p.layout = ring::kNHWC;
-      break;
-    case v1::LAYOUT_NCHW:
-      p.layout = ring::kNCHW;
-      break;
-    default:
-      return absl::InvalidArgumentError("unknown layout");
-  }
-  if (spec.mean_size() != 0 && spec.mean_size() != 3) {
-    return absl::InvalidArgumentError("mean must have 3 values (RGB)");
-  }
-  if (spec.std_size() != 0 && spec.std_size() != 3) {
-    return absl::InvalidArgumentError("std must have 3 values (RGB)");
-  }
-  for (int c = 0; c < 3; ++c) {
-    if (spec.mean_size() == 3) p.mean[c] = spec.mean(c);
-    if (spec.std_size() == 3) p.stdev[c] = spec.std(c);
-  }
-  if (spec.max_decode_pixels() != 0) {
-    p.max_decode_pixels = spec.max_decode_pixels();
-  } else if (p.kind == image::PipelineKind::kDecode && p.out_height == 0) {
-    p.max_decode_pixels = kDefaultVariableDecodePixels;
-  }
-  p.exact_decode = spec.exact_decode() ? 1 : 0;
-  p.apply_exif = spec.apply_exif_orientation() ? 1 : 0;
-  absl::Status st = image::ValidateParams(p);
-  if (!st.ok()) return absl::InvalidArgumentError(absl::StrCat("pipeline: ", st.message()));
-  return p;
-}
-
-v1::PipelineSpec EffectiveSpec(const image::PipelineParams& p, v1::PipelineKind kind) {
-  v1::PipelineSpec s;
-  s.set_kind(kind);
-  s.set_height(p.out_height);
-  s.set_width(p.out_width);
-  s.set_resize_size(p.resize_size);
-  s.set_scale_min(p.scale_min);
-  s.set_scale_max(p.scale_max);
-  s.set_ratio_min(p.ratio_min);
-  s.set_ratio_max(p.ratio_max);
-  s.set_flip_prob(p.flip_prob);
-  s.set_no_flip(p.flip_prob == 0.0f);
-  s.set_interpolation(p.interpolation == image::Interpolation::kBilinear
-                          ? v1::INTERPOLATION_BILINEAR
-                          : v1::INTERPOLATION_ANTIALIAS);
-  s.set_dtype(p.dtype == ring::kFloat32   ? v1::DTYPE_FLOAT32
-              : p.dtype == ring::kFloat16 ? v1::DTYPE_FLOAT16
-                                          : v1::DTYPE_UINT8);
-  s.set_layout(p.layout == ring::kNCHW ? v1::LAYOUT_NCHW : v1::LAYOUT_NHWC);
-  for (int c = 0; c < 3; ++c) {
-    s.add_mean(p.mean[c]);
-    s.add_std(p.stdev[c]);
-  }
-  s.set_max_decode_pixels(p.max_decode_pixels);
-  s.set_exact_decode(p.exact_decode != 0);
-  s.set_apply_exif_orientation(p.apply_exif != 0);
-  return s;
 }
 
 std::string JsonEscape(std::string_view in) {
@@ -372,7 +220,7 @@ struct Session {
   std::shared_ptr<const Dataset> dataset;
   SamplerOptions sampler;
   image::PipelineParams params;
-  std::string pipeline_name;
+  v1::PipelineSpec pipeline;  // effective
   bool variable_size = false;
   uint64_t sample_bytes = 0;  // capacity per sample
   uint64_t shard_size = 0;
@@ -641,8 +489,14 @@ absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) 
       req.failure_policy() != v1::FAILURE_POLICY_ERROR) {
     return absl::InvalidArgumentError("unknown failure_policy");
   }
-  auto params = ParamsFromSpec(req.pipeline(), req.batch_size());
-  if (!params.ok()) return params.status();
+  auto effective = pipeline::Effective(req.pipeline(), req.batch_size());
+  if (!effective.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("pipeline: ", effective.status().message()));
+  }
+  auto params = LowerPipeline(*effective);
+  if (!params.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("pipeline: ", params.status().message()));
+  }
   if (req.dataset().empty()) return absl::InvalidArgumentError("dataset is empty");
   if (req.dataset().size() > kMaxDatasetBytes) {
     return absl::InvalidArgumentError(absl::StrCat("dataset is ", req.dataset().size(),
@@ -721,7 +575,7 @@ absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) 
   s->req = req;
   s->dataset = ds;
   s->params = *params;
-  s->pipeline_name = PipelineName(req.pipeline().kind());
+  s->pipeline = *std::move(effective);
   s->sampler.seed = req.seed();
   s->sampler.shuffle = req.shuffle();
   s->sampler.rank = req.rank();
@@ -750,7 +604,7 @@ absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) 
   }
   s->slots = slots;
   s->policy_error = req.failure_policy() == v1::FAILURE_POLICY_ERROR;
-  s->variable_size = s->params.kind == image::PipelineKind::kDecode && s->params.out_height == 0;
+  s->variable_size = s->params.out_height == 0;
   s->sample_bytes = image::MaxSampleBytes(s->params);
   const uint64_t ring_bytes = s->sample_bytes * req.batch_size() * slots;
   if (s->sample_bytes == 0 || ring_bytes / slots / req.batch_size() != s->sample_bytes ||
@@ -835,13 +689,14 @@ absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) 
   resp.set_height(s->params.out_height);
   resp.set_width(s->params.out_width);
   resp.set_channels(3);
-  *resp.mutable_effective_pipeline() = EffectiveSpec(s->params, req.pipeline().kind());
+  *resp.mutable_effective_pipeline() = s->pipeline;
   resp.set_heartbeat_timeout_ms(config_.heartbeat_timeout_ms);
   spdlog::info(
       "session {} attached: client '{}' pid {}, dataset {} ({} samples), pipeline {}, batch {}, "
       "rank {}/{}, {} slots of {} bytes, ring {}",
-      s->id, req.client_name(), req.client_pid(), ds->name(), ds->size(), s->pipeline_name,
-      req.batch_size(), req.rank(), world, slots, g.slot_bytes, shm_name);
+      s->id, req.client_name(), req.client_pid(), ds->name(), ds->size(),
+      pipeline::Describe(s->pipeline), req.batch_size(), req.rank(), world, slots, g.slot_bytes,
+      shm_name);
   l.unlock();
   Wake();
   return resp;
@@ -1515,7 +1370,8 @@ v1::StatusResponse Engine::GetStatus(bool include_failures, bool include_dataset
     ss->set_rank(s->sampler.rank);
     ss->set_world_size(s->sampler.world_size);
     ss->set_dataset(s->dataset->name());
-    ss->set_pipeline(s->pipeline_name);
+    *ss->mutable_pipeline() = s->pipeline;
+    *ss->mutable_requested_pipeline() = s->req.pipeline();
     ss->set_batch_size(s->sampler.batch_size);
     ss->set_batches_produced(s->batches_produced);
     uint64_t consumed = s->ring->header()->batches_consumed.load(std::memory_order_relaxed);

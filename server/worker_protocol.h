@@ -13,7 +13,9 @@
 #ifndef STOKER_SERVER_WORKER_PROTOCOL_H_
 #define STOKER_SERVER_WORKER_PROTOCOL_H_
 
+#include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "server/image/pipeline.h"
 
@@ -95,6 +97,13 @@ struct ResultMsg {
 };
 
 inline constexpr uint64_t TaskHeaderBytes() { return offsetof(TaskMsg, path); }
+
+// The structs cross as bytes. A task (the op list is most of its header)
+// must stay one small datagram: far under the socket's send buffer, so that
+// a send never fails with EMSGSIZE.
+static_assert(std::is_trivially_copyable_v<TaskMsg> && std::is_trivially_copyable_v<ResultMsg>);
+static_assert(TaskHeaderBytes() <= 4096, "the task header is meant to fit in a page");
+static_assert(sizeof(TaskMsg) <= 16384, "a task is one SOCK_SEQPACKET datagram");
 
 }  // namespace stoker::worker
 

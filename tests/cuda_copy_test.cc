@@ -101,7 +101,7 @@ TEST_CASE("Batch::CopyToDevice without a GPU: clear error, the session goes on",
   o.batch_size = 4;
   o.epochs = 2;
   o.ring_slots = 2;
-  o.pipeline.height = o.pipeline.width = 16;
+  o.pipeline = R"({"size": 16})";
   o.client_name = "cuda_copy_test";
   auto session = (*client)->Attach(o);
   REQUIRE(session.ok());

@@ -1,6 +1,8 @@
 // End to end: the real stokerd binary, real gRPC on a Unix socket, real
 // shared memory, real JPEG files, through the public C++ client.
 
+#include <google/protobuf/util/message_differencer.h>
+#include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -17,12 +19,15 @@
 
 #include "server/image/test_jpeg.h"
 #include "stoker/client.h"
+#include "stoker/pipeline_spec.h"
+#include "stoker/v1/stoker.grpc.pb.h"
 #include "tests/daemon_harness.h"
 
 namespace stoker::testing {
 namespace {
 
 namespace fs = std::filesystem;
+using google::protobuf::util::MessageDifferencer;
 
 constexpr int kClasses = 3;
 constexpr int kPerClass = 17;  // 51 samples: batches of 8 leave a short one
@@ -45,7 +50,7 @@ AttachOptions Train(uint32_t batch, uint32_t epochs, uint64_t seed = 1) {
   o.batch_size = batch;
   o.epochs = epochs;
   o.seed = seed;
-  o.pipeline.height = o.pipeline.width = 32;
+  o.pipeline = R"({"size": 32})";
   o.client_name = "e2e_test";
   return o;
 }
@@ -73,6 +78,33 @@ Delivered ConsumeAll(Session& s, uint32_t epochs) {
     d.sizes.push_back(b->size());
   }
   return d;
+}
+
+std::unique_ptr<v1::Stoker::Stub> RawStub(const Daemon& d) {
+  return v1::Stoker::NewStub(
+      grpc::CreateChannel("unix:" + d.socket(), grpc::InsecureChannelCredentials()));
+}
+
+// The daemon itself, past the client's own checks: one Attach as sent,
+// which must fail with `want`; its message.
+std::string RawAttachError(const Daemon& d, const v1::AttachRequest& req, grpc::StatusCode want) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  v1::AttachResponse resp;
+  const grpc::Status st = RawStub(d)->Attach(&ctx, req, &resp);
+  INFO(st.error_message());
+  CHECK(st.error_code() == want);
+  return st.error_message();
+}
+
+v1::StatusResponse DaemonStatus(const Daemon& d) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  v1::StatusResponse resp;
+  const grpc::Status st = RawStub(d)->Status(&ctx, v1::StatusRequest(), &resp);
+  INFO(st.error_message());
+  REQUIRE(st.ok());
+  return resp;
 }
 
 TEST_CASE("two epochs deliver every sample exactly once with its label") {
@@ -207,7 +239,7 @@ TEST_CASE("the decode pipeline returns libjpeg's pixels exactly") {
   o.dataset = "codings";
   o.batch_size = 1;
   o.shuffle = false;
-  o.pipeline.kind = PipelineKind::kDecode;
+  o.pipeline = R"({"pipeline": "decode"})";
   auto s = client->Attach(o);
   REQUIRE(s.ok());
   for (size_t i = 0; i < sorted.size(); ++i) {
@@ -257,7 +289,7 @@ TEST_CASE("bad requests get a clear gRPC status and the daemon keeps serving") {
   o = Train(52, 1);
   expect(o, absl::StatusCode::kInvalidArgument, "larger than");
   o = Train(8, 1);
-  o.pipeline.kind = static_cast<PipelineKind>(9);
+  o.pipeline = R"({"pipeline": "fancy"})";
   expect(o, absl::StatusCode::kInvalidArgument, "pipeline");
   o = Train(8, 1);
   o.rank = 2;
@@ -266,8 +298,21 @@ TEST_CASE("bad requests get a clear gRPC status and the daemon keeps serving") {
   o = Train(1000000000, 1);
   expect(o, absl::StatusCode::kInvalidArgument, "batch_size");
   o = Train(8, 1);
-  o.pipeline.height = o.pipeline.width = 1000000;
+  o.pipeline = R"({"size": 1000000})";
   expect(o, absl::StatusCode::kInvalidArgument, "");
+  // The client checks a pipeline before any RPC; the daemon checks it again.
+  {
+    v1::AttachRequest req;
+    req.set_dataset("ds");
+    req.set_batch_size(8);
+    req.mutable_pipeline()->set_preset("fancy");
+    CHECK_THAT(RawAttachError(*daemon, req, grpc::StatusCode::INVALID_ARGUMENT),
+               Catch::Matchers::StartsWith("pipeline: unknown pipeline 'fancy'"));
+    req.mutable_pipeline()->set_preset("");
+    req.mutable_pipeline()->add_size(1000000);
+    CHECK_THAT(RawAttachError(*daemon, req, grpc::StatusCode::INVALID_ARGUMENT),
+               Catch::Matchers::StartsWith("pipeline: size"));
+  }
   // A dataset path of a megabyte: refused without echoing it back whole.
   o = Train(8, 1);
   o.dataset = std::string(1 << 20, 'a');
@@ -288,6 +333,67 @@ TEST_CASE("bad requests get a clear gRPC status and the daemon keeps serving") {
   auto s = client->Attach(Train(8, 1));
   REQUIRE(s.ok());
   CHECK(ConsumeAll(**s, 1).indices_per_epoch[0].size() == 51);
+  CHECK(client->Health().ok());
+}
+
+TEST_CASE("an op list attaches, and Status echoes the effective and the requested pipeline") {
+  Fixture f;
+  auto daemon = Daemon::Start(f.data.path());
+  auto client = Connect(*daemon);
+  AttachOptions o = Train(8, 1);
+  o.pipeline = R"({"ops": [{"RandomCrop": {"size": 24, "padding": 4, "padding_mode": "reflect"}},
+                           {"RandomHorizontalFlip": {}}, {"ColorJitter": {"brightness": 0.4}}],
+                   "dtype": "float32"})";
+  auto s = client->Attach(o);
+  INFO(s.status().ToString());
+  REQUIRE(s.ok());
+  const SessionInfo& info = (*s)->info();
+  CHECK(info.height == 24);
+  CHECK(info.width == 24);
+  CHECK(info.dtype == DType::kFloat32);
+  CHECK(info.layout == Layout::kNCHW);  // the float default
+  auto requested = pipeline::SpecFromKeywordsJson(o.pipeline);
+  REQUIRE(requested.ok());
+  auto effective = pipeline::Effective(*requested, 8);
+  REQUIRE(effective.ok());
+  const v1::StatusResponse st = DaemonStatus(*daemon);
+  REQUIRE(st.sessions_size() == 1);
+  INFO(pipeline::ToJson(st.sessions(0).pipeline()));
+  CHECK(MessageDifferencer::Equals(st.sessions(0).pipeline(), *effective));
+  CHECK(MessageDifferencer::Equals(st.sessions(0).requested_pipeline(), *requested));
+  CHECK(st.sessions(0).pipeline().ops(0).random_crop().padding_size() == 4);
+  auto reported = pipeline::SpecFromJson(info.effective_pipeline_json);
+  REQUIRE(reported.ok());
+  CHECK(MessageDifferencer::Equals(*reported, *effective));
+  const Delivered d = ConsumeAll(**s, 1);
+  CHECK(d.indices_per_epoch[0].size() == 51);
+  CHECK(d.pixels[0].size() == 8u * 3 * 24 * 24 * sizeof(float));
+
+  // A bad op list is refused naming the op: by the client, and by the daemon.
+  o.pipeline = R"({"ops": [{"RandomCrop": {"size": 24, "padding": [1, 2, 3]}}]})";
+  auto bad = client->Attach(o);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(bad.status().message()),
+             Catch::Matchers::Contains("pipeline: ops[0] RandomCrop: padding"));
+  o.pipeline = R"({"ops": [{"RandomRotation": {"degrees": 10}}]})";
+  bad = client->Attach(o);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(bad.status().message()),
+             Catch::Matchers::Contains("ops[0]: unknown op 'RandomRotation'"));
+  v1::AttachRequest req;
+  req.set_dataset("ds");
+  req.set_batch_size(8);
+  auto* rc = req.mutable_pipeline()->add_ops()->mutable_random_crop();
+  rc->add_size(24);
+  for (uint32_t p : {1, 2, 3}) rc->add_padding(p);
+  CHECK_THAT(RawAttachError(*daemon, req, grpc::StatusCode::INVALID_ARGUMENT),
+             Catch::Matchers::StartsWith("pipeline: ops[0] RandomCrop: padding"));
+  req.mutable_pipeline()->mutable_ops(0)->mutable_grayscale();
+  CHECK_THAT(RawAttachError(*daemon, req, grpc::StatusCode::INVALID_ARGUMENT),
+             Catch::Matchers::StartsWith("pipeline: ops[0] Grayscale(num_output_channels=1)"));
+  CHECK(DaemonStatus(*daemon).sessions_size() == 1);
   CHECK(client->Health().ok());
 }
 

@@ -31,7 +31,7 @@ AttachOptions Small(uint32_t batch, uint32_t epochs) {
   o.batch_size = batch;
   o.epochs = epochs;
   o.seed = 5;
-  o.pipeline.height = o.pipeline.width = 24;
+  o.pipeline = R"({"size": 24})";
   o.client_name = "fault_test";
   return o;
 }

@@ -80,8 +80,8 @@ class FakeStoker final : public v1::Stoker::Service {
     resp->set_width(variable_ ? 0 : kSide);
     resp->set_channels(3);
     resp->set_heartbeat_timeout_ms(3000);
-    resp->mutable_effective_pipeline()->set_dtype(v1::DTYPE_UINT8);
-    resp->mutable_effective_pipeline()->set_layout(v1::LAYOUT_NHWC);
+    resp->mutable_effective_pipeline()->mutable_output()->set_dtype("uint8");
+    resp->mutable_effective_pipeline()->mutable_output()->set_layout("nhwc");
     // Batch 0, ready: two good samples of the shape above.
     ring::SlotDescriptor* d = ring_->descriptor(0);
     d->sequence = 0;

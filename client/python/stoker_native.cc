@@ -12,6 +12,9 @@
 //     capsule destructor runs with the GIL held.
 //   * A non-OK absl::Status becomes a typed exception (see MakeExceptions);
 //     each carries `.code`, the status code's name.
+//   * The pipeline is not parsed here: attach passes its keywords through as
+//     one JSON string (AttachOptions::pipeline), and effective_pipeline asks
+//     stoker/pipeline_spec.h, the one place that knows their defaults.
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -31,6 +34,7 @@
 
 #include "stoker/client.h"
 #include "stoker/cuda.h"  // device copies
+#include "stoker/pipeline_spec.h"  // the pipeline keywords' one definition
 #include "cuda_normalize.h"  // device copies: the CPU reference (client/src)
 
 namespace py = pybind11;
@@ -163,15 +167,6 @@ E Choose(py::handle v, const char* key,
   RaiseInvalid("unknown " + std::string(key) + " '" + s + "': use one of " + names);
 }
 
-std::pair<float, float> ToPair(py::handle v, const char* key) {
-  py::sequence seq;
-  if (!PySequence_Check(v.ptr()) || PyUnicode_Check(v.ptr()) || PySequence_Size(v.ptr()) != 2) {
-    RaiseInvalid(std::string(key) + " must be a pair (low, high)");
-  }
-  seq = py::reinterpret_borrow<py::sequence>(v);
-  return {ToFloat(seq[0], key), ToFloat(seq[1], key)};
-}
-
 std::vector<float> ToTriple(py::handle v, const char* key) {
   if (!PySequence_Check(v.ptr()) || PyUnicode_Check(v.ptr()) || PySequence_Size(v.ptr()) != 3) {
     RaiseInvalid(std::string(key) + " must have 3 values (RGB)");
@@ -180,61 +175,38 @@ std::vector<float> ToTriple(py::handle v, const char* key) {
   return {ToFloat(seq[0], key), ToFloat(seq[1], key), ToFloat(seq[2], key)};
 }
 
+// A layout name ("nchw", "nhwc"), by the pipeline contract's one table.
+Layout ToLayout(py::handle v) {
+  const std::string name = ToLowerStr(v, "layout");
+  const uint32_t l = pipeline::LayoutFromName(name);
+  if (l == 0) {
+    RaiseInvalid("unknown layout '" + name + "': use " +
+                 std::string(pipeline::LayoutName(static_cast<uint32_t>(Layout::kNHWC))) + " or " +
+                 std::string(pipeline::LayoutName(static_cast<uint32_t>(Layout::kNCHW))));
+  }
+  return static_cast<Layout>(l);  // client.h's values are the ring's
+}
+
 AttachOptions ParseAttach(const std::string& dataset, const py::kwargs& kw) {
   AttachOptions o;
   o.dataset = dataset;
-  bool layout_set = false;
   for (auto item : kw) {
     const std::string key = py::cast<std::string>(item.first);
     py::handle v = item.second;
     const char* k = key.c_str();
     if (v.is_none()) continue;  // None: the default
-    PipelineOptions& p = o.pipeline;
     if (key == "format") {
       o.format = Choose<DatasetFormat>(v, k,
                                        {{"auto", DatasetFormat::kAuto},
                                         {"image_folder", DatasetFormat::kImageFolder},
                                         {"imagefolder", DatasetFormat::kImageFolder},
-                                        {"manifest", DatasetFormat::kManifest}});
-    } else if (key == "pipeline") {
-      p.kind = Choose<PipelineKind>(
-          v, "pipeline",
-          {{"train", PipelineKind::kTrain}, {"eval", PipelineKind::kEval},
-           {"decode", PipelineKind::kDecode}});
-    } else if (key == "height") {
-      p.height = ToU32(v, k);
-    } else if (key == "width") {
-      p.width = ToU32(v, k);
-    } else if (key == "resize_size") {
-      p.resize_size = ToU32(v, k);
-    } else if (key == "scale") {
-      std::tie(p.scale_min, p.scale_max) = ToPair(v, k);
-    } else if (key == "ratio") {
-      std::tie(p.ratio_min, p.ratio_max) = ToPair(v, k);
-    } else if (key == "flip_prob") {
-      p.flip_prob = ToFloat(v, k);
-      p.no_flip = p.flip_prob == 0.0f;
-    } else if (key == "interpolation") {
-      p.interpolation = Choose<Interpolation>(
-          v, k, {{"antialias", Interpolation::kAntialias}, {"bilinear", Interpolation::kBilinear}});
-    } else if (key == "dtype") {
-      p.dtype = Choose<DType>(v, k,
-                              {{"uint8", DType::kUint8},
-                               {"float32", DType::kFloat32},
-                               {"float16", DType::kFloat16}});
-    } else if (key == "layout") {
-      p.layout = Choose<Layout>(v, k, {{"nhwc", Layout::kNHWC}, {"nchw", Layout::kNCHW}});
-      layout_set = true;
-    } else if (key == "mean") {
-      p.mean = ToTriple(v, k);
-    } else if (key == "std") {
-      p.std = ToTriple(v, k);
-    } else if (key == "max_decode_pixels") {
-      p.max_decode_pixels = ToUint(v, k, std::numeric_limits<int64_t>::max());
-    } else if (key == "exact_decode") {
-      p.exact_decode = ToBool(v);
-    } else if (key == "apply_exif_orientation") {
-      p.apply_exif_orientation = ToBool(v);
+                                        {"manifest", DatasetFormat::kManifest},
+                                        {"webdataset", DatasetFormat::kWebDataset}});
+    } else if (key == "pipeline_json") {
+      // The keywords go to the C++ client as they are: it (through
+      // stoker/pipeline_spec.h) alone knows their defaults and checks.
+      if (!PyUnicode_Check(v.ptr())) RaiseInvalid("pipeline_json must be a str");
+      o.pipeline = py::cast<std::string>(v);
     } else if (key == "allow_empty") {
       o.allow_empty = ToBool(v);
     } else if (key == "skip_unsupported_formats") {
@@ -268,26 +240,23 @@ AttachOptions ParseAttach(const std::string& dataset, const py::kwargs& kw) {
       if (!PyUnicode_Check(v.ptr())) RaiseInvalid("client_name must be a str");
       o.client_name = py::cast<std::string>(v);
     } else {
-      RaiseInvalid("unknown attach option '" + key + "'");
+      RaiseInvalid("unknown attach option '" + key +
+                   "' (pipeline keywords go in one JSON object: "
+                   "stoker.Client.attach(dataset, pipeline={...}))");
     }
-  }
-  // Float tensors go to the GPU as NCHW by default; uint8 stays NHWC (the
-  // compact form decoders write).
-  if (!layout_set) {
-    o.pipeline.layout = o.pipeline.dtype == DType::kUint8 ? Layout::kNHWC : Layout::kNCHW;
   }
   return o;
 }
 
-const char* DTypeName(DType d) {
-  switch (d) {
-    case DType::kFloat32:
-      return "float32";
-    case DType::kFloat16:
-      return "float16";
-    default:
-      return "uint8";
-  }
+// The effective pipeline of pipeline keywords (stoker/pipeline_spec.h), as
+// the daemon would run it, computed here without a daemon: Python reads the
+// output a request gives (dtype, layout, mean, std, size) from this rather
+// than keeping defaults of its own.
+std::string EffectivePipelinePy(const std::string& keywords_json, uint32_t batch_size) {
+  absl::StatusOr<v1::PipelineSpec> spec = pipeline::SpecFromKeywordsJson(keywords_json);
+  if (spec.ok()) spec = pipeline::Effective(*spec, batch_size);
+  if (!spec.ok()) RaiseStatus(spec.status(), Where::kAttach);
+  return pipeline::ToJson(*spec);
 }
 
 size_t DTypeBytes(DType d) {
@@ -370,8 +339,9 @@ class PySession {
     d["height"] = i.height;
     d["width"] = i.width;
     d["channels"] = i.channels;
-    d["dtype"] = DTypeName(i.dtype);
-    d["layout"] = i.layout == Layout::kNCHW ? "nchw" : "nhwc";
+    // client.h's DType and Layout values are the ring's (stoker/ring_layout.h).
+    d["dtype"] = std::string(pipeline::DTypeName(static_cast<uint32_t>(i.dtype)));
+    d["layout"] = std::string(pipeline::LayoutName(static_cast<uint32_t>(i.layout)));
     d["ring_slots"] = i.ring_slots;
     d["slot_bytes"] = i.slot_bytes;
     d["sample_bytes"] = i.sample_bytes;
@@ -617,7 +587,7 @@ void CopyToDevicePy(py::handle images, uint64_t stream, uint64_t dst, uint64_t d
   if (!lease->batch.valid()) RaiseInvalid("copy_to_device: the batch was released");
   DeviceCopyOptions o;
   o.dtype = ParseDeviceDType(dtype);
-  o.layout = Choose<Layout>(layout, "layout", {{"nchw", Layout::kNCHW}, {"nhwc", Layout::kNHWC}});
+  o.layout = ToLayout(layout);
   if (!mean.is_none()) {
     std::vector<float> m = ToTriple(mean, "mean");
     std::copy(m.begin(), m.end(), o.mean);
@@ -668,8 +638,7 @@ py::array NormalizeReferencePy(const py::array_t<uint8_t, py::array::c_style>& s
   const DeviceDType d = ParseDeviceDType(dtype);
   if (d == DeviceDType::kAsIs) RaiseInvalid("normalize_reference: a float dtype");
   p.dtype = static_cast<cuda::OutDType>(static_cast<uint32_t>(d));
-  p.nchw = Choose<Layout>(layout, "layout", {{"nchw", Layout::kNCHW}, {"nhwc", Layout::kNHWC}}) ==
-           Layout::kNCHW;
+  p.nchw = ToLayout(layout) == Layout::kNCHW;
   if (!mean.is_none()) {
     std::vector<float> m = ToTriple(mean, "mean");
     std::copy(m.begin(), m.end(), p.mean);
@@ -852,11 +821,13 @@ PYBIND11_MODULE(_native, m) {
            py::arg("rpc_timeout_ms") = 0)
       .def_property_readonly("address", &PyClient::address)
       .def("attach", &PyClient::Attach, py::arg("dataset"),
-           "attach(dataset, **options) -> Session. Options: format, pipeline, height, width, "
-           "resize_size, scale, ratio, flip_prob, interpolation, dtype, layout, mean, std, "
-           "max_decode_pixels, exact_decode, apply_exif_orientation, allow_empty, skip_unsupported_formats, batch_size, seed, shuffle, "
-           "epochs (0: without end), rank, world_size, drop_last, ring_slots, failure_policy, "
-           "start_epoch, start_batch, client_name. None means the default.")
+           "attach(dataset, **options) -> Session. Options: pipeline_json (a JSON object of "
+           "pipeline keywords, stoker/pipeline_spec.h: pipeline, ops, size, dtype, layout, mean, "
+           "std, exact_decode, ...; the daemon fills in the rest), format, allow_empty, "
+           "skip_unsupported_formats, batch_size, seed, shuffle, epochs (0: without end), rank, "
+           "world_size, drop_last, ring_slots, failure_policy, start_epoch, start_batch, "
+           "register_ring_with_cuda, client_name. None means the default. A bad pipeline or "
+           "option raises InvalidRequestError.")
       .def("status_json", &PyClient::StatusJson, py::arg("include_failures") = false)
       .def("health", &PyClient::Health, py::arg("service") = "",
            "Returns None when the daemon is SERVING, raises DaemonUnavailableError otherwise.");
@@ -876,6 +847,12 @@ PYBIND11_MODULE(_native, m) {
         "released); the batch's slot goes back to the daemon only after the copy completed. "
         "Raises CudaUnavailableError (built without CUDA, no driver, no GPU), "
         "InvalidRequestError, ResourceExhaustedError, StokerError.");
+  m.def("effective_pipeline", &EffectivePipelinePy, py::arg("pipeline_json"),
+        py::arg("batch_size") = 1,
+        "effective_pipeline(pipeline_json, batch_size=1) -> str: the pipeline that the JSON "
+        "object of pipeline keywords asks for, after defaults, as the daemon would run and "
+        "report it (the PipelineSpec's JSON: preset, ops, size, output, ...). Needs no daemon; "
+        "raises InvalidRequestError naming a bad keyword or op.");
   m.def("cuda_status", &CudaStatusPy,
         "{'built_with_cuda': bool, 'device_count': int, 'error': str ('' when devices were "
         "found)}. Never raises.");

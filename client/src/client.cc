@@ -18,6 +18,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "stoker/pipeline_spec.h"
 #include "stoker/ring_futex.h"
 #include "stoker/ring_layout.h"
 #include "stoker/v1/stoker.grpc.pb.h"
@@ -34,6 +35,20 @@ int64_t NowNs() {
 }
 
 int64_t NowMs() { return NowNs() / 1000000; }
+
+v1::DatasetFormat ToProto(DatasetFormat f) {
+  switch (f) {
+    case DatasetFormat::kAuto:
+      return v1::DATASET_FORMAT_AUTO;
+    case DatasetFormat::kImageFolder:
+      return v1::DATASET_FORMAT_IMAGE_FOLDER;
+    case DatasetFormat::kManifest:
+      return v1::DATASET_FORMAT_MANIFEST;
+    case DatasetFormat::kWebDataset:
+      return v1::DATASET_FORMAT_WEBDATASET;
+  }
+  return static_cast<v1::DatasetFormat>(f);  // out of the enum: the daemon refuses it
+}
 
 absl::Status FromGrpc(const grpc::Status& s, const std::string& what) {
   if (s.ok()) return absl::OkStatus();
@@ -111,9 +126,13 @@ class SessionCore {
       return absl::DataLossError("the daemon's ring geometry is inconsistent");
     }
     sample_bytes_ = ri.sample_bytes();
-    dtype_ = r.effective_pipeline().dtype() == v1::DTYPE_FLOAT32   ? ring::kFloat32
-             : r.effective_pipeline().dtype() == v1::DTYPE_FLOAT16 ? ring::kFloat16
-                                                                   : ring::kUint8;
+    const v1::Output& out = r.effective_pipeline().output();
+    dtype_ = pipeline::DTypeFromName(out.dtype());
+    nhwc_ = pipeline::LayoutFromName(out.layout()) == ring::kNHWC;
+    if (dtype_ == 0 || pipeline::LayoutFromName(out.layout()) == 0) {
+      return absl::DataLossError(absl::StrCat("the daemon's output dtype '", out.dtype(),
+                                              "' or layout '", out.layout(), "' is unknown"));
+    }
     // The shape every view of a fixed-shape batch is given must be exactly
     // the bytes of one sample: the check each record gets at Next. A
     // variable-size ring has no shape (0x0).
@@ -157,10 +176,9 @@ class SessionCore {
             ring::ValidateHeader(snapshot, geometry_.total_bytes, geometry_, slots_, batch_size)) {
       return absl::DataLossError(absl::StrCat("ring header: ", why));
     }
-    const bool nchw = r.effective_pipeline().layout() == v1::LAYOUT_NCHW;
     if (snapshot.height != r.height() || snapshot.width != r.width() ||
         snapshot.channels != r.channels() || snapshot.dtype != dtype_ ||
-        snapshot.sample_bytes != sample_bytes_ || (snapshot.layout == ring::kNCHW) != nchw) {
+        snapshot.sample_bytes != sample_bytes_ || (snapshot.layout == ring::kNHWC) != nhwc_) {
       return absl::DataLossError("ring header: the sample shape or format differs from Attach");
     }
     return absl::OkStatus();
@@ -591,26 +609,17 @@ Client::~Client() = default;
 absl::StatusOr<std::unique_ptr<Session>> Client::Attach(const AttachOptions& o) {
   v1::AttachRequest req;
   req.set_dataset(o.dataset);
-  req.set_format(static_cast<v1::DatasetFormat>(o.format));
-  v1::PipelineSpec* p = req.mutable_pipeline();
-  p->set_kind(static_cast<v1::PipelineKind>(o.pipeline.kind));
-  p->set_height(o.pipeline.height);
-  p->set_width(o.pipeline.width);
-  p->set_resize_size(o.pipeline.resize_size);
-  p->set_scale_min(o.pipeline.scale_min);
-  p->set_scale_max(o.pipeline.scale_max);
-  p->set_ratio_min(o.pipeline.ratio_min);
-  p->set_ratio_max(o.pipeline.ratio_max);
-  p->set_flip_prob(o.pipeline.flip_prob);
-  p->set_no_flip(o.pipeline.no_flip);
-  p->set_interpolation(static_cast<v1::Interpolation>(o.pipeline.interpolation));
-  p->set_dtype(static_cast<v1::DType>(o.pipeline.dtype));
-  p->set_layout(static_cast<v1::Layout>(o.pipeline.layout));
-  for (float m : o.pipeline.mean) p->add_mean(m);
-  for (float s : o.pipeline.std) p->add_std(s);
-  p->set_max_decode_pixels(o.pipeline.max_decode_pixels);
-  p->set_exact_decode(o.pipeline.exact_decode);
-  p->set_apply_exif_orientation(o.pipeline.apply_exif_orientation);
+  req.set_format(internal::ToProto(o.format));
+  // The request form goes to the daemon; Effective only checks it here, so
+  // that a bad pipeline fails before any RPC, as the daemon would fail it.
+  auto spec = pipeline::SpecFromKeywordsJson(o.pipeline);
+  if (!spec.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("pipeline: ", spec.status().message()));
+  }
+  if (auto e = pipeline::Effective(*spec, o.batch_size); !e.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("pipeline: ", e.status().message()));
+  }
+  *req.mutable_pipeline() = *std::move(spec);
   req.set_batch_size(o.batch_size);
   req.set_seed(o.seed);
   req.set_shuffle(o.shuffle);
@@ -667,17 +676,12 @@ absl::StatusOr<std::unique_ptr<Session>> Client::Attach(const AttachOptions& o) 
   i.width = resp.width();
   i.channels = resp.channels();
   i.dtype = static_cast<DType>(core->dtype_);
-  i.layout = resp.effective_pipeline().layout() == v1::LAYOUT_NCHW ? Layout::kNCHW : Layout::kNHWC;
+  i.layout = core->nhwc_ ? Layout::kNHWC : Layout::kNCHW;
   i.ring_slots = resp.ring().slot_count();
   i.slot_bytes = resp.ring().slot_bytes();
   i.sample_bytes = resp.ring().sample_bytes();
   i.class_names.assign(resp.class_names().begin(), resp.class_names().end());
-  google::protobuf::util::JsonPrintOptions jo;
-  jo.preserve_proto_field_names = true;
-  jo.always_print_primitive_fields = true;
-  (void)google::protobuf::util::MessageToJsonString(resp.effective_pipeline(),
-                                                    &i.effective_pipeline_json, jo);
-  core->nhwc_ = i.layout == Layout::kNHWC;                 // device copy
+  i.effective_pipeline_json = pipeline::ToJson(resp.effective_pipeline());
   core->StartDeviceTransfer(o.register_ring_with_cuda);  // device copy
   session->core_ = std::move(core);
   return session;

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "grpcpp/grpcpp.h"
+#include "stoker/pipeline_spec.h"
 #include "stoker/v1/stoker.grpc.pb.h"
 
 namespace stoker::ctl {
@@ -55,6 +56,35 @@ std::string Wrap(const std::vector<std::string>& items, size_t width) {
     line += (line.empty() ? "" : "  ") + Shorten(it, width, Trim::kTail);
   }
   return out + line + "\n";
+}
+
+// `head`, two spaces and `text`, broken at the spaces of `text` into lines
+// of at most `width` characters, the lines after the first indented by
+// `indent` spaces (a word too long is cut).
+std::string WrapWords(std::string_view head, std::string_view text, size_t width, size_t indent) {
+  std::string out, line = std::string(head) + "  ";
+  bool fresh = true;  // nothing on `line` but its head or indent
+  for (size_t pos = 0; pos <= text.size();) {
+    size_t end = text.find(' ', pos);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view word = text.substr(pos, end - pos);
+    pos = end + 1;
+    if (word.empty()) continue;
+    if (!fresh && Len(line) + 1 + Len(word) > width) {
+      out += Shorten(line, width, Trim::kTail) + "\n";
+      line.assign(std::min(indent, width / 2), ' ');
+      fresh = true;
+    }
+    if (!fresh) line += ' ';
+    line += word;
+    fresh = false;
+  }
+  return out + Shorten(line, width, Trim::kTail) + "\n";
+}
+
+// The sessions table's PIPELINE cell: the preset's name, or "custom".
+std::string PipelineCell(const v1::PipelineSpec& p) {
+  return p.preset().empty() ? "custom" : p.preset();
 }
 
 std::string Duration(double seconds) {
@@ -204,7 +234,7 @@ std::string RenderStatus(const v1::StatusResponse& s, size_t width) {
       rows.push_back(
           {x.session_id(), x.client_name().empty() ? "-" : x.client_name(),
            absl::StrCat(x.client_pid()), absl::StrCat(x.rank(), "/", x.world_size()),
-           x.dataset(), x.pipeline(), absl::StrCat(x.batch_size()),
+           x.dataset(), PipelineCell(x.pipeline()), absl::StrCat(x.batch_size()),
            absl::StrCat(x.current_epoch()), absl::StrCat(x.batches_produced()),
            absl::StrCat(x.batches_consumed()), absl::StrFormat("%.0f", x.images_per_second()),
            absl::StrCat(x.ring_ready(), "/", x.ring_filling(), "/", x.ring_leased(), " of ",
@@ -236,6 +266,11 @@ std::string RenderStatus(const v1::StatusResponse& s, size_t width) {
                                {"FAILED"},
                                {"REPL", 10}},
                               rows, width);
+    // Each session's pipeline in full (the table shows only its preset).
+    out += "\npipelines\n";
+    for (const auto& x : s.sessions()) {
+      out += WrapWords(x.session_id(), pipeline::Describe(x.pipeline()), width, 4);
+    }
   }
   rows.clear();
   for (const auto& x : s.sessions()) {

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "stoker/pipeline_spec.h"
+
 namespace stoker::ctl {
 namespace {
 
@@ -80,7 +82,16 @@ v1::StatusResponse Busy() {
     x->set_rank(r);
     x->set_world_size(8);
     x->set_dataset(kLongDataset);
-    x->set_pipeline("train");
+    // A preset, and an op list.
+    auto spec = pipeline::SpecFromKeywordsJson(
+        r == 0 ? R"({"pipeline": "train", "dtype": "float32"})"
+               : R"({"ops": [{"RandomCrop": {"size": 32, "padding": 4}},
+                             {"RandomHorizontalFlip": {}}]})");
+    REQUIRE(spec.ok());
+    auto effective = pipeline::Effective(*spec, 256);
+    REQUIRE(effective.ok());
+    *x->mutable_pipeline() = *effective;
+    *x->mutable_requested_pipeline() = *spec;
     x->set_batch_size(256);
     x->set_batches_produced(100000);
     x->set_batches_consumed(99996);
@@ -136,6 +147,10 @@ TEST_CASE("RenderStatus fits 80, 100 and 200 columns, and wider shows more") {
     CHECK(text.find("failed samples by dataset") != std::string::npos);
     CHECK(text.find("not a JPEG") != std::string::npos);
     CHECK(text.find("truncated") != std::string::npos);
+    // Each session's pipeline in full, wrapped to the width.
+    CHECK(text.find("\npipelines\n1a2b3c4d-17  train: RandomResizedCrop(") != std::string::npos);
+    CHECK(text.find("float32 nchw") != std::string::npos);
+    CHECK(text.find("1a2b3c4d-18  RandomCrop(size=[32,") != std::string::npos);
   }
   // At 80 the least useful columns went; at 200 they are back.
   const std::vector<std::string> narrow = HeaderOf(RenderStatus(s, 80), "SESSION ");
@@ -144,11 +159,23 @@ TEST_CASE("RenderStatus fits 80, 100 and 200 columns, and wider shows more") {
   CHECK(std::find(narrow.begin(), narrow.end(), "PIPELINE") == narrow.end());
   CHECK(std::find(wide.begin(), wide.end(), "PIPELINE") != wide.end());
   CHECK(std::find(wide.begin(), wide.end(), "DECODE") != wide.end());
+  // The PIPELINE column: the preset's name, or "custom" for an op list.
+  const std::string at200 = RenderStatus(s, 200);
+  const std::string table = at200.substr(0, at200.find("\npipelines\n"));
+  CHECK(table.find("\n1a2b3c4d-17 ") != std::string::npos);
+  for (const std::string& line : Lines(table)) {
+    if (line.rfind("1a2b3c4d-17 ", 0) == 0) CHECK(line.find(" train ") != std::string::npos);
+    if (line.rfind("1a2b3c4d-18 ", 0) == 0) CHECK(line.find(" custom ") != std::string::npos);
+  }
   // Wide enough, nothing is shortened at all.
   const std::string huge = RenderStatus(s, 1000);
   CHECK(huge.find(kLongClient) != std::string::npos);
   CHECK(huge.find(kLongPath) != std::string::npos);
   CHECK(huge.find(kEllipsis) == std::string::npos);
+  for (const auto& x : s.sessions()) {
+    CHECK(huge.find(x.session_id() + "  " + pipeline::Describe(x.pipeline()) + "\n") !=
+          std::string::npos);
+  }
 }
 
 TEST_CASE("LayoutTable drops by rank, trims to soft then min widths, and cuts as a last resort") {

@@ -1,9 +1,10 @@
 // stokerctl: look inside a running stokerd, and feed from it.
 //
 //   stokerctl consume --socket PATH --dataset PATH [--pipeline train|eval|decode]
-//                     [--batch-size N] [--epochs N] [--seed N] [--dtype uint8|float32|float16]
-//                     [--allow-empty] [--skip-unsupported-formats]
-//                     [--apply-exif-orientation] [--exact-decode] [--json]
+//                     [--ops JSON] [--size N [N]] [--dtype uint8|float32|float16]
+//                     [--layout nhwc|nchw] [--apply-exif-orientation] [--exact-decode]
+//                     [--batch-size N] [--epochs N] [--seed N]
+//                     [--allow-empty] [--skip-unsupported-formats] [--json] [--hold]
 //   stokerctl status  --socket PATH|HOST:PORT [--json] [--failures]
 //   stokerctl top     --socket PATH|HOST:PORT [--interval-ms N] [--iterations N]
 //   stokerctl health  --socket PATH|HOST:PORT
@@ -13,13 +14,16 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/stokerctl/status_view.h"
+#include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "stoker/client.h"
 
@@ -33,23 +37,61 @@ int Fail(const absl::Status& s) {
 struct ConsumeArgs {
   std::string socket;
   std::string dataset;
-  std::string pipeline = "train";
+  // The pipeline keywords (proto/stoker/pipeline_spec.h), each passed on
+  // only when its flag is given: the defaults and checks are the module's.
+  std::optional<std::string> pipeline;
+  std::optional<std::string> ops;  // JSON
+  std::vector<uint32_t> size;
+  std::optional<std::string> dtype;
+  std::optional<std::string> layout;
+  bool apply_exif_orientation = false;
+  bool exact_decode = false;
   uint32_t batch_size = 64;
   uint32_t epochs = 1;
   uint64_t seed = 0;
   uint32_t rank = 0;
   uint32_t world_size = 1;
-  uint32_t size = 0;
-  std::string dtype = "uint8";
   std::string policy = "skip";
   bool no_shuffle = false;
   bool json = false;
   bool list_indices = false;
   bool allow_empty = false;
   bool skip_unsupported_formats = false;
-  bool apply_exif_orientation = false;
-  bool exact_decode = false;
+  bool hold = false;
 };
+
+// The flags' pipeline keywords as one JSON object.
+absl::StatusOr<std::string> PipelineKeywords(const ConsumeArgs& a) {
+  google::protobuf::Struct kw;
+  auto& f = *kw.mutable_fields();
+  if (a.pipeline) f["pipeline"].set_string_value(*a.pipeline);
+  if (a.ops) {
+    auto st = google::protobuf::util::JsonStringToMessage(*a.ops, &f["ops"]);
+    if (!st.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--ops is not JSON: ", st.message().ToString()));
+    }
+  }
+  if (!a.size.empty()) {
+    auto* list = f["size"].mutable_list_value();
+    for (uint32_t v : a.size) list->add_values()->set_number_value(v);
+  }
+  if (a.dtype) f["dtype"].set_string_value(*a.dtype);
+  if (a.layout) f["layout"].set_string_value(*a.layout);
+  if (a.exact_decode) f["exact_decode"].set_bool_value(true);
+  if (a.apply_exif_orientation) f["apply_exif_orientation"].set_bool_value(true);
+  std::string json;
+  (void)google::protobuf::util::MessageToJsonString(kw, &json);
+  return json;
+}
+
+// The line `consume --hold` prints once attached (and stoker-attach-probe).
+void PrintAttached(const stoker::SessionInfo& info) {
+  // Session ids are "<tag>-<number>": nothing to escape.
+  std::printf("{\"session_id\": \"%s\", \"effective_pipeline\": %s}\n", info.session_id.c_str(),
+              info.effective_pipeline_json.c_str());
+  std::fflush(stdout);
+}
 
 int Consume(const ConsumeArgs& a) {
   auto client = stoker::Client::Connect(a.socket);
@@ -63,34 +105,22 @@ int Consume(const ConsumeArgs& a) {
   o.world_size = a.world_size;
   o.shuffle = !a.no_shuffle;
   o.client_name = "stokerctl consume";
-  if (a.pipeline == "train") {
-    o.pipeline.kind = stoker::PipelineKind::kTrain;
-  } else if (a.pipeline == "eval") {
-    o.pipeline.kind = stoker::PipelineKind::kEval;
-  } else if (a.pipeline == "decode") {
-    o.pipeline.kind = stoker::PipelineKind::kDecode;
-  } else {
-    return Fail(absl::InvalidArgumentError("--pipeline must be train, eval or decode"));
-  }
-  o.pipeline.height = o.pipeline.width = a.size;
-  if (a.dtype == "uint8") {
-    o.pipeline.dtype = stoker::DType::kUint8;
-  } else if (a.dtype == "float32") {
-    o.pipeline.dtype = stoker::DType::kFloat32;
-  } else if (a.dtype == "float16") {
-    o.pipeline.dtype = stoker::DType::kFloat16;
-  } else {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("--dtype ", a.dtype, " is not uint8, float32 or float16")));
-  }
-  o.pipeline.apply_exif_orientation = a.apply_exif_orientation;
-  o.pipeline.exact_decode = a.exact_decode;
+  auto keywords = PipelineKeywords(a);
+  if (!keywords.ok()) return Fail(keywords.status());
+  o.pipeline = *keywords;
   o.allow_empty = a.allow_empty;
   o.skip_unsupported_formats = a.skip_unsupported_formats;
   o.failure_policy = a.policy == "error" ? stoker::FailurePolicy::kError
                                          : stoker::FailurePolicy::kSkip;
   auto session = (*client)->Attach(o);
   if (!session.ok()) return Fail(session.status());
+  if (a.hold) {
+    PrintAttached((*session)->info());
+    for (char buf[256]; std::fread(buf, 1, sizeof(buf), stdin) > 0;) {
+    }
+    absl::Status st = (*session)->Detach();
+    return st.ok() ? 0 : Fail(st);
+  }
   const auto t0 = std::chrono::steady_clock::now();
   uint64_t batches = 0, samples = 0, failed = 0, replaced = 0, errors = 0;
   std::string first_error;
@@ -150,14 +180,17 @@ int main(int argc, char** argv) {
   auto* consume = app.add_subcommand("consume", "attach, consume every batch, print throughput");
   consume->add_option("--socket", ca.socket, "daemon socket (env STOKER_SOCKET)");
   consume->add_option("--dataset", ca.dataset, "dataset path under the data root")->required();
-  consume->add_option("--pipeline", ca.pipeline, "train, eval or decode");
+  consume->add_option("--pipeline", ca.pipeline, "the preset: train, eval or decode");
+  consume->add_option("--ops", ca.ops,
+                      "an op list as JSON, e.g. '[{\"CenterCrop\": {\"size\": 32}}]'");
   consume->add_option("--batch-size", ca.batch_size);
   consume->add_option("--epochs", ca.epochs);
   consume->add_option("--seed", ca.seed);
   consume->add_option("--rank", ca.rank);
   consume->add_option("--world-size", ca.world_size);
-  consume->add_option("--size", ca.size, "output height and width (0: default)");
+  consume->add_option("--size", ca.size, "the output size: N, or HEIGHT WIDTH")->expected(1, 2);
   consume->add_option("--dtype", ca.dtype, "uint8, float32 or float16");
+  consume->add_option("--layout", ca.layout, "nhwc or nchw");
   consume->add_option("--failure-policy", ca.policy, "skip or error");
   consume->add_flag("--no-shuffle", ca.no_shuffle);
   consume->add_flag("--json", ca.json, "one JSON object");
@@ -168,6 +201,9 @@ int main(int argc, char** argv) {
   consume->add_flag("--apply-exif-orientation", ca.apply_exif_orientation,
                     "rotate images as their EXIF orientation says");
   consume->add_flag("--exact-decode", ca.exact_decode, "no DCT-domain downscaling");
+  consume->add_flag("--hold", ca.hold,
+                    "attach, print {\"session_id\", \"effective_pipeline\"} as one JSON line, "
+                    "consume nothing, detach when stdin closes");
 
   std::string status_socket = socket;
   bool status_json = false, failures = false;

@@ -1,11 +1,30 @@
 // stoker-image-tool: the image pipeline without a daemon.
 //
-//   render  one sample of one file to a raw file (fidelity tests, debugging)
+//   render  one sample of one file to a raw file (fidelity tests, debugging);
+//           --steps-out writes the steps it drew, --steps runs given ones
 //   bench   N threads, each with its own SampleProcessor, decoding and
 //           augmenting files held in memory (or read from disk) for S
 //           seconds: the single-process limit the daemon should approach.
+//   draw    the steps drawn for dataset indices 0..N-1 of an image size, one
+//           JSON line each (statistical tests of the sampling rules)
 //
-// Both print one JSON line on stdout; errors go to stderr with exit code 1.
+// The pipeline comes from keywords, as every front end gives it
+// (proto/stoker/pipeline_spec.h: SpecFromKeywordsJson -> Effective, then
+// server/lower_pipeline.h): --keywords JSON and --ops JSON, and the flags
+// --pipeline --size --resize --interp --dtype --layout --exact --apply-exif
+// --scale --ratio --flip-prob, each the keyword of its name. No default
+// lives here.
+//
+// Steps as JSON (--steps-out, --steps, draw): a list of objects, each with
+// "kind" (pipeline.h's StepKindName) and "op" (the index of the op that drew
+// it), and by kind: crop "top" "left" "height" "width"; resize "height"
+// "width" "antialias"; pad "padding" [l, t, r, b] "padding_mode" "fill"
+// [r, g, b]; color_jitter "order" (adjustment names, in order) and each
+// one's factor under its name ("brightness", "contrast", "saturation",
+// "hue"); gaussian_blur "kernel_size" [x, y] "sigma"; hflip, vflip and
+// grayscale nothing more.
+//
+// Each prints JSON on stdout; errors go to stderr with exit code 1.
 
 #include <sys/mman.h>
 
@@ -27,13 +46,20 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
 #include "server/image/pipeline.h"
+#include "server/lower_pipeline.h"
+#include "stoker/pipeline_spec.h"
 #include "stoker/ring_layout.h"
+#include "stoker/v1/stoker.pb.h"
 
 namespace stoker::image {
 namespace {
 
 namespace fs = std::filesystem;
+namespace pb = google::protobuf;
 
 bool ReadFile(const std::string& path, std::vector<uint8_t>* data) {
   std::ifstream in(path, std::ios::binary);
@@ -47,69 +73,334 @@ bool ReadFile(const std::string& path, std::vector<uint8_t>* data) {
   return true;
 }
 
+std::string JsonString(std::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+// A float as the shortest text that reads back as the same float.
+std::string FloatJson(float v) {
+  char buf[32];
+  for (int digits = 6; digits <= 9; ++digits) {
+    std::snprintf(buf, sizeof(buf), "%.*g", digits, static_cast<double>(v));
+    if (std::strtof(buf, nullptr) == v) break;
+  }
+  return buf;
+}
+
+// ColorJitter's adjustment names: the fields of stoker.v1.ColorJitter, whose
+// numbers are JitterIndex + 1.
+std::string JitterName(uint32_t j) {
+  const pb::FieldDescriptor* f =
+      v1::ColorJitter::descriptor()->FindFieldByNumber(static_cast<int>(j) + 1);
+  return f != nullptr ? f->name() : "unknown";
+}
+
 struct CommonOptions {
-  std::string pipeline = "train";
+  std::string pipeline;
   std::vector<uint32_t> size;
-  uint32_t resize = 256;
-  std::string interp = "antialias";
-  std::string dtype = "uint8";
-  std::string layout = "nhwc";
+  uint32_t resize = 0;
+  std::string interp;
+  std::string dtype;
+  std::string layout;
   bool exact = false;
   bool apply_exif = false;
   std::vector<float> scale;
   std::vector<float> ratio;
-  float flip_prob = 0.5f;
+  float flip_prob = 0;
+  std::string keywords;
+  std::string ops;
+  // Which of the flags were given: only those become keywords.
+  std::map<std::string, CLI::Option*> given;
 };
 
-void AddCommon(CLI::App* app, CommonOptions* o, bool with_decode) {
-  app->add_option("--pipeline", o->pipeline,
-                  "train | eval" + std::string(with_decode ? " | decode" : ""))
-      ->check(with_decode ? CLI::IsMember({"train", "eval", "decode"})
-                          : CLI::IsMember({"train", "eval"}));
-  app->add_option("--size", o->size, "output H W (decode: 0 0 = any)")->expected(2);
-  app->add_option("--resize", o->resize, "eval: shorter side before the center crop");
-  app->add_option("--interp", o->interp, "antialias | bilinear")
-      ->check(CLI::IsMember({"antialias", "bilinear"}));
-  app->add_option("--dtype", o->dtype, "uint8 | float32 | float16")
-      ->check(CLI::IsMember({"uint8", "float32", "float16"}));
-  app->add_option("--layout", o->layout, "nhwc | nchw")->check(CLI::IsMember({"nhwc", "nchw"}));
-  app->add_flag("--exact", o->exact, "never use DCT scaling");
-  app->add_flag("--apply-exif", o->apply_exif,
-                "turn the image as its EXIF orientation says (default: as coded, as "
-                "torchvision's ImageFolder)");
-  app->add_option("--scale", o->scale, "train: RandomResizedCrop scale MIN MAX")->expected(2);
-  app->add_option("--ratio", o->ratio, "train: RandomResizedCrop ratio MIN MAX")->expected(2);
-  app->add_option("--flip-prob", o->flip_prob, "train: horizontal flip probability");
+void AddCommon(CLI::App* app, CommonOptions* o) {
+  auto& g = o->given;
+  g["pipeline"] =
+      app->add_option("--pipeline", o->pipeline, "keyword pipeline: train | eval | decode");
+  g["size"] = app->add_option("--size", o->size, "keyword size: output H W (decode: 0 0 = any)")
+                  ->expected(2);
+  g["resize_size"] = app->add_option("--resize", o->resize, "keyword resize_size (eval)");
+  g["antialias"] =
+      app->add_option("--interp", o->interp, "antialias | bilinear: keyword antialias true | false")
+          ->check(CLI::IsMember({"antialias", "bilinear"}));
+  g["dtype"] = app->add_option("--dtype", o->dtype, "keyword dtype: uint8 | float32 | float16");
+  g["layout"] = app->add_option("--layout", o->layout, "keyword layout: nhwc | nchw");
+  g["exact_decode"] = app->add_flag("--exact", o->exact, "keyword exact_decode: never DCT-scale");
+  g["apply_exif_orientation"] =
+      app->add_flag("--apply-exif", o->apply_exif,
+                    "keyword apply_exif_orientation: turn the image as its EXIF orientation says");
+  g["scale"] = app->add_option("--scale", o->scale, "keyword scale (train): MIN MAX")->expected(2);
+  g["ratio"] = app->add_option("--ratio", o->ratio, "keyword ratio (train): MIN MAX")->expected(2);
+  g["flip_prob"] = app->add_option("--flip-prob", o->flip_prob, "keyword flip_prob (train)");
+  app->add_option("--keywords", o->keywords, "a JSON object of pipeline keywords");
+  app->add_option("--ops", o->ops, "keyword ops: a JSON op list");
 }
 
-PipelineParams ToParams(const CommonOptions& o) {
-  PipelineParams p;
-  p.kind = o.pipeline == "eval"     ? PipelineKind::kEval
-           : o.pipeline == "decode" ? PipelineKind::kDecode
-                                    : PipelineKind::kTrain;
-  if (p.kind == PipelineKind::kDecode) p.out_height = p.out_width = 0;
-  if (o.size.size() == 2) {
-    p.out_height = o.size[0];
-    p.out_width = o.size[1];
+pb::Value Number(double v) {
+  pb::Value x;
+  x.set_number_value(v);
+  return x;
+}
+
+template <typename T>
+pb::Value List(const std::vector<T>& v) {
+  pb::Value x;
+  for (T e : v) *x.mutable_list_value()->add_values() = Number(static_cast<double>(e));
+  return x;
+}
+
+// The keyword object of the flags (and --keywords, --ops), as JSON.
+bool KeywordsJson(const CommonOptions& o, std::string* json) {
+  pb::Struct kw;
+  if (!o.keywords.empty()) {
+    const auto st = pb::util::JsonStringToMessage(o.keywords, &kw);
+    if (!st.ok()) {
+      std::cerr << "--keywords is not a JSON object: " << st.ToString() << "\n";
+      return false;
+    }
   }
-  p.resize_size = o.resize;
-  p.interpolation = o.interp == "bilinear" ? Interpolation::kBilinear : Interpolation::kAntialias;
-  p.dtype = o.dtype == "float32"   ? ring::kFloat32
-            : o.dtype == "float16" ? ring::kFloat16
-                                   : ring::kUint8;
-  p.layout = o.layout == "nchw" ? ring::kNCHW : ring::kNHWC;
-  p.exact_decode = o.exact ? 1 : 0;
-  p.apply_exif = o.apply_exif ? 1 : 0;
-  if (o.scale.size() == 2) {
-    p.scale_min = o.scale[0];
-    p.scale_max = o.scale[1];
+  auto set = [&](const std::string& name, pb::Value v) {
+    if (kw.fields().count(name) != 0) {
+      std::cerr << "keyword " << name << " given twice (a flag and --keywords)\n";
+      return false;
+    }
+    (*kw.mutable_fields())[name] = std::move(v);
+    return true;
+  };
+  auto given = [&](const std::string& name) { return o.given.at(name)->count() > 0; };
+  pb::Value v;
+  bool ok = true;
+  if (given("pipeline")) v.set_string_value(o.pipeline), ok &= set("pipeline", v);
+  if (given("size") && !(o.size[0] == 0 && o.size[1] == 0)) ok &= set("size", List(o.size));
+  if (given("resize_size")) ok &= set("resize_size", Number(o.resize));
+  if (given("antialias")) v.set_bool_value(o.interp == "antialias"), ok &= set("antialias", v);
+  if (given("dtype")) v.set_string_value(o.dtype), ok &= set("dtype", v);
+  if (given("layout")) v.set_string_value(o.layout), ok &= set("layout", v);
+  if (o.exact) v.set_bool_value(true), ok &= set("exact_decode", v);
+  if (o.apply_exif) v.set_bool_value(true), ok &= set("apply_exif_orientation", v);
+  if (given("scale")) ok &= set("scale", List(o.scale));
+  if (given("ratio")) ok &= set("ratio", List(o.ratio));
+  if (given("flip_prob")) ok &= set("flip_prob", Number(o.flip_prob));
+  if (!o.ops.empty()) {
+    pb::Value ops;
+    const auto st = pb::util::JsonStringToMessage(o.ops, &ops);
+    if (!st.ok() || !ops.has_list_value()) {
+      std::cerr << "--ops is not a JSON list\n";
+      return false;
+    }
+    ok &= set("ops", ops);
   }
-  if (o.ratio.size() == 2) {
-    p.ratio_min = o.ratio[0];
-    p.ratio_max = o.ratio[1];
+  if (!ok) return false;
+  const auto st = pb::util::MessageToJsonString(kw, json);
+  return st.ok();
+}
+
+// The params the workers would run for these options, and the effective
+// spec described in one line.
+bool ResolvePipeline(const CommonOptions& o, PipelineParams* p, std::string* described) {
+  std::string json;
+  if (!KeywordsJson(o, &json)) return false;
+  absl::StatusOr<v1::PipelineSpec> spec = pipeline::SpecFromKeywordsJson(json);
+  if (spec.ok()) spec = pipeline::Effective(*spec, /*batch_size=*/1);
+  if (!spec.ok()) {
+    std::cerr << "invalid pipeline: " << spec.status().message() << "\n";
+    return false;
   }
-  p.flip_prob = o.flip_prob;
-  return p;
+  absl::StatusOr<PipelineParams> lowered = LowerPipeline(*spec);
+  if (!lowered.ok()) {
+    std::cerr << "invalid pipeline: " << lowered.status().message() << "\n";
+    return false;
+  }
+  *p = *lowered;
+  *described = pipeline::Describe(*spec);
+  return true;
+}
+
+std::string StepsJson(const SampleSteps& steps) {
+  std::string out = "[";
+  for (uint32_t i = 0; i < steps.count; ++i) {
+    const Step& s = steps.steps[i];
+    absl::StrAppend(&out, i > 0 ? "," : "", "{\"kind\":", JsonString(StepKindName(s.kind)),
+                    ",\"op\":", s.op);
+    switch (s.kind) {
+      case StepKind::kCrop:
+        absl::StrAppend(&out, ",\"top\":", s.top, ",\"left\":", s.left, ",\"height\":", s.height,
+                        ",\"width\":", s.width);
+        break;
+      case StepKind::kResize:
+        absl::StrAppend(&out, ",\"height\":", s.height, ",\"width\":", s.width, ",\"antialias\":",
+                        s.interpolation == Interpolation::kAntialias ? "true" : "false");
+        break;
+      case StepKind::kPad: {
+        const auto mode = static_cast<uint32_t>(s.padding_mode);
+        absl::StrAppend(
+            &out, ",\"padding\":[", s.pad[0], ",", s.pad[1], ",", s.pad[2], ",", s.pad[3],
+            "],\"padding_mode\":",
+            JsonString(mode < std::size(pipeline::kPaddingModes) ? pipeline::kPaddingModes[mode]
+                                                                 : "unknown"),
+            ",\"fill\":[", s.fill[0], ",", s.fill[1], ",", s.fill[2], "]");
+        break;
+      }
+      case StepKind::kColorJitter: {
+        absl::StrAppend(&out, ",\"order\":[");
+        for (uint32_t k = 0; k < s.jitter_count; ++k) {
+          absl::StrAppend(&out, k > 0 ? "," : "", JsonString(JitterName(s.jitter_order[k])));
+        }
+        absl::StrAppend(&out, "]");
+        for (uint32_t k = 0; k < s.jitter_count; ++k) {
+          const uint32_t j = s.jitter_order[k];
+          absl::StrAppend(&out, ",", JsonString(JitterName(j)), ":", FloatJson(s.factor[j]));
+        }
+        break;
+      }
+      case StepKind::kGaussianBlur:
+        absl::StrAppend(&out, ",\"kernel_size\":[", s.kernel_x, ",", s.kernel_y,
+                        "],\"sigma\":", FloatJson(s.sigma));
+        break;
+      default:
+        break;
+    }
+    out += "}";
+  }
+  return out + "]";
+}
+
+// --steps: the JSON StepsJson writes, back to steps.
+bool ParseSteps(const std::string& json, SampleSteps* steps) {
+  pb::Value list;
+  if (!pb::util::JsonStringToMessage(json, &list).ok() || !list.has_list_value()) {
+    std::cerr << "--steps is not a JSON list\n";
+    return false;
+  }
+  const auto& values = list.list_value().values();
+  if (values.size() > static_cast<int>(kMaxSteps)) {
+    std::cerr << "--steps: at most " << kMaxSteps << " steps\n";
+    return false;
+  }
+  steps->count = 0;
+  for (int i = 0; i < values.size(); ++i) {
+    const std::string at = absl::StrCat("--steps[", i, "]");
+    if (!values[i].has_struct_value()) {
+      std::cerr << at << " is not an object\n";
+      return false;
+    }
+    const auto& f = values[i].struct_value().fields();
+    bool ok = true;
+    auto get = [&](const std::string& name) -> const pb::Value* {
+      auto it = f.find(name);
+      if (it == f.end()) {
+        std::cerr << at << ": no \"" << name << "\"\n";
+        ok = false;
+        return nullptr;
+      }
+      return &it->second;
+    };
+    auto number = [&](const std::string& name) -> double {
+      const pb::Value* v = get(name);
+      return v != nullptr ? v->number_value() : 0;
+    };
+    auto uint = [&](double d) { return static_cast<uint32_t>(std::clamp(d, 0.0, 4294967295.0)); };
+    auto numbers = [&](const std::string& name, size_t n, double* out) {
+      const pb::Value* v = get(name);
+      if (v == nullptr) return;
+      if (!v->has_list_value() || static_cast<size_t>(v->list_value().values_size()) != n) {
+        std::cerr << at << ": \"" << name << "\" must be a list of " << n << "\n";
+        ok = false;
+        return;
+      }
+      for (size_t k = 0; k < n; ++k)
+        out[k] = v->list_value().values(static_cast<int>(k)).number_value();
+    };
+    Step& s = steps->steps[steps->count++];
+    s = Step();
+    const pb::Value* kind = get("kind");
+    if (kind == nullptr) return false;
+    bool known = false;
+    for (uint32_t k = 1; k <= 8; ++k) {
+      if (kind->string_value() == StepKindName(static_cast<StepKind>(k))) {
+        s.kind = static_cast<StepKind>(k);
+        known = true;
+      }
+    }
+    if (!known) {
+      std::cerr << at << ": unknown kind " << kind->string_value() << "\n";
+      return false;
+    }
+    if (f.count("op") != 0) s.op = uint(f.at("op").number_value());
+    switch (s.kind) {
+      case StepKind::kCrop:
+        s.top = uint(number("top")), s.left = uint(number("left"));
+        s.height = uint(number("height")), s.width = uint(number("width"));
+        break;
+      case StepKind::kResize: {
+        s.height = uint(number("height")), s.width = uint(number("width"));
+        const pb::Value* aa = f.count("antialias") != 0 ? &f.at("antialias") : nullptr;
+        s.interpolation = aa == nullptr || aa->bool_value() ? Interpolation::kAntialias
+                                                            : Interpolation::kBilinear;
+        break;
+      }
+      case StepKind::kPad: {
+        double pad[4] = {0, 0, 0, 0}, fill[3] = {0, 0, 0};
+        numbers("padding", 4, pad);
+        if (f.count("fill") != 0) numbers("fill", 3, fill);
+        for (int k = 0; k < 4; ++k) s.pad[k] = uint(pad[k]);
+        for (int k = 0; k < 3; ++k)
+          s.fill[k] = static_cast<uint8_t>(std::clamp(fill[k], 0.0, 255.0));
+        const std::string mode =
+            f.count("padding_mode") != 0 ? f.at("padding_mode").string_value() : "constant";
+        const auto it =
+            std::find(std::begin(pipeline::kPaddingModes), std::end(pipeline::kPaddingModes), mode);
+        if (it == std::end(pipeline::kPaddingModes)) {
+          std::cerr << at << ": unknown padding_mode " << mode << "\n";
+          return false;
+        }
+        s.padding_mode = static_cast<PadMode>(it - std::begin(pipeline::kPaddingModes));
+        break;
+      }
+      case StepKind::kColorJitter: {
+        const pb::Value* order = get("order");
+        if (order == nullptr || !order->has_list_value() || order->list_value().values_size() > 4) {
+          std::cerr << at << ": \"order\" must be a list of at most 4 names\n";
+          return false;
+        }
+        for (const pb::Value& name : order->list_value().values()) {
+          uint32_t j = 0;
+          while (j < 4 && JitterName(j) != name.string_value()) ++j;
+          if (j == 4) {
+            std::cerr << at << ": unknown adjustment " << name.string_value() << "\n";
+            return false;
+          }
+          s.jitter_order[s.jitter_count++] = j;
+          s.factor[j] = static_cast<float>(number(JitterName(j)));
+        }
+        break;
+      }
+      case StepKind::kGaussianBlur: {
+        double k[2] = {0, 0};
+        numbers("kernel_size", 2, k);
+        s.kernel_x = uint(k[0]), s.kernel_y = uint(k[1]);
+        s.sigma = static_cast<float>(number("sigma"));
+        break;
+      }
+      default:
+        break;
+    }
+    if (!ok) return false;
+  }
+  return true;
 }
 
 struct RenderOptions {
@@ -120,14 +411,14 @@ struct RenderOptions {
   uint64_t seed = 0;
   uint32_t epoch = 0;
   uint64_t index = 0;
+  std::string steps_out;
+  std::string steps;
 };
 
 int Render(const CommonOptions& common, const RenderOptions& o) {
-  const PipelineParams p = ToParams(common);
-  if (absl::Status s = ValidateParams(p); !s.ok()) {
-    std::cerr << "invalid parameters: " << s.message() << "\n";
-    return 1;
-  }
+  PipelineParams p;
+  std::string described;
+  if (!ResolvePipeline(common, &p, &described)) return 1;
   std::vector<uint8_t> jpeg;
   if (!ReadFile(o.input, &jpeg)) {
     std::cerr << "cannot read " << o.input << "\n";
@@ -142,25 +433,45 @@ int Render(const CommonOptions& common, const RenderOptions& o) {
   }
   SampleProcessor processor;
   SampleResult result;
+  SampleSteps steps;
   absl::Status s;
-  if (!o.crop.empty()) {
-    if (p.kind != PipelineKind::kTrain) {
-      std::cerr << "--crop needs --pipeline train\n";
-      return 1;
+  if (!o.crop.empty() || !o.steps.empty()) {
+    if (!o.steps.empty()) {
+      if (!o.crop.empty()) {
+        std::cerr << "give --crop or --steps, not both\n";
+        return 1;
+      }
+      if (!ParseSteps(o.steps, &steps)) return 1;
+    } else {
+      // A RandomResizedCrop with its box given: the first op's resize.
+      if (p.op_count == 0 || p.ops[0].kind != OpKind::kRandomResizedCrop) {
+        std::cerr << "--crop needs a pipeline that starts with RandomResizedCrop (train)\n";
+        return 1;
+      }
+      steps.count = 2;
+      steps.steps[0].kind = StepKind::kCrop;
+      steps.steps[0].top = o.crop[0];
+      steps.steps[0].left = o.crop[1];
+      steps.steps[0].height = o.crop[2];
+      steps.steps[0].width = o.crop[3];
+      steps.steps[1].kind = StepKind::kResize;
+      steps.steps[1].height = p.ops[0].height;
+      steps.steps[1].width = p.ops[0].width;
+      steps.steps[1].interpolation = p.ops[0].interpolation;
+      if (o.flip != 0) {
+        steps.steps[2] = Step();
+        steps.steps[2].kind = StepKind::kHorizontalFlip;
+        steps.steps[2].op = 1;
+        steps.count = 3;
+      }
     }
-    CropBox box;
-    box.top = o.crop[0];
-    box.left = o.crop[1];
-    box.height = o.crop[2];
-    box.width = o.crop[3];
-    s = processor.ProcessRegion(jpeg.data(), jpeg.size(), p, box, o.flip != 0, out.get(), capacity,
-                                &result);
+    s = processor.ProcessSteps(jpeg.data(), jpeg.size(), p, steps, out.get(), capacity, &result);
   } else {
     SampleKey key;
     key.seed = o.seed;
     key.epoch = o.epoch;
     key.dataset_index = o.index;
-    s = processor.Process(jpeg.data(), jpeg.size(), p, key, out.get(), capacity, &result);
+    s = processor.Process(jpeg.data(), jpeg.size(), p, key, out.get(), capacity, &result, &steps);
   }
   if (!s.ok()) {
     std::cerr << o.input << ": " << s.ToString() << "\n";
@@ -172,8 +483,43 @@ int Render(const CommonOptions& common, const RenderOptions& o) {
     std::cerr << "cannot write " << o.out << "\n";
     return 1;
   }
+  if (!o.steps_out.empty()) {
+    std::ofstream sf(o.steps_out, std::ios::trunc);
+    sf << StepsJson(steps) << "\n";
+    if (!sf.good()) {
+      std::cerr << "cannot write " << o.steps_out << "\n";
+      return 1;
+    }
+  }
   std::printf("{\"height\":%u,\"width\":%u,\"channels\":%u,\"bytes\":%llu}\n", result.height,
               result.width, result.channels, static_cast<unsigned long long>(result.bytes));
+  return 0;
+}
+
+struct DrawOptions {
+  std::vector<uint32_t> image_size;
+  uint64_t count = 1;
+  uint64_t seed = 0;
+  uint32_t epoch = 0;
+};
+
+int Draw(const CommonOptions& common, const DrawOptions& o) {
+  PipelineParams p;
+  std::string described;
+  if (!ResolvePipeline(common, &p, &described)) return 1;
+  SampleSteps steps;
+  std::string line;
+  for (uint64_t i = 0; i < o.count; ++i) {
+    const absl::Status s =
+        DrawSteps(p, o.image_size[0], o.image_size[1], SampleKey{o.seed, o.epoch, i}, &steps);
+    line = absl::StrCat("{\"index\":", i, ",");
+    if (s.ok()) {
+      absl::StrAppend(&line, "\"steps\":", StepsJson(steps), "}\n");
+    } else {
+      absl::StrAppend(&line, "\"error\":", JsonString(s.ToString()), "}\n");
+    }
+    std::fwrite(line.data(), 1, line.size(), stdout);
+  }
   return 0;
 }
 
@@ -225,11 +571,9 @@ struct BenchOptions {
 };
 
 int Bench(const CommonOptions& common, const BenchOptions& o) {
-  const PipelineParams p = ToParams(common);
-  if (absl::Status s = ValidateParams(p); !s.ok()) {
-    std::cerr << "invalid parameters: " << s.message() << "\n";
-    return 1;
-  }
+  PipelineParams p;
+  std::string described;
+  if (!ResolvePipeline(common, &p, &described)) return 1;
   std::vector<std::string> paths;
   if (!ListFiles(o.files, &paths) || paths.empty()) {
     std::cerr << "no files in " << o.files << "\n";
@@ -310,12 +654,12 @@ int Bench(const CommonOptions& common, const BenchOptions& o) {
   std::printf(
       "{\"images_per_s\":%.1f,\"threads\":%d,\"seconds\":%.3f,\"images\":%llu,\"errors\":%llu,"
       "\"files\":%zu,\"mean_file_bytes\":%.0f,\"decode_ms\":%.3f,\"augment_ms\":%.3f,"
-      "\"pipeline\":\"%s\",\"from_disk\":%s}\n",
+      "\"pipeline\":%s,\"from_disk\":%s}\n",
       static_cast<double>(sum.images) / elapsed, threads, elapsed,
       static_cast<unsigned long long>(sum.images), static_cast<unsigned long long>(sum.errors),
       paths.size(), o.from_disk ? 0.0 : static_cast<double>(total_bytes) / paths.size(),
       static_cast<double>(sum.decode_ns) * per, static_cast<double>(sum.augment_ns) * per,
-      common.pipeline.c_str(), o.from_disk ? "true" : "false");
+      JsonString(described).c_str(), o.from_disk ? "true" : "false");
   return 0;
 }
 
@@ -325,6 +669,7 @@ int Bench(const CommonOptions& common, const BenchOptions& o) {
 int main(int argc, char** argv) {
   using stoker::image::BenchOptions;
   using stoker::image::CommonOptions;
+  using stoker::image::DrawOptions;
   using stoker::image::RenderOptions;
   CLI::App app{"stoker-image-tool: the stoker image pipeline without the daemon"};
   app.require_subcommand(1);
@@ -334,9 +679,11 @@ int main(int argc, char** argv) {
   CLI::App* r = app.add_subcommand("render", "render one sample to a raw file");
   r->add_option("--input", render.input, "JPEG file")->required();
   r->add_option("--out", render.out, "raw output file")->required();
-  AddCommon(r, &render_common, /*with_decode=*/true);
-  r->add_option("--crop", render.crop, "train: forced crop TOP LEFT H W")->expected(4);
+  AddCommon(r, &render_common);
+  r->add_option("--crop", render.crop, "forced RandomResizedCrop box TOP LEFT H W")->expected(4);
   r->add_option("--flip", render.flip, "with --crop: flip 0|1")->check(CLI::Range(0, 1));
+  r->add_option("--steps", render.steps, "run these steps (JSON) instead of drawing them");
+  r->add_option("--steps-out", render.steps_out, "write the steps run (JSON) to this file");
   r->add_option("--seed", render.seed, "sample key: seed");
   r->add_option("--epoch", render.epoch, "sample key: epoch");
   r->add_option("--index", render.index, "sample key: dataset index");
@@ -345,7 +692,7 @@ int main(int argc, char** argv) {
   BenchOptions bench;
   CLI::App* b = app.add_subcommand("bench", "single-process decode+augment throughput");
   b->add_option("--files", bench.files, "a folder of JPEGs or a list file")->required();
-  AddCommon(b, &bench_common, /*with_decode=*/false);
+  AddCommon(b, &bench_common);
   b->add_option("--threads", bench.threads, "worker threads")->check(CLI::Range(1, 1024));
   b->add_option("--seconds", bench.seconds, "duration")->check(CLI::Range(0.01, 86400.0));
   b->add_flag("--from-disk", bench.from_disk, "read each file from disk every time");
@@ -354,7 +701,17 @@ int main(int argc, char** argv) {
                 "write outputs round a shared mapping of this many MiB per thread, as into a "
                 "daemon's ring (0: one buffer that stays in cache)");
 
+  CommonOptions draw_common;
+  DrawOptions draw;
+  CLI::App* d = app.add_subcommand("draw", "print the steps drawn for dataset indices 0..N-1");
+  AddCommon(d, &draw_common);
+  d->add_option("--image-size", draw.image_size, "the image's H W")->expected(2)->required();
+  d->add_option("--count", draw.count, "dataset indices 0..N-1");
+  d->add_option("--seed", draw.seed, "sample key: seed");
+  d->add_option("--epoch", draw.epoch, "sample key: epoch");
+
   CLI11_PARSE(app, argc, argv);
   if (r->parsed()) return stoker::image::Render(render_common, render);
+  if (d->parsed()) return stoker::image::Draw(draw_common, draw);
   return stoker::image::Bench(bench_common, bench);
 }

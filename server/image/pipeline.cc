@@ -4,11 +4,14 @@
 #include <chrono>
 #include <cmath>
 #include <new>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "server/image/jpeg_decoder.h"
+#include "server/image/ops.h"
 #include "server/image/rng.h"
 #include "server/image/transform.h"
 #include "stoker/ring_layout.h"
@@ -18,9 +21,12 @@ namespace {
 
 constexpr uint32_t kMaxOutSide = 8192;
 constexpr uint64_t kMaxOutPixels = 16ull << 20;
-constexpr uint32_t kMaxResize = 65500;
+constexpr uint32_t kMaxSide = 65500;  // any size an op names (JPEG's own limit)
+// GaussianBlur's kernel sides: reflect padding needs kernel / 2 < the
+// image's side, so no kernel larger than this can ever apply.
+constexpr uint32_t kMaxKernel = 2 * kMaxSide + 1;
 constexpr uint32_t kChunkRows = 16;
-constexpr uint32_t kCropMargin = 16;  // decoded pixels, see RenderResampled
+constexpr uint32_t kCropMargin = 16;  // decoded pixels, see DecodeFused
 
 // A DCT-scaled decode filters differently from Pillow's full decode + resize
 // (each 8x8 block's spectrum truncated; chroma upsampling and the clipping of
@@ -51,16 +57,299 @@ T* Room(std::vector<T>& v, size_t n) {
   return v.data();
 }
 
+bool ValidInterpolation(Interpolation i) {
+  return i == Interpolation::kAntialias || i == Interpolation::kBilinear;
+}
+
+bool ValidPadMode(PadMode m) {
+  return m == PadMode::kConstant || m == PadMode::kEdge || m == PadMode::kReflect ||
+         m == PadMode::kSymmetric;
+}
+
+bool InSide(uint32_t v) { return v >= 1 && v <= kMaxSide; }
+
+bool IsFlip(StepKind k) { return k == StepKind::kHorizontalFlip || k == StepKind::kVerticalFlip; }
+
+// Steps that change each pixel by its own value only (and, for contrast, the
+// image's mean): they commute with flips and orientations.
+bool IsPerPixel(StepKind k) { return k == StepKind::kColorJitter || k == StepKind::kGrayscale; }
+
+absl::Status OpError(uint32_t i, OpKind kind, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("ops[", i, "] ", OpKindName(kind), ": ", what));
+}
+
+// ColorJitter's brightness, contrast, saturation (>= 0) and hue ([-0.5, 0.5])
+// bounds.
+bool JitterInRange(uint32_t j, float v) {
+  if (!Finite(v)) return false;
+  return j == kHue ? v >= -0.5f && v <= 0.5f : v >= 0.0f;
+}
+
+absl::Status ValidateOp(uint32_t i, const OpParams& op) {
+  auto bad = [&](absl::string_view what) { return OpError(i, op.kind, what); };
+  switch (op.kind) {
+    case OpKind::kRandomResizedCrop:
+      if (!InSide(op.height) || !InSide(op.width)) return bad("size must be in 1..65500");
+      if (!ValidInterpolation(op.interpolation)) return bad("unknown interpolation");
+      if (!Finite(op.scale[0]) || !Finite(op.scale[1]) || !(op.scale[0] > 0) ||
+          !(op.scale[0] <= op.scale[1])) {
+        return bad("need 0 < scale[0] <= scale[1] (finite)");
+      }
+      if (!Finite(op.ratio[0]) || !Finite(op.ratio[1]) || !(op.ratio[0] > 0) ||
+          !(op.ratio[0] <= op.ratio[1])) {
+        return bad("need 0 < ratio[0] <= ratio[1] (finite)");
+      }
+      return absl::OkStatus();
+    case OpKind::kResize:
+      if (!InSide(op.height) || (op.width != 0 && !InSide(op.width))) {
+        return bad("size must be in 1..65500");
+      }
+      if (!ValidInterpolation(op.interpolation)) return bad("unknown interpolation");
+      if (op.max_size != 0 &&
+          (op.width != 0 || op.max_size <= op.height || op.max_size > kMaxSide)) {
+        return bad("max_size needs a single size and must be in size+1..65500");
+      }
+      return absl::OkStatus();
+    case OpKind::kCenterCrop:
+      if (!InSide(op.height) || !InSide(op.width)) return bad("size must be in 1..65500");
+      return absl::OkStatus();
+    case OpKind::kRandomCrop:
+      if (!InSide(op.height) || !InSide(op.width)) return bad("size must be in 1..65500");
+      for (uint32_t v : op.padding) {
+        if (v > kMaxSide) return bad("padding must be in 0..65500");
+      }
+      if (op.pad_if_needed > 1) return bad("pad_if_needed is 0 or 1");
+      if (!ValidPadMode(op.padding_mode)) return bad("unknown padding_mode");
+      return absl::OkStatus();
+    case OpKind::kHorizontalFlip:
+    case OpKind::kVerticalFlip:
+    case OpKind::kRandomGrayscale:
+      if (!(op.p >= 0.0f && op.p <= 1.0f)) return bad("p must be in [0, 1]");
+      return absl::OkStatus();
+    case OpKind::kColorJitter:
+      if (op.jitter_set > 15) return bad("unknown adjustment in jitter_set");
+      for (uint32_t j = 0; j < 4; ++j) {
+        if ((op.jitter_set & (1u << j)) == 0) continue;
+        if (!JitterInRange(j, op.jitter[j][0]) || !JitterInRange(j, op.jitter[j][1]) ||
+            !(op.jitter[j][0] <= op.jitter[j][1])) {
+          return bad(j == kHue ? "hue must be [min, max] within [-0.5, 0.5]"
+                               : "brightness, contrast and saturation must be [min, max], "
+                                 "0 <= min <= max (finite)");
+        }
+      }
+      return absl::OkStatus();
+    case OpKind::kGrayscale:
+      return absl::OkStatus();
+    case OpKind::kGaussianBlur:
+      for (uint32_t k : {op.kernel_x, op.kernel_y}) {
+        if (k < 1 || k > kMaxKernel || k % 2 == 0) {
+          return bad("kernel_size must be odd, in 1..131001");
+        }
+      }
+      if (!Finite(op.sigma[0]) || !Finite(op.sigma[1]) || !(op.sigma[0] > 0) ||
+          !(op.sigma[0] <= op.sigma[1])) {
+        return bad("need 0 < sigma[0] <= sigma[1] (finite)");
+      }
+      return absl::OkStatus();
+    case OpKind::kNone:
+      break;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("ops[", i, "]: unknown op kind ", static_cast<uint32_t>(op.kind)));
+}
+
+// A uniform permutation of 0..3 from one draw: the draw's index among the
+// 24 permutations, decoded (Lehmer code) into the order.
+void DrawPermutation(KeyedRng& rng, uint32_t order[4]) {
+  uint32_t code = static_cast<uint32_t>(rng.Below(24));
+  uint32_t left[4] = {0, 1, 2, 3};
+  uint32_t n = 4;
+  for (uint32_t i = 0; i < 4; ++i) {
+    const uint32_t radix = n;  // 4, 3, 2, 1
+    const uint32_t pick = code % radix;
+    code /= radix;
+    order[i] = left[pick];
+    for (uint32_t k = pick; k + 1 < n; ++k) left[k] = left[k + 1];
+    --n;
+  }
+}
+
+absl::Status StepError(uint32_t index, const Step& s, absl::string_view what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("step ", index, " (", StepKindName(s.kind), "): ", what));
+}
+
+// Checks that each step applies to the image the steps before it make, from
+// a height x width image, and gives the final size. Every image made stays
+// within max_pixels.
+absl::Status CheckSteps(const SampleSteps& steps, uint32_t height, uint32_t width,
+                        uint64_t max_pixels, uint32_t* out_height, uint32_t* out_width) {
+  if (steps.count > kMaxSteps) return absl::InvalidArgumentError("too many steps");
+  uint64_t h = height, w = width;
+  for (uint32_t i = 0; i < steps.count; ++i) {
+    const Step& s = steps.steps[i];
+    switch (s.kind) {
+      case StepKind::kCrop:
+        if (s.height == 0 || s.width == 0 || uint64_t{s.top} + s.height > h ||
+            uint64_t{s.left} + s.width > w) {
+          return StepError(i, s,
+                           absl::StrCat("crop box (top ", s.top, ", left ", s.left, ", ", s.height,
+                                        "x", s.width, ") is not inside the ", h, "x", w, " image"));
+        }
+        h = s.height;
+        w = s.width;
+        break;
+      case StepKind::kResize:
+        if (!InSide(s.height) || !InSide(s.width) || !ValidInterpolation(s.interpolation)) {
+          return StepError(i, s, "needs a size in 1..65500 and a known interpolation");
+        }
+        h = s.height;
+        w = s.width;
+        break;
+      case StepKind::kPad:
+        if (!ValidPadMode(s.padding_mode)) return StepError(i, s, "unknown padding_mode");
+        h += uint64_t{s.pad[1]} + s.pad[3];
+        w += uint64_t{s.pad[0]} + s.pad[2];
+        break;
+      case StepKind::kHorizontalFlip:
+      case StepKind::kVerticalFlip:
+      case StepKind::kGrayscale:
+        break;
+      case StepKind::kColorJitter: {
+        if (s.jitter_count > 4) return StepError(i, s, "more than 4 adjustments");
+        uint32_t seen = 0;
+        for (uint32_t k = 0; k < s.jitter_count; ++k) {
+          const uint32_t j = s.jitter_order[k];
+          if (j > 3 || (seen & (1u << j)) != 0) {
+            return StepError(i, s, "the order must name distinct adjustments 0..3");
+          }
+          seen |= 1u << j;
+          if (!JitterInRange(j, s.factor[j])) {
+            return StepError(i, s, "factors must be >= 0, hue in [-0.5, 0.5] (finite)");
+          }
+        }
+        break;
+      }
+      case StepKind::kGaussianBlur:
+        if (s.kernel_x < 1 || s.kernel_x > kMaxKernel || s.kernel_x % 2 == 0 || s.kernel_y < 1 ||
+            s.kernel_y > kMaxKernel || s.kernel_y % 2 == 0 || !Finite(s.sigma) || !(s.sigma > 0)) {
+          return StepError(i, s, "needs odd kernel sides in 1..131001 and sigma > 0");
+        }
+        // torch's reflect padding needs the pad to be smaller than the side.
+        if (s.kernel_x / 2 >= w || s.kernel_y / 2 >= h) {
+          return StepError(i, s,
+                           absl::StrCat("a ", s.kernel_x, "x", s.kernel_y,
+                                        " kernel (x by y) needs an image larger than half of it "
+                                        "on each axis, got ",
+                                        w, "x", h, " (width x height)"));
+        }
+        break;
+      default:
+        return absl::InvalidArgumentError(
+            absl::StrCat("step ", i, ": unknown step kind ", static_cast<uint32_t>(s.kind)));
+    }
+    if (h * w > max_pixels) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("step ", i, " (", StepKindName(s.kind), ") makes a ", w, "x", h,
+                       " image, over max_decode_pixels (", max_pixels, ")"));
+    }
+  }
+  *out_height = static_cast<uint32_t>(h);
+  *out_width = static_cast<uint32_t>(w);
+  return absl::OkStatus();
+}
+
+// The leading steps the decode can do itself: [crop] [resize [crop]], as
+// one resample of a decoded region. `next` is the first step left.
+struct FusedGeometry {
+  bool fused = false;
+  AxisSpec y, x;  // in displayed coordinates
+  Interpolation interpolation = Interpolation::kAntialias;
+  uint32_t next = 0;
+};
+
+FusedGeometry PlanFused(const SampleSteps& steps, uint32_t height, uint32_t width) {
+  FusedGeometry g;
+  uint32_t i = 0;
+  uint32_t top = 0, left = 0, crop_h = height, crop_w = width;
+  if (i < steps.count && steps.steps[i].kind == StepKind::kCrop) {
+    const Step& s = steps.steps[i++];
+    top = s.top, left = s.left, crop_h = s.height, crop_w = s.width;
+    g.fused = true;
+  }
+  uint32_t resized_h = crop_h, resized_w = crop_w;
+  uint32_t off_y = 0, off_x = 0, out_h = crop_h, out_w = crop_w;
+  if (i < steps.count && steps.steps[i].kind == StepKind::kResize) {
+    const Step& s = steps.steps[i++];
+    resized_h = out_h = s.height;
+    resized_w = out_w = s.width;
+    g.interpolation = s.interpolation;
+    g.fused = true;
+    if (i < steps.count && steps.steps[i].kind == StepKind::kCrop) {
+      const Step& c = steps.steps[i++];
+      off_y = c.top, off_x = c.left, out_h = c.height, out_w = c.width;
+    }
+  }
+  if (!g.fused) return g;
+  g.y = CropResizeCropAxis(top, crop_h, resized_h, static_cast<int32_t>(off_y), out_h);
+  g.x = CropResizeCropAxis(left, crop_w, resized_w, static_cast<int32_t>(off_x), out_w);
+  g.next = i;
+  return g;
+}
+
 }  // namespace
 
+const char* OpKindName(OpKind kind) {
+  switch (kind) {
+    case OpKind::kRandomResizedCrop:
+      return "RandomResizedCrop";
+    case OpKind::kResize:
+      return "Resize";
+    case OpKind::kCenterCrop:
+      return "CenterCrop";
+    case OpKind::kRandomCrop:
+      return "RandomCrop";
+    case OpKind::kHorizontalFlip:
+      return "RandomHorizontalFlip";
+    case OpKind::kVerticalFlip:
+      return "RandomVerticalFlip";
+    case OpKind::kColorJitter:
+      return "ColorJitter";
+    case OpKind::kGrayscale:
+      return "Grayscale";
+    case OpKind::kRandomGrayscale:
+      return "RandomGrayscale";
+    case OpKind::kGaussianBlur:
+      return "GaussianBlur";
+    case OpKind::kNone:
+      break;
+  }
+  return "unknown";
+}
+
+const char* StepKindName(StepKind kind) {
+  switch (kind) {
+    case StepKind::kCrop:
+      return "crop";
+    case StepKind::kResize:
+      return "resize";
+    case StepKind::kPad:
+      return "pad";
+    case StepKind::kHorizontalFlip:
+      return "hflip";
+    case StepKind::kVerticalFlip:
+      return "vflip";
+    case StepKind::kColorJitter:
+      return "color_jitter";
+    case StepKind::kGrayscale:
+      return "grayscale";
+    case StepKind::kGaussianBlur:
+      return "gaussian_blur";
+  }
+  return "unknown";
+}
+
 absl::Status ValidateParams(const PipelineParams& p) {
-  if (p.kind != PipelineKind::kTrain && p.kind != PipelineKind::kEval &&
-      p.kind != PipelineKind::kDecode) {
-    return absl::InvalidArgumentError("unknown pipeline kind");
-  }
-  if (p.interpolation != Interpolation::kAntialias && p.interpolation != Interpolation::kBilinear) {
-    return absl::InvalidArgumentError("unknown interpolation");
-  }
   if (DtypeBytes(p.dtype) == 0) return absl::InvalidArgumentError("unknown dtype");
   if (p.layout != ring::kNHWC && p.layout != ring::kNCHW) {
     return absl::InvalidArgumentError("unknown layout");
@@ -76,51 +365,169 @@ absl::Status ValidateParams(const PipelineParams& p) {
       return absl::InvalidArgumentError("mean and std must be finite, std non-zero");
     }
   }
-  if (p.kind == PipelineKind::kDecode) {
-    if ((p.out_height == 0) != (p.out_width == 0)) {
-      return absl::InvalidArgumentError("decode: out_height and out_width are both 0 or both set");
+  if (p.out_height != 0 || p.out_width != 0) {
+    if (p.out_height < 1 || p.out_height > kMaxOutSide || p.out_width < 1 ||
+        p.out_width > kMaxOutSide) {
+      return absl::InvalidArgumentError(absl::StrCat("output sides must be in 1..", kMaxOutSide,
+                                                     " (or both 0: any size), got ", p.out_height,
+                                                     "x", p.out_width));
     }
-    if (p.out_height != 0 && uint64_t{p.out_height} * p.out_width > p.max_decode_pixels) {
-      return absl::InvalidArgumentError("decode: the output shape is over max_decode_pixels");
+    if (uint64_t{p.out_height} * p.out_width > kMaxOutPixels) {
+      return absl::InvalidArgumentError("output is over 16M pixels");
     }
-    return absl::OkStatus();
-  }
-  if (p.out_height < 1 || p.out_height > kMaxOutSide || p.out_width < 1 ||
-      p.out_width > kMaxOutSide) {
-    return absl::InvalidArgumentError(absl::StrCat("output sides must be in 1..", kMaxOutSide,
-                                                   ", got ", p.out_height, "x", p.out_width));
-  }
-  if (uint64_t{p.out_height} * p.out_width > kMaxOutPixels) {
-    return absl::InvalidArgumentError("output is over 16M pixels");
-  }
-  if (p.kind == PipelineKind::kEval) {
-    if (p.resize_size < std::max(p.out_height, p.out_width) || p.resize_size > kMaxResize) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("eval: resize_size must be in max(out_height, out_width)..", kMaxResize,
-                       ", got ", p.resize_size));
+    if (uint64_t{p.out_height} * p.out_width > p.max_decode_pixels) {
+      return absl::InvalidArgumentError("the output shape is over max_decode_pixels");
     }
-    return absl::OkStatus();
   }
-  if (!Finite(p.scale_min) || !Finite(p.scale_max) || !(p.scale_min > 0) ||
-      !(p.scale_min <= p.scale_max)) {
-    return absl::InvalidArgumentError("train: need 0 < scale_min <= scale_max (finite)");
+  if (p.op_count > kMaxOps) {
+    return absl::InvalidArgumentError(absl::StrCat("at most ", kMaxOps, " ops, got ", p.op_count));
   }
-  if (!Finite(p.ratio_min) || !Finite(p.ratio_max) || !(p.ratio_min > 0) ||
-      !(p.ratio_min <= p.ratio_max)) {
-    return absl::InvalidArgumentError("train: need 0 < ratio_min <= ratio_max (finite)");
-  }
-  if (!(p.flip_prob >= 0.0f && p.flip_prob <= 1.0f)) {
-    return absl::InvalidArgumentError("train: flip_prob must be in [0, 1]");
+  for (uint32_t i = 0; i < p.op_count; ++i) {
+    if (absl::Status s = ValidateOp(i, p.ops[i]); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
 
 uint64_t MaxSampleBytes(const PipelineParams& p) {
   const uint64_t dsize = DtypeBytes(p.dtype);
-  if (p.kind == PipelineKind::kDecode && p.out_height == 0) {
-    return p.max_decode_pixels * 3 * dsize;
-  }
+  if (p.out_height == 0) return p.max_decode_pixels * 3 * dsize;
   return uint64_t{p.out_height} * p.out_width * 3 * dsize;
+}
+
+absl::Status DrawSteps(const PipelineParams& p, uint32_t height, uint32_t width,
+                       const SampleKey& key, SampleSteps* steps) {
+  steps->count = 0;
+  if (height == 0 || width == 0) return absl::InvalidArgumentError("empty image");
+  KeyedRng rng(key.seed, key.epoch, key.dataset_index);
+  uint32_t h = height, w = width;
+  const uint32_t op_count = std::min(p.op_count, kMaxOps);
+  for (uint32_t i = 0; i < op_count; ++i) {
+    const OpParams& op = p.ops[i];
+    auto add = [&](StepKind kind) -> Step& {
+      Step& s = steps->steps[steps->count++];
+      s = Step();
+      s.kind = kind;
+      s.op = i;
+      return s;
+    };
+    auto add_crop = [&](uint32_t top, uint32_t left, uint32_t ch, uint32_t cw) {
+      Step& s = add(StepKind::kCrop);
+      s.top = top, s.left = left, s.height = ch, s.width = cw;
+      h = ch, w = cw;
+    };
+    auto add_resize = [&](uint32_t rh, uint32_t rw, Interpolation interpolation) {
+      Step& s = add(StepKind::kResize);
+      s.height = rh, s.width = rw, s.interpolation = interpolation;
+      h = rh, w = rw;
+    };
+    auto add_pad = [&](uint32_t l, uint32_t t, uint32_t r, uint32_t b, PadMode mode,
+                       const uint8_t* fill) {
+      Step& s = add(StepKind::kPad);
+      s.pad[0] = l, s.pad[1] = t, s.pad[2] = r, s.pad[3] = b;
+      s.padding_mode = mode;
+      for (int c = 0; c < 3; ++c) s.fill[c] = fill[c];
+      // Sizes past 2^32 fail in CheckSteps (the pixel cap) before any use.
+      h = static_cast<uint32_t>(std::min<uint64_t>(uint64_t{h} + t + b, UINT32_MAX));
+      w = static_cast<uint32_t>(std::min<uint64_t>(uint64_t{w} + l + r, UINT32_MAX));
+    };
+    switch (op.kind) {
+      case OpKind::kRandomResizedCrop: {
+        const CropBox box = ChooseTrainCrop(h, w, op, rng);
+        add_crop(box.top, box.left, box.height, box.width);
+        add_resize(op.height, op.width, op.interpolation);
+        break;
+      }
+      case OpKind::kResize: {
+        uint32_t rh, rw;
+        ResizeOutputSize(h, w, op, &rh, &rw);
+        if (rh == 0 || rw == 0) {
+          return OpError(
+              i, op.kind,
+              absl::StrCat("resizing a ", w, "x", h, " image (width x height) leaves no pixels"));
+        }
+        if (rh != h || rw != w) add_resize(rh, rw, op.interpolation);
+        break;
+      }
+      case OpKind::kCenterCrop: {
+        if (op.height > h || op.width > w) {
+          // torchvision pads with 0 to at least the crop, then crops.
+          const uint32_t dh = op.height > h ? op.height - h : 0;
+          const uint32_t dw = op.width > w ? op.width - w : 0;
+          const uint8_t zero[3] = {0, 0, 0};
+          add_pad(dw / 2, dh / 2, (dw + 1) / 2, (dh + 1) / 2, PadMode::kConstant, zero);
+        }
+        if (op.height != h || op.width != w) {
+          add_crop(CenterCropOffset(h, op.height), CenterCropOffset(w, op.width), op.height,
+                   op.width);
+        }
+        break;
+      }
+      case OpKind::kRandomCrop: {
+        const uint32_t* pad = op.padding;
+        if (pad[0] != 0 || pad[1] != 0 || pad[2] != 0 || pad[3] != 0) {
+          add_pad(pad[0], pad[1], pad[2], pad[3], op.padding_mode, op.fill);
+        }
+        if (op.pad_if_needed != 0 && (w < op.width || h < op.height)) {
+          // torchvision pads both sides of a short axis by the whole shortfall.
+          const uint32_t dw = w < op.width ? op.width - w : 0;
+          const uint32_t dh = h < op.height ? op.height - h : 0;
+          add_pad(dw, dh, dw, dh, op.padding_mode, op.fill);
+        }
+        if (h < op.height || w < op.width) {
+          return OpError(
+              i, op.kind,
+              absl::StrCat("the crop (", op.width, "x", op.height,
+                           ", width x height) is larger than the padded image (", w, "x", h, ")"));
+        }
+        if (h == op.height && w == op.width) break;  // torchvision draws nothing
+        const auto top = static_cast<uint32_t>(rng.Below(uint64_t{h} - op.height + 1));
+        const auto left = static_cast<uint32_t>(rng.Below(uint64_t{w} - op.width + 1));
+        add_crop(top, left, op.height, op.width);
+        break;
+      }
+      case OpKind::kHorizontalFlip:
+        if (ChooseFlip(op.p, rng)) add(StepKind::kHorizontalFlip);
+        break;
+      case OpKind::kVerticalFlip:
+        if (ChooseFlip(op.p, rng)) add(StepKind::kVerticalFlip);
+        break;
+      case OpKind::kColorJitter: {
+        uint32_t order[4];
+        DrawPermutation(rng, order);
+        float factor[4] = {0, 0, 0, 0};
+        for (uint32_t j = 0; j < 4; ++j) {
+          if ((op.jitter_set & (1u << j)) == 0) continue;
+          factor[j] = static_cast<float>(rng.Uniform(op.jitter[j][0], op.jitter[j][1]));
+          // U[lo, hi) rounded to float can land on hi; never past it.
+          factor[j] = std::clamp(factor[j], op.jitter[j][0], op.jitter[j][1]);
+        }
+        if (op.jitter_set == 0) break;
+        Step& s = add(StepKind::kColorJitter);
+        for (uint32_t k = 0; k < 4; ++k) {
+          if ((op.jitter_set & (1u << order[k])) != 0) s.jitter_order[s.jitter_count++] = order[k];
+        }
+        for (uint32_t j = 0; j < 4; ++j) s.factor[j] = factor[j];
+        break;
+      }
+      case OpKind::kGrayscale:
+        add(StepKind::kGrayscale);
+        break;
+      case OpKind::kRandomGrayscale:
+        if (ChooseFlip(op.p, rng)) add(StepKind::kGrayscale);
+        break;
+      case OpKind::kGaussianBlur: {
+        Step& s = add(StepKind::kGaussianBlur);
+        s.kernel_x = op.kernel_x;
+        s.kernel_y = op.kernel_y;
+        s.sigma = std::clamp(static_cast<float>(rng.Uniform(op.sigma[0], op.sigma[1])), op.sigma[0],
+                             op.sigma[1]);
+        break;
+      }
+      case OpKind::kNone:
+        return absl::InvalidArgumentError(absl::StrCat("ops[", i, "]: no op"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 struct SampleProcessor::Impl {
@@ -132,16 +539,21 @@ struct SampleProcessor::Impl {
   std::vector<uint8_t*> row_ptrs;
   std::vector<uint8_t> rgb_row;  // one row converted from CMYK
   std::vector<uint8_t> hpass;    // horizontal pass output, one row per source row
-  std::vector<uint8_t> image;    // resampled sample, or a whole decoded image
+  std::vector<uint8_t> image;    // the image the steps work on
+  std::vector<uint8_t> spare;    // where a step that cannot work in place writes
   std::vector<int32_t> acc;
+  std::vector<float> blur;
   AxisPlan plan_x, plan_y;
+  SampleSteps drawn;
   uint64_t decode_ns = 0;
 
   absl::Status Open(const uint8_t* jpeg, size_t size, const PipelineParams& p);
-  absl::Status RenderResampled(const PipelineParams& p, const AxisSpec& oy, const AxisSpec& ox,
-                               bool flip, void* out, size_t capacity, SampleResult* result);
-  absl::Status RenderWhole(const PipelineParams& p, void* out, size_t capacity,
-                           SampleResult* result);
+  absl::Status Execute(const PipelineParams& p, const SampleSteps& steps, void* out,
+                       size_t capacity, SampleResult* result);
+  absl::Status DecodeFused(const PipelineParams& p, const FusedGeometry& g, uint8_t* dst);
+  absl::Status DecodeWhole(uint8_t* dst);
+  absl::Status ResizeImage(const uint8_t* src, uint32_t h, uint32_t w, const Step& s,
+                           uint64_t max_pixels, uint8_t* dst);
 
   uint32_t OrientedHeight() const {
     return SwapsAxes(header.orientation) ? header.width : header.height;
@@ -159,7 +571,7 @@ struct SampleProcessor::Impl {
     return s;
   }
 
-  // The frame of Process and ProcessRegion: checks, Open, then `render`
+  // The frame of Process and ProcessSteps: checks, Open, then `render`
   // with the oriented height and width. A failed sample leaves the decoder
   // reset and an empty result; both report their stage times.
   template <typename Render>
@@ -199,21 +611,136 @@ absl::Status SampleProcessor::Impl::Open(const uint8_t* jpeg, size_t size,
   return s;
 }
 
-absl::Status SampleProcessor::Impl::RenderResampled(const PipelineParams& p, const AxisSpec& oy,
-                                                    const AxisSpec& ox, bool flip, void* out,
-                                                    size_t capacity, SampleResult* result) {
+absl::Status SampleProcessor::Impl::Execute(const PipelineParams& p, const SampleSteps& steps,
+                                            void* out, size_t capacity, SampleResult* result) {
+  const uint32_t oh = OrientedHeight(), ow = OrientedWidth();
+  uint32_t fh = 0, fw = 0;
+  absl::Status s = CheckSteps(steps, oh, ow, p.max_decode_pixels, &fh, &fw);
+  if (!s.ok()) return s;
+  if (p.out_height != 0 && (fh != p.out_height || fw != p.out_width)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "image is ", fw, "x", fh,
+        steps.count == 0 ? "" : absl::StrCat(" after its ops (", ow, "x", oh, " decoded)"),
+        ", the pipeline wants ", p.out_width, "x", p.out_height, " (width x height)"));
+  }
+  const uint64_t bytes = uint64_t{fh} * fw * 3 * DtypeBytes(p.dtype);
+  if (bytes > capacity) {
+    const std::string what =
+        absl::StrCat("image is ", fw, "x", fh, ": needs ", bytes, " bytes, capacity is ", capacity);
+    return p.out_height != 0 ? absl::InvalidArgumentError(what)
+                             : absl::ResourceExhaustedError(what);
+  }
+
+  // The plan: fused geometry [0, g.next), steps on the image [g.next, tail),
+  // then flips (folded into the output's orientation) mixed with per-pixel
+  // steps (run on the image, in order) up to the end.
+  const FusedGeometry g = PlanFused(steps, oh, ow);
+  uint32_t tail = steps.count;
+  while (tail > g.next &&
+         (IsFlip(steps.steps[tail - 1].kind) || IsPerPixel(steps.steps[tail - 1].kind))) {
+    --tail;
+  }
+  bool hflip = false, vflip = false, per_pixel_tail = false;
+  for (uint32_t i = tail; i < steps.count; ++i) {
+    const StepKind k = steps.steps[i].kind;
+    hflip ^= k == StepKind::kHorizontalFlip;
+    vflip ^= k == StepKind::kVerticalFlip;
+    per_pixel_tail |= IsPerPixel(k);
+  }
+  int orientation = header.orientation;
+  const bool direct = tail == g.next && !per_pixel_tail &&
+                      ComposeOrientation(orientation, hflip, vflip) == 1 &&
+                      p.dtype == ring::kUint8 && p.layout == ring::kNHWC;
+
+  // The decoded (and fused) image, raw orientation.
+  const bool swap = SwapsAxes(orientation);
+  uint32_t h = g.fused ? (swap ? g.x.out_size : g.y.out_size) : header.height;
+  uint32_t w = g.fused ? (swap ? g.y.out_size : g.x.out_size) : header.width;
+  uint8_t* cur =
+      direct ? static_cast<uint8_t*>(out) : Room(image, size_t{h} * w * 3 + kResamplePadBytes);
+  s = g.fused ? DecodeFused(p, g, cur) : DecodeWhole(cur);
+  if (!s.ok()) return s;
+  if (!direct) {
+    // Steps other than per-pixel ones work in displayed coordinates.
+    if (tail > g.next && orientation != 1) {
+      PipelineParams plain;
+      plain.dtype = ring::kUint8;
+      plain.layout = ring::kNHWC;
+      uint8_t* dst = Room(spare, size_t{h} * w * 3 + kResamplePadBytes);
+      EmitSample(cur, h, w, orientation, false, plain, dst);
+      if (swap) std::swap(h, w);
+      std::swap(image, spare);
+      cur = dst;
+      orientation = 1;
+    }
+    for (uint32_t i = g.next; i < steps.count; ++i) {
+      const Step& st = steps.steps[i];
+      if (i >= tail && IsFlip(st.kind)) continue;  // folded into the output
+      const size_t pixels = size_t{h} * w;
+      uint32_t nh = h, nw = w;
+      uint8_t* dst = nullptr;  // set by the steps that do not work in place
+      switch (st.kind) {
+        case StepKind::kCrop: {
+          nh = st.height, nw = st.width;
+          dst = Room(spare, size_t{nh} * nw * 3 + kResamplePadBytes);
+          CropBox box{st.top, st.left, st.height, st.width};
+          CropImage(cur, w, box, dst);
+          break;
+        }
+        case StepKind::kResize:
+          nh = st.height, nw = st.width;
+          dst = Room(spare, size_t{nh} * nw * 3 + kResamplePadBytes);
+          s = ResizeImage(cur, h, w, st, p.max_decode_pixels, dst);
+          if (!s.ok()) return s;
+          break;
+        case StepKind::kPad:
+          nh = h + st.pad[1] + st.pad[3];
+          nw = w + st.pad[0] + st.pad[2];
+          dst = Room(spare, size_t{nh} * nw * 3 + kResamplePadBytes);
+          PadImage(cur, h, w, st.pad, st.padding_mode, st.fill, dst);
+          break;
+        case StepKind::kHorizontalFlip:
+          FlipHorizontal(cur, h, w);
+          break;
+        case StepKind::kVerticalFlip:
+          FlipVertical(cur, h, w);
+          break;
+        case StepKind::kColorJitter:
+          ColorJitter(cur, pixels, st);
+          break;
+        case StepKind::kGrayscale:
+          ToGrayscale(cur, pixels);
+          break;
+        case StepKind::kGaussianBlur: {
+          dst = Room(spare, pixels * 3 + kResamplePadBytes);
+          float* scratch = Room(blur, GaussianBlurScratch(h, w, st.kernel_x, st.kernel_y));
+          GaussianBlur(cur, h, w, st.kernel_x, st.kernel_y, st.sigma, scratch, dst);
+          break;
+        }
+      }
+      if (dst != nullptr) {
+        std::swap(image, spare);
+        cur = dst;
+        h = nh, w = nw;
+      }
+    }
+    EmitSample(cur, h, w, ComposeOrientation(orientation, hflip, vflip), false, p, out);
+  }
+  result->height = fh;
+  result->width = fw;
+  result->channels = 3;
+  result->bytes = bytes;
+  return absl::OkStatus();
+}
+
+absl::Status SampleProcessor::Impl::DecodeFused(const PipelineParams& p, const FusedGeometry& g,
+                                                uint8_t* dst) {
   const int o = header.orientation;
   const bool swap = SwapsAxes(o);
-  const uint64_t bytes = uint64_t{oy.out_size} * ox.out_size * 3 * DtypeBytes(p.dtype);
-  if (bytes > capacity) {
-    decoder.Abort();
-    return absl::InvalidArgumentError(
-        absl::StrCat("output needs ", bytes, " bytes, capacity is ", capacity));
-  }
   // The resample runs in raw (as coded) coordinates; the orientation and
-  // the flip are applied when the small result is written out.
-  AxisSpec rx = swap ? oy : ox;
-  AxisSpec ry = swap ? ox : oy;
+  // the flips are applied when the small result is written out.
+  AxisSpec rx = swap ? g.y : g.x;
+  AxisSpec ry = swap ? g.x : g.y;
   const bool mirror_x = o == 2 || o == 3 || o == 7 || o == 8;
   const bool mirror_y = o == 3 || o == 4 || o == 6 || o == 7;
   if (mirror_x) rx = MirrorAxis(rx, header.width);
@@ -241,7 +768,7 @@ absl::Status SampleProcessor::Impl::RenderResampled(const PipelineParams& p, con
   if (!s.ok()) return s;
   const AxisSpec sx = ScaleAxis(rx, num, info.width);
   const AxisSpec sy = ScaleAxis(ry, num, info.height);
-  if (p.interpolation == Interpolation::kBilinear) {
+  if (g.interpolation == Interpolation::kBilinear) {
     BuildBilinearPlan(sx, info.width, &plan_x);
     BuildBilinearPlan(sy, info.height, &plan_y);
   } else {
@@ -253,7 +780,6 @@ absl::Status SampleProcessor::Impl::RenderResampled(const PipelineParams& p, con
   uint32_t x0 = static_cast<uint32_t>(plan_x.min_index);
   uint32_t width = static_cast<uint32_t>(plan_x.end_index) - x0;
   if (y1 <= y0 || width == 0 || y1 > info.height || x0 + width > info.width) {
-    decoder.Abort();
     return absl::InternalError("empty resample region");
   }
   // libjpeg's fancy upsampling treats the edges of a cropped region as image
@@ -271,6 +797,10 @@ absl::Status SampleProcessor::Impl::RenderResampled(const PipelineParams& p, con
   decode_ns += NowNs() - t0;
   if (!s.ok()) return s;
 
+  if (uint64_t{plan_x.out_size} * (y1 - y0) > p.max_decode_pixels) {
+    return absl::ResourceExhaustedError(
+        "the resample's intermediate image is over max_decode_pixels");
+  }
   const size_t src_row_bytes = size_t{width} * info.channels;
   const size_t hrow = size_t{plan_x.out_size} * 3;
   uint8_t* chunk_data = Room(chunk, src_row_bytes * kChunkRows + kResamplePadBytes);
@@ -278,7 +808,7 @@ absl::Status SampleProcessor::Impl::RenderResampled(const PipelineParams& p, con
   for (uint32_t i = 0; i < kChunkRows; ++i) row_ptrs[i] = chunk_data + i * src_row_bytes;
   uint8_t* rgb =
       info.channels == 4 ? Room(rgb_row, size_t{width} * 3 + kResamplePadBytes) : nullptr;
-  uint8_t* h = Room(hpass, hrow * (y1 - y0));
+  uint8_t* hp = Room(hpass, hrow * (y1 - y0));
   for (uint32_t y = y0; y < y1;) {
     uint32_t got = 0;
     s = ReadChunk(std::min(kChunkRows, y1 - y), &got);
@@ -289,49 +819,27 @@ absl::Status SampleProcessor::Impl::RenderResampled(const PipelineParams& p, con
         CmykRowToRgb(row, width, rgb);
         row = rgb;
       }
-      ResampleRow(row, static_cast<int32_t>(x0), plan_x, h + size_t{y - y0} * hrow);
+      ResampleRow(row, static_cast<int32_t>(x0), plan_x, hp + size_t{y - y0} * hrow);
     }
   }
   t0 = NowNs();
   s = decoder.Stop();  // checks the rest of the file is there
   decode_ns += NowNs() - t0;
   if (!s.ok()) return s;
-
-  const bool direct = o == 1 && !flip && p.dtype == ring::kUint8 && p.layout == ring::kNHWC;
-  uint8_t* dst = direct ? static_cast<uint8_t*>(out) : Room(image, hrow * plan_y.out_size);
-  ResampleColumns(h, hrow, static_cast<int32_t>(y0), hrow, plan_y, dst, hrow, Room(acc, hrow));
-  if (!direct) EmitSample(dst, plan_y.out_size, plan_x.out_size, o, flip, p, out);
-  result->height = oy.out_size;
-  result->width = ox.out_size;
-  result->channels = 3;
-  result->bytes = bytes;
+  ResampleColumns(hp, hrow, static_cast<int32_t>(y0), hrow, plan_y, dst, hrow, Room(acc, hrow));
   return absl::OkStatus();
 }
 
-absl::Status SampleProcessor::Impl::RenderWhole(const PipelineParams& p, void* out, size_t capacity,
-                                                SampleResult* result) {
-  const int o = header.orientation;
-  const uint32_t oh = OrientedHeight(), ow = OrientedWidth();
-  if (p.out_height != 0 && (oh != p.out_height || ow != p.out_width)) {
-    decoder.Abort();
-    return absl::InvalidArgumentError(absl::StrCat("image is ", ow, "x", oh,
-                                                   ", the pipeline wants ", p.out_width, "x",
-                                                   p.out_height, " (width x height)"));
-  }
-  const uint64_t bytes = uint64_t{oh} * ow * 3 * DtypeBytes(p.dtype);
-  if (bytes > capacity) {
-    decoder.Abort();
-    return absl::ResourceExhaustedError(absl::StrCat("image is ", ow, "x", oh, ": needs ", bytes,
-                                                     " bytes, capacity is ", capacity));
-  }
+absl::Status SampleProcessor::Impl::DecodeWhole(uint8_t* dst) {
   DecodeInfo info;
   uint64_t t0 = NowNs();
   absl::Status s = decoder.Start(8, &info);
   decode_ns += NowNs() - t0;
   if (!s.ok()) return s;
-  const bool direct = o == 1 && p.dtype == ring::kUint8 && p.layout == ring::kNHWC;
+  if (info.width != header.width || info.height != header.height) {
+    return absl::InternalError("libjpeg's output size is not the header's");
+  }
   const size_t row_bytes = size_t{info.width} * 3;
-  uint8_t* dst = direct ? static_cast<uint8_t*>(out) : Room(image, row_bytes * info.height);
   const size_t src_row_bytes = size_t{info.width} * info.channels;
   Room(row_ptrs, kChunkRows);
   uint8_t* chunk_data = info.channels == 4 ? Room(chunk, src_row_bytes * kChunkRows) : nullptr;
@@ -354,12 +862,33 @@ absl::Status SampleProcessor::Impl::RenderWhole(const PipelineParams& p, void* o
   t0 = NowNs();
   s = decoder.Finish();
   decode_ns += NowNs() - t0;
-  if (!s.ok()) return s;
-  if (!direct) EmitSample(dst, info.height, info.width, o, false, p, out);
-  result->height = oh;
-  result->width = ow;
-  result->channels = 3;
-  result->bytes = bytes;
+  return s;
+}
+
+absl::Status SampleProcessor::Impl::ResizeImage(const uint8_t* src, uint32_t h, uint32_t w,
+                                                const Step& s, uint64_t max_pixels, uint8_t* dst) {
+  const AxisSpec ay = ResizeCropAxis(h, s.height, 0, s.height);
+  const AxisSpec ax = ResizeCropAxis(w, s.width, 0, s.width);
+  if (s.interpolation == Interpolation::kBilinear) {
+    BuildBilinearPlan(ax, w, &plan_x);
+    BuildBilinearPlan(ay, h, &plan_y);
+  } else {
+    BuildAntialiasPlan(ax, w, &plan_x);
+    BuildAntialiasPlan(ay, h, &plan_y);
+  }
+  const size_t hrow = size_t{s.width} * 3;
+  const auto y0 = static_cast<uint32_t>(plan_y.min_index);
+  const auto y1 = static_cast<uint32_t>(plan_y.end_index);
+  if (uint64_t{s.width} * (y1 - y0) > max_pixels) {
+    return absl::ResourceExhaustedError(
+        "the resize's intermediate image is over max_decode_pixels");
+  }
+  uint8_t* hp = Room(hpass, hrow * (y1 - y0));
+  // Rows are contiguous and `src` has kResamplePadBytes after its last row.
+  for (uint32_t y = y0; y < y1; ++y) {
+    ResampleRow(src + size_t{y} * w * 3, 0, plan_x, hp + size_t{y - y0} * hrow);
+  }
+  ResampleColumns(hp, hrow, static_cast<int32_t>(y0), hrow, plan_y, dst, hrow, Room(acc, hrow));
   return absl::OkStatus();
 }
 
@@ -368,49 +897,23 @@ SampleProcessor::~SampleProcessor() = default;
 
 absl::Status SampleProcessor::Process(const uint8_t* jpeg, size_t size, const PipelineParams& p,
                                       const SampleKey& key, void* out, size_t capacity,
-                                      SampleResult* result) {
+                                      SampleResult* result, SampleSteps* drawn) {
   Impl& im = *impl_;
+  SampleSteps* steps = drawn != nullptr ? drawn : &im.drawn;
+  steps->count = 0;
   return im.Run(jpeg, size, p, out, result, [&](uint32_t h, uint32_t w) {
-    switch (p.kind) {
-      case PipelineKind::kTrain: {
-        KeyedRng rng(key.seed, key.epoch, key.dataset_index);
-        const CropBox box = ChooseTrainCrop(h, w, p, rng);
-        const bool flip = ChooseFlip(p, rng);
-        return im.RenderResampled(p, CropResizeAxis(box.top, box.height, p.out_height),
-                                  CropResizeAxis(box.left, box.width, p.out_width), flip, out,
-                                  capacity, result);
-      }
-      case PipelineKind::kEval: {
-        const EvalGeometry g = ComputeEvalGeometry(h, w, p);
-        return im.RenderResampled(p, ResizeCropAxis(h, g.resized_height, g.top, p.out_height),
-                                  ResizeCropAxis(w, g.resized_width, g.left, p.out_width), false,
-                                  out, capacity, result);
-      }
-      case PipelineKind::kDecode:
-        break;
-    }
-    return im.RenderWhole(p, out, capacity, result);
+    absl::Status s = DrawSteps(p, h, w, key, steps);
+    if (!s.ok()) return s;
+    return im.Execute(p, *steps, out, capacity, result);
   });
 }
 
-absl::Status SampleProcessor::ProcessRegion(const uint8_t* jpeg, size_t size,
-                                            const PipelineParams& params, const CropBox& box,
-                                            bool flip, void* out, size_t capacity,
-                                            SampleResult* result) {
-  PipelineParams p = params;
-  p.kind = PipelineKind::kTrain;
+absl::Status SampleProcessor::ProcessSteps(const uint8_t* jpeg, size_t size,
+                                           const PipelineParams& p, const SampleSteps& steps,
+                                           void* out, size_t capacity, SampleResult* result) {
   Impl& im = *impl_;
-  return im.Run(jpeg, size, p, out, result, [&](uint32_t h, uint32_t w) {
-    if (box.height == 0 || box.width == 0 || box.top >= h || box.left >= w ||
-        box.height > h - box.top || box.width > w - box.left) {
-      return absl::InvalidArgumentError(absl::StrCat("crop box (top ", box.top, ", left ", box.left,
-                                                     ", ", box.height, "x", box.width,
-                                                     ") is not inside the ", h, "x", w, " image"));
-    }
-    return im.RenderResampled(p, CropResizeAxis(box.top, box.height, p.out_height),
-                              CropResizeAxis(box.left, box.width, p.out_width), flip, out, capacity,
-                              result);
-  });
+  return im.Run(jpeg, size, p, out, result,
+                [&](uint32_t, uint32_t) { return im.Execute(p, steps, out, capacity, result); });
 }
 
 }  // namespace stoker::image

@@ -6,30 +6,28 @@
 #include <string>
 #include <vector>
 
+#include "server/image/ops.h"
 #include "server/image/rng.h"
 #include "server/image/test_jpeg.h"
+#include "server/image/test_params.h"
 #include "server/image/transform.h"
 #include "stoker/ring_layout.h"
 
 namespace stoker::image {
 namespace {
 
+using testing::DecodeParams;
 using testing::EncodeJpeg;
 using testing::EncodeOptions;
+using testing::EvalParams;
 using testing::MakePhoto;
 using testing::MeanAbsDiff;
+using testing::RegionSteps;
+using testing::TrainParams;
 
 // README's fidelity promise: mean absolute error (uint8 levels) against
 // Pillow's full decode + resize, DCT scaling or not.
 constexpr double kPromisedMae = 1.0;
-
-PipelineParams DecodeParams() {
-  PipelineParams p;
-  p.kind = PipelineKind::kDecode;
-  p.out_height = p.out_width = 0;
-  p.max_decode_pixels = 4 << 20;
-  return p;
-}
 
 // The decode pipeline's output (must succeed).
 std::vector<uint8_t> DecodeRgb(SampleProcessor& proc, const std::vector<uint8_t>& jpeg, uint32_t* h,
@@ -47,32 +45,32 @@ std::vector<uint8_t> DecodeRgb(SampleProcessor& proc, const std::vector<uint8_t>
 }
 
 TEST_CASE("ValidateParams and MaxSampleBytes", "[pipeline]") {
-  PipelineParams p;
+  PipelineParams p = TrainParams();
   CHECK(ValidateParams(p).ok());
   CHECK(MaxSampleBytes(p) == 224 * 224 * 3);
   p.dtype = ring::kFloat32;
   CHECK(MaxSampleBytes(p) == 224 * 224 * 3 * 4);
   auto bad = [](auto edit) {
-    PipelineParams q;
+    PipelineParams q = TrainParams();
     edit(q);
     return ValidateParams(q).code() == absl::StatusCode::kInvalidArgument;
   };
   CHECK(bad([](PipelineParams& q) { q.out_height = 0; }));
   CHECK(bad([](PipelineParams& q) { q.out_width = 8193; }));
   CHECK(bad([](PipelineParams& q) { q.out_width = 8192, q.out_height = 8192; }));
-  CHECK(bad([](PipelineParams& q) { q.scale_min = 0; }));
-  CHECK(bad([](PipelineParams& q) { q.scale_min = 0.9f, q.scale_max = 0.5f; }));
-  CHECK(bad([](PipelineParams& q) { q.ratio_min = -1; }));
-  CHECK(bad([](PipelineParams& q) { q.ratio_max = NAN; }));
-  CHECK(bad([](PipelineParams& q) { q.flip_prob = 1.5f; }));
+  CHECK(bad([](PipelineParams& q) { q.ops[0].scale[0] = 0; }));
+  CHECK(bad([](PipelineParams& q) { q.ops[0].scale[0] = 0.9f, q.ops[0].scale[1] = 0.5f; }));
+  CHECK(bad([](PipelineParams& q) { q.ops[0].ratio[0] = -1; }));
+  CHECK(bad([](PipelineParams& q) { q.ops[0].ratio[1] = NAN; }));
+  CHECK(bad([](PipelineParams& q) { q.ops[1].p = 1.5f; }));
   CHECK(bad([](PipelineParams& q) { q.stdev[1] = 0; }));
   CHECK(bad([](PipelineParams& q) { q.mean[2] = INFINITY; }));
   CHECK(bad([](PipelineParams& q) { q.dtype = 9; }));
   CHECK(bad([](PipelineParams& q) { q.layout = 0; }));
-  CHECK(bad([](PipelineParams& q) { q.kind = static_cast<PipelineKind>(7); }));
-  CHECK(bad([](PipelineParams& q) { q.interpolation = static_cast<Interpolation>(0); }));
-  CHECK(bad([](PipelineParams& q) { q.kind = PipelineKind::kEval, q.resize_size = 200; }));
-  CHECK(bad([](PipelineParams& q) { q.kind = PipelineKind::kDecode, q.out_height = 0; }));
+  CHECK(bad([](PipelineParams& q) { q.ops[1].kind = static_cast<OpKind>(77); }));
+  CHECK(bad([](PipelineParams& q) { q.ops[0].interpolation = static_cast<Interpolation>(0); }));
+  CHECK(bad([](PipelineParams& q) { q = EvalParams(65501); }));
+  CHECK(bad([](PipelineParams& q) { q = DecodeParams(), q.out_width = 224; }));
   PipelineParams d = DecodeParams();
   CHECK(ValidateParams(d).ok());
   CHECK(MaxSampleBytes(d) == (4ull << 20) * 3);
@@ -127,8 +125,7 @@ TEST_CASE("CMYK and YCCK decode to RGB", "[pipeline][decode]") {
     CmykRowToRgb(cmyk.data(), h * w, want.data());
     CHECK(DecodeRgb(proc, jpeg, &gh, &gw) == want);
     // The resampling paths take CMYK too.
-    PipelineParams p;
-    p.out_height = p.out_width = 16;
+    PipelineParams p = TrainParams(16, 16);
     std::vector<uint8_t> out(MaxSampleBytes(p));
     SampleResult r;
     CHECK(proc.Process(jpeg.data(), jpeg.size(), p, {}, out.data(), out.size(), &r).ok());
@@ -166,7 +163,8 @@ struct RegionCheck {
   int worst;
 };
 
-// ProcessRegion against the double reference on the decode pipeline's image.
+// A forced RandomResizedCrop (+ flip) against the double reference on the
+// decode pipeline's image.
 RegionCheck CheckRegion(SampleProcessor& proc, const std::vector<uint8_t>& jpeg,
                         const PipelineParams& base, const CropBox& box, bool flip) {
   uint32_t ih, iw;
@@ -174,15 +172,15 @@ RegionCheck CheckRegion(SampleProcessor& proc, const std::vector<uint8_t>& jpeg,
   PipelineParams p = base;
   std::vector<uint8_t> out(MaxSampleBytes(p));
   SampleResult r;
-  const absl::Status s =
-      proc.ProcessRegion(jpeg.data(), jpeg.size(), p, box, flip, out.data(), out.size(), &r);
+  const absl::Status s = proc.ProcessSteps(jpeg.data(), jpeg.size(), p, RegionSteps(p, box, flip),
+                                           out.data(), out.size(), &r);
   REQUIRE(s.ok());
   REQUIRE(r.height == p.out_height);
   REQUIRE(r.width == p.out_width);
   std::vector<uint8_t> want =
       testing::ReferenceResample(img, iw, testing::RefCrop(box.top, box.height, p.out_height),
                                  testing::RefCrop(box.left, box.width, p.out_width),
-                                 p.interpolation == Interpolation::kAntialias);
+                                 p.ops[0].interpolation == Interpolation::kAntialias);
   if (flip) {
     std::vector<uint8_t> flipped(want.size());
     for (uint32_t y = 0; y < p.out_height; ++y) {
@@ -216,9 +214,7 @@ TEST_CASE("Train regions match the reference (exact and DCT-scaled)", "[pipeline
         box.top = static_cast<uint32_t>(rng.Below(oh - box.height + 1));
         box.left = static_cast<uint32_t>(rng.Below(ow - box.width + 1));
         const bool flip = i % 2 == 1;
-        PipelineParams p;
-        p.out_height = 64;
-        p.out_width = 48;
+        PipelineParams p = TrainParams(64, 48);
         p.exact_decode = 1;
         p.apply_exif = 1;  // the box is in displayed coordinates
         CAPTURE(orientation, sub, box.top, box.left, box.height, box.width, flip);
@@ -228,7 +224,7 @@ TEST_CASE("Train regions match the reference (exact and DCT-scaled)", "[pipeline
         p.exact_decode = 0;
         RegionCheck scaled = CheckRegion(proc, jpeg, p, box, flip);
         CHECK(scaled.mae < kPromisedMae);
-        p.interpolation = Interpolation::kBilinear;
+        p.ops[0].interpolation = Interpolation::kBilinear;
         p.exact_decode = 1;
         RegionCheck bilinear = CheckRegion(proc, jpeg, p, box, flip);
         CHECK(bilinear.worst <= 1);
@@ -241,8 +237,7 @@ TEST_CASE("Train is keyed: same key same pixels, other keys differ", "[pipeline]
   SampleProcessor a, b;
   const uint32_t h = 240, w = 320;
   const std::vector<uint8_t> jpeg = EncodeJpeg(MakePhoto(h, w, 3, 8), h, w, 3, {});
-  PipelineParams p;
-  p.out_height = p.out_width = 32;
+  PipelineParams p = TrainParams(32, 32);
   auto run = [&](SampleProcessor& proc, SampleKey key) {
     std::vector<uint8_t> out(MaxSampleBytes(p));
     SampleResult r;
@@ -264,13 +259,15 @@ TEST_CASE("Eval matches Resize + CenterCrop on the reference", "[pipeline][eval]
     uint32_t ih, iw;
     const std::vector<uint8_t> img = DecodeRgb(proc, jpeg, &ih, &iw);
     for (uint32_t exact : {1u, 0u}) {
-      PipelineParams p;
-      p.kind = PipelineKind::kEval;
+      PipelineParams p = EvalParams();
       p.exact_decode = exact;
-      const EvalGeometry g = ComputeEvalGeometry(h, w, p);
+      uint32_t rh, rw;
+      ResizeOutputSize(h, w, p.ops[0], &rh, &rw);
+      const auto top = static_cast<int32_t>(CenterCropOffset(rh, 224));
+      const auto left = static_cast<int32_t>(CenterCropOffset(rw, 224));
       testing::RefAxis ay, ax;
-      ay.len = h, ay.scale = double(h) / g.resized_height, ay.offset = g.top, ay.out = 224;
-      ax.len = w, ax.scale = double(w) / g.resized_width, ax.offset = g.left, ax.out = 224;
+      ay.len = h, ay.scale = double(h) / rh, ay.offset = top, ay.out = 224;
+      ax.len = w, ax.scale = double(w) / rw, ax.offset = left, ax.out = 224;
       const std::vector<uint8_t> want = testing::ReferenceResample(img, w, ay, ax, true);
       std::vector<uint8_t> out(MaxSampleBytes(p));
       SampleResult r;
@@ -288,9 +285,7 @@ TEST_CASE("Float outputs are the normalized uint8 sample", "[pipeline]") {
   SampleProcessor proc;
   const uint32_t h = 120, w = 90;
   const std::vector<uint8_t> jpeg = EncodeJpeg(MakePhoto(h, w, 3, 2), h, w, 3, {});
-  PipelineParams p;
-  p.out_height = 20;
-  p.out_width = 30;
+  PipelineParams p = TrainParams(20, 30);
   std::vector<uint8_t> u8(MaxSampleBytes(p));
   SampleResult r;
   REQUIRE(proc.Process(jpeg.data(), jpeg.size(), p, {5, 0, 1}, u8.data(), u8.size(), &r).ok());
@@ -327,11 +322,12 @@ TEST_CASE("Shape and capacity errors", "[pipeline]") {
   p = DecodeParams();
   s = proc.Process(jpeg.data(), jpeg.size(), p, {}, out.data(), out.size() - 1, &r);
   CHECK_FALSE(s.ok());
-  PipelineParams t;
+  PipelineParams t = TrainParams();
   s = proc.Process(jpeg.data(), jpeg.size(), t, {}, out.data(), 100, &r);
   CHECK_FALSE(s.ok());
   CropBox outside{40, 0, 10, 10};
-  s = proc.ProcessRegion(jpeg.data(), jpeg.size(), t, outside, false, out.data(), out.size(), &r);
+  s = proc.ProcessSteps(jpeg.data(), jpeg.size(), t, RegionSteps(t, outside, false), out.data(),
+                        out.size(), &r);
   CHECK(s.code() == absl::StatusCode::kInvalidArgument);
 }
 
@@ -359,16 +355,14 @@ TEST_CASE("Hostile inputs fail the sample, never the process", "[pipeline][hosti
     }
   }
   inputs.push_back(huge);
-  std::vector<PipelineParams> params(3);
-  params[1].kind = PipelineKind::kEval;
-  params[2] = DecodeParams();
+  std::vector<PipelineParams> params = {TrainParams(), EvalParams(), DecodeParams()};
   for (const PipelineParams& p : params) {
     std::vector<uint8_t> out(MaxSampleBytes(p));
     for (const auto& in : inputs) {
       SampleResult r;
       const absl::Status s =
           proc.Process(in.data(), in.size(), p, {1, 0, 0}, out.data(), out.size(), &r);
-      CAPTURE(in.size(), static_cast<int>(p.kind));
+      CAPTURE(in.size(), p.op_count);
       CHECK_FALSE(s.ok());
       CHECK_FALSE(s.message().empty());
     }
@@ -379,17 +373,15 @@ TEST_CASE("Hostile inputs fail the sample, never the process", "[pipeline][hosti
   // A crop of the top rows of a file cut in half still fails: the decoder
   // stops early, then finds no EOI.
   const std::vector<uint8_t> half(good.begin(), good.begin() + good.size() / 2);
-  PipelineParams t;
-  t.out_height = t.out_width = 16;
+  PipelineParams t = TrainParams(16, 16);
   std::vector<uint8_t> out(MaxSampleBytes(t));
   SampleResult r;
-  const absl::Status s = proc.ProcessRegion(half.data(), half.size(), t, CropBox{0, 0, 32, 32},
-                                            false, out.data(), out.size(), &r);
+  const SampleSteps top_rows = RegionSteps(t, CropBox{0, 0, 32, 32}, false);
+  const absl::Status s =
+      proc.ProcessSteps(half.data(), half.size(), t, top_rows, out.data(), out.size(), &r);
   CHECK(s.code() == absl::StatusCode::kInvalidArgument);
   CHECK_THAT(std::string(s.message()), Catch::Contains("truncated"));
-  CHECK(proc.ProcessRegion(good.data(), good.size(), t, CropBox{0, 0, 32, 32}, false, out.data(),
-                           out.size(), &r)
-            .ok());
+  CHECK(proc.ProcessSteps(good.data(), good.size(), t, top_rows, out.data(), out.size(), &r).ok());
 }
 
 TEST_CASE("Corrupted files through every pipeline never crash", "[pipeline][hostile]") {
@@ -400,10 +392,7 @@ TEST_CASE("Corrupted files through every pipeline never crash", "[pipeline][host
   EncodeOptions restart;
   restart.restart_rows = 1;
   restart.subsampling = 422;
-  std::vector<PipelineParams> params(3);
-  params[1].kind = PipelineKind::kEval;
-  params[2] = DecodeParams();
-  params[0].out_height = params[0].out_width = 64;
+  std::vector<PipelineParams> params = {TrainParams(64, 64), EvalParams(), DecodeParams()};
   for (const EncodeOptions& o : {EncodeOptions{}, prog, restart}) {
     const std::vector<uint8_t> good = EncodeJpeg(MakePhoto(h, w, 3, 6), h, w, 3, o);
     KeyedRng rng(41);
@@ -421,6 +410,523 @@ TEST_CASE("Corrupted files through every pipeline never crash", "[pipeline][host
       }
     }
   }
+}
+
+// ---------------------------------------------------------------- op lists
+
+OpParams Op(OpKind kind) {
+  OpParams op;
+  op.kind = kind;
+  return op;
+}
+
+PipelineParams WithOps(std::initializer_list<OpParams> ops, uint32_t out_h = 0,
+                       uint32_t out_w = 0) {
+  PipelineParams p;
+  for (const OpParams& op : ops) p.ops[p.op_count++] = op;
+  p.out_height = out_h;
+  p.out_width = out_w;
+  testing::WithUint8Output(p).max_decode_pixels = 4 << 20;
+  return p;
+}
+
+TEST_CASE("DrawSteps: the train preset draws what ChooseTrainCrop and ChooseFlip do",
+          "[pipeline][draw]") {
+  const PipelineParams p = TrainParams();
+  KeyedRng sizes(5);
+  int flips = 0;
+  for (uint64_t i = 0; i < 500; ++i) {
+    const auto h = static_cast<uint32_t>(1 + sizes.Below(2000));
+    const auto w = static_cast<uint32_t>(1 + sizes.Below(2000));
+    SampleSteps steps;
+    REQUIRE(DrawSteps(p, h, w, SampleKey{7, 3, i}, &steps).ok());
+    KeyedRng rng(7, 3, i);
+    const CropBox box = ChooseTrainCrop(h, w, p.ops[0], rng);
+    const bool flip = ChooseFlip(p.ops[1].p, rng);
+    REQUIRE(steps.count == (flip ? 3u : 2u));
+    const Step& c = steps.steps[0];
+    CHECK((c.kind == StepKind::kCrop && c.top == box.top && c.left == box.left &&
+           c.height == box.height && c.width == box.width && c.op == 0));
+    CHECK((steps.steps[1].kind == StepKind::kResize && steps.steps[1].height == 224 &&
+           steps.steps[1].width == 224));
+    if (flip) CHECK((steps.steps[2].kind == StepKind::kHorizontalFlip && steps.steps[2].op == 1));
+    flips += flip;
+  }
+  CHECK(flips > 200);
+  CHECK(flips < 300);
+}
+
+TEST_CASE("DrawSteps: Resize and CenterCrop follow torchvision's sizes", "[pipeline][draw]") {
+  SampleSteps s;
+  OpParams resize = Op(OpKind::kResize);
+  resize.height = 100;
+  resize.max_size = 150;  // 100 x 200 would be too long: 75 x 150
+  REQUIRE(DrawSteps(WithOps({resize}), 300, 600, {}, &s).ok());
+  REQUIRE(s.count == 1);
+  CHECK((s.steps[0].height == 75 && s.steps[0].width == 150));
+  resize.max_size = 0;
+  REQUIRE(DrawSteps(WithOps({resize}), 333, 500, {}, &s).ok());
+  CHECK((s.steps[0].height == 100 && s.steps[0].width == 150));  // int(100 * 500 / 333)
+  REQUIRE(DrawSteps(WithOps({resize}), 100, 77, {}, &s).ok());
+  CHECK((s.steps[0].height == 129 && s.steps[0].width == 100));  // int(100 * 100 / 77)
+  REQUIRE(DrawSteps(WithOps({resize}), 100, 150, {}, &s).ok());
+  CHECK(s.count == 0);  // already that size: torchvision returns the image
+  resize.width = 30;
+  REQUIRE(DrawSteps(WithOps({resize}), 100, 150, {}, &s).ok());
+  CHECK((s.count == 1 && s.steps[0].height == 100 && s.steps[0].width == 30));
+
+  OpParams center = Op(OpKind::kCenterCrop);
+  center.height = 13, center.width = 12;
+  REQUIRE(DrawSteps(WithOps({center}), 10, 7, {}, &s).ok());
+  REQUIRE(s.count == 1);  // padded to exactly the crop: no crop
+  const Step& pad = s.steps[0];
+  CHECK((pad.kind == StepKind::kPad && pad.padding_mode == PadMode::kConstant));
+  CHECK((pad.pad[0] == 2 && pad.pad[1] == 1 && pad.pad[2] == 3 && pad.pad[3] == 2));
+  CHECK((pad.fill[0] == 0 && pad.fill[1] == 0 && pad.fill[2] == 0));
+  center.width = 4;
+  REQUIRE(DrawSteps(WithOps({center}), 10, 7, {}, &s).ok());
+  REQUIRE(s.count == 2);
+  CHECK((s.steps[0].pad[0] == 0 && s.steps[0].pad[1] == 1 && s.steps[0].pad[3] == 2));
+  CHECK((s.steps[1].kind == StepKind::kCrop && s.steps[1].top == 0 && s.steps[1].left == 2));
+  center.height = 5, center.width = 3;
+  REQUIRE(DrawSteps(WithOps({center}), 10, 8, {}, &s).ok());
+  REQUIRE(s.count == 1);
+  CHECK((s.steps[0].top == 2 && s.steps[0].left == 2));  // round(2.5) = 2, round(2.5) = 2
+}
+
+TEST_CASE("DrawSteps: RandomCrop pads, then draws its offsets", "[pipeline][draw]") {
+  OpParams crop = Op(OpKind::kRandomCrop);
+  crop.height = crop.width = 32;
+  crop.padding[0] = crop.padding[1] = crop.padding[2] = crop.padding[3] = 4;
+  crop.padding_mode = PadMode::kReflect;
+  SampleSteps s;
+  int tops[9] = {0};
+  for (uint64_t i = 0; i < 900; ++i) {
+    REQUIRE(DrawSteps(WithOps({crop}), 32, 32, SampleKey{1, 0, i}, &s).ok());
+    REQUIRE(s.count == 2);
+    CHECK((s.steps[0].kind == StepKind::kPad && s.steps[0].padding_mode == PadMode::kReflect));
+    KeyedRng rng(1, 0, i);
+    const auto top = static_cast<uint32_t>(rng.Below(9));
+    const auto left = static_cast<uint32_t>(rng.Below(9));
+    CHECK((s.steps[1].top == top && s.steps[1].left == left));
+    ++tops[top];
+  }
+  for (int t : tops) CHECK(t > 60);
+  // pad_if_needed pads both sides of the short axis by the whole shortfall.
+  OpParams need = Op(OpKind::kRandomCrop);
+  need.height = 20, need.width = 30;
+  need.pad_if_needed = 1;
+  REQUIRE(DrawSteps(WithOps({need}), 25, 24, {}, &s).ok());
+  REQUIRE(s.count == 2);
+  CHECK((s.steps[0].pad[0] == 6 && s.steps[0].pad[2] == 6 && s.steps[0].pad[1] == 0 &&
+         s.steps[0].pad[3] == 0));
+  // An image the crop's size takes no draw: the flip after it gets the first.
+  OpParams flip = Op(OpKind::kHorizontalFlip);
+  flip.p = 0.5f;
+  int same = 0;
+  for (uint64_t i = 0; i < 64; ++i) {
+    REQUIRE(DrawSteps(WithOps({crop, flip}), 24, 24, SampleKey{2, 0, i}, &s).ok());
+    KeyedRng rng(2, 0, i);
+    const bool flipped = s.steps[s.count - 1].kind == StepKind::kHorizontalFlip;
+    same += flipped == ChooseFlip(0.5f, rng);
+    CHECK(s.count == (flipped ? 2u : 1u));  // the pad, no crop
+  }
+  CHECK(same == 64);
+  // Too small after padding: a failed sample, as torchvision raises.
+  crop.padding[0] = crop.padding[1] = crop.padding[2] = crop.padding[3] = 0;
+  const absl::Status st = DrawSteps(WithOps({crop}), 31, 40, {}, &s);
+  CHECK(st.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(st.message()), Catch::Contains("RandomCrop"));
+}
+
+TEST_CASE("DrawSteps: ColorJitter's orders and factors", "[pipeline][draw]") {
+  OpParams j = Op(OpKind::kColorJitter);
+  j.jitter_set = 15;
+  j.jitter[kBrightness][0] = 0.6f, j.jitter[kBrightness][1] = 1.4f;
+  j.jitter[kContrast][0] = 0.0f, j.jitter[kContrast][1] = 2.0f;
+  j.jitter[kSaturation][0] = 0.9f, j.jitter[kSaturation][1] = 1.1f;
+  j.jitter[kHue][0] = -0.2f, j.jitter[kHue][1] = 0.2f;
+  std::vector<int> orders(256, 0);
+  SampleSteps s;
+  for (uint64_t i = 0; i < 2400; ++i) {
+    REQUIRE(DrawSteps(WithOps({j}), 8, 8, SampleKey{3, 1, i}, &s).ok());
+    REQUIRE(s.count == 1);
+    const Step& st = s.steps[0];
+    REQUIRE(st.jitter_count == 4);
+    uint32_t code = 0, seen = 0;
+    for (uint32_t k = 0; k < 4; ++k) {
+      code = code * 4 + st.jitter_order[k];
+      seen |= 1u << st.jitter_order[k];
+    }
+    CHECK(seen == 15);
+    ++orders[code];
+    for (uint32_t a = 0; a < 4; ++a) {
+      CHECK(st.factor[a] >= j.jitter[a][0]);
+      CHECK(st.factor[a] <= j.jitter[a][1]);
+    }
+  }
+  int distinct = 0;
+  for (int n : orders) {
+    if (n == 0) continue;
+    ++distinct;
+    CHECK(n > 50);  // 100 expected each
+    CHECK(n < 150);
+  }
+  CHECK(distinct == 24);
+  // Only the set adjustments run, in the drawn order.
+  j.jitter_set = (1u << kContrast) | (1u << kHue);
+  REQUIRE(DrawSteps(WithOps({j}), 8, 8, {}, &s).ok());
+  REQUIRE(s.steps[0].jitter_count == 2);
+  CHECK(s.steps[0].jitter_order[0] != s.steps[0].jitter_order[1]);
+  for (uint32_t k = 0; k < 2; ++k) {
+    CHECK((s.steps[0].jitter_order[k] == kContrast || s.steps[0].jitter_order[k] == kHue));
+  }
+}
+
+// Runs `steps` on an image with the kernels of ops.h, one after the other
+// (no resize): what the executor must give.
+std::vector<uint8_t> ApplySteps(std::vector<uint8_t> img, uint32_t* h, uint32_t* w,
+                                const SampleSteps& steps) {
+  for (uint32_t i = 0; i < steps.count; ++i) {
+    const Step& s = steps.steps[i];
+    std::vector<uint8_t> out;
+    switch (s.kind) {
+      case StepKind::kCrop:
+        out.resize(size_t{s.height} * s.width * 3);
+        CropImage(img.data(), *w, CropBox{s.top, s.left, s.height, s.width}, out.data());
+        *h = s.height, *w = s.width;
+        img = out;
+        break;
+      case StepKind::kPad: {
+        const uint32_t nh = *h + s.pad[1] + s.pad[3], nw = *w + s.pad[0] + s.pad[2];
+        out.resize(size_t{nh} * nw * 3);
+        PadImage(img.data(), *h, *w, s.pad, s.padding_mode, s.fill, out.data());
+        *h = nh, *w = nw;
+        img = out;
+        break;
+      }
+      case StepKind::kHorizontalFlip:
+        FlipHorizontal(img.data(), *h, *w);
+        break;
+      case StepKind::kVerticalFlip:
+        FlipVertical(img.data(), *h, *w);
+        break;
+      case StepKind::kColorJitter:
+        ColorJitter(img.data(), size_t{*h} * *w, s);
+        break;
+      case StepKind::kGrayscale:
+        ToGrayscale(img.data(), size_t{*h} * *w);
+        break;
+      case StepKind::kGaussianBlur: {
+        out.resize(img.size());
+        std::vector<float> scratch(GaussianBlurScratch(*h, *w, s.kernel_x, s.kernel_y));
+        GaussianBlur(img.data(), *h, *w, s.kernel_x, s.kernel_y, s.sigma, scratch.data(),
+                     out.data());
+        img = out;
+        break;
+      }
+      default:
+        FAIL("ApplySteps: no resize here");
+    }
+  }
+  return img;
+}
+
+TEST_CASE("Op lists run on the decoded image as their kernels do", "[pipeline][ops]") {
+  SampleProcessor proc;
+  OpParams crop = Op(OpKind::kRandomCrop);
+  crop.height = 40, crop.width = 56;
+  crop.padding[0] = 3, crop.padding[1] = 9, crop.padding[2] = 0, crop.padding[3] = 2;
+  crop.pad_if_needed = 1;
+  OpParams vflip = Op(OpKind::kVerticalFlip);
+  vflip.p = 0.5f;
+  OpParams hflip = Op(OpKind::kHorizontalFlip);
+  hflip.p = 0.5f;
+  OpParams jitter = Op(OpKind::kColorJitter);
+  jitter.jitter_set = 15;
+  for (uint32_t j = 0; j < 3; ++j) jitter.jitter[j][0] = 0.5f, jitter.jitter[j][1] = 1.5f;
+  jitter.jitter[kHue][0] = -0.3f, jitter.jitter[kHue][1] = 0.3f;
+  OpParams gray = Op(OpKind::kRandomGrayscale);
+  gray.p = 0.5f;
+  OpParams blur = Op(OpKind::kGaussianBlur);
+  blur.kernel_x = 5, blur.kernel_y = 3;
+  blur.sigma[0] = 0.1f, blur.sigma[1] = 2.0f;
+  OpParams center = Op(OpKind::kCenterCrop);
+  center.height = 30, center.width = 70;  // wider than the crop: pads
+  const std::vector<PipelineParams> lists = {
+      WithOps({crop, vflip, jitter, blur, hflip}, 40, 56),
+      WithOps({hflip, gray, crop, jitter, vflip}, 40, 56),
+      WithOps({crop, center, hflip, gray, vflip}, 30, 70),
+      WithOps({blur, jitter, hflip, vflip}),
+  };
+  for (int orientation : {1, 6, 3}) {
+    EncodeOptions o;
+    o.subsampling = 444;
+    if (orientation != 1) o.app1 = testing::ExifApp1(orientation, false);
+    const uint32_t h = 37, w = 50;
+    const std::vector<uint8_t> jpeg = EncodeJpeg(MakePhoto(h, w, 3, 9), h, w, 3, o);
+    for (size_t l = 0; l < lists.size(); ++l) {
+      PipelineParams p = lists[l];
+      p.apply_exif = 1;
+      uint32_t ih, iw;
+      const std::vector<uint8_t> img = DecodeRgb(proc, jpeg, &ih, &iw, true);
+      for (uint64_t i = 0; i < 12; ++i) {
+        const SampleKey key{11, 0, i};
+        SampleSteps steps;
+        REQUIRE(DrawSteps(p, ih, iw, key, &steps).ok());
+        uint32_t wh = ih, ww = iw;
+        const std::vector<uint8_t> want = ApplySteps(img, &wh, &ww, steps);
+        std::vector<uint8_t> out(p.out_height != 0 ? MaxSampleBytes(p) : want.size());
+        SampleResult r;
+        CAPTURE(orientation, l, i);
+        REQUIRE(proc.Process(jpeg.data(), jpeg.size(), p, key, out.data(), out.size(), &r).ok());
+        REQUIRE(r.height == wh);
+        REQUIRE(r.width == ww);
+        out.resize(r.bytes);
+        CHECK(out == want);
+        // The same steps forced give the same pixels.
+        std::vector<uint8_t> forced(out.size());
+        REQUIRE(
+            proc.ProcessSteps(jpeg.data(), jpeg.size(), p, steps, forced.data(), forced.size(), &r)
+                .ok());
+        CHECK(forced == out);
+      }
+    }
+  }
+}
+
+TEST_CASE("Flips and per-pixel steps after a fused resize equal running them on the image",
+          "[pipeline][ops]") {
+  SampleProcessor proc;
+  const uint32_t h = 120, w = 160;
+  EncodeOptions o;
+  o.app1 = testing::ExifApp1(8, false);
+  const std::vector<uint8_t> jpeg = EncodeJpeg(MakePhoto(h, w, 3, 4), h, w, 3, o);
+  PipelineParams p = WithOps({}, 24, 20);
+  p.apply_exif = 1;
+  // The fused part alone, flips and per-pixel steps then run by hand.
+  SampleSteps base;
+  base.count = 3;
+  base.steps[0].kind = StepKind::kCrop;
+  base.steps[0].top = 7, base.steps[0].left = 5, base.steps[0].height = 100;
+  base.steps[0].width = 90;
+  base.steps[1].kind = StepKind::kResize;
+  base.steps[1].height = 30, base.steps[1].width = 20;
+  base.steps[2].kind = StepKind::kCrop;
+  base.steps[2].top = 3, base.steps[2].height = 24, base.steps[2].width = 20;
+  std::vector<uint8_t> fused(24 * 20 * 3);
+  SampleResult r;
+  REQUIRE(
+      proc.ProcessSteps(jpeg.data(), jpeg.size(), p, base, fused.data(), fused.size(), &r).ok());
+  SampleSteps tail;
+  tail.count = 4;
+  tail.steps[0].kind = StepKind::kHorizontalFlip;
+  tail.steps[1].kind = StepKind::kColorJitter;
+  tail.steps[1].jitter_count = 2;
+  tail.steps[1].jitter_order[0] = kSaturation, tail.steps[1].jitter_order[1] = kHue;
+  tail.steps[1].factor[kSaturation] = 1.7f, tail.steps[1].factor[kHue] = 0.21f;
+  tail.steps[2].kind = StepKind::kVerticalFlip;
+  tail.steps[3].kind = StepKind::kGrayscale;
+  uint32_t th = 24, tw = 20;
+  const std::vector<uint8_t> want = ApplySteps(fused, &th, &tw, tail);
+  SampleSteps all = base;
+  for (uint32_t i = 0; i < tail.count; ++i) all.steps[all.count++] = tail.steps[i];
+  for (uint32_t dtype : {ring::kUint8, ring::kFloat32}) {
+    p.dtype = dtype;
+    std::vector<uint8_t> out(MaxSampleBytes(p));
+    REQUIRE(proc.ProcessSteps(jpeg.data(), jpeg.size(), p, all, out.data(), out.size(), &r).ok());
+    if (dtype == ring::kUint8) {
+      CHECK(out == want);
+    } else {
+      std::vector<float> f(out.size() / 4);
+      std::memcpy(f.data(), out.data(), out.size());
+      for (size_t i = 0; i < want.size(); ++i) {
+        REQUIRE(f[i] == (want[i] / 255.0f - p.mean[i % 3]) / p.stdev[i % 3]);
+      }
+    }
+  }
+}
+
+TEST_CASE("A Resize after other steps resamples the image like Pillow", "[pipeline][ops]") {
+  SampleProcessor proc;
+  const uint32_t h = 150, w = 200;
+  const std::vector<uint8_t> jpeg = EncodeJpeg(MakePhoto(h, w, 3, 12), h, w, 3, {});
+  uint32_t ih, iw;
+  const std::vector<uint8_t> img = DecodeRgb(proc, jpeg, &ih, &iw);
+  for (bool antialias : {true, false}) {
+    // A pad of 0 rows keeps the crop from fusing: the resize runs on the image.
+    SampleSteps s;
+    s.count = 3;
+    s.steps[0].kind = StepKind::kPad;
+    s.steps[1].kind = StepKind::kVerticalFlip;
+    s.steps[2].kind = StepKind::kResize;
+    s.steps[2].height = 45, s.steps[2].width = 77;
+    s.steps[2].interpolation = antialias ? Interpolation::kAntialias : Interpolation::kBilinear;
+    PipelineParams p = WithOps({}, 45, 77);
+    std::vector<uint8_t> out(MaxSampleBytes(p));
+    SampleResult r;
+    REQUIRE(proc.ProcessSteps(jpeg.data(), jpeg.size(), p, s, out.data(), out.size(), &r).ok());
+    std::vector<uint8_t> flipped = img;
+    FlipVertical(flipped.data(), ih, iw);
+    const std::vector<uint8_t> want = testing::ReferenceResample(
+        flipped, iw, testing::RefCrop(0, ih, 45), testing::RefCrop(0, iw, 77), antialias);
+    int worst = 0;
+    const double mae = MeanAbsDiff(out.data(), want.data(), want.size(), &worst);
+    CAPTURE(antialias, mae, worst);
+    CHECK(worst <= 1);
+    CHECK(mae < 0.3);
+  }
+}
+
+TEST_CASE("Op lists fail a sample, not the process: shape, caps, steps", "[pipeline][ops]") {
+  SampleProcessor proc;
+  const uint32_t h = 240, w = 320;
+  const std::vector<uint8_t> jpeg = EncodeJpeg(MakePhoto(h, w, 3, 2), h, w, 3, {});
+  std::vector<uint8_t> out(4 << 20);
+  SampleResult r;
+  // A size that varies, with a fixed output shape: fails naming both.
+  OpParams resize = Op(OpKind::kResize);
+  resize.height = 100;
+  absl::Status s = proc.Process(jpeg.data(), jpeg.size(), WithOps({resize}, 100, 100), {},
+                                out.data(), out.size(), &r);
+  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(s.message()), Catch::Contains("133x100") && Catch::Contains("100x100"));
+  CHECK(proc.Process(jpeg.data(), jpeg.size(), WithOps({resize}, 100, 133), {}, out.data(),
+                     out.size(), &r)
+            .ok());
+  // An op that makes more pixels than max_decode_pixels.
+  resize.height = 2000;
+  s = proc.Process(jpeg.data(), jpeg.size(), WithOps({resize}), {}, out.data(), out.size(), &r);
+  CHECK(s.code() == absl::StatusCode::kResourceExhausted);
+  // A small output whose resample passes through a huge intermediate image
+  // (every row of a tall image, each widened 500 times).
+  {
+    const std::vector<uint8_t> tall = EncodeJpeg(MakePhoto(4000, 8, 3, 1), 4000, 8, 3, {});
+    OpParams wide = Op(OpKind::kResize);
+    wide.height = 1, wide.width = 4000;
+    for (uint32_t first : {0u, 1u}) {  // fused, then after a flip (on the image)
+      OpParams flip = Op(OpKind::kVerticalFlip);
+      flip.p = 1;
+      const PipelineParams q = first == 0 ? WithOps({wide}) : WithOps({flip, wide});
+      s = proc.Process(tall.data(), tall.size(), q, {}, out.data(), out.size(), &r);
+      CHECK(s.code() == absl::StatusCode::kResourceExhausted);
+    }
+  }
+  // RandomCrop larger than the image.
+  OpParams crop = Op(OpKind::kRandomCrop);
+  crop.height = 300, crop.width = 10;
+  s = proc.Process(jpeg.data(), jpeg.size(), WithOps({crop}), {}, out.data(), out.size(), &r);
+  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+  // A blur kernel larger than the image allows (reflect padding).
+  OpParams small = Op(OpKind::kCenterCrop);
+  small.height = small.width = 4;
+  OpParams blur = Op(OpKind::kGaussianBlur);
+  blur.kernel_x = blur.kernel_y = 9;
+  blur.sigma[0] = blur.sigma[1] = 1.0f;
+  s = proc.Process(jpeg.data(), jpeg.size(), WithOps({small, blur}), {}, out.data(), out.size(),
+                   &r);
+  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+  // Forced steps that do not apply.
+  SampleSteps bad;
+  bad.count = 1;
+  bad.steps[0].kind = static_cast<StepKind>(99);
+  s = proc.ProcessSteps(jpeg.data(), jpeg.size(), WithOps({}), bad, out.data(), out.size(), &r);
+  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+  bad.steps[0].kind = StepKind::kGaussianBlur;
+  bad.steps[0].kernel_x = 4, bad.steps[0].kernel_y = 3, bad.steps[0].sigma = 1;
+  s = proc.ProcessSteps(jpeg.data(), jpeg.size(), WithOps({}), bad, out.data(), out.size(), &r);
+  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+  bad.steps[0].kind = StepKind::kPad;
+  bad.steps[0].pad[0] = 4000000000u;
+  s = proc.ProcessSteps(jpeg.data(), jpeg.size(), WithOps({}), bad, out.data(), out.size(), &r);
+  CHECK(s.code() == absl::StatusCode::kResourceExhausted);
+  // ...and the processor still works.
+  CHECK(proc.Process(jpeg.data(), jpeg.size(), WithOps({crop, blur}, 0, 0), {}, out.data(),
+                     out.size(), &r)
+            .code() == absl::StatusCode::kInvalidArgument);
+  CHECK(proc.Process(jpeg.data(), jpeg.size(), TrainParams(), {}, out.data(), out.size(), &r).ok());
+}
+
+TEST_CASE("ValidateParams checks every op", "[pipeline][ops]") {
+  auto bad = [](OpParams op) {
+    return ValidateParams(WithOps({op})).code() == absl::StatusCode::kInvalidArgument;
+  };
+  OpParams blur = Op(OpKind::kGaussianBlur);
+  blur.kernel_x = blur.kernel_y = 3;
+  blur.sigma[0] = 0.1f, blur.sigma[1] = 2.0f;
+  CHECK_FALSE(bad(blur));
+  blur.kernel_x = 4;
+  CHECK(bad(blur));
+  blur.kernel_x = 3, blur.sigma[0] = 0;
+  CHECK(bad(blur));
+  OpParams j = Op(OpKind::kColorJitter);
+  j.jitter_set = 1u << kHue;
+  j.jitter[kHue][0] = -0.6f, j.jitter[kHue][1] = 0.1f;
+  CHECK(bad(j));
+  j.jitter[kHue][0] = -0.5f;
+  CHECK_FALSE(bad(j));
+  j.jitter_set = 1u << kBrightness;
+  j.jitter[kBrightness][0] = -0.1f, j.jitter[kBrightness][1] = 1.0f;
+  CHECK(bad(j));
+  j.jitter_set = 16;
+  CHECK(bad(j));
+  OpParams crop = Op(OpKind::kRandomCrop);
+  crop.height = crop.width = 8;
+  CHECK_FALSE(bad(crop));
+  crop.padding_mode = static_cast<PadMode>(4);
+  CHECK(bad(crop));
+  crop.padding_mode = PadMode::kEdge;
+  OpParams resize = Op(OpKind::kResize);
+  resize.height = 10;
+  resize.max_size = 10;  // must be larger than the size
+  CHECK(bad(resize));
+  resize.max_size = 11;
+  CHECK_FALSE(bad(resize));
+  resize.width = 12;  // max_size needs a single size
+  CHECK(bad(resize));
+  OpParams flip = Op(OpKind::kVerticalFlip);
+  flip.p = -0.1f;
+  CHECK(bad(flip));
+  PipelineParams many = WithOps({});
+  many.op_count = kMaxOps + 1;
+  CHECK(ValidateParams(many).code() == absl::StatusCode::kInvalidArgument);
+  const absl::Status s = ValidateParams(WithOps({crop, flip}));
+  CHECK_THAT(std::string(s.message()), Catch::Contains("ops[1] RandomVerticalFlip"));
+  PipelineParams any = WithOps({crop});
+  CHECK(MaxSampleBytes(any) == (4ull << 20) * 3);
+  any.dtype = ring::kFloat16;
+  CHECK(MaxSampleBytes(any) == (4ull << 20) * 6);
+}
+
+TEST_CASE("Corrupted files through op lists never crash", "[pipeline][hostile]") {
+  SampleProcessor proc;
+  const uint32_t h = 90, w = 120;
+  const std::vector<uint8_t> good = EncodeJpeg(MakePhoto(h, w, 3, 6), h, w, 3, {});
+  OpParams crop = Op(OpKind::kRandomCrop);
+  crop.height = crop.width = 48;
+  crop.padding[0] = crop.padding[2] = 8;
+  crop.padding_mode = PadMode::kSymmetric;
+  OpParams jitter = Op(OpKind::kColorJitter);
+  jitter.jitter_set = 15;
+  for (uint32_t j = 0; j < 3; ++j) jitter.jitter[j][0] = 0.5f, jitter.jitter[j][1] = 1.5f;
+  OpParams blur = Op(OpKind::kGaussianBlur);
+  blur.kernel_x = blur.kernel_y = 5;
+  blur.sigma[0] = 0.1f, blur.sigma[1] = 2.0f;
+  const PipelineParams p = WithOps({crop, jitter, blur}, 48, 48);
+  std::vector<uint8_t> out(MaxSampleBytes(p));
+  KeyedRng rng(43);
+  for (int i = 0; i < 150; ++i) {
+    std::vector<uint8_t> bad = good;
+    const int edits = 1 + static_cast<int>(rng.Below(6));
+    for (int k = 0; k < edits; ++k) bad[rng.Below(bad.size())] = rng.Next() & 0xff;
+    bad.resize(1 + rng.Below(bad.size()));
+    SampleResult r;
+    const absl::Status s = proc.Process(bad.data(), bad.size(), p, {3, 1, static_cast<uint64_t>(i)},
+                                        out.data(), out.size(), &r);
+    if (s.ok()) CHECK(r.bytes == out.size());
+  }
+  SampleResult r;
+  CHECK(proc.Process(good.data(), good.size(), p, {}, out.data(), out.size(), &r).ok());
 }
 
 }  // namespace

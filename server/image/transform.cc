@@ -78,12 +78,13 @@ void ClampRange(const AxisSpec& spec, uint32_t size, int32_t* lo, int32_t* len) 
 
 }  // namespace
 
-CropBox ChooseTrainCrop(uint32_t height, uint32_t width, const PipelineParams& p, KeyedRng& rng) {
+CropBox ChooseTrainCrop(uint32_t height, uint32_t width, const OpParams& op, KeyedRng& rng) {
   const double area = static_cast<double>(height) * width;
-  const double log_ratio_min = std::log(static_cast<double>(p.ratio_min));
-  const double log_ratio_max = std::log(static_cast<double>(p.ratio_max));
+  const float ratio_min = op.ratio[0], ratio_max = op.ratio[1];
+  const double log_ratio_min = std::log(static_cast<double>(ratio_min));
+  const double log_ratio_max = std::log(static_cast<double>(ratio_max));
   for (int attempt = 0; attempt < 10; ++attempt) {
-    const double target_area = area * rng.Uniform(p.scale_min, p.scale_max);
+    const double target_area = area * rng.Uniform(op.scale[0], op.scale[1]);
     const double aspect = std::exp(rng.Uniform(log_ratio_min, log_ratio_max));
     const int64_t w = RoundHalfEven(std::sqrt(target_area * aspect));
     const int64_t h = RoundHalfEven(std::sqrt(target_area / aspect));
@@ -99,10 +100,10 @@ CropBox ChooseTrainCrop(uint32_t height, uint32_t width, const PipelineParams& p
   // Fallback: the central crop, the aspect ratio clamped into [min, max].
   const double in_ratio = static_cast<double>(width) / height;
   int64_t w = width, h = height;
-  if (in_ratio < p.ratio_min) {
-    h = RoundHalfEven(static_cast<double>(w) / p.ratio_min);
-  } else if (in_ratio > p.ratio_max) {
-    w = RoundHalfEven(static_cast<double>(h) * p.ratio_max);
+  if (in_ratio < ratio_min) {
+    h = RoundHalfEven(static_cast<double>(w) / ratio_min);
+  } else if (in_ratio > ratio_max) {
+    w = RoundHalfEven(static_cast<double>(h) * ratio_max);
   }
   h = std::clamp<int64_t>(h, 1, height);
   w = std::clamp<int64_t>(w, 1, width);
@@ -114,49 +115,54 @@ CropBox ChooseTrainCrop(uint32_t height, uint32_t width, const PipelineParams& p
   return box;
 }
 
-bool ChooseFlip(const PipelineParams& p, KeyedRng& rng) { return rng.Uniform() < p.flip_prob; }
+bool ChooseFlip(float p, KeyedRng& rng) { return rng.Uniform() < p; }
 
-EvalGeometry ComputeEvalGeometry(uint32_t height, uint32_t width, const PipelineParams& p) {
-  EvalGeometry g;
+void ResizeOutputSize(uint32_t height, uint32_t width, const OpParams& op, uint32_t* out_height,
+                      uint32_t* out_width) {
+  if (op.width != 0) {
+    *out_height = op.height;
+    *out_width = op.width;
+    return;
+  }
   const uint64_t short_side = std::min(height, width);
   const uint64_t long_side = std::max(height, width);
   // int(size * long / short): a true division of the exact product, truncated.
-  const auto new_long = static_cast<uint32_t>(
-      static_cast<double>(uint64_t{p.resize_size} * long_side) / static_cast<double>(short_side));
-  if (width <= height) {
-    g.resized_width = p.resize_size;
-    g.resized_height = new_long;
-  } else {
-    g.resized_height = p.resize_size;
-    g.resized_width = new_long;
+  uint64_t new_short = op.height;
+  auto new_long = static_cast<uint64_t>(static_cast<double>(new_short * long_side) /
+                                        static_cast<double>(short_side));
+  if (op.max_size != 0 && new_long > op.max_size) {
+    new_short = static_cast<uint64_t>(static_cast<double>(uint64_t{op.max_size} * new_short) /
+                                      static_cast<double>(new_long));
+    new_long = op.max_size;
   }
-  g.top = static_cast<int32_t>(
-      RoundHalfEven((static_cast<double>(g.resized_height) - p.out_height) / 2.0));
-  g.left = static_cast<int32_t>(
-      RoundHalfEven((static_cast<double>(g.resized_width) - p.out_width) / 2.0));
-  return g;
+  const auto s = static_cast<uint32_t>(std::min<uint64_t>(new_short, UINT32_MAX));
+  const auto l = static_cast<uint32_t>(std::min<uint64_t>(new_long, UINT32_MAX));
+  *out_height = width <= height ? l : s;
+  *out_width = width <= height ? s : l;
 }
 
-AxisSpec CropResizeAxis(uint32_t pos, uint32_t len, uint32_t out) {
+uint32_t CenterCropOffset(uint32_t size, uint32_t crop) {
+  return static_cast<uint32_t>(RoundHalfEven((static_cast<double>(size) - crop) / 2.0));
+}
+
+AxisSpec CropResizeCropAxis(uint32_t pos, uint32_t len, uint32_t resized, int32_t offset,
+                            uint32_t out) {
   AxisSpec a;
   a.lo = pos;
   a.hi = static_cast<double>(pos) + len;
   a.start = 0;
-  a.scale = static_cast<double>(len) / out;
-  a.offset = 0;
+  a.scale = static_cast<double>(len) / resized;
+  a.offset = offset;
   a.out_size = out;
   return a;
 }
 
+AxisSpec CropResizeAxis(uint32_t pos, uint32_t len, uint32_t out) {
+  return CropResizeCropAxis(pos, len, out, 0, out);
+}
+
 AxisSpec ResizeCropAxis(uint32_t size, uint32_t resized, int32_t offset, uint32_t out) {
-  AxisSpec a;
-  a.lo = 0;
-  a.hi = size;
-  a.start = 0;
-  a.scale = static_cast<double>(size) / resized;
-  a.offset = offset;
-  a.out_size = out;
-  return a;
+  return CropResizeCropAxis(0, size, resized, offset, out);
 }
 
 AxisSpec MirrorAxis(const AxisSpec& a, uint32_t size) {
@@ -640,6 +646,25 @@ void EmitTyped(const uint8_t* src, const PixelMap& m, uint32_t out_h, uint32_t o
 }
 
 }  // namespace
+
+int ComposeOrientation(int orientation, bool hflip, bool vflip) {
+  // Each orientation as (swap, mirror rows, mirror columns) of the map from
+  // displayed (y, x) to raw (r, c): (r, c) = swap ? (x, y) : (y, x), each
+  // mirrored or not. A flip of displayed x (y) mirrors whichever raw axis x
+  // (y) feeds.
+  static constexpr int kSwap[9] = {0, 0, 0, 0, 0, 1, 1, 1, 1};
+  static constexpr int kMirrorR[9] = {0, 0, 0, 1, 1, 0, 1, 1, 0};
+  static constexpr int kMirrorC[9] = {0, 0, 1, 1, 0, 0, 0, 1, 1};
+  if (orientation < 1 || orientation > 8) orientation = 1;
+  const int swap = kSwap[orientation];
+  int mr = kMirrorR[orientation], mc = kMirrorC[orientation];
+  if (hflip) (swap ? mr : mc) ^= 1;
+  if (vflip) (swap ? mc : mr) ^= 1;
+  for (int o = 1; o <= 8; ++o) {
+    if (kSwap[o] == swap && kMirrorR[o] == mr && kMirrorC[o] == mc) return o;
+  }
+  return 1;
+}
 
 void EmitSample(const uint8_t* src, uint32_t src_height, uint32_t src_width, int orientation,
                 bool flip, const PipelineParams& p, void* out) {

@@ -28,24 +28,28 @@
 
 namespace stoker::image {
 
-// torchvision RandomResizedCrop.get_params, with draws from `rng` in this
-// order: per attempt U(scale), U(log ratio), and when accepted the top then
-// the left offset. Falls back to the central crop after 10 attempts.
-// height and width must be >= 1; the box is always inside the image.
-CropBox ChooseTrainCrop(uint32_t height, uint32_t width, const PipelineParams& p, KeyedRng& rng);
+// torchvision RandomResizedCrop.get_params with op.scale and op.ratio, with
+// draws from `rng` in this order: per attempt U(scale), U(log ratio), and
+// when accepted the top then the left offset. Falls back to the central
+// crop after 10 attempts. height and width must be >= 1; the box is always
+// inside the image.
+CropBox ChooseTrainCrop(uint32_t height, uint32_t width, const OpParams& op, KeyedRng& rng);
 
-// RandomHorizontalFlip: one draw, flip when U[0,1) < flip_prob.
-bool ChooseFlip(const PipelineParams& p, KeyedRng& rng);
+// A random flip or RandomGrayscale: one draw, true when U[0,1) < p.
+bool ChooseFlip(float p, KeyedRng& rng);
 
-// torchvision Resize(resize_size) (shorter side; the long side truncated)
-// then CenterCrop(out_height, out_width) (offsets int(round(d / 2.0))).
-struct EvalGeometry {
-  uint32_t resized_height = 0;
-  uint32_t resized_width = 0;
-  int32_t top = 0;  // of the crop in the resized image
-  int32_t left = 0;
-};
-EvalGeometry ComputeEvalGeometry(uint32_t height, uint32_t width, const PipelineParams& p);
+// torchvision Resize's output size for an image of height x width:
+// op.height x op.width, or with op.width == 0 the shorter side op.height and
+// the longer int(op.height * long / short), then (op.max_size != 0) capped
+// so that the longer side is at most max_size (torchvision's
+// _compute_resized_output_size). Sides may come out 0 for extreme aspects;
+// callers check.
+void ResizeOutputSize(uint32_t height, uint32_t width, const OpParams& op, uint32_t* out_height,
+                      uint32_t* out_width);
+
+// torchvision CenterCrop's offset on one axis when size >= crop:
+// int(round((size - crop) / 2.0)), Python's round (half to even).
+uint32_t CenterCropOffset(uint32_t size, uint32_t crop);
 
 // One axis of a resample. The filter reads source pixels [lo, hi) only
 // (Pillow clamps at the image's edges: the crop's edges for crop-then-resize).
@@ -60,6 +64,10 @@ struct AxisSpec {
   uint32_t out_size = 0;
 };
 
+// Crop [pos, pos + len) of an axis, resize the crop to `resized` pixels,
+// keep [offset, offset + out) of those: the geometry the planner fuses.
+AxisSpec CropResizeCropAxis(uint32_t pos, uint32_t len, uint32_t resized, int32_t offset,
+                            uint32_t out);
 // Crop [pos, pos + len) of an axis, then resize it to `out` pixels.
 AxisSpec CropResizeAxis(uint32_t pos, uint32_t len, uint32_t out);
 // Resize a whole axis of `size` pixels to `resized`, keep [offset, offset + out).
@@ -117,7 +125,7 @@ void CmykRowToRgb(const uint8_t* cmyk, uint32_t width, uint8_t* rgb);
 // Writes an RGB uint8 image `src` (src_height x src_width, raw orientation)
 // to `out` in the output's dtype/layout, applying the EXIF `orientation`
 // (1..8) and then a horizontal flip. The output is src transposed for
-// orientations 5..8.
+// orientations 5..8. `src` and `out` must not overlap.
 void EmitSample(const uint8_t* src, uint32_t src_height, uint32_t src_width, int orientation,
                 bool flip, const PipelineParams& p, void* out);
 
@@ -127,6 +135,11 @@ float HalfToFloat(uint16_t h);
 
 // Orientation helpers: 5..8 swap the axes.
 inline bool SwapsAxes(int orientation) { return orientation >= 5 && orientation <= 8; }
+
+// The EXIF orientation (1..8) that shows what `orientation` shows, then
+// flipped left-right (hflip) and/or top-bottom (vflip), in displayed
+// coordinates: the flips folded into EmitSample's orientation.
+int ComposeOrientation(int orientation, bool hflip, bool vflip);
 
 }  // namespace stoker::image
 

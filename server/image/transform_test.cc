@@ -1,6 +1,7 @@
 #include "server/image/transform.h"
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <set>
@@ -9,6 +10,7 @@
 
 #include "server/image/rng.h"
 #include "server/image/test_jpeg.h"
+#include "server/image/test_params.h"
 #include "stoker/ring_layout.h"
 
 namespace stoker::image {
@@ -18,13 +20,13 @@ using testing::MeanAbsDiff;
 using testing::RefAxis;
 
 TEST_CASE("Train crop stays inside the image and is keyed", "[transform][crop]") {
-  const PipelineParams p;
+  const PipelineParams p = testing::TrainParams();
   KeyedRng sizes(1);
   for (int i = 0; i < 3000; ++i) {
     const auto h = static_cast<uint32_t>(1 + sizes.Below(3000));
     const auto w = static_cast<uint32_t>(1 + sizes.Below(3000));
     KeyedRng rng(42, 0, i);
-    const CropBox b = ChooseTrainCrop(h, w, p, rng);
+    const CropBox b = ChooseTrainCrop(h, w, p.ops[0], rng);
     CAPTURE(h, w, b.top, b.left, b.height, b.width);
     REQUIRE(b.height >= 1);
     REQUIRE(b.width >= 1);
@@ -33,8 +35,8 @@ TEST_CASE("Train crop stays inside the image and is keyed", "[transform][crop]")
   }
   auto box = [&](uint64_t seed, uint32_t epoch, uint64_t index) {
     KeyedRng rng(seed, epoch, index);
-    const CropBox b = ChooseTrainCrop(375, 500, p, rng);
-    return std::make_tuple(b.top, b.left, b.height, b.width, ChooseFlip(p, rng));
+    const CropBox b = ChooseTrainCrop(375, 500, p.ops[0], rng);
+    return std::make_tuple(b.top, b.left, b.height, b.width, ChooseFlip(p.ops[1].p, rng));
   };
   CHECK(box(1, 2, 3) == box(1, 2, 3));
   std::set<std::tuple<uint32_t, uint32_t, uint32_t, uint32_t, bool>> distinct;
@@ -45,13 +47,13 @@ TEST_CASE("Train crop stays inside the image and is keyed", "[transform][crop]")
 }
 
 TEST_CASE("Train crop area and ratio follow the parameters", "[transform][crop]") {
-  PipelineParams p;
-  p.scale_min = 0.25f;
-  p.scale_max = 0.5f;
+  PipelineParams p = testing::TrainParams();
+  p.ops[0].scale[0] = 0.25f;
+  p.ops[0].scale[1] = 0.5f;
   int in_range = 0;
   for (int i = 0; i < 500; ++i) {
     KeyedRng rng(3, 0, i);
-    const CropBox b = ChooseTrainCrop(1000, 1000, p, rng);
+    const CropBox b = ChooseTrainCrop(1000, 1000, p.ops[0], rng);
     const double area = static_cast<double>(b.height) * b.width / 1e6;
     const double ratio = static_cast<double>(b.width) / b.height;
     in_range += area > 0.24 && area < 0.51 && ratio > 0.74 && ratio < 1.34;
@@ -60,24 +62,24 @@ TEST_CASE("Train crop area and ratio follow the parameters", "[transform][crop]"
   double flips = 0;
   for (int i = 0; i < 2000; ++i) {
     KeyedRng rng(4, 0, i);
-    flips += ChooseFlip(p, rng);
+    flips += ChooseFlip(p.ops[1].p, rng);
   }
   CHECK(std::abs(flips / 2000 - 0.5) < 0.05);
 }
 
 TEST_CASE("Train crop falls back to the central crop", "[transform][crop]") {
-  PipelineParams p;
-  p.ratio_min = 10.0f;  // impossible on a square image at scale <= 1
-  p.ratio_max = 20.0f;
-  p.scale_min = 0.9f;
+  OpParams p = testing::TrainParams().ops[0];
+  p.ratio[0] = 10.0f;  // impossible on a square image at scale <= 1
+  p.ratio[1] = 20.0f;
+  p.scale[0] = 0.9f;
   KeyedRng rng(1);
   const CropBox b = ChooseTrainCrop(400, 400, p, rng);
   CHECK(b.width == 400);
   CHECK(b.height == 40);  // round(400 / 10)
   CHECK(b.top == 180);
   CHECK(b.left == 0);
-  p.ratio_min = 0.05f;
-  p.ratio_max = 0.1f;
+  p.ratio[0] = 0.05f;
+  p.ratio[1] = 0.1f;
   const CropBox c = ChooseTrainCrop(300, 400, p, rng);
   CHECK(c.height == 300);
   CHECK(c.width == 30);  // round(300 * 0.1)
@@ -85,19 +87,20 @@ TEST_CASE("Train crop falls back to the central crop", "[transform][crop]") {
 }
 
 TEST_CASE("Eval geometry follows Resize + CenterCrop", "[transform][eval]") {
-  const PipelineParams p;  // 256 -> 224
-  EvalGeometry g = ComputeEvalGeometry(375, 500, p);
-  CHECK(g.resized_height == 256);
-  CHECK(g.resized_width == 341);  // int(256 * 500 / 375)
-  CHECK(g.top == 16);
-  CHECK(g.left == 58);  // round(58.5) = 58, half to even
-  g = ComputeEvalGeometry(683, 1024, p);
-  CHECK(g.resized_width == 383);
-  CHECK(g.left == 80);  // round(79.5) = 80
-  g = ComputeEvalGeometry(3000, 2000, p);
-  CHECK(g.resized_width == 256);
-  CHECK(g.resized_height == 384);
-  CHECK(g.top == 80);
+  const OpParams resize = testing::EvalParams().ops[0];  // 256 -> 224
+  uint32_t rh, rw;
+  ResizeOutputSize(375, 500, resize, &rh, &rw);
+  CHECK(rh == 256);
+  CHECK(rw == 341);  // int(256 * 500 / 375)
+  CHECK(CenterCropOffset(rh, 224) == 16);
+  CHECK(CenterCropOffset(rw, 224) == 58);  // round(58.5) = 58, half to even
+  ResizeOutputSize(683, 1024, resize, &rh, &rw);
+  CHECK(rw == 383);
+  CHECK(CenterCropOffset(rw, 224) == 80);  // round(79.5) = 80
+  ResizeOutputSize(3000, 2000, resize, &rh, &rw);
+  CHECK(rw == 256);
+  CHECK(rh == 384);
+  CHECK(CenterCropOffset(rh, 224) == 80);
 }
 
 // Runs both passes of a resample over a whole RGB image.
@@ -258,6 +261,8 @@ TEST_CASE("Emit applies orientation then flip", "[transform][emit]") {
       {8, 3, 2, {at(0, 2), at(1, 2), at(0, 1), at(1, 1), at(0, 0), at(1, 0)}},
   };
   PipelineParams p;
+  p.dtype = ring::kUint8;
+  p.layout = ring::kNHWC;
   for (const Case& c : cases) {
     for (bool flip : {false, true}) {
       std::vector<uint8_t> out(h * w * 3);
@@ -278,6 +283,9 @@ TEST_CASE("Float outputs use (x/255 - mean)/std in both layouts", "[transform][e
   std::vector<uint8_t> src(h * w * 3);
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 21 + 3);
   PipelineParams p;
+  const float mean[3] = {0.485f, 0.456f, 0.406f}, stdev[3] = {0.229f, 0.224f, 0.225f};
+  std::copy(mean, mean + 3, p.mean);
+  std::copy(stdev, stdev + 3, p.stdev);
   for (uint32_t dtype : {ring::kFloat32, ring::kFloat16}) {
     for (uint32_t layout : {ring::kNHWC, ring::kNCHW}) {
       p.dtype = dtype;

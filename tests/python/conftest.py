@@ -204,7 +204,8 @@ def imagefolder_samples(root: str) -> List[Tuple[str, int]]:
 
 def samples_in_order(stoker, socket: str, dataset: str, **attach) -> List[Tuple[np.ndarray, int]]:
     """Every sample of one unshuffled epoch, batch 1: [(pixels, label)], each
-    pixel array a copy (its slot goes back at once); every sample must be ok."""
+    pixel array a copy (its slot goes back at once); every sample must be ok.
+    `attach`: Client.attach's options (``pipeline={...}``: the keywords)."""
     s = stoker.Client(socket).attach(dataset, batch_size=1, shuffle=False, epochs=1, **attach)
     out = []
     try:

@@ -147,7 +147,7 @@ def test_cpu_fallback_yields_the_daemons_float_pipeline(stoker, served, dtype, l
 @needs_no_cuda
 def test_native_copy_to_device_fails_clearly_and_keeps_no_slot(stoker, served):
     from stoker import _native
-    session = stoker.Client(served.socket).attach("ds", pipeline="eval", height=32, width=32,
+    session = stoker.Client(served.socket).attach("ds", pipeline={"pipeline": "eval", "size": 32},
                                                   batch_size=2, ring_slots=2, epochs=1,
                                                   shuffle=False)
     try:

@@ -49,8 +49,9 @@ def served(module_daemon_factory, folder):
 
 
 def read_all(stoker, daemon, folder, **kw):
-    """Every sample in order, batch 1: [(image array, label)]."""
-    return samples_in_order(stoker, daemon.socket, os.path.basename(folder), **kw)
+    """Every sample in order, batch 1: [(image array, label)]; `kw`: the
+    pipeline keywords."""
+    return samples_in_order(stoker, daemon.socket, os.path.basename(folder), pipeline=kw)
 
 
 def test_decode_gives_imagefolder_pixels_and_turns_only_when_asked(stoker, served, folder):
@@ -78,7 +79,7 @@ def test_eval_follows_imagefolder_with_its_transforms(stoker, served, folder):
     # What a validation loop sees: Resize + CenterCrop on ImageFolder's image.
     tf = T.Compose([T.Resize(64), T.CenterCrop(56)])
     tv = torchvision.datasets.ImageFolder(folder, transform=tf)
-    kw = dict(pipeline="eval", height=56, width=56, resize_size=64, dtype="uint8", layout="nhwc")
+    kw = dict(pipeline="eval", size=56, resize_size=64, dtype="uint8", layout="nhwc")
     default = read_all(stoker, served, folder, **kw)
     turned = read_all(stoker, served, folder, apply_exif_orientation=True, **kw)
     with Image.open(tv.samples[0][0]) as im:

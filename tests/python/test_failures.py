@@ -17,6 +17,7 @@ from conftest import imagefolder_samples, make_dataset, read_terminal, start_dae
 
 BAD = os.path.join("class_01", "img_0002.jpg")
 LONG_DS = "a_rather_long_dataset_folder_name_to_test_the_layout/train"
+EVAL_32 = {"pipeline": "eval", "size": 32}
 LONG_CLIENT = "a trainer with a very long client name that no table has room for"
 
 
@@ -137,8 +138,7 @@ def test_failure_memory_drops_the_dataset_that_failed_longest_ago(served, stoker
         with open(os.path.join(root, "class_00", "img_0001.jpg"), "wb") as f:
             f.write(b"broken")
     for name in names + [names[1]]:  # d01 fails again last: the most recent
-        s = c.attach(name, batch_size=1, pipeline="eval", height=32, width=32, epochs=1,
-                     shuffle=False)
+        s = c.attach(name, batch_size=1, pipeline=EVAL_32, epochs=1, shuffle=False)
         while True:
             try:
                 s.next()
@@ -160,7 +160,7 @@ def test_failure_memory_drops_the_dataset_that_failed_longest_ago(served, stoker
 
 def long_session(served, stoker):
     c = stoker.Client(served.socket)
-    s = c.attach(LONG_DS, batch_size=2, pipeline="eval", height=32, width=32, epochs=0,
+    s = c.attach(LONG_DS, batch_size=2, pipeline=EVAL_32, epochs=0,
                  client_name=LONG_CLIENT)
     s.next()
     return s
@@ -241,7 +241,7 @@ def test_list_samples_equals_imagefolder_samples(served, stoker):
     want = imagefolder_samples(root)
     assert (os.path.join(root, "class_01", "linked.jpg"), 1) in want
     c = stoker.Client(served.socket)
-    s = c.attach("nested", batch_size=1, pipeline="eval", height=32, width=32, epochs=1)
+    s = c.attach("nested", batch_size=1, pipeline=EVAL_32, epochs=1)
     try:
         paths, labels = s.list_samples(0, 0)
         assert [(os.path.join(root, p), k) for p, k in zip(paths, labels)] == want
@@ -315,8 +315,8 @@ def test_list_samples_of_webdataset_shards(served, stoker):
                     info = tarfile.TarInfo(f"{key}.{ext}")
                     info.size = len(data)
                     t.addfile(info, io.BytesIO(data))
-    s = stoker.Client(served.socket).attach("wds/s-{0..1}.tar", batch_size=1, pipeline="eval",
-                                            height=32, width=32, epochs=1)
+    s = stoker.Client(served.socket).attach("wds/s-{0..1}.tar", batch_size=1, pipeline=EVAL_32,
+                                            epochs=1)
     try:
         assert s.list_samples() == (["s-0.tar:n0a.jpg", "s-0.tar:n0b.jpg", "s-1.tar:n1a.jpg",
                                      "s-1.tar:n1b.jpg"], [3, 4, 3, 4])

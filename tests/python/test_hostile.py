@@ -93,7 +93,7 @@ def pil_rgb(path: str, exif: bool = True) -> np.ndarray:
 def decode_all(stoker, daemon, dataset: str, **kw) -> List[np.ndarray]:
     """Every sample of `dataset` through the decode pipeline (batch 1, in order)."""
     return [img for img, _ in samples_in_order(stoker, daemon.socket, dataset,
-                                               pipeline="decode", **kw)]
+                                               pipeline=dict(pipeline="decode", **kw))]
 
 
 # ---------------------------------------------------------------------------
@@ -193,7 +193,7 @@ def mixed(stoker, served, corpus):
     hostile = [h for h in hostile if h.after_index is None]
     samples = [(p, c) for p, c in corpus["samples"] if os.path.lexists(p)]
     paths = [os.path.relpath(p, corpus["root"]) for p, _ in samples]
-    s = stoker.Client(served.socket).attach("mixed", batch_size=4, height=24, width=24,
+    s = stoker.Client(served.socket).attach("mixed", batch_size=4, pipeline={"size": 24},
                                             epochs=1)
     assert s.info["dataset_size"] == len(samples)
     s.detach()
@@ -205,7 +205,7 @@ def mixed(stoker, served, corpus):
 
 def test_an_image_folder_with_a_symlink_leaving_the_root_is_refused_at_attach(stoker, served):
     with pytest.raises(stoker.InvalidRequestError, match=f"{ESCAPE}.*leaves the data root"):
-        stoker.Client(served.socket).attach("escape", batch_size=1, height=24, width=24)
+        stoker.Client(served.socket).attach("escape", batch_size=1, pipeline={"size": 24})
     assert stoker.Client(served.socket).health()
 
 

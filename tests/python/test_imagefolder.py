@@ -24,7 +24,7 @@ from conftest import photo_like, write_jpeg
 
 tv_folder = pytest.importorskip("torchvision.datasets.folder")
 
-SIZE = dict(height=24, width=24)
+SIZE = dict(pipeline={"size": 24})
 
 
 def _jpeg(path: str, seed: int) -> None:

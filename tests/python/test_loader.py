@@ -253,7 +253,7 @@ def test_zero_copy_views_outlive_later_batches_and_close(stoker, served):
 
 
 def test_native_images_are_one_array_over_the_slot_owned_by_a_capsule(stoker, served):
-    session = stoker.Client(served.socket).attach("main", batch_size=5, height=40, width=48,
+    session = stoker.Client(served.socket).attach("main", batch_size=5, pipeline={"size": [40, 48]},
                                                   epochs=1, ring_slots=3)
     images, labels, indices, planned, statuses, epoch, bie, seq = session.next(10000)
     assert images.shape == (5, 40, 48, 3) and images.dtype == np.uint8
@@ -275,7 +275,7 @@ def test_a_forked_child_leaves_the_parents_session_alone(stoker, served):
     its batches. Dropping them in the child must not free the parent's slots (the
     daemon would refill a slot the parent still reads), and the child can neither
     take the parent's batches nor detach its session."""
-    session = stoker.Client(served.socket).attach("main", batch_size=2, height=32, width=32,
+    session = stoker.Client(served.socket).attach("main", batch_size=2, pipeline={"size": 32},
                                                   ring_slots=2, shuffle=False)
     images, *_ = session.next(10000)
     saved = images.copy()
@@ -448,10 +448,10 @@ def test_bad_requests_raise_invalid_request_and_the_daemon_keeps_serving(stoker,
             assert images.shape == (4, 32, 32, 3)
     # The same from the native layer, for a bad option the daemon itself checks.
     client = stoker.Client(served.socket)
-    with pytest.raises(stoker.InvalidRequestError, match="unknown pipeline") as ei:
-        client.attach("main", pipeline="bogus")
+    with pytest.raises(stoker.InvalidRequestError, match="pipeline.*bogus") as ei:
+        client.attach("main", pipeline={"pipeline": "bogus"})
     with pytest.raises(stoker.InvalidRequestError) as ei:
-        client.attach("main", pipeline="decode", batch_size=2)  # variable size needs batch 1
+        client.attach("main", pipeline={"pipeline": "decode"}, batch_size=2)  # any size: batch 1
     assert ei.value.code == "INVALID_ARGUMENT"
     with pytest.raises(stoker.InvalidRequestError, match="unknown attach option"):
         client.attach("main", batchsize=2)

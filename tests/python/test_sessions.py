@@ -147,7 +147,7 @@ _TRUNCATING_TRAINER = r"""
 import os, sys, time
 import stoker
 c = stoker.Client(sys.argv[1])
-s = c.attach(sys.argv[2], batch_size=64, height=64, width=64, epochs=0,
+s = c.attach(sys.argv[2], batch_size=64, pipeline={"size": 64}, epochs=0,
              client_name="truncating-trainer")
 # While the workers fill the ring: cut it to nothing. This process must not
 # touch its mapping again (it would fault, as stokerd would have).

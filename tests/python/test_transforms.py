@@ -1,8 +1,10 @@
 """Loader(transform=...): torchvision transforms read into a daemon pipeline.
 
-Reading: each supported recipe maps to the right options, anything else is
-refused naming the transform. End to end: a Loader given the torchvision
-recipe yields exactly what the same Loader given the options yields.
+Reading: each torchvision transform maps one to one onto its op, with the
+parameters torchvision stores; the tensor conversion onto the output
+keywords; anything else is refused naming the transform. End to end: a Loader
+given the torchvision recipe yields exactly what the same Loader given the
+keywords yields.
 """
 
 from __future__ import annotations
@@ -28,40 +30,82 @@ def options(stoker):
 def test_train_recipe(options):
     o = options(T.Compose([T.RandomResizedCrop(176, scale=(0.25, 1), ratio=(0.5, 2)),
                            T.RandomHorizontalFlip(0.3), T.ToTensor(), T.Normalize(MEAN, STD)]))
-    assert o == dict(pipeline="train", size=(176, 176), scale=(0.25, 1.0), ratio=(0.5, 2.0),
-                     interpolation="antialias", flip_prob=0.3, dtype="float32", layout="nchw",
-                     mean=MEAN, std=STD)
+    assert o == dict(ops=[{"RandomResizedCrop": dict(size=[176, 176], scale=[0.25, 1.0],
+                                                     ratio=[0.5, 2.0], interpolation="bilinear")},
+                          {"RandomHorizontalFlip": dict(p=0.3)}],
+                     dtype="float32", layout="nchw", mean=MEAN, std=STD)
 
 
 def test_eval_recipe_and_uint8(options):
     o = options([T.Resize(160), T.CenterCrop((128, 144)), T.PILToTensor()])
-    assert o["pipeline"] == "eval" and o["resize_size"] == 160 and o["size"] == (128, 144)
-    assert o["dtype"] == "uint8" and o["layout"] == "nchw" and "mean" not in o
+    assert o == dict(ops=[{"Resize": dict(size=[160], interpolation="bilinear")},
+                          {"CenterCrop": dict(size=[128, 144])}], dtype="uint8", layout="nchw")
     o = options([T.Resize(256), T.CenterCrop(224), T.PILToTensor(),
                  T.ConvertImageDtype(torch.float16), T.Normalize(MEAN, STD)])
-    assert o["dtype"] == "float16" and o["mean"] == MEAN
+    assert o["dtype"] == "float16" and o["mean"] == MEAN and o["std"] == STD
     o = options(T.Compose([T.RandomResizedCrop(64), T.ToTensor()]))  # no flip, no Normalize
-    assert o["flip_prob"] == 0.0 and o["mean"] == [0.0] * 3 and o["std"] == [1.0] * 3
+    assert [list(op) for op in o["ops"]] == [["RandomResizedCrop"]]
+    assert o["mean"] == [0.0] * 3 and o["std"] == [1.0] * 3  # plain x / 255
+    assert options(T.ToTensor()) == dict(pipeline="decode", dtype="float32", layout="nchw",
+                                         mean=[0.0] * 3, std=[1.0] * 3)  # the whole image
+
+
+def test_every_new_op_is_read_with_the_parameters_torchvision_stores(options):
+    o = options([T.Resize((40, 48)), T.Resize(36, max_size=44),
+                 T.RandomCrop(32, padding=4, pad_if_needed=True, fill=(1, 2, 3),
+                              padding_mode="reflect"),
+                 T.RandomCrop((30, 28)), T.RandomVerticalFlip(0.25),
+                 T.ColorJitter(brightness=0.4, contrast=(0.5, 1.5), saturation=0, hue=0.1),
+                 T.Grayscale(3), T.RandomGrayscale(0.2), T.GaussianBlur((3, 5), (0.5, 1.5)),
+                 T.GaussianBlur(7, 0.8), T.PILToTensor()])
+    assert o["ops"] == [
+        {"Resize": dict(size=[40, 48], interpolation="bilinear")},
+        {"Resize": dict(size=[36], max_size=44, interpolation="bilinear")},
+        {"RandomCrop": dict(size=[32, 32], padding=[4], pad_if_needed=True, fill=[1, 2, 3],
+                            padding_mode="reflect")},
+        {"RandomCrop": dict(size=[30, 28], pad_if_needed=False, fill=[0],
+                            padding_mode="constant")},
+        {"RandomVerticalFlip": dict(p=0.25)},
+        # torchvision's ranges: 0.4 -> [0.6, 1.4]; saturation 0 -> not made (None).
+        {"ColorJitter": dict(brightness=[pytest.approx(0.6), pytest.approx(1.4)],
+                             contrast=[0.5, 1.5], hue=[-0.1, 0.1])},
+        {"Grayscale": dict(num_output_channels=3)},
+        {"RandomGrayscale": dict(p=0.2)},
+        {"GaussianBlur": dict(kernel_size=[3, 5], sigma=[0.5, 1.5])},
+        {"GaussianBlur": dict(kernel_size=[7, 7], sigma=[0.8, 0.8])},
+    ]
+
+
+def test_antialias_is_never_sent_the_pil_backend_always_antialiases(options):
+    # torchvision 0.14 ignores antialias=False for PIL images (with a warning):
+    # the op's default, PIL's antialiased resampling, is what it does.
+    for t in (T.RandomResizedCrop(32, antialias=False), T.Resize(32, antialias=True)):
+        (op,) = options([t, T.PILToTensor()])["ops"]
+        assert "antialias" not in next(iter(op.values())), op
 
 
 @pytest.mark.parametrize("transform,match", [
-    ([T.RandomResizedCrop(64), T.ColorJitter(0.4), T.ToTensor()], "ColorJitter"),
+    ([T.RandomResizedCrop(64), T.RandomRotation(10), T.ToTensor()], "RandomRotation"),
     ([T.RandomResizedCrop(64, interpolation=T.InterpolationMode.BICUBIC), T.ToTensor()],
-     "bicubic"),
-    ([T.Resize((64, 80)), T.CenterCrop(64), T.ToTensor()], "Resize"),
-    ([T.Resize(64), T.ToTensor()], "without CenterCrop"),
+     "RandomResizedCrop.*bicubic"),
+    ([T.Resize(64, interpolation=T.InterpolationMode.NEAREST), T.ToTensor()], "Resize.*nearest"),
     ([T.RandomResizedCrop(64)], "end in a tensor"),
     ([T.RandomResizedCrop(64), T.PILToTensor(), T.Normalize(MEAN, STD)], "Normalize"),
-    ([T.Resize(72), T.CenterCrop(64), T.RandomHorizontalFlip(), T.ToTensor()],
-     "RandomHorizontalFlip"),
+    ([T.RandomResizedCrop(64), T.ToTensor(), T.RandomHorizontalFlip()],
+     "RandomHorizontalFlip after ToTensor"),
+    ([T.ToTensor(), T.ColorJitter(0.4)], "ColorJitter after ToTensor"),
+    ([T.RandomResizedCrop(64), T.ToTensor(), T.RandomErasing()], "RandomErasing"),
 ])
 def test_unsupported_transforms_are_refused_by_name(stoker, options, transform, match):
-    with pytest.raises(stoker.InvalidRequestError, match=match):
+    with pytest.raises(stoker.InvalidRequestError, match=match) as e:
         options(transform)
+    # The message lists what is served, from the one table.
+    from stoker._transforms import _OPS
+    assert all(name in str(e.value) for name in _OPS), str(e.value)
 
 
-def test_a_loader_given_the_recipe_yields_what_the_options_give(stoker, daemon_factory,
-                                                                tmp_path_factory):
+def test_a_loader_given_the_recipe_yields_what_the_keywords_give(stoker, daemon_factory,
+                                                                 tmp_path_factory):
     root = str(tmp_path_factory.mktemp("tf"))
     make_dataset(os.path.join(root, "set"), classes=2, per_class=6, sizes=(50, 150), seed=61)
     d = daemon_factory(workers=2, data_root=root)
@@ -72,6 +116,9 @@ def test_a_loader_given_the_recipe_yields_what_the_options_give(stoker, daemon_f
     with stoker.Loader(ds, transform=recipe, **common) as a, \
             stoker.Loader(ds, pipeline="train", size=40, scale=(0.3, 1), dtype="float32",
                           layout="nchw", **common) as b:
+        n = 0
         for (xa, ya), (xb, yb) in zip(a, b):
             assert xa.shape == (4, 3, 40, 40) and xa.dtype == torch.float32
             assert torch.equal(xa, xb) and torch.equal(ya, yb)
+            n += 1
+        assert n == 3

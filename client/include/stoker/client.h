@@ -42,11 +42,9 @@ class SessionCore;
 class RpcChannel;
 }  // namespace internal
 
-enum class PipelineKind { kTrain = 1, kEval = 2, kDecode = 3 };
-enum class Interpolation { kAntialias = 1, kBilinear = 2 };
 enum class DType { kUint8 = 1, kFloat32 = 2, kFloat16 = 3 };
 enum class Layout { kNHWC = 1, kNCHW = 2 };
-enum class DatasetFormat { kAuto = 0, kImageFolder = 1, kManifest = 2 };
+enum class DatasetFormat { kAuto = 0, kImageFolder = 1, kManifest = 2, kWebDataset = 3 };
 enum class FailurePolicy { kSkip = 1, kError = 2 };
 
 // What happened to one sample of a batch.
@@ -56,49 +54,21 @@ enum class SampleStatus {
   kFailed = 2,    // it failed and was not replaced; its pixels are zero
 };
 
-// The decode/augment pipeline, spelled as torchvision spells its transforms.
-// 0 / empty means the default in the comment (the daemon applies them and
-// reports the effective values in SessionInfo::effective_pipeline_json).
-struct PipelineOptions {
-  // train: RandomResizedCrop + RandomHorizontalFlip; eval: Resize (shorter
-  // side) + CenterCrop; decode: the whole image (tests and tools).
-  PipelineKind kind = PipelineKind::kTrain;
-  // Output size (default 224x224; decode: 0x0 means each image's own size,
-  // batch_size 1 only).
-  uint32_t height = 0;
-  uint32_t width = 0;
-  // eval: the shorter side before the crop (default 256 for 224).
-  uint32_t resize_size = 0;
-  // train: RandomResizedCrop's scale and ratio ranges (default (0.08, 1.0)
-  // and (3/4, 4/3)).
-  float scale_min = 0, scale_max = 0;
-  float ratio_min = 0, ratio_max = 0;
-  // train: probability of a horizontal flip (default 0.5; no_flip for 0).
-  float flip_prob = 0;
-  bool no_flip = false;
-  Interpolation interpolation = Interpolation::kAntialias;
-  // uint8 NHWC (default: fewest bytes through shared memory and PCIe), or
-  // float32/float16, normalized (x/255 - mean) / std, NCHW or NHWC.
-  DType dtype = DType::kUint8;
-  Layout layout = Layout::kNHWC;
-  std::vector<float> mean;  // RGB; default ImageNet's
-  std::vector<float> std;
-  // Images larger than this fail as samples (default 64 Mpx; 16 Mpx for the
-  // variable-size decode pipeline, whose ring slots are sized by it).
-  uint64_t max_decode_pixels = 0;
-  // Never decode at a reduced DCT scale (slower, a hair closer to PIL).
-  bool exact_decode = false;
-  // Rotate/mirror as the EXIF orientation says (PIL's exif_transpose). Off
-  // by default: torchvision's ImageFolder does not.
-  bool apply_exif_orientation = false;
-};
-
 struct AttachOptions {
   // The dataset, relative to the daemon's --data-root (or absolute inside
   // it): an ImageFolder directory or a manifest file.
   std::string dataset;
   DatasetFormat format = DatasetFormat::kAuto;
-  PipelineOptions pipeline;
+  // The decode/augment pipeline as data: a JSON object of pipeline keywords,
+  // the same ones Python's Loader and `stokerctl consume` take; their names,
+  // defaults and checks are in proto/stoker/pipeline_spec.h. Empty: "{}",
+  // the train preset at 224x224, uint8 NHWC. For example
+  //   {"pipeline": "eval", "size": 160, "dtype": "float32"}
+  //   {"ops": [{"RandomCrop": {"size": [32], "padding": [4]}},
+  //            {"RandomHorizontalFlip": {}}], "dtype": "float32"}
+  // A bad pipeline fails Attach with INVALID_ARGUMENT naming the keyword or
+  // op (before any RPC, and again in the daemon).
+  std::string pipeline;
   uint32_t batch_size = 64;
   // The order of each epoch is a permutation from (seed, epoch); a sample's
   // augmentation is keyed by (seed, epoch, dataset index).
@@ -151,6 +121,11 @@ struct SessionInfo {
   uint64_t slot_bytes = 0;
   uint64_t sample_bytes = 0;       // 0 for variable-size decode
   std::vector<std::string> class_names;
+  // The pipeline the daemon runs, every default filled in: the effective
+  // stoker.v1.PipelineSpec as JSON (proto/stoker/pipeline_spec.h's ToJson:
+  // snake_case fields, torchvision's op names), e.g.
+  //   {"preset":"train","ops":[{"RandomResizedCrop":{"size":[224,224],...}},
+  //    ...],"size":[224,224],"output":{"dtype":"uint8","layout":"nhwc",...},...}
   std::string effective_pipeline_json;
 };
 

@@ -1,27 +1,109 @@
-"""Reads a torchvision transform and says which stoker pipeline does the same.
+"""Reads a torchvision transform into the pipeline keywords that run it in the daemon.
 
-``Loader(dataset, transform=T.Compose([...]))`` accepts the transforms of the
-usual ImageNet recipes, as torchvision (PIL backend) names and parameterizes
-them, and runs them in the daemon:
+``Loader(dataset, transform=T.Compose([...]))`` maps the transform one to one
+onto an op list (stoker.proto's ``Op``: each op is the torchvision transform
+of the same name, PIL backend, with the parameters torchvision stores), then
+its tensor conversion onto the output keywords:
 
-* train: ``RandomResizedCrop(size, scale, ratio)`` and ``RandomHorizontalFlip(p)``
-* eval:  ``Resize(int)`` then ``CenterCrop(size)``
-* then:  ``ToTensor()`` (float32 in [0, 1]) or ``PILToTensor()`` (uint8), optionally
-  ``ConvertImageDtype(float dtype)``, then optionally ``Normalize(mean, std)`` (1 value
-  each is broadcast to the 3 channels, as torchvision does).
+* the ops, in any order and number: the keys of `_OPS` below;
+* then ``ToTensor()`` (float32 in [0, 1]) or ``PILToTensor()`` (uint8), optionally
+  ``ConvertImageDtype(float dtype)``, then optionally ``Normalize(mean, std)`` (1
+  value each is broadcast to the 3 channels, as torchvision does).
 
-Anything else is refused with the list above: stoker never silently drops a
-transform. Objects are recognized by class name, so torchvision is not imported.
+Anything else, or an op after the tensor conversion, is refused with an error
+naming the transform and listing what is served: stoker never silently drops
+a transform. Whether the parameters are in range is for the daemon's
+pipeline module (stoker/pipeline_spec.h) to say, as for every front end.
+Objects are recognized by class name, so torchvision is not imported.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from . import _native
 
-_SUPPORTED = ("RandomResizedCrop, RandomHorizontalFlip, Resize(int) + CenterCrop, ToTensor, "
-              "PILToTensor, ConvertImageDtype, Normalize (in that order)")
+
+def _ints(v: Any) -> List[int]:
+    """A size (or padding, fill) as torchvision stores it, a number or a
+    sequence, as a list of ints (a float fill is truncated, as PIL's pad does)."""
+    if isinstance(v, (int, float)):
+        return [int(v)]
+    return [int(x) for x in v]
+
+
+def _floats(v: Any) -> List[float]:
+    if isinstance(v, (int, float)):
+        return [float(v)]
+    return [float(x) for x in v]
+
+
+def _resampling(t: Any) -> Dict[str, Any]:
+    """The interpolation of RandomResizedCrop / Resize: bilinear only.
+
+    `antialias` is never sent: torchvision 0.14 resizes a PIL image with PIL's
+    antialiased resampling whatever its `antialias` says (F.resize ignores
+    antialias=False for PIL images, with a warning), and the op's default is
+    that same PIL resampling.
+    """
+    mode = getattr(t, "interpolation", None)
+    name = str(getattr(mode, "value", mode) or "bilinear").lower()
+    if name != "bilinear":
+        raise _refuse(f"{type(t).__name__}(interpolation={name}): only bilinear is served "
+                      "(antialiased when downscaling, as torchvision's PIL backend does)")
+    return {"interpolation": name}
+
+
+def _random_resized_crop(t: Any) -> Dict[str, Any]:
+    return {"size": _ints(t.size), "scale": _floats(t.scale), "ratio": _floats(t.ratio),
+            **_resampling(t)}
+
+
+def _resize(t: Any) -> Dict[str, Any]:
+    op: Dict[str, Any] = {"size": _ints(t.size), **_resampling(t)}
+    if getattr(t, "max_size", None) is not None:
+        op["max_size"] = int(t.max_size)
+    return op
+
+
+def _random_crop(t: Any) -> Dict[str, Any]:
+    op: Dict[str, Any] = {"size": _ints(t.size), "pad_if_needed": bool(t.pad_if_needed),
+                          "padding_mode": str(t.padding_mode)}
+    if t.padding is not None:
+        op["padding"] = _ints(t.padding)
+    if t.fill is not None:
+        op["fill"] = _ints(t.fill)
+    return op
+
+
+def _color_jitter(t: Any) -> Dict[str, Any]:
+    # torchvision keeps each factor as its [min, max] range, None when the
+    # adjustment is not made.
+    return {k: _floats(getattr(t, k)) for k in ("brightness", "contrast", "saturation", "hue")
+            if getattr(t, k) is not None}
+
+
+#: The torchvision transforms served as ops, each with its reader (the
+#: parameters torchvision stores -> the op's JSON form). The one list of what
+#: is served: errors list its names.
+_OPS: Dict[str, Callable[[Any], Dict[str, Any]]] = {
+    "RandomResizedCrop": _random_resized_crop,
+    "Resize": _resize,
+    "CenterCrop": lambda t: {"size": _ints(t.size)},
+    "RandomCrop": _random_crop,
+    "RandomHorizontalFlip": lambda t: {"p": float(t.p)},
+    "RandomVerticalFlip": lambda t: {"p": float(t.p)},
+    "ColorJitter": _color_jitter,
+    "Grayscale": lambda t: {"num_output_channels": int(t.num_output_channels)},
+    "RandomGrayscale": lambda t: {"p": float(t.p)},
+    "GaussianBlur": lambda t: {"kernel_size": _ints(t.kernel_size), "sigma": _floats(t.sigma)},
+}
+
+#: The tensor conversion that ends a transform, in this order.
+_TENSOR_STEPS = ("ToTensor or PILToTensor", "ConvertImageDtype", "Normalize")
+
+_SUPPORTED = (", ".join(_OPS) + " (the ops, before the tensor conversion), then "
+              + ", ".join(_TENSOR_STEPS))
 
 
 def _refuse(message: str) -> "_native.InvalidRequestError":
@@ -41,26 +123,6 @@ def _flatten(t: Any) -> List[Any]:
     return [t]
 
 
-def _size(v: Any, what: str) -> Sequence[int]:
-    if isinstance(v, int):
-        return (v, v)
-    v = list(v)
-    if len(v) == 1:
-        return (int(v[0]), int(v[0]))
-    if len(v) == 2:
-        return (int(v[0]), int(v[1]))
-    raise _refuse(f"{what} size {v!r} is not an int or (height, width)")
-
-
-def _interpolation(t: Any) -> str:
-    mode = getattr(t, "interpolation", None)
-    name = str(getattr(mode, "value", mode) or "bilinear").lower()
-    if name != "bilinear":
-        raise _refuse(f"{type(t).__name__}(interpolation={name}): only bilinear is supported "
-                      "(antialiased when downscaling, as torchvision's PIL backend does)")
-    return "antialias"
-
-
 def _dtype_name(d: Any) -> str:
     name = str(d).replace("torch.", "")
     aliases = {"float": "float32", "half": "float16", "float32": "float32",
@@ -71,8 +133,8 @@ def _dtype_name(d: Any) -> str:
 
 
 def channels(values: Any, what: str) -> List[float]:
-    """Per-channel values (a mean or std) as 3 floats: one value is broadcast
-    to the three RGB channels, as torchvision's Normalize does.
+    """Normalize's per-channel values (a mean or std) as 3 floats: one value
+    is broadcast to the three RGB channels, as torchvision's Normalize does.
 
     Raises:
         InvalidRequestError: not 1 or 3 numbers.
@@ -92,13 +154,15 @@ def channels(values: Any, what: str) -> List[float]:
 #: The steps of a transform that decide each pipeline keyword of Loader, the
 #: first one present naming it in errors.
 _SETTERS: Dict[str, Sequence[str]] = {
-    "pipeline": ("RandomResizedCrop", "Resize", "CenterCrop"),
-    "size": ("RandomResizedCrop", "CenterCrop"),
+    "pipeline": tuple(_OPS),
+    "ops": tuple(_OPS),
+    "size": ("RandomResizedCrop", "CenterCrop", "RandomCrop", "Resize"),
     "resize_size": ("Resize",),
     "scale": ("RandomResizedCrop",),
     "ratio": ("RandomResizedCrop",),
     "flip_prob": ("RandomHorizontalFlip",),
     "interpolation": ("RandomResizedCrop", "Resize"),
+    "antialias": ("RandomResizedCrop", "Resize"),
     "dtype": ("ConvertImageDtype", "ToTensor", "PILToTensor"),
     "layout": ("ToTensor", "PILToTensor"),
     "mean": ("Normalize",),
@@ -121,72 +185,51 @@ def step_setting(keyword: str, transform: Any) -> str:
 
 
 def loader_options(transform: Any) -> Dict[str, Any]:
-    """The Loader keyword arguments equivalent to `transform` (pipeline, size,
-    resize_size, scale, ratio, flip_prob, interpolation, dtype, layout, mean, std)."""
-    steps = _flatten(transform)
-    opts: Dict[str, Any] = {}
-    geometry: Optional[str] = None  # 'train' or 'eval'
-    resize: Optional[int] = None
-    flip: Optional[float] = None
+    """The pipeline keywords (stoker/pipeline_spec.h) equivalent to
+    `transform`: ``ops`` (or ``pipeline='decode'`` when it has no op: the
+    whole image), ``dtype``, ``layout`` and, for floats, ``mean`` and ``std``.
+
+    Raises:
+        InvalidRequestError: a transform that is not served, or not in its
+            place; the message names it.
+    """
+    ops: List[Dict[str, Any]] = []
     dtype: Optional[str] = None  # after the tensor conversion
+    converted_by = ""
     normalized = False
-    for t in steps:
+    mean: List[float] = []
+    std: List[float] = []
+    for t in _flatten(transform):
         name = type(t).__name__
-        if dtype is None and name == "RandomResizedCrop":
-            if geometry is not None:
-                raise _refuse("one RandomResizedCrop, and not with Resize/CenterCrop")
-            geometry = "train"
-            opts.update(size=_size(t.size, name), scale=tuple(float(x) for x in t.scale),
-                        ratio=tuple(float(x) for x in t.ratio), interpolation=_interpolation(t))
-        elif dtype is None and name == "RandomHorizontalFlip":
-            if flip is not None:
-                raise _refuse("one RandomHorizontalFlip")
-            flip = float(t.p)
-        elif dtype is None and name == "Resize":
-            if geometry is not None or resize is not None:
-                raise _refuse("Resize after another crop or resize")
-            if not isinstance(t.size, int) and not (len(t.size) == 1):
-                raise _refuse(f"Resize({list(t.size)}): only Resize(int), the shorter side, "
-                              "followed by CenterCrop")
-            if getattr(t, "max_size", None) is not None:
-                raise _refuse("Resize(max_size=...) is not supported")
-            resize = int(t.size if isinstance(t.size, int) else t.size[0])
-            opts.update(interpolation=_interpolation(t))
-        elif dtype is None and name == "CenterCrop":
-            if resize is None or geometry is not None:
-                raise _refuse("CenterCrop must follow Resize(int)")
-            geometry = "eval"
-            opts.update(size=_size(t.size, name), resize_size=resize)
-        elif dtype is None and name == "ToTensor":
-            dtype = "float32"
-        elif dtype is None and name == "PILToTensor":
-            dtype = "uint8"
+        if name in _OPS:
+            if dtype is not None:
+                raise _refuse(f"{name} after {converted_by}: the ops run on the decoded image, "
+                              f"so {name} must come before the tensor conversion")
+            ops.append({name: _OPS[name](t)})
+        elif dtype is None and name in ("ToTensor", "PILToTensor"):
+            dtype = "float32" if name == "ToTensor" else "uint8"
+            converted_by = f"{name}()"
         elif name == "ConvertImageDtype":
             if dtype is None or normalized:
-                raise _refuse("ConvertImageDtype must follow PILToTensor/ToTensor, before Normalize")
+                raise _refuse("ConvertImageDtype must follow PILToTensor/ToTensor, before "
+                              "Normalize")
             dtype = _dtype_name(t.dtype)
         elif name == "Normalize":
             if dtype is None or dtype == "uint8" or normalized:
                 raise _refuse("Normalize must follow ToTensor (or a float ConvertImageDtype)")
             normalized = True
             try:
-                opts.update(mean=channels(t.mean, "Normalize's mean"),
-                            std=channels(t.std, "Normalize's std"))
+                mean = channels(t.mean, "Normalize's mean")
+                std = channels(t.std, "Normalize's std")
             except _native.InvalidRequestError as e:
                 raise _refuse(str(e)) from None
         else:
-            raise _refuse(f"{name} is not supported here, or not in this position")
-    if resize is not None and geometry is None:
-        raise _refuse("Resize(int) without CenterCrop gives images of varying size")
-    if flip is not None and geometry != "train":
-        raise _refuse("RandomHorizontalFlip needs RandomResizedCrop (the train pipeline)")
+            raise _refuse(f"{name} is not served here, or not in this position")
     if dtype is None:
         raise _refuse("the transform must end in a tensor: add ToTensor() or PILToTensor()")
-    opts["pipeline"] = geometry or "decode"
-    if geometry == "train":
-        opts["flip_prob"] = 0.0 if flip is None else flip
+    opts: Dict[str, Any] = {"ops": ops} if ops else {"pipeline": "decode"}
     opts["dtype"] = dtype
     opts["layout"] = "nchw"  # what ToTensor / PILToTensor give
-    if dtype != "uint8" and not normalized:
-        opts.update(mean=[0.0, 0.0, 0.0], std=[1.0, 1.0, 1.0])  # plain x / 255
+    if dtype != "uint8":
+        opts["mean"], opts["std"] = (mean, std) if normalized else ([0.0] * 3, [1.0] * 3)
     return opts

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Mapping, Optional, Union
 
 from . import _native
 
@@ -65,15 +65,27 @@ class Client:
         except _native.StokerError:
             return False
 
-    def attach(self, dataset: str, **options: Any) -> _native.Session:
+    def attach(self, dataset: str, pipeline: Union[Mapping[str, Any], str, None] = None,
+               **options: Any) -> _native.Session:
         """A raw session (numpy, no torch): see `stoker.Session.next`.
 
-        Options are those of the C++ AttachOptions, spelled in snake_case
-        (``batch_size``, ``pipeline``, ``height``, ``width``, ``dtype``,
-        ``layout``, ``epochs`` (0: without end), ``seed``, ...). Most users
+        Args:
+            pipeline: the pipeline keywords (proto/stoker/pipeline_spec.h), a
+                dict such as ``{"pipeline": "eval", "size": 32, "dtype":
+                "float32"}`` or ``{"ops": [{"RandomCrop": {"size": [32]}}]}``,
+                or that object as JSON text. None: ``{}``, the train preset at
+                224 x 224, uint8 NHWC. The daemon's effective pipeline is in
+                ``session.info["effective_pipeline_json"]``.
+            options: the other AttachOptions of the C++ client, spelled in
+                snake_case (``batch_size``, ``epochs`` (0: without end),
+                ``seed``, ``shuffle``, ``ring_slots``, ...).
+
+        Raises InvalidRequestError for a bad keyword, op or option. Most users
         want `stoker.Loader` instead.
         """
-        return self._native.attach(os.fspath(dataset), **options)
+        if pipeline is not None and not isinstance(pipeline, str):
+            pipeline = json.dumps(dict(pipeline))
+        return self._native.attach(os.fspath(dataset), pipeline_json=pipeline, **options)
 
     def __repr__(self) -> str:
         return f"stoker.Client({self.socket!r})"

@@ -9,7 +9,7 @@ import sys
 import threading
 import warnings
 import weakref
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -33,9 +33,11 @@ def _torch_module():
 
 Images = Union["torch.Tensor", List["torch.Tensor"]]  # noqa: F821
 
-_DTYPES = ("uint8", "float32", "float16", "bfloat16")
-_LAYOUTS = ("nhwc", "nchw", "channels_last")
-_PIPELINES = ("train", "eval", "decode")
+#: What Python makes of the daemon's output for the two output names only it
+#: knows: bfloat16 is a cast of the daemon's float32, channels_last an
+#: [n, 3, H, W] view of its NHWC (torch.channels_last memory format).
+_PYTHON_DTYPES = {"bfloat16": "float32"}
+_PYTHON_LAYOUTS = {"channels_last": "nhwc"}
 
 
 class BatchView:
@@ -89,23 +91,6 @@ def _env_int(name: str) -> Optional[int]:
         return int(v)
     except ValueError:
         raise _native.InvalidRequestError(f"${name}={v!r} is not an integer") from None
-
-
-def _size_pair(size: Union[int, Sequence[int], None], pipeline: str) -> Tuple[int, int]:
-    if size is None:
-        return (0, 0) if pipeline == "decode" else (224, 224)
-    bad = _native.InvalidRequestError(
-        f"size must be a positive int or a (height, width) pair of them, got {size!r}")
-    if isinstance(size, (int, np.integer)):
-        size = (size, size)
-    try:
-        h, w = size  # type: ignore[misc]
-    except (TypeError, ValueError):
-        raise bad from None
-    if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v > 0
-               for v in (h, w)):
-        raise bad
-    return int(h), int(w)
 
 
 # ---------------------------------------------------------------------------
@@ -183,8 +168,8 @@ class ForkedLoaderError(_native.StokerError):
 
 
 class _Unset:
-    """The default of a keyword whose value, when given, is checked against
-    what a transform decides (see _PIPELINE_DEFAULTS)."""
+    """The default of a keyword that is not sent unless given (see
+    _PIPELINE_KEYWORDS)."""
 
     def __repr__(self) -> str:
         return "<default>"
@@ -195,11 +180,15 @@ class _Unset:
 
 _UNSET: Any = _Unset()
 
-#: The pipeline keywords of Loader and their defaults (the one place they
-#: live): a transform decides them all, so giving one beside it is an error.
-_PIPELINE_DEFAULTS: Dict[str, Any] = dict(
-    pipeline="train", size=None, resize_size=None, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3),
-    flip_prob=0.5, interpolation="antialias", dtype="uint8", layout=None, mean=None, std=None)
+#: Loader's pipeline keywords that a transform decides (giving one beside
+#: transform= is an error), in the order errors name them. Each one given is
+#: sent to the daemon as given, in the keyword JSON of
+#: proto/stoker/pipeline_spec.h, which alone holds their defaults and checks;
+#: one not given is not sent.
+_PIPELINE_KEYWORDS = ("pipeline", "ops", "size", "resize_size", "scale", "ratio", "flip_prob",
+                      "interpolation", "antialias", "dtype", "layout", "mean", "std")
+#: Pipeline keywords sent as given beside a transform too.
+_DECODE_KEYWORDS = ("exact_decode", "apply_exif_orientation")
 _DEFAULT_RING_SLOTS = 4
 
 #: DataLoader keywords that stoker cannot honour: (the value that means
@@ -350,6 +339,20 @@ class DatasetView:
         return f"stoker.DatasetView(root={self.root!r})"
 
 
+def _keywords_json(keywords: Dict[str, Any]) -> str:
+    """Pipeline keywords as the JSON object the C++ module reads."""
+
+    def plain(v: Any) -> Any:  # numpy scalars and arrays, torch tensors
+        if hasattr(v, "tolist"):
+            return v.tolist()
+        raise TypeError(f"{v!r} ({type(v).__name__}) is not a number, str, list or dict")
+
+    try:
+        return json.dumps(keywords, default=plain)
+    except (TypeError, ValueError) as e:
+        raise _native.InvalidRequestError(f"pipeline keywords {keywords!r}: {e}") from None
+
+
 class Loader:
     """Batches of decoded, augmented images from stokerd, as torch tensors.
 
@@ -454,36 +457,49 @@ class Loader:
         socket: the daemon's Unix socket; None: ``$STOKER_SOCKET``; neither:
             a private daemon (see above).
         transform: a torchvision transform (``T.Compose([...])`` or a list) to
-            run in the daemon instead of the pipeline arguments below:
-            RandomResizedCrop, RandomHorizontalFlip, Resize(int) + CenterCrop,
-            ToTensor or PILToTensor, ConvertImageDtype, Normalize (a 1-value
-            mean/std is broadcast). Others are refused with an error. It
-            decides every pipeline argument (pipeline, size, resize_size,
-            scale, ratio, flip_prob, interpolation, dtype, layout, mean, std):
-            giving one of them too is an error naming both. Without a
-            fixed-size crop or resize the images cannot be batched: an error,
-            unless ``batch_size=1``.
-        pipeline: 'train' (RandomResizedCrop + RandomHorizontalFlip), 'eval'
-            (Resize + CenterCrop) or 'decode' (the whole image). Defaults of
-            this and the pipeline arguments down to ``std``: pipeline='train', size=None, resize_size=None,
-            scale=(0.08, 1), ratio=(3/4, 4/3), flip_prob=0.5,
-            interpolation='antialias', dtype='uint8', layout=None, mean=None,
-            std=None.
-        size: output size, a positive int or (height, width). None: 224 for
-            train/eval; for decode each image's own size (needs
-            ``batch_size=1``).
-        resize_size: eval: the shorter side before the crop (None: 256*size/224).
-        scale, ratio: train: RandomResizedCrop's ranges ((0.08, 1), (3/4, 4/3)).
-        flip_prob: train: probability of a horizontal flip (0.5).
-        interpolation: 'antialias' (PIL-like, torchvision's default) or 'bilinear'.
+            run in the daemon, read one to one into ``ops``: RandomResizedCrop,
+            Resize, CenterCrop, RandomCrop, RandomHorizontalFlip,
+            RandomVerticalFlip, ColorJitter, Grayscale, RandomGrayscale,
+            GaussianBlur (bilinear resampling only), then ToTensor or
+            PILToTensor, ConvertImageDtype, Normalize (a 1-value mean/std is
+            broadcast). Others, and an op after the tensor conversion, are
+            refused with an error naming them. It decides every pipeline
+            argument from ``pipeline`` to ``std`` below: giving one of them too
+            is an error naming both. Without a fixed-size crop or resize the
+            images cannot be batched: an error, unless ``batch_size=1``.
+
+        The pipeline arguments, from ``pipeline`` to ``std`` and
+        ``exact_decode``, ``apply_exif_orientation``: each one given is sent
+        to the daemon as given; one not given is not sent, and the daemon's
+        pipeline module (proto/stoker/pipeline_spec.h, the one place that
+        holds the defaults and the checks) decides it. `effective_pipeline`
+        shows the result, before attach.
+
+        pipeline: the preset: 'train' (RandomResizedCrop + RandomHorizontalFlip),
+            'eval' (Resize + CenterCrop) or 'decode' (the whole image).
+        ops: the op list as data instead of a preset: a list of
+            ``{"TorchvisionName": {parameters}}`` as stoker.proto's JSON
+            mapping spells them, e.g. ``[{"RandomCrop": {"size": [32],
+            "padding": [4]}}, {"RandomHorizontalFlip": {}}]``. Not with
+            ``transform`` (which is read into ops) or the preset's keywords.
+        size: the output size, an int or (height, width): the preset's crop,
+            or with ``ops`` the size every image must come out at. Each
+            image's own size (no size, no fixed-size op) needs
+            ``batch_size=1``.
+        resize_size: the eval preset's Resize (its shorter side).
+        scale, ratio: the train preset's RandomResizedCrop ranges.
+        flip_prob: the train preset's RandomHorizontalFlip probability.
+        interpolation: the preset's resampling: 'bilinear'.
+        antialias: the preset's resampling: True (PIL's antialiased resize, as
+            torchvision's PIL backend) or False (plain 2-tap bilinear).
         dtype: 'uint8' (raw pixels) or 'float32'/'float16'/'bfloat16',
             normalized ``(x/255 - mean) / std`` (bfloat16: rounded from the
             float32 value to nearest even; on the CPU path a cast of the
             daemon's float32).
         layout: 'nhwc' or 'nchw' (the tensor's shape), or 'channels_last': an
-            [n, 3, H, W] tensor in torch.channels_last memory format. None:
-            'nhwc' for uint8, 'nchw' for floats.
-        mean, std: per RGB channel, 3 values or 1 for all; None: ImageNet's.
+            [n, 3, H, W] tensor in torch.channels_last memory format (the
+            daemon serves NHWC).
+        mean, std: per RGB channel, 3 values or 1 for all.
         seed: the order of epoch e is a permutation from (seed, e); a sample's
             augmentation is keyed by (seed, epoch, index): the same seed gives
             the same batches whatever the daemon's worker count.
@@ -531,8 +547,8 @@ class Loader:
             use; sets ``ring_slots = prefetch_factor + 1`` (giving both is an
             error). Stoker's prefetch is for the whole loader, not per worker.
         apply_exif_orientation: rotate and flip each image as its EXIF
-            orientation says (off by default: torchvision's ImageFolder does
-            not rotate either).
+            orientation says (torchvision's ImageFolder does not, nor does the
+            daemon unless asked).
         exact_decode: decode every image at full size before resizing (no
             reduced-size DCT decode): slower, closest to PIL's pixels.
         allow_empty: ImageFolder's allow_empty: keep class folders with no
@@ -559,6 +575,8 @@ class Loader:
         ratio: Any = _UNSET,
         flip_prob: Any = _UNSET,
         interpolation: Any = _UNSET,
+        antialias: Any = _UNSET,
+        ops: Any = _UNSET,
         dtype: Any = _UNSET,
         layout: Any = _UNSET,
         mean: Any = _UNSET,
@@ -582,8 +600,8 @@ class Loader:
         pin_memory: bool = False,
         persistent_workers: bool = False,
         prefetch_factor: Optional[int] = None,
-        apply_exif_orientation: bool = False,
-        exact_decode: bool = False,
+        apply_exif_orientation: Any = _UNSET,
+        exact_decode: Any = _UNSET,
         allow_empty: Optional[bool] = None,
         skip_unsupported_formats: bool = False,
         **dataloader_keywords: Any,
@@ -624,26 +642,20 @@ class Loader:
             dataset, transform = folder["root"], folder["transform"]
             if allow_empty is None:
                 allow_empty = folder["has_empty_classes"]
-        given = {k: v for k, v in (("pipeline", pipeline), ("size", size),
-                                   ("resize_size", resize_size), ("scale", scale),
-                                   ("ratio", ratio), ("flip_prob", flip_prob),
-                                   ("interpolation", interpolation), ("dtype", dtype),
-                                   ("layout", layout), ("mean", mean), ("std", std))
-                 if v is not _UNSET}
-        opts = dict(_PIPELINE_DEFAULTS, **given)
+        args = locals()
+        given = {k: args[k] for k in _PIPELINE_KEYWORDS if args[k] is not _UNSET}
         if transform is not None:
+            if "ops" in given:
+                raise _native.InvalidRequestError(
+                    f"transform= and ops= both given: both are the op list (transform= is read "
+                    f"into ops: {_transforms.step_setting('ops', transform)}). Give one")
             for k, v in list(given.items())[:1]:
                 raise _native.InvalidRequestError(
                     f"transform= and {k}={v!r} both given: {k} is decided by the transform's "
                     f"{_transforms.step_setting(k, transform)}. Drop {k}=, or change the "
                     "transform")
-            opts.update(_transforms.loader_options(transform))
-            if opts["pipeline"] == "decode" and batch_size != 1:
-                raise _native.InvalidRequestError(
-                    f"transform={transform!r} has no fixed-size crop or resize, so its images "
-                    f"keep their own sizes and cannot be batched (batch_size={batch_size}): add "
-                    "RandomResizedCrop(size) (training) or Resize(int) + CenterCrop(size) "
-                    "(evaluation) to the transform, or use batch_size=1")
+            given = _transforms.loader_options(transform)
+        given.update((k, args[k]) for k in _DECODE_KEYWORDS if args[k] is not _UNSET)
         if prefetch_factor is not None:
             if ring_slots is not _UNSET:
                 raise _native.InvalidRequestError(
@@ -660,23 +672,7 @@ class Loader:
             raise _native.InvalidRequestError(
                 f"batch_size={batch_size!r}: stoker yields batches; give an int >= 1 "
                 "(batch_size=1 for single samples)")
-        pipeline = str(opts["pipeline"]).lower()
-        dtype = str(opts["dtype"]).lower()
-        layout, size, mean, std = opts["layout"], opts["size"], opts["mean"], opts["std"]
-        if pipeline not in _PIPELINES:
-            raise _native.InvalidRequestError(
-                f"unknown pipeline {pipeline!r}: use one of {', '.join(_PIPELINES)}")
-        if dtype not in _DTYPES:
-            raise _native.InvalidRequestError(
-                f"unknown dtype {dtype!r}: use one of {', '.join(_DTYPES)}")
-        if layout is None:
-            layout = "nhwc" if dtype == "uint8" else "nchw"
-        layout = str(layout).lower()
-        if layout not in _LAYOUTS:
-            raise _native.InvalidRequestError(
-                f"unknown layout {layout!r}: use one of {', '.join(_LAYOUTS)}")
-        mean = None if mean is None else _transforms.channels(mean, "mean")
-        std = None if std is None else _transforms.channels(std, "std")
+        self._pipeline_request(given, batch_size, transform)
         if epochs is not None and epochs < 1:
             raise _native.InvalidRequestError("epochs must be at least 1 (None: without end)")
         if world_size is None:
@@ -705,7 +701,6 @@ class Loader:
         self.num_workers: Optional[int] = (None if num_workers is None
                                            else max(1, int(num_workers)))
         self.batch_size: int = batch_size
-        self.pipeline: str = pipeline
         self.epochs: Optional[int] = epochs
         self.rank: int = 0 if rank is None else rank
         self.world_size: int = 1 if world_size is None else world_size
@@ -719,29 +714,15 @@ class Loader:
         self.device: Any = device
         self.cpu_fallback: bool = bool(cpu_fallback)
         self._device_index: Optional[int] = _parse_device(device)
-        self._dtype: str = dtype
-        self._layout: str = layout
-        self._mean = mean
-        self._std = std
         self._mode = "cpu"  # 'cpu', 'cuda' or 'cpu_fallback'; set at attach
         self._staging_warned = False
-        height, width = _size_pair(size, pipeline)
         self._options: Dict[str, Any] = dict(
-            pipeline=pipeline, height=height, width=width,
-            resize_size=opts["resize_size"] or 0, scale=tuple(opts["scale"]),
-            ratio=tuple(opts["ratio"]), flip_prob=float(opts["flip_prob"]),
-            interpolation=opts["interpolation"], dtype=dtype, layout=layout, mean=mean,
-            std=std, batch_size=batch_size, seed=seed, shuffle=bool(shuffle),
+            batch_size=batch_size, seed=seed, shuffle=bool(shuffle),
             epochs=0 if epochs is None else epochs, rank=self.rank,
             world_size=self.world_size, drop_last=bool(drop_last), ring_slots=ring_slots,
             failure_policy=failure_policy, register_ring_with_cuda=bool(register_ring),
             client_name=client_name or _default_client_name(self.rank),
-            apply_exif_orientation=bool(apply_exif_orientation),
-            exact_decode=bool(exact_decode), allow_empty=bool(allow_empty),
-            skip_unsupported_formats=bool(skip_unsupported_formats))
-        if pipeline != "train":
-            for k in ("scale", "ratio", "flip_prob"):
-                self._options.pop(k)
+            allow_empty=bool(allow_empty), skip_unsupported_formats=bool(skip_unsupported_formats))
         self._client: Optional[Client] = None
         self._session: Optional[_native.Session] = None
         self._info: Optional[Dict[str, Any]] = None
@@ -766,6 +747,62 @@ class Loader:
         self._closed = False
         self.last_indices: Optional[np.ndarray] = None
         """Dataset indices of the most recently yielded batch (int64 ndarray)."""
+
+    # ------------------------------------------------------------------
+    # The pipeline
+
+    def _pipeline_request(self, given: Dict[str, Any], batch_size: int, transform: Any) -> None:
+        """Takes the pipeline keywords `given` (those of Loader, or what a
+        transform was read into): what attach sends, and the output they give
+        after defaults, from the daemon's own pipeline module run here
+        (_native.effective_pipeline): no pipeline default lives in Python.
+
+        Raises InvalidRequestError naming a bad keyword or op, or saying how
+        to batch images whose sizes vary.
+        """
+        request = dict(given)
+        dtype, layout = request.get("dtype"), request.get("layout")
+        self._bfloat16 = isinstance(dtype, str) and dtype.lower() in _PYTHON_DTYPES
+        if self._bfloat16:
+            request["dtype"] = _PYTHON_DTYPES[dtype.lower()]
+        self._channels_last = isinstance(layout, str) and layout.lower() in _PYTHON_LAYOUTS
+        if self._channels_last:
+            request["layout"] = _PYTHON_LAYOUTS[layout.lower()]
+        self._request = request
+        effective = json.loads(_native.effective_pipeline(_keywords_json(request), 1))
+        if not effective.get("size") and batch_size != 1:
+            # Each image would keep a size of its own (batch_size 1 only).
+            if transform is not None:
+                raise _native.InvalidRequestError(
+                    f"transform={transform!r} has no fixed-size crop or resize, so its images "
+                    f"keep their own sizes and cannot be batched (batch_size={batch_size}): add "
+                    "RandomResizedCrop(size) (training) or Resize(int) + CenterCrop(size) "
+                    "(evaluation), or RandomCrop(size) or Resize((h, w)), to the transform, or "
+                    "use batch_size=1")
+            raise _native.InvalidRequestError(
+                f"the pipeline {given!r} gives images of their own sizes, which cannot be "
+                f"batched (batch_size={batch_size}): use a preset with a crop ('train', "
+                "'eval'), or add a fixed-size op to ops= (RandomResizedCrop, CenterCrop, "
+                "RandomCrop, Resize([h, w])), or give size= (every image must then come out at "
+                "that size; others fail as samples), or use batch_size=1")
+        #: The effective pipeline of this loader's request (the preset's
+        #: name, the ops, size and output after defaults), as the daemon
+        #: reports it in info['effective_pipeline'] on the CPU path.
+        self.effective_pipeline: Dict[str, Any] = effective
+        #: The preset's name ('train', 'eval', 'decode'), or '' for an op list.
+        self.pipeline: str = str(effective.get("preset") or "")
+
+    def _daemon_request(self) -> str:
+        """The pipeline keywords the daemon is sent for the current mode: as
+        given on the CPU; uint8 to be normalized on the GPU for device copies."""
+        request = dict(self._request)
+        if self._mode == "cuda":
+            out = self.effective_pipeline["output"]
+            if out["dtype"] != "uint8":  # normalized on the GPU from uint8 NHWC
+                request.update(dtype="uint8", layout="nhwc")
+                request.pop("mean", None)
+                request.pop("std", None)
+        return _keywords_json(request)
 
     # ------------------------------------------------------------------
     # Pickling: the configuration as given and the position
@@ -824,10 +861,9 @@ class Loader:
             dataset = self._private_path
         if self._client is None:
             self._client = Client(self.socket)
-        options = dict(self._options)
-        options.update(self._daemon_format())
-        self._session = self._client.attach(dataset, start_epoch=start_epoch,
-                                            start_batch=start_batch, **options)
+        self._session = self._client.attach(dataset, pipeline=self._daemon_request(),
+                                            start_epoch=start_epoch, start_batch=start_batch,
+                                            **self._options)
         info = self._session.info
         try:
             info["effective_pipeline"] = json.loads(info.pop("effective_pipeline_json") or "{}")
@@ -969,16 +1005,6 @@ class Loader:
                           "(cpu_fallback=True)", RuntimeWarning, stacklevel=4)
         return "cpu_fallback"
 
-    def _daemon_format(self) -> Dict[str, str]:
-        """The dtype and layout the daemon serves for the current mode."""
-        if self._mode == "cuda":
-            if self._dtype == "uint8":  # copied as is
-                return dict(dtype="uint8",
-                            layout="nchw" if self._layout == "nchw" else "nhwc")
-            return dict(dtype="uint8", layout="nhwc")  # normalized on the GPU
-        return dict(dtype="float32" if self._dtype == "bfloat16" else self._dtype,
-                    layout="nhwc" if self._layout == "channels_last" else self._layout)
-
     @property
     def device_status(self) -> Optional[Dict[str, Any]]:
         """The session's device-copy path: {'mode': 'none' | 'registered' | 'staging',
@@ -996,29 +1022,31 @@ class Loader:
         if isinstance(images, list) and len(images) != 1:
             raise _native.InvalidRequestError(
                 "device copies of variable-size batches need batch_size=1")
-        if self._dtype == "uint8":
+        output = self.effective_pipeline["output"]  # what the user asked for
+        if output["dtype"] == "uint8":
             out = torch.empty(src.shape, dtype=torch.uint8, device=dev)
             _native.copy_to_device(images, stream.cuda_stream, out.data_ptr(), out.numel(),
                                    dtype="asis", device=index)
         else:
             n, h, w, _ = src.shape if src.ndim == 4 else (1,) + src.shape
+            dtype = "bfloat16" if self._bfloat16 else output["dtype"]
             tdtype = {"float32": torch.float32, "float16": torch.float16,
-                      "bfloat16": torch.bfloat16}[self._dtype]
-            nchw = self._layout == "nchw"
+                      "bfloat16": torch.bfloat16}[dtype]
+            nchw = output["layout"] == "nchw"
             out = torch.empty((n, 3, h, w) if nchw else (n, h, w, 3), dtype=tdtype, device=dev)
             # The uint8 pixels land in scratch from torch's caching allocator:
             # freed below, it is reused only by work ordered after ours on
             # this stream.
             scratch = torch.empty(src.nbytes, dtype=torch.uint8, device=dev)
             _native.copy_to_device(images, stream.cuda_stream, out.data_ptr(),
-                                   out.numel() * out.element_size(), dtype=self._dtype,
-                                   layout="nchw" if nchw else "nhwc", mean=self._mean,
-                                   std=self._std, device=index, scratch=scratch.data_ptr(),
+                                   out.numel() * out.element_size(), dtype=dtype,
+                                   layout=output["layout"], mean=output["mean"],
+                                   std=output["std"], device=index, scratch=scratch.data_ptr(),
                                    scratch_bytes=scratch.numel())
             del scratch
             if src.ndim == 3:
                 out = out[0]
-        if self._layout == "channels_last" and out.dim() == 4:
+        if self._channels_last and out.dim() == 4:
             out = out.permute(0, 3, 1, 2)  # [n,3,H,W] over NHWC memory
         if not self._staging_warned and self._session is not None:
             self._staging_warned = True
@@ -1110,7 +1138,7 @@ class Loader:
 
     def __repr__(self) -> str:
         return (f"stoker.Loader({self.dataset_path!r}, socket={self.socket or '(private)'!r}, "
-                f"batch_size={self.batch_size}, pipeline={self.pipeline!r})")
+                f"batch_size={self.batch_size}, pipeline={self.pipeline or 'ops'!r})")
 
     # ------------------------------------------------------------------
     # Iteration
@@ -1279,10 +1307,10 @@ class Loader:
             images = torch.from_numpy(images.copy())
         else:
             images = torch.from_numpy(images)
-        if self._dtype == "bfloat16":  # the daemon served float32
+        if self._bfloat16:  # the daemon served float32
             images = ([a.to(torch.bfloat16) for a in images] if isinstance(images, list)
                       else images.to(torch.bfloat16))
-        if self._layout == "channels_last":  # the daemon served NHWC
+        if self._channels_last:  # the daemon served NHWC
             images = ([a.permute(2, 0, 1) for a in images] if isinstance(images, list)
                       else images.permute(0, 3, 1, 2))
         labels = torch.from_numpy(labels)

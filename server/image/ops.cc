@@ -1,0 +1,429 @@
+// Built with -ffp-contract=off (CMakeLists.txt): Pillow computes its blend
+// as separate float32 multiplies and adds, and a fused multiply-add rounds
+// once instead of twice, which changes the truncated result of some pixels.
+
+#include "server/image/ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace stoker::image {
+namespace {
+
+// One channel of PIL's ImagingBlend(degenerate, image, alpha): in float32,
+// d + alpha * (x - d), clipped to [0, 255] and truncated.
+inline uint8_t Blend(int d, int x, float alpha) {
+  const float v = static_cast<float>(d) + alpha * static_cast<float>(x - d);
+  if (v <= 0.0f) return 0;
+  if (v >= 255.0f) return 255;
+  return static_cast<uint8_t>(v);
+}
+
+// Blend against one grey level for every channel value, as a table.
+void BlendTable(int degenerate, float alpha, uint8_t table[256]) {
+  for (int v = 0; v < 256; ++v) table[v] = Blend(degenerate, v, alpha);
+}
+
+void ApplyTable(uint8_t* img, size_t bytes, const uint8_t table[256]) {
+  for (size_t i = 0; i < bytes; ++i) img[i] = table[img[i]];
+}
+
+// numpy.pad's index for position i (may be negative or >= n) of an axis of
+// n pixels.
+int64_t PadIndex(int64_t i, int64_t n, PadMode mode) {
+  if (i >= 0 && i < n) return i;
+  switch (mode) {
+    case PadMode::kEdge:
+      return i < 0 ? 0 : n - 1;
+    case PadMode::kReflect: {
+      if (n == 1) return 0;  // numpy extends a 1-pixel axis as edge
+      const int64_t period = 2 * (n - 1);
+      int64_t m = i % period;
+      if (m < 0) m += period;
+      return m < n ? m : period - m;
+    }
+    case PadMode::kSymmetric: {
+      const int64_t period = 2 * n;
+      int64_t m = i % period;
+      if (m < 0) m += period;
+      return m < n ? m : period - 1 - m;
+    }
+    case PadMode::kConstant:
+      break;
+  }
+  return -1;
+}
+
+// Python's and C's round() for x >= 0 (half away from zero), exactly:
+// x - trunc(x) is exact.
+inline int RoundHalfUp(double x) {
+  const auto t = static_cast<int>(x);
+  return t + (x - static_cast<double>(t) >= 0.5 ? 1 : 0);
+}
+
+// Pillow's RGB <-> HSV conversions (Convert.c rgb2hsv / hsv2rgb) and
+// torchvision's hue shift between them. Pillow's locals are float but its
+// literals (2.0, 6.0, 255.0) double: each expression is evaluated in double
+// and rounded to float where it is assigned; kept exactly so. The parts that
+// depend on one or two bytes only are tables, built once.
+class HueTables {
+ public:
+  static const HueTables& Get() {
+    static const HueTables tables;
+    return tables;
+  }
+
+  // H of an RGB pixel that is not grey (max != min), as the byte Pillow
+  // stores. cr = max - min. One of the two quotients Pillow divides is the
+  // minimum channel's, (max - min) / cr == 1 exactly: only the other one is
+  // divided here.
+  static uint8_t HueByte(uint8_t r, uint8_t g, uint8_t b, uint8_t maxc, uint8_t minc) {
+    const float cr = static_cast<float>(maxc - minc);
+    auto q = [&](uint8_t c) { return c == minc ? 1.0f : static_cast<float>(maxc - c) / cr; };
+    float h;
+    if (r == maxc) {
+      h = q(b) - q(g);
+    } else if (g == maxc) {
+      h = static_cast<float>(2.0 + static_cast<double>(q(r)) - static_cast<double>(q(b)));
+    } else {
+      h = static_cast<float>(4.0 + static_cast<double>(q(g)) - static_cast<double>(q(r)));
+    }
+    // fmod(h / 6.0 + 1.0, 1.0): the argument lies in [5/6, 11/6), where the
+    // subtraction is exact.
+    double x = static_cast<double>(h) / 6.0 + 1.0;
+    if (x >= 1.0) x -= 1.0;
+    const float hf = static_cast<float>(x);
+    const int hi = static_cast<int>(static_cast<double>(hf) * 255.0);
+    return static_cast<uint8_t>(hi < 0 ? 0 : hi > 255 ? 255 : hi);
+  }
+
+  // The S byte of a pixel with max `maxc` and max - min = cr (> 0).
+  uint8_t Saturation(uint8_t maxc, uint8_t cr) const { return sat_[maxc][cr]; }
+
+  // hsv2rgb of (h, s, v), s > 0.
+  void ToRgb(uint8_t h, uint8_t s, uint8_t v, uint8_t* rgb) const {
+    const float f = f_[h];
+    const float fs = fs_[s];
+    const double fv = static_cast<double>(static_cast<float>(v));
+    const uint8_t up = p_[s][v];
+    const int q = RoundHalfUp(fv * (1.0 - static_cast<double>(fs * f)));
+    const int t = RoundHalfUp(fv * (1.0 - static_cast<double>(fs) * one_minus_f_[h]));
+    const auto uq = static_cast<uint8_t>(q > 255 ? 255 : q);
+    const auto ut = static_cast<uint8_t>(t > 255 ? 255 : t);
+    switch (sector_[h]) {
+      case 0:
+        rgb[0] = v, rgb[1] = ut, rgb[2] = up;
+        break;
+      case 1:
+        rgb[0] = uq, rgb[1] = v, rgb[2] = up;
+        break;
+      case 2:
+        rgb[0] = up, rgb[1] = v, rgb[2] = ut;
+        break;
+      case 3:
+        rgb[0] = up, rgb[1] = uq, rgb[2] = v;
+        break;
+      case 4:
+        rgb[0] = ut, rgb[1] = up, rgb[2] = v;
+        break;
+      default:
+        rgb[0] = v, rgb[1] = up, rgb[2] = uq;
+        break;
+    }
+  }
+
+ private:
+  HueTables() {
+    for (int maxc = 1; maxc < 256; ++maxc) {
+      for (int cr = 1; cr <= maxc; ++cr) {
+        const float sf = static_cast<float>(cr) / static_cast<float>(maxc);
+        const int si = static_cast<int>(static_cast<double>(sf) * 255.0);
+        sat_[maxc][cr] = static_cast<uint8_t>(si < 0 ? 0 : si > 255 ? 255 : si);
+      }
+    }
+    for (int h = 0; h < 256; ++h) {
+      const double h6 = static_cast<double>(static_cast<float>(h)) * 6.0 / 255.0;
+      const int i = static_cast<int>(std::floor(h6));
+      f_[h] = static_cast<float>(h6 - static_cast<double>(static_cast<float>(i)));
+      one_minus_f_[h] = 1.0 - static_cast<double>(f_[h]);
+      sector_[h] = static_cast<uint8_t>(i % 6);
+    }
+    for (int s = 0; s < 256; ++s) {
+      fs_[s] = static_cast<float>(static_cast<double>(static_cast<float>(s)) / 255.0);
+      for (int v = 0; v < 256; ++v) {
+        const int p = RoundHalfUp(static_cast<double>(static_cast<float>(v)) *
+                                  (1.0 - static_cast<double>(fs_[s])));
+        p_[s][v] = static_cast<uint8_t>(p > 255 ? 255 : p);
+      }
+    }
+  }
+
+  uint8_t sat_[256][256] = {};
+  float f_[256];
+  double one_minus_f_[256];
+  uint8_t sector_[256];
+  float fs_[256];
+  uint8_t p_[256][256];
+};
+
+}  // namespace
+
+void CropImage(const uint8_t* src, uint32_t src_width, const CropBox& box, uint8_t* dst) {
+  const size_t row = size_t{box.width} * 3;
+  for (uint32_t y = 0; y < box.height; ++y) {
+    std::memcpy(dst + y * row, src + (size_t{box.top + y} * src_width + box.left) * 3, row);
+  }
+}
+
+void PadImage(const uint8_t* src, uint32_t height, uint32_t width, const uint32_t pad[4],
+              PadMode mode, const uint8_t fill[3], uint8_t* dst) {
+  const uint32_t left = pad[0], top = pad[1];
+  const uint32_t out_h = height + pad[1] + pad[3];
+  const uint32_t out_w = width + pad[0] + pad[2];
+  const size_t out_row = size_t{out_w} * 3;
+  for (uint32_t y = 0; y < out_h; ++y) {
+    uint8_t* d = dst + y * out_row;
+    const int64_t sy = PadIndex(int64_t{y} - top, height, mode);
+    if (sy < 0) {  // constant: a whole row of fill
+      for (uint32_t x = 0; x < out_w; ++x) std::memcpy(d + 3 * x, fill, 3);
+      continue;
+    }
+    const uint8_t* s = src + static_cast<size_t>(sy) * width * 3;
+    for (uint32_t x = 0; x < left; ++x) {
+      const int64_t sx = PadIndex(int64_t{x} - left, width, mode);
+      std::memcpy(d + 3 * x, sx < 0 ? fill : s + 3 * sx, 3);
+    }
+    std::memcpy(d + size_t{left} * 3, s, size_t{width} * 3);
+    for (uint32_t x = left + width; x < out_w; ++x) {
+      const int64_t sx = PadIndex(int64_t{x} - left, width, mode);
+      std::memcpy(d + 3 * x, sx < 0 ? fill : s + 3 * sx, 3);
+    }
+  }
+}
+
+void FlipHorizontal(uint8_t* img, uint32_t height, uint32_t width) {
+  for (uint32_t y = 0; y < height; ++y) {
+    uint8_t* row = img + size_t{y} * width * 3;
+    for (uint32_t a = 0, b = width - 1; a < b; ++a, --b) {
+      for (int c = 0; c < 3; ++c) std::swap(row[3 * a + c], row[3 * b + c]);
+    }
+  }
+}
+
+void FlipVertical(uint8_t* img, uint32_t height, uint32_t width) {
+  const size_t row = size_t{width} * 3;
+  for (uint32_t a = 0, b = height - 1; a < b && height > 0; ++a, --b) {
+    std::swap_ranges(img + a * row, img + (a + 1) * row, img + b * row);
+  }
+}
+
+void ToGrayscale(uint8_t* img, size_t pixels) {
+  for (size_t i = 0; i < pixels; ++i) {
+    uint8_t* px = img + 3 * i;
+    const uint8_t l = Luma(px[0], px[1], px[2]);
+    px[0] = px[1] = px[2] = l;
+  }
+}
+
+void AdjustBrightness(uint8_t* img, size_t pixels, float factor) {
+  uint8_t table[256];
+  BlendTable(0, factor, table);
+  ApplyTable(img, pixels * 3, table);
+}
+
+void AdjustContrast(uint8_t* img, size_t pixels, float factor) {
+  uint64_t sum = 0;
+  for (size_t i = 0; i < pixels; ++i) {
+    const uint8_t* px = img + 3 * i;
+    sum += Luma(px[0], px[1], px[2]);
+  }
+  // ImageStat's mean of the L image (a double), rounded as int(mean + 0.5).
+  const double mean = pixels > 0 ? static_cast<double>(sum) / static_cast<double>(pixels) : 0.0;
+  const int grey = static_cast<int>(mean + 0.5);
+  uint8_t table[256];
+  BlendTable(grey, factor, table);
+  ApplyTable(img, pixels * 3, table);
+}
+
+void AdjustSaturation(uint8_t* img, size_t pixels, float factor) {
+  for (size_t i = 0; i < pixels; ++i) {
+    uint8_t* px = img + 3 * i;
+    const int l = Luma(px[0], px[1], px[2]);
+    px[0] = Blend(l, px[0], factor);
+    px[1] = Blend(l, px[1], factor);
+    px[2] = Blend(l, px[2], factor);
+  }
+}
+
+void AdjustHue(uint8_t* img, size_t pixels, float hue) {
+  // np.uint8(hue_factor * 255): the double product truncated toward zero,
+  // then taken modulo 256.
+  const auto shift =
+      static_cast<uint8_t>(static_cast<int>(static_cast<double>(hue) * 255.0) & 0xff);
+  const HueTables& t = HueTables::Get();
+  for (size_t i = 0; i < pixels; ++i) {
+    uint8_t* px = img + 3 * i;
+    const uint8_t r = px[0], g = px[1], b = px[2];
+    const uint8_t maxc = std::max(r, std::max(g, b));
+    const uint8_t minc = std::min(r, std::min(g, b));
+    // Grey: H = S = 0, and hsv2rgb gives (v, v, v) back for S = 0.
+    if (maxc == minc) continue;
+    const uint8_t s = t.Saturation(maxc, static_cast<uint8_t>(maxc - minc));
+    const auto h = static_cast<uint8_t>(HueTables::HueByte(r, g, b, maxc, minc) + shift);
+    if (s == 0) {
+      px[0] = px[1] = px[2] = maxc;
+      continue;
+    }
+    t.ToRgb(h, s, maxc, px);
+  }
+}
+
+void ColorJitter(uint8_t* img, size_t pixels, const Step& step) {
+  for (uint32_t k = 0; k < step.jitter_count && k < 4; ++k) {
+    const uint32_t j = step.jitter_order[k];
+    switch (j) {
+      case kBrightness:
+        AdjustBrightness(img, pixels, step.factor[j]);
+        break;
+      case kContrast:
+        AdjustContrast(img, pixels, step.factor[j]);
+        break;
+      case kSaturation:
+        AdjustSaturation(img, pixels, step.factor[j]);
+        break;
+      case kHue:
+        AdjustHue(img, pixels, step.factor[j]);
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+void GaussianKernel(uint32_t k, float sigma, float* kernel) {
+  // torch.linspace(-half, half, k) in float32: start + i * step, with the
+  // second half computed from the end (end - (k - 1 - i) * step), as
+  // torch's linspace kernel does.
+  const float half = static_cast<float>(k - 1) * 0.5f;
+  const float step = k > 1 ? (half - -half) / static_cast<float>(k - 1) : 0.0f;
+  float sum = 0.0f;
+  for (uint32_t i = 0; i < k; ++i) {
+    const float x = i < k / 2 ? -half + step * static_cast<float>(i)
+                              : half - step * static_cast<float>(k - 1 - i);
+    const float t = x / sigma;
+    kernel[i] = std::exp(-0.5f * (t * t));
+    sum += kernel[i];
+  }
+  for (uint32_t i = 0; i < k; ++i) kernel[i] /= sum;
+}
+
+size_t GaussianBlurScratch(uint32_t height, uint32_t width, uint32_t kernel_x, uint32_t kernel_y) {
+  return size_t{height} * width * 3        // horizontal pass
+         + (size_t{width} + kernel_x) * 3  // one padded input row
+         + size_t{width} * 3               // one output row's sums
+         + kernel_x + kernel_y;
+}
+
+namespace {
+
+constexpr uint32_t kMaxTapsPerPass = 32;
+
+// 4 floats (one SSE register); arithmetic on it is element-wise, in the
+// order written, with no contraction (see the top).
+typedef float Floats4 __attribute__((vector_size(16)));
+
+inline Floats4 Load4(const float* p) {
+  Floats4 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+// out[i] = (first ? 0 : out[i]) + sum over t of k[t] * src(t)[i], for i < n,
+// the terms added in tap order (what a one-tap-at-a-time loop gives, bit for
+// bit): 32 outputs stay in registers across the taps. src(t) returns tap
+// t's input row.
+template <typename Source>
+void SumTaps(Source src, const float* k, uint32_t taps, size_t n, bool first,
+             float* __restrict out) {
+  constexpr size_t kLanes = 4, kRegs = 8, kBlock = kLanes * kRegs;
+  size_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    Floats4 a[kRegs] = {};
+    if (!first) {
+#pragma GCC unroll 8
+      for (size_t r = 0; r < kRegs; ++r) a[r] = Load4(out + i + r * kLanes);
+    }
+    for (uint32_t t = 0; t < taps; ++t) {
+      const float* p = src(t) + i;
+      const Floats4 kt = {k[t], k[t], k[t], k[t]};
+#pragma GCC unroll 8
+      for (size_t r = 0; r < kRegs; ++r) a[r] += kt * Load4(p + r * kLanes);
+    }
+    std::memcpy(out + i, a, sizeof(a));
+  }
+  for (; i < n; ++i) {
+    float acc = first ? 0.0f : out[i];
+    for (uint32_t t = 0; t < taps; ++t) acc += k[t] * src(t)[i];
+    out[i] = acc;
+  }
+}
+
+}  // namespace
+
+void GaussianBlur(const uint8_t* src, uint32_t height, uint32_t width, uint32_t kernel_x,
+                  uint32_t kernel_y, float sigma, float* scratch, uint8_t* dst) {
+  const size_t row = size_t{width} * 3;
+  const uint32_t rx = kernel_x / 2, ry = kernel_y / 2;
+  float* const pass = scratch;
+  float* const padded = pass + size_t{height} * row;
+  float* const sums = padded + (size_t{width} + kernel_x) * 3;
+  float* const kx = sums + row;
+  float* const ky = kx + kernel_x;
+  GaussianKernel(kernel_x, sigma, kx);
+  GaussianKernel(kernel_y, sigma, ky);
+  // Each output value sums its taps in kernel order, one axis then the
+  // other; the loops run over a whole row per tap so that they vectorize.
+  for (uint32_t y = 0; y < height; ++y) {
+    const uint8_t* s = src + y * row;
+    for (uint32_t x = 0; x < rx; ++x) {  // the reflected edges
+      const int64_t l = PadIndex(int64_t{x} - rx, width, PadMode::kReflect);
+      const int64_t r = PadIndex(int64_t{width} + x, width, PadMode::kReflect);
+      for (int c = 0; c < 3; ++c) {
+        padded[3 * x + c] = s[3 * l + c];
+        padded[3 * (size_t{rx} + width + x) + c] = s[3 * r + c];
+      }
+    }
+    float* __restrict mid = padded + 3 * size_t{rx};
+    for (size_t i = 0; i < row; ++i) mid[i] = s[i];
+    for (uint32_t t0 = 0; t0 < kernel_x; t0 += kMaxTapsPerPass) {
+      SumTaps([&](uint32_t t) { return padded + 3 * size_t{t0 + t}; }, kx + t0,
+              std::min(kMaxTapsPerPass, kernel_x - t0), row, t0 == 0, pass + y * row);
+    }
+  }
+  const float* rows[kMaxTapsPerPass];
+  for (uint32_t y = 0; y < height; ++y) {
+    // The rows of each group of taps, reflected at the top and bottom.
+    for (uint32_t t0 = 0; t0 < kernel_y; t0 += kMaxTapsPerPass) {
+      const uint32_t n = std::min(kMaxTapsPerPass, kernel_y - t0);
+      for (uint32_t t = 0; t < n; ++t) {
+        const int64_t sy = PadIndex(int64_t{y} + t0 + t - ry, height, PadMode::kReflect);
+        rows[t] = pass + static_cast<size_t>(sy) * row;
+      }
+      SumTaps([&](uint32_t t) { return rows[t]; }, ky + t0, n, row, t0 == 0, sums);
+    }
+    const float* __restrict acc = sums;
+    uint8_t* __restrict d = dst + y * row;
+    for (size_t i = 0; i < row; ++i) {
+      // torch.round (half to even): adding and taking away 1.5 * 2^23 rounds
+      // to an integer in the current (to nearest even) mode. The sums are
+      // >= 0 (weights and pixels are), and at most 255 plus the kernel's
+      // rounding, which rounds to 255.
+      const float rounded = (acc[i] + 0x1.8p23f) - 0x1.8p23f;
+      const int v = static_cast<int>(rounded);
+      d[i] = static_cast<uint8_t>(v < 255 ? v : 255);
+    }
+  }
+}
+
+}  // namespace stoker::image
