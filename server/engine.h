@@ -1,156 +1,190 @@
-// The daemon's logic under the gRPC layer: sessions, their rings, the shared
-// worker pool and the scheduler that feeds it. Takes and returns protos and
-// Status; testable without a socket.
+// The daemon's logic under the gRPC layer: the facade over the engine's
+// rooms, and the one owner of their lock. Takes and returns protos and
+// Status; testable without a socket (and, with an injected WorkerLauncher,
+// without a worker process).
+//
+// Rooms (each a file pair with its unit test; none has a thread of its own):
+//   attach_plan       request + dataset size + limits -> a session's plan
+//                     (pipeline, sampler, ring geometry, start); pure
+//   dataset_registry  indexed datasets and their index gates (own lock)
+//   session           a session's batch/slot state machine: fills, outcomes,
+//                     replacements, failures
+//   scheduler         which session's sample goes to which worker next
+//   worker_pool       the workers behind a WorkerLauncher (worker_launcher.h:
+//                     posix_spawn in production), supervision, crash
+//                     attribution, respawn
+//   liveness          release watching, heartbeats, keepalive reclaim, ring
+//                     truncation
+//   status_export     GetStatus's assembly; failure_memory: what it reports
+//                     of failed samples by dataset
 //
 // Threads
-//   - gRPC handler threads call Attach / Detach / KeepAlive / GetStatus.
-//   - One dispatcher thread owns the worker channels (epoll): it starts
+//   - gRPC handler threads call Attach / Detach / KeepAlive / GetStatus /
+//     ListSamples.
+//   - One dispatcher thread owns the worker channels (a Poller): it starts
 //     batches in free slots, sends sample tasks to workers round-robin over
 //     sessions, takes results, finishes batches, and replaces dead or hung
 //     workers, redoing their samples.
 //   - One ticker thread bumps each ring's heartbeat and reclaims sessions
 //     whose client went away.
-//   - One watcher thread per session sleeps on its ring's release futex and
-//     wakes the dispatcher when the client frees a slot.
-// All mutable state is guarded by mu_.
+//   - One ReleaseWatcher thread per session sleeps on its ring's release
+//     futex and wakes the dispatcher when the client frees a slot.
+//
+// Lock: mu_ guards all mutable engine state and every room in it except the
+// dataset registry (its own lock, never held with mu_) and the Poller
+// (thread-safe). Clang's -Wthread-safety checks the annotations
+// (scripts/thread-safety.sh). Not checked by it: a DaemonSession reached through a
+// shared_ptr held outside sessions_ (KeepAlive's, the one being removed),
+// whose mutable fields are still only touched with mu_ held. Indexing,
+// making a ring, joining a watcher and sending on a KeepAlive stream happen
+// outside mu_.
 
 #ifndef STOKER_SERVER_ENGINE_H_
 #define STOKER_SERVER_ENGINE_H_
 
-#include <sys/types.h>
-
 #include <atomic>
-#include <condition_variable>
-#include <deque>
 #include <functional>
-#include <list>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "server/clock.h"
 #include "server/config.h"
 #include "server/dataset/dataset.h"
-#include "server/posix.h"
+#include "server/dataset_registry.h"
+#include "server/failure_memory.h"
 #include "server/prefetch.h"
+#include "server/scheduler.h"
+#include "server/session.h"
+#include "server/worker_launcher.h"
+#include "server/worker_pool.h"
 #include "stoker/v1/stoker.pb.h"
 
 namespace stoker {
 
-struct Session;
-struct DatasetFailureLog;
-struct SampleTask;
-struct WorkerSlot;
-struct ResultView;
+// What an Engine reaches of the OS, for tests (leveldb's Env): null means
+// the real one. Borrowed; must outlive the Engine.
+struct EngineEnv {
+  // Starts and reaps the workers. Null: posix_spawn of stoker-worker
+  // (DaemonConfig::worker_binary, or the one beside this executable).
+  WorkerLauncher* launcher = nullptr;
+  // The worker pool's clock (hang check, respawn backoff). Null: monotonic.
+  Clock* clock = nullptr;
+};
 
 class Engine {
  public:
-  explicit Engine(DaemonConfig config);
+  explicit Engine(DaemonConfig config) : Engine(std::move(config), EngineEnv()) {}
+  Engine(DaemonConfig config, EngineEnv env);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
   // Opens the data root, sweeps stale rings, starts the workers and threads.
-  [[nodiscard]] absl::Status Start();
+  [[nodiscard]] absl::Status Start() ABSL_LOCKS_EXCLUDED(mu_);
   // Stops taking sessions, lets in-flight samples finish (bounded by
   // drain_timeout_ms), tells every client, then removes every session.
-  void Drain();
+  void Drain() ABSL_LOCKS_EXCLUDED(mu_);
   // Drain() if needed, then stops workers and threads. Idempotent.
-  void Stop();
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 
-  [[nodiscard]] absl::StatusOr<v1::AttachResponse> Attach(const v1::AttachRequest& req);
-  [[nodiscard]] absl::Status Detach(const std::string& session_id, const std::string& why);
+  [[nodiscard]] absl::StatusOr<v1::AttachResponse> Attach(const v1::AttachRequest& req)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  [[nodiscard]] absl::Status Detach(const std::string& session_id, const std::string& why)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Serves one KeepAlive stream: sends events through `send` until the
   // session ends (OK) or `cancelled()` turns true, in which case the session
   // is reclaimed. NOT_FOUND for an unknown session.
   [[nodiscard]] absl::Status KeepAlive(const std::string& session_id,
                                        const std::function<bool()>& cancelled,
-                                       const std::function<bool(const v1::SessionEvent&)>& send);
+                                       const std::function<bool(const v1::SessionEvent&)>& send)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // With include_failures, each session's failures; with
   // include_dataset_failures, the failure memory per dataset
   // (v1::DatasetFailures, which states its bounds).
-  v1::StatusResponse GetStatus(bool include_failures, bool include_dataset_failures);
+  v1::StatusResponse GetStatus(bool include_failures, bool include_dataset_failures)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // A page of a session's dataset in index order (v1::Stoker.ListSamples):
   // NOT_FOUND for an unknown session, INVALID_ARGUMENT for a limit over
   // 65536 (0 means 4096).
   [[nodiscard]] absl::StatusOr<v1::ListSamplesResponse> ListSamples(
-      const v1::ListSamplesRequest& req);
+      const v1::ListSamplesRequest& req) ABSL_LOCKS_EXCLUDED(mu_);
 
   // "starting", "serving", "draining", "stopped".
-  std::string state() const;
+  std::string state() const ABSL_LOCKS_EXCLUDED(mu_);
   const DaemonConfig& config() const { return config_; }
   // The tag in this daemon's shm names (from the socket path and uid).
   const std::string& shm_tag() const { return shm_tag_; }
 
  private:
-  void DispatchLoop();
-  void TickerLoop();
-  void WatchReleases(std::shared_ptr<Session> s);
-  void Wake();
+  void DispatchLoop() ABSL_LOCKS_EXCLUDED(mu_);
+  void TickerLoop() ABSL_LOCKS_EXCLUDED(mu_);
 
-  // All below: mu_ held.
-  void StartBatchesLocked();
-  void DispatchLocked();
-  void OnResultLocked(WorkerSlot& w, const ResultView& r);
-  void OnWorkerDeathLocked(WorkerSlot& w, const std::string& why);
-  void FinishBatchLocked(Session& s, uint64_t seq);
-  void FailSampleLocked(Session& s, SampleTask& t, const std::string& reason);
-  void RememberFailureLocked(const std::string& dataset, uint64_t index, const std::string& path,
-                             const std::string& reason);
-  absl::Status SpawnWorkerLocked(WorkerSlot& w);
+  void StartBatchesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DispatchLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends session `s`'s front sample to worker `w` (or fails it, or leaves
+  // it queued when the send fails).
+  void DispatchOneLocked(uint32_t w, DaemonSession& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnResultLocked(uint32_t w, const worker::ResultMsg& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnWorkerDeathLocked(uint32_t w, const std::string& cause)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A worker just started: it learns every session's ring.
+  void MapRingsLocked(uint32_t w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // UNAVAILABLE unless serving, RESOURCE_EXHAUSTED at --max-sessions.
-  absl::Status RoomForSessionLocked() const;
+  absl::Status RoomForSessionLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RemoveSessionLocked(const std::string& id, const std::string& why,
-                           std::vector<std::shared_ptr<Session>>* removed);
-  void FinalizeRemoved(std::vector<std::shared_ptr<Session>>& removed);
-  Session* FindByNumberLocked(uint64_t number);
+                           std::vector<std::shared_ptr<DaemonSession>>* removed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Joins the removed sessions' watchers (outside mu_), then drops their
+  // fills and rings.
+  void FinalizeRemoved(std::vector<std::shared_ptr<DaemonSession>>& removed)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  DaemonSession* FindByNumberLocked(uint64_t number) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.
-  DaemonConfig config_;  // constant after Start()
+  EngineEnv env_;
+  Clock* const clock_;
+  // Constant after Start().
+  DaemonConfig config_;
   std::string shm_tag_;
-  std::string worker_binary_;
   std::unique_ptr<DataRoot> data_root_;
+  std::unique_ptr<DataRootIndexer> indexer_;
+  std::unique_ptr<DatasetRegistry> registry_;  // thread-safe (its own lock)
   std::unique_ptr<Prefetcher> prefetch_;  // null: readahead off; uses data_root_
+  std::unique_ptr<WorkerLauncher> own_launcher_;  // when env_ names none
+  WorkerLauncher* launcher_ = nullptr;
+  TaskOptions task_options_;
   int64_t start_ns_ = 0;
-  UniqueFd epoll_fd_;
-  UniqueFd wake_fd_;  // eventfd
+  Poller poller_;  // thread-safe
 
   std::thread dispatcher_;
   std::thread ticker_;
   std::atomic<bool> stopping_{false};
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;  // session events, drain progress
-  // Guarded by mu_.
-  std::string state_ = "starting";
-  std::map<std::string, std::shared_ptr<Session>> sessions_;
-  std::vector<std::unique_ptr<WorkerSlot>> workers_;
-  std::unordered_map<uint64_t, SampleTask*> in_flight_;  // by task id
-  // Indexed datasets by DatasetKey (the canonical name the index was built
-  // from, the format the request asked for, and IndexOptions::flags(): an
-  // index made with allow_empty or skip_unsupported_formats is another one).
-  std::map<std::string, std::shared_ptr<const Dataset>> datasets_;
-  // One gate per DatasetKey: concurrent Attaches of one dataset (the ranks of
-  // a job starting together) index it once; the others wait and share it.
-  std::map<std::string, std::shared_ptr<std::mutex>> index_gates_;
-  uint64_t next_session_number_ = 1;
-  uint64_t next_task_id_ = 1;
-  uint64_t next_prefetch_key_ = 1;
-  size_t rr_cursor_ = 0;
-  uint64_t sessions_total_ = 0;
-  uint64_t sessions_reclaimed_ = 0;
-  uint64_t samples_total_ = 0;
-  uint64_t samples_failed_total_ = 0;
-  uint64_t worker_restarts_total_ = 0;
-  // Failures by dataset, beyond the sessions that hit them; the dataset that
-  // failed most recently first (bounds: kKeptFailureDatasets and
-  // kKeptFailuresPerDataset in engine.cc).
-  std::list<DatasetFailureLog> failure_memory_;
+  mutable absl::Mutex mu_;
+  absl::CondVar cv_;  // session events, drain progress, stopping
+  std::string state_ ABSL_GUARDED_BY(mu_) = "starting";
+  std::map<std::string, std::shared_ptr<DaemonSession>> sessions_ ABSL_GUARDED_BY(mu_);
+  // Made in Start(), then never replaced: only what it points to is guarded.
+  std::unique_ptr<WorkerPool> pool_ ABSL_PT_GUARDED_BY(mu_);
+  Scheduler scheduler_ ABSL_GUARDED_BY(mu_);
+  std::unordered_map<uint64_t, SampleTask*> in_flight_ ABSL_GUARDED_BY(mu_);  // by task id
+  // What the sessions' state machine reaches beyond one session.
+  BatchContext batch_ ABSL_GUARDED_BY(mu_);
+  // Failures by dataset, beyond the sessions that hit them (bounds:
+  // server/failure_memory.h).
+  FailureMemory failure_memory_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_session_number_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t next_task_id_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t sessions_total_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t sessions_reclaimed_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace stoker

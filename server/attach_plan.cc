@@ -1,0 +1,172 @@
+#include "server/attach_plan.h"
+
+#include "absl/strings/str_cat.h"
+#include "server/lower_pipeline.h"
+#include "stoker/pipeline_spec.h"
+
+namespace stoker {
+
+// --- The pipeline: PlanPipeline, the contract's module and the lowering
+// (proto/stoker/pipeline_spec.h, server/lower_pipeline.h). ---
+
+absl::StatusOr<PipelinePlan> PlanPipeline(const v1::PipelineSpec& spec, uint32_t batch_size) {
+  auto effective = pipeline::Effective(spec, batch_size);
+  if (!effective.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("pipeline: ", effective.status().message()));
+  }
+  auto params = LowerPipeline(*effective);
+  if (!params.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("pipeline: ", params.status().message()));
+  }
+  PipelinePlan p;
+  p.params = *params;
+  p.effective = *std::move(effective);
+  return p;
+}
+
+// --- The rest of the plan. ---
+
+absl::StatusOr<RequestPlan> PlanRequest(const v1::AttachRequest& req) {
+  if (req.batch_size() == 0) return absl::InvalidArgumentError("batch_size must be at least 1");
+  if (req.batch_size() > ring::kMaxBatchSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch_size ", req.batch_size(), " is over the limit of ",
+                     ring::kMaxBatchSize));
+  }
+  RequestPlan r;
+  r.world_size = req.world_size() == 0 ? 1 : req.world_size();
+  if (req.rank() >= r.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", req.rank(), " is not below world_size ", r.world_size));
+  }
+  r.slots = req.ring_slots() == 0 ? kDefaultSlots : req.ring_slots();
+  if (r.slots < 2 || r.slots > kMaxSlotsPerSession) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ring_slots must be within 2..", kMaxSlotsPerSession));
+  }
+  if (req.failure_policy() != v1::FAILURE_POLICY_UNSPECIFIED &&
+      req.failure_policy() != v1::FAILURE_POLICY_SKIP &&
+      req.failure_policy() != v1::FAILURE_POLICY_ERROR) {
+    return absl::InvalidArgumentError("unknown failure_policy");
+  }
+  r.policy_error = req.failure_policy() == v1::FAILURE_POLICY_ERROR;
+  auto pipeline = PlanPipeline(req.pipeline(), req.batch_size());
+  if (!pipeline.ok()) return pipeline.status();
+  r.pipeline = *std::move(pipeline);
+  if (req.dataset().empty()) return absl::InvalidArgumentError("dataset is empty");
+  if (req.dataset().size() > kMaxDatasetBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("dataset is ", req.dataset().size(),
+                                                   " bytes long, over the limit of ",
+                                                   kMaxDatasetBytes));
+  }
+  if (!v1::DatasetFormat_IsValid(req.format())) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown dataset format ", req.format()));
+  }
+  return r;
+}
+
+absl::StatusOr<AttachPlan> PlanSession(const v1::AttachRequest& req, const RequestPlan& request,
+                                       uint64_t dataset_size, const AttachLimits& limits) {
+  AttachPlan p;
+  p.request = request;
+  p.dataset_size = dataset_size;
+  p.sampler.seed = req.seed();
+  p.sampler.shuffle = req.shuffle();
+  p.sampler.rank = req.rank();
+  p.sampler.world_size = request.world_size;
+  p.sampler.batch_size = req.batch_size();
+  p.sampler.drop_last = req.drop_last();
+  p.shard_size = ShardSize(dataset_size, p.sampler);
+  if (req.batch_size() > p.shard_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "batch_size ", req.batch_size(), " is larger than this rank's shard of the dataset (",
+        p.shard_size, " of ", dataset_size, " samples)"));
+  }
+  p.batches_per_epoch = BatchesPerEpoch(dataset_size, p.sampler);
+  p.start_epoch = req.start_epoch();
+  p.start_global = uint64_t{req.start_epoch()} * p.batches_per_epoch + req.start_batch();
+  if (req.start_batch() >= p.batches_per_epoch) {
+    return absl::OutOfRangeError(absl::StrCat("start_batch ", req.start_batch(),
+                                              " is not below the batches per epoch, ",
+                                              p.batches_per_epoch));
+  }
+  if (req.epochs() != 0) {
+    uint64_t end = uint64_t{req.epochs()} * p.batches_per_epoch;
+    if (p.start_global >= end) {
+      return absl::OutOfRangeError("the start position is at or past the last epoch");
+    }
+    p.total_batches = end - p.start_global;
+  }
+  const image::PipelineParams& params = p.params();
+  const uint32_t slots = request.slots;
+  p.variable_size = params.out_height == 0;
+  p.sample_bytes = image::MaxSampleBytes(params);
+  p.ring_bytes = p.sample_bytes * req.batch_size() * slots;
+  if (p.sample_bytes == 0 || p.ring_bytes / slots / req.batch_size() != p.sample_bytes ||
+      p.ring_bytes > limits.max_ring_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the ring would take ", p.ring_bytes, " bytes (", slots, " slots x ", req.batch_size(),
+        " samples x ", p.sample_bytes, " bytes), over this daemon's --max-ring-bytes of ",
+        limits.max_ring_bytes));
+  }
+  if (limits.shm_free_bytes.has_value()) {
+    const uint64_t free_bytes = *limits.shm_free_bytes;
+    if (p.ring_bytes + (1u << 20) > free_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the ring needs ", p.ring_bytes, " bytes of /dev/shm but only ", free_bytes,
+          " are free: give the container a larger /dev/shm (e.g. --shm-size) or use fewer "
+          "ring_slots or a smaller batch"));
+    }
+  }
+  return p;
+}
+
+RingSpec RingSpecFor(const AttachPlan& plan, uint64_t session_number, uint32_t shm_mode) {
+  RingSpec rs;
+  rs.slot_count = plan.slots();
+  rs.batch_size = plan.batch_size();
+  if (plan.variable_size) {
+    rs.variable_bytes = plan.sample_bytes;
+  } else {
+    rs.sample_bytes = plan.sample_bytes;
+  }
+  rs.height = plan.params().out_height;
+  rs.width = plan.params().out_width;
+  rs.channels = 3;
+  rs.dtype = plan.params().dtype;
+  rs.layout = plan.params().layout;
+  rs.session_number = session_number;
+  rs.batches_per_epoch = plan.batches_per_epoch;
+  rs.total_batches = plan.total_batches;
+  rs.mode = shm_mode;
+  return rs;
+}
+
+v1::AttachResponse AttachResponseFor(const AttachPlan& plan, const Dataset& dataset,
+                                     const std::string& session_id, const std::string& shm_name,
+                                     const ring::Geometry& g, uint32_t heartbeat_timeout_ms) {
+  v1::AttachResponse resp;
+  resp.set_session_id(session_id);
+  auto* ri = resp.mutable_ring();
+  ri->set_shm_name(shm_name);
+  ri->set_total_bytes(g.total_bytes);
+  ri->set_slot_count(plan.slots());
+  ri->set_slot_bytes(g.slot_bytes);
+  ri->set_sample_bytes(plan.variable_size ? 0 : plan.sample_bytes);
+  ri->set_layout_version(ring::kLayoutVersion);
+  ri->set_data_offset(g.data_offset);
+  ri->set_descriptor_offset(g.descriptor_offset);
+  resp.set_dataset_size(dataset.size());
+  resp.set_shard_size(plan.shard_size);
+  resp.set_batches_per_epoch(plan.batches_per_epoch);
+  resp.set_total_batches(plan.total_batches);
+  for (const auto& c : dataset.class_names()) resp.add_class_names(c);
+  resp.set_height(plan.params().out_height);
+  resp.set_width(plan.params().out_width);
+  resp.set_channels(3);
+  *resp.mutable_effective_pipeline() = plan.request.pipeline.effective;
+  resp.set_heartbeat_timeout_ms(heartbeat_timeout_ms);
+  return resp;
+}
+
+}  // namespace stoker

@@ -1,0 +1,123 @@
+// Attach planning: from an AttachRequest, the dataset it names and the
+// daemon's limits to the plan of a session: the pipeline the workers run,
+// the sampler, the ring's geometry and where delivery starts and ends.
+// Pure functions of their arguments (no clock, no file system, no lock):
+// thread-safe, and testable with a dataset size alone.
+//
+// Engine::Attach asks in this order, and reports the first fault it meets:
+//   1. PlanRequest(req): what needs no dataset (batch size, rank, ring
+//      slots, failure policy, the pipeline, the dataset's name and format).
+//   2. The engine finds or indexes the dataset (server/dataset_registry.h).
+//   3. PlanSession(req, request_plan, dataset_size, limits): the shard, the
+//      epoch's batches, the start position, the ring's bytes against the
+//      daemon's --max-ring-bytes and the free bytes of /dev/shm.
+//   4. RingSpecFor(plan, ...) lays out the ring; AttachResponseFor(...) says
+//      what was planned to the client.
+
+#ifndef STOKER_SERVER_ATTACH_PLAN_H_
+#define STOKER_SERVER_ATTACH_PLAN_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "server/dataset/dataset.h"
+#include "server/dataset/sampler.h"
+#include "server/image/pipeline.h"
+#include "server/ring_owner.h"
+#include "stoker/ring_layout.h"
+#include "stoker/v1/stoker.pb.h"
+
+namespace stoker {
+
+// Ring slots when the request says 0, and the most a session may have.
+inline constexpr uint32_t kDefaultSlots = 4;
+inline constexpr uint32_t kMaxSlotsPerSession = 64;
+// A dataset path longer than this is refused (it could not name a file).
+inline constexpr size_t kMaxDatasetBytes = 4096;
+
+// The pipeline of one session, as the workers run it and as the client and
+// the status page are told it.
+struct PipelinePlan {
+  // What crosses the socket to the workers with every task.
+  image::PipelineParams params;
+  // Every default filled in (pipeline::Effective): AttachResponse.
+  // effective_pipeline and SessionStatus.pipeline.
+  v1::PipelineSpec effective;
+};
+
+// Where Attach turns the requested v1::PipelineSpec into what the workers
+// run: pipeline::Effective (the contract's defaults and checks), lowered by
+// LowerPipeline. INVALID_ARGUMENT "pipeline: ..." (naming the keyword or the
+// op) for a spec either refuses.
+absl::StatusOr<PipelinePlan> PlanPipeline(const v1::PipelineSpec& spec, uint32_t batch_size);
+
+// What an AttachRequest asks, checked without its dataset.
+struct RequestPlan {
+  uint32_t world_size = 1;  // the request's, 0 taken as 1
+  uint32_t slots = kDefaultSlots;
+  bool policy_error = false;  // FAILURE_POLICY_ERROR (else skip)
+  PipelinePlan pipeline;
+};
+
+// INVALID_ARGUMENT for a batch_size of 0 or over ring::kMaxBatchSize, a rank
+// not below world_size, ring_slots outside 2..kMaxSlotsPerSession, an unknown
+// failure policy, a pipeline PlanPipeline refuses, an empty dataset name or
+// one over kMaxDatasetBytes, an unknown dataset format; in that order.
+absl::StatusOr<RequestPlan> PlanRequest(const v1::AttachRequest& req);
+
+// The daemon's limits on one session.
+struct AttachLimits {
+  // --max-ring-bytes.
+  uint64_t max_ring_bytes = 4ull << 30;
+  // Free bytes of /dev/shm (statvfs); nullopt when unknown: not checked.
+  // The ring must leave 1 MiB of it free.
+  std::optional<uint64_t> shm_free_bytes;
+};
+
+// A session's plan: everything Attach decides before it makes the ring.
+struct AttachPlan {
+  RequestPlan request;
+  SamplerOptions sampler;
+  uint64_t dataset_size = 0;
+  uint64_t shard_size = 0;         // samples per epoch for this rank
+  uint64_t batches_per_epoch = 0;  // for this rank
+  uint64_t total_batches = 0;      // to deliver from the start; 0: without end
+  uint32_t start_epoch = 0;
+  uint64_t start_global = 0;       // start_epoch * batches_per_epoch + start_batch
+  // Any-size output (batch 1): one sample fills its slot.
+  bool variable_size = false;
+  uint64_t sample_bytes = 0;  // capacity per sample (variable: the slot's)
+  uint64_t ring_bytes = 0;    // of sample data: sample_bytes * batch * slots
+
+  uint32_t batch_size() const { return sampler.batch_size; }
+  uint32_t slots() const { return request.slots; }
+  const image::PipelineParams& params() const { return request.pipeline.params; }
+};
+
+// Plans a session over a dataset of `dataset_size` entries.
+//  - INVALID_ARGUMENT when the batch is larger than this rank's shard;
+//  - OUT_OF_RANGE for a start_batch not below the batches per epoch, or a
+//    start at or past the last epoch (with epochs != 0);
+//  - RESOURCE_EXHAUSTED when the ring would be over limits.max_ring_bytes
+//    (or its size overflows), or not fit in limits.shm_free_bytes (the
+//    message says how to give a container more).
+absl::StatusOr<AttachPlan> PlanSession(const v1::AttachRequest& req, const RequestPlan& request,
+                                       uint64_t dataset_size, const AttachLimits& limits);
+
+// The ring of a planned session: `session_number` goes into its header,
+// `shm_mode` is the shm object's permission bits.
+RingSpec RingSpecFor(const AttachPlan& plan, uint64_t session_number, uint32_t shm_mode);
+
+// What the client is told of its session: the ring (`shm_name`, `geometry`
+// as created), the dataset's size and classes, the shard and batches, the
+// output shape and the effective pipeline.
+v1::AttachResponse AttachResponseFor(const AttachPlan& plan, const Dataset& dataset,
+                                     const std::string& session_id, const std::string& shm_name,
+                                     const ring::Geometry& geometry,
+                                     uint32_t heartbeat_timeout_ms);
+
+}  // namespace stoker
+
+#endif  // STOKER_SERVER_ATTACH_PLAN_H_

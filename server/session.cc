@@ -1,0 +1,278 @@
+#include "server/session.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "server/dataset/sampler.h"
+#include "server/liveness.h"
+#include "spdlog/spdlog.h"
+#include "stoker/ring_futex.h"
+
+namespace stoker {
+
+DaemonSession::DaemonSession() = default;
+DaemonSession::~DaemonSession() = default;
+
+void InitSession(DaemonSession& s, int64_t now_ns) {
+  s.slot_busy.assign(s.plan.slots(), 0);
+  s.created_ns = now_ns;
+  s.keepalive_closed_ns = now_ns;
+  s.current_epoch = s.plan.start_epoch;
+}
+
+const std::vector<uint64_t>& ShardFor(DaemonSession& s, uint32_t epoch) {
+  auto it = s.shards.find(epoch);
+  if (it != s.shards.end()) return it->second;
+  while (s.shards.size() >= 4) s.shards.erase(s.shards.begin());
+  return s.shards[epoch] = ShardIndices(s.dataset->size(), s.plan.sampler, epoch);
+}
+
+void StartBatches(DaemonSession& s, BatchContext& ctx) {
+  const AttachPlan& p = s.plan;
+  while ((p.total_batches == 0 || s.next_fill_seq < p.total_batches) &&
+         s.filling.size() < p.slots()) {
+    const uint64_t seq = s.next_fill_seq;
+    const uint32_t slot = static_cast<uint32_t>(seq % p.slots());
+    ring::SlotDescriptor* d = s.ring->descriptor(slot);
+    if (s.slot_busy[slot]) {
+      if (d->state.load(std::memory_order_acquire) != ring::kFree) break;
+      s.slot_busy[slot] = 0;
+      ++s.batches_consumed;
+    }
+    const uint64_t global = p.start_global + seq;
+    const uint32_t epoch = static_cast<uint32_t>(global / p.batches_per_epoch);
+    const uint64_t b = global % p.batches_per_epoch;
+    const std::vector<uint64_t>& shard = ShardFor(s, epoch);
+    const uint64_t first = b * p.sampler.batch_size;
+    const uint32_t count =
+        static_cast<uint32_t>(std::min<uint64_t>(p.sampler.batch_size, p.shard_size - first));
+    BatchFill& f = s.filling[seq];
+    f.seq = seq;
+    f.slot = slot;
+    f.epoch = epoch;
+    f.batch_in_epoch = b;
+    f.remaining = count;
+    f.outcomes.assign(count, SampleOutcome{});
+    f.tasks.reserve(count);
+    for (uint32_t i = 0; i < count; ++i) {
+      auto owned = std::make_unique<SampleTask>();
+      SampleTask& t = *owned;
+      t.session = s.number;
+      t.seq = seq;
+      t.pos = i;
+      t.epoch = epoch;
+      t.shard_pos = first + i;
+      t.planned_index = shard[first + i];
+      t.index = t.planned_index;
+      s.queue.push_back(&t);
+      if (ctx.prefetch != nullptr) {
+        t.prefetch_key = ctx.next_prefetch_key++;
+        const Dataset& ds = *s.dataset;
+        ctx.prefetch->Enqueue(t.prefetch_key, std::string(ds.path(t.index)), ds.has_range(t.index),
+                              ds.range_offset(t.index), ds.range_length(t.index));
+      }
+      f.tasks.push_back(std::move(owned));
+    }
+    d->sequence = seq;
+    d->batch_in_epoch = b;
+    d->epoch = epoch;
+    d->sample_count = count;
+    d->batch_status = ring::kBatchOk;
+    d->error[0] = '\0';
+    d->state.store(ring::kFilling, std::memory_order_release);
+    s.slot_busy[slot] = 1;
+    s.current_epoch = epoch;
+    ++s.next_fill_seq;
+  }
+}
+
+void ReleaseReadahead(SampleTask& t, BatchContext& ctx) {
+  if (t.prefetch_key != 0 && ctx.prefetch != nullptr) {
+    ctx.prefetch->Done(t.prefetch_key);
+    t.prefetch_key = 0;
+  }
+}
+
+size_t BuildTaskMsg(const DaemonSession& s, const SampleTask& t, const TaskOptions& o,
+                    worker::TaskMsg* msg) {
+  const Dataset& ds = *s.dataset;
+  const std::string_view path = ds.path(t.index);
+  if (path.size() > worker::kMaxPathBytes) return 0;
+  const BatchFill& f = s.filling.at(t.seq);
+  msg->path_bytes = static_cast<uint32_t>(path.size());
+  msg->ring_id = s.number;
+  const uint64_t slot_base = s.ring->geometry().slot_bytes * f.slot;
+  if (s.plan.variable_size) {
+    msg->out_offset = slot_base;
+    msg->out_capacity = s.ring->geometry().slot_bytes;
+  } else {
+    msg->out_offset = slot_base + s.plan.sample_bytes * t.pos;
+    msg->out_capacity = s.plan.sample_bytes;
+  }
+  msg->max_file_bytes = o.max_file_bytes;
+  if (ds.has_range(t.index)) {
+    msg->has_range = 1;
+    msg->file_offset = ds.range_offset(t.index);
+    msg->file_length = ds.range_length(t.index);
+  }
+  msg->key.seed = s.plan.sampler.seed;
+  msg->key.epoch = t.epoch;
+  msg->key.dataset_index = t.index;
+  msg->params = s.plan.params();
+  msg->simulate_latency_us = o.simulate_latency_us;
+  if (!o.fault_crash_substring.empty() &&
+      path.find(o.fault_crash_substring) != std::string_view::npos) {
+    msg->fault = worker::kFaultCrash;
+  } else if (!o.fault_hang_substring.empty() &&
+             path.find(o.fault_hang_substring) != std::string_view::npos) {
+    msg->fault = worker::kFaultHang;
+  }
+  std::memcpy(msg->path, path.data(), path.size());
+  return worker::TaskHeaderBytes() + path.size();
+}
+
+bool CompleteSample(DaemonSession& s, SampleTask& t, const worker::ResultMsg& r,
+                    BatchContext& ctx) {
+  auto fit = s.filling.find(t.seq);
+  if (fit == s.filling.end()) return false;
+  BatchFill& f = fit->second;
+  if (r.code != 0) {
+    std::string reason(r.reason, strnlen(r.reason, sizeof(r.reason)));
+    FailSample(s, t, reason.empty() ? "decode failed" : reason, ctx);
+    return true;
+  }
+  s.read_latency.Add(r.read_ns);
+  s.decode_latency.Add(r.decode_ns);
+  s.augment_latency.Add(r.augment_ns);
+  const uint64_t want =
+      uint64_t{r.height} * r.width * r.channels * ring::DTypeBytes(s.plan.params().dtype);
+  const uint64_t capacity =
+      s.plan.variable_size ? s.ring->geometry().slot_bytes : s.plan.sample_bytes;
+  if (r.bytes != want || r.bytes > capacity ||
+      (!s.plan.variable_size && r.bytes != s.plan.sample_bytes)) {
+    FailSample(s, t, "worker reported a sample size that does not fit its slot", ctx);
+    return true;
+  }
+  SampleOutcome& o = f.outcomes[t.pos];
+  o.status = t.index == t.planned_index ? ring::kSampleOk : ring::kSampleReplaced;
+  o.height = r.height;
+  o.width = r.width;
+  o.channels = r.channels;
+  o.bytes = r.bytes;
+  o.index = t.index;
+  if (o.status == ring::kSampleReplaced) ++s.samples_replaced;
+  ++s.samples_produced;
+  ++ctx.samples_total;
+  if (--f.remaining == 0) FinishBatch(s, t.seq);
+  return true;
+}
+
+void FailSample(DaemonSession& s, SampleTask& t, const std::string& reason, BatchContext& ctx) {
+  BatchFill& f = s.filling[t.seq];
+  const std::string path = s.dataset->display(t.index);
+  FailureRecord& rec = s.failures[t.index];
+  if (rec.count++ == 0) {
+    rec.path = path;
+    rec.reason = reason;
+    spdlog::warn("session {}: sample {} ({}) failed: {}", s.id, t.index, path, reason);
+  }
+  ctx.failure_memory->Remember(s.dataset->name(), t.index, path, reason);
+  ++s.samples_failed;
+  ++ctx.samples_failed_total;
+  const uint64_t shard_size = s.plan.shard_size;
+  if (!s.plan.request.policy_error && t.replacements < kMaxReplacements) {
+    // Replace it by the next sample of the shard not known to be bad: the
+    // choice depends only on the shard order and on which files are bad.
+    const std::vector<uint64_t>& shard = ShardFor(s, t.epoch);
+    for (uint64_t k = 1; k <= shard_size && t.replacements < kMaxReplacements; ++k) {
+      uint64_t cand = shard[(t.shard_pos + k) % shard_size];
+      if (cand == t.index || s.failures.count(cand) != 0) continue;
+      t.index = cand;
+      ++t.replacements;
+      t.crashes = CrashTally{};
+      s.queue.push_front(&t);
+      return;
+    }
+  }
+  SampleOutcome& o = f.outcomes[t.pos];
+  o.status = ring::kSampleFailed;
+  o.index = t.index;
+  if (s.plan.request.policy_error && !f.failed) {
+    f.failed = true;
+    f.error = absl::StrCat("sample ", t.index, " (", path, ") failed: ", reason);
+    v1::SessionEvent e;
+    e.set_kind(v1::SessionEvent::KIND_SAMPLE_FAILED);
+    e.set_message(f.error);
+    e.set_path(path);
+    e.set_dataset_index(t.index);
+    s.events.push_back(std::move(e));
+    if (ctx.on_event) ctx.on_event();
+  }
+  if (--f.remaining == 0) FinishBatch(s, t.seq);
+}
+
+void FinishBatch(DaemonSession& s, uint64_t seq) {
+  auto it = s.filling.find(seq);
+  BatchFill& f = it->second;
+  const AttachPlan& p = s.plan;
+  ring::SlotDescriptor* d = s.ring->descriptor(f.slot);
+  ring::SampleRecord* recs = ring::Records(d);
+  uint8_t* data = s.ring->slot_data(f.slot);
+  for (uint32_t i = 0; i < f.outcomes.size(); ++i) {
+    const SampleOutcome& o = f.outcomes[i];
+    ring::SampleRecord& r = recs[i];
+    r.planned_index = f.tasks[i]->planned_index;
+    r.dataset_index = o.index;
+    r.label = s.dataset->label(o.index);
+    r.status = o.status;
+    r.offset = p.variable_size ? 0 : p.sample_bytes * i;
+    if (o.status == ring::kSampleFailed) {
+      // Zeros of the output shape, so that a fixed-shape batch keeps it.
+      r.height = p.params().out_height;
+      r.width = p.params().out_width;
+      r.channels = 3;
+      r.bytes = p.variable_size ? 0 : p.sample_bytes;
+      if (r.bytes != 0) std::memset(data + r.offset, 0, r.bytes);
+    } else {
+      r.height = o.height;
+      r.width = o.width;
+      r.channels = o.channels;
+      r.bytes = o.bytes;
+    }
+  }
+  if (f.failed) {
+    d->batch_status = ring::kBatchFailed;
+    size_t n = std::min<size_t>(f.error.size(), ring::kErrorBytes - 1);
+    std::memcpy(d->error, f.error.data(), n);
+    d->error[n] = '\0';
+  }
+  d->state.store(ring::kReady, std::memory_order_release);
+  ring::FutexWakeAll(&d->state);
+  ++s.batches_produced;
+  s.filling.erase(it);
+}
+
+void EndSession(DaemonSession& s, const std::string& why, BatchContext& ctx,
+                std::unordered_map<uint64_t, SampleTask*>* in_flight) {
+  s.ended = true;
+  s.end_reason = why;
+  for (auto& [seq, fill] : s.filling) {
+    for (auto& t : fill.tasks) {
+      if (t->in_flight) in_flight->erase(t->id);
+      ReleaseReadahead(*t, ctx);
+      t->prefetch_key = 0;
+    }
+  }
+  s.queue.clear();
+  auto* h = s.ring->header();
+  h->daemon_state.store(ring::kStopped, std::memory_order_release);
+  ring::FutexWakeAll(&h->daemon_state);
+  for (uint32_t slot = 0; slot < s.plan.slots(); ++slot) {
+    ring::FutexWakeAll(&s.ring->descriptor(slot)->state);
+  }
+  spdlog::info("session {} ended: {} ({} batches produced, {} samples failed)", s.id, why,
+               s.batches_produced, s.samples_failed);
+}
+
+}  // namespace stoker

@@ -1,0 +1,124 @@
+#include "server/status_export.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "server/latency.h"
+
+namespace stoker {
+
+void ExportReadahead(const Prefetcher* prefetch, const DaemonConfig& config,
+                     v1::ReadaheadStatus* ra) {
+  if (prefetch == nullptr) return;
+  const Prefetcher::Stats st = prefetch->stats();
+  ra->set_threads(config.io_threads);
+  ra->set_budget_bytes(config.readahead_bytes);
+  ra->set_files_read(st.files_read);
+  ra->set_bytes_read(st.bytes_read);
+  ra->set_cold_files(st.cold_files);
+  ra->set_files_cached(st.files_cached);
+  ra->set_late(st.late);
+  ra->set_window_bytes(st.window_bytes);
+  ra->set_window_bytes_max(st.window_bytes_max);
+}
+
+void ExportWorkers(const WorkerPool& pool, v1::StatusResponse* r) {
+  for (uint32_t i = 0; i < pool.size(); ++i) {
+    const WorkerSlot& w = pool.worker(i);
+    auto* ws = r->add_workers();
+    ws->set_id(w.id);
+    ws->set_pid(w.dead ? 0 : w.pid);
+    ws->set_state(w.dead ? "restarting" : w.state);
+    ws->set_restarts(w.restarts);
+    ws->set_crashes(w.crashes);
+    ws->set_samples_done(w.samples_done);
+    ws->set_samples_failed(w.samples_failed);
+    ws->set_in_flight(static_cast<uint32_t>(w.in_flight.size()));
+    ws->set_cpu_seconds(pool.CpuSeconds(i));
+  }
+}
+
+void ExportSession(const DaemonSession& s, int64_t now, bool include_failures,
+                   v1::SessionStatus* ss) {
+  ss->set_session_id(s.id);
+  ss->set_client_name(s.req.client_name());
+  ss->set_client_pid(s.req.client_pid());
+  ss->set_rank(s.plan.sampler.rank);
+  ss->set_world_size(s.plan.sampler.world_size);
+  ss->set_dataset(s.dataset->name());
+  *ss->mutable_pipeline() = s.plan.request.pipeline.effective;
+  *ss->mutable_requested_pipeline() = s.req.pipeline();
+  ss->set_batch_size(s.plan.sampler.batch_size);
+  ss->set_batches_produced(s.batches_produced);
+  uint64_t consumed = s.ring->header()->batches_consumed.load(std::memory_order_relaxed);
+  ss->set_batches_consumed(std::min(consumed, s.batches_produced));
+  ss->set_samples_produced(s.samples_produced);
+  ss->set_samples_failed(s.samples_failed);
+  ss->set_samples_replaced(s.samples_replaced);
+  ss->set_current_epoch(s.current_epoch);
+  ss->set_ring_slots(s.plan.slots());
+  uint32_t by_state[4] = {0, 0, 0, 0};
+  for (uint32_t slot = 0; slot < s.plan.slots(); ++slot) {
+    uint32_t st = s.ring->descriptor(slot)->state.load();
+    if (st < 4) ++by_state[st];
+  }
+  ss->set_ring_ready(by_state[ring::kReady]);
+  ss->set_ring_filling(by_state[ring::kFilling]);
+  ss->set_ring_leased(by_state[ring::kLeased]);
+  const ring::RingHeader* h = s.ring->header();
+  uint64_t waits[ring::kWaitBuckets];
+  for (uint32_t b = 0; b < ring::kWaitBuckets; ++b) {
+    waits[b] = h->client_wait_hist[b].load(std::memory_order_relaxed);
+  }
+  const uint64_t wait_ns = h->client_wait_ns.load(std::memory_order_relaxed);
+  ss->set_client_wait_seconds(wait_ns / 1e9);
+  *ss->mutable_client_wait() = Summarize(waits, wait_ns);
+  *ss->mutable_read() = Summarize(s.read_latency);
+  *ss->mutable_decode() = Summarize(s.decode_latency);
+  *ss->mutable_augment() = Summarize(s.augment_latency);
+  ss->set_ring_bytes(s.ring->geometry().total_bytes);
+  ss->set_shm_name(s.ring->name());
+  if (s.rate_window.size() >= 2) {
+    const auto& a = s.rate_window.front();
+    const auto& b = s.rate_window.back();
+    if (b.first > a.first) {
+      ss->set_images_per_second((b.second - a.second) / ((b.first - a.first) / 1e9));
+    }
+  }
+  ss->set_uptime_seconds((now - s.created_ns) / 1e9);
+  ss->set_keepalive_open(s.keepalive_open);
+  if (include_failures) {
+    size_t n = 0;
+    for (const auto& [index, f] : s.failures) {
+      if (n++ >= kMaxFailuresListed) break;
+      auto* fr = ss->add_failures();
+      fr->set_path(f.path);
+      fr->set_reason(f.reason);
+      fr->set_count(f.count);
+      fr->set_dataset_index(index);
+    }
+  }
+}
+
+void ExportDatasetFailures(const FailureMemory& memory, v1::StatusResponse* r) {
+  for (const DatasetFailureLog& d : memory.datasets()) {
+    auto* df = r->add_dataset_failures();
+    df->set_dataset(d.dataset);
+    df->set_samples_failed(d.samples_failed);
+    df->set_failures_not_kept(d.failures_not_kept);
+    std::vector<const std::pair<const std::string, FailureEntry>*> order;
+    order.reserve(d.by_path.size());
+    for (const auto& kv : d.by_path) order.push_back(&kv);
+    std::sort(order.begin(), order.end(),
+              [](const auto* a, const auto* b) { return a->second.index < b->second.index; });
+    for (const auto* kv : order) {
+      auto* fr = df->add_failures();
+      fr->set_path(kv->first);
+      fr->set_reason(kv->second.reason);
+      fr->set_count(kv->second.count);
+      fr->set_dataset_index(kv->second.index);
+    }
+  }
+}
+
+}  // namespace stoker

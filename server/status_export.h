@@ -1,0 +1,45 @@
+// Status export: how GetStatus reports the pool, each session and the
+// failure memory (v1::StatusResponse; stoker.proto documents every field).
+// Reads only; called under the engine's lock. The ring's client-written
+// fields (consumed batches, wait histograms) are figures to show and are
+// trusted for nothing else.
+
+#ifndef STOKER_SERVER_STATUS_EXPORT_H_
+#define STOKER_SERVER_STATUS_EXPORT_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "server/config.h"
+#include "server/failure_memory.h"
+#include "server/prefetch.h"
+#include "server/session.h"
+#include "server/worker_pool.h"
+#include "stoker/v1/stoker.pb.h"
+
+namespace stoker {
+
+// A session's failures listed at most (SessionStatus.failures).
+inline constexpr size_t kMaxFailuresListed = 1000;
+
+// Readahead's settings and counters (nothing when `prefetch` is null: off).
+void ExportReadahead(const Prefetcher* prefetch, const DaemonConfig& config,
+                     v1::ReadaheadStatus* out);
+
+// One WorkerStatus per slot, in slot order (a dead slot: pid 0, state
+// "restarting", 0 CPU seconds).
+void ExportWorkers(const WorkerPool& pool, v1::StatusResponse* out);
+
+// One session at `now_ns`: its client, progress, ring occupancy, latencies,
+// rate; with `include_failures`, its first kMaxFailuresListed failures by
+// dataset index.
+void ExportSession(const DaemonSession& s, int64_t now_ns, bool include_failures,
+                   v1::SessionStatus* out);
+
+// The failure memory, most recent dataset first, each one's failures by
+// dataset index.
+void ExportDatasetFailures(const FailureMemory& memory, v1::StatusResponse* out);
+
+}  // namespace stoker
+
+#endif  // STOKER_SERVER_STATUS_EXPORT_H_
