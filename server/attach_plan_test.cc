@@ -1,0 +1,246 @@
+// Attach planning: request checks in order, the pipeline's defaults, the
+// shard and start position, the ring's limits, what the client is told.
+
+#include "server/attach_plan.h"
+
+#include <catch2/catch.hpp>
+
+#include "server/room_test_util.h"
+
+namespace stoker {
+namespace {
+
+using testing::SmallRequest;
+
+std::string RequestError(const v1::AttachRequest& req) {
+  auto r = PlanRequest(req);
+  return r.ok() ? "ok" : std::string(r.status().message());
+}
+
+TEST_CASE("PlanRequest refuses what needs no dataset, first fault first") {
+  v1::AttachRequest req = SmallRequest("list.txt", 4);
+  CHECK(RequestError(req) == "ok");
+
+  v1::AttachRequest r = req;
+  r.set_batch_size(0);
+  r.set_rank(5);  // also wrong, but asked later
+  CHECK(RequestError(r) == "batch_size must be at least 1");
+  r = req;
+  r.set_batch_size(ring::kMaxBatchSize + 1);
+  CHECK(RequestError(r).find("is over the limit of") != std::string::npos);
+  r = req;
+  r.set_world_size(2);
+  r.set_rank(2);
+  CHECK(RequestError(r) == "rank 2 is not below world_size 2");
+  r = req;
+  r.set_rank(1);  // world_size 0 is 1
+  CHECK(RequestError(r) == "rank 1 is not below world_size 1");
+  r = req;
+  r.set_ring_slots(1);
+  CHECK(RequestError(r) == "ring_slots must be within 2..64");
+  r.set_ring_slots(kMaxSlotsPerSession + 1);
+  CHECK(RequestError(r) == "ring_slots must be within 2..64");
+  r = req;
+  r.set_failure_policy(static_cast<v1::FailurePolicy>(77));
+  CHECK(RequestError(r) == "unknown failure_policy");
+  r = req;
+  r.mutable_pipeline()->set_preset("bogus");
+  r.set_dataset("");  // also wrong, but asked later
+  CHECK(RequestError(r).rfind("pipeline: ", 0) == 0);
+  r = req;
+  r.set_dataset("");
+  CHECK(RequestError(r) == "dataset is empty");
+  r.set_dataset(std::string(kMaxDatasetBytes + 1, 'a'));
+  CHECK(RequestError(r).find("over the limit of 4096") != std::string::npos);
+  r = req;
+  r.set_format(static_cast<v1::DatasetFormat>(42));
+  CHECK(RequestError(r) == "unknown dataset format 42");
+
+  r = req;
+  r.set_ring_slots(0);
+  r.set_failure_policy(v1::FAILURE_POLICY_ERROR);
+  auto plan = PlanRequest(r);
+  REQUIRE(plan.ok());
+  CHECK(plan->slots == kDefaultSlots);
+  CHECK(plan->world_size == 1);
+  CHECK(plan->policy_error);
+}
+
+TEST_CASE("PlanPipeline fills the contract's defaults in and lowers them") {
+  v1::PipelineSpec spec;  // empty: the train preset
+  auto p = PlanPipeline(spec, 32);
+  REQUIRE(p.ok());
+  CHECK(p->effective.preset() == "train");
+  REQUIRE(p->effective.ops_size() == 2);
+  CHECK(p->effective.size_size() == 2);
+  CHECK(p->params.op_count == 2);
+  CHECK(p->params.out_height == 224);
+  CHECK(p->params.out_width == 224);
+  CHECK(p->params.dtype == ring::kUint8);
+  CHECK(p->params.layout == ring::kNHWC);
+
+  spec.set_preset("eval");
+  spec.add_size(160);
+  p = PlanPipeline(spec, 32);
+  REQUIRE(p.ok());
+  CHECK(p->effective.preset() == "eval");
+  CHECK(p->params.out_height == 160);
+  // What Attach echoes is effective: planning it again changes nothing.
+  auto again = PlanPipeline(p->effective, 32);
+  REQUIRE(again.ok());
+  CHECK(again->effective.SerializeAsString() == p->effective.SerializeAsString());
+
+  // The decoded image's own size: batch 1 only, and a 16 Mpx cap by default.
+  v1::PipelineSpec decode;
+  decode.set_preset("decode");
+  auto refused = PlanPipeline(decode, 2);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(refused.status().message().rfind("pipeline: the output size varies", 0) == 0);
+  p = PlanPipeline(decode, 1);
+  REQUIRE(p.ok());
+  CHECK(p->params.out_height == 0);
+  CHECK(p->params.max_decode_pixels == 16ull << 20);
+
+  v1::PipelineSpec bogus;
+  bogus.set_preset("bogus");
+  auto unknown = PlanPipeline(bogus, 1);
+  CHECK(unknown.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(unknown.status().message().rfind("pipeline: ", 0) == 0);
+}
+
+AttachPlan MustPlan(const v1::AttachRequest& req, uint64_t n, AttachLimits limits = {}) {
+  auto request = PlanRequest(req);
+  REQUIRE(request.ok());
+  auto plan = PlanSession(req, *request, n, limits);
+  REQUIRE(plan.ok());
+  return *plan;
+}
+
+absl::Status PlanError(const v1::AttachRequest& req, uint64_t n, AttachLimits limits = {}) {
+  auto request = PlanRequest(req);
+  REQUIRE(request.ok());
+  return PlanSession(req, *request, n, limits).status();
+}
+
+TEST_CASE("PlanSession: the shard, the epoch's batches, where delivery starts and ends") {
+  v1::AttachRequest req = SmallRequest("list.txt", 4, 3, 0);
+  AttachPlan p = MustPlan(req, 10);
+  CHECK(p.shard_size == 10);
+  CHECK(p.batches_per_epoch == 3);  // 4 + 4 + 2
+  CHECK(p.total_batches == 0);      // without end
+  CHECK(p.start_global == 0);
+  CHECK(p.sample_bytes == 8 * 8 * 3);
+  CHECK(p.ring_bytes == 8 * 8 * 3 * 4 * 3);
+  CHECK_FALSE(p.variable_size);
+
+  req.set_drop_last(true);
+  CHECK(MustPlan(req, 10).batches_per_epoch == 2);
+  req.set_drop_last(false);
+
+  // Two ranks: ceil(10 / 2) each.
+  req.set_world_size(2);
+  req.set_rank(1);
+  p = MustPlan(req, 10);
+  CHECK(p.shard_size == 5);
+  CHECK(p.batches_per_epoch == 2);
+  CHECK(p.sampler.rank == 1);
+  CHECK(p.sampler.world_size == 2);
+  req.set_world_size(0);
+  req.set_rank(0);
+
+  // Resume: epoch 2, batch 1 of 3 epochs.
+  req.set_epochs(3);
+  req.set_start_epoch(2);
+  req.set_start_batch(1);
+  p = MustPlan(req, 10);
+  CHECK(p.start_global == 2 * 3 + 1);
+  CHECK(p.start_epoch == 2);
+  CHECK(p.total_batches == 2);
+  req.set_start_batch(3);
+  CHECK(PlanError(req, 10).code() == absl::StatusCode::kOutOfRange);
+  req.set_start_batch(0);
+  req.set_start_epoch(3);
+  CHECK(PlanError(req, 10).message() == "the start position is at or past the last epoch");
+
+  req.set_start_epoch(0);
+  req.set_batch_size(11);
+  absl::Status st = PlanError(req, 10);
+  CHECK(st.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(st.message() ==
+        "batch_size 11 is larger than this rank's shard of the dataset (10 of 10 samples)");
+}
+
+TEST_CASE("PlanSession holds the ring to --max-ring-bytes and the free /dev/shm") {
+  v1::AttachRequest req = SmallRequest("list.txt", 4, 2);
+  AttachLimits limits;
+  limits.max_ring_bytes = 192 * 4 * 2;
+  CHECK(PlanError(req, 10, limits).ok());
+  limits.max_ring_bytes -= 1;
+  absl::Status st = PlanError(req, 10, limits);
+  CHECK(st.code() == absl::StatusCode::kResourceExhausted);
+  CHECK(st.message().find("over this daemon's --max-ring-bytes") != absl::string_view::npos);
+
+  limits.max_ring_bytes = 1ull << 30;
+  limits.shm_free_bytes = (1u << 20) + 192 * 4 * 2 - 1;
+  st = PlanError(req, 10, limits);
+  CHECK(st.code() == absl::StatusCode::kResourceExhausted);
+  CHECK(st.message().find("give the container a larger /dev/shm") != absl::string_view::npos);
+  limits.shm_free_bytes = (1u << 20) + 192 * 4 * 2;
+  CHECK(PlanError(req, 10, limits).ok());
+}
+
+TEST_CASE("an any-size output gives each sample its whole slot") {
+  v1::AttachRequest req = SmallRequest("list.txt", 1, 2);
+  req.mutable_pipeline()->set_preset("decode");
+  req.mutable_pipeline()->clear_size();
+  req.mutable_pipeline()->set_max_decode_pixels(1000);
+  AttachPlan p = MustPlan(req, 10);
+  CHECK(p.variable_size);
+  CHECK(p.sample_bytes == 3000);
+  RingSpec rs = RingSpecFor(p, 7, 0640);
+  CHECK(rs.variable_bytes == 3000);
+  CHECK(rs.sample_bytes == 0);
+  CHECK(rs.height == 0);
+  CHECK(rs.session_number == 7);
+  CHECK(rs.mode == 0640);
+}
+
+TEST_CASE("RingSpecFor and AttachResponseFor say what was planned") {
+  testing::ScratchDir dir;
+  auto root = DataRoot::Open(dir.path());
+  REQUIRE(root.ok());
+  auto ds = testing::ManifestDataset(**root, dir.path(), "list.txt", 10);
+  REQUIRE(ds != nullptr);
+  v1::AttachRequest req = SmallRequest("list.txt", 4, 3, 2);
+  AttachPlan p = MustPlan(req, ds->size());
+  RingSpec rs = RingSpecFor(p, 5, 0600);
+  CHECK(rs.slot_count == 3);
+  CHECK(rs.batch_size == 4);
+  CHECK(rs.sample_bytes == 192);
+  CHECK(rs.height == 8);
+  CHECK(rs.width == 8);
+  CHECK(rs.batches_per_epoch == 3);
+  CHECK(rs.total_batches == 6);
+  ring::Geometry g;
+  REQUIRE(ring::ComputeGeometry(3, 4, 192 * 4, &g));
+  v1::AttachResponse resp = AttachResponseFor(p, *ds, "tag-5", "/stoker-x", g, 3000);
+  CHECK(resp.session_id() == "tag-5");
+  CHECK(resp.ring().shm_name() == "/stoker-x");
+  CHECK(resp.ring().slot_count() == 3);
+  CHECK(resp.ring().slot_bytes() == g.slot_bytes);
+  CHECK(resp.ring().sample_bytes() == 192);
+  CHECK(resp.ring().layout_version() == ring::kLayoutVersion);
+  CHECK(resp.dataset_size() == 10);
+  CHECK(resp.shard_size() == 10);
+  CHECK(resp.batches_per_epoch() == 3);
+  CHECK(resp.total_batches() == 6);
+  CHECK(resp.height() == 8);
+  CHECK(resp.channels() == 3);
+  CHECK(resp.effective_pipeline().preset() == "eval");
+  CHECK(resp.effective_pipeline().ops_size() == 2);  // Resize, CenterCrop
+  CHECK(resp.heartbeat_timeout_ms() == 3000);
+}
+
+}  // namespace
+}  // namespace stoker
