@@ -5,11 +5,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/time/time.h"
 #include "server/attach_plan.h"
 #include "server/liveness.h"
 #include "server/ring_owner.h"
@@ -57,6 +57,17 @@ std::string ListedPath(const Dataset& ds, uint64_t i) {
   if (p.compare(0, folder.size(), folder) == 0) p.erase(0, folder.size());
   return p;
 }
+
+// absl::Mutex as the lock of a std::condition_variable_any (which waits on
+// the monotonic clock). absl::CondVar's deadlines follow the wall clock: one
+// stepped back would stall the ticker, and clients declare a daemon dead
+// after heartbeat_timeout_ms without a heartbeat. Used with mu_ held; the
+// wait releases and retakes it.
+struct WaitableMutex {
+  absl::Mutex* mu;
+  void lock() ABSL_NO_THREAD_SAFETY_ANALYSIS { mu->Lock(); }
+  void unlock() ABSL_NO_THREAD_SAFETY_ANALYSIS { mu->Unlock(); }
+};
 
 void SendMapRing(WorkerPool& pool, uint32_t w, const DaemonSession& s) {
   worker::MapRingMsg m;
@@ -131,7 +142,7 @@ absl::Status Engine::Start() {
     absl::MutexLock l(&mu_);
     batch_.prefetch = prefetch_.get();
     batch_.failure_memory = &failure_memory_;
-    batch_.on_event = [this] { cv_.SignalAll(); };
+    batch_.on_event = [this] { cv_.notify_all(); };
     pool_ = std::make_unique<WorkerPool>(launcher_, clock_, &poller_, config_.task_timeout_ms);
     if (absl::Status st = pool_->Start(n); !st.ok()) return st;
     state_ = "serving";
@@ -248,7 +259,7 @@ void Engine::RemoveSessionLocked(const std::string& id, const std::string& why,
   pool_->SendAll(&m, sizeof(m), -1);
   EndSession(*s, why, batch_, &in_flight_);
   removed->push_back(s);
-  cv_.SignalAll();
+  cv_.notify_all();
 }
 
 void Engine::FinalizeRemoved(std::vector<std::shared_ptr<DaemonSession>>& removed) {
@@ -285,10 +296,9 @@ absl::Status Engine::KeepAlive(const std::string& session_id,
     std::string reason;
     {
       absl::MutexLock l(&mu_);
-      const absl::Time deadline = absl::Now() + absl::Milliseconds(200);
-      while (s->events.empty() && !s->ended) {
-        if (cv_.WaitWithDeadline(&mu_, deadline)) break;
-      }
+      WaitableMutex lock{&mu_};
+      cv_.wait_for(lock, std::chrono::milliseconds(200),
+                   [&] { return !s->events.empty() || s->ended; });
       out.swap(s->events);
       ended = s->ended;
       reason = s->end_reason;
@@ -424,7 +434,7 @@ void Engine::DispatchLoop() {
     // Waiters on cv_ (KeepAlive streams, the ticker) are woken where their
     // conditions change; only a drain waits on batches finishing. Waking them
     // all here, once per result, cost stokerd a third of its CPU.
-    if (state_ == "draining") cv_.SignalAll();
+    if (state_ == "draining") cv_.notify_all();
   }
 }
 
@@ -442,10 +452,9 @@ void Engine::TickerLoop() {
         spdlog::error("session {}: its ring was truncated by another process", id);
         RemoveSessionLocked(id, kWhyTruncated, &removed);
       }
-      const absl::Time deadline = absl::Now() + absl::Milliseconds(ring::kHeartbeatPeriodMs);
-      while (!stopping_.load()) {
-        if (cv_.WaitWithDeadline(&mu_, deadline)) break;
-      }
+      WaitableMutex lock{&mu_};
+      cv_.wait_for(lock, std::chrono::milliseconds(ring::kHeartbeatPeriodMs),
+                   [this] { return stopping_.load(); });
     }
     FinalizeRemoved(removed);
   }
@@ -514,17 +523,15 @@ void Engine::Drain() {
       e.set_message("stokerd is shutting down");
       s->events.push_back(std::move(e));
     }
-    cv_.SignalAll();
-    const absl::Time deadline = absl::Now() + absl::Milliseconds(config_.drain_timeout_ms);
-    auto drained = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      for (auto& [id, s] : sessions_) {
-        if (!s->filling.empty()) return false;
-      }
-      return true;
-    };
-    while (!drained()) {
-      if (cv_.WaitWithDeadline(&mu_, deadline)) break;
-    }
+    cv_.notify_all();
+    WaitableMutex lock{&mu_};
+    cv_.wait_for(lock, std::chrono::milliseconds(config_.drain_timeout_ms),
+                 [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                   for (auto& [id, s] : sessions_) {
+                     if (!s->filling.empty()) return false;
+                   }
+                   return true;
+                 });
     std::vector<std::string> ids;
     for (auto& [id, s] : sessions_) {
       s->ring->header()->daemon_state.store(ring::kDraining, std::memory_order_release);
@@ -544,7 +551,7 @@ void Engine::Stop() {
   }
   stopping_.store(true);
   poller_.Wake();
-  cv_.SignalAll();
+  cv_.notify_all();
   if (dispatcher_.joinable()) dispatcher_.join();
   if (ticker_.joinable()) ticker_.join();
   absl::MutexLock l(&mu_);

@@ -43,6 +43,7 @@
 #define STOKER_SERVER_ENGINE_H_
 
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
@@ -169,7 +170,9 @@ class Engine {
   std::atomic<bool> stopping_{false};
 
   mutable absl::Mutex mu_;
-  absl::CondVar cv_;  // session events, drain progress, stopping
+  // Session events, drain progress, stopping; waited on with mu_ held. A
+  // std::condition_variable_any: its waits keep to the monotonic clock.
+  std::condition_variable_any cv_;
   std::string state_ ABSL_GUARDED_BY(mu_) = "starting";
   std::map<std::string, std::shared_ptr<DaemonSession>> sessions_ ABSL_GUARDED_BY(mu_);
   // Made in Start(), then never replaced: only what it points to is guarded.
