@@ -103,7 +103,7 @@ TEST_CASE("an engine with fake workers delivers an epoch, every sample once and 
   CHECK(f.engine->Detach(resp.session_id(), "again").code() == absl::StatusCode::kNotFound);
 }
 
-TEST_CASE("a sample its worker crashes on twice fails and is replaced; the batch keeps its shape") {
+TEST_CASE("a sample its worker crashes on twice fails and is replaced, the batch keeping its shape") {
   Fixture f([](uint32_t, const worker::TaskMsg&, const std::string& path) {
     FakeLauncher::Reply r;
     if (path == "img_5.jpg") r.act = FakeLauncher::Act::kCrash;

@@ -196,7 +196,7 @@ TEST_CASE("an answer out of order gets the worker killed as hung") {
   CHECK(f.deaths[0].tasks.empty());
 }
 
-TEST_CASE("a send that fails marks the worker unsendable; its death follows") {
+TEST_CASE("a send that fails marks the worker unsendable, and its death follows") {
   Fixture f;
   REQUIRE(f.fake.KillFromOutside(1));
   // Its end is shut as it dies; from then on a send fails.
