@@ -8,6 +8,9 @@ source scripts/lib.sh
 stoker_ensure_packages
 echo "==> building into build/"
 stoker_build build -DSTOKER_WERROR=ON
+# --- lock annotations (issue 14): clang's -Wthread-safety over server/*.cc, no codegen (~1 min) ---
+scripts/thread-safety.sh build
+# --- end lock annotations ---
 echo "==> running the tests"
 ctest --test-dir build --output-on-failure --timeout 900 -j 2
 # --- sanitizers and fuzzing (issue 4): ASan+UBSan C++ tests, then each fuzz target 45 s ---
