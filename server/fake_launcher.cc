@@ -179,23 +179,9 @@ void FakeLauncher::Serve(Proc* p) {
   auto buf = std::make_unique<worker::TaskMsg>();
   char* raw = reinterpret_cast<char*>(buf.get());
   for (;;) {
-    struct iovec iov = {raw, sizeof(worker::TaskMsg)};
-    alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-    struct msghdr mh = {};
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    mh.msg_control = control;
-    mh.msg_controllen = sizeof(control);
-    ssize_t n = ::recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
-    if (n < 0 && errno == EINTR) continue;
+    UniqueFd owned_fd;
+    const ssize_t n = ReceiveWithFd(fd, raw, sizeof(worker::TaskMsg), &owned_fd);
     if (n <= 0) return Died(p, Exited(0));  // the daemon is gone, or we were killed
-    int passed_fd = -1;
-    for (struct cmsghdr* c = CMSG_FIRSTHDR(&mh); c != nullptr; c = CMSG_NXTHDR(&mh, c)) {
-      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-        std::memcpy(&passed_fd, CMSG_DATA(c), sizeof(int));
-      }
-    }
-    UniqueFd owned_fd(passed_fd);
     uint32_t type;
     std::memcpy(&type, raw, sizeof(type));
     if (type == worker::kMapRing) {

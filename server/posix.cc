@@ -1,6 +1,7 @@
 #include "server/posix.h"
 
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -91,6 +92,54 @@ int64_t MonotonicNs() {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+}
+
+bool SendWithFd(int channel, const void* msg, size_t bytes, int fd) {
+  struct iovec iov = {const_cast<void*>(msg), bytes};
+  struct msghdr mh = {};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+  if (fd >= 0) {
+    std::memset(control, 0, sizeof(control));
+    mh.msg_control = control;
+    mh.msg_controllen = sizeof(control);
+    struct cmsghdr* c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+  }
+  for (;;) {
+    ssize_t n = ::sendmsg(channel, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n == static_cast<ssize_t>(bytes)) return true;
+    if (n < 0 && errno == EINTR) continue;
+    return false;
+  }
+}
+
+ssize_t ReceiveWithFd(int channel, void* buf, size_t bytes, UniqueFd* passed) {
+  passed->Reset();
+  for (;;) {
+    struct iovec iov = {buf, bytes};
+    alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+    struct msghdr mh = {};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = control;
+    mh.msg_controllen = sizeof(control);
+    ssize_t n = ::recvmsg(channel, &mh, MSG_CMSG_CLOEXEC);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return n;
+    for (struct cmsghdr* c = CMSG_FIRSTHDR(&mh); c != nullptr; c = CMSG_NXTHDR(&mh, c)) {
+      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+        int fd = -1;
+        std::memcpy(&fd, CMSG_DATA(c), sizeof(int));
+        passed->Reset(fd);
+      }
+    }
+    return n;
+  }
 }
 
 }  // namespace stoker

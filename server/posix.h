@@ -85,6 +85,15 @@ absl::Status MapShared(int fd, uint64_t offset, uint64_t bytes, Mapping* out,
                        bool populate = false);
 
 // Monotonic clock in nanoseconds / milliseconds.
+// One message over a SOCK_SEQPACKET socket, with an fd as SCM_RIGHTS
+// ancillary data (the daemon <-> worker channel, server/worker_protocol.h).
+// SendWithFd: never blocks (MSG_DONTWAIT) nor raises SIGPIPE; fd < 0 sends
+// none; false unless the whole message went. ReceiveWithFd: blocks; the
+// bytes received (0 at the peer's end, < 0 on error; EINTR retried), and
+// *passed owns the fd that came with it (invalid if none).
+bool SendWithFd(int channel, const void* msg, size_t bytes, int fd);
+ssize_t ReceiveWithFd(int channel, void* buf, size_t bytes, UniqueFd* passed);
+
 int64_t MonotonicNs();
 // Whether the page holding byte `offset` of `fd` is in the page cache, asked
 // with a one-byte preadv2(RWF_NOWAIT); kUnknown where the file system cannot

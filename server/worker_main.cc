@@ -101,23 +101,9 @@ int Serve() {
   if (!SendAll(&hello, sizeof(hello))) return 1;
 
   for (;;) {
-    struct iovec iov = {raw, sizeof(TaskMsg)};
-    alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-    struct msghdr mh = {};
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    mh.msg_control = control;
-    mh.msg_controllen = sizeof(control);
-    ssize_t n = ::recvmsg(kChannelFd, &mh, MSG_CMSG_CLOEXEC);
-    if (n < 0 && errno == EINTR) continue;
+    UniqueFd owned_fd;
+    const ssize_t n = ReceiveWithFd(kChannelFd, raw, sizeof(TaskMsg), &owned_fd);
     if (n <= 0) return 0;  // the daemon is gone
-    int passed_fd = -1;
-    for (struct cmsghdr* c = CMSG_FIRSTHDR(&mh); c != nullptr; c = CMSG_NXTHDR(&mh, c)) {
-      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-        std::memcpy(&passed_fd, CMSG_DATA(c), sizeof(int));
-      }
-    }
-    UniqueFd owned_fd(passed_fd);
     if (static_cast<size_t>(n) < sizeof(uint32_t)) return 2;
     uint32_t type;
     std::memcpy(&type, raw, sizeof(type));

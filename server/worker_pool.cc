@@ -18,30 +18,6 @@ namespace {
 
 constexpr uint64_t kWakeKey = UINT64_MAX;
 
-bool SendWithFd(int channel, const void* msg, size_t bytes, int fd) {
-  struct iovec iov = {const_cast<void*>(msg), bytes};
-  struct msghdr mh = {};
-  mh.msg_iov = &iov;
-  mh.msg_iovlen = 1;
-  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-  if (fd >= 0) {
-    std::memset(control, 0, sizeof(control));
-    mh.msg_control = control;
-    mh.msg_controllen = sizeof(control);
-    struct cmsghdr* c = CMSG_FIRSTHDR(&mh);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
-  }
-  for (;;) {
-    ssize_t n = ::sendmsg(channel, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n == static_cast<ssize_t>(bytes)) return true;
-    if (n < 0 && errno == EINTR) continue;
-    return false;
-  }
-}
-
 }  // namespace
 
 // --- Poller ---
