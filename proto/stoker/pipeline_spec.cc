@@ -794,9 +794,15 @@ absl::StatusOr<PipelineSpec> SpecFromKeywordsJson(std::string_view keywords_json
   pb::Struct kw;
   if (absl::Status st = ParseObject(AV(keywords_json), &kw, "pipeline keywords"); !st.ok())
     return st;
+  // A keyword given as null is not given (Python's None).
   std::vector<std::string> keys;
-  for (const auto& [k, v] : kw.fields()) keys.push_back(k);
+  for (const auto& [k, v] : kw.fields()) {
+    if (v.kind_case() != pb::Value::kNullValue) keys.push_back(k);
+  }
   std::sort(keys.begin(), keys.end());
+  const auto given = [&](absl::string_view k) {
+    return std::binary_search(keys.begin(), keys.end(), std::string(k));
+  };
 
   PipelineSpec spec;
   const pb::Descriptor* sd = PipelineSpec::descriptor();
@@ -820,7 +826,7 @@ absl::StatusOr<PipelineSpec> SpecFromKeywordsJson(std::string_view keywords_json
                std::end(kSpecKeywords)) {
       st = SetField(&spec, sd->FindFieldByName(k), v, k);
     } else if (const pb::FieldDescriptor* f = od->FindFieldByName(k); f != nullptr) {
-      if (v.kind_case() != pb::Value::kNullValue) st = SetField(spec.mutable_output(), f, v, k);
+      st = SetField(spec.mutable_output(), f, v, k);
     } else if (std::any_of(std::begin(kPresetKeywords), std::end(kPresetKeywords),
                            [&](const PresetKeyword& p) { return p.keyword == k; })) {
       preset_keywords.push_back(k);
@@ -845,13 +851,13 @@ absl::StatusOr<PipelineSpec> SpecFromKeywordsJson(std::string_view keywords_json
                height == nullptr ? "height" : "width", ": give both, or size");
   }
   if (height != nullptr) {
-    if (kw.fields().count("size") != 0) return Bad("height/width and size both given: give one");
+    if (given("size")) return Bad("height/width and size both given: give one");
     const pb::FieldDescriptor* f = sd->FindFieldByName("size");
     if (absl::Status st = AddValue(&spec, f, *height, "height"); !st.ok()) return st;
     if (absl::Status st = AddValue(&spec, f, *width, "width"); !st.ok()) return st;
   }
-  const bool has_ops = kw.fields().count(std::string(kOpsKeyword)) != 0;
-  if (has_ops && kw.fields().count(std::string(kPresetKeyword)) != 0) {
+  const bool has_ops = given(kOpsKeyword);
+  if (has_ops && given(kPresetKeyword)) {
     return Bad("pipeline and ops both given: give a preset or an op list");
   }
   // An empty op list is the image as decoded: the preset with no op (an
@@ -929,6 +935,11 @@ absl::StatusOr<PipelineSpec> Effective(const PipelineSpec& spec, uint32_t batch_
       return Bad("size ", ListText(s.size()), " disagrees with the output of ", maker, ", ",
                  ListText(made), ": leave size out or make them agree");
     }
+    // A Resize([h, w]) may reach 65500 a side; the output's own limits hold.
+    if (absl::Status st = OutputSize(&made, absl::StrCat("the output of ", maker), true);
+        !st.ok()) {
+      return st;
+    }
     *s.mutable_size() = made;
   } else if (s.size().empty() && batch_size != 1) {
     return Bad("the output size varies (", maker, ") and batch_size is ", absl::StrCat(batch_size),
@@ -943,6 +954,11 @@ absl::StatusOr<PipelineSpec> Effective(const PipelineSpec& spec, uint32_t batch_
   if (s.max_decode_pixels() > kMaxMaxDecodePixels) {
     return Bad("max_decode_pixels must be within 1..", absl::StrCat(kMaxMaxDecodePixels), ", not ",
                absl::StrCat(s.max_decode_pixels()));
+  }
+  if (!s.size().empty() && uint64_t{s.size(0)} * s.size(1) > s.max_decode_pixels()) {
+    return Bad("max_decode_pixels ", absl::StrCat(s.max_decode_pixels()),
+               " is below the output's ", ListText(s.size()),
+               ": raise it, or make the output smaller");
   }
   return s;
 }

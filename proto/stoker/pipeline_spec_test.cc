@@ -174,6 +174,23 @@ TEST_CASE("the request form holds only what the keywords say", "[pipeline_spec]"
   CHECK(U(hw.size()) == std::vector<uint32_t>{10, 20});
 }
 
+TEST_CASE("a keyword given as null is not given", "[pipeline_spec]") {
+  CHECK(Same(Request(R"({"ops": null, "pipeline": null, "interpolation": null,
+                         "resize_size": null, "dtype": null, "size": null})"),
+             PipelineSpec()));
+  CHECK(Same(Request(R"({"pipeline": null, "ops": [{"CenterCrop": {"size": 8}}]})"),
+             Request(R"({"ops": [{"CenterCrop": {"size": 8}}]})")));
+}
+
+TEST_CASE("the output's limits hold whichever op makes it", "[pipeline_spec]") {
+  CHECK_THAT(Error(R"({"ops": [{"Resize": {"size": [9000, 9000]}}]})"),
+             Contains("the output of ops[0] Resize") && Contains("within 1..8192"));
+  CHECK(U(Eff(R"({"ops": [{"Resize": {"size": [9000]}}, {"CenterCrop": {"size": 64}}]})").size()) ==
+        std::vector<uint32_t>{64, 64});
+  CHECK_THAT(Error(R"({"size": 4096, "max_decode_pixels": 1000})"),
+             Contains("max_decode_pixels 1000 is below the output's [4096, 4096]"));
+}
+
 TEST_CASE("keyword overrides of a preset's ops", "[pipeline_spec]") {
   const PipelineSpec t = Eff(
       R"({"scale": [0.5, 1], "ratio": [1, 2], "flip_prob": 0.25, "antialias": false,
@@ -534,7 +551,7 @@ TEST_CASE("the output: dtype, layout by dtype, mean and std", "[pipeline_spec]")
 
 TEST_CASE("max_decode_pixels, exact_decode, apply_exif_orientation", "[pipeline_spec]") {
   CHECK(Eff(R"({"max_decode_pixels": 4294967296})").max_decode_pixels() == (1ull << 32));
-  CHECK(Eff(R"({"max_decode_pixels": "1000"})").max_decode_pixels() == 1000);
+  CHECK(Eff(R"({"max_decode_pixels": "100000"})").max_decode_pixels() == 100000);
   CHECK_THAT(Error(R"({"max_decode_pixels": 4294967297})"),
              Contains("max_decode_pixels must be within 1..4294967296"));
   CHECK_THAT(Error(R"({"max_decode_pixels": -1})"), Contains("max_decode_pixels must be a whole"));
