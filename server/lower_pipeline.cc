@@ -191,9 +191,7 @@ absl::StatusOr<image::PipelineParams> LowerPipeline(const v1::PipelineSpec& effe
   p.max_decode_pixels = effective.max_decode_pixels();
   p.exact_decode = effective.exact_decode() ? 1 : 0;
   p.apply_exif = effective.apply_exif_orientation() ? 1 : 0;
-  if (absl::Status st = image::ValidateParams(p); !st.ok()) {
-    return absl::InvalidArgumentError(st.message());
-  }
+  if (absl::Status st = image::ValidateParams(p); !st.ok()) return st;
   return p;
 }
 

@@ -248,7 +248,8 @@ absl::Status CheckSteps(const SampleSteps& steps, uint32_t height, uint32_t widt
         return absl::InvalidArgumentError(
             absl::StrCat("step ", i, ": unknown step kind ", static_cast<uint32_t>(s.kind)));
     }
-    if (h * w > max_pixels) {
+    // Sides first: padded sides can pass 2^32, and their product 2^64.
+    if (h > UINT32_MAX || w > UINT32_MAX || h * w > max_pixels) {
       return absl::ResourceExhaustedError(
           absl::StrCat("step ", i, " (", StepKindName(s.kind), ") makes a ", w, "x", h,
                        " image, over max_decode_pixels (", max_pixels, ")"));
@@ -640,16 +641,16 @@ absl::Status SampleProcessor::Impl::Execute(const PipelineParams& p, const Sampl
          (IsFlip(steps.steps[tail - 1].kind) || IsPerPixel(steps.steps[tail - 1].kind))) {
     --tail;
   }
-  bool hflip = false, vflip = false, per_pixel_tail = false;
+  bool hflip = false, vflip = false;
   for (uint32_t i = tail; i < steps.count; ++i) {
     const StepKind k = steps.steps[i].kind;
     hflip ^= k == StepKind::kHorizontalFlip;
     vflip ^= k == StepKind::kVerticalFlip;
-    per_pixel_tail |= IsPerPixel(k);
   }
   int orientation = header.orientation;
-  const bool direct = tail == g.next && !per_pixel_tail &&
-                      ComposeOrientation(orientation, hflip, vflip) == 1 &&
+  // Straight into the slot when nothing moves pixels after the decode: the
+  // per-pixel steps of the tail then run in place there.
+  const bool direct = tail == g.next && ComposeOrientation(orientation, hflip, vflip) == 1 &&
                       p.dtype == ring::kUint8 && p.layout == ring::kNHWC;
 
   // The decoded (and fused) image, raw orientation.
@@ -660,7 +661,7 @@ absl::Status SampleProcessor::Impl::Execute(const PipelineParams& p, const Sampl
       direct ? static_cast<uint8_t*>(out) : Room(image, size_t{h} * w * 3 + kResamplePadBytes);
   s = g.fused ? DecodeFused(p, g, cur) : DecodeWhole(cur);
   if (!s.ok()) return s;
-  if (!direct) {
+  {
     // Steps other than per-pixel ones work in displayed coordinates.
     if (tail > g.next && orientation != 1) {
       PipelineParams plain;
@@ -724,7 +725,9 @@ absl::Status SampleProcessor::Impl::Execute(const PipelineParams& p, const Sampl
         h = nh, w = nw;
       }
     }
-    EmitSample(cur, h, w, ComposeOrientation(orientation, hflip, vflip), false, p, out);
+    if (!direct) {
+      EmitSample(cur, h, w, ComposeOrientation(orientation, hflip, vflip), false, p, out);
+    }
   }
   result->height = fh;
   result->width = fw;
