@@ -10,6 +10,11 @@
 namespace stoker {
 namespace {
 
+static_assert(pipeline::kMaxOutputSide == image::kMaxOutputSide &&
+                  pipeline::kMaxOutputPixels == image::kMaxOutputPixels &&
+                  pipeline::kMaxResizeSide == image::kMaxOpSide &&
+                  pipeline::kMaxMaxDecodePixels == image::kMaxDecodePixelsLimit,
+              "the request checks and the workers' own must hold the same limits");
 static_assert(pipeline::kMaxOps == image::kMaxOps,
               "the contract's op limit and the worker's op array must agree");
 static_assert(std::size(pipeline::kPaddingModes) == 4 &&

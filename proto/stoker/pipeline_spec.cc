@@ -51,10 +51,6 @@ constexpr float kImageNetMean[3] = {0.485f, 0.456f, 0.406f};
 constexpr float kImageNetStd[3] = {0.229f, 0.224f, 0.225f};
 constexpr uint64_t kDefaultMaxDecodePixels = 64ull << 20;
 constexpr uint64_t kDefaultAnySizeMaxDecodePixels = 16ull << 20;  // ring slots are this big
-constexpr uint64_t kMaxMaxDecodePixels = 1ull << 32;
-constexpr uint32_t kMaxOutputSide = 8192;
-constexpr uint64_t kMaxOutputPixels = 16ull << 20;
-constexpr uint32_t kMaxResizeSide = 65500;
 
 struct Named {
   absl::string_view name;

@@ -53,6 +53,12 @@ namespace stoker::pipeline {
 // The most ops a pipeline may have (image::PipelineParams holds this many;
 // server/lower_pipeline.cc checks that the two agree).
 inline constexpr uint32_t kMaxOps = 16;
+// The largest output (each side, and in all), the largest size an op may
+// name, and the largest max_decode_pixels.
+inline constexpr uint32_t kMaxOutputSide = 8192;
+inline constexpr uint64_t kMaxOutputPixels = 16ull << 20;
+inline constexpr uint32_t kMaxResizeSide = 65500;
+inline constexpr uint64_t kMaxMaxDecodePixels = 1ull << 32;
 
 // RandomCrop's padding modes as torchvision names them, the default first,
 // in the order of image::PadMode (server/lower_pipeline.cc lowers by index).

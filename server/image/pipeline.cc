@@ -19,12 +19,9 @@
 namespace stoker::image {
 namespace {
 
-constexpr uint32_t kMaxOutSide = 8192;
-constexpr uint64_t kMaxOutPixels = 16ull << 20;
-constexpr uint32_t kMaxSide = 65500;  // any size an op names (JPEG's own limit)
 // GaussianBlur's kernel sides: reflect padding needs kernel / 2 < the
 // image's side, so no kernel larger than this can ever apply.
-constexpr uint32_t kMaxKernel = 2 * kMaxSide + 1;
+constexpr uint32_t kMaxKernel = 2 * kMaxOpSide + 1;
 constexpr uint32_t kChunkRows = 16;
 constexpr uint32_t kCropMargin = 16;  // decoded pixels, see DecodeFused
 
@@ -66,7 +63,7 @@ bool ValidPadMode(PadMode m) {
          m == PadMode::kSymmetric;
 }
 
-bool InSide(uint32_t v) { return v >= 1 && v <= kMaxSide; }
+bool InSide(uint32_t v) { return v >= 1 && v <= kMaxOpSide; }
 
 bool IsFlip(StepKind k) { return k == StepKind::kHorizontalFlip || k == StepKind::kVerticalFlip; }
 
@@ -106,7 +103,7 @@ absl::Status ValidateOp(uint32_t i, const OpParams& op) {
       }
       if (!ValidInterpolation(op.interpolation)) return bad("unknown interpolation");
       if (op.max_size != 0 &&
-          (op.width != 0 || op.max_size <= op.height || op.max_size > kMaxSide)) {
+          (op.width != 0 || op.max_size <= op.height || op.max_size > kMaxOpSide)) {
         return bad("max_size needs a single size and must be in size+1..65500");
       }
       return absl::OkStatus();
@@ -116,7 +113,7 @@ absl::Status ValidateOp(uint32_t i, const OpParams& op) {
     case OpKind::kRandomCrop:
       if (!InSide(op.height) || !InSide(op.width)) return bad("size must be in 1..65500");
       for (uint32_t v : op.padding) {
-        if (v > kMaxSide) return bad("padding must be in 0..65500");
+        if (v > kMaxOpSide) return bad("padding must be in 0..65500");
       }
       if (op.pad_if_needed > 1) return bad("pad_if_needed is 0 or 1");
       if (!ValidPadMode(op.padding_mode)) return bad("unknown padding_mode");
@@ -358,7 +355,7 @@ absl::Status ValidateParams(const PipelineParams& p) {
   if (p.exact_decode > 1 || p.apply_exif > 1) {
     return absl::InvalidArgumentError("exact_decode and apply_exif are 0 or 1");
   }
-  if (p.max_decode_pixels == 0 || p.max_decode_pixels > (1ull << 32)) {
+  if (p.max_decode_pixels == 0 || p.max_decode_pixels > kMaxDecodePixelsLimit) {
     return absl::InvalidArgumentError("max_decode_pixels must be in 1..2^32");
   }
   for (int c = 0; c < 3; ++c) {
@@ -367,13 +364,13 @@ absl::Status ValidateParams(const PipelineParams& p) {
     }
   }
   if (p.out_height != 0 || p.out_width != 0) {
-    if (p.out_height < 1 || p.out_height > kMaxOutSide || p.out_width < 1 ||
-        p.out_width > kMaxOutSide) {
-      return absl::InvalidArgumentError(absl::StrCat("output sides must be in 1..", kMaxOutSide,
+    if (p.out_height < 1 || p.out_height > kMaxOutputSide || p.out_width < 1 ||
+        p.out_width > kMaxOutputSide) {
+      return absl::InvalidArgumentError(absl::StrCat("output sides must be in 1..", kMaxOutputSide,
                                                      " (or both 0: any size), got ", p.out_height,
                                                      "x", p.out_width));
     }
-    if (uint64_t{p.out_height} * p.out_width > kMaxOutPixels) {
+    if (uint64_t{p.out_height} * p.out_width > kMaxOutputPixels) {
       return absl::InvalidArgumentError("output is over 16M pixels");
     }
     if (uint64_t{p.out_height} * p.out_width > p.max_decode_pixels) {

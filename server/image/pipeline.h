@@ -60,6 +60,13 @@ enum class PadMode : uint32_t { kConstant = 0, kEdge = 1, kReflect = 2, kSymmetr
 enum JitterIndex : uint32_t { kBrightness = 0, kContrast = 1, kSaturation = 2, kHue = 3 };
 
 inline constexpr uint32_t kMaxOps = 16;
+// The limits the workers hold every pipeline to. The request checks
+// (proto/stoker/pipeline_spec.h) have the same; server/lower_pipeline.cc
+// asserts that they agree.
+inline constexpr uint32_t kMaxOutputSide = 8192;
+inline constexpr uint64_t kMaxOutputPixels = 16ull << 20;
+inline constexpr uint32_t kMaxOpSide = 65500;  // any size an op names (JPEG's own limit)
+inline constexpr uint64_t kMaxDecodePixelsLimit = 1ull << 32;
 
 // torchvision's class name of an op kind ("RandomResizedCrop"), for
 // messages and tools; "unknown" for a value outside OpKind.
