@@ -22,6 +22,7 @@ namespace {
 // GaussianBlur's kernel sides: reflect padding needs kernel / 2 < the
 // image's side, so no kernel larger than this can ever apply.
 constexpr uint32_t kMaxKernel = 2 * kMaxOpSide + 1;
+bool ValidKernel(uint32_t k) { return k >= 1 && k <= kMaxKernel && k % 2 == 1; }
 constexpr uint32_t kChunkRows = 16;
 constexpr uint32_t kCropMargin = 16;  // decoded pixels, see DecodeFused
 
@@ -139,7 +140,7 @@ absl::Status ValidateOp(uint32_t i, const OpParams& op) {
       return absl::OkStatus();
     case OpKind::kGaussianBlur:
       for (uint32_t k : {op.kernel_x, op.kernel_y}) {
-        if (k < 1 || k > kMaxKernel || k % 2 == 0) {
+        if (!ValidKernel(k)) {
           return bad("kernel_size must be odd, in 1..131001");
         }
       }
@@ -228,8 +229,8 @@ absl::Status CheckSteps(const SampleSteps& steps, uint32_t height, uint32_t widt
         break;
       }
       case StepKind::kGaussianBlur:
-        if (s.kernel_x < 1 || s.kernel_x > kMaxKernel || s.kernel_x % 2 == 0 || s.kernel_y < 1 ||
-            s.kernel_y > kMaxKernel || s.kernel_y % 2 == 0 || !Finite(s.sigma) || !(s.sigma > 0)) {
+        if (!ValidKernel(s.kernel_x) || !ValidKernel(s.kernel_y) || !Finite(s.sigma) ||
+            !(s.sigma > 0)) {
           return StepError(i, s, "needs odd kernel sides in 1..131001 and sigma > 0");
         }
         // torch's reflect padding needs the pad to be smaller than the side.
