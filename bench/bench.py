@@ -11,6 +11,12 @@ DataLoader workers are our children; the configurations of one dataset run
 interleaved, round-robin (a rotated order each round), so that drift on a
 noisy machine hits every side alike. Nothing here asserts a timing.
 
+On the ImageNet-like set the configurations include torchvision's training
+recipes (v2: TrivialAugmentWide + RandomErasing; rand-m9: RandAugment), one
+Compose given to both sides, and stoker's loop with and without the recipes'
+policy ops (their CPU cost per image); for each recipe a line
+``recipe NAME images/s ratio vs DataLoader: X.XX ...`` comes before the last.
+
 The last line printed is ``train images/s ratio vs DataLoader: X.XX``
 (ImageNet-like set, train pipeline, float32 NCHW on both sides).
 """
@@ -189,24 +195,77 @@ class CycleSampler:
                 yield from range(self.n)
 
 
+# The training recipes (issue 15), each one torchvision Compose that both
+# sides are given: ImageFolder's transform on the DataLoader side,
+# stoker.Loader(transform=...) on stoker's (read into stoker ops by
+# stoker/_transforms.py). "v2": torchvision's reference recipe (the
+# classification references' --auto-augment ta_wide --random-erase 0.1 at
+# train-crop-size 176); "ra": timm-like rand-m9 at 224.
+RECIPES = ("v2", "ra")
+# The ops of the recipes that the CPU cost check leaves out for its baseline:
+# the policies and RandomErasing (what issue 15 added; RandomResizedCrop,
+# the flip and the output stay).
+RECIPE_OPS = ("AutoAugment", "RandAugment", "TrivialAugmentWide", "AugMix", "RandomErasing")
+_recipe_cache: Dict[str, Any] = {}
+
+
+def recipe_transform(recipe: str):
+    """The recipe's Compose: one object per recipe and process, so that both
+    sides (and the image tool's keywords) are given the very same one."""
+    if recipe not in _recipe_cache:
+        import torch
+        import torchvision.transforms as T
+        from torchvision.transforms import InterpolationMode
+        if recipe == "v2":
+            bilinear = InterpolationMode.BILINEAR
+            t = T.Compose([T.RandomResizedCrop(176, interpolation=bilinear),
+                           T.RandomHorizontalFlip(), T.TrivialAugmentWide(interpolation=bilinear),
+                           T.PILToTensor(), T.ConvertImageDtype(torch.float),
+                           T.Normalize(MEAN, STD), T.RandomErasing(p=0.1)])
+        elif recipe == "ra":
+            t = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(),
+                           T.RandAugment(num_ops=2, magnitude=9), T.ToTensor(),
+                           T.Normalize(MEAN, STD)])
+        else:
+            raise ValueError(f"unknown recipe {recipe!r}")
+        _recipe_cache[recipe] = t
+    return _recipe_cache[recipe]
+
+
+def recipe_keywords(pipeline: str) -> Dict[str, Any]:
+    """The pipeline keywords (ops, dtype, layout, mean, std) stoker's own
+    mapping reads the recipe's Compose into: what stoker.Loader(transform=)
+    sends the daemon. "<recipe>-base": the same without RECIPE_OPS."""
+    from stoker import _transforms
+    recipe, _, base = pipeline.partition("-")
+    kw = _transforms.loader_options(recipe_transform(recipe))
+    if base:
+        kw["ops"] = [op for op in kw["ops"] if next(iter(op)) not in RECIPE_OPS]
+    return kw
+
+
 def torchvision_transform(pipeline: str):
     import torchvision.transforms as T
     if pipeline == "train":
         return T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(),
                           T.Normalize(MEAN, STD)])
-    return T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor(), T.Normalize(MEAN, STD)])
+    if pipeline == "eval":
+        return T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor(),
+                          T.Normalize(MEAN, STD)])
+    return recipe_transform(pipeline)
 
 
 class DataLoaderSource:
-    """torchvision ImageFolder + DataLoader(batch 64, 2 persistent workers)."""
+    """torchvision ImageFolder + DataLoader(batch 64, 2 persistent workers)
+    with `transform` (a Compose) as the ImageFolder's transform."""
 
-    def __init__(self, root: str, pipeline: str) -> None:
+    def __init__(self, root: str, transform: Any, shuffle: bool) -> None:
         from torch.utils.data import DataLoader
         from torchvision.datasets import ImageFolder
-        ds = ImageFolder(root, transform=torchvision_transform(pipeline))
+        ds = ImageFolder(root, transform=transform)
         self.loader = DataLoader(ds, batch_size=BATCH, num_workers=WORKERS,
                                  persistent_workers=True, prefetch_factor=DL_PREFETCH,
-                                 sampler=CycleSampler(len(ds), shuffle=pipeline == "train"),
+                                 sampler=CycleSampler(len(ds), shuffle=shuffle),
                                  drop_last=True)
         self.it = iter(self.loader)  # forks the workers
 
@@ -227,17 +286,19 @@ class DataLoaderSource:
 
 
 class StokerSource:
-    """stoker.Loader on the shared daemon, iterated across epochs."""
+    """stoker.Loader on the shared daemon, iterated across epochs: a preset
+    (`pipeline`, `dtype`, `layout`) or, given `transform`, that Compose (the
+    drop-in path: the Loader reads it into ops; `pipeline` then only names it)."""
 
     def __init__(self, daemon: Daemon, dataset: str, pipeline: str, dtype: str, layout: str,
-                 name: str, batch_size: int = BATCH) -> None:
+                 name: str, batch_size: int = BATCH, transform: Any = None) -> None:
         import stoker
         self.daemon = daemon
+        spec: Dict[str, Any] = (dict(transform=transform) if transform is not None else
+                                dict(pipeline=pipeline, dtype=dtype, layout=layout))
         self.loader = stoker.Loader(dataset, socket=daemon.socket, batch_size=batch_size,
-                                    pipeline=pipeline, dtype=dtype, layout=layout,
-                                    shuffle=pipeline == "train", ring_slots=RING_SLOTS,
-                                    drop_last=True,
-                                    timeout_ms=180000, client_name=name)
+                                    shuffle=pipeline != "eval", ring_slots=RING_SLOTS,
+                                    drop_last=True, timeout_ms=180000, client_name=name, **spec)
         self.loader.attach()
         self.it = self._stream()
 
@@ -289,14 +350,18 @@ def measure(src, warmup: int, batches: int) -> Dict[str, float]:
 
 def run_tool(build: str, files: str, pipeline: str, dtype: str, layout: str,
              seconds: float, setup_cpu_s: float = 0.0, threads: int = 1,
-             ring_mb: int = 0) -> Dict[str, float]:
+             ring_mb: int = 0, keywords: Optional[Dict[str, Any]] = None) -> Dict[str, float]:
     """stoker-image-tool bench, no daemon. `setup_cpu_s`: the CPU its start
     (loading the files into memory) costs, left out of its cores. `ring_mb`:
     each thread writes round a shared mapping of this size, as a worker
-    writes into a ring (0: into one buffer that stays in cache)."""
+    writes into a ring (0: into one buffer that stays in cache). `keywords`:
+    the whole pipeline as keywords (a recipe's), instead of the preset
+    `pipeline` at 224x224 in `dtype`, `layout`."""
+    spec = (["--keywords", json.dumps(keywords)] if keywords is not None else
+            ["--pipeline", pipeline, "--size", "224", "224", "--dtype", dtype,
+             "--layout", layout])
     cmd = [os.path.join(build, "server", "image", "stoker-image-tool"), "bench", "--files", files,
-           "--pipeline", pipeline, "--threads", str(threads), "--seconds", str(seconds),
-           "--size", "224", "224", "--dtype", dtype, "--layout", layout,
+           *spec, "--threads", str(threads), "--seconds", str(seconds),
            "--ring-mb", str(ring_mb)]
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds * 10 + 120)
@@ -341,34 +406,79 @@ CONFIGS = [
 # cores give when both decode at once and write beyond the caches, as the
 # daemon's 2 workers do: the ceiling the daemon is held to in practice.
 TOOL_SHAPE = {"tool2_train_f32": (2, 64)}
-CFG = {c[0]: c for c in CONFIGS}
+# The recipes, on the ImageNet-like set only, in the same round-robin: each
+# recipe's Compose on both sides, and stoker's single-thread loop with the
+# recipe's op list (read from the same Compose) and without its RECIPE_OPS,
+# for what those ops cost in CPU per image. float32 NCHW, as the Composes end.
+RECIPE_CONFIGS = [
+    ("dl_v2", "DataLoader v2 recipe (TrivialAugmentWide, RandomErasing) 176 f32", "dl", "v2",
+     "float32", "nchw", None),
+    ("stk_v2", "stoker v2 recipe, the same Compose", "stoker", "v2", "float32", "nchw", "dl_v2"),
+    ("dl_ra", "DataLoader RandAugment(2, 9) recipe 224 f32", "dl", "ra", "float32", "nchw",
+     None),
+    ("stk_ra", "stoker RandAugment recipe, the same Compose", "stoker", "ra", "float32", "nchw",
+     "dl_ra"),
+    ("tool_v2", "image-tool v2 recipe, 1 thread", "tool", "v2", "float32", "nchw", "dl_v2"),
+    ("tool_v2_base", "image-tool v2 recipe less TrivialAugmentWide + RandomErasing, 1 thread",
+     "tool", "v2-base", "float32", "nchw", "dl_v2"),
+    ("tool_ra", "image-tool RandAugment recipe, 1 thread", "tool", "ra", "float32", "nchw",
+     "dl_ra"),
+    ("tool_ra_base", "image-tool RandAugment recipe less RandAugment, 1 thread", "tool",
+     "ra-base", "float32", "nchw", "dl_ra"),
+]
+# recipe -> (title, DataLoader key, stoker key, loop key, loop-without-its-ops key, what the
+# baseline leaves out)
+RECIPE_KEYS = {
+    "v2": ("v2: RandomResizedCrop(176) + flip + TrivialAugmentWide + RandomErasing(0.1)",
+           "dl_v2", "stk_v2", "tool_v2", "tool_v2_base", "TrivialAugmentWide + RandomErasing"),
+    "ra": ("rand-m9: RandomResizedCrop(224) + flip + RandAugment(2, 9)", "dl_ra", "stk_ra",
+           "tool_ra", "tool_ra_base", "RandAugment"),
+}
+ALL_CONFIGS = CONFIGS + RECIPE_CONFIGS
+CFG = {c[0]: c for c in ALL_CONFIGS}
 # daemon config -> the single-process loop it is compared with
 EFFICIENCY = [("stk_train_f32", "tool_train_f32"), ("stk_train_u8", "tool_train_u8"),
               ("stk_eval_f32", "tool_eval_f32")]
 
 
+def is_recipe(pipeline: str) -> bool:
+    return pipeline.partition("-")[0] in RECIPES
+
+
 def throughput(name: str, root: str, rel: str, daemon: Daemon, build: str, rounds: int,
-               warmup: int, batches: int, tool_s: float) -> Dict[str, List[Dict[str, float]]]:
-    """Runs every config `rounds` times, round-robin; returns {key: [run, ...]}."""
+               warmup: int, batches: int, tool_s: float,
+               configs: Optional[List[Tuple]] = None) -> Dict[str, List[Dict[str, float]]]:
+    """Runs every config of `configs` (default CONFIGS) `rounds` times,
+    round-robin; returns {key: [run, ...]}."""
+    configs = CONFIGS if configs is None else configs
     load0 = loadavg()
-    log(f"==> {name}: {rounds} rounds x {len(CONFIGS)} configs "
+    log(f"==> {name}: {rounds} rounds x {len(configs)} configs "
         f"({batches} batches of {BATCH} after warm-up; tools {tool_s:g} s)")
+    # The recipes' pipelines as stoker's mapping reads their Composes (what
+    # the loop runs; the Loader reads the same Compose the same way).
+    keywords = {c[3]: recipe_keywords(c[3]) for c in configs
+                if c[2] == "tool" and is_recipe(c[3])}
+    for pipeline, kw in keywords.items():
+        log(f"    {pipeline}: {json.dumps(kw)}")
     # What the tool's start-up (reading every file into memory) costs in CPU.
     setup_cpu = min(run_tool(build, root, "eval", "uint8", "nhwc", 0.01)["cpu_s"]
                     for _ in range(2))
-    runs: Dict[str, List[Dict[str, float]]] = {c[0]: [] for c in CONFIGS}
+    runs: Dict[str, List[Dict[str, float]]] = {c[0]: [] for c in configs}
     for r in range(rounds):
-        order = CONFIGS[r % len(CONFIGS):] + CONFIGS[:r % len(CONFIGS)]
+        order = configs[r % len(configs):] + configs[:r % len(configs)]
         t_round = time.monotonic()
         for key, label, kind, pipeline, dtype, layout, _ in order:
             t0 = time.monotonic()
             if kind == "tool":
                 threads, ring_mb = TOOL_SHAPE.get(key, (1, 0))
                 res = run_tool(build, root, pipeline, dtype, layout, tool_s, setup_cpu,
-                               threads=threads, ring_mb=ring_mb)
+                               threads=threads, ring_mb=ring_mb, keywords=keywords.get(pipeline))
             else:
-                src = (DataLoaderSource(root, pipeline) if kind == "dl" else
-                       StokerSource(daemon, rel, pipeline, dtype, layout, f"bench-{key}"))
+                recipe = recipe_transform(pipeline) if is_recipe(pipeline) else None
+                src = (DataLoaderSource(root, torchvision_transform(pipeline),
+                                        shuffle=pipeline != "eval") if kind == "dl" else
+                       StokerSource(daemon, rel, pipeline, dtype, layout, f"bench-{key}",
+                                    transform=recipe))
                 try:
                     res = measure(src, warmup, batches)
                 finally:
@@ -380,9 +490,11 @@ def throughput(name: str, root: str, rel: str, daemon: Daemon, build: str, round
             res["round"] = r
             res["wall_s"] = time.monotonic() - t0
             runs[key].append(res)
-        line = "  ".join(f"{k}={runs[k][-1]['images_per_s']:.0f}" for k, *_ in CONFIGS)
+        line = "  ".join(f"{k}={runs[k][-1]['images_per_s']:.0f}" for k, *_ in configs)
         log(f"    round {r + 1}/{rounds} ({time.monotonic() - t_round:.0f} s): {line}")
     runs["_load"] = [dict(start=load0, end=loadavg())]  # type: ignore[list-item]
+    if keywords:
+        runs["_keywords"] = [keywords]  # type: ignore[list-item]
     return runs
 
 
@@ -394,7 +506,9 @@ def summarize(runs: Dict[str, List[Dict[str, float]]]) -> Dict[str, Dict[str, An
         for x in runs[key]:
             x["images_per_cpu_s"] = x["images_per_s"] / max(
                 x["producer_cores"] + x["consumer_cores"], 1e-9)
-    for key, label, kind, pipeline, dtype, layout, base in CONFIGS:
+    # The configs this run measured (an older results.json has no recipes).
+    for key, label, kind, pipeline, dtype, layout, base in (c for c in ALL_CONFIGS
+                                                            if c[0] in runs):
         v = [x["images_per_s"] for x in runs[key]]
         s: Dict[str, Any] = dict(label=label, kind=kind, median=statistics.median(v), min=min(v),
                                  max=max(v), n=len(v),
@@ -416,6 +530,8 @@ def summarize(runs: Dict[str, List[Dict[str, float]]]) -> Dict[str, Dict[str, An
             s["augment_ms"] = statistics.median(x["augment_ms"] for x in runs[key])
         out[key] = s
     for daemon_key, tool_key in EFFICIENCY:
+        if daemon_key not in out or tool_key not in out:
+            continue
         d = out[daemon_key]
         d["efficiency"] = d["median"] / (out[tool_key]["median"] * WORKERS)
         paired = [a["images_per_s"] / (b["images_per_s"] * WORKERS)
@@ -423,6 +539,33 @@ def summarize(runs: Dict[str, List[Dict[str, float]]]) -> Dict[str, Dict[str, An
         d["efficiency_min"], d["efficiency_max"] = min(paired), max(paired)
         # The same per CPU second: robust to other load on the machine.
         d["cpu_efficiency"] = d["per_cpu"] / out[tool_key]["per_cpu"]
+    return out
+
+
+def summarize_recipes(runs: Dict[str, List[Dict[str, float]]],
+                      summ: Dict[str, Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
+    """Per recipe measured (after summarize(), which adds images_per_cpu_s to
+    the runs): both sides' images/s and their ratio, the daemon's CPU per
+    image, and the CPU per image of stoker's loop with and without the
+    recipe's RECIPE_OPS: `added` is what those ops add, the median of the
+    same-round ratios less 1, with their min-max."""
+    out: Dict[str, Dict[str, Any]] = {}
+    for recipe, (title, dk, sk, tk, bk, left_out) in RECIPE_KEYS.items():
+        if not all(k in summ for k in (dk, sk, tk, bk)):
+            continue
+        d, st, t, b = summ[dk], summ[sk], summ[tk], summ[bk]
+        # CPU-s per image with / without = images per CPU-s without / with.
+        added = [without["images_per_cpu_s"] / with_["images_per_cpu_s"] - 1
+                 for with_, without in zip(runs[tk], runs[bk])]
+        out[recipe] = dict(
+            title=title, left_out=left_out, dl=d["median"], stoker=st["median"],
+            ratio=st["ratio"], ratio_min=st["ratio_min"], ratio_max=st["ratio_max"],
+            cpu_ratio=st["cpu_ratio"], dl_cpu_ms=1000 / d["per_cpu"],
+            stoker_cpu_ms=1000 / st["per_cpu"], loop_cpu_ms=1000 / t["per_cpu"],
+            loop_base_cpu_ms=1000 / b["per_cpu"], added=statistics.median(added),
+            added_min=min(added), added_max=max(added),
+            loop_augment_ms=t["augment_ms"], loop_base_augment_ms=b["augment_ms"],
+            loop_decode_share=decode_share(t))
     return out
 
 
@@ -492,7 +635,7 @@ def _mem_child(args: argparse.Namespace) -> int:
     import torch  # noqa: F401  (both consumers pay for torch)
     out: Dict[str, Any] = {}
     if args.mem_child == "dl":
-        src = DataLoaderSource(args.root, "train")
+        src = DataLoaderSource(args.root, torchvision_transform("train"), shuffle=True)
         for _ in range(args.batches):
             touch(src.next())
         pids = src.producer_pids()
@@ -646,7 +789,7 @@ def fmt_ratio(s: Dict[str, Any]) -> str:
 def table_rows(summaries: Dict[str, Dict[str, Dict[str, Any]]]) -> List[List[str]]:
     rows = []
     for ds_name, summ in summaries.items():
-        for key, *_ in CONFIGS:
+        for key in (c[0] for c in ALL_CONFIGS if c[0] in summ):
             s = summ[key]
             cpu = (f"{s['producer_cores']:.2f} / {s['consumer_cores']:.2f}"
                    if s["kind"] != "tool" else
@@ -679,7 +822,9 @@ SHORT = {"dl_train": "DataLoader\ntrain f32", "stk_train_f32": "stoker\ntrain f3
          "stk_train_u8": "stoker\ntrain u8", "dl_eval": "DataLoader\neval f32",
          "stk_eval_f32": "stoker\neval f32", "tool_train_f32": "loop 1 thr\ntrain f32",
          "tool_train_u8": "loop 1 thr\ntrain u8", "tool_eval_f32": "loop 1 thr\neval f32",
-         "tool2_train_f32": "loop 2 thr\ntrain f32"}
+         "tool2_train_f32": "loop 2 thr\ntrain f32", "dl_v2": "DataLoader\nv2 recipe",
+         "stk_v2": "stoker\nv2 recipe", "dl_ra": "DataLoader\nRA recipe",
+         "stk_ra": "stoker\nRA recipe"}
 
 
 def chart(summaries: Dict[str, Dict[str, Dict[str, Any]]], path: str) -> None:
@@ -688,10 +833,12 @@ def chart(summaries: Dict[str, Dict[str, Dict[str, Any]]], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     n = len(summaries)
-    fig, axes = plt.subplots(2, n, figsize=(7 * n, 9), squeeze=False)
+    bars_max = max(sum(k in summ for k in SHORT) for summ in summaries.values())
+    fig, axes = plt.subplots(2, n, figsize=(max(7.0, 0.6 * bars_max) * n, 9), squeeze=False)
     colors = {"dl": "#8c8c8c", "stoker": "#d9541e", "tool": "#3b78b0"}
-    keys = [c[0] for c in CONFIGS]
     for col, (ds_name, summ) in enumerate(summaries.items()):
+        # The loop's recipe rows are left to RESULTS.md's Recipes table.
+        keys = [k for k in SHORT if k in summ]
         for row, metric in enumerate(("median", "per_cpu")):
             ax = axes[row][col]
             vals = [summ[k][metric] for k in keys]
@@ -738,8 +885,10 @@ def verdict(ok: bool) -> str:
 def write_results(path: str, info: Dict[str, str], args: argparse.Namespace,
                   ds: Dict[str, Any], summaries: Dict[str, Dict[str, Dict[str, Any]]],
                   overhead: Dict[str, Any], mem: Dict[str, Any], elapsed_s: float,
-                  params: Dict[str, Any]) -> None:
+                  params: Dict[str, Any], recipes: Optional[Dict[str, Dict[str, Any]]] = None
+                  ) -> None:
     small, large = summaries["ImageNet-like"], summaries["large photos"]
+    recipes = recipes or {}
     loads = params.get("loads", {})
     L: List[str] = []
     a = L.append
@@ -833,6 +982,8 @@ def write_results(path: str, info: Dict[str, str], args: argparse.Namespace,
           f"consumer); the DataLoader {1000 / summ['dl_train']['per_cpu']:.2f} (train, "
           "workers + consumer).")
     a("")
+    if recipes:
+        write_recipes(a, recipes, params)
     a("## Consumer overhead per batch")
     a("")
     a("Time inside `next()` of a `stoker.Loader` iterator (batch 256, train, 224x224) when the "
@@ -904,6 +1055,14 @@ def write_results(path: str, info: Dict[str, str], args: argparse.Namespace,
       + ". Per CPU second (daemon, its workers and the consumer vs the loop): "
       + "; ".join(f"{n} {s[dk]['label']}: {s[dk]['cpu_efficiency'] * 100:.0f}%"
                   for n, s in summaries.items() for dk, _ in EFFICIENCY) + ".")
+    for r in recipes.values():
+        miss = "" if r["ratio"] >= 4 else f" by {(1 - r['ratio'] / 4) * 100:.0f}%"
+        a(f"- Recipe {r['title']}: ratio vs DataLoader >= 4x on ImageNet-like: "
+          f"{r['ratio']:.2f}x [{r['ratio_min']:.2f}-{r['ratio_max']:.2f}] — "
+          f"{verdict(r['ratio'] >= 4)}{miss}. Per CPU second: {r['cpu_ratio']:.2f}x "
+          f"({'met' if r['cpu_ratio'] >= 4 else 'missed'}). Its per-sample ops "
+          f"({r['left_out']}) add <= 25% to the CPU per image (stoker's loop): "
+          f"{fmt_added(r)} — {verdict(r['added'] <= 0.25)}.")
     a(f"- Consumer < 100 µs per batch of 256 (f32 NCHW): {ov:.0f} µs — {verdict(ov < 100)}.")
     a(f"- Worker RSS growth < 20 MB, 1M vs 100 entries: max {g_max:+.1f} MB — "
       f"{verdict(g_max < 20)}.")
@@ -915,16 +1074,79 @@ def write_results(path: str, info: Dict[str, str], args: argparse.Namespace,
     a("")
     a("## Notes")
     a("")
-    for note in notes(summaries, overhead, mem, info, eff):
+    for note in notes(summaries, overhead, mem, info, eff, recipes):
         a(f"- {note}")
     a("")
     with open(path, "w") as f:
         f.write("\n".join(L))
 
 
-def notes(summaries, overhead, mem, info, eff) -> List[str]:
+def write_recipes(a: Callable[[str], None], recipes: Dict[str, Dict[str, Any]],
+                  params: Dict[str, Any]) -> None:
+    """RESULTS.md's Recipes section (a run that measured them)."""
+    a("## Recipes")
+    a("")
+    a("torchvision's training recipes on the ImageNet-like set, in the same round-robin as the "
+      "configs above (the `dl_v2`, `stk_v2`, `dl_ra`, `stk_ra` and image-tool recipe rows of "
+      "the throughput table). Each side is given the very same `T.Compose` object: "
+      "`ImageFolder(transform=...)` + DataLoader (2 workers, batch 64) and "
+      "`stoker.Loader(transform=...)` (batch 64), which reads it into stoker's ops. "
+      "v2: `RandomResizedCrop(176, BILINEAR), RandomHorizontalFlip(), "
+      "TrivialAugmentWide(interpolation=BILINEAR), PILToTensor(), "
+      "ConvertImageDtype(torch.float), Normalize(mean, std), RandomErasing(p=0.1)` "
+      "(torchvision's reference recipe); rand-m9: `RandomResizedCrop(224), "
+      "RandomHorizontalFlip(), RandAugment(num_ops=2, magnitude=9), ToTensor(), "
+      "Normalize(mean, std)`. CPU per image: CPU-ms per image of stokerd + its workers + the "
+      "consumer (the daemon), and of `stoker-image-tool bench --threads 1` (the loop, files in "
+      f"memory, {params['tool_s']:g} s per run) on the op list stoker's mapping reads from the "
+      "Compose (`--keywords`), with it and without the policy ops (the same crop, flip and "
+      "float32 output): added CPU is the median of the same-round ratios less 1 [min-max].")
+    a("")
+    kws = params.get("recipe_keywords") or {}
+    for pipeline in (p for p in kws if "-" not in p):
+        left_out = [n for op in kws[pipeline]["ops"] for n in op if n in RECIPE_OPS]
+        a(f"- `{pipeline}`, as stoker's mapping reads the Compose (the loop's `--keywords`; "
+          f"its baseline leaves out {' and '.join(left_out)}): `{json.dumps(kws[pipeline])}`")
+    if kws:
+        a("")
+    a("| recipe | DataLoader images/s | stoker images/s | ratio [paired min-max] | "
+      "per-CPU ratio | stoker CPU-ms per image (daemon) | loop CPU-ms per image without / "
+      "with the policy ops | ops' added CPU [min-max] |")
+    a("|---|---|---|---|---|---|---|---|")
+    for r in recipes.values():
+        a(f"| {r['title']} | {r['dl']:.0f} | {r['stoker']:.0f} | {r['ratio']:.2f} "
+          f"[{r['ratio_min']:.2f}-{r['ratio_max']:.2f}] | {r['cpu_ratio']:.2f} | "
+          f"{r['stoker_cpu_ms']:.2f} | {r['loop_base_cpu_ms']:.2f} / {r['loop_cpu_ms']:.2f} | "
+          f"{fmt_added(r)} |")
+    a("")
+    for r in recipes.values():
+        a(f"- {r['title']}: the DataLoader needs {r['dl_cpu_ms']:.2f} CPU-ms per image "
+          f"(workers + consumer), stoker's daemon {r['stoker_cpu_ms']:.2f}. In the loop, "
+          f"the ops the baseline leaves out ({r['left_out']}) cost "
+          f"{r['loop_cpu_ms'] - r['loop_base_cpu_ms']:.2f} CPU-ms per image (by the loop's "
+          f"own timers, its augment time goes from {r['loop_base_augment_ms']:.2f} to "
+          f"{r['loop_augment_ms']:.2f} ms per image, decoding unchanged).")
+    a("")
+
+
+def fmt_added(r: Dict[str, Any]) -> str:
+    return (f"{r['added'] * 100:+.0f}% [{r['added_min'] * 100:+.0f}%, "
+            f"{r['added_max'] * 100:+.0f}%]")
+
+
+def notes(summaries, overhead, mem, info, eff, recipes=None) -> List[str]:
     """Observations computed from this run's numbers (so that they stay true when rerun)."""
     out = []
+    for r in (recipes or {}).values():
+        out.append(
+            f"Recipe {r['title']}: {r['ratio']:.2f}x in images/s, {r['cpu_ratio']:.2f}x per CPU "
+            f"second. With the same cores on both sides the ratio is the DataLoader's CPU per "
+            f"image over stoker's: {r['dl_cpu_ms']:.2f} / {r['loop_cpu_ms']:.2f} ms = "
+            f"{r['dl_cpu_ms'] / r['loop_cpu_ms']:.1f}x with the loop's, "
+            f"{r['dl_cpu_ms'] / r['stoker_cpu_ms']:.1f}x with the daemon's. Decoding, the same "
+            f"libjpeg-turbo on both sides, is {r['loop_decode_share']:.0f}% of the loop's "
+            "time per image by its own timers (with the policy ops), and bounds the ratio "
+            "however fast the ops are.")
     small, large = summaries["ImageNet-like"], summaries["large photos"]
     for name, s in summaries.items():
         d, st = s["dl_train"], s["stk_train_f32"]
@@ -1057,7 +1279,8 @@ def main() -> int:
     try:
         runs_small = throughput("ImageNet-like", ds["imagenet_like"]["path"], small_rel, daemon,
                                 build, params["rounds_small"], params["warmup"],
-                                params["small_batches"], params["tool_s"])
+                                params["small_batches"], params["tool_s"],
+                                configs=ALL_CONFIGS)
         runs_large = throughput("large photos", ds["large"]["path"], large_rel, daemon, build,
                                 params["rounds_large"], params["warmup"],
                                 params["large_batches"], params["tool_s_large"])
@@ -1091,12 +1314,15 @@ def report(raw: Dict[str, Any], args: argparse.Namespace) -> int:
     args.quick = raw.get("quick", args.quick)
     params["loads"] = {"ImageNet-like": runs_small.pop("_load")[0],
                        "large photos": runs_large.pop("_load")[0]}
+    params["recipe_keywords"] = runs_small.pop("_keywords", [{}])[0]
     summaries = {"ImageNet-like": summarize(runs_small), "large photos": summarize(runs_large)}
+    # Empty for a results.json from before the recipes: no Recipes section.
+    recipes = summarize_recipes(runs_small, summaries["ImageNet-like"])
     os.makedirs(args.out, exist_ok=True)
     chart(summaries, os.path.join(args.out, "results.png"))
     elapsed = raw["elapsed_s"]
     write_results(os.path.join(args.out, "RESULTS.md"), info, args, ds, summaries, overhead, mem,
-                  elapsed, params)
+                  elapsed, params, recipes)
     rows = table_rows(summaries)
     log("")
     log(text_table(rows, HEAD))
@@ -1111,6 +1337,12 @@ def report(raw: Dict[str, Any], args: argparse.Namespace) -> int:
         f"{[round(x / 1024, 1) for x in mem['worker_rss_growth_kb']]} MB; PSS stokerd+workers "
         f"{mem['stoker']['daemon_total_pss_kb'] / 1024:.0f} MB vs DataLoader main+workers "
         f"{mem['dataloader']['total_pss_kb'] / 1024:.0f} MB")
+    for name, r in recipes.items():
+        log(f"recipe {name} images/s ratio vs DataLoader: {r['ratio']:.2f} "
+            f"(per CPU-s {r['cpu_ratio']:.2f}; stoker {r['stoker']:.0f}, DataLoader "
+            f"{r['dl']:.0f}); its per-sample ops ({r['left_out']}) add {r['added'] * 100:+.0f}% "
+            f"CPU per image in stoker's loop ({r['loop_base_cpu_ms']:.2f} -> "
+            f"{r['loop_cpu_ms']:.2f} ms)")
     log(f"wrote {os.path.relpath(os.path.join(args.out, 'RESULTS.md'))}, "
         f"{os.path.relpath(os.path.join(args.out, 'results.png'))} in {elapsed / 60:.1f} min")
     log(f"train images/s ratio vs DataLoader: "

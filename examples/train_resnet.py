@@ -14,14 +14,27 @@
     ... --steps 50 --checkpoint ck.pt            (trains steps 0-49)
     ... --steps 100 --checkpoint ck.pt --resume  (trains steps 50-99)
 
+    # torchvision's "v2" ImageNet recipe: TrivialAugmentWide, RandomErasing,
+    # mixup / cutmix, label smoothing
+    ... --recipe v2
+
 DIR is an ImageFolder tree (DIR/<class>/<image>.jpg). The transforms are the
-ImageNet train recipe, written once as torchvision transforms and given to
-either loader. A checkpoint holds the model, the optimizer, the step and the
+ImageNet train recipe (--recipe v1, the default: RandomResizedCrop +
+RandomHorizontalFlip; or torchvision's reference v2 recipe: RandomResizedCrop
+176, RandomHorizontalFlip, TrivialAugmentWide, PILToTensor,
+ConvertImageDtype(float), Normalize, RandomErasing(0.1), then per batch a
+RandomChoice of MixUp(alpha 0.2) and CutMix(alpha 1.0), with label smoothing
+0.1), written once as torchvision transforms and given to either loader
+(the batch transforms are stoker.batch's: with DataLoader they run after
+collation). A checkpoint holds the model, the optimizer, the step and the
 loader's state: with stoker, resuming continues with exactly the batches an
-uninterrupted run would have seen (--print-batches shows which samples).
+uninterrupted run would have seen, mixed alike (--print-batches shows which
+samples).
 Uses CUDA when present (stoker then copies uint8 pixels to the GPU and
-normalizes there), else the CPU. Under torchrun each process reads its own
-shard of every epoch (RANK and WORLD_SIZE).
+normalizes there; with v2, whose RandomErasing works on normalized values, it
+copies the daemon's float batches and mixes them on the GPU), else the CPU.
+Under torchrun each process reads its own shard of every epoch (RANK and
+WORLD_SIZE).
 """
 
 from __future__ import annotations
@@ -52,7 +65,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--checkpoint-every", type=int, default=10, help="steps between saves")
     p.add_argument("--resume", action="store_true", help="continue from --checkpoint")
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--recipe", choices=["v1", "v2"], default="v1",
+                   help="v1: RandomResizedCrop + flip; v2: torchvision's reference v2 recipe "
+                        "(TrivialAugmentWide, RandomErasing, mixup/cutmix, label smoothing)")
+    p.add_argument("--image-size", type=int, default=None,
+                   help="the train crop (default: 224 for v1, 176 for v2)")
     p.add_argument("--workers", type=int, default=None,
                    help="DataLoader workers, or a private stokerd's (default: CPUs - 1)")
     p.add_argument("--lr", type=float, default=0.05)
@@ -62,9 +79,28 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def train_transform(size: int) -> T.Compose:
-    return T.Compose([T.RandomResizedCrop(size), T.RandomHorizontalFlip(), T.ToTensor(),
-                      T.Normalize(MEAN, STD)])
+def train_transform(args) -> T.Compose:
+    if args.recipe == "v1":
+        return T.Compose([T.RandomResizedCrop(args.image_size), T.RandomHorizontalFlip(),
+                          T.ToTensor(), T.Normalize(MEAN, STD)])
+    # torchvision's references/classification presets.ClassificationPresetTrain
+    # as train.py builds it for the v2 recipe (--auto-augment ta_wide
+    # --random-erase 0.1, bilinear).
+    bilinear = T.InterpolationMode.BILINEAR
+    return T.Compose([T.RandomResizedCrop(args.image_size, interpolation=bilinear),
+                      T.RandomHorizontalFlip(), T.TrivialAugmentWide(interpolation=bilinear),
+                      T.PILToTensor(), T.ConvertImageDtype(torch.float), T.Normalize(MEAN, STD),
+                      T.RandomErasing(p=0.1)])
+
+
+def batch_transform(args, num_classes: int):
+    """The v2 recipe's --mixup-alpha 0.2 --cutmix-alpha 1.0: one of them per batch."""
+    if args.recipe == "v1":
+        return None
+    import stoker
+
+    return stoker.RandomChoice([stoker.MixUp(alpha=0.2, num_classes=num_classes),
+                                stoker.CutMix(alpha=1.0, num_classes=num_classes)])
 
 
 class DataLoaderFeed:
@@ -73,7 +109,7 @@ class DataLoaderFeed:
     random crops; its resume is approximate)."""
 
     def __init__(self, args, device):
-        self.ds = torchvision.datasets.ImageFolder(args.data, train_transform(args.image_size))
+        self.ds = torchvision.datasets.ImageFolder(args.data, train_transform(args))
         self.args, self.device = args, device
         self.sampler = torch.utils.data.DistributedSampler(
             self.ds, num_replicas=int(os.environ.get("WORLD_SIZE", 1)),
@@ -84,6 +120,7 @@ class DataLoaderFeed:
                                               persistent_workers=workers > 0,
                                               pin_memory=device.type == "cuda")
         self.num_classes = len(self.ds.classes)
+        self.mix = batch_transform(args, self.num_classes)
         self.epoch, self.batch = 0, 0
 
     def batches(self):
@@ -93,6 +130,8 @@ class DataLoaderFeed:
                 if i < self.batch:
                     continue
                 self.batch = i + 1
+                if self.mix is not None:  # after collation, as the reference's collate_fn
+                    x, y = self.mix(x, y)
                 yield (x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True),
                        None)
             self.epoch, self.batch = self.epoch + 1, 0
@@ -115,9 +154,11 @@ class StokerFeed:
 
         self.loader = stoker.Loader(
             args.data, socket=args.socket, batch_size=args.batch_size,
-            transform=train_transform(args.image_size), seed=args.seed, drop_last=False,
+            transform=train_transform(args), seed=args.seed, drop_last=False,
             device=device if device.type == "cuda" else None, num_workers=args.workers)
         self.num_classes = len(self.loader.class_names)
+        # The one-hot labels need the classes, which the session tells.
+        self.loader.batch_transform = batch_transform(args, self.num_classes)
 
     def batches(self):
         while True:
@@ -145,6 +186,9 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.resume and not args.checkpoint:
         sys.exit("--resume needs --checkpoint")
+    if args.image_size is None:
+        args.image_size = 224 if args.recipe == "v1" else 176
+    label_smoothing = 0.1 if args.recipe == "v2" else 0.0
     torch.manual_seed(args.seed)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.type == "cuda" and "LOCAL_RANK" in os.environ:
@@ -177,7 +221,9 @@ def main(argv=None) -> int:
         while step < args.steps:  # checked before taking a batch: the state stays exact
             images, labels, view = next(batches)
             images = images.contiguous(memory_format=torch.channels_last)
-            loss = F.cross_entropy(model(images), labels)
+            # v2: soft labels (mixup / cutmix), which cross_entropy takes as
+            # class probabilities.
+            loss = F.cross_entropy(model(images), labels, label_smoothing=label_smoothing)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -200,7 +246,7 @@ def main(argv=None) -> int:
         feed.close()
     dt = time.perf_counter() - t0
     print(f"trained {step} steps, {seen} images in {dt:.1f} s ({seen / max(dt, 1e-9):.1f} "
-          f"images/s) on {device} with {args.loader}", flush=True)
+          f"images/s) on {device} with {args.loader}, recipe {args.recipe}", flush=True)
     return 0
 
 

@@ -15,8 +15,19 @@ static_assert(pipeline::kMaxOutputSide == image::kMaxOutputSide &&
                   pipeline::kMaxResizeSide == image::kMaxOpSide &&
                   pipeline::kMaxMaxDecodePixels == image::kMaxDecodePixelsLimit,
               "the request checks and the workers' own must hold the same limits");
+static_assert(pipeline::kMaxSteps == image::kMaxSteps,
+              "the contract's step budget and the worker's step array must agree");
 static_assert(pipeline::kMaxOps == image::kMaxOps,
               "the contract's op limit and the worker's op array must agree");
+static_assert(pipeline::kMaxPolicyOps == image::kMaxPolicyOps &&
+                  pipeline::kMaxAugMixWidth == image::kMaxAugMixWidth &&
+                  pipeline::kMaxAugMixDepth == image::kMaxAugMixDepth,
+              "the policies' limits of the request checks and of the workers must agree");
+static_assert(std::size(pipeline::kAutoAugmentPolicies) == 3 &&
+                  static_cast<uint32_t>(image::AutoAugmentPolicy::kImageNet) == 1 &&
+                  static_cast<uint32_t>(image::AutoAugmentPolicy::kCifar10) == 2 &&
+                  static_cast<uint32_t>(image::AutoAugmentPolicy::kSvhn) == 3,
+              "kAutoAugmentPolicies is lowered by index + 1 into image::AutoAugmentPolicy");
 static_assert(std::size(pipeline::kPaddingModes) == 4 &&
                   static_cast<uint32_t>(image::PadMode::kConstant) == 0 &&
                   static_cast<uint32_t>(image::PadMode::kEdge) == 1 &&
@@ -51,6 +62,37 @@ bool Resampling(const Op& op, image::OpParams* o) {
   if (op.interpolation().empty() || !op.has_antialias()) return false;
   o->interpolation =
       op.antialias() ? image::Interpolation::kAntialias : image::Interpolation::kBilinear;
+  return true;
+}
+
+// The affine ops' and the policies' resampling, from its name.
+bool AffineResampling(const std::string& name, image::OpParams* o) {
+  if (name == pipeline::kAffineInterpolations[0]) {
+    o->interpolation = image::Interpolation::kNearest;
+  } else if (name == pipeline::kAffineInterpolations[1]) {
+    o->interpolation = image::Interpolation::kBilinear;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+template <typename Fill>
+bool Fill3(const Fill& fill, image::OpParams* o) {
+  if (fill.size() != 3) return false;
+  for (int k = 0; k < 3; ++k) {
+    if (fill.Get(k) > 255) return false;
+    o->fill[k] = static_cast<uint8_t>(fill.Get(k));
+  }
+  return true;
+}
+
+// An optional [x, y] center; false if it is neither empty nor 2 values.
+template <typename Center>
+bool CenterOf(const Center& c, image::OpParams* o) {
+  if (c.empty()) return true;
+  if (!Pair(c, o->center)) return false;
+  o->has_center = 1;
   return true;
 }
 
@@ -153,6 +195,144 @@ absl::Status LowerOp(const v1::Op& op, int i, image::OpParams* o) {
       }
       o->kernel_x = r.kernel_size(0);
       o->kernel_y = r.kernel_size(1);
+      return absl::OkStatus();
+    }
+    case v1::Op::kRandomRotation: {
+      const auto& r = op.random_rotation();
+      o->kind = image::OpKind::kRandomRotation;
+      if (!Pair(r.degrees(), o->degrees) || !AffineResampling(r.interpolation(), o) || r.expand() ||
+          !CenterOf(r.center(), o) || !Fill3(r.fill(), o)) {
+        return NotEffective(i,
+                            "RandomRotation needs degrees [min, max], interpolation nearest or "
+                            "bilinear, expand false, center empty or [x, y], and 3 fills");
+      }
+      return absl::OkStatus();
+    }
+    case v1::Op::kRandomAffine: {
+      const auto& r = op.random_affine();
+      o->kind = image::OpKind::kRandomAffine;
+      if (!Pair(r.degrees(), o->degrees) || !AffineResampling(r.interpolation(), o) ||
+          !CenterOf(r.center(), o) || !Fill3(r.fill(), o) ||
+          !(r.translate().empty() || Pair(r.translate(), o->translate)) ||
+          !(r.scale().empty() || Pair(r.scale(), o->affine_scale)) ||
+          !(r.shear().empty() || r.shear_size() == 2 || r.shear_size() == 4)) {
+        return NotEffective(i,
+                            "RandomAffine needs degrees [min, max], interpolation nearest or "
+                            "bilinear, center empty or [x, y], 3 fills, translate and scale "
+                            "empty or 2 values, shear empty, 2 or 4 values");
+      }
+      o->has_translate = r.translate().empty() ? 0 : 1;
+      o->has_scale = r.scale().empty() ? 0 : 1;
+      o->shear_count = static_cast<uint32_t>(r.shear_size());
+      for (int k = 0; k < r.shear_size(); ++k) o->shear[k] = r.shear(k);
+      return absl::OkStatus();
+    }
+    case v1::Op::kRandomPosterize:
+      o->kind = image::OpKind::kRandomPosterize;
+      if (!op.random_posterize().has_bits() || !op.random_posterize().has_p()) {
+        return NotEffective(i, "RandomPosterize needs bits and p");
+      }
+      o->bits = op.random_posterize().bits();
+      o->p = op.random_posterize().p();
+      return absl::OkStatus();
+    case v1::Op::kRandomSolarize:
+      o->kind = image::OpKind::kRandomSolarize;
+      if (!op.random_solarize().has_threshold() || !op.random_solarize().has_p()) {
+        return NotEffective(i, "RandomSolarize needs threshold and p");
+      }
+      o->threshold = op.random_solarize().threshold();
+      o->p = op.random_solarize().p();
+      return absl::OkStatus();
+    case v1::Op::kRandomAdjustSharpness: {
+      const auto& r = op.random_adjust_sharpness();
+      o->kind = image::OpKind::kRandomAdjustSharpness;
+      if (!r.has_sharpness_factor() || !r.has_p()) {
+        return NotEffective(i, "RandomAdjustSharpness needs sharpness_factor and p");
+      }
+      o->sharpness_factor = r.sharpness_factor();
+      o->p = r.p();
+      return absl::OkStatus();
+    }
+    case v1::Op::kRandomAutocontrast:
+      o->kind = image::OpKind::kRandomAutocontrast;
+      if (!op.random_autocontrast().has_p()) return NotEffective(i, "RandomAutocontrast needs p");
+      o->p = op.random_autocontrast().p();
+      return absl::OkStatus();
+    case v1::Op::kRandomEqualize:
+      o->kind = image::OpKind::kRandomEqualize;
+      if (!op.random_equalize().has_p()) return NotEffective(i, "RandomEqualize needs p");
+      o->p = op.random_equalize().p();
+      return absl::OkStatus();
+    case v1::Op::kRandomInvert:
+      o->kind = image::OpKind::kRandomInvert;
+      if (!op.random_invert().has_p()) return NotEffective(i, "RandomInvert needs p");
+      o->p = op.random_invert().p();
+      return absl::OkStatus();
+    case v1::Op::kAutoAugment: {
+      const auto& r = op.auto_augment();
+      o->kind = image::OpKind::kAutoAugment;
+      const auto policy = std::find(std::begin(pipeline::kAutoAugmentPolicies),
+                                    std::end(pipeline::kAutoAugmentPolicies), r.policy());
+      if (policy == std::end(pipeline::kAutoAugmentPolicies) ||
+          !AffineResampling(r.interpolation(), o) || !Fill3(r.fill(), o)) {
+        return NotEffective(i, "AutoAugment needs a policy, interpolation and 3 fills");
+      }
+      o->policy = static_cast<image::AutoAugmentPolicy>(
+          1 + (policy - std::begin(pipeline::kAutoAugmentPolicies)));
+      return absl::OkStatus();
+    }
+    case v1::Op::kRandAugment: {
+      const auto& r = op.rand_augment();
+      o->kind = image::OpKind::kRandAugment;
+      if (!r.has_num_ops() || !r.has_magnitude() || !r.has_num_magnitude_bins() ||
+          !AffineResampling(r.interpolation(), o) || !Fill3(r.fill(), o)) {
+        return NotEffective(i,
+                            "RandAugment needs num_ops, magnitude, num_magnitude_bins, "
+                            "interpolation and 3 fills");
+      }
+      o->num_ops = r.num_ops();
+      o->magnitude = r.magnitude();
+      o->num_magnitude_bins = r.num_magnitude_bins();
+      return absl::OkStatus();
+    }
+    case v1::Op::kTrivialAugmentWide: {
+      const auto& r = op.trivial_augment_wide();
+      o->kind = image::OpKind::kTrivialAugmentWide;
+      if (!r.has_num_magnitude_bins() || !AffineResampling(r.interpolation(), o) ||
+          !Fill3(r.fill(), o)) {
+        return NotEffective(i,
+                            "TrivialAugmentWide needs num_magnitude_bins, interpolation and 3 "
+                            "fills");
+      }
+      o->num_magnitude_bins = r.num_magnitude_bins();
+      return absl::OkStatus();
+    }
+    case v1::Op::kAugMix: {
+      const auto& r = op.aug_mix();
+      o->kind = image::OpKind::kAugMix;
+      if (!r.has_severity() || !r.has_mixture_width() || !r.has_chain_depth() || !r.has_alpha() ||
+          !r.has_all_ops() || !AffineResampling(r.interpolation(), o) || !Fill3(r.fill(), o)) {
+        return NotEffective(i,
+                            "AugMix needs severity, mixture_width, chain_depth, alpha, all_ops, "
+                            "interpolation and 3 fills");
+      }
+      o->severity = r.severity();
+      o->mixture_width = r.mixture_width();
+      o->chain_depth = r.chain_depth();
+      o->alpha = r.alpha();
+      o->all_ops = r.all_ops() ? 1 : 0;
+      return absl::OkStatus();
+    }
+    case v1::Op::kRandomErasing: {
+      const auto& r = op.random_erasing();
+      o->kind = image::OpKind::kRandomErasing;
+      if (!r.has_p() || !Pair(r.scale(), o->erase_scale) || !Pair(r.ratio(), o->erase_ratio) ||
+          (r.value_random() ? r.value_size() != 0 : r.value_size() != 3)) {
+        return NotEffective(i, "RandomErasing needs p, scale, ratio, and 3 values or value_random");
+      }
+      o->p = r.p();
+      o->erase_random = r.value_random() ? 1 : 0;
+      for (int k = 0; k < r.value_size(); ++k) o->erase_value[k] = r.value(k);
       return absl::OkStatus();
     }
     case v1::Op::OP_NOT_SET:

@@ -4,12 +4,14 @@
 
 #include "server/worker_pool.h"
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <csignal>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <thread>
 
 #include "server/fake_launcher.h"
 
@@ -79,13 +81,20 @@ TEST_CASE("a worker's results come back in the order its tasks went") {
 }
 
 TEST_CASE("crash attribution: a worker that crashes names the sample it was on") {
-  Fixture f([](uint32_t, const worker::TaskMsg&, const std::string& path) {
+  // The poison crashes only once the second task is queued behind it (else
+  // the second send could meet a closed channel).
+  auto queued = std::make_shared<std::atomic<bool>>(false);
+  Fixture f([queued](uint32_t, const worker::TaskMsg&, const std::string& path) {
     FakeLauncher::Reply r;
-    if (path.find("poison") != std::string::npos) r.act = FakeLauncher::Act::kCrash;
+    if (path.find("poison") != std::string::npos) {
+      r.act = FakeLauncher::Act::kCrash;
+      for (int i = 0; i < 1000 && !queued->load(); ++i) std::this_thread::sleep_for(5ms);
+    }
     return r;
   });
   f.Send(0, 1, "poison.jpg");
   f.Send(0, 2, "fine.jpg");  // only queued behind it
+  queued->store(true);
   REQUIRE(f.PumpUntil([&] { return !f.deaths.empty(); }));
   const WorkerDeath& d = f.deaths[0];
   CHECK(d.worker == 0);

@@ -102,7 +102,7 @@ inline constexpr uint64_t TaskHeaderBytes() { return offsetof(TaskMsg, path); }
 // must stay one small datagram: far under the socket's send buffer, so that
 // a send never fails with EMSGSIZE.
 static_assert(std::is_trivially_copyable_v<TaskMsg> && std::is_trivially_copyable_v<ResultMsg>);
-static_assert(TaskHeaderBytes() <= 4096, "the task header is meant to fit in a page");
+static_assert(TaskHeaderBytes() <= 8192, "the task header is meant to fit in two pages");
 static_assert(sizeof(TaskMsg) <= 16384, "a task is one SOCK_SEQPACKET datagram");
 
 }  // namespace stoker::worker

@@ -44,6 +44,25 @@ constexpr float kDefaultGrayscaleP = 0.1f;
 constexpr uint32_t kDefaultGrayscaleChannels = 1;  // torchvision's, which is refused
 constexpr uint32_t kServedGrayscaleChannels = 3;
 constexpr float kDefaultSigma[2] = {0.1f, 2.0f};
+// The affine ops' and the policies' (torchvision 0.14's defaults).
+constexpr absl::string_view kNearest = "nearest";
+constexpr absl::string_view kDefaultAffineInterpolation = kNearest;  // AugMix's is bilinear
+constexpr uint32_t kDefaultFill = 0;     // torchvision's 0 (the policies' None is 0 on PIL)
+constexpr float kDefaultRandomP = 0.5f;  // RandomPosterize ... RandomInvert, RandomErasing
+constexpr uint32_t kMaxPosterizeBits = 8;
+constexpr uint32_t kDefaultRandAugmentOps = 2;
+constexpr uint32_t kDefaultRandAugmentMagnitude = 9;
+constexpr uint32_t kDefaultMagnitudeBins = 31;  // RandAugment, TrivialAugmentWide
+constexpr uint32_t kMinMagnitudeBins = 2;       // Posterize's bins divide by bins - 1
+constexpr uint32_t kDefaultAugMixSeverity = 3;
+constexpr uint32_t kMaxAugMixSeverity = 10;  // torchvision's _PARAMETER_MAX
+constexpr uint32_t kDefaultAugMixWidth = 3;
+constexpr int32_t kDefaultAugMixDepth = -1;  // drawn from 1..3 per chain
+constexpr float kDefaultAugMixAlpha = 1.0f;
+constexpr bool kDefaultAugMixAllOps = true;
+constexpr float kDefaultEraseScale[2] = {0.02f, 0.33f};
+constexpr float kDefaultEraseRatio[2] = {0.3f, 3.3f};
+constexpr float kDefaultEraseValue = 0;
 constexpr absl::string_view kDefaultDType = "uint8";
 constexpr absl::string_view kDefaultUint8Layout = "nhwc";
 constexpr absl::string_view kDefaultFloatLayout = "nchw";
@@ -263,6 +282,14 @@ absl::Status AddValue(pb::Message* m, const pb::FieldDescriptor* f, const pb::Va
       }
       return absl::OkStatus();
     }
+    case pb::FieldDescriptor::CPPTYPE_INT32: {
+      const double d = v.kind_case() == pb::Value::kNumberValue ? v.number_value() : 0.5;
+      if (!(d >= -2147483648.0 && d <= 2147483647.0 && d == std::floor(d))) {
+        return Bad(label, " must be a whole number, not ", ValueText(v));
+      }
+      rep ? r->AddInt32(m, f, static_cast<int32_t>(d)) : r->SetInt32(m, f, static_cast<int32_t>(d));
+      return absl::OkStatus();
+    }
     case pb::FieldDescriptor::CPPTYPE_FLOAT: {
       float x = 0;
       if (v.kind_case() == pb::Value::kNumberValue) {
@@ -362,6 +389,16 @@ absl::Status FillMessage(pb::Message* m, const pb::Struct& s, const std::string&
   for (const std::string& k : keys) {
     const pb::FieldDescriptor* f = FindField(d, k);
     const std::string prefix = label.empty() ? "" : absl::StrCat(label, op_params ? ": " : ".");
+    // RandomErasing's value="random", torchvision's spelling of value_random.
+    if (d == v1::RandomErasing::descriptor() && k == "value" &&
+        s.fields().at(k).kind_case() == pb::Value::kStringValue) {
+      if (s.fields().at(k).string_value() != "random") {
+        return Bad(prefix, "value: If value is str, it should be 'random', not ",
+                   ValueText(s.fields().at(k)));
+      }
+      m->GetReflection()->SetBool(m, d->FindFieldByName("value_random"), true);
+      continue;
+    }
     if (f == nullptr) {
       return Bad(prefix, "unknown ", op_params ? "parameter" : "field", " '", k,
                  absl::StrCat("'; ", d->name(), " takes ", FieldNames(d, /*json_names=*/false)));
@@ -496,6 +533,118 @@ absl::Status JitterRange(Floats* r, double center, double lo, double hi, bool cl
   return absl::OkStatus();
 }
 
+// A constant fill: [v] -> [v, v, v]; 3 values, each 0..255.
+absl::Status FillValues(Sizes* fill, absl::string_view at) {
+  if (fill->empty()) fill->Add(kDefaultFill);
+  if (fill->size() == 1) fill->Resize(3, uint32_t{fill->Get(0)});
+  if (fill->size() != 3) {
+    return Bad(at, "fill must be 1 value or 3 (R, G, B), not ", absl::StrCat(fill->size()));
+  }
+  for (uint32_t v : *fill) {
+    if (v > 255) return Bad(at, "fill ", ListText(*fill), ": each value must be within 0..255");
+  }
+  return absl::OkStatus();
+}
+
+// An angle range as torchvision's _setup_angle makes it: [d] -> [-d, d]
+// (d >= 0), else 2 values (or, with `four`, 2 or 4: shear's x and y ranges),
+// each pair [min, max] with min <= max (torch's uniform_ refuses the other).
+absl::Status AngleRange(Floats* r, absl::string_view name, bool four, absl::string_view at) {
+  for (float v : *r) {
+    if (!std::isfinite(v)) return Bad(at, name, " ", ListText(*r), " must be finite");
+  }
+  if (r->size() == 1) {
+    const float d = r->Get(0);
+    if (d < 0) {
+      return Bad(at, "If ", name, " is a single number, it must be positive (not ", FloatText(d),
+                 ")");
+    }
+    r->Clear();
+    r->Add(-d);
+    r->Add(d);
+  }
+  if (r->size() != 2 && !(four && r->size() == 4)) {
+    return Bad(at, name, " should be a sequence of length ", four ? "2 or 4" : "2",
+               " (or a single number), not ", absl::StrCat(r->size()), " values");
+  }
+  for (int k = 0; k < r->size(); k += 2) {
+    if (!(r->Get(k) <= r->Get(k + 1))) {
+      return Bad(at, name, " ", ListText(*r), " must be ranges [min, max] with min <= max");
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The affine ops' resampling: empty -> `def`; nearest or bilinear.
+absl::Status AffineInterpolation(std::string* v, absl::string_view def, absl::string_view at) {
+  if (v->empty()) *v = std::string(def);
+  for (std::string_view name : kAffineInterpolations) {
+    if (AV(name) == *v) return absl::OkStatus();
+  }
+  std::vector<std::string> names;
+  for (std::string_view name : kAffineInterpolations)
+    names.push_back(absl::StrCat("'", AV(name), "'"));
+  return Bad(at, "interpolation '", *v, "' is not served: use ", absl::StrJoin(names, " or "));
+}
+
+// [x, y] or empty (the image's center).
+absl::Status Center(const Floats& c, absl::string_view at) {
+  if (c.empty()) return absl::OkStatus();
+  if (c.size() != 2) {
+    return Bad(at, "center should be a sequence of length 2 ([x, y]), not ", absl::StrCat(c.size()),
+               " values");
+  }
+  for (float v : c) {
+    if (!std::isfinite(v)) return Bad(at, "center ", ListText(c), " must be finite");
+  }
+  return absl::OkStatus();
+}
+
+// A policy's magnitude bins: default 31, at least 2.
+absl::Status MagnitudeBins(uint32_t bins, absl::string_view at) {
+  if (bins < kMinMagnitudeBins) {
+    return Bad(at, "num_magnitude_bins must be at least ", absl::StrCat(kMinMagnitudeBins),
+               " (torchvision's Posterize magnitudes divide by num_magnitude_bins - 1), not ",
+               absl::StrCat(bins));
+  }
+  return absl::OkStatus();
+}
+
+// [min, max] within [0, 1], min <= max; empty -> the default.
+absl::Status EraseScale(Floats* r, absl::string_view at) {
+  if (r->empty()) r->Add(kDefaultEraseScale, kDefaultEraseScale + 2);
+  if (r->size() != 2) {
+    return Bad(at, "scale must be [min, max], not ", absl::StrCat(r->size()), " values");
+  }
+  if (!(r->Get(0) >= 0 && r->Get(1) <= 1)) {
+    return Bad(at, "Scale should be between 0 and 1 (not ", ListText(*r), ")");
+  }
+  if (!(r->Get(0) <= r->Get(1))) {
+    return Bad(at, "scale ", ListText(*r), " must be [min, max] with min <= max");
+  }
+  return absl::OkStatus();
+}
+
+// RandomErasing's checks that depend on the output: "random" needs a float
+// dtype; a uint8 output takes whole values 0..255. `at`: "ops[i] RandomErasing: ".
+absl::Status CheckEraseForOutput(const v1::RandomErasing& o, uint32_t dtype,
+                                 const std::string& at) {
+  if (dtype != ring::kUint8) return absl::OkStatus();
+  if (o.value_random()) {
+    return Bad(at,
+               "value 'random' with a uint8 output: torchvision would cast normal(0, 1) noise "
+               "to uint8; use a float dtype (float32 or float16), where the noise is in "
+               "normalized units");
+  }
+  for (float v : o.value()) {
+    if (!(v >= 0 && v <= 255 && v == std::floor(v))) {
+      return Bad(at, "value ", ListText(o.value()),
+                 " with a uint8 output: each value must be a whole number within 0..255");
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status FillOp(Op* op, const std::string& at) {  // `at`: "ops[i] Name: "
   switch (op->op_case()) {
     case Op::kRandomResizedCrop: {
@@ -568,15 +717,7 @@ absl::Status FillOp(Op* op, const std::string& at) {  // `at`: "ops[i] Name: "
                      absl::StrCat(kMaxResizeSide));
         }
       }
-      Sizes* fill = o->mutable_fill();
-      if (fill->empty()) fill->Add(0);
-      if (fill->size() == 1) fill->Resize(3, uint32_t{fill->Get(0)});
-      if (fill->size() != 3) {
-        return Bad(at, "fill must be 1 value or 3 (R, G, B), not ", absl::StrCat(fill->size()));
-      }
-      for (uint32_t v : *fill) {
-        if (v > 255) return Bad(at, "fill ", ListText(*fill), ": each value must be within 0..255");
-      }
+      if (absl::Status st = FillValues(o->mutable_fill(), at); !st.ok()) return st;
       if (o->padding_mode().empty()) o->set_padding_mode(std::string(kPaddingModes[0]));
       if (std::find(std::begin(kPaddingModes), std::end(kPaddingModes), o->padding_mode()) ==
           std::end(kPaddingModes)) {
@@ -655,11 +796,251 @@ absl::Status FillOp(Op* op, const std::string& at) {  // `at`: "ops[i] Name: "
       }
       return PositiveRange(sigma, kDefaultSigma, at + "sigma");
     }
+    case Op::kRandomRotation: {
+      v1::RandomRotation* o = op->mutable_random_rotation();
+      if (o->degrees().empty()) return Bad(at, "degrees is required");
+      if (absl::Status st = AngleRange(o->mutable_degrees(), "degrees", false, at); !st.ok()) {
+        return st;
+      }
+      if (absl::Status st =
+              AffineInterpolation(o->mutable_interpolation(), kDefaultAffineInterpolation, at);
+          !st.ok()) {
+        return st;
+      }
+      if (!o->has_expand()) o->set_expand(false);
+      if (o->expand()) {
+        return Bad(at,
+                   "expand=true is not served: it makes the output larger than the input "
+                   "(by an amount that depends on the angle drawn), which a batch of one "
+                   "shape cannot hold; leave expand false");
+      }
+      if (absl::Status st = Center(o->center(), at); !st.ok()) return st;
+      return FillValues(o->mutable_fill(), at);
+    }
+    case Op::kRandomAffine: {
+      v1::RandomAffine* o = op->mutable_random_affine();
+      if (o->degrees().empty()) return Bad(at, "degrees is required");
+      if (absl::Status st = AngleRange(o->mutable_degrees(), "degrees", false, at); !st.ok()) {
+        return st;
+      }
+      const Floats& t = o->translate();
+      if (!t.empty()) {
+        if (t.size() != 2) {
+          return Bad(at, "translate should be a sequence of length 2 ([fx, fy]), not ",
+                     absl::StrCat(t.size()), " values");
+        }
+        for (float v : t) {
+          if (!(v >= 0 && v <= 1)) {
+            return Bad(at, "translate ", ListText(t),
+                       ": translation values should be between 0 and 1");
+          }
+        }
+      }
+      const Floats& sc = o->scale();
+      if (!sc.empty()) {
+        if (sc.size() != 2) {
+          return Bad(at, "scale should be a sequence of length 2 ([min, max]), not ",
+                     absl::StrCat(sc.size()), " values");
+        }
+        for (float v : sc) {
+          if (!(v > 0) || !std::isfinite(v)) {
+            return Bad(at, "scale ", ListText(sc),
+                       ": scale values should be positive (and finite)");
+          }
+        }
+        if (!(sc.Get(0) <= sc.Get(1))) {
+          return Bad(at, "scale ", ListText(sc), " must be [min, max] with min <= max");
+        }
+      }
+      if (!o->shear().empty()) {
+        if (absl::Status st = AngleRange(o->mutable_shear(), "shear", true, at); !st.ok()) {
+          return st;
+        }
+      }
+      if (absl::Status st =
+              AffineInterpolation(o->mutable_interpolation(), kDefaultAffineInterpolation, at);
+          !st.ok()) {
+        return st;
+      }
+      if (absl::Status st = Center(o->center(), at); !st.ok()) return st;
+      return FillValues(o->mutable_fill(), at);
+    }
+    case Op::kRandomPosterize: {
+      v1::RandomPosterize* o = op->mutable_random_posterize();
+      if (!o->has_bits()) return Bad(at, "bits is required");
+      if (o->bits() > kMaxPosterizeBits) {
+        return Bad(at, "The number of bits should be between 0 and 8. Got ",
+                   absl::StrCat(o->bits()));
+      }
+      return Probability(o, kDefaultRandomP, at);
+    }
+    case Op::kRandomSolarize: {
+      v1::RandomSolarize* o = op->mutable_random_solarize();
+      if (!o->has_threshold()) return Bad(at, "threshold is required");
+      if (!std::isfinite(o->threshold())) {
+        return Bad(at, "threshold must be finite, not ", FloatText(o->threshold()));
+      }
+      return Probability(o, kDefaultRandomP, at);
+    }
+    case Op::kRandomAdjustSharpness: {
+      v1::RandomAdjustSharpness* o = op->mutable_random_adjust_sharpness();
+      if (!o->has_sharpness_factor()) return Bad(at, "sharpness_factor is required");
+      if (!(o->sharpness_factor() >= 0) || !std::isfinite(o->sharpness_factor())) {
+        return Bad(at, "sharpness_factor (", FloatText(o->sharpness_factor()),
+                   ") is not non-negative (and finite).");
+      }
+      return Probability(o, kDefaultRandomP, at);
+    }
+    case Op::kRandomAutocontrast:
+      return Probability(op->mutable_random_autocontrast(), kDefaultRandomP, at);
+    case Op::kRandomEqualize:
+      return Probability(op->mutable_random_equalize(), kDefaultRandomP, at);
+    case Op::kRandomInvert:
+      return Probability(op->mutable_random_invert(), kDefaultRandomP, at);
+    case Op::kAutoAugment: {
+      v1::AutoAugment* o = op->mutable_auto_augment();
+      if (o->policy().empty()) o->set_policy(std::string(kAutoAugmentPolicies[0]));
+      if (std::find(std::begin(kAutoAugmentPolicies), std::end(kAutoAugmentPolicies),
+                    o->policy()) == std::end(kAutoAugmentPolicies)) {
+        std::vector<absl::string_view> names;
+        for (std::string_view n : kAutoAugmentPolicies) names.push_back(AV(n));
+        return Bad(at, "policy '", o->policy(), "' is not a valid AutoAugmentPolicy: use ",
+                   absl::StrJoin(names, ", "));
+      }
+      if (absl::Status st =
+              AffineInterpolation(o->mutable_interpolation(), kDefaultAffineInterpolation, at);
+          !st.ok()) {
+        return st;
+      }
+      return FillValues(o->mutable_fill(), at);
+    }
+    case Op::kRandAugment: {
+      v1::RandAugment* o = op->mutable_rand_augment();
+      if (!o->has_num_ops()) o->set_num_ops(kDefaultRandAugmentOps);
+      if (!o->has_magnitude()) o->set_magnitude(kDefaultRandAugmentMagnitude);
+      if (!o->has_num_magnitude_bins()) o->set_num_magnitude_bins(kDefaultMagnitudeBins);
+      if (o->num_ops() > kMaxPolicyOps) {
+        return Bad(at, "num_ops must be at most ", absl::StrCat(kMaxPolicyOps),
+                   " (stoker's limit), not ", absl::StrCat(o->num_ops()));
+      }
+      if (absl::Status st = MagnitudeBins(o->num_magnitude_bins(), at); !st.ok()) return st;
+      if (o->magnitude() >= o->num_magnitude_bins()) {
+        return Bad(at, "magnitude ", absl::StrCat(o->magnitude()),
+                   " must be below num_magnitude_bins ", absl::StrCat(o->num_magnitude_bins()),
+                   " (it indexes the magnitude bins)");
+      }
+      if (absl::Status st =
+              AffineInterpolation(o->mutable_interpolation(), kDefaultAffineInterpolation, at);
+          !st.ok()) {
+        return st;
+      }
+      return FillValues(o->mutable_fill(), at);
+    }
+    case Op::kTrivialAugmentWide: {
+      v1::TrivialAugmentWide* o = op->mutable_trivial_augment_wide();
+      if (!o->has_num_magnitude_bins()) o->set_num_magnitude_bins(kDefaultMagnitudeBins);
+      if (absl::Status st = MagnitudeBins(o->num_magnitude_bins(), at); !st.ok()) return st;
+      if (absl::Status st =
+              AffineInterpolation(o->mutable_interpolation(), kDefaultAffineInterpolation, at);
+          !st.ok()) {
+        return st;
+      }
+      return FillValues(o->mutable_fill(), at);
+    }
+    case Op::kAugMix: {
+      v1::AugMix* o = op->mutable_aug_mix();
+      if (!o->has_severity()) o->set_severity(kDefaultAugMixSeverity);
+      if (!o->has_mixture_width()) o->set_mixture_width(kDefaultAugMixWidth);
+      if (!o->has_chain_depth()) o->set_chain_depth(kDefaultAugMixDepth);
+      if (!o->has_alpha()) o->set_alpha(kDefaultAugMixAlpha);
+      if (!o->has_all_ops()) o->set_all_ops(kDefaultAugMixAllOps);
+      if (o->severity() < 1 || o->severity() > kMaxAugMixSeverity) {
+        return Bad(at, "The severity must be between [1, ", absl::StrCat(kMaxAugMixSeverity),
+                   "]. Got ", absl::StrCat(o->severity()), " instead.");
+      }
+      if (o->mixture_width() < 1 || o->mixture_width() > kMaxAugMixWidth) {
+        return Bad(at, "mixture_width must be within 1..", absl::StrCat(kMaxAugMixWidth),
+                   " (stoker's limit), not ", absl::StrCat(o->mixture_width()));
+      }
+      if (o->chain_depth() != -1 &&
+          (o->chain_depth() < 1 || o->chain_depth() > static_cast<int32_t>(kMaxAugMixDepth))) {
+        return Bad(at, "chain_depth must be -1 (each chain's depth drawn from 1..3) or within 1..",
+                   absl::StrCat(kMaxAugMixDepth), " (stoker's limit), not ",
+                   absl::StrCat(o->chain_depth()));
+      }
+      if (!(o->alpha() > 0) || !std::isfinite(o->alpha())) {
+        return Bad(at,
+                   "alpha must be positive and finite (the Dirichlet and Beta "
+                   "concentration), not ",
+                   FloatText(o->alpha()));
+      }
+      if (absl::Status st = AffineInterpolation(o->mutable_interpolation(), kBilinear, at);
+          !st.ok()) {
+        return st;
+      }
+      return FillValues(o->mutable_fill(), at);
+    }
+    case Op::kRandomErasing: {
+      v1::RandomErasing* o = op->mutable_random_erasing();
+      if (!o->has_p()) o->set_p(kDefaultRandomP);
+      if (!(o->p() >= 0 && o->p() <= 1)) {
+        return Bad(at, "p ", FloatText(o->p()),
+                   ": Random erasing probability should be between 0 and 1");
+      }
+      if (absl::Status st = EraseScale(o->mutable_scale(), at); !st.ok()) return st;
+      if (absl::Status st = PositiveRange(o->mutable_ratio(), kDefaultEraseRatio, at + "ratio");
+          !st.ok()) {
+        return st;
+      }
+      Floats* value = o->mutable_value();
+      if (o->value_random()) {
+        if (!value->empty()) {
+          return Bad(at, "value ", ListText(*value),
+                     " and value_random both given: give one ('random' is normal noise)");
+        }
+        return absl::OkStatus();
+      }
+      if (value->empty()) value->Add(kDefaultEraseValue);
+      if (value->size() == 1) value->Resize(3, float{value->Get(0)});
+      if (value->size() != 3) {
+        return Bad(at,
+                   "If value is a sequence, it should have either a single value or 3 (number "
+                   "of input channels), not ",
+                   absl::StrCat(value->size()));
+      }
+      for (float v : *value) {
+        if (!std::isfinite(v)) return Bad(at, "value ", ListText(*value), " must be finite");
+      }
+      return absl::OkStatus();
+    }
     case Op::OP_NOT_SET:
       break;
   }
   return Bad(at.substr(0, at.find(' ')), ": no op set (an op is one of ",
              FieldNames(Op::descriptor(), /*json_names=*/true), ")");
+}
+
+// The most steps `op` makes for one sample (image's DrawSteps; kMaxSteps).
+uint32_t MostSteps(const Op& op) {
+  switch (op.op_case()) {
+    case Op::kRandomResizedCrop:
+    case Op::kCenterCrop:
+      return 2;  // a crop (or pad) and a resize (or crop)
+    case Op::kRandomCrop:
+      return 3;  // two pads and a crop
+    case Op::kAutoAugment:
+      return 2;
+    case Op::kRandAugment:
+      return op.rand_augment().num_ops();
+    case Op::kTrivialAugmentWide:
+      return 1;
+    case Op::kAugMix: {
+      const int32_t depth = op.aug_mix().chain_depth();
+      return 2 + op.aug_mix().mixture_width() * (1 + (depth > 0 ? depth : 3));
+    }
+    default:
+      return 1;
+  }
 }
 
 // The preset's ops, each with no parameter set.
@@ -918,6 +1299,24 @@ absl::StatusOr<PipelineSpec> Effective(const PipelineSpec& spec, uint32_t batch_
       return st;
     }
   }
+  uint32_t steps = 0;
+  for (const Op& op : s.ops()) steps += MostSteps(op);
+  if (steps > kMaxSteps) {
+    return Bad("ops: these ops can make up to ", absl::StrCat(steps),
+               " steps per sample, more than the ", absl::StrCat(kMaxSteps),
+               " a sample may have (AugMix makes 2 + mixture_width * (1 + chain_depth), "
+               "RandAugment num_ops): make them fewer or smaller");
+  }
+  // RandomErasing works on the output tensor: nothing but RandomErasing after it.
+  for (int i = 0, erasing = -1; i < s.ops_size(); ++i) {
+    if (s.ops(i).has_random_erasing()) {
+      if (erasing < 0) erasing = i;
+    } else if (erasing >= 0) {
+      return Bad("ops[", i, "] ", OpName(s.ops(i)), " after ops[", erasing,
+                 "] RandomErasing: RandomErasing works on the output tensor (torchvision's runs "
+                 "after ToTensor() and Normalize()), so it must come after every other op");
+    }
+  }
   if (absl::Status st = OutputSize(s.mutable_size(), "size", false); !st.ok()) return st;
   const OutputShape shape = ShapeOf(s);
   const std::string maker = shape.op < 0
@@ -943,6 +1342,15 @@ absl::StatusOr<PipelineSpec> Effective(const PipelineSpec& spec, uint32_t batch_
                "batch_size 1");
   }
   if (absl::Status st = FillOutput(s.mutable_output()); !st.ok()) return st;
+  for (int i = 0; i < s.ops_size(); ++i) {
+    if (!s.ops(i).has_random_erasing()) continue;
+    if (absl::Status st =
+            CheckEraseForOutput(s.ops(i).random_erasing(), DTypeFromName(s.output().dtype()),
+                                absl::StrCat("ops[", i, "] RandomErasing: "));
+        !st.ok()) {
+      return st;
+    }
+  }
   if (s.max_decode_pixels() == 0) {
     s.set_max_decode_pixels(s.size().empty() ? kDefaultAnySizeMaxDecodePixels
                                              : kDefaultMaxDecodePixels);
@@ -1000,6 +1408,9 @@ void AppendValue(const pb::Message& m, const pb::FieldDescriptor* f, int i, std:
       break;
     case pb::FieldDescriptor::CPPTYPE_UINT64:
       absl::StrAppend(out, rep ? r->GetRepeatedUInt64(m, f, i) : r->GetUInt64(m, f));
+      break;
+    case pb::FieldDescriptor::CPPTYPE_INT32:
+      absl::StrAppend(out, rep ? r->GetRepeatedInt32(m, f, i) : r->GetInt32(m, f));
       break;
     case pb::FieldDescriptor::CPPTYPE_FLOAT: {
       const float v = rep ? r->GetRepeatedFloat(m, f, i) : r->GetFloat(m, f);

@@ -60,6 +60,30 @@ inline constexpr uint64_t kMaxOutputPixels = 16ull << 20;
 inline constexpr uint32_t kMaxResizeSide = 65500;
 inline constexpr uint64_t kMaxMaxDecodePixels = 1ull << 32;
 
+// The policies' counts: RandAugment's num_ops, AugMix's mixture_width and
+// chain_depth (torchvision takes any; a sample's steps are held in a fixed
+// array, image::kMaxSteps). server/lower_pipeline.cc asserts that they equal
+// image's kMaxPolicyOps, kMaxAugMixWidth and kMaxAugMixDepth.
+inline constexpr uint32_t kMaxPolicyOps = 8;
+inline constexpr uint32_t kMaxAugMixWidth = 8;
+inline constexpr uint32_t kMaxAugMixDepth = 8;
+
+// The most steps one sample's ops may make (image::kMaxSteps, which
+// server/lower_pipeline.cc asserts equal): what each op can make at most
+// (a crop op 2, RandomCrop 3, AutoAugment 2, RandAugment num_ops,
+// TrivialAugmentWide 1, AugMix 2 + mixture_width * (1 + depth, 3 for -1),
+// any other op 1), summed over the list.
+inline constexpr uint32_t kMaxSteps = 128;
+
+// The resampling of the affine ops (RandomRotation, RandomAffine) and of the
+// policies' geometric ops, as torchvision names it, in the order NEAREST,
+// BILINEAR (server/lower_pipeline.cc lowers them by name).
+inline constexpr std::string_view kAffineInterpolations[] = {"nearest", "bilinear"};
+
+// AutoAugment's policies (torchvision's AutoAugmentPolicy values), the
+// default first, in the order of image::AutoAugmentPolicy (value index + 1).
+inline constexpr std::string_view kAutoAugmentPolicies[] = {"imagenet", "cifar10", "svhn"};
+
 // RandomCrop's padding modes as torchvision names them, the default first,
 // in the order of image::PadMode (server/lower_pipeline.cc lowers by index).
 inline constexpr std::string_view kPaddingModes[] = {"constant", "edge", "reflect", "symmetric"};
@@ -74,7 +98,9 @@ inline constexpr std::string_view kPaddingModes[] = {"constant", "edge", "reflec
 //   {"flip_prob": 0}                   -> preset "train", ops
 //                                         [RandomResizedCrop {}, RandomHorizontalFlip {p: 0}]
 // In an op list a bare value stands for a 1-element list where the op takes
-// a list ({"RandomCrop": {"size": 32, "padding": 4}}); JSON's null is unset.
+// a list ({"RandomCrop": {"size": 32, "padding": 4}}); JSON's null is unset;
+// RandomErasing's "value": "random" (torchvision's spelling) sets its
+// value_random.
 absl::StatusOr<v1::PipelineSpec> SpecFromKeywordsJson(std::string_view keywords_json);
 
 // The spec after defaults, as the daemon runs it and reports it: the preset
@@ -83,7 +109,14 @@ absl::StatusOr<v1::PipelineSpec> SpecFromKeywordsJson(std::string_view keywords_
 // value checked. `batch_size` decides whether an any-size output is allowed
 // (batch 1 only). A spec may name a preset and hold ops only when the ops
 // are that preset's list (op kinds in order; as Effective and the preset
-// keywords make it); otherwise it is INVALID_ARGUMENT.
+// keywords make it); otherwise it is INVALID_ARGUMENT. RandomErasing works
+// on the output tensor: only RandomErasing may follow it, its "random"
+// value needs a float dtype, and with a uint8 output its values are whole
+// numbers 0..255. Effective forms that differ from the request's: angle
+// ranges [d] -> [-d, d] (RandomAffine's shear [s] -> [-s, s], still x only:
+// 2 values draw one shear, 4 two), fills and RandomErasing's value 1 -> 3
+// values; RandomAffine's translate, scale and shear and the affine ops'
+// center stay empty when not given (torchvision's None).
 // Effective(Effective(s)) == Effective(s).
 absl::StatusOr<v1::PipelineSpec> Effective(const v1::PipelineSpec& spec, uint32_t batch_size);
 

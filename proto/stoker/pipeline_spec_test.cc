@@ -302,6 +302,343 @@ TEST_CASE("an op list: every op's defaults", "[pipeline_spec]") {
   CHECK(Eff(R"({"ops": {"CenterCrop": {"size": [8, 9]}}})").ops_size() == 1);
 }
 
+TEST_CASE("the affine ops, policies and RandomErasing: torchvision's defaults", "[pipeline_spec]") {
+  const PipelineSpec e = Eff(R"({"ops": [
+      {"RandomRotation": {"degrees": 30}},
+      {"RandomAffine": {"degrees": [-10, 20]}},
+      {"RandomPosterize": {"bits": 2}},
+      {"RandomSolarize": {"threshold": 192.5}},
+      {"RandomAdjustSharpness": {"sharpness_factor": 0}},
+      {"RandomAutocontrast": {}}, {"RandomEqualize": {}}, {"RandomInvert": {}},
+      {"AutoAugment": {}}, {"RandAugment": {}}, {"TrivialAugmentWide": {}}, {"AugMix": {}},
+      {"CenterCrop": {"size": 16}},
+      {"RandomErasing": {}}],
+    "dtype": "float32"})");
+  REQUIRE(e.ops_size() == 14);
+  const auto& rr = e.ops(0).random_rotation();
+  CHECK(F(rr.degrees()) == std::vector<float>{-30, 30});
+  CHECK(rr.interpolation() == "nearest");
+  CHECK(rr.has_expand());
+  CHECK_FALSE(rr.expand());
+  CHECK(rr.center().empty());  // the image's center
+  CHECK(U(rr.fill()) == std::vector<uint32_t>{0, 0, 0});
+  const auto& ra = e.ops(1).random_affine();
+  CHECK(F(ra.degrees()) == std::vector<float>{-10, 20});
+  CHECK(ra.translate().empty());  // none, as torchvision's None
+  CHECK(ra.scale().empty());
+  CHECK(ra.shear().empty());
+  CHECK(ra.interpolation() == "nearest");
+  CHECK(ra.center().empty());
+  CHECK(U(ra.fill()) == std::vector<uint32_t>{0, 0, 0});
+  CHECK(e.ops(2).random_posterize().bits() == 2);
+  CHECK(e.ops(2).random_posterize().p() == 0.5f);
+  CHECK(e.ops(3).random_solarize().threshold() == 192.5f);
+  CHECK(e.ops(3).random_solarize().p() == 0.5f);
+  CHECK(e.ops(4).random_adjust_sharpness().has_sharpness_factor());
+  CHECK(e.ops(4).random_adjust_sharpness().sharpness_factor() == 0);
+  CHECK(e.ops(4).random_adjust_sharpness().p() == 0.5f);
+  CHECK(e.ops(5).random_autocontrast().p() == 0.5f);
+  CHECK(e.ops(6).random_equalize().p() == 0.5f);
+  CHECK(e.ops(7).random_invert().p() == 0.5f);
+  const auto& aa = e.ops(8).auto_augment();
+  CHECK(aa.policy() == "imagenet");
+  CHECK(aa.interpolation() == "nearest");
+  CHECK(U(aa.fill()) == std::vector<uint32_t>{0, 0, 0});
+  const auto& ra2 = e.ops(9).rand_augment();
+  CHECK(ra2.num_ops() == 2);
+  CHECK(ra2.magnitude() == 9);
+  CHECK(ra2.num_magnitude_bins() == 31);
+  CHECK(ra2.interpolation() == "nearest");
+  CHECK(U(ra2.fill()) == std::vector<uint32_t>{0, 0, 0});
+  const auto& ta = e.ops(10).trivial_augment_wide();
+  CHECK(ta.num_magnitude_bins() == 31);
+  CHECK(ta.interpolation() == "nearest");
+  CHECK(U(ta.fill()) == std::vector<uint32_t>{0, 0, 0});
+  const auto& am = e.ops(11).aug_mix();
+  CHECK(am.severity() == 3);
+  CHECK(am.mixture_width() == 3);
+  CHECK(am.chain_depth() == -1);
+  CHECK(am.alpha() == 1.0f);
+  CHECK(am.has_all_ops());
+  CHECK(am.all_ops());
+  CHECK(am.interpolation() == "bilinear");  // AugMix's own default
+  CHECK(U(am.fill()) == std::vector<uint32_t>{0, 0, 0});
+  const auto& re = e.ops(13).random_erasing();
+  CHECK(re.p() == 0.5f);
+  CHECK(F(re.scale()) == std::vector<float>{0.02f, 0.33f});
+  CHECK(F(re.ratio()) == std::vector<float>{0.3f, 3.3f});
+  CHECK(F(re.value()) == std::vector<float>{0, 0, 0});
+  CHECK_FALSE(re.value_random());
+  CHECK(U(e.size()) == std::vector<uint32_t>{16, 16});
+  // None of them changes the size: without a crop the output varies.
+  CHECK_THAT(Error(R"({"ops": [{"RandomRotation": {"degrees": 3}}, {"AugMix": {}}]})"),
+             Contains("the output size varies (the decoded image's own size)"));
+  CHECK(U(Eff(R"({"ops": [{"CenterCrop": {"size": [8, 6]}}, {"RandomAffine": {"degrees": 1}},
+                          {"TrivialAugmentWide": {}}]})")
+              .size()) == std::vector<uint32_t>{8, 6});
+}
+
+TEST_CASE("RandomRotation and RandomAffine: angles, translate, scale, shear, center",
+          "[pipeline_spec]") {
+  const std::string rot = R"({"ops": [{"CenterCrop": {"size": 8}}, {"RandomRotation": {)";
+  const std::string aff = R"({"ops": [{"CenterCrop": {"size": 8}}, {"RandomAffine": {)";
+  CHECK(F(Eff(rot + R"("degrees": [5, 5]}}]})").ops(1).random_rotation().degrees()) ==
+        std::vector<float>{5, 5});
+  CHECK(F(Eff(rot + R"("degrees": 0}}]})").ops(1).random_rotation().degrees()) ==
+        std::vector<float>{0, 0});
+  CHECK_THAT(Error(rot + "}}]}"), Contains("ops[1] RandomRotation: degrees is required"));
+  CHECK_THAT(Error(rot + R"("degrees": -3}}]})"),
+             Contains("ops[1] RandomRotation: If degrees is a single number, it must be "
+                      "positive"));
+  CHECK_THAT(Error(rot + R"("degrees": [1, 2, 3]}}]})"),
+             Contains("degrees should be a sequence of length 2"));
+  CHECK_THAT(Error(rot + R"("degrees": [5, -5]}}]})"),
+             Contains("degrees [5, -5] must be ranges [min, max] with min <= max"));
+  CHECK_THAT(Error(rot + R"("degrees": "NaN"}}]})"), Contains("must be finite"));
+  CHECK_THAT(Error(rot + R"("degrees": 5, "expand": true}}]})"),
+             Contains("ops[1] RandomRotation: expand=true is not served") &&
+                 Contains("larger than the input"));
+  CHECK(Eff(rot + R"("degrees": 5, "expand": false}}]})").ops(1).random_rotation().has_expand());
+  CHECK_THAT(Error(rot + R"("degrees": 5, "center": [1]}}]})"),
+             Contains("center should be a sequence of length 2"));
+  CHECK_THAT(Error(rot + R"("degrees": 5, "interpolation": "bicubic"}}]})"),
+             Contains("ops[1] RandomRotation: interpolation 'bicubic' is not served: use "
+                      "'nearest' or 'bilinear'"));
+  CHECK_THAT(Error(rot + R"("degrees": 5, "fill": [1, 2]}}]})"),
+             Contains("fill must be 1 value or 3"));
+  CHECK_THAT(Error(rot + R"("degrees": 5, "fill": 256}}]})"), Contains("within 0..255"));
+  CHECK_THAT(Error(rot + R"("degrees": 5, "fill": -1}}]})"),
+             Contains("fill must be a whole number >= 0"));
+  CHECK_THAT(Error(rot + R"("degrees": 5, "expnad": false}}]})"),
+             Contains("unknown parameter 'expnad'; RandomRotation takes degrees, interpolation, "
+                      "expand, center, fill"));
+
+  // Shear as torchvision's get_params reads it: [s] and [min, max] draw x
+  // only (2 values), 4 values draw x then y.
+  CHECK(F(Eff(aff + R"("degrees": 0, "shear": 7}}]})").ops(1).random_affine().shear()) ==
+        std::vector<float>{-7, 7});
+  CHECK(F(Eff(aff + R"("degrees": 0, "shear": [1, 2]}}]})").ops(1).random_affine().shear()) ==
+        std::vector<float>{1, 2});
+  CHECK(F(Eff(aff + R"("degrees": 0, "shear": [1, 2, 3, 4]}}]})").ops(1).random_affine().shear()) ==
+        std::vector<float>{1, 2, 3, 4});
+  CHECK_THAT(Error(aff + R"("degrees": 0, "shear": [1, 2, 3]}}]})"),
+             Contains("shear should be a sequence of length 2 or 4"));
+  CHECK_THAT(Error(aff + R"("degrees": 0, "shear": -1}}]})"),
+             Contains("If shear is a single number, it must be positive"));
+  CHECK_THAT(Error(aff + R"("degrees": 0, "shear": [1, 2, 4, 3]}}]})"), Contains("min <= max"));
+  CHECK_THAT(Error(aff + R"("shear": 1}}]})"),
+             Contains("ops[1] RandomAffine: degrees is required"));
+  CHECK_THAT(Error(aff + R"("degrees": 0, "translate": [0.5, 1.5]}}]})"),
+             Contains("translation values should be between 0 and 1"));
+  CHECK_THAT(Error(aff + R"("degrees": 0, "translate": 0.5}}]})"),
+             Contains("translate should be a sequence of length 2"));
+  CHECK(
+      F(Eff(aff + R"("degrees": 0, "translate": [0, 1]}}]})").ops(1).random_affine().translate()) ==
+      std::vector<float>{0, 1});
+  CHECK_THAT(Error(aff + R"("degrees": 0, "scale": [0, 1]}}]})"),
+             Contains("scale values should be positive"));
+  CHECK_THAT(Error(aff + R"("degrees": 0, "scale": [1]}}]})"),
+             Contains("scale should be a sequence of length 2"));
+  CHECK_THAT(Error(aff + R"("degrees": 0, "scale": [1.2, 1.1]}}]})"), Contains("min <= max"));
+  CHECK_THAT(Error(aff + R"("degrees": 0, "interpolation": "bilinear", "center": [1, 2, 3]}}]})"),
+             Contains("center should be a sequence of length 2"));
+  CHECK_THAT(Error(aff + R"("degrees": 0, "interpolation": "antialias"}}]})"),
+             Contains("interpolation 'antialias' is not served"));
+  CHECK(Eff(aff + R"("degrees": 0, "interpolation": "bilinear", "fill": [4, 5, 6]}}]})")
+            .ops(1)
+            .random_affine()
+            .interpolation() == "bilinear");
+}
+
+TEST_CASE("RandomPosterize, RandomSolarize, RandomAdjustSharpness and the p-only ops",
+          "[pipeline_spec]") {
+  const std::string at = R"({"ops": [{"CenterCrop": {"size": 8}}, )";
+  CHECK(Eff(at + R"({"RandomPosterize": {"bits": 0}}]})").ops(1).random_posterize().bits() == 0);
+  CHECK(Eff(at + R"({"RandomPosterize": {"bits": 8, "p": 1}}]})").ops(1).random_posterize().p() ==
+        1.0f);
+  CHECK_THAT(Error(at + R"({"RandomPosterize": {}}]})"),
+             Contains("ops[1] RandomPosterize: bits is required"));
+  CHECK_THAT(Error(at + R"({"RandomPosterize": {"bits": 9}}]})"),
+             Contains("ops[1] RandomPosterize: The number of bits should be between 0 and 8. "
+                      "Got 9"));
+  CHECK_THAT(Error(at + R"({"RandomPosterize": {"bits": 4, "p": 1.5}}]})"),
+             Contains("ops[1] RandomPosterize: p must be within [0, 1], not 1.5"));
+  CHECK_THAT(Error(at + R"({"RandomSolarize": {}}]})"),
+             Contains("ops[1] RandomSolarize: threshold is required"));
+  CHECK_THAT(Error(at + R"({"RandomSolarize": {"threshold": "Infinity"}}]})"),
+             Contains("threshold must be finite"));
+  CHECK(
+      Eff(at + R"({"RandomSolarize": {"threshold": -3}}]})").ops(1).random_solarize().threshold() ==
+      -3.0f);  // every value inverts, as PIL's does
+  CHECK_THAT(Error(at + R"({"RandomAdjustSharpness": {"p": 0.5}}]})"),
+             Contains("ops[1] RandomAdjustSharpness: sharpness_factor is required"));
+  CHECK_THAT(Error(at + R"({"RandomAdjustSharpness": {"sharpness_factor": -0.5}}]})"),
+             Contains("sharpness_factor (-0.5) is not non-negative"));
+  CHECK_THAT(Error(at + R"({"RandomAutocontrast": {"p": -0.1}}]})"),
+             Contains("ops[1] RandomAutocontrast: p must be within [0, 1]"));
+  CHECK_THAT(Error(at + R"({"RandomEqualize": {"p": 2}}]})"),
+             Contains("ops[1] RandomEqualize: p must be within [0, 1]"));
+  CHECK_THAT(Error(at + R"({"RandomInvert": {"p": "NaN"}}]})"),
+             Contains("ops[1] RandomInvert: p must be within [0, 1]"));
+  CHECK_THAT(Error(at + R"({"RandomInvert": {"bits": 1}}]})"),
+             Contains("unknown parameter 'bits'; RandomInvert takes p"));
+}
+
+TEST_CASE("the policies: AutoAugment, RandAugment, TrivialAugmentWide, AugMix", "[pipeline_spec]") {
+  const std::string at = R"({"ops": [{"CenterCrop": {"size": 8}}, )";
+  for (const char* policy : {"imagenet", "cifar10", "svhn"}) {
+    CHECK(Eff(at + R"({"AutoAugment": {"policy": ")" + policy + R"("}}]})")
+              .ops(1)
+              .auto_augment()
+              .policy() == policy);
+  }
+  CHECK_THAT(Error(at + R"({"AutoAugment": {"policy": "IMAGENET"}}]})"),
+             Contains("ops[1] AutoAugment: policy 'IMAGENET' is not a valid AutoAugmentPolicy: "
+                      "use imagenet, cifar10, svhn"));
+  CHECK_THAT(Error(at + R"({"AutoAugment": {"interpolation": "bicubic"}}]})"),
+             Contains("ops[1] AutoAugment: interpolation 'bicubic' is not served"));
+  CHECK_THAT(Error(at + R"({"AutoAugment": {"fill": [1, 2, 300]}}]})"), Contains("within 0..255"));
+  CHECK(U(Eff(at + R"({"AutoAugment": {"fill": 128}}]})").ops(1).auto_augment().fill()) ==
+        std::vector<uint32_t>{128, 128, 128});
+
+  CHECK(Eff(at + R"({"RandAugment": {"num_ops": 0}}]})").ops(1).rand_augment().num_ops() == 0);
+  CHECK(Eff(at + R"({"RandAugment": {"num_ops": 8}}]})").ops(1).rand_augment().num_ops() == 8);
+  CHECK_THAT(Error(at + R"({"RandAugment": {"num_ops": 9}}]})"),
+             Contains("ops[1] RandAugment: num_ops must be at most 8 (stoker's limit), not 9"));
+  CHECK_THAT(Error(at + R"({"RandAugment": {"magnitude": 31}}]})"),
+             Contains("ops[1] RandAugment: magnitude 31 must be below num_magnitude_bins 31"));
+  CHECK_THAT(Error(at + R"({"RandAugment": {"num_magnitude_bins": 9}}]})"),
+             Contains("magnitude 9 must be below num_magnitude_bins 9"));
+  CHECK(Eff(at + R"({"RandAugment": {"magnitude": 0, "num_magnitude_bins": 2}}]})")
+            .ops(1)
+            .rand_augment()
+            .num_magnitude_bins() == 2);
+  CHECK_THAT(Error(at + R"({"RandAugment": {"magnitude": 0, "num_magnitude_bins": 1}}]})"),
+             Contains("num_magnitude_bins must be at least 2"));
+  CHECK_THAT(Error(at + R"({"RandAugment": {"num_ops": -1}}]})"),
+             Contains("num_ops must be a whole number >= 0, not -1"));
+
+  CHECK(Eff(at + R"({"TrivialAugmentWide": {"num_magnitude_bins": 2}}]})")
+            .ops(1)
+            .trivial_augment_wide()
+            .num_magnitude_bins() == 2);
+  CHECK_THAT(Error(at + R"({"TrivialAugmentWide": {"num_magnitude_bins": 0}}]})"),
+             Contains("ops[1] TrivialAugmentWide: num_magnitude_bins must be at least 2"));
+  CHECK_THAT(Error(at + R"({"TrivialAugmentWide": {"magnitude": 3}}]})"),
+             Contains("unknown parameter 'magnitude'; TrivialAugmentWide takes "
+                      "num_magnitude_bins, interpolation, fill"));
+
+  for (int severity : {1, 10}) {
+    CHECK(Eff(at + R"({"AugMix": {"severity": )" + std::to_string(severity) + "}}]}")
+              .ops(1)
+              .aug_mix()
+              .severity() == static_cast<uint32_t>(severity));
+  }
+  CHECK_THAT(Error(at + R"({"AugMix": {"severity": 11}}]})"),
+             Contains("ops[1] AugMix: The severity must be between [1, 10]. Got 11 instead."));
+  CHECK_THAT(Error(at + R"({"AugMix": {"severity": 0}}]})"),
+             Contains("The severity must be between [1, 10]. Got 0 instead."));
+  CHECK_THAT(Error(at + R"({"AugMix": {"mixture_width": 0}}]})"),
+             Contains("mixture_width must be within 1..8 (stoker's limit), not 0"));
+  CHECK_THAT(Error(at + R"({"AugMix": {"mixture_width": 9}}]})"),
+             Contains("mixture_width must be within 1..8"));
+  CHECK(Eff(at + R"({"AugMix": {"mixture_width": 8, "chain_depth": 8}}]})")
+            .ops(1)
+            .aug_mix()
+            .chain_depth() == 8);
+  CHECK(Eff(at + R"({"AugMix": {"chain_depth": 1}}]})").ops(1).aug_mix().chain_depth() == 1);
+  for (const char* depth : {"0", "-2", "9"}) {
+    CHECK_THAT(Error(at + R"({"AugMix": {"chain_depth": )" + depth + "}}]}"),
+               Contains("chain_depth must be -1 (each chain's depth drawn from 1..3) or within "
+                        "1..8 (stoker's limit), not " +
+                        std::string(depth)));
+  }
+  CHECK_THAT(Error(at + R"({"AugMix": {"chain_depth": 1.5}}]})"),
+             Contains("chain_depth must be a whole number, not 1.5"));
+  CHECK_THAT(Error(at + R"({"AugMix": {"alpha": 0}}]})"), Contains("alpha must be positive"));
+  CHECK_THAT(Error(at + R"({"AugMix": {"alpha": "Infinity"}}]})"),
+             Contains("alpha must be positive and finite"));
+  CHECK_THAT(Error(at + R"({"AugMix": {"all_ops": 1}}]})"), Contains("must be true or false"));
+  CHECK(
+      Eff(at + R"({"AugMix": {"interpolation": "nearest"}}]})").ops(1).aug_mix().interpolation() ==
+      "nearest");
+  // The steps a sample's ops can make are bounded (kMaxSteps): AugMix makes
+  // up to 2 + mixture_width * (1 + depth).
+  CHECK_THAT(Error(at + R"({"AugMix": {"mixture_width": 8, "chain_depth": 8}},
+                           {"AugMix": {"mixture_width": 8, "chain_depth": 8}}]})"),
+             Contains("ops: these ops can make up to 150 steps per sample, more than the 128"));
+  CHECK_THAT(Error(at + R"({"AugMix": {"interpolation": "box"}}]})"),
+             Contains("ops[1] AugMix: interpolation 'box' is not served: use 'nearest' or "
+                      "'bilinear'"));
+}
+
+TEST_CASE("RandomErasing: checks, 'random', placement after every other op, dtype rules",
+          "[pipeline_spec]") {
+  const std::string at = R"({"ops": [{"CenterCrop": {"size": 8}}, {"RandomErasing": )";
+  const std::string f32 = R"(}], "dtype": "float32"})";
+  // "random": value_random; the request holds it as the bool.
+  const PipelineSpec r = Request(at + R"({"value": "random"})" + f32);
+  CHECK(r.ops(1).random_erasing().value_random());
+  CHECK(r.ops(1).random_erasing().value().empty());
+  const PipelineSpec e = Eff(at + R"({"value": "random", "p": 1})" + f32);
+  CHECK(e.ops(1).random_erasing().value_random());
+  CHECK(e.ops(1).random_erasing().value().empty());
+  CHECK(e.ops(1).random_erasing().p() == 1.0f);
+  CHECK(Eff(at + R"({"value_random": true})" + f32).ops(1).random_erasing().value_random());
+  CHECK_THAT(Error(at + R"({"value": "noise"})" + f32),
+             Contains("ops[1] RandomErasing: value: If value is str, it should be 'random', not "
+                      "'noise'"));
+  CHECK_THAT(Error(at + R"({"value": [1], "value_random": true})" + f32),
+             Contains("value [1] and value_random both given"));
+  // Values in the output's units: normalized for floats (any finite value).
+  CHECK(F(Eff(at + R"({"value": -1.5})" + f32).ops(1).random_erasing().value()) ==
+        std::vector<float>{-1.5f, -1.5f, -1.5f});
+  CHECK(F(Eff(at + R"({"value": [0.5, -1, 2]})" + f32).ops(1).random_erasing().value()) ==
+        std::vector<float>{0.5f, -1, 2});
+  CHECK_THAT(Error(at + R"({"value": [1, 2]})" + f32),
+             Contains("If value is a sequence, it should have either a single value or 3"));
+  CHECK_THAT(Error(at + R"({"value": "NaN"})" + f32), Contains("If value is str"));
+  CHECK_THAT(Error(at + R"({"value": ["NaN"]})" + f32), Contains("must be finite"));
+  // uint8 outputs: whole values 0..255; "random" refused.
+  CHECK(F(Eff(at + R"({"value": [255, 0, 7]}}]})").ops(1).random_erasing().value()) ==
+        std::vector<float>{255, 0, 7});
+  CHECK_THAT(Error(at + R"({"value": "random"}}]})"),
+             Contains("ops[1] RandomErasing: value 'random' with a uint8 output") &&
+                 Contains("use a float dtype"));
+  CHECK_THAT(Error(at + R"({"value": 256}}]})"),
+             Contains("ops[1] RandomErasing: value [256, 256, 256] with a uint8 output: each "
+                      "value must be a whole number within 0..255"));
+  CHECK_THAT(Error(at + R"({"value": 0.5}}]})"), Contains("whole number within 0..255"));
+  CHECK_THAT(Error(at + R"({"value": -1}}]})"), Contains("whole number within 0..255"));
+  // torchvision's checks.
+  CHECK_THAT(Error(at + R"({"p": 1.5})" + f32),
+             Contains("ops[1] RandomErasing: p 1.5: Random erasing probability should be "
+                      "between 0 and 1"));
+  CHECK_THAT(Error(at + R"({"scale": [0.5, 1.5]})" + f32),
+             Contains("Scale should be between 0 and 1"));
+  CHECK_THAT(Error(at + R"({"scale": [-0.1, 0.5]})" + f32),
+             Contains("Scale should be between 0 and 1"));
+  CHECK_THAT(Error(at + R"({"scale": [0.5, 0.1]})" + f32), Contains("min <= max"));
+  CHECK_THAT(Error(at + R"({"scale": 0.5})" + f32), Contains("scale must be [min, max]"));
+  CHECK(F(Eff(at + R"({"scale": [0, 1]})" + f32).ops(1).random_erasing().scale()) ==
+        std::vector<float>{0, 1});
+  CHECK_THAT(Error(at + R"({"ratio": [0, 1]})" + f32),
+             Contains("ops[1] RandomErasing: ratio [0, 1] must be finite with 0 < min <= max"));
+  CHECK_THAT(Error(at + R"({"ratio": [2, 1]})" + f32), Contains("0 < min <= max"));
+  // Placement: nothing but RandomErasing after it.
+  CHECK(Eff(R"({"ops": [{"CenterCrop": {"size": 8}}, {"RandomErasing": {}},
+                        {"RandomErasing": {"p": 1}}]})")
+            .ops_size() == 3);
+  CHECK(Eff(R"({"ops": [{"RandomErasing": {}}], "size": 8})").ops_size() == 1);
+  CHECK_THAT(Error(R"({"ops": [{"CenterCrop": {"size": 8}}, {"RandomErasing": {}},
+                              {"RandomErasing": {}}, {"RandomHorizontalFlip": {}}]})"),
+             Contains("ops[3] RandomHorizontalFlip after ops[1] RandomErasing: RandomErasing "
+                      "works on the output tensor (torchvision's runs after ToTensor() and "
+                      "Normalize()), so it must come after every other op"));
+  CHECK_THAT(Error(R"({"ops": [{"RandomErasing": {}}, {"CenterCrop": {"size": 8}}]})"),
+             Contains("ops[1] CenterCrop after ops[0] RandomErasing"));
+}
+
 TEST_CASE("RandomCrop: padding and fill normalized as torchvision reads them", "[pipeline_spec]") {
   auto crop = [](const std::string& params) {
     return Eff(R"({"ops": [{"RandomCrop": {"size": 8, )" + params + "}}]}").ops(0).random_crop();
@@ -330,11 +667,14 @@ TEST_CASE("RandomCrop: padding and fill normalized as torchvision reads them", "
 }
 
 TEST_CASE("op lists: unknown ops and parameters, types, the op limit", "[pipeline_spec]") {
-  CHECK_THAT(Error(R"({"ops": [{"CenterCrop": {"size": 8}}, {"RandomRotation": {}}]})"),
-             Contains("ops[1]: unknown op 'RandomRotation'") &&
+  CHECK_THAT(Error(R"({"ops": [{"CenterCrop": {"size": 8}}, {"RandomPerspective": {}}]})"),
+             Contains("ops[1]: unknown op 'RandomPerspective'") &&
                  Contains("RandomResizedCrop, Resize, CenterCrop, RandomCrop, "
                           "RandomHorizontalFlip, RandomVerticalFlip, ColorJitter, Grayscale, "
-                          "RandomGrayscale, GaussianBlur"));
+                          "RandomGrayscale, GaussianBlur, RandomRotation, RandomAffine, "
+                          "RandomPosterize, RandomSolarize, RandomAdjustSharpness, "
+                          "RandomAutocontrast, RandomEqualize, RandomInvert, AutoAugment, "
+                          "RandAugment, TrivialAugmentWide, AugMix, RandomErasing"));
   CHECK_THAT(Error(R"({"ops": [{"RandomCrop": {"size": 8, "paddin": 4}}]})"),
              Contains("ops[0] RandomCrop: unknown parameter 'paddin'") &&
                  Contains("RandomCrop takes size, padding, pad_if_needed, fill, padding_mode"));
@@ -591,6 +931,22 @@ const char* const kRequests[] = {
                 {"CenterCrop": {"size": [56, 48]}}, {"RandomResizedCrop": {"size": 24,
                  "scale": [0.5, 0.75], "ratio": [0.9, 1.1]}}]})",
     R"({"ops": [{"Resize": {"size": [30, 40]}}], "max_decode_pixels": 123456})",
+    R"({"ops": [{"RandomRotation": {"degrees": [-5, 10], "interpolation": "bilinear",
+                                    "center": [3.5, 4], "fill": [1, 2, 3]}},
+                {"RandomAffine": {"degrees": 15, "translate": [0.1, 0.2], "scale": [0.9, 1.1],
+                                  "shear": 5, "fill": 7}},
+                {"RandomAffine": {"degrees": 0, "shear": [-1, 1, -2, 2], "center": [0, 0]}},
+                {"RandomPosterize": {"bits": 4}}, {"RandomSolarize": {"threshold": 128}},
+                {"RandomAdjustSharpness": {"sharpness_factor": 2}},
+                {"RandomAutocontrast": {}}, {"RandomEqualize": {"p": 0.1}},
+                {"RandomInvert": {}}, {"CenterCrop": {"size": 32}},
+                {"RandomErasing": {"value": "random"}}, {"RandomErasing": {"value": [1, 2, 3]}}],
+        "dtype": "float16"})",
+    R"({"ops": [{"RandomResizedCrop": {"size": 176}}, {"AutoAugment": {"policy": "svhn"}},
+                {"RandAugment": {"num_ops": 3, "magnitude": 5, "num_magnitude_bins": 11,
+                                 "interpolation": "bilinear", "fill": [1, 2, 3]}},
+                {"TrivialAugmentWide": {}}, {"AugMix": {"chain_depth": 2, "all_ops": false}},
+                {"RandomErasing": {"p": 0.1, "value": 9}}]})",
 };
 
 TEST_CASE("Effective is idempotent, and ToJson/SpecFromJson round-trips", "[pipeline_spec]") {
@@ -641,6 +997,23 @@ TEST_CASE("ToJson: the proto's names, torchvision's op names, shortest floats", 
   REQUIRE(camel.ok());
   CHECK(camel->ops(0).random_crop().pad_if_needed());
   CHECK(camel->max_decode_pixels() == 77);
+  // The new ops: a negative chain_depth, value_random, policy names.
+  const PipelineSpec policies = Eff(R"({"ops": [{"CenterCrop": {"size": 8}},
+      {"AutoAugment": {"policy": "cifar10"}}, {"AugMix": {"severity": 2}},
+      {"RandomErasing": {"value": "random", "p": 0.25}}], "dtype": "float16"})");
+  CHECK(ToJson(policies) ==
+        R"({"ops":[{"CenterCrop":{"size":[8,8]}},{"AutoAugment":{"policy":"cifar10",)"
+        R"("interpolation":"nearest","fill":[0,0,0]}},{"AugMix":{"severity":2,"mixture_width":3,)"
+        R"("chain_depth":-1,"alpha":1,"all_ops":true,"interpolation":"bilinear",)"
+        R"("fill":[0,0,0]}},{"RandomErasing":{"p":0.25,"scale":[0.02,0.33],"ratio":[0.3,3.3],)"
+        R"("value_random":true}}],"size":[8,8],"output":{"dtype":"float16","layout":"nchw",)"
+        R"("mean":[0.485,0.456,0.406],"std":[0.229,0.224,0.225]},"max_decode_pixels":67108864})");
+  auto camel2 = SpecFromJson(R"({"ops": [{"aug_mix": {"chainDepth": -1, "mixtureWidth": 2}},
+                                          {"random_erasing": {"valueRandom": true}}]})");
+  REQUIRE(camel2.ok());
+  CHECK(camel2->ops(0).aug_mix().chain_depth() == -1);
+  CHECK(camel2->ops(0).aug_mix().mixture_width() == 2);
+  CHECK(camel2->ops(1).random_erasing().value_random());
   auto bad = SpecFromJson(R"({"kind": 1})");
   REQUIRE_FALSE(bad.ok());
   CHECK_THAT(std::string(bad.status().message()),
@@ -658,6 +1031,14 @@ TEST_CASE("Describe: one line, the preset or the ops, then the output", "[pipeli
                          "max_decode_pixels": 1000, "apply_exif_orientation": true})")) ==
         "CenterCrop(size=[8, 6]) -> 8x6 float32 nchw mean=[0.485, 0.456, 0.406] "
         "std=[0.229, 0.224, 0.225], max_decode_pixels=1000, apply_exif_orientation");
+  CHECK(Describe(Eff(R"({"ops": [{"CenterCrop": {"size": 8}}, {"RandomAffine": {"degrees": 5,
+                         "shear": 2}}, {"AugMix": {}}, {"RandomErasing": {"value": "random"}}],
+                         "dtype": "float32", "mean": 0, "std": 1})")) ==
+        "CenterCrop(size=[8, 8]), RandomAffine(degrees=[-5, 5], shear=[-2, 2], "
+        "interpolation=nearest, fill=[0, 0, 0]), AugMix(severity=3, mixture_width=3, "
+        "chain_depth=-1, alpha=1, all_ops=true, interpolation=bilinear, fill=[0, 0, 0]), "
+        "RandomErasing(p=0.5, scale=[0.02, 0.33], ratio=[0.3, 3.3], value_random=true) -> 8x8 "
+        "float32 nchw mean=[0, 0, 0] std=[1, 1, 1]");
   // A request: what it says.
   CHECK(Describe(PipelineSpec()) == "train ->");
   CHECK(Describe(Request(R"({"pipeline": "eval", "size": 160})")) == "eval -> 160");

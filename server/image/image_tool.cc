@@ -21,8 +21,17 @@
 // "width" "antialias"; pad "padding" [l, t, r, b] "padding_mode" "fill"
 // [r, g, b]; color_jitter "order" (adjustment names, in order) and each
 // one's factor under its name ("brightness", "contrast", "saturation",
-// "hue"); gaussian_blur "kernel_size" [x, y] "sigma"; hflip, vflip and
-// grayscale nothing more.
+// "hue"); gaussian_blur "kernel_size" [x, y] "sigma"; affine "angle"
+// "translate" [x, y] (integers) "scale" "shear" [x, y] "center" [x, y]
+// (absent: the image's center) "interpolation" ("nearest" | "bilinear")
+// "fill" [r, g, b]; rotate "angle" "center" (absent: PIL's) "interpolation"
+// "fill"; posterize "bits"; solarize "threshold"; sharpness "factor";
+// mix_begin and mix_chain "weight"; erase "top" "left" "height" "width" and
+// "value" [3] or "random": true with "noise_seed" (a decimal string: JSON
+// numbers are doubles); hflip, vflip, grayscale, autocontrast, equalize,
+// invert and mix_end nothing more. Steps a policy drew also carry "aug"
+// (torchvision's op name, "ShearX"), "bin" (-1: none) and "magnitude" (as
+// _apply_op got it); --steps reads them back but nothing runs from them.
 //
 // Each prints JSON on stdout; errors go to stderr with exit code 1.
 
@@ -30,6 +39,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -50,6 +60,7 @@
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "server/image/pipeline.h"
+#include "server/image/policy.h"
 #include "server/lower_pipeline.h"
 #include "stoker/pipeline_spec.h"
 #include "stoker/ring_layout.h"
@@ -98,6 +109,22 @@ std::string FloatJson(float v) {
     if (std::strtof(buf, nullptr) == v) break;
   }
   return buf;
+}
+
+// A double as the shortest text that reads back as the same double.
+std::string DoubleJson(double v) {
+  char buf[40];
+  for (int digits = 15; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof(buf), "%.*g", digits, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
+}
+
+std::string InterpolationName(Interpolation i) {
+  return i == Interpolation::kBilinear  ? "bilinear"
+         : i == Interpolation::kNearest ? "nearest"
+                                        : "antialias";
 }
 
 // ColorJitter's adjustment names: the fields of stoker.v1.ColorJitter, whose
@@ -270,8 +297,50 @@ std::string StepsJson(const SampleSteps& steps) {
         absl::StrAppend(&out, ",\"kernel_size\":[", s.kernel_x, ",", s.kernel_y,
                         "],\"sigma\":", FloatJson(s.sigma));
         break;
+      case StepKind::kAffine:
+      case StepKind::kRotate:
+        absl::StrAppend(&out, ",\"angle\":", FloatJson(s.angle));
+        if (s.kind == StepKind::kAffine) {
+          absl::StrAppend(&out, ",\"translate\":[", s.translate[0], ",", s.translate[1],
+                          "],\"scale\":", FloatJson(s.affine_scale), ",\"shear\":[",
+                          DoubleJson(s.shear[0]), ",", DoubleJson(s.shear[1]), "]");
+        }
+        if (s.has_center != 0) {
+          absl::StrAppend(&out, ",\"center\":[", FloatJson(s.center[0]), ",",
+                          FloatJson(s.center[1]), "]");
+        }
+        absl::StrAppend(&out, ",\"interpolation\":", JsonString(InterpolationName(s.interpolation)),
+                        ",\"fill\":[", s.fill[0], ",", s.fill[1], ",", s.fill[2], "]");
+        break;
+      case StepKind::kPosterize:
+        absl::StrAppend(&out, ",\"bits\":", s.bits);
+        break;
+      case StepKind::kSolarize:
+        absl::StrAppend(&out, ",\"threshold\":", FloatJson(s.threshold));
+        break;
+      case StepKind::kSharpness:
+        absl::StrAppend(&out, ",\"factor\":", FloatJson(s.factor[0]));
+        break;
+      case StepKind::kMixBegin:
+      case StepKind::kMixChain:
+        absl::StrAppend(&out, ",\"weight\":", FloatJson(s.mix_weight));
+        break;
+      case StepKind::kErase:
+        absl::StrAppend(&out, ",\"top\":", s.top, ",\"left\":", s.left, ",\"height\":", s.height,
+                        ",\"width\":", s.width);
+        if (s.erase_random != 0) {
+          absl::StrAppend(&out, ",\"random\":true,\"noise_seed\":\"", s.noise_seed, "\"");
+        } else {
+          absl::StrAppend(&out, ",\"value\":[", FloatJson(s.erase_value[0]), ",",
+                          FloatJson(s.erase_value[1]), ",", FloatJson(s.erase_value[2]), "]");
+        }
+        break;
       default:
         break;
+    }
+    if (s.from_policy != 0) {
+      absl::StrAppend(&out, ",\"aug\":", JsonString(AugOpName(s.aug)), ",\"bin\":", s.aug_bin,
+                      ",\"magnitude\":", FloatJson(s.aug_magnitude));
     }
     out += "}";
   }
@@ -329,7 +398,7 @@ bool ParseSteps(const std::string& json, SampleSteps* steps) {
     const pb::Value* kind = get("kind");
     if (kind == nullptr) return false;
     bool known = false;
-    for (uint32_t k = 1; k <= 8; ++k) {
+    for (uint32_t k = 1; k <= static_cast<uint32_t>(StepKind::kErase); ++k) {
       if (kind->string_value() == StepKindName(static_cast<StepKind>(k))) {
         s.kind = static_cast<StepKind>(k);
         known = true;
@@ -395,8 +464,91 @@ bool ParseSteps(const std::string& json, SampleSteps* steps) {
         s.sigma = static_cast<float>(number("sigma"));
         break;
       }
+      case StepKind::kAffine:
+      case StepKind::kRotate: {
+        s.angle = static_cast<float>(number("angle"));
+        if (s.kind == StepKind::kAffine) {
+          double t[2] = {0, 0};
+          if (f.count("translate") != 0) numbers("translate", 2, t);
+          for (int k = 0; k < 2; ++k) {
+            s.translate[k] = static_cast<int32_t>(std::clamp(t[k], -2147483648.0, 2147483647.0));
+          }
+          s.affine_scale = f.count("scale") != 0 ? static_cast<float>(number("scale")) : 1.0f;
+          if (f.count("shear") != 0) numbers("shear", 2, s.shear);
+        }
+        if (f.count("center") != 0) {
+          double c[2] = {0, 0};
+          numbers("center", 2, c);
+          s.has_center = 1;
+          s.center[0] = static_cast<float>(c[0]), s.center[1] = static_cast<float>(c[1]);
+        }
+        const std::string interp =
+            f.count("interpolation") != 0 ? f.at("interpolation").string_value() : "nearest";
+        if (interp != "nearest" && interp != "bilinear") {
+          std::cerr << at << ": interpolation must be nearest or bilinear\n";
+          return false;
+        }
+        s.interpolation = interp == "nearest" ? Interpolation::kNearest : Interpolation::kBilinear;
+        double fill[3] = {0, 0, 0};
+        if (f.count("fill") != 0) numbers("fill", 3, fill);
+        for (int k = 0; k < 3; ++k)
+          s.fill[k] = static_cast<uint8_t>(std::clamp(fill[k], 0.0, 255.0));
+        break;
+      }
+      case StepKind::kPosterize:
+        s.bits = uint(number("bits"));
+        break;
+      case StepKind::kSolarize:
+        s.threshold = static_cast<float>(number("threshold"));
+        break;
+      case StepKind::kSharpness:
+        s.factor[0] = static_cast<float>(number("factor"));
+        break;
+      case StepKind::kMixBegin:
+      case StepKind::kMixChain:
+        s.mix_weight = static_cast<float>(number("weight"));
+        break;
+      case StepKind::kErase: {
+        s.top = uint(number("top")), s.left = uint(number("left"));
+        s.height = uint(number("height")), s.width = uint(number("width"));
+        if (f.count("random") != 0 && f.at("random").bool_value()) {
+          s.erase_random = 1;
+          const pb::Value* seed = get("noise_seed");
+          if (seed == nullptr) return false;
+          const std::string& text = seed->string_value();
+          char* end = nullptr;
+          errno = 0;
+          s.noise_seed = std::strtoull(text.c_str(), &end, 10);
+          if (text.empty() || *end != '\0' || errno != 0) {
+            std::cerr << at << ": \"noise_seed\" must be a decimal string\n";
+            return false;
+          }
+        } else {
+          double v[3] = {0, 0, 0};
+          numbers("value", 3, v);
+          for (int k = 0; k < 3; ++k) s.erase_value[k] = static_cast<float>(v[k]);
+        }
+        break;
+      }
       default:
         break;
+    }
+    if (f.count("aug") != 0) {
+      const std::string name = f.at("aug").string_value();
+      uint32_t a = 0;
+      while (a <= static_cast<uint32_t>(AugOp::kInvert) &&
+             name != AugOpName(static_cast<AugOp>(a))) {
+        ++a;
+      }
+      if (a > static_cast<uint32_t>(AugOp::kInvert)) {
+        std::cerr << at << ": unknown aug " << name << "\n";
+        return false;
+      }
+      s.from_policy = 1;
+      s.aug = static_cast<AugOp>(a);
+      s.aug_bin = f.count("bin") != 0 ? static_cast<int32_t>(f.at("bin").number_value()) : -1;
+      s.aug_magnitude =
+          f.count("magnitude") != 0 ? static_cast<float>(f.at("magnitude").number_value()) : 0.0f;
     }
     if (!ok) return false;
   }

@@ -6,7 +6,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <numbers>
+
+#include "proto/stoker/ring_layout.h"
+#include "server/image/rng.h"
+#include "server/image/transform.h"
 
 namespace stoker::image {
 namespace {
@@ -423,6 +430,558 @@ void GaussianBlur(const uint8_t* src, uint32_t height, uint32_t width, uint32_t 
       const int v = static_cast<int>(rounded);
       d[i] = static_cast<uint8_t>(v < 255 ? v : 255);
     }
+  }
+}
+
+// --- The ops of the augmentation policies ---
+
+void ApplyLut(uint8_t* img, size_t pixels, const uint8_t lut[256]) {
+  ApplyTable(img, pixels * 3, lut);
+}
+
+void Posterize(uint8_t* img, size_t pixels, uint32_t bits) {
+  // A mask rather than the table: the loop vectorizes.
+  const auto mask = static_cast<uint8_t>(~((1u << (8 - std::min(bits, 8u))) - 1u) & 0xffu);
+  for (size_t i = 0; i < pixels * 3; ++i) img[i] = static_cast<uint8_t>(img[i] & mask);
+}
+
+void Solarize(uint8_t* img, size_t pixels, float threshold) {
+  // v < threshold for integers v is v < first, the least integer in
+  // [0, 256] that is not below it: one compare per byte, vectorized.
+  int first = 0;
+  while (first < 256 && static_cast<double>(first) < static_cast<double>(threshold)) ++first;
+  for (size_t i = 0; i < pixels * 3; ++i) {
+    const int v = img[i];
+    img[i] = static_cast<uint8_t>(v < first ? v : 255 - v);
+  }
+}
+
+void Invert(uint8_t* img, size_t pixels) {
+  for (size_t i = 0; i < pixels * 3; ++i) img[i] = static_cast<uint8_t>(255 - img[i]);
+}
+
+namespace {
+
+// The 256-bin histograms of the three channels (64-bit: a decode may
+// reach 2^32 pixels).
+void Histograms(const uint8_t* img, size_t pixels, uint64_t hist[3][256]) {
+  std::memset(hist, 0, sizeof(uint64_t) * 3 * 256);
+  for (size_t i = 0; i < pixels; ++i) {
+    const uint8_t* px = img + 3 * i;
+    ++hist[0][px[0]];
+    ++hist[1][px[1]];
+    ++hist[2][px[2]];
+  }
+}
+
+// One table per channel, applied to the pixels.
+void ApplyChannelTables(uint8_t* img, size_t pixels, const uint8_t lut[3][256]) {
+  for (size_t i = 0; i < pixels; ++i) {
+    uint8_t* px = img + 3 * i;
+    px[0] = lut[0][px[0]];
+    px[1] = lut[1][px[1]];
+    px[2] = lut[2][px[2]];
+  }
+}
+
+}  // namespace
+
+void Autocontrast(uint8_t* img, size_t pixels) {
+  uint64_t hist[3][256];
+  Histograms(img, pixels, hist);
+  uint8_t lut[3][256];
+  for (int c = 0; c < 3; ++c) {
+    int lo = 0, hi = 255;
+    while (lo < 256 && hist[c][lo] == 0) ++lo;
+    while (hi >= 0 && hist[c][hi] == 0) --hi;
+    if (hi <= lo) {
+      for (int v = 0; v < 256; ++v) lut[c][v] = static_cast<uint8_t>(v);
+      continue;
+    }
+    const double scale = 255.0 / static_cast<double>(hi - lo);
+    const double offset = static_cast<double>(-lo) * scale;
+    for (int v = 0; v < 256; ++v) {
+      const int t = static_cast<int>(static_cast<double>(v) * scale + offset);
+      lut[c][v] = static_cast<uint8_t>(t < 0 ? 0 : t > 255 ? 255 : t);
+    }
+  }
+  ApplyChannelTables(img, pixels, lut);
+}
+
+void Equalize(uint8_t* img, size_t pixels) {
+  uint64_t hist[3][256];
+  Histograms(img, pixels, hist);
+  uint8_t lut[3][256];
+  for (int c = 0; c < 3; ++c) {
+    uint64_t total = 0, last = 0;
+    int used = 0;
+    for (int v = 0; v < 256; ++v) {
+      if (hist[c][v] == 0) continue;
+      total += hist[c][v];
+      last = hist[c][v];
+      ++used;
+    }
+    const uint64_t step = used > 1 ? (total - last) / 255 : 0;
+    if (step == 0) {
+      for (int v = 0; v < 256; ++v) lut[c][v] = static_cast<uint8_t>(v);
+      continue;
+    }
+    // PIL's list may hold 256 past the last value; Image.point clips it.
+    uint64_t n = step / 2;
+    for (int v = 0; v < 256; ++v) {
+      const uint64_t t = n / step;
+      lut[c][v] = static_cast<uint8_t>(t > 255 ? 255 : t);
+      n += hist[c][v];
+    }
+  }
+  ApplyChannelTables(img, pixels, lut);
+}
+
+namespace {
+
+typedef float Floats4S __attribute__((vector_size(16)));
+typedef int32_t Ints4S __attribute__((vector_size(16)));
+
+// Pillow's clip8 then (UINT8) of 4 floats, as ints: the same values as its
+// branches, element-wise.
+inline Ints4S Clip8(Floats4S v) {
+  const Floats4S zero = {0, 0, 0, 0}, top = {255, 255, 255, 255};
+  v = v < zero ? zero : v;
+  v = v > top ? top : v;
+  return __builtin_convertvector(v, Ints4S);
+}
+
+inline Floats4S LoadFloats4(const float* p) {
+  Floats4S v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+// Bytes [first, end) of one inner row of AdjustSharpness: `rows` are the
+// row above, the row and the row below (the originals), `out` the row to
+// write. Converted to float a chunk at a time on the stack; each lane is one
+// byte's float32 computation in Pillow's order (no reassociation).
+void SharpenRow(const uint8_t* const rows[3], size_t first, size_t end, float factor,
+                uint8_t* out) {
+  constexpr size_t kChunk = 256;
+  float in[3][kChunk + 8];
+  int32_t res[kChunk];
+  const float k1 = 1.0f / 13.0f, k5 = 5.0f / 13.0f;  // _imaging.c's kernel / divisor
+  const Floats4S vk1 = {k1, k1, k1, k1}, vk5 = {k5, k5, k5, k5};
+  const Floats4S vf = {factor, factor, factor, factor};
+  for (size_t i0 = first; i0 < end; i0 += kChunk) {
+    const size_t n = std::min(kChunk, end - i0);
+    const size_t n4 = (n + 3) & ~size_t{3};  // lanes past n read zeros, unused
+    for (int r = 0; r < 3; ++r) {
+      const uint8_t* s = rows[r] + i0 - 3;
+      for (size_t k = 0; k < n + 6; ++k) in[r][k] = s[k];
+      for (size_t k = n + 6; k < n4 + 6; ++k) in[r][k] = 0.0f;
+    }
+    for (size_t k = 0; k < n4; k += 4) {
+      // 0.5, then the row below, this row, the row above, each row's three
+      // products summed left to right.
+      Floats4S ss = {0.5f, 0.5f, 0.5f, 0.5f};
+      ss += LoadFloats4(in[2] + k) * vk1 + LoadFloats4(in[2] + k + 3) * vk1 +
+            LoadFloats4(in[2] + k + 6) * vk1;
+      ss += LoadFloats4(in[1] + k) * vk1 + LoadFloats4(in[1] + k + 3) * vk5 +
+            LoadFloats4(in[1] + k + 6) * vk1;
+      ss += LoadFloats4(in[0] + k) * vk1 + LoadFloats4(in[0] + k + 3) * vk1 +
+            LoadFloats4(in[0] + k + 6) * vk1;
+      const Ints4S smooth = Clip8(ss);
+      // Blend(smooth, image, factor): d + factor * (x - d) in float32; x - d
+      // is exact in float.
+      const Floats4S d = __builtin_convertvector(smooth, Floats4S);
+      const Floats4S v = d + vf * (LoadFloats4(in[1] + k + 3) - d);
+      const Ints4S r = Clip8(v);
+      std::memcpy(res + k, &r, sizeof(r));
+    }
+    for (size_t k = 0; k < n; ++k) out[i0 + k] = static_cast<uint8_t>(res[k]);
+  }
+}
+
+}  // namespace
+
+void AdjustSharpness(uint8_t* img, uint32_t height, uint32_t width, float factor,
+                     uint8_t* scratch) {
+  // Pillow returns a copy when the image is smaller than the kernel, and
+  // copies the outer ring of pixels: Blend(x, x, f) == x, so both stay.
+  if (height < 3 || width < 3 || factor == 1.0f) return;
+  const size_t row = size_t{width} * 3;
+  std::memcpy(scratch, img, size_t{height} * row);
+  for (uint32_t y = 1; y + 1 < height; ++y) {
+    const uint8_t* mid = scratch + y * row;
+    const uint8_t* const rows[3] = {mid - row, mid, mid + row};
+    SharpenRow(rows, 3, row - 3, factor, img + y * row);
+  }
+}
+
+namespace {
+
+constexpr double kDegToRad = std::numbers::pi / 180.0;  // CPython's math.radians factor
+
+// Python's round(x, 15): x correctly rounded to 15 decimals, read back.
+// glibc's printf and strtod both round exactly, as CPython's dtoa does.
+double Round15(double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.15f", x);
+  return std::strtod(buf, nullptr);
+}
+
+// Python's x % 360.0 (the result takes the divisor's sign).
+double PyMod360(double x) {
+  double m = std::fmod(x, 360.0);
+  if (m != 0.0) {
+    if (m < 0.0) m += 360.0;
+  } else {
+    m = 0.0;
+  }
+  return m;
+}
+
+// Geometry.c's FLOOR for the values it is given (|v| < 2^31).
+inline int64_t PilFloor(double v) {
+  return v < 0.0 ? static_cast<int64_t>(std::floor(v)) : static_cast<int64_t>(v);
+}
+
+inline void Fill(uint8_t* d, const uint8_t fill[3]) {
+  d[0] = fill[0], d[1] = fill[1], d[2] = fill[2];
+}
+
+inline void CopyPx(uint8_t* d, const uint8_t* s) { d[0] = s[0], d[1] = s[1], d[2] = s[2]; }
+
+// Geometry.c's ImagingScaleAffine (NEAREST, m1 == m3 == 0): positions
+// accumulated from the first pixel center.
+void ScaleNearest(const uint8_t* src, uint32_t height, uint32_t width, const double m[6],
+                  const uint8_t fill[3], uint8_t* dst) {
+  const double w = width, h = height;
+  double yo = m[5] + m[4] * 0.5;
+  const double xo0 = m[2] + m[0] * 0.5;
+  for (uint32_t y = 0; y < height; ++y, yo += m[4]) {
+    uint8_t* d = dst + size_t{y} * width * 3;
+    if (!(yo >= 0.0 && yo < h)) {  // COORD(v) < 0 or >= ysize, NaN too
+      for (uint32_t x = 0; x < width; ++x) Fill(d + 3 * x, fill);
+      continue;
+    }
+    const uint8_t* s = src + static_cast<size_t>(yo) * width * 3;
+    double xo = xo0;
+    for (uint32_t x = 0; x < width; ++x, xo += m[0]) {
+      if (xo >= 0.0 && xo < w) {
+        CopyPx(d + 3 * x, s + 3 * static_cast<size_t>(xo));
+      } else {
+        Fill(d + 3 * x, fill);
+      }
+    }
+  }
+}
+
+// Geometry.c's check_fixed for one corner.
+inline bool FitsFixed(const double m[6], double x, double y) {
+  return std::fabs(x * m[0] + y * m[1] + m[2]) < 32768.0 &&
+         std::fabs(x * m[3] + y * m[4] + m[5]) < 32768.0;
+}
+
+// Geometry.c's affine_fixed (NEAREST, 16.16 fixed point, incremental).
+void FixedNearest(const uint8_t* src, uint32_t height, uint32_t width, const double m[6],
+                  const uint8_t fill[3], uint8_t* dst) {
+  auto fix = [](double v) { return PilFloor(v * 65536.0 + 0.5); };
+  const int64_t a0 = fix(m[0]), a1 = fix(m[1]), a3 = fix(m[3]), a4 = fix(m[4]);
+  int64_t a2 = fix(m[2] + m[0] * 0.5 + m[1] * 0.5);
+  int64_t a5 = fix(m[5] + m[3] * 0.5 + m[4] * 0.5);
+  const int64_t w = width, h = height;
+  for (uint32_t y = 0; y < height; ++y, a2 += a1, a5 += a4) {
+    uint8_t* d = dst + size_t{y} * width * 3;
+    int64_t xx = a2, yy = a5;
+    for (uint32_t x = 0; x < width; ++x, xx += a0, yy += a3) {
+      const int64_t xi = xx >> 16, yi = yy >> 16;
+      if (xi >= 0 && xi < w && yi >= 0 && yi < h) {
+        CopyPx(d + 3 * x, src + (static_cast<size_t>(yi) * width + static_cast<size_t>(xi)) * 3);
+      } else {
+        Fill(d + 3 * x, fill);
+      }
+    }
+  }
+}
+
+// The rest of ImagingTransformAffine (NEAREST, doubles, incremental): only
+// when a corner maps 2^15 pixels or more away.
+void FloatNearest(const uint8_t* src, uint32_t height, uint32_t width, const double m[6],
+                  const uint8_t fill[3], uint8_t* dst) {
+  const double w = width, h = height;
+  double xo = m[2] + m[1] * 0.5 + m[0] * 0.5;
+  double yo = m[5] + m[4] * 0.5 + m[3] * 0.5;
+  for (uint32_t y = 0; y < height; ++y, xo += m[1], yo += m[4]) {
+    uint8_t* d = dst + size_t{y} * width * 3;
+    double xx = xo, yy = yo;
+    for (uint32_t x = 0; x < width; ++x, xx += m[0], yy += m[3]) {
+      if (xx >= 0.0 && xx < w && yy >= 0.0 && yy < h) {
+        CopyPx(d + 3 * x, src + (static_cast<size_t>(yy) * width + static_cast<size_t>(xx)) * 3);
+      } else {
+        Fill(d + 3 * x, fill);
+      }
+    }
+  }
+}
+
+// ImagingGenericTransform with affine_transform and bilinear_filter32RGB:
+// each output pixel's source point computed afresh (no accumulation), in
+// Pillow's order; the 2x2 neighbours clipped to the image, interpolated in
+// double along x then y, truncated.
+void BilinearAffine(const uint8_t* src, uint32_t height, uint32_t width, const double m[6],
+                    const uint8_t fill[3], uint8_t* dst) {
+  const double w = width, h = height;
+  const int64_t last_x = int64_t{width} - 1, last_y = int64_t{height} - 1;
+  const size_t row = size_t{width} * 3;
+  for (uint32_t y = 0; y < height; ++y) {
+    uint8_t* d = dst + y * row;
+    const double yin = static_cast<double>(y) + 0.5;
+    const double row_x = m[1] * yin, row_y = m[4] * yin;
+    double xin = 0.5;  // x + 0.5, exact
+    for (uint32_t x = 0; x < width; ++x, xin += 1.0, d += 3) {
+      double sx = m[0] * xin + row_x + m[2];
+      double sy = m[3] * xin + row_y + m[5];
+      if (!(sx >= 0.0 && sx < w && sy >= 0.0 && sy < h)) {
+        Fill(d, fill);
+        continue;
+      }
+      sx -= 0.5;
+      sy -= 0.5;
+      // FLOOR of values >= -0.5.
+      const int64_t ix = sx < 0.0 ? -1 : static_cast<int64_t>(sx);
+      const int64_t iy = sy < 0.0 ? -1 : static_cast<int64_t>(sy);
+      const double dx = sx - static_cast<double>(ix), dy = sy - static_cast<double>(iy);
+      const uint8_t *p00, *p01, *p10, *p11;
+      if (ix >= 0 && ix < last_x && iy >= 0 && iy < last_y) {
+        p00 = src + static_cast<size_t>(iy) * row + static_cast<size_t>(ix) * 3;
+        p01 = p00 + 3;
+        p10 = p00 + row;
+        p11 = p10 + 3;
+      } else {
+        // XCLIP / YCLIP; past the last row Pillow uses the first row's
+        // value for both (v2 = v1).
+        const size_t x0 = static_cast<size_t>(std::clamp<int64_t>(ix, 0, last_x)) * 3;
+        const size_t x1 = static_cast<size_t>(std::clamp<int64_t>(ix + 1, 0, last_x)) * 3;
+        const uint8_t* r0 = src + static_cast<size_t>(std::clamp<int64_t>(iy, 0, last_y)) * row;
+        const uint8_t* r1 = iy + 1 <= last_y ? src + static_cast<size_t>(iy + 1) * row : r0;
+        p00 = r0 + x0, p01 = r0 + x1, p10 = r1 + x0, p11 = r1 + x1;
+      }
+      for (int c = 0; c < 3; ++c) {
+        const double v1 = p00[c] + (p01[c] - p00[c]) * dx;
+        const double v2 = p10[c] + (p11[c] - p10[c]) * dx;
+        d[c] = static_cast<uint8_t>(v1 + (v2 - v1) * dy);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void InverseAffineMatrix(const double center[2], double angle, const double translate[2],
+                         double scale, const double shear[2], double matrix[6]) {
+  const double rot = angle * kDegToRad;
+  const double sx = shear[0] * kDegToRad;
+  const double sy = shear[1] * kDegToRad;
+  const double cx = center[0], cy = center[1];
+  const double tx = translate[0], ty = translate[1];
+  const double a = std::cos(rot - sy) / std::cos(sy);
+  const double b = -std::cos(rot - sy) * std::tan(sx) / std::cos(sy) - std::sin(rot);
+  const double c = std::sin(rot - sy) / std::cos(sy);
+  const double d = -std::sin(rot - sy) * std::tan(sx) / std::cos(sy) + std::cos(rot);
+  matrix[0] = d / scale;
+  matrix[1] = -b / scale;
+  matrix[2] = 0.0 / scale;
+  matrix[3] = -c / scale;
+  matrix[4] = a / scale;
+  matrix[5] = 0.0 / scale;
+  matrix[2] += matrix[0] * (-cx - tx) + matrix[1] * (-cy - ty);
+  matrix[5] += matrix[3] * (-cx - tx) + matrix[4] * (-cy - ty);
+  matrix[2] += cx;
+  matrix[5] += cy;
+}
+
+void AffineTransform(const uint8_t* src, uint32_t height, uint32_t width, const double matrix[6],
+                     Interpolation interpolation, const uint8_t fill[3], uint8_t* dst) {
+  if (height == 0 || width == 0) return;
+  if (interpolation != Interpolation::kNearest) {
+    BilinearAffine(src, height, width, matrix, fill, dst);
+    return;
+  }
+  // ImagingTransformAffine's choice of engine for NEAREST.
+  if (matrix[1] == 0.0 && matrix[3] == 0.0) {
+    ScaleNearest(src, height, width, matrix, fill, dst);
+    return;
+  }
+  const double w = width, h = height;
+  if (FitsFixed(matrix, 0, 0) && FitsFixed(matrix, w, h) && FitsFixed(matrix, 0, h) &&
+      FitsFixed(matrix, w, 0)) {
+    FixedNearest(src, height, width, matrix, fill, dst);
+  } else {
+    FloatNearest(src, height, width, matrix, fill, dst);
+  }
+}
+
+void RotateImage(const uint8_t* src, uint32_t height, uint32_t width, double angle,
+                 const double* center, Interpolation interpolation, const uint8_t fill[3],
+                 uint8_t* dst) {
+  angle = PyMod360(angle);
+  const size_t row = size_t{width} * 3;
+  if (center == nullptr) {  // PIL's transposes
+    if (angle == 0.0) {
+      std::memcpy(dst, src, size_t{height} * row);
+      return;
+    }
+    if (angle == 180.0) {
+      for (uint32_t y = 0; y < height; ++y) {
+        const uint8_t* s = src + size_t{height - 1 - y} * row;
+        uint8_t* d = dst + y * row;
+        for (uint32_t x = 0; x < width; ++x) CopyPx(d + 3 * x, s + 3 * size_t{width - 1 - x});
+      }
+      return;
+    }
+    if ((angle == 90.0 || angle == 270.0) && width == height) {
+      const uint32_t n = width;
+      for (uint32_t r = 0; r < n; ++r) {
+        uint8_t* d = dst + r * row;
+        for (uint32_t c = 0; c < n; ++c) {
+          // ROTATE_90 (counter-clockwise): dst(r, c) = src(c, n-1-r);
+          // ROTATE_270: dst(r, c) = src(n-1-c, r).
+          const size_t s = angle == 90.0 ? size_t{c} * n + (n - 1 - r) : size_t{n - 1 - c} * n + r;
+          CopyPx(d + 3 * c, src + 3 * s);
+        }
+      }
+      return;
+    }
+  }
+  const double cx = center != nullptr ? center[0] : width / 2.0;
+  const double cy = center != nullptr ? center[1] : height / 2.0;
+  const double rad = -(angle * kDegToRad);
+  double m[6] = {Round15(std::cos(rad)),  Round15(std::sin(rad)), 0.0,
+                 Round15(-std::sin(rad)), Round15(std::cos(rad)), 0.0};
+  const double x = -cx, y = -cy;
+  m[2] = m[0] * x + m[1] * y + m[2];
+  m[5] = m[3] * x + m[4] * y + m[5];
+  m[2] += cx;
+  m[5] += cy;
+  AffineTransform(src, height, width, m, interpolation, fill, dst);
+}
+
+void MixStart(const uint8_t* img, size_t pixels, float weight, float* acc) {
+  for (size_t i = 0; i < pixels * 3; ++i) acc[i] = weight * static_cast<float>(img[i]);
+}
+
+void MixAdd(const uint8_t* img, size_t pixels, float weight, float* acc) {
+  for (size_t i = 0; i < pixels * 3; ++i) acc[i] += weight * static_cast<float>(img[i]);
+}
+
+void MixFinish(const float* acc, size_t pixels, uint8_t* img) {
+  for (size_t i = 0; i < pixels * 3; ++i) {
+    img[i] = static_cast<uint8_t>(static_cast<int>(std::min(std::max(acc[i], 0.0f), 255.0f)));
+  }
+}
+
+namespace {
+
+// The box's normal(0, 1) noise in [c][y][x] order, written through `put(c,
+// y, x, v)` (ops.h gives the recipe).
+template <typename Put>
+void EraseNoise(const Step& step, Put put) {
+  KeyedRng rng(step.noise_seed);
+  constexpr double kTwoPi = 2.0 * std::numbers::pi;
+  float spare = 0.0f;
+  bool has_spare = false;
+  for (uint32_t c = 0; c < 3; ++c) {
+    for (uint32_t y = 0; y < step.height; ++y) {
+      for (uint32_t x = 0; x < step.width; ++x) {
+        float z;
+        if (has_spare) {
+          z = spare;
+          has_spare = false;
+        } else {
+          // float32 log / sqrt / sin / cos: half the cost of double's.
+          const double u1 = rng.Uniform(), u2 = rng.Uniform();
+          const float r = std::sqrt(-2.0f * std::log(static_cast<float>(1.0 - u1)));
+          const auto a = static_cast<float>(kTwoPi * u2);
+          z = r * std::cos(a);
+          spare = r * std::sin(a);
+          has_spare = true;
+        }
+        put(c, y, x, z);
+      }
+    }
+  }
+}
+
+// The box set to one value per channel, row by row.
+template <typename T>
+void EraseConstant(T* out, uint32_t out_height, uint32_t out_width, bool nchw, const Step& step,
+                   const T value[3]) {
+  for (uint32_t y = step.top; y < step.top + step.height; ++y) {
+    if (nchw) {
+      for (uint32_t c = 0; c < 3; ++c) {
+        T* row = out + (size_t{c} * out_height + y) * out_width + step.left;
+        std::fill(row, row + step.width, value[c]);
+      }
+    } else {
+      T* px = out + (size_t{y} * out_width + step.left) * 3;
+      for (uint32_t x = 0; x < step.width; ++x, px += 3) {
+        px[0] = value[0], px[1] = value[1], px[2] = value[2];
+      }
+    }
+  }
+}
+
+// torch's uint8 of a value: truncated toward zero, clamped here.
+inline uint8_t ToUint8(float v) {
+  return v <= 0.0f ? 0 : v >= 255.0f ? 255 : static_cast<uint8_t>(v);
+}
+
+}  // namespace
+
+void EraseOutput(void* out, uint32_t out_height, uint32_t out_width, uint32_t dtype,
+                 uint32_t layout, const Step& step) {
+  const bool nchw = layout == ring::kNCHW;
+  const size_t plane = size_t{out_height} * out_width;
+  auto index = [&](uint32_t c, uint32_t y, uint32_t x) {
+    const size_t py = size_t{step.top} + y, px = size_t{step.left} + x;
+    return nchw ? c * plane + py * out_width + px : (py * out_width + px) * 3 + c;
+  };
+  const float* v = step.erase_value;
+  switch (dtype) {
+    case ring::kUint8: {
+      auto* o = static_cast<uint8_t*>(out);
+      if (step.erase_random == 0) {
+        const uint8_t value[3] = {ToUint8(v[0]), ToUint8(v[1]), ToUint8(v[2])};
+        EraseConstant(o, out_height, out_width, nchw, step, value);
+      } else {
+        EraseNoise(step, [&](uint32_t c, uint32_t y, uint32_t x, float z) {
+          o[index(c, y, x)] = ToUint8(z);
+        });
+      }
+      break;
+    }
+    case ring::kFloat32: {
+      auto* o = static_cast<float*>(out);
+      if (step.erase_random == 0) {
+        EraseConstant(o, out_height, out_width, nchw, step, v);
+      } else {
+        EraseNoise(step,
+                   [&](uint32_t c, uint32_t y, uint32_t x, float z) { o[index(c, y, x)] = z; });
+      }
+      break;
+    }
+    case ring::kFloat16: {
+      auto* o = static_cast<uint16_t*>(out);
+      if (step.erase_random == 0) {
+        const uint16_t value[3] = {FloatToHalf(v[0]), FloatToHalf(v[1]), FloatToHalf(v[2])};
+        EraseConstant(o, out_height, out_width, nchw, step, value);
+      } else {
+        EraseNoise(step, [&](uint32_t c, uint32_t y, uint32_t x, float z) {
+          o[index(c, y, x)] = FloatToHalf(z);
+        });
+      }
+      break;
+    }
+    default:
+      break;
   }
 }
 

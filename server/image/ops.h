@@ -12,7 +12,8 @@
 // every step against the image before it runs); a kernel given sizes that
 // do not hold reads or writes out of bounds.
 //
-// Exactness against torchvision + PIL (tests/python/test_image_ops.py):
+// Exactness against torchvision + PIL (tests/python/test_image_ops.py,
+// tests/python/test_policy_ops.py):
 //   crop, pad (all modes), flips, grayscale    identical
 //   brightness, contrast, saturation           identical (PIL's float
 //                                              blend, reproduced)
@@ -20,6 +21,13 @@
 //                                              conversions, reproduced)
 //   Gaussian blur                              separable float32; within
 //                                              1 level, mean < 0.01
+//   posterize, solarize, invert, autocontrast, identical (PIL's tables)
+//   equalize
+//   sharpness                                  identical (PIL's float32 3x3
+//                                              filter and blend)
+//   affine and rotate, nearest and bilinear    identical (Geometry.c's
+//                                              engines and arithmetic)
+//   AugMix's mixing                            identical to torch's float32
 
 #ifndef STOKER_SERVER_IMAGE_OPS_H_
 #define STOKER_SERVER_IMAGE_OPS_H_
@@ -91,6 +99,94 @@ size_t GaussianBlurScratch(uint32_t height, uint32_t width, uint32_t kernel_x, u
 // GaussianBlurScratch() floats. src and dst may not overlap.
 void GaussianBlur(const uint8_t* src, uint32_t height, uint32_t width, uint32_t kernel_x,
                   uint32_t kernel_y, float sigma, float* scratch, uint8_t* dst);
+
+// --- The ops of the augmentation policies (torchvision 0.14, PIL 9.4) ---
+
+// In place, a 256-entry lookup table applied to every channel of every
+// pixel (what PIL's Image.point does): the point ops below build one.
+void ApplyLut(uint8_t* img, size_t pixels, const uint8_t lut[256]);
+
+// In place: ImageOps.posterize (v & ~(2^(8 - bits) - 1)), bits 0..8;
+// ImageOps.solarize (v < threshold ? v : 255 - v); ImageOps.invert
+// (255 - v).
+void Posterize(uint8_t* img, size_t pixels, uint32_t bits);
+void Solarize(uint8_t* img, size_t pixels, float threshold);
+void Invert(uint8_t* img, size_t pixels);
+
+// In place, per channel: ImageOps.autocontrast(img) (cutoff 0, no ignore:
+// the channel's lowest and highest values stretched to 0 and 255, PIL's
+// double arithmetic and truncation; a flat channel unchanged) and
+// ImageOps.equalize(img) (PIL's integer histogram LUT; a channel with one
+// value, or whose step is 0, unchanged).
+void Autocontrast(uint8_t* img, size_t pixels);
+void Equalize(uint8_t* img, size_t pixels);
+
+// In place, ImageEnhance.Sharpness(img).enhance(factor) (torchvision's
+// adjust_sharpness for PIL): Image.blend(img.filter(SMOOTH), img, factor).
+// SMOOTH is Pillow's 3x3 filter in float32: kernel [1 1 1; 1 5 1; 1 1 1]
+// each divided by 13.0f, summed from 0.5 row below / row / row above,
+// clipped to [0, 255] and truncated; the outer ring of pixels is copied as
+// is, and an image under 3 pixels on a side is left as it is. `scratch`
+// holds height * width * 3 bytes. factor >= 0.
+void AdjustSharpness(uint8_t* img, uint32_t height, uint32_t width, float factor, uint8_t* scratch);
+
+// torchvision's _get_inverse_affine_matrix(center, angle, translate, scale,
+// shear) in double, as F.affine computes it for a PIL image (center in
+// pixels from the top left: torchvision passes [w * 0.5, h * 0.5] by
+// default); the 6 coefficients PIL's Image.transform(AFFINE) takes: the
+// input point of output point (x, y) is (m0 x + m1 y + m2, m3 x + m4 y + m5).
+void InverseAffineMatrix(const double center[2], double angle, const double translate[2],
+                         double scale, const double shear[2], double matrix[6]);
+
+// dst (height x width) = PIL's Image.transform(size, AFFINE, matrix,
+// resample, fillcolor=fill) of src (height x width), the input point of
+// output pixel (x, y) being matrix applied to (x + 0.5, y + 0.5); points
+// outside the source are `fill`. As Geometry.c does it: kNearest takes
+// ImagingScaleAffine when m1 == m3 == 0 (positions accumulated in double),
+// else 16.16 fixed point accumulated per pixel and row when all four
+// corners map within 2^15, else doubles accumulated; kBilinear (Pillow's
+// generic engine) computes each point afresh, clips the 2x2 neighbours to
+// the image, interpolates in double along x then y and truncates (any
+// interpolation but kNearest is taken as kBilinear). src and dst may not
+// overlap.
+void AffineTransform(const uint8_t* src, uint32_t height, uint32_t width, const double matrix[6],
+                     Interpolation interpolation, const uint8_t fill[3], uint8_t* dst);
+
+// dst = PIL's Image.rotate(angle, resample, expand=False, center, fillcolor=
+// fill) of src (torchvision's F.rotate for PIL): angle in degrees,
+// counter-clockwise; center in pixels (nullptr: PIL's default, the image's
+// center). PIL's shortcuts are kept (angle % 360 of 0 a copy, 180 a
+// transpose, 90 and 270 a transpose on square images), and its matrix,
+// rounded to 15 digits. src and dst may not overlap.
+void RotateImage(const uint8_t* src, uint32_t height, uint32_t width, double angle,
+                 const double* center, Interpolation interpolation, const uint8_t fill[3],
+                 uint8_t* dst);
+
+// AugMix's mixing (torchvision 0.14 on a PIL image: the image as a uint8
+// tensor, mixed in float32, truncated back to uint8): acc = weight * img
+// (MixStart), acc += weight * img (MixAdd), img = uint8(acc) truncated,
+// clamped to [0, 255] (MixFinish). `acc` holds pixels * 3 floats. Note:
+// torchvision 0.14's AugMix also runs its chains' ops on that tensor
+// (functional_tensor's grid_sample, conv2d and float blends, not PIL's), so
+// chains made of the PIL kernels above are not bit-exact to it.
+void MixStart(const uint8_t* img, size_t pixels, float weight, float* acc);
+void MixAdd(const uint8_t* img, size_t pixels, float weight, float* acc);
+void MixFinish(const float* acc, size_t pixels, uint8_t* img);
+
+// RandomErasing on an output tensor (torchvision F.erase: out[..., top:top
+// + h, left:left + w] = v) of out_height x out_width x 3 in `dtype`
+// (ring::DType) and `layout` (ring::Layout), the box in step.top, left,
+// height, width. erase_random 0: the constant erase_value[c] per channel;
+// uint8 outputs take it truncated toward zero and clamped to [0, 255],
+// float16 rounds to nearest. erase_random 1: normal(0, 1) noise (float32
+// outputs; float16 rounds it), the values in channel, row, column order
+// (torchvision's [c, h, w] tensor) drawn by Box-Muller from
+// KeyedRng(step.noise_seed): for each pair, u1 = Uniform(), u2 = Uniform()
+// (doubles, in that order), r = sqrtf(-2 logf(float(1 - u1))), values
+// r cosf(a) then r sinf(a) with a = float(2 pi u2), in float32; a box's
+// values depend on the seed and the box's size only.
+void EraseOutput(void* out, uint32_t out_height, uint32_t out_width, uint32_t dtype,
+                 uint32_t layout, const Step& step);
 
 }  // namespace stoker::image
 

@@ -12,6 +12,7 @@
 #include "absl/strings/string_view.h"
 #include "server/image/jpeg_decoder.h"
 #include "server/image/ops.h"
+#include "server/image/policy.h"
 #include "server/image/rng.h"
 #include "server/image/transform.h"
 #include "stoker/ring_layout.h"
@@ -59,6 +60,12 @@ bool ValidInterpolation(Interpolation i) {
   return i == Interpolation::kAntialias || i == Interpolation::kBilinear;
 }
 
+// The affine ops' resampling (PIL's Image.transform / rotate: NEAREST,
+// BILINEAR).
+bool ValidAffineInterpolation(Interpolation i) {
+  return i == Interpolation::kNearest || i == Interpolation::kBilinear;
+}
+
 bool ValidPadMode(PadMode m) {
   return m == PadMode::kConstant || m == PadMode::kEdge || m == PadMode::kReflect ||
          m == PadMode::kSymmetric;
@@ -68,9 +75,24 @@ bool InSide(uint32_t v) { return v >= 1 && v <= kMaxOpSide; }
 
 bool IsFlip(StepKind k) { return k == StepKind::kHorizontalFlip || k == StepKind::kVerticalFlip; }
 
-// Steps that change each pixel by its own value only (and, for contrast, the
-// image's mean): they commute with flips and orientations.
-bool IsPerPixel(StepKind k) { return k == StepKind::kColorJitter || k == StepKind::kGrayscale; }
+// Steps that change each pixel by its own value only (and the image's
+// statistics: contrast's mean, autocontrast's and equalize's histograms):
+// they commute with flips and orientations, bit for bit. Not sharpness:
+// its 3x3 sums run in float32 in Pillow's order, which a flip reverses.
+bool IsPerPixel(StepKind k) {
+  switch (k) {
+    case StepKind::kColorJitter:
+    case StepKind::kGrayscale:
+    case StepKind::kPosterize:
+    case StepKind::kSolarize:
+    case StepKind::kAutocontrast:
+    case StepKind::kEqualize:
+    case StepKind::kInvert:
+      return true;
+    default:
+      return false;
+  }
+}
 
 absl::Status OpError(uint32_t i, OpKind kind, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("ops[", i, "] ", OpKindName(kind), ": ", what));
@@ -149,11 +171,135 @@ absl::Status ValidateOp(uint32_t i, const OpParams& op) {
         return bad("need 0 < sigma[0] <= sigma[1] (finite)");
       }
       return absl::OkStatus();
+    case OpKind::kRandomRotation:
+    case OpKind::kRandomAffine: {
+      if (!Finite(op.degrees[0]) || !Finite(op.degrees[1]) || !(op.degrees[0] <= op.degrees[1])) {
+        return bad("degrees must be [min, max], min <= max (finite)");
+      }
+      if (!ValidAffineInterpolation(op.interpolation)) {
+        return bad("interpolation must be nearest or bilinear");
+      }
+      if (op.has_center > 1 || !Finite(op.center[0]) || !Finite(op.center[1])) {
+        return bad("center must be [x, y] (finite)");
+      }
+      if (op.kind == OpKind::kRandomRotation) {
+        if (op.has_translate != 0 || op.has_scale != 0 || op.shear_count != 0) {
+          return bad("translate, scale and shear are RandomAffine's");
+        }
+        return absl::OkStatus();
+      }
+      if (op.has_translate > 1 || op.has_scale > 1)
+        return bad("has_translate/has_scale are 0 or 1");
+      if (op.has_translate != 0) {
+        for (float t : op.translate) {
+          if (!(t >= 0.0f && t <= 1.0f)) return bad("translate values must be in [0, 1]");
+        }
+      }
+      if (op.has_scale != 0 &&
+          (!Finite(op.affine_scale[0]) || !Finite(op.affine_scale[1]) ||
+           !(op.affine_scale[0] > 0) || !(op.affine_scale[0] <= op.affine_scale[1]))) {
+        return bad("need 0 < scale[0] <= scale[1] (finite)");
+      }
+      if (op.shear_count != 0 && op.shear_count != 2 && op.shear_count != 4) {
+        return bad("shear has 0, 2 or 4 values");
+      }
+      for (uint32_t k = 0; k < op.shear_count; k += 2) {
+        if (!Finite(op.shear[k]) || !Finite(op.shear[k + 1]) || !(op.shear[k] <= op.shear[k + 1])) {
+          return bad("shear ranges must be [min, max], min <= max (finite)");
+        }
+      }
+      return absl::OkStatus();
+    }
+    case OpKind::kRandomPosterize:
+    case OpKind::kRandomSolarize:
+    case OpKind::kRandomAdjustSharpness:
+    case OpKind::kRandomAutocontrast:
+    case OpKind::kRandomEqualize:
+    case OpKind::kRandomInvert:
+      if (!(op.p >= 0.0f && op.p <= 1.0f)) return bad("p must be in [0, 1]");
+      if (op.kind == OpKind::kRandomPosterize && op.bits > 8) return bad("bits must be in 0..8");
+      if (op.kind == OpKind::kRandomSolarize && !Finite(op.threshold)) {
+        return bad("threshold must be finite");
+      }
+      if (op.kind == OpKind::kRandomAdjustSharpness &&
+          !(Finite(op.sharpness_factor) && op.sharpness_factor >= 0.0f)) {
+        return bad("sharpness_factor must be >= 0 (finite)");
+      }
+      return absl::OkStatus();
+    case OpKind::kAutoAugment:
+    case OpKind::kRandAugment:
+    case OpKind::kTrivialAugmentWide:
+    case OpKind::kAugMix:
+      if (!ValidAffineInterpolation(op.interpolation)) {
+        return bad("interpolation must be nearest or bilinear");
+      }
+      if (op.kind == OpKind::kAutoAugment && op.policy != AutoAugmentPolicy::kImageNet &&
+          op.policy != AutoAugmentPolicy::kCifar10 && op.policy != AutoAugmentPolicy::kSvhn) {
+        return bad("unknown policy");
+      }
+      if (op.kind == OpKind::kRandAugment || op.kind == OpKind::kTrivialAugmentWide) {
+        // torchvision's Posterize bins divide by num_magnitude_bins - 1.
+        if (op.num_magnitude_bins < 2) return bad("num_magnitude_bins must be >= 2");
+      }
+      if (op.kind == OpKind::kRandAugment) {
+        if (op.num_ops > kMaxPolicyOps) {
+          return bad(absl::StrCat("num_ops must be in 0..", kMaxPolicyOps));
+        }
+        if (op.magnitude >= op.num_magnitude_bins) {
+          return bad("magnitude must be below num_magnitude_bins");
+        }
+      }
+      if (op.kind == OpKind::kAugMix) {
+        if (op.severity < 1 || op.severity > 10) return bad("severity must be in 1..10");
+        if (op.mixture_width < 1 || op.mixture_width > kMaxAugMixWidth) {
+          return bad(absl::StrCat("mixture_width must be in 1..", kMaxAugMixWidth));
+        }
+        if (op.chain_depth != -1 &&
+            (op.chain_depth < 1 || op.chain_depth > static_cast<int32_t>(kMaxAugMixDepth))) {
+          return bad(absl::StrCat("chain_depth must be -1 or in 1..", kMaxAugMixDepth));
+        }
+        if (!(Finite(op.alpha) && op.alpha > 0.0f)) return bad("alpha must be > 0 (finite)");
+        if (op.all_ops > 1) return bad("all_ops is 0 or 1");
+      }
+      return absl::OkStatus();
+    case OpKind::kRandomErasing:
+      if (!(op.p >= 0.0f && op.p <= 1.0f)) return bad("p must be in [0, 1]");
+      if (!(op.erase_scale[0] >= 0.0f && op.erase_scale[0] <= op.erase_scale[1] &&
+            op.erase_scale[1] <= 1.0f)) {
+        return bad("scale must be [min, max] within [0, 1]");
+      }
+      if (!Finite(op.erase_ratio[0]) || !Finite(op.erase_ratio[1]) || !(op.erase_ratio[0] > 0) ||
+          !(op.erase_ratio[0] <= op.erase_ratio[1])) {
+        return bad("need 0 < ratio[0] <= ratio[1] (finite)");
+      }
+      if (op.erase_random > 1) return bad("erase_random is 0 or 1");
+      for (float v : op.erase_value) {
+        if (!Finite(v)) return bad("value must be finite");
+      }
+      return absl::OkStatus();
     case OpKind::kNone:
       break;
   }
   return absl::InvalidArgumentError(
       absl::StrCat("ops[", i, "]: unknown op kind ", static_cast<uint32_t>(op.kind)));
+}
+
+// The most steps DrawSteps makes for `op` (kMaxSteps bounds their sum).
+uint32_t MaxOpSteps(const OpParams& op) {
+  switch (op.kind) {
+    case OpKind::kRandomResizedCrop:
+    case OpKind::kCenterCrop:
+      return 2;
+    case OpKind::kRandomCrop:
+      return 3;
+    case OpKind::kAutoAugment:
+    case OpKind::kRandAugment:
+    case OpKind::kTrivialAugmentWide:
+    case OpKind::kAugMix:
+      return MaxPolicySteps(op);
+    default:
+      return 1;
+  }
 }
 
 // A uniform permutation of 0..3 from one draw: the draw's index among the
@@ -172,6 +318,12 @@ void DrawPermutation(KeyedRng& rng, uint32_t order[4]) {
   }
 }
 
+// torch's uniform_(lo, hi) on a float32 tensor: U[lo, hi), as float32,
+// never past hi.
+float UniformFloat(KeyedRng& rng, float lo, float hi) {
+  return std::clamp(static_cast<float>(rng.Uniform(lo, hi)), lo, hi);
+}
+
 absl::Status StepError(uint32_t index, const Step& s, absl::string_view what) {
   return absl::InvalidArgumentError(
       absl::StrCat("step ", index, " (", StepKindName(s.kind), "): ", what));
@@ -184,8 +336,20 @@ absl::Status CheckSteps(const SampleSteps& steps, uint32_t height, uint32_t widt
                         uint64_t max_pixels, uint32_t* out_height, uint32_t* out_width) {
   if (steps.count > kMaxSteps) return absl::InvalidArgumentError("too many steps");
   uint64_t h = height, w = width;
+  enum { kNoMix, kMixOpen, kInChain } mix = kNoMix;
+  bool erased = false;
   for (uint32_t i = 0; i < steps.count; ++i) {
     const Step& s = steps.steps[i];
+    if (erased && s.kind != StepKind::kErase) {
+      return StepError(i, s, "only erase steps may follow an erase (it works on the output)");
+    }
+    if (mix != kNoMix && (s.kind == StepKind::kCrop || s.kind == StepKind::kResize ||
+                          s.kind == StepKind::kPad || s.kind == StepKind::kErase)) {
+      return StepError(i, s, "changes the image's size inside a mix");
+    }
+    if (mix == kMixOpen && s.kind != StepKind::kMixChain && s.kind != StepKind::kMixEnd) {
+      return StepError(i, s, "a mix_begin is followed by a mix_chain or its mix_end");
+    }
     switch (s.kind) {
       case StepKind::kCrop:
         if (s.height == 0 || s.width == 0 || uint64_t{s.top} + s.height > h ||
@@ -242,6 +406,62 @@ absl::Status CheckSteps(const SampleSteps& steps, uint32_t height, uint32_t widt
                                         w, "x", h, " (width x height)"));
         }
         break;
+      case StepKind::kAffine:
+      case StepKind::kRotate: {
+        bool ok = ValidAffineInterpolation(s.interpolation) && Finite(s.angle) &&
+                  s.has_center <= 1 && Finite(s.center[0]) && Finite(s.center[1]);
+        if (s.kind == StepKind::kAffine) {
+          ok = ok && Finite(s.affine_scale) && s.affine_scale > 0 && std::isfinite(s.shear[0]) &&
+               std::isfinite(s.shear[1]);
+        }
+        if (!ok) {
+          return StepError(i, s,
+                           "needs finite angle, center, shear, scale > 0 and nearest or bilinear");
+        }
+        break;
+      }
+      case StepKind::kPosterize:
+        if (s.bits > 8) return StepError(i, s, "bits must be in 0..8");
+        break;
+      case StepKind::kSolarize:
+        if (!Finite(s.threshold)) return StepError(i, s, "threshold must be finite");
+        break;
+      case StepKind::kSharpness:
+        if (!Finite(s.factor[0]) || !(s.factor[0] >= 0)) {
+          return StepError(i, s, "factor must be >= 0 (finite)");
+        }
+        break;
+      case StepKind::kAutocontrast:
+      case StepKind::kEqualize:
+      case StepKind::kInvert:
+        break;
+      case StepKind::kMixBegin:
+      case StepKind::kMixChain:
+        if (!Finite(s.mix_weight) || !(s.mix_weight >= 0)) {
+          return StepError(i, s, "weight must be >= 0 (finite)");
+        }
+        if (s.kind == StepKind::kMixBegin ? mix != kNoMix : mix == kNoMix) {
+          return StepError(i, s, "mix markers must be mix_begin (mix_chain ...)* mix_end");
+        }
+        mix = s.kind == StepKind::kMixBegin ? kMixOpen : kInChain;
+        break;
+      case StepKind::kMixEnd:
+        if (mix == kNoMix) return StepError(i, s, "no mix_begin before it");
+        mix = kNoMix;
+        break;
+      case StepKind::kErase:
+        if (s.height == 0 || s.width == 0 || uint64_t{s.top} + s.height > h ||
+            uint64_t{s.left} + s.width > w) {
+          return StepError(i, s,
+                           absl::StrCat("box (top ", s.top, ", left ", s.left, ", ", s.height, "x",
+                                        s.width, ") is not inside the ", h, "x", w, " output"));
+        }
+        if (s.erase_random > 1 || !Finite(s.erase_value[0]) || !Finite(s.erase_value[1]) ||
+            !Finite(s.erase_value[2])) {
+          return StepError(i, s, "needs finite values (or random)");
+        }
+        erased = true;
+        break;
       default:
         return absl::InvalidArgumentError(
             absl::StrCat("step ", i, ": unknown step kind ", static_cast<uint32_t>(s.kind)));
@@ -253,6 +473,7 @@ absl::Status CheckSteps(const SampleSteps& steps, uint32_t height, uint32_t widt
                        " image, over max_decode_pixels (", max_pixels, ")"));
     }
   }
+  if (mix != kNoMix) return absl::InvalidArgumentError("a mix_begin without its mix_end");
   *out_height = static_cast<uint32_t>(h);
   *out_width = static_cast<uint32_t>(w);
   return absl::OkStatus();
@@ -320,6 +541,32 @@ const char* OpKindName(OpKind kind) {
       return "RandomGrayscale";
     case OpKind::kGaussianBlur:
       return "GaussianBlur";
+    case OpKind::kRandomRotation:
+      return "RandomRotation";
+    case OpKind::kRandomAffine:
+      return "RandomAffine";
+    case OpKind::kRandomPosterize:
+      return "RandomPosterize";
+    case OpKind::kRandomSolarize:
+      return "RandomSolarize";
+    case OpKind::kRandomAdjustSharpness:
+      return "RandomAdjustSharpness";
+    case OpKind::kRandomAutocontrast:
+      return "RandomAutocontrast";
+    case OpKind::kRandomEqualize:
+      return "RandomEqualize";
+    case OpKind::kRandomInvert:
+      return "RandomInvert";
+    case OpKind::kAutoAugment:
+      return "AutoAugment";
+    case OpKind::kRandAugment:
+      return "RandAugment";
+    case OpKind::kTrivialAugmentWide:
+      return "TrivialAugmentWide";
+    case OpKind::kAugMix:
+      return "AugMix";
+    case OpKind::kRandomErasing:
+      return "RandomErasing";
     case OpKind::kNone:
       break;
   }
@@ -344,6 +591,30 @@ const char* StepKindName(StepKind kind) {
       return "grayscale";
     case StepKind::kGaussianBlur:
       return "gaussian_blur";
+    case StepKind::kAffine:
+      return "affine";
+    case StepKind::kRotate:
+      return "rotate";
+    case StepKind::kPosterize:
+      return "posterize";
+    case StepKind::kSolarize:
+      return "solarize";
+    case StepKind::kSharpness:
+      return "sharpness";
+    case StepKind::kAutocontrast:
+      return "autocontrast";
+    case StepKind::kEqualize:
+      return "equalize";
+    case StepKind::kInvert:
+      return "invert";
+    case StepKind::kMixBegin:
+      return "mix_begin";
+    case StepKind::kMixChain:
+      return "mix_chain";
+    case StepKind::kMixEnd:
+      return "mix_end";
+    case StepKind::kErase:
+      return "erase";
   }
   return "unknown";
 }
@@ -381,8 +652,34 @@ absl::Status ValidateParams(const PipelineParams& p) {
   if (p.op_count > kMaxOps) {
     return absl::InvalidArgumentError(absl::StrCat("at most ", kMaxOps, " ops, got ", p.op_count));
   }
+  uint32_t most_steps = 0;
   for (uint32_t i = 0; i < p.op_count; ++i) {
-    if (absl::Status s = ValidateOp(i, p.ops[i]); !s.ok()) return s;
+    const OpParams& op = p.ops[i];
+    if (absl::Status s = ValidateOp(i, op); !s.ok()) return s;
+    most_steps += MaxOpSteps(op);
+    if (op.kind == OpKind::kRandomErasing) {
+      // torchvision applies it to the tensor, after ToTensor and Normalize.
+      for (uint32_t k = i + 1; k < p.op_count; ++k) {
+        if (p.ops[k].kind != OpKind::kRandomErasing) {
+          return OpError(i, op.kind, "must come after every other op (it erases the output)");
+        }
+      }
+      if (p.dtype == ring::kUint8) {
+        if (op.erase_random != 0) {
+          return OpError(i, op.kind,
+                         "value \"random\" needs a float output (dtype float32 or float16)");
+        }
+        for (float v : op.erase_value) {
+          if (!(v >= 0 && v <= 255 && v == std::floor(v))) {
+            return OpError(i, op.kind, "with a uint8 output, values must be whole, in 0..255");
+          }
+        }
+      }
+    }
+  }
+  if (most_steps > kMaxSteps) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the ops can make up to ", most_steps, " steps per sample, over ", kMaxSteps));
   }
   return absl::OkStatus();
 }
@@ -418,6 +715,13 @@ absl::Status DrawSteps(const PipelineParams& p, uint32_t height, uint32_t width,
       Step& s = add(StepKind::kResize);
       s.height = rh, s.width = rw, s.interpolation = interpolation;
       h = rh, w = rw;
+    };
+    // RandomRotation's and RandomAffine's center, resampling and fill.
+    auto set_affine_common = [&](Step& s) {
+      s.has_center = op.has_center;
+      s.center[0] = op.center[0], s.center[1] = op.center[1];
+      s.interpolation = op.interpolation;
+      for (int c = 0; c < 3; ++c) s.fill[c] = op.fill[c];
     };
     auto add_pad = [&](uint32_t l, uint32_t t, uint32_t r, uint32_t b, PadMode mode,
                        const uint8_t* fill) {
@@ -522,6 +826,82 @@ absl::Status DrawSteps(const PipelineParams& p, uint32_t height, uint32_t width,
                              op.sigma[1]);
         break;
       }
+      case OpKind::kRandomRotation: {
+        Step& s = add(StepKind::kRotate);
+        s.angle = UniformFloat(rng, op.degrees[0], op.degrees[1]);
+        set_affine_common(s);
+        break;
+      }
+      case OpKind::kRandomAffine: {
+        // RandomAffine.get_params: angle, translate x then y, scale, shear x
+        // then (4 values) y, each drawn only when given.
+        Step& s = add(StepKind::kAffine);
+        s.angle = UniformFloat(rng, op.degrees[0], op.degrees[1]);
+        if (op.has_translate != 0) {
+          const double max_d[2] = {double{op.translate[0]} * w, double{op.translate[1]} * h};
+          for (int k = 0; k < 2; ++k) {
+            const float t =
+                UniformFloat(rng, static_cast<float>(-max_d[k]), static_cast<float>(max_d[k]));
+            s.translate[k] = static_cast<int32_t>(std::nearbyint(double{t}));  // round(): to even
+          }
+        }
+        if (op.has_scale != 0)
+          s.affine_scale = UniformFloat(rng, op.affine_scale[0], op.affine_scale[1]);
+        if (op.shear_count >= 2) s.shear[0] = UniformFloat(rng, op.shear[0], op.shear[1]);
+        if (op.shear_count == 4) s.shear[1] = UniformFloat(rng, op.shear[2], op.shear[3]);
+        set_affine_common(s);
+        break;
+      }
+      case OpKind::kRandomPosterize:
+        if (ChooseFlip(op.p, rng)) add(StepKind::kPosterize).bits = op.bits;
+        break;
+      case OpKind::kRandomSolarize:
+        if (ChooseFlip(op.p, rng)) add(StepKind::kSolarize).threshold = op.threshold;
+        break;
+      case OpKind::kRandomAdjustSharpness:
+        if (ChooseFlip(op.p, rng)) add(StepKind::kSharpness).factor[0] = op.sharpness_factor;
+        break;
+      case OpKind::kRandomAutocontrast:
+        if (ChooseFlip(op.p, rng)) add(StepKind::kAutocontrast);
+        break;
+      case OpKind::kRandomEqualize:
+        if (ChooseFlip(op.p, rng)) add(StepKind::kEqualize);
+        break;
+      case OpKind::kRandomInvert:
+        if (ChooseFlip(op.p, rng)) add(StepKind::kInvert);
+        break;
+      case OpKind::kAutoAugment:
+      case OpKind::kRandAugment:
+      case OpKind::kTrivialAugmentWide:
+      case OpKind::kAugMix:
+        // Their steps keep the image's size.
+        if (absl::Status st = DrawPolicy(op, i, h, w, rng, steps); !st.ok()) return st;
+        break;
+      case OpKind::kRandomErasing: {
+        // RandomErasing.forward and get_params, on the h x w output.
+        if (!ChooseFlip(op.p, rng)) break;
+        const double area = static_cast<double>(h) * w;
+        const float log_ratio[2] = {std::log(op.erase_ratio[0]), std::log(op.erase_ratio[1])};
+        for (int attempt = 0; attempt < 10; ++attempt) {
+          const double erase_area = area * UniformFloat(rng, op.erase_scale[0], op.erase_scale[1]);
+          const double aspect = std::exp(UniformFloat(rng, log_ratio[0], log_ratio[1]));
+          const double eh = std::nearbyint(std::sqrt(erase_area * aspect));
+          const double ew = std::nearbyint(std::sqrt(erase_area / aspect));
+          if (!(eh < h && ew < w)) continue;
+          const uint64_t noise_seed = op.erase_random != 0 ? rng.Next() : 0;
+          const auto eh32 = static_cast<uint32_t>(eh), ew32 = static_cast<uint32_t>(ew);
+          const auto top = static_cast<uint32_t>(rng.Below(uint64_t{h} - eh32 + 1));
+          const auto left = static_cast<uint32_t>(rng.Below(uint64_t{w} - ew32 + 1));
+          if (eh32 == 0 || ew32 == 0) break;  // an empty box erases nothing
+          Step& s = add(StepKind::kErase);
+          s.top = top, s.left = left, s.height = eh32, s.width = ew32;
+          s.erase_random = op.erase_random;
+          s.noise_seed = noise_seed;
+          for (int c = 0; c < 3; ++c) s.erase_value[c] = op.erase_value[c];
+          break;
+        }
+        break;  // no attempt fitted: torchvision returns the image as it is
+      }
       case OpKind::kNone:
         return absl::InvalidArgumentError(absl::StrCat("ops[", i, "]: no op"));
     }
@@ -542,6 +922,9 @@ struct SampleProcessor::Impl {
   std::vector<uint8_t> spare;    // where a step that cannot work in place writes
   std::vector<int32_t> acc;
   std::vector<float> blur;
+  std::vector<uint8_t> scratch8;   // sharpness's copy of the image
+  std::vector<uint8_t> mix_start;  // the image at kMixBegin
+  std::vector<float> mix_acc;      // AugMix's weighted sum
   AxisPlan plan_x, plan_y;
   SampleSteps drawn;
   uint64_t decode_ns = 0;
@@ -634,13 +1017,16 @@ absl::Status SampleProcessor::Impl::Execute(const PipelineParams& p, const Sampl
   // then flips (folded into the output's orientation) mixed with per-pixel
   // steps (run on the image, in order) up to the end.
   const FusedGeometry g = PlanFused(steps, oh, ow);
-  uint32_t tail = steps.count;
+  // Erase steps (always last: CheckSteps) run on the output once written.
+  uint32_t image_end = steps.count;
+  while (image_end > g.next && steps.steps[image_end - 1].kind == StepKind::kErase) --image_end;
+  uint32_t tail = image_end;
   while (tail > g.next &&
          (IsFlip(steps.steps[tail - 1].kind) || IsPerPixel(steps.steps[tail - 1].kind))) {
     --tail;
   }
   bool hflip = false, vflip = false;
-  for (uint32_t i = tail; i < steps.count; ++i) {
+  for (uint32_t i = tail; i < image_end; ++i) {
     const StepKind k = steps.steps[i].kind;
     hflip ^= k == StepKind::kHorizontalFlip;
     vflip ^= k == StepKind::kVerticalFlip;
@@ -672,7 +1058,9 @@ absl::Status SampleProcessor::Impl::Execute(const PipelineParams& p, const Sampl
       cur = dst;
       orientation = 1;
     }
-    for (uint32_t i = g.next; i < steps.count; ++i) {
+    float mix_weight = 0;  // of the chain running, while mixing
+    bool in_chain = false;
+    for (uint32_t i = g.next; i < image_end; ++i) {
       const Step& st = steps.steps[i];
       if (i >= tail && IsFlip(st.kind)) continue;  // folded into the output
       const size_t pixels = size_t{h} * w;
@@ -716,6 +1104,68 @@ absl::Status SampleProcessor::Impl::Execute(const PipelineParams& p, const Sampl
           GaussianBlur(cur, h, w, st.kernel_x, st.kernel_y, st.sigma, scratch, dst);
           break;
         }
+        case StepKind::kAffine:
+        case StepKind::kRotate: {
+          dst = Room(spare, pixels * 3 + kResamplePadBytes);
+          double center[2] = {st.center[0], st.center[1]};
+          if (st.kind == StepKind::kRotate) {
+            RotateImage(cur, h, w, st.angle, st.has_center != 0 ? center : nullptr,
+                        st.interpolation, st.fill, dst);
+            break;
+          }
+          if (st.has_center == 0) center[0] = w * 0.5, center[1] = h * 0.5;  // F.affine's
+          const double translate[2] = {static_cast<double>(st.translate[0]),
+                                       static_cast<double>(st.translate[1])};
+          double matrix[6];
+          InverseAffineMatrix(center, st.angle, translate, st.affine_scale, st.shear, matrix);
+          for (double m : matrix) {
+            if (!std::isfinite(m)) {
+              return absl::InvalidArgumentError(
+                  absl::StrCat("step ", i, " (affine): its matrix is not finite"));
+            }
+          }
+          AffineTransform(cur, h, w, matrix, st.interpolation, st.fill, dst);
+          break;
+        }
+        case StepKind::kPosterize:
+          Posterize(cur, pixels, st.bits);
+          break;
+        case StepKind::kSolarize:
+          Solarize(cur, pixels, st.threshold);
+          break;
+        case StepKind::kSharpness:
+          AdjustSharpness(cur, h, w, st.factor[0], Room(scratch8, pixels * 3));
+          break;
+        case StepKind::kAutocontrast:
+          Autocontrast(cur, pixels);
+          break;
+        case StepKind::kEqualize:
+          Equalize(cur, pixels);
+          break;
+        case StepKind::kInvert:
+          Invert(cur, pixels);
+          break;
+        case StepKind::kMixBegin:
+          // Chains keep the size (CheckSteps): each restarts from this copy.
+          std::copy_n(cur, pixels * 3, Room(mix_start, pixels * 3));
+          MixStart(cur, pixels, st.mix_weight, Room(mix_acc, pixels * 3));
+          in_chain = false;
+          break;
+        case StepKind::kMixChain:
+          if (in_chain) {
+            MixAdd(cur, pixels, mix_weight, mix_acc.data());
+            std::copy_n(mix_start.data(), pixels * 3, cur);
+          }
+          in_chain = true;
+          mix_weight = st.mix_weight;
+          break;
+        case StepKind::kMixEnd:
+          if (in_chain) MixAdd(cur, pixels, mix_weight, mix_acc.data());
+          MixFinish(mix_acc.data(), pixels, cur);
+          in_chain = false;
+          break;
+        case StepKind::kErase:  // only after image_end
+          return absl::InternalError("erase step on the image");
       }
       if (dst != nullptr) {
         std::swap(image, spare);
@@ -725,6 +1175,9 @@ absl::Status SampleProcessor::Impl::Execute(const PipelineParams& p, const Sampl
     }
     if (!direct) {
       EmitSample(cur, h, w, ComposeOrientation(orientation, hflip, vflip), false, p, out);
+    }
+    for (uint32_t i = image_end; i < steps.count; ++i) {
+      EraseOutput(out, fh, fw, p.dtype, p.layout, steps.steps[i]);
     }
   }
   result->height = fh;

@@ -23,6 +23,8 @@
 //      end (or followed only by per-pixel steps), which fold into 6
 //   6. EmitSample: orientation and flips, dtype, layout, normalization,
 //      written into the caller's buffer (the ring slot)
+//   7. RandomErasing's erase steps, on that output (after normalization, as
+//      torchvision erases the tensor)
 
 #ifndef STOKER_SERVER_IMAGE_PIPELINE_H_
 #define STOKER_SERVER_IMAGE_PIPELINE_H_
@@ -35,7 +37,11 @@
 
 namespace stoker::image {
 
-enum class Interpolation : uint32_t { kAntialias = 1, kBilinear = 2 };
+// kAntialias, kBilinear: the resizes (Pillow's resize BILINEAR, or plain
+// 2-tap bilinear). kNearest, kBilinear: the affine ops (RandomRotation,
+// RandomAffine, the policies' geometric ops), as PIL's Image.transform /
+// Image.rotate resample them (NEAREST, BILINEAR).
+enum class Interpolation : uint32_t { kAntialias = 1, kBilinear = 2, kNearest = 3 };
 
 // The ops a pipeline is made of: torchvision's transforms of the same names
 // (stoker.proto's Op documents each one's semantics).
@@ -51,6 +57,42 @@ enum class OpKind : uint32_t {
   kGrayscale = 8,
   kRandomGrayscale = 9,
   kGaussianBlur = 10,
+  kRandomRotation = 11,
+  kRandomAffine = 12,
+  kRandomPosterize = 13,
+  kRandomSolarize = 14,
+  kRandomAdjustSharpness = 15,
+  kRandomAutocontrast = 16,
+  kRandomEqualize = 17,
+  kRandomInvert = 18,
+  kAutoAugment = 19,
+  kRandAugment = 20,
+  kTrivialAugmentWide = 21,
+  kAugMix = 22,
+  kRandomErasing = 23,  // on the output tensor: only after every other op
+};
+
+// torchvision's AutoAugmentPolicy.
+enum class AutoAugmentPolicy : uint32_t { kImageNet = 1, kCifar10 = 2, kSvhn = 3 };
+
+// The ops of torchvision's augmentation spaces (autoaugment.py's _apply_op
+// names), which the policies draw from.
+enum class AugOp : uint32_t {
+  kIdentity = 0,
+  kShearX = 1,
+  kShearY = 2,
+  kTranslateX = 3,
+  kTranslateY = 4,
+  kRotate = 5,
+  kBrightness = 6,
+  kColor = 7,
+  kContrast = 8,
+  kSharpness = 9,
+  kPosterize = 10,
+  kSolarize = 11,
+  kAutoContrast = 12,
+  kEqualize = 13,
+  kInvert = 14,
 };
 
 enum class PadMode : uint32_t { kConstant = 0, kEdge = 1, kReflect = 2, kSymmetric = 3 };
@@ -98,7 +140,49 @@ struct OpParams {
   uint32_t kernel_x = 0;      // GaussianBlur: odd, >= 1
   uint32_t kernel_y = 0;
   float sigma[2] = {0, 0};    // GaussianBlur: [min, max], > 0
+  // RandomRotation, RandomAffine: the angle range in degrees, [min, max].
+  float degrees[2] = {0, 0};
+  // RandomAffine: translate fractions [x, y] (has_translate), scale range
+  // [min, max] (has_scale), shear ranges x [min, max], y [min, max]
+  // (shear_count 0, 2 or 4 values used, torchvision's rule).
+  uint32_t has_translate = 0;
+  float translate[2] = {0, 0};
+  uint32_t has_scale = 0;
+  float affine_scale[2] = {0, 0};
+  uint32_t shear_count = 0;
+  float shear[4] = {0, 0, 0, 0};
+  // RandomRotation, RandomAffine: center [x, y] in pixels when has_center,
+  // else the image's center. Their fill, and the policies', is `fill`
+  // (R, G, B); their resampling `interpolation` (kNearest or kBilinear).
+  uint32_t has_center = 0;
+  float center[2] = {0, 0};
+  uint32_t bits = 0;          // RandomPosterize: 0..8
+  float threshold = 0;        // RandomSolarize: pixels >= threshold invert
+  float sharpness_factor = 0; // RandomAdjustSharpness: >= 0
+  // The policies.
+  AutoAugmentPolicy policy = AutoAugmentPolicy::kImageNet;  // AutoAugment
+  uint32_t num_ops = 0;              // RandAugment: 0..kMaxPolicyOps
+  uint32_t magnitude = 0;            // RandAugment: < num_magnitude_bins
+  uint32_t num_magnitude_bins = 0;   // RandAugment, TrivialAugmentWide: >= 2
+  uint32_t severity = 0;             // AugMix: 1..10
+  uint32_t mixture_width = 0;        // AugMix: 1..kMaxAugMixWidth
+  int32_t chain_depth = 0;           // AugMix: -1 (1..3 drawn) or 1..kMaxAugMixDepth
+  float alpha = 0;                   // AugMix: > 0
+  uint32_t all_ops = 0;              // AugMix: 0 or 1
+  // RandomErasing: p, erase_scale [min, max] of the area, erase_ratio
+  // [min, max] aspect; erase_random 1: normal noise, else erase_value (per
+  // channel, in the output's units: after normalization for floats; whole
+  // values in 0..255 for uint8 outputs, which cannot take noise).
+  float erase_scale[2] = {0, 0};
+  float erase_ratio[2] = {0, 0};
+  uint32_t erase_random = 0;
+  float erase_value[3] = {0, 0, 0};
 };
+
+// Bounds of the policies' own counts (ValidateParams).
+inline constexpr uint32_t kMaxPolicyOps = 8;    // RandAugment num_ops
+inline constexpr uint32_t kMaxAugMixWidth = 8;
+inline constexpr uint32_t kMaxAugMixDepth = 8;
 
 // Plain-old-data so that it crosses the daemon -> worker socket verbatim.
 // The daemon fills every field (defaults applied) from the Attach request.
@@ -124,9 +208,13 @@ struct PipelineParams {
 
 // Checks every field: the op kinds and each op's parameters (sizes in
 // 1..65500, scale/ratio ordered and positive, probabilities in [0, 1],
-// jitter ranges, odd blur kernels, positive sigmas, ...), the output shape
-// (both sides 0, or both in 1..8192 and at most 16 Mpx), dtype, layout,
-// mean/std (std != 0). INVALID_ARGUMENT naming the op by position.
+// jitter ranges, odd blur kernels, positive sigmas, the affine ops' ranges
+// and nearest / bilinear resampling, the policies' counts and bins, ...),
+// RandomErasing only after every other op (and, for uint8 outputs, whole
+// values and no noise), at most kMaxSteps steps from all the ops together
+// (each op's most), the output shape (both sides 0, or both in 1..8192 and
+// at most 16 Mpx), dtype, layout, mean/std (std != 0). INVALID_ARGUMENT
+// naming the op by position.
 [[nodiscard]] absl::Status ValidateParams(const PipelineParams& p);
 
 // Bytes one output sample takes: at the fixed output shape
@@ -160,9 +248,13 @@ struct CropBox {
 // RandomCrop up to two pads (`padding`, then pad_if_needed) and a crop, a
 // random flip a flip or nothing, ColorJitter one step with its order and
 // factors, RandomGrayscale a grayscale or nothing, GaussianBlur a blur with
-// its sigma. A step that would not change the image (a crop or resize to
-// the same size) is left out. Steps are in displayed coordinates and apply
-// in order, each to the image the previous one made.
+// its sigma, RandomRotation a rotate, RandomAffine an affine, the Random*
+// point ops their step or nothing, the policies the steps of the ops they
+// drew (policy.h; AugMix inside mix markers), RandomErasing an erase or
+// nothing. A step that would not change the image (a crop or resize to the
+// same size) is left out. Steps are in displayed coordinates and apply in
+// order, each to the image the previous one made; erase steps to the output
+// tensor.
 
 enum class StepKind : uint32_t {
   kCrop = 1,            // top, left, height, width: inside the image
@@ -173,10 +265,43 @@ enum class StepKind : uint32_t {
   kColorJitter = 6,     // jitter_order[0 .. jitter_count), factor
   kGrayscale = 7,       // PIL's convert("L"), copied to the 3 channels
   kGaussianBlur = 8,    // kernel_x, kernel_y (odd), sigma (both axes)
+  // torchvision F.affine on a PIL image: angle, translate (integers, in
+  // pixels), affine_scale, shear [x, y] (degrees), center (has_center, else
+  // the image's center), interpolation (kNearest / kBilinear), fill.
+  kAffine = 9,
+  // torchvision F.rotate on a PIL image (PIL's Image.rotate, expand off):
+  // angle (degrees, counter-clockwise), center (has_center), interpolation,
+  // fill.
+  kRotate = 10,
+  kPosterize = 11,      // bits: keep the top `bits` bits of each channel
+  kSolarize = 12,       // threshold: v >= threshold becomes 255 - v
+  kSharpness = 13,      // factor[0]: PIL's ImageEnhance.Sharpness
+  kAutocontrast = 14,   // PIL's ImageOps.autocontrast (cutoff 0)
+  kEqualize = 15,       // PIL's ImageOps.equalize
+  kInvert = 16,         // 255 - v
+  // AugMix's mixing, around its chains' steps:
+  //   kMixBegin(mix_weight = the original's weight)
+  //   kMixChain(mix_weight = this chain's weight) the chain's steps ...
+  //   (kMixChain ...)*  kMixEnd
+  // Each chain starts from the image at kMixBegin; the result is the
+  // weighted sum of the original and every chain, in float32, truncated to
+  // uint8 (torchvision's AugMix on a PIL image). Inside, only steps that
+  // keep the image's size. torchvision runs the chains' ops with its tensor
+  // kernels; stoker with its PIL-exact ones (policy.h).
+  kMixBegin = 17,
+  kMixChain = 18,
+  kMixEnd = 19,
+  // RandomErasing, on the output tensor (always the last steps): the box
+  // top, left, height, width of the output; erase_random 1: each value
+  // normal(0, 1) from KeyedRng(noise_seed), in channel, row, column order,
+  // else erase_value per channel; in the output's dtype.
+  kErase = 20,
 };
 
 // "crop", "resize", "pad", "hflip", "vflip", "color_jitter", "grayscale",
-// "gaussian_blur" (the image tool's step JSON); "unknown" otherwise.
+// "gaussian_blur", "affine", "rotate", "posterize", "solarize", "sharpness",
+// "autocontrast", "equalize", "invert", "mix_begin", "mix_chain", "mix_end",
+// "erase" (the image tool's step JSON); "unknown" otherwise.
 const char* StepKindName(StepKind kind);
 
 // Plain-old-data; the fields a kind does not use stay zero.
@@ -201,11 +326,35 @@ struct Step {
   uint32_t kernel_x = 0;
   uint32_t kernel_y = 0;
   float sigma = 0;
+  // kAffine, kRotate (interpolation and fill above).
+  float angle = 0;
+  int32_t translate[2] = {0, 0};
+  float affine_scale = 1;
+  // Double: a policy's shear is degrees(atan(m)), which F.affine gets as a
+  // Python float.
+  double shear[2] = {0, 0};
+  uint32_t has_center = 0;
+  float center[2] = {0, 0};
+  uint32_t bits = 0;       // kPosterize
+  float threshold = 0;     // kSolarize
+  float mix_weight = 0;    // kMixBegin, kMixChain
+  // kErase (the box in top, left, height, width).
+  uint32_t erase_random = 0;
+  float erase_value[3] = {0, 0, 0};
+  uint64_t noise_seed = 0;
+  // Steps a policy drew (policy.h) have from_policy 1 and torchvision's op
+  // (aug), its magnitude bin (-1: an op without bins, or AutoAugment's
+  // None) and the magnitude _apply_op got (signed). Not used to run them.
+  uint32_t from_policy = 0;
+  AugOp aug = AugOp::kIdentity;
+  int32_t aug_bin = -1;
+  float aug_magnitude = 0;
 };
 
-// The most steps one op makes (RandomCrop: pad, pad, crop).
-inline constexpr uint32_t kMaxStepsPerOp = 3;
-inline constexpr uint32_t kMaxSteps = kMaxOps * kMaxStepsPerOp;
+// The most steps one sample may have; ValidateParams refuses op lists that
+// could make more (each op's most: RandomCrop 3, RandAugment num_ops, AugMix
+// 2 + width * (1 + depth), ...).
+inline constexpr uint32_t kMaxSteps = 128;
 
 struct SampleSteps {
   uint32_t count = 0;
@@ -221,9 +370,19 @@ struct SampleSteps {
 // is the crop's size; ColorJitter: a uniform permutation of the four
 // adjustments, then each set factor uniform in its range, in the order
 // brightness, contrast, saturation, hue; GaussianBlur: sigma uniform in its
-// range). Pure: the same arguments give the same steps. `p` must have
-// passed ValidateParams. INVALID_ARGUMENT when an op cannot apply to the
-// image as torchvision would raise (RandomCrop larger than the padded image).
+// range; RandomRotation: the angle; RandomAffine (get_params): the angle,
+// then when given the translations x then y (int(round(U(-d, d))), d =
+// translate[0] * width, translate[1] * height), the scale, the shear x then
+// (4 values) y; the Random* point ops: one U[0,1) draw against p; the
+// policies: policy.h's DrawPolicy; RandomErasing (get_params) on the output:
+// the p draw, then up to 10 attempts of an area U(scale) * H * W and an
+// aspect exp(U(log ratio)), sides round(sqrt(area * aspect)) and round(
+// sqrt(area / aspect)), the first that fits (sides below H and W) placed at
+// a uniform top then left, with "random" a noise seed drawn first; no erase
+// when none fits). Pure: the same arguments give the same steps. `p` must
+// have passed ValidateParams. INVALID_ARGUMENT when an op cannot apply to
+// the image as torchvision would raise (RandomCrop larger than the padded
+// image).
 [[nodiscard]] absl::Status DrawSteps(const PipelineParams& p, uint32_t height, uint32_t width,
                                      const SampleKey& key, SampleSteps* steps);
 
@@ -261,8 +420,11 @@ class SampleProcessor {
   // both axes (never with exact_decode), and resampled in one pass.
   // Resampling follows Pillow's BILINEAR resize (kAntialias) or plain
   // bilinear (kBilinear). Flips at the end (or followed by per-pixel ops
-  // only) are folded into the output conversion; every other step runs on
-  // a uint8 RGB image (ops.h). With apply_exif the EXIF orientation is
+  // only: color jitter, grayscale, the point ops, autocontrast, equalize)
+  // are folded into the output conversion; every other step runs on a uint8
+  // RGB image (ops.h): affine and rotate into a second buffer, AugMix's
+  // chains each from a copy of the image at kMixBegin into a float32 sum.
+  // Erase steps run on the output once it is written. With apply_exif the EXIF orientation is
   // applied first; by default it is not (PIL's Image.open + convert, what
   // torchvision's ImageFolder gives, does not turn the image).
   //

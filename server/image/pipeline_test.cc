@@ -625,11 +625,82 @@ std::vector<uint8_t> ApplySteps(std::vector<uint8_t> img, uint32_t* h, uint32_t*
         img = out;
         break;
       }
+      case StepKind::kAffine:
+      case StepKind::kRotate: {
+        out.resize(img.size());
+        double center[2] = {s.center[0], s.center[1]};
+        if (s.kind == StepKind::kRotate) {
+          RotateImage(img.data(), *h, *w, s.angle, s.has_center != 0 ? center : nullptr,
+                      s.interpolation, s.fill, out.data());
+        } else {
+          if (s.has_center == 0) center[0] = *w * 0.5, center[1] = *h * 0.5;
+          const double t[2] = {static_cast<double>(s.translate[0]),
+                               static_cast<double>(s.translate[1])};
+          double m[6];
+          InverseAffineMatrix(center, s.angle, t, s.affine_scale, s.shear, m);
+          AffineTransform(img.data(), *h, *w, m, s.interpolation, s.fill, out.data());
+        }
+        img = out;
+        break;
+      }
+      case StepKind::kPosterize:
+        Posterize(img.data(), size_t{*h} * *w, s.bits);
+        break;
+      case StepKind::kSolarize:
+        Solarize(img.data(), size_t{*h} * *w, s.threshold);
+        break;
+      case StepKind::kInvert:
+        Invert(img.data(), size_t{*h} * *w);
+        break;
+      case StepKind::kAutocontrast:
+        Autocontrast(img.data(), size_t{*h} * *w);
+        break;
+      case StepKind::kEqualize:
+        Equalize(img.data(), size_t{*h} * *w);
+        break;
+      case StepKind::kSharpness: {
+        std::vector<uint8_t> scratch(img.size());
+        AdjustSharpness(img.data(), *h, *w, s.factor[0], scratch.data());
+        break;
+      }
+      case StepKind::kMixBegin: {
+        // The mix as torchvision writes it: each chain from the original.
+        const std::vector<uint8_t> start = img;
+        std::vector<float> acc(img.size());
+        MixStart(start.data(), size_t{*h} * *w, s.mix_weight, acc.data());
+        uint32_t k = i + 1;
+        while (steps.steps[k].kind == StepKind::kMixChain) {
+          const float weight = steps.steps[k].mix_weight;
+          SampleSteps chain;
+          for (++k; steps.steps[k].kind != StepKind::kMixChain &&
+                    steps.steps[k].kind != StepKind::kMixEnd;
+               ++k) {
+            chain.steps[chain.count++] = steps.steps[k];
+          }
+          uint32_t ch = *h, cw = *w;
+          const std::vector<uint8_t> aug = ApplySteps(start, &ch, &cw, chain);
+          MixAdd(aug.data(), size_t{*h} * *w, weight, acc.data());
+        }
+        MixFinish(acc.data(), size_t{*h} * *w, img.data());
+        i = k;  // the kMixEnd
+        break;
+      }
+      case StepKind::kErase:
+        break;  // on the output: see EraseOnOutput
       default:
         FAIL("ApplySteps: no resize here");
     }
   }
   return img;
+}
+
+// The erase steps of `steps` on a uint8 NHWC output, as EraseOutput does.
+void EraseOnOutput(std::vector<uint8_t>& out, uint32_t h, uint32_t w, const SampleSteps& steps) {
+  for (uint32_t i = 0; i < steps.count; ++i) {
+    if (steps.steps[i].kind == StepKind::kErase) {
+      EraseOutput(out.data(), h, w, ring::kUint8, ring::kNHWC, steps.steps[i]);
+    }
+  }
 }
 
 TEST_CASE("Op lists run on the decoded image as their kernels do", "[pipeline][ops]") {
@@ -924,6 +995,411 @@ TEST_CASE("Corrupted files through op lists never crash", "[pipeline][hostile]")
     const absl::Status s = proc.Process(bad.data(), bad.size(), p, {3, 1, static_cast<uint64_t>(i)},
                                         out.data(), out.size(), &r);
     if (s.ok()) CHECK(r.bytes == out.size());
+  }
+  SampleResult r;
+  CHECK(proc.Process(good.data(), good.size(), p, {}, out.data(), out.size(), &r).ok());
+}
+
+TEST_CASE("ValidateParams checks the affine, point, policy and erasing ops", "[pipeline][ops]") {
+  auto bad_list = [](PipelineParams p) {
+    return ValidateParams(p).code() == absl::StatusCode::kInvalidArgument;
+  };
+  auto bad = [&](OpParams op) { return bad_list(WithOps({op})); };
+  OpParams rot = Op(OpKind::kRandomRotation);
+  rot.degrees[0] = -10, rot.degrees[1] = 10;
+  rot.interpolation = Interpolation::kNearest;
+  CHECK_FALSE(bad(rot));
+  rot.interpolation = Interpolation::kAntialias;  // not an affine resampling
+  CHECK(bad(rot));
+  rot.interpolation = Interpolation::kBilinear;
+  rot.degrees[0] = 11;
+  CHECK(bad(rot));
+  rot.degrees[0] = -10, rot.center[1] = NAN;
+  CHECK(bad(rot));
+  OpParams aff = Op(OpKind::kRandomAffine);
+  aff.interpolation = Interpolation::kNearest;
+  aff.has_translate = 1, aff.translate[0] = 0.2f, aff.translate[1] = 1.0f;
+  aff.has_scale = 1, aff.affine_scale[0] = 0.5f, aff.affine_scale[1] = 2.0f;
+  aff.shear_count = 4, aff.shear[0] = -5, aff.shear[1] = 5, aff.shear[2] = 0, aff.shear[3] = 1;
+  CHECK_FALSE(bad(aff));
+  for (auto edit : std::vector<void (*)(OpParams&)>{
+           [](OpParams& o) { o.translate[1] = 1.5f; },
+           [](OpParams& o) { o.affine_scale[0] = 0; },
+           [](OpParams& o) { o.affine_scale[0] = 3; },
+           [](OpParams& o) { o.shear_count = 3; },
+           [](OpParams& o) { o.shear[3] = -1; },
+           [](OpParams& o) { o.degrees[1] = INFINITY; },
+       }) {
+    OpParams o = aff;
+    edit(o);
+    CHECK(bad(o));
+  }
+  OpParams post = Op(OpKind::kRandomPosterize);
+  post.p = 0.5f, post.bits = 8;
+  CHECK_FALSE(bad(post));
+  post.bits = 9;
+  CHECK(bad(post));
+  OpParams sol = Op(OpKind::kRandomSolarize);
+  sol.p = 0.5f, sol.threshold = NAN;
+  CHECK(bad(sol));
+  OpParams sharp = Op(OpKind::kRandomAdjustSharpness);
+  sharp.p = 0.5f, sharp.sharpness_factor = -0.5f;
+  CHECK(bad(sharp));
+  OpParams inv = Op(OpKind::kRandomInvert);
+  inv.p = 1.5f;
+  CHECK(bad(inv));
+  CHECK_FALSE(bad(testing::AutoAugmentOp()));
+  OpParams aa = testing::AutoAugmentOp();
+  aa.policy = static_cast<AutoAugmentPolicy>(4);
+  CHECK(bad(aa));
+  CHECK_FALSE(bad(testing::RandAugmentOp()));
+  CHECK_FALSE(bad(testing::RandAugmentOp(kMaxPolicyOps, 30, 31)));
+  CHECK(bad(testing::RandAugmentOp(kMaxPolicyOps + 1)));
+  CHECK(bad(testing::RandAugmentOp(2, 31, 31)));  // magnitude must index a bin
+  CHECK(bad(testing::TrivialAugmentWideOp(1)));
+  CHECK_FALSE(bad(testing::TrivialAugmentWideOp(2)));
+  CHECK_FALSE(bad(testing::AugMixOp()));
+  CHECK(bad(testing::AugMixOp(0)));
+  CHECK(bad(testing::AugMixOp(11)));
+  CHECK(bad(testing::AugMixOp(3, 0)));
+  CHECK(bad(testing::AugMixOp(3, kMaxAugMixWidth + 1)));
+  CHECK(bad(testing::AugMixOp(3, 3, 0)));
+  CHECK(bad(testing::AugMixOp(3, 3, kMaxAugMixDepth + 1)));
+  CHECK(bad(testing::AugMixOp(3, 3, -1, 0.0f)));
+  OpParams mix = testing::AugMixOp();
+  mix.interpolation = Interpolation::kAntialias;
+  CHECK(bad(mix));
+  // RandomErasing: only after every other op; "random" needs a float output.
+  OpParams erase = testing::RandomErasingOp();
+  CHECK_FALSE(bad(erase));
+  inv.p = 0.5f;
+  CHECK_FALSE(bad_list(WithOps({inv, erase, erase})));
+  CHECK(bad_list(WithOps({erase, inv})));
+  const absl::Status order = ValidateParams(WithOps({erase, inv}));
+  CHECK_THAT(std::string(order.message()), Catch::Contains("ops[0] RandomErasing"));
+  erase.erase_random = 1;
+  CHECK(bad(erase));
+  PipelineParams float_out = WithOps({erase});
+  float_out.dtype = ring::kFloat32;
+  CHECK(ValidateParams(float_out).ok());
+  erase.erase_random = 0;
+  erase.erase_value[0] = 0.5f;  // uint8 outputs take whole values
+  CHECK(bad(erase));
+  erase.erase_value[0] = 255;
+  CHECK_FALSE(bad(erase));
+  erase.erase_scale[0] = 0.5f, erase.erase_scale[1] = 0.2f;
+  CHECK(bad(erase));
+  erase.erase_scale[0] = 0.1f, erase.erase_scale[1] = 1.2f;
+  CHECK(bad(erase));
+  erase.erase_scale[1] = 0.2f, erase.erase_ratio[0] = 0;
+  CHECK(bad(erase));
+  erase.erase_ratio[0] = 0.3f, erase.erase_value[1] = NAN;
+  CHECK(bad(erase));
+  // The steps the ops can make: AugMix(width 8, depth 8) 2 + 8 * 9 = 74.
+  const OpParams big = testing::AugMixOp(3, 8, 8);
+  CHECK_FALSE(bad_list(WithOps({big})));
+  CHECK_FALSE(bad_list(WithOps({big, testing::AugMixOp(3, 8, 3), inv, inv})));  // 74 + 34 + 2
+  const absl::Status many = ValidateParams(WithOps({big, big}));
+  CHECK(many.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(many.message()), Catch::Contains("148 steps"));
+}
+
+TEST_CASE("DrawSteps: RandomRotation and RandomAffine draw torchvision's parameters",
+          "[pipeline][draw]") {
+  OpParams rot = Op(OpKind::kRandomRotation);
+  rot.degrees[0] = -10, rot.degrees[1] = 20;
+  rot.interpolation = Interpolation::kBilinear;
+  rot.has_center = 1, rot.center[0] = 3, rot.center[1] = 4;
+  rot.fill[0] = 1, rot.fill[1] = 2, rot.fill[2] = 3;
+  OpParams aff = Op(OpKind::kRandomAffine);
+  aff.interpolation = Interpolation::kNearest;
+  aff.degrees[0] = aff.degrees[1] = 0;
+  aff.has_translate = 1, aff.translate[0] = 0.1f, aff.translate[1] = 0.2f;
+  aff.has_scale = 1, aff.affine_scale[0] = 0.5f, aff.affine_scale[1] = 1.5f;
+  aff.shear_count = 2, aff.shear[0] = -7, aff.shear[1] = 7;
+  OpParams aff4 = aff;
+  aff4.has_translate = aff4.has_scale = 0;
+  aff4.shear_count = 4, aff4.shear[2] = 10, aff4.shear[3] = 12;
+  const PipelineParams p = WithOps({rot, aff, aff4});
+  float lo = 100, hi = -100;
+  int32_t tx_lo = 100, tx_hi = -100, ty_lo = 100, ty_hi = -100;
+  for (uint64_t i = 0; i < 2000; ++i) {
+    SampleSteps s, again;
+    // 50 high, 100 wide: |tx| <= 0.1 * 100, |ty| <= 0.2 * 50.
+    REQUIRE(DrawSteps(p, 50, 100, {4, 0, i}, &s).ok());
+    REQUIRE(DrawSteps(p, 50, 100, {4, 0, i}, &again).ok());
+    REQUIRE(s.count == 3);
+    CHECK(std::memcmp(s.steps, again.steps, sizeof(Step) * 3) == 0);
+    const Step& r = s.steps[0];
+    CHECK(r.kind == StepKind::kRotate);
+    CHECK((r.angle >= -10 && r.angle <= 20));
+    lo = std::min(lo, r.angle), hi = std::max(hi, r.angle);
+    CHECK(r.has_center == 1);
+    CHECK(r.center[1] == 4.0f);
+    CHECK(r.fill[2] == 3);
+    CHECK(r.interpolation == Interpolation::kBilinear);
+    const Step& a = s.steps[1];
+    CHECK(a.kind == StepKind::kAffine);
+    CHECK(a.angle == 0.0f);
+    CHECK(std::abs(a.translate[0]) <= 10);
+    CHECK(std::abs(a.translate[1]) <= 10);
+    tx_lo = std::min(tx_lo, a.translate[0]), tx_hi = std::max(tx_hi, a.translate[0]);
+    ty_lo = std::min(ty_lo, a.translate[1]), ty_hi = std::max(ty_hi, a.translate[1]);
+    CHECK((a.affine_scale >= 0.5f && a.affine_scale <= 1.5f));
+    CHECK((a.shear[0] >= -7 && a.shear[0] <= 7));
+    CHECK(a.shear[1] == 0.0);  // 2 values: x only
+    CHECK(a.has_center == 0);
+    const Step& b = s.steps[2];
+    CHECK(b.translate[0] == 0);
+    CHECK(b.affine_scale == 1.0f);
+    CHECK((b.shear[1] >= 10 && b.shear[1] <= 12));
+  }
+  CHECK(lo < -9.9f);
+  CHECK(hi > 19.9f);
+  CHECK(tx_lo == -10);
+  CHECK(tx_hi == 10);
+  CHECK(ty_lo == -10);
+  CHECK(ty_hi == 10);
+}
+
+TEST_CASE("DrawSteps: the point ops draw once against p", "[pipeline][draw]") {
+  const OpKind kinds[] = {OpKind::kRandomPosterize,       OpKind::kRandomSolarize,
+                          OpKind::kRandomAdjustSharpness, OpKind::kRandomAutocontrast,
+                          OpKind::kRandomEqualize,        OpKind::kRandomInvert};
+  const StepKind steps_of[] = {StepKind::kPosterize,    StepKind::kSolarize, StepKind::kSharpness,
+                               StepKind::kAutocontrast, StepKind::kEqualize, StepKind::kInvert};
+  for (int k = 0; k < 6; ++k) {
+    OpParams op = Op(kinds[k]);
+    op.p = 0.25f, op.bits = 3, op.threshold = 99.5f, op.sharpness_factor = 1.75f;
+    int hits = 0;
+    for (uint64_t i = 0; i < 4000; ++i) {
+      SampleSteps s;
+      REQUIRE(DrawSteps(WithOps({op}), 9, 9, {2, 0, i}, &s).ok());
+      if (s.count == 0) continue;
+      ++hits;
+      CHECK(s.steps[0].kind == steps_of[k]);
+      if (k == 0) CHECK(s.steps[0].bits == 3);
+      if (k == 1) CHECK(s.steps[0].threshold == 99.5f);
+      if (k == 2) CHECK(s.steps[0].factor[0] == 1.75f);
+    }
+    CAPTURE(k);
+    CHECK(std::abs(hits - 1000) < 5 * std::sqrt(4000 * 0.25 * 0.75));
+  }
+}
+
+TEST_CASE("DrawSteps: RandomErasing's box fits the output and comes last", "[pipeline][draw]") {
+  OpParams center = Op(OpKind::kCenterCrop);
+  center.height = 40, center.width = 60;
+  OpParams erase = testing::RandomErasingOp(1.0f);
+  erase.erase_value[0] = 0.5f, erase.erase_value[1] = -1, erase.erase_value[2] = 2;
+  PipelineParams p = WithOps({center, erase});
+  for (uint64_t i = 0; i < 1000; ++i) {
+    SampleSteps s;
+    REQUIRE(DrawSteps(p, 80, 100, {1, 2, i}, &s).ok());
+    const Step& e = s.steps[s.count - 1];
+    if (e.kind != StepKind::kErase) continue;  // no attempt fitted (rare)
+    CHECK(e.top + e.height <= 40);
+    CHECK(e.left + e.width <= 60);
+    CHECK(e.height < 40);
+    CHECK(e.width < 60);
+    // Its area: U(0.02, 0.33) of 2400 pixels, each side rounded.
+    const double area = static_cast<double>(e.height) * e.width;
+    CHECK(area >= 0.02 * 2400 - e.height - e.width);
+    CHECK(area <= 0.33 * 2400 + e.height + e.width + 1);
+    CHECK(e.erase_random == 0);
+    CHECK(e.erase_value[2] == 2.0f);
+  }
+  p.ops[1].p = 0;
+  SampleSteps none;
+  REQUIRE(DrawSteps(p, 80, 100, {}, &none).ok());
+  CHECK(none.count == 1);
+  p.ops[1].p = 1, p.ops[1].erase_random = 1;
+  SampleSteps a, b;
+  REQUIRE(DrawSteps(p, 80, 100, {1, 2, 3}, &a).ok());
+  REQUIRE(DrawSteps(p, 80, 100, {1, 2, 4}, &b).ok());
+  REQUIRE(a.steps[1].kind == StepKind::kErase);
+  REQUIRE(b.steps[1].kind == StepKind::kErase);
+  CHECK(a.steps[1].erase_random == 1);
+  CHECK(a.steps[1].noise_seed != b.steps[1].noise_seed);
+}
+
+TEST_CASE("Policy, affine and point steps run on the image as their kernels do",
+          "[pipeline][ops]") {
+  SampleProcessor proc;
+  OpParams hflip = Op(OpKind::kHorizontalFlip);
+  hflip.p = 0.5f;
+  OpParams vflip = Op(OpKind::kVerticalFlip);
+  vflip.p = 0.5f;
+  OpParams aff = Op(OpKind::kRandomAffine);
+  aff.interpolation = Interpolation::kBilinear;
+  aff.degrees[0] = -30, aff.degrees[1] = 30;
+  aff.has_translate = 1, aff.translate[0] = aff.translate[1] = 0.2f;
+  aff.has_scale = 1, aff.affine_scale[0] = 0.8f, aff.affine_scale[1] = 1.2f;
+  aff.shear_count = 4, aff.shear[0] = -5, aff.shear[1] = 5, aff.shear[2] = -5, aff.shear[3] = 5;
+  aff.fill[0] = 200, aff.fill[1] = 10, aff.fill[2] = 90;
+  OpParams rot = Op(OpKind::kRandomRotation);
+  rot.degrees[0] = -45, rot.degrees[1] = 45;
+  rot.interpolation = Interpolation::kNearest;
+  auto point = [](OpKind kind) {
+    OpParams op = Op(kind);
+    op.p = 0.5f, op.bits = 3, op.threshold = 128, op.sharpness_factor = 2.5f;
+    return op;
+  };
+  OpParams crop = Op(OpKind::kRandomCrop);
+  crop.height = 30, crop.width = 33;
+  const std::vector<PipelineParams> lists = {
+      WithOps({testing::AugMixOp(), hflip}),
+      WithOps({testing::TrivialAugmentWideOp(), vflip, point(OpKind::kRandomEqualize)}),
+      WithOps({crop, testing::RandAugmentOp(4, 20), aff, point(OpKind::kRandomPosterize), hflip}),
+      WithOps({rot, point(OpKind::kRandomAutocontrast), hflip, point(OpKind::kRandomInvert),
+               point(OpKind::kRandomSolarize), vflip}),
+      WithOps({testing::AutoAugmentOp(AutoAugmentPolicy::kSvhn),
+               point(OpKind::kRandomAdjustSharpness), hflip}),
+      WithOps({testing::AugMixOp(5, 2, 2, 0.7f, false), testing::RandomErasingOp(0.7f)}),
+  };
+  for (int orientation : {1, 6}) {
+    EncodeOptions o;
+    o.subsampling = 444;
+    if (orientation != 1) o.app1 = testing::ExifApp1(orientation, false);
+    const uint32_t h = 37, w = 50;
+    const std::vector<uint8_t> jpeg = EncodeJpeg(MakePhoto(h, w, 3, 5), h, w, 3, o);
+    uint32_t ih, iw;
+    const std::vector<uint8_t> img = DecodeRgb(proc, jpeg, &ih, &iw, true);
+    for (size_t l = 0; l < lists.size(); ++l) {
+      PipelineParams p = lists[l];
+      p.apply_exif = 1;
+      for (uint64_t i = 0; i < 16; ++i) {
+        const SampleKey key{12, 0, i};
+        SampleSteps steps;
+        REQUIRE(DrawSteps(p, ih, iw, key, &steps).ok());
+        uint32_t wh = ih, ww = iw;
+        std::vector<uint8_t> want = ApplySteps(img, &wh, &ww, steps);
+        EraseOnOutput(want, wh, ww, steps);
+        std::vector<uint8_t> out(want.size());
+        SampleResult r;
+        CAPTURE(orientation, l, i);
+        REQUIRE(proc.Process(jpeg.data(), jpeg.size(), p, key, out.data(), out.size(), &r).ok());
+        REQUIRE(r.height == wh);
+        REQUIRE(r.width == ww);
+        CHECK(out == want);
+        std::vector<uint8_t> forced(out.size());
+        REQUIRE(
+            proc.ProcessSteps(jpeg.data(), jpeg.size(), p, steps, forced.data(), forced.size(), &r)
+                .ok());
+        CHECK(forced == out);
+      }
+    }
+  }
+}
+
+TEST_CASE("Erase steps write the float output's box", "[pipeline][ops]") {
+  SampleProcessor proc;
+  const uint32_t h = 20, w = 30;
+  const std::vector<uint8_t> jpeg = EncodeJpeg(MakePhoto(h, w, 3, 2), h, w, 3, {});
+  PipelineParams p = WithOps({});
+  p.dtype = ring::kFloat32;
+  p.layout = ring::kNCHW;
+  std::vector<uint8_t> plain(MaxSampleBytes(p)), erased(MaxSampleBytes(p));
+  SampleResult r;
+  SampleSteps none;
+  REQUIRE(
+      proc.ProcessSteps(jpeg.data(), jpeg.size(), p, none, plain.data(), plain.size(), &r).ok());
+  SampleSteps s;
+  s.count = 2;
+  s.steps[0].kind = StepKind::kInvert;
+  s.steps[1].kind = StepKind::kErase;
+  s.steps[1].top = 2, s.steps[1].left = 5, s.steps[1].height = 7, s.steps[1].width = 11;
+  s.steps[1].erase_value[0] = -1.5f, s.steps[1].erase_value[1] = 0, s.steps[1].erase_value[2] = 3;
+  REQUIRE(proc.ProcessSteps(jpeg.data(), jpeg.size(), p, s, erased.data(), erased.size(), &r).ok());
+  std::vector<float> a(h * w * 3), b(h * w * 3);
+  std::memcpy(a.data(), plain.data(), a.size() * 4);
+  std::memcpy(b.data(), erased.data(), b.size() * 4);
+  for (uint32_t c = 0; c < 3; ++c) {
+    for (uint32_t y = 0; y < h; ++y) {
+      for (uint32_t x = 0; x < w; ++x) {
+        const size_t at = (size_t{c} * h + y) * w + x;
+        const bool in = y >= 2 && y < 9 && x >= 5 && x < 16;
+        // Outside: the inverted image, normalized as the output is.
+        const float mean = p.mean[c], stdev = p.stdev[c];
+        const float inverted = (1.0f - (a[at] * stdev + mean)) - mean;
+        CAPTURE(c, y, x);
+        if (in) {
+          REQUIRE(b[at] == s.steps[1].erase_value[c]);
+        } else {
+          REQUIRE(std::abs(b[at] * stdev - inverted) < 1e-5f);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("Steps refused: erase not last, mixes badly nested, bad values", "[pipeline][ops]") {
+  SampleProcessor proc;
+  const uint32_t h = 20, w = 30;
+  const std::vector<uint8_t> jpeg = EncodeJpeg(MakePhoto(h, w, 3, 2), h, w, 3, {});
+  const PipelineParams p = WithOps({});
+  std::vector<uint8_t> out(MaxSampleBytes(p));
+  auto refused = [&](std::initializer_list<StepKind> kinds, void (*edit)(SampleSteps&)) {
+    SampleSteps s;
+    for (StepKind k : kinds) {
+      Step& st = s.steps[s.count++];
+      st.kind = k;
+      if (k == StepKind::kErase) st.height = st.width = 4;
+      if (k == StepKind::kCrop) st.height = st.width = 8;
+      if (k == StepKind::kAffine || k == StepKind::kRotate)
+        st.interpolation = Interpolation::kNearest;
+    }
+    if (edit != nullptr) edit(s);
+    SampleResult r;
+    return proc.ProcessSteps(jpeg.data(), jpeg.size(), p, s, out.data(), out.size(), &r).code() ==
+           absl::StatusCode::kInvalidArgument;
+  };
+  using K = StepKind;
+  CHECK_FALSE(refused({K::kInvert, K::kErase, K::kErase}, nullptr));
+  CHECK(refused({K::kErase, K::kInvert}, nullptr));
+  CHECK(refused({K::kErase}, [](SampleSteps& s) { s.steps[0].top = 17; }));
+  CHECK(refused({K::kErase}, [](SampleSteps& s) { s.steps[0].erase_value[0] = NAN; }));
+  CHECK_FALSE(refused({K::kMixBegin, K::kMixChain, K::kInvert, K::kMixChain, K::kMixEnd}, nullptr));
+  CHECK(refused({K::kMixBegin, K::kMixChain, K::kCrop, K::kMixEnd}, nullptr));
+  CHECK(refused({K::kMixChain, K::kMixEnd}, nullptr));
+  CHECK(refused({K::kMixBegin, K::kMixBegin, K::kMixEnd, K::kMixEnd}, nullptr));
+  CHECK(refused({K::kMixBegin, K::kMixChain, K::kInvert}, nullptr));
+  CHECK(refused({K::kMixBegin, K::kInvert, K::kMixChain, K::kMixEnd}, nullptr));
+  CHECK_FALSE(refused({K::kMixBegin, K::kMixEnd}, nullptr));
+  CHECK(refused({K::kMixEnd}, nullptr));
+  CHECK(refused({K::kMixBegin, K::kMixEnd}, [](SampleSteps& s) { s.steps[0].mix_weight = -1; }));
+  CHECK(refused({K::kPosterize}, [](SampleSteps& s) { s.steps[0].bits = 9; }));
+  CHECK(refused({K::kSolarize}, [](SampleSteps& s) { s.steps[0].threshold = INFINITY; }));
+  CHECK(refused({K::kSharpness}, [](SampleSteps& s) { s.steps[0].factor[0] = -1; }));
+  CHECK_FALSE(refused({K::kAffine, K::kRotate}, nullptr));
+  CHECK(refused({K::kAffine}, [](SampleSteps& s) { s.steps[0].affine_scale = 0; }));
+  CHECK(refused({K::kAffine}, [](SampleSteps& s) { s.steps[0].shear[1] = NAN; }));
+  CHECK(refused({K::kRotate},
+                [](SampleSteps& s) { s.steps[0].interpolation = Interpolation::kAntialias; }));
+}
+
+TEST_CASE("Corrupted files through the policy ops never crash", "[pipeline][hostile]") {
+  SampleProcessor proc;
+  const uint32_t h = 60, w = 80;
+  const std::vector<uint8_t> good = EncodeJpeg(MakePhoto(h, w, 3, 7), h, w, 3, {});
+  OpParams erase = testing::RandomErasingOp(0.9f);
+  erase.erase_random = 1;
+  PipelineParams p = WithOps(
+      {testing::TrivialAugmentWideOp(), testing::AugMixOp(), testing::RandAugmentOp(3, 25), erase});
+  p.dtype = ring::kFloat16;
+  p.layout = ring::kNCHW;
+  REQUIRE(ValidateParams(p).ok());
+  std::vector<uint8_t> out(MaxSampleBytes(p));
+  KeyedRng rng(44);
+  for (int i = 0; i < 100; ++i) {
+    std::vector<uint8_t> bad = good;
+    const int edits = 1 + static_cast<int>(rng.Below(6));
+    for (int k = 0; k < edits; ++k) bad[rng.Below(bad.size())] = rng.Next() & 0xff;
+    bad.resize(1 + rng.Below(bad.size()));
+    SampleResult r;
+    const absl::Status s = proc.Process(bad.data(), bad.size(), p, {5, 1, static_cast<uint64_t>(i)},
+                                        out.data(), out.size(), &r);
+    if (s.ok()) CHECK(r.bytes <= out.size());
   }
   SampleResult r;
   CHECK(proc.Process(good.data(), good.size(), p, {}, out.data(), out.size(), &r).ok());

@@ -5,6 +5,7 @@
 #ifndef STOKER_SERVER_IMAGE_RNG_H_
 #define STOKER_SERVER_IMAGE_RNG_H_
 
+#include <cmath>
 #include <cstdint>
 
 namespace stoker {
@@ -39,6 +40,40 @@ class KeyedRng {
  private:
   uint64_t state_;
 };
+
+// A standard normal draw (Box-Muller, one of the pair; two uniform draws).
+inline double StandardNormal(KeyedRng& rng) {
+  const double u1 = 1.0 - rng.Uniform();  // (0, 1]: log(u1) is finite
+  const double u2 = rng.Uniform();
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+}
+
+// A Gamma(alpha, 1) draw, alpha > 0: Marsaglia and Tsang's method ("A
+// simple method for generating gamma variables", 2000) for alpha >= 1, and
+// for alpha < 1 Gamma(alpha + 1) * U^(1 / alpha). Its draws from `rng` vary
+// in number (the method rejects some candidates). Dirichlet(a_1 .. a_k) is
+// (g_1 .. g_k) / sum(g) of independent Gamma(a_i) draws (what torch's
+// _sample_dirichlet samples); Beta(a, b) its k = 2 case.
+inline double GammaDraw(KeyedRng& rng, double alpha) {
+  double boost = 1.0;
+  if (alpha < 1.0) {
+    boost = std::pow(1.0 - rng.Uniform(), 1.0 / alpha);
+    alpha += 1.0;
+  }
+  const double d = alpha - 1.0 / 3.0;
+  const double c = 1.0 / std::sqrt(9.0 * d);
+  for (;;) {
+    const double x = StandardNormal(rng);
+    double v = 1.0 + c * x;
+    if (v <= 0.0) continue;
+    v = v * v * v;
+    const double u = 1.0 - rng.Uniform();
+    if (u < 1.0 - 0.0331 * (x * x) * (x * x) ||
+        std::log(u) < 0.5 * x * x + d * (1.0 - v + std::log(v))) {
+      return d * v * boost;
+    }
+  }
+}
 
 }  // namespace stoker
 

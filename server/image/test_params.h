@@ -1,7 +1,8 @@
 // Test helpers: the train, eval and decode presets as the daemon lowers them
 // (proto/stoker/pipeline_spec.h owns the defaults; these tests of the image
 // library, which links no protobuf, spell out the lowered values they get
-// at size 224), and forced steps for a RandomResizedCrop + flip.
+// at size 224), forced steps for a RandomResizedCrop + flip, and the policy
+// and erasing ops with torchvision's defaults.
 
 #ifndef STOKER_SERVER_IMAGE_TEST_PARAMS_H_
 #define STOKER_SERVER_IMAGE_TEST_PARAMS_H_
@@ -80,6 +81,58 @@ inline SampleSteps RegionSteps(const PipelineParams& p, const CropBox& box, bool
   s.steps[1].interpolation = p.ops[0].interpolation;
   if (flip) s.steps[s.count++].kind = StepKind::kHorizontalFlip;
   return s;
+}
+
+// The policy and erasing ops with torchvision's defaults, as the daemon
+// lowers them: AutoAugment(IMAGENET), RandAugment(2, 9, 31),
+// TrivialAugmentWide(31) (all NEAREST, fill 0), AugMix(3, 3, -1, 1.0,
+// all_ops, BILINEAR), RandomErasing(0.5, (0.02, 0.33), (0.3, 3.3), 0).
+inline OpParams AutoAugmentOp(AutoAugmentPolicy policy = AutoAugmentPolicy::kImageNet) {
+  OpParams op;
+  op.kind = OpKind::kAutoAugment;
+  op.policy = policy;
+  op.interpolation = Interpolation::kNearest;
+  return op;
+}
+
+inline OpParams RandAugmentOp(uint32_t num_ops = 2, uint32_t magnitude = 9, uint32_t bins = 31) {
+  OpParams op;
+  op.kind = OpKind::kRandAugment;
+  op.num_ops = num_ops;
+  op.magnitude = magnitude;
+  op.num_magnitude_bins = bins;
+  op.interpolation = Interpolation::kNearest;
+  return op;
+}
+
+inline OpParams TrivialAugmentWideOp(uint32_t bins = 31) {
+  OpParams op;
+  op.kind = OpKind::kTrivialAugmentWide;
+  op.num_magnitude_bins = bins;
+  op.interpolation = Interpolation::kNearest;
+  return op;
+}
+
+inline OpParams AugMixOp(uint32_t severity = 3, uint32_t width = 3, int32_t depth = -1,
+                         float alpha = 1.0f, bool all_ops = true) {
+  OpParams op;
+  op.kind = OpKind::kAugMix;
+  op.severity = severity;
+  op.mixture_width = width;
+  op.chain_depth = depth;
+  op.alpha = alpha;
+  op.all_ops = all_ops ? 1 : 0;
+  op.interpolation = Interpolation::kBilinear;
+  return op;
+}
+
+inline OpParams RandomErasingOp(float p = 0.5f) {
+  OpParams op;
+  op.kind = OpKind::kRandomErasing;
+  op.p = p;
+  op.erase_scale[0] = 0.02f, op.erase_scale[1] = 0.33f;
+  op.erase_ratio[0] = 0.3f, op.erase_ratio[1] = 3.3f;
+  return op;
 }
 
 }  // namespace stoker::image::testing

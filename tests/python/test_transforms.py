@@ -85,7 +85,7 @@ def test_antialias_is_never_sent_the_pil_backend_always_antialiases(options):
 
 
 @pytest.mark.parametrize("transform,match", [
-    ([T.RandomResizedCrop(64), T.RandomRotation(10), T.ToTensor()], "RandomRotation"),
+    ([T.RandomResizedCrop(64), T.RandomPerspective(), T.ToTensor()], "RandomPerspective"),
     ([T.RandomResizedCrop(64, interpolation=T.InterpolationMode.BICUBIC), T.ToTensor()],
      "RandomResizedCrop.*bicubic"),
     ([T.Resize(64, interpolation=T.InterpolationMode.NEAREST), T.ToTensor()], "Resize.*nearest"),
@@ -94,7 +94,9 @@ def test_antialias_is_never_sent_the_pil_backend_always_antialiases(options):
     ([T.RandomResizedCrop(64), T.ToTensor(), T.RandomHorizontalFlip()],
      "RandomHorizontalFlip after ToTensor"),
     ([T.ToTensor(), T.ColorJitter(0.4)], "ColorJitter after ToTensor"),
-    ([T.RandomResizedCrop(64), T.ToTensor(), T.RandomErasing()], "RandomErasing"),
+    ([T.RandomResizedCrop(64), T.RandomErasing(), T.ToTensor()], "RandomErasing before"),
+    ([T.RandomResizedCrop(64), T.ToTensor(), T.RandomErasing(), T.Normalize(MEAN, STD)],
+     "Normalize after RandomErasing"),
 ])
 def test_unsupported_transforms_are_refused_by_name(stoker, options, transform, match):
     with pytest.raises(stoker.InvalidRequestError, match=match) as e:

@@ -11,6 +11,10 @@ The images of a batch are a view of a ring slot in shared memory (no copy);
 the slot goes back to the daemon when the tensor is garbage-collected. See
 `Loader` for the details, `Client` for the daemon's status and health.
 
+Batch transforms (`stoker.batch`), for ``Loader(batch_transform=...)``:
+`MixUp`, `CutMix` and `RandomChoice` of them, torchvision's reference
+recipes' mixup / cutmix with soft labels, drawn reproducibly per batch.
+
 Errors (all subclasses of `StokerError`, itself a `RuntimeError`):
 
 * `DaemonUnavailableError`: stokerd cannot be reached, died or is shutting down.
@@ -45,6 +49,7 @@ from ._native import (
     StokerTimeoutError,
 )
 from ._native import cuda_status
+from .batch import CutMix, MixUp, RandomChoice
 from .client import Client, resolve_socket
 from .loader import BatchView, ConcurrentIterationError, DatasetView, ForkedLoaderError, Loader
 
@@ -54,6 +59,7 @@ __all__ = [
     "BatchView",
     "Client",
     "ConcurrentIterationError",
+    "CutMix",
     "CudaUnavailableError",
     "DaemonUnavailableError",
     "DataLossError",
@@ -62,6 +68,8 @@ __all__ = [
     "ForkedLoaderError",
     "InvalidRequestError",
     "Loader",
+    "MixUp",
+    "RandomChoice",
     "ResourceExhaustedError",
     "RingExhaustedError",
     "SampleError",

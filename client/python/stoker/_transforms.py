@@ -7,8 +7,17 @@ its tensor conversion onto the output keywords:
 
 * the ops, in any order and number: the keys of `_OPS` below;
 * then ``ToTensor()`` (float32 in [0, 1]) or ``PILToTensor()`` (uint8), optionally
-  ``ConvertImageDtype(float dtype)``, then optionally ``Normalize(mean, std)`` (1
-  value each is broadcast to the 3 channels, as torchvision does).
+  ``ConvertImageDtype(float dtype)`` (``PILToTensor()`` +
+  ``ConvertImageDtype(torch.float)`` is ``ToTensor()``, the reference
+  recipes' spelling), then optionally ``Normalize(mean, std)`` (1 value each
+  is broadcast to the 3 channels, as torchvision does);
+* then optionally ``RandomErasing`` (any number), the transform's last steps:
+  it erases the output tensor, after the dtype conversion and normalization,
+  its value in the output's units, as torchvision's does after Normalize.
+
+An object holding its transforms as a ``transforms`` attribute that is a
+``Compose`` and called as a transform (torchvision's reference
+``ClassificationPresetTrain``) is read as that Compose.
 
 Anything else, or an op after the tensor conversion, is refused with an error
 naming the transform and listing what is served: stoker never silently drops
@@ -83,9 +92,89 @@ def _color_jitter(t: Any) -> Dict[str, Any]:
             if getattr(t, k) is not None}
 
 
+#: torchvision's InterpolationMode values; ints are PIL's filter numbers,
+#: which torchvision 0.14 still accepts (deprecated).
+_PIL_FILTERS = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
+
+
+def _affine_interpolation(t: Any) -> Dict[str, Any]:
+    """The resampling of the geometric ops (RandomRotation, RandomAffine, the
+    policies' shears, translations and rotations): nearest or bilinear, as
+    PIL's Image.transform / rotate do them."""
+    mode = getattr(t, "interpolation", None)
+    if isinstance(mode, int) and not isinstance(mode, bool):
+        name = _PIL_FILTERS.get(mode, str(mode))
+    else:
+        name = str(getattr(mode, "value", mode)).lower()
+    if name not in ("nearest", "bilinear"):
+        raise _refuse(f"{type(t).__name__}(interpolation={name}): its geometric ops are served "
+                      "with nearest or bilinear resampling only")
+    return {"interpolation": name}
+
+
+def _fill(t: Any) -> Dict[str, Any]:
+    """The fill of the geometric ops: None is 0 (the op's default: not sent);
+    PIL truncates a float fill to an int, as this does."""
+    fill = getattr(t, "fill", None)
+    return {} if fill is None else {"fill": _ints(fill)}
+
+
+def _center(t: Any) -> Dict[str, Any]:
+    center = getattr(t, "center", None)
+    return {} if center is None else {"center": _floats(center)}
+
+
+def _random_rotation(t: Any) -> Dict[str, Any]:
+    op: Dict[str, Any] = {"degrees": _floats(t.degrees), **_affine_interpolation(t),
+                          **_center(t), **_fill(t)}
+    if t.expand:
+        op["expand"] = True  # refused by the pipeline module, naming why
+    return op
+
+
+def _random_affine(t: Any) -> Dict[str, Any]:
+    op: Dict[str, Any] = {"degrees": _floats(t.degrees)}
+    for key in ("translate", "scale", "shear"):
+        if getattr(t, key, None) is not None:
+            op[key] = _floats(getattr(t, key))
+    op.update(_affine_interpolation(t), **_center(t), **_fill(t))
+    return op
+
+
+def _auto_augment(t: Any) -> Dict[str, Any]:
+    policy = getattr(t, "policy", None)
+    return {"policy": str(getattr(policy, "value", policy)).lower(),
+            **_affine_interpolation(t), **_fill(t)}
+
+
+def _rand_augment(t: Any) -> Dict[str, Any]:
+    return {"num_ops": int(t.num_ops), "magnitude": int(t.magnitude),
+            "num_magnitude_bins": int(t.num_magnitude_bins), **_affine_interpolation(t),
+            **_fill(t)}
+
+
+def _trivial_augment_wide(t: Any) -> Dict[str, Any]:
+    return {"num_magnitude_bins": int(t.num_magnitude_bins), **_affine_interpolation(t),
+            **_fill(t)}
+
+
+def _aug_mix(t: Any) -> Dict[str, Any]:
+    return {"severity": int(t.severity), "mixture_width": int(t.mixture_width),
+            "chain_depth": int(t.chain_depth), "alpha": float(t.alpha),
+            "all_ops": bool(t.all_ops), **_affine_interpolation(t), **_fill(t)}
+
+
+def _random_erasing(t: Any) -> Dict[str, Any]:
+    # `inplace` makes no difference to a tensor served from the ring.
+    value = t.value
+    return {"p": float(t.p), "scale": _floats(t.scale), "ratio": _floats(t.ratio),
+            "value": "random" if isinstance(value, str) else _floats(value)}
+
+
 #: The torchvision transforms served as ops, each with its reader (the
 #: parameters torchvision stores -> the op's JSON form). The one list of what
-#: is served: errors list its names.
+#: is served: errors list its names. RandomErasing, the one op on the output
+#: tensor, has its place after the tensor conversion (loader_options).
 _OPS: Dict[str, Callable[[Any], Dict[str, Any]]] = {
     "RandomResizedCrop": _random_resized_crop,
     "Resize": _resize,
@@ -97,13 +186,31 @@ _OPS: Dict[str, Callable[[Any], Dict[str, Any]]] = {
     "Grayscale": lambda t: {"num_output_channels": int(t.num_output_channels)},
     "RandomGrayscale": lambda t: {"p": float(t.p)},
     "GaussianBlur": lambda t: {"kernel_size": _ints(t.kernel_size), "sigma": _floats(t.sigma)},
+    "RandomRotation": _random_rotation,
+    "RandomAffine": _random_affine,
+    "RandomPosterize": lambda t: {"bits": int(t.bits), "p": float(t.p)},
+    "RandomSolarize": lambda t: {"threshold": float(t.threshold), "p": float(t.p)},
+    "RandomAdjustSharpness": lambda t: {"sharpness_factor": float(t.sharpness_factor),
+                                        "p": float(t.p)},
+    "RandomAutocontrast": lambda t: {"p": float(t.p)},
+    "RandomEqualize": lambda t: {"p": float(t.p)},
+    "RandomInvert": lambda t: {"p": float(t.p)},
+    "AutoAugment": _auto_augment,
+    "RandAugment": _rand_augment,
+    "TrivialAugmentWide": _trivial_augment_wide,
+    "AugMix": _aug_mix,
+    "RandomErasing": _random_erasing,
 }
+
+#: The ops that work on the output tensor: after the tensor conversion, last.
+_TENSOR_OPS = ("RandomErasing",)
 
 #: The tensor conversion that ends a transform, in this order.
 _TENSOR_STEPS = ("ToTensor or PILToTensor", "ConvertImageDtype", "Normalize")
 
-_SUPPORTED = (", ".join(_OPS) + " (the ops, before the tensor conversion), then "
-              + ", ".join(_TENSOR_STEPS))
+_SUPPORTED = (", ".join(k for k in _OPS if k not in _TENSOR_OPS)
+              + " (the ops, before the tensor conversion), then " + ", ".join(_TENSOR_STEPS)
+              + ", then " + ", ".join(_TENSOR_OPS) + " (on the output tensor, last)")
 
 
 def _refuse(message: str) -> "_native.InvalidRequestError":
@@ -120,6 +227,11 @@ def _flatten(t: Any) -> List[Any]:
         return out
     if type(t).__name__ == "Compose" and hasattr(t, "transforms"):
         return _flatten(list(t.transforms))
+    inner = getattr(t, "transforms", None)
+    if type(inner).__name__ == "Compose" and callable(t):
+        # torchvision's reference ClassificationPresetTrain / EvalPreset: a
+        # callable whose transforms are one Compose.
+        return _flatten(inner)
     return [t]
 
 
@@ -199,9 +311,21 @@ def loader_options(transform: Any) -> Dict[str, Any]:
     normalized = False
     mean: List[float] = []
     std: List[float] = []
+    erased_by = ""  # the first RandomErasing: only more of them may follow
     for t in _flatten(transform):
         name = type(t).__name__
-        if name in _OPS:
+        if erased_by and name not in _TENSOR_OPS:
+            raise _refuse(f"{name} after {erased_by}: {erased_by} erases the output tensor (after "
+                          "the dtype conversion and Normalize), so it must be the transform's "
+                          "last step")
+        if name in _TENSOR_OPS:
+            if dtype is None:
+                raise _refuse(f"{name} before the tensor conversion: it works on the tensor, so "
+                              "it must follow ToTensor() or PILToTensor() (and ConvertImageDtype, "
+                              "Normalize), as in torchvision")
+            ops.append({name: _OPS[name](t)})
+            erased_by = erased_by or name
+        elif name in _OPS:
             if dtype is not None:
                 raise _refuse(f"{name} after {converted_by}: the ops run on the decoded image, "
                               f"so {name} must come before the tensor conversion")

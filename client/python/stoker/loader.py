@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     import torch
 
 from . import _native, _private, _transforms
+from . import batch as _batch
 from .client import SOCKET_ENV, Client
 
 _torch = None  # imported on first use: `import stoker` does not pay for torch
@@ -46,8 +47,10 @@ class BatchView:
     Attributes:
         images: a torch tensor [n,H,W,3] (NHWC) or [n,3,H,W] (NCHW) viewing the
             ring slot (unless the loader copies), or, for the variable-size
-            decode pipeline, a list of per-sample tensors.
-        labels: int64 tensor [n].
+            decode pipeline, a list of per-sample tensors; with a
+            batch_transform, the images it returns.
+        labels: int64 tensor [n]; with a batch_transform, what it returns
+            (MixUp / CutMix: soft labels [n, num_classes]).
         indices: int64 ndarray [n], the dataset index of each sample's pixels
             (ImageFolder's sample order), a replacement's for a replaced sample.
         planned_indices: int64 ndarray [n], the index the sampler planned.
@@ -421,6 +424,9 @@ class Loader:
     ``torch.cuda.current_stream(device)``: the tensor is ready for any work
     on that stream with no synchronize. The slot goes back to the daemon once
     the copy has completed on the GPU. Labels are copied to the device too.
+    A pipeline that ends in RandomErasing (whose values are in the output's
+    normalized units) is instead served by the daemon in its output dtype and
+    layout, and copied to the device as it is.
 
     The session attaches lazily, at the first iteration, ``len()``, ``info``
     or `attach`. `close` (or leaving a ``with`` block) detaches.
@@ -458,15 +464,35 @@ class Loader:
             a private daemon (see above).
         transform: a torchvision transform (``T.Compose([...])`` or a list) to
             run in the daemon, read one to one into ``ops``: RandomResizedCrop,
-            Resize, CenterCrop, RandomCrop, RandomHorizontalFlip,
+            Resize (bilinear), CenterCrop, RandomCrop, RandomHorizontalFlip,
             RandomVerticalFlip, ColorJitter, Grayscale, RandomGrayscale,
-            GaussianBlur (bilinear resampling only), then ToTensor or
-            PILToTensor, ConvertImageDtype, Normalize (a 1-value mean/std is
-            broadcast). Others, and an op after the tensor conversion, are
-            refused with an error naming them. It decides every pipeline
-            argument from ``pipeline`` to ``std`` below: giving one of them too
-            is an error naming both. Without a fixed-size crop or resize the
-            images cannot be batched: an error, unless ``batch_size=1``.
+            GaussianBlur, RandomRotation, RandomAffine (nearest or bilinear),
+            RandomPosterize, RandomSolarize, RandomAdjustSharpness,
+            RandomAutocontrast, RandomEqualize, RandomInvert, the policies
+            AutoAugment, RandAugment, TrivialAugmentWide and AugMix (nearest
+            or bilinear), then ToTensor or PILToTensor, ConvertImageDtype,
+            Normalize (a 1-value mean/std is broadcast), then RandomErasing
+            (on the output tensor, last, as torchvision applies it after
+            Normalize). torchvision's reference ``ClassificationPresetTrain``
+            (any callable whose ``transforms`` is a Compose) is read as its
+            Compose. Others, and an op out of its place, are refused with an
+            error naming them. It decides every pipeline argument from
+            ``pipeline`` to ``std`` below: giving one of them too is an error
+            naming both. Without a fixed-size crop or resize the images cannot
+            be batched: an error, unless ``batch_size=1``.
+        batch_transform: None, or a transform of whole batches applied to the
+            (images, labels) of each batch before it is yielded (in
+            `iter_batches` too: BatchView's images and labels are the
+            results): `stoker.MixUp`, `stoker.CutMix`, or
+            `stoker.RandomChoice` of them (torchvision's reference recipes'
+            mixup / cutmix), which yield mixed images and soft labels [n,
+            num_classes]. They need floating-point images of one size (a
+            uint8 output is refused here) and draw their parameters from a
+            CPU generator seeded from (seed, epoch, batch in the epoch,
+            rank) (`stoker.batch.batch_seed`): a resumed loader mixes each
+            batch as the uninterrupted run did, and CUDA batches are mixed on
+            their device exactly as on the CPU. Any other callable
+            ``f(images, labels) -> (images, labels)`` is called as it is.
 
         The pipeline arguments, from ``pipeline`` to ``std`` and
         ``exact_decode``, ``apply_exif_orientation``: each one given is sent
@@ -595,6 +621,7 @@ class Loader:
         cpu_fallback: bool = False,
         register_ring: bool = True,
         transform: Any = None,
+        batch_transform: Any = None,
         num_workers: Optional[int] = None,
         data_root: Optional[Union[str, "os.PathLike[str]"]] = None,
         pin_memory: bool = False,
@@ -673,6 +700,7 @@ class Loader:
                 f"batch_size={batch_size!r}: stoker yields batches; give an int >= 1 "
                 "(batch_size=1 for single samples)")
         self._pipeline_request(given, batch_size, transform)
+        self.batch_transform = batch_transform
         if epochs is not None and epochs < 1:
             raise _native.InvalidRequestError("epochs must be at least 1 (None: without end)")
         if world_size is None:
@@ -792,11 +820,62 @@ class Loader:
         #: The preset's name ('train', 'eval', 'decode'), or '' for an op list.
         self.pipeline: str = str(effective.get("preset") or "")
 
+    @property
+    def batch_transform(self) -> Any:
+        """The transform of whole batches (MixUp, CutMix, ...), or None. May be
+        set (checked as the keyword is), e.g. once `class_names` is known;
+        it applies from the next batch yielded."""
+        return self._batch_transform
+
+    @batch_transform.setter
+    def batch_transform(self, bt: Any) -> None:
+        self._check_batch_transform(bt)
+        self._batch_transform = bt
+
+    def _check_batch_transform(self, bt: Any) -> None:
+        """Refuses a batch transform that cannot work on this loader's batches."""
+        if bt is None:
+            return
+        if not callable(bt):
+            raise _native.InvalidRequestError(
+                f"batch_transform={bt!r} is not callable: give stoker.MixUp, stoker.CutMix, "
+                "stoker.RandomChoice of them, or a function (images, labels) -> (images, labels)")
+        if not isinstance(bt, _batch.BatchTransform):
+            return
+        if not self.effective_pipeline.get("size"):
+            raise _native.InvalidRequestError(
+                f"batch_transform={bt!r} mixes whole batches, which need images of one size: "
+                "add a fixed-size crop or resize")
+        if self.effective_pipeline["output"]["dtype"] == "uint8":
+            raise _native.InvalidRequestError(
+                f"batch_transform={bt!r} needs floating-point images, and this loader serves "
+                "uint8 (mixing pixels would truncate them): use dtype='float32' (or float16, "
+                "bfloat16), or end the transform with ToTensor() or "
+                "ConvertImageDtype(torch.float) and Normalize")
+        info = getattr(self, "_info", None)  # known once attached
+        if info is not None:
+            self._check_batch_classes(bt, info)
+
+    def _check_batch_classes(self, bt: Any, info: Dict[str, Any]) -> None:
+        """A batch transform's one-hot labels must hold every class served."""
+        classes = len(info["class_names"])
+        if isinstance(bt, _batch.BatchTransform) and bt.num_classes < classes:
+            raise _native.InvalidRequestError(
+                f"batch_transform={bt!r}: num_classes={bt.num_classes}, and the dataset "
+                f"{self.dataset_path!r} has {classes} classes: give num_classes={classes} "
+                "(len(loader.class_names))")
+
+    def _erases(self) -> bool:
+        """Whether the pipeline erases its output (RandomErasing): its values are
+        in the output's units, so the daemon must serve the output itself."""
+        return any("RandomErasing" in op for op in self.effective_pipeline.get("ops", ()))
+
     def _daemon_request(self) -> str:
         """The pipeline keywords the daemon is sent for the current mode: as
-        given on the CPU; uint8 to be normalized on the GPU for device copies."""
+        given on the CPU; uint8 to be normalized on the GPU for device copies
+        (unless the pipeline erases its output: then the output as given)."""
         request = dict(self._request)
-        if self._mode == "cuda":
+        if self._mode == "cuda" and not self._erases():
             out = self.effective_pipeline["output"]
             if out["dtype"] != "uint8":  # normalized on the GPU from uint8 NHWC
                 request.update(dtype="uint8", layout="nhwc")
@@ -808,7 +887,9 @@ class Loader:
     # Pickling: the configuration as given and the position
 
     def __getstate__(self) -> Dict[str, Any]:
-        return {"stoker_loader_args": self._init_args, "state": self.state_dict()}
+        # The batch transform as it is now (it may have been set since).
+        args = dict(self._init_args, batch_transform=self._batch_transform)
+        return {"stoker_loader_args": args, "state": self.state_dict()}
 
     def __setstate__(self, d: Dict[str, Any]) -> None:
         args = dict(d["stoker_loader_args"])
@@ -875,6 +956,7 @@ class Loader:
         try:
             self._check_token_dataset_size()
             self._check_dataset_object()
+            self._check_batch_classes(self._batch_transform, info)
         except _native.InvalidRequestError:
             self.close()
             raise
@@ -1023,10 +1105,15 @@ class Loader:
             raise _native.InvalidRequestError(
                 "device copies of variable-size batches need batch_size=1")
         output = self.effective_pipeline["output"]  # what the user asked for
-        if output["dtype"] == "uint8":
-            out = torch.empty(src.shape, dtype=torch.uint8, device=dev)
-            _native.copy_to_device(images, stream.cuda_stream, out.data_ptr(), out.numel(),
-                                   dtype="asis", device=index)
+        if output["dtype"] == "uint8" or self._erases():
+            # Served as it is (a pipeline that erases its output is served
+            # float, normalized by the daemon: bytes copied unchanged).
+            tdtype = torch.from_numpy(np.empty(0, dtype=src.dtype)).dtype
+            out = torch.empty(src.shape, dtype=tdtype, device=dev)
+            _native.copy_to_device(images, stream.cuda_stream, out.data_ptr(),
+                                   out.numel() * out.element_size(), dtype="asis", device=index)
+            if self._bfloat16:  # the daemon served float32
+                out = out.to(torch.bfloat16)
         else:
             n, h, w, _ = src.shape if src.ndim == 4 else (1,) + src.shape
             dtype = "bfloat16" if self._bfloat16 else output["dtype"]
@@ -1294,6 +1381,8 @@ class Loader:
             labels = torch.from_numpy(labels).to(images.device, non_blocking=True)
             self.last_indices = indices
             self._epoch = epoch
+            if self.batch_transform is not None:
+                images, labels = self._transform_batch(images, labels, epoch, batch_in_epoch)
             if views:
                 return BatchView(images, labels, indices, planned, statuses, epoch,
                                  batch_in_epoch, sequence)
@@ -1314,6 +1403,8 @@ class Loader:
             images = ([a.permute(2, 0, 1) for a in images] if isinstance(images, list)
                       else images.permute(0, 3, 1, 2))
         labels = torch.from_numpy(labels)
+        if self.batch_transform is not None:  # before pinning: the results are pinned
+            images, labels = self._transform_batch(images, labels, epoch, batch_in_epoch)
         if self._pin:  # pin_memory=True: a pinned copy, as DataLoader's (the slot returns)
             images = ([a.pin_memory() for a in images] if isinstance(images, list)
                       else images.pin_memory())
@@ -1324,6 +1415,18 @@ class Loader:
             return BatchView(images, labels, indices, planned, statuses, epoch, batch_in_epoch,
                              sequence)
         return images, labels
+
+    def _transform_batch(self, images: Any, labels: Any, epoch: int,
+                         batch_in_epoch: int) -> Tuple[Any, Any]:
+        """batch_transform= on one batch: stoker's own with the batch's
+        generator and layout; any other callable as it is."""
+        bt = self.batch_transform
+        if not isinstance(bt, _batch.BatchTransform):
+            return bt(images, labels)
+        layout = ("nhwc" if self.effective_pipeline["output"]["layout"] == "nhwc"
+                  and not self._channels_last else "nchw")
+        g = _batch.batch_generator(self._options["seed"], epoch, batch_in_epoch, self.rank)
+        return bt(images, labels, generator=g, layout=layout)
 
 
 class _EpochIterator:
