@@ -50,10 +50,13 @@ uint8_t* Buffer(size_t bytes) {
 // high 4 (small sizes, every padding mode, odd kernels).
 void AddOp(uint8_t b, stoker::image::PipelineParams* p, stoker::image::Interpolation interp) {
   using stoker::image::OpKind;
+  using stoker::image::Interpolation;
   using stoker::image::PadMode;
   const uint32_t k = b & 15, v = b >> 4;
   stoker::image::OpParams& op = p->ops[p->op_count];
-  switch (k % 11) {
+  const Interpolation affine_interp =
+      (v & 8) != 0 ? Interpolation::kBilinear : Interpolation::kNearest;
+  switch (k) {
     case 1:
       op.kind = OpKind::kRandomResizedCrop;
       op.height = 1 + v * 3, op.width = 1 + v * 5;
@@ -82,7 +85,7 @@ void AddOp(uint8_t b, stoker::image::PipelineParams* p, stoker::image::Interpola
       break;
     case 5:
     case 6:
-      op.kind = k % 11 == 5 ? OpKind::kHorizontalFlip : OpKind::kVerticalFlip;
+      op.kind = k == 5 ? OpKind::kHorizontalFlip : OpKind::kVerticalFlip;
       op.p = v / 15.0f;
       break;
     case 7:
@@ -102,6 +105,79 @@ void AddOp(uint8_t b, stoker::image::PipelineParams* p, stoker::image::Interpola
       op.kind = OpKind::kGaussianBlur;
       op.kernel_x = 1 + 2 * (v & 3), op.kernel_y = 1 + 2 * (v >> 2);
       op.sigma[0] = 0.1f, op.sigma[1] = 0.1f + v;
+      break;
+    case 11:
+      op.kind = OpKind::kRandomAffine;
+      op.degrees[0] = -12.0f * v, op.degrees[1] = 12.0f * v;
+      op.has_translate = v & 1, op.translate[0] = 0.2f, op.translate[1] = 0.3f;
+      op.has_scale = (v >> 1) & 1, op.affine_scale[0] = 0.5f, op.affine_scale[1] = 1.5f;
+      op.shear_count = (v & 4) != 0 ? 4 : 0;
+      op.shear[0] = -20, op.shear[1] = 20, op.shear[2] = -10, op.shear[3] = 10;
+      op.interpolation = affine_interp;
+      op.fill[0] = static_cast<uint8_t>(b), op.fill[1] = 9, op.fill[2] = 99;
+      break;
+    case 12:  // RandomRotation and the point ops, always applied
+      op.p = 1.0f;
+      switch (v % 7) {
+        case 0:
+          op.kind = OpKind::kRandomRotation;
+          op.degrees[0] = -30.0f * v, op.degrees[1] = 30.0f * v;
+          op.has_center = v >> 3, op.center[0] = 3.5f, op.center[1] = -2.0f;
+          op.interpolation = affine_interp;
+          break;
+        case 1:
+          op.kind = OpKind::kRandomPosterize, op.bits = v % 9;
+          break;
+        case 2:
+          op.kind = OpKind::kRandomSolarize, op.threshold = 17.0f * v;
+          break;
+        case 3:
+          op.kind = OpKind::kRandomAdjustSharpness, op.sharpness_factor = 0.3f * v;
+          break;
+        case 4:
+          op.kind = OpKind::kRandomAutocontrast;
+          break;
+        case 5:
+          op.kind = OpKind::kRandomEqualize;
+          break;
+        default:
+          op.kind = OpKind::kRandomInvert;
+          break;
+      }
+      break;
+    case 13:
+      if ((v & 4) != 0) {
+        op.kind = OpKind::kTrivialAugmentWide;
+        op.num_magnitude_bins = 2 + v;
+      } else {
+        op.kind = OpKind::kAutoAugment;
+        op.policy = static_cast<stoker::image::AutoAugmentPolicy>(1 + v % 3);
+      }
+      op.interpolation = affine_interp;
+      break;
+    case 14:
+      if ((v & 4) != 0) {
+        op.kind = OpKind::kAugMix;
+        op.severity = 1 + v % 10;
+        op.mixture_width = 1 + (v & 3);
+        op.chain_depth = (v & 1) != 0 ? -1 : 1 + (v & 3);
+        op.alpha = 1.0f;
+        op.all_ops = v & 1;
+      } else {
+        op.kind = OpKind::kRandAugment;
+        op.num_ops = v & 3;
+        op.num_magnitude_bins = 31;
+        op.magnitude = 3 * v;
+      }
+      op.interpolation = affine_interp;
+      break;
+    case 15:  // valid only last, and "random" only for float outputs
+      op.kind = OpKind::kRandomErasing;
+      op.p = v / 15.0f;
+      op.erase_scale[0] = 0.02f, op.erase_scale[1] = 0.33f;
+      op.erase_ratio[0] = 0.3f, op.erase_ratio[1] = 3.3f;
+      op.erase_random = v & 1;
+      op.erase_value[0] = 0, op.erase_value[1] = 128, op.erase_value[2] = 255;
       break;
     default:
       return;

@@ -21,7 +21,8 @@ static_assert(pipeline::kMaxOps == image::kMaxOps,
               "the contract's op limit and the worker's op array must agree");
 static_assert(pipeline::kMaxPolicyOps == image::kMaxPolicyOps &&
                   pipeline::kMaxAugMixWidth == image::kMaxAugMixWidth &&
-                  pipeline::kMaxAugMixDepth == image::kMaxAugMixDepth,
+                  pipeline::kMaxAugMixDepth == image::kMaxAugMixDepth &&
+                  pipeline::kMaxMagnitudeBins == image::kMaxMagnitudeBins,
               "the policies' limits of the request checks and of the workers must agree");
 static_assert(std::size(pipeline::kAutoAugmentPolicies) == 3 &&
                   static_cast<uint32_t>(image::AutoAugmentPolicy::kImageNet) == 1 &&

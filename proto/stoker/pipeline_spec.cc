@@ -600,11 +600,17 @@ absl::Status Center(const Floats& c, absl::string_view at) {
   return absl::OkStatus();
 }
 
-// A policy's magnitude bins: default 31, at least 2.
+// A policy's magnitude bins: default 31, within 2..kMaxMagnitudeBins.
 absl::Status MagnitudeBins(uint32_t bins, absl::string_view at) {
   if (bins < kMinMagnitudeBins) {
     return Bad(at, "num_magnitude_bins must be at least ", absl::StrCat(kMinMagnitudeBins),
                " (torchvision's Posterize magnitudes divide by num_magnitude_bins - 1), not ",
+               absl::StrCat(bins));
+  }
+  if (bins > kMaxMagnitudeBins) {
+    return Bad(at, "num_magnitude_bins must be at most ", absl::StrCat(kMaxMagnitudeBins),
+               " (stoker's limit: its magnitudes are torch's float32 linspace values up to "
+               "that many bins), not ",
                absl::StrCat(bins));
   }
   return absl::OkStatus();
@@ -951,7 +957,8 @@ absl::Status FillOp(Op* op, const std::string& at) {  // `at`: "ops[i] Name: "
       v1::AugMix* o = op->mutable_aug_mix();
       if (!o->has_severity()) o->set_severity(kDefaultAugMixSeverity);
       if (!o->has_mixture_width()) o->set_mixture_width(kDefaultAugMixWidth);
-      if (!o->has_chain_depth()) o->set_chain_depth(kDefaultAugMixDepth);
+      // torchvision draws each chain's depth for any chain_depth <= 0.
+      if (!o->has_chain_depth() || o->chain_depth() <= 0) o->set_chain_depth(kDefaultAugMixDepth);
       if (!o->has_alpha()) o->set_alpha(kDefaultAugMixAlpha);
       if (!o->has_all_ops()) o->set_all_ops(kDefaultAugMixAllOps);
       if (o->severity() < 1 || o->severity() > kMaxAugMixSeverity) {
@@ -962,9 +969,8 @@ absl::Status FillOp(Op* op, const std::string& at) {  // `at`: "ops[i] Name: "
         return Bad(at, "mixture_width must be within 1..", absl::StrCat(kMaxAugMixWidth),
                    " (stoker's limit), not ", absl::StrCat(o->mixture_width()));
       }
-      if (o->chain_depth() != -1 &&
-          (o->chain_depth() < 1 || o->chain_depth() > static_cast<int32_t>(kMaxAugMixDepth))) {
-        return Bad(at, "chain_depth must be -1 (each chain's depth drawn from 1..3) or within 1..",
+      if (o->chain_depth() != -1 && o->chain_depth() > static_cast<int32_t>(kMaxAugMixDepth)) {
+        return Bad(at, "chain_depth must be <= 0 (each chain's depth drawn from 1..3) or within 1..",
                    absl::StrCat(kMaxAugMixDepth), " (stoker's limit), not ",
                    absl::StrCat(o->chain_depth()));
       }

@@ -67,6 +67,10 @@ inline constexpr uint64_t kMaxMaxDecodePixels = 1ull << 32;
 inline constexpr uint32_t kMaxPolicyOps = 8;
 inline constexpr uint32_t kMaxAugMixWidth = 8;
 inline constexpr uint32_t kMaxAugMixDepth = 8;
+// The most magnitude bins a policy may have (torchvision takes any): the
+// bins' values reproduce torch's float32 linspace bit for bit up to this
+// many (server/image/policy.h: TorchLinspace).
+inline constexpr uint32_t kMaxMagnitudeBins = 32768;
 
 // The most steps one sample's ops may make (image::kMaxSteps, which
 // server/lower_pipeline.cc asserts equal): what each op can make at most

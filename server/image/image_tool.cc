@@ -31,7 +31,11 @@
 // numbers are doubles); hflip, vflip, grayscale, autocontrast, equalize,
 // invert and mix_end nothing more. Steps a policy drew also carry "aug"
 // (torchvision's op name, "ShearX"), "bin" (-1: none) and "magnitude" (as
-// _apply_op got it); --steps reads them back but nothing runs from them.
+// _apply_op got it); --steps reads them back, and only a tensor step's
+// ratio (1 + magnitude) runs from them. Steps that run torchvision's tensor
+// kernels (AugMix's chains: pipeline.h's Step::tensor_kernels) carry
+// "tensor": true, and affine and rotate ones with a fill "tensor_fill":
+// true (absent: torchvision's fill None).
 //
 // Each prints JSON on stdout; errors go to stderr with exit code 1.
 
@@ -39,14 +43,17 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -342,6 +349,8 @@ std::string StepsJson(const SampleSteps& steps) {
       absl::StrAppend(&out, ",\"aug\":", JsonString(AugOpName(s.aug)), ",\"bin\":", s.aug_bin,
                       ",\"magnitude\":", FloatJson(s.aug_magnitude));
     }
+    if (s.tensor_kernels != 0) absl::StrAppend(&out, ",\"tensor\":true");
+    if (s.tensor_fill != 0) absl::StrAppend(&out, ",\"tensor_fill\":true");
     out += "}";
   }
   return out + "]";
@@ -382,6 +391,15 @@ bool ParseSteps(const std::string& json, SampleSteps* steps) {
       return v != nullptr ? v->number_value() : 0;
     };
     auto uint = [&](double d) { return static_cast<uint32_t>(std::clamp(d, 0.0, 4294967295.0)); };
+    // A JSON number past float's range is refused (the cast would be undefined).
+    auto f32 = [&](double d) -> float {
+      if (std::isfinite(d) && std::fabs(d) > std::numeric_limits<float>::max()) {
+        std::cerr << at << ": " << d << " is beyond float's range\n";
+        ok = false;
+        return 0.0f;
+      }
+      return static_cast<float>(d);
+    };
     auto numbers = [&](const std::string& name, size_t n, double* out) {
       const pb::Value* v = get(name);
       if (v == nullptr) return;
@@ -453,7 +471,7 @@ bool ParseSteps(const std::string& json, SampleSteps* steps) {
             return false;
           }
           s.jitter_order[s.jitter_count++] = j;
-          s.factor[j] = static_cast<float>(number(JitterName(j)));
+          s.factor[j] = f32(number(JitterName(j)));
         }
         break;
       }
@@ -461,26 +479,26 @@ bool ParseSteps(const std::string& json, SampleSteps* steps) {
         double k[2] = {0, 0};
         numbers("kernel_size", 2, k);
         s.kernel_x = uint(k[0]), s.kernel_y = uint(k[1]);
-        s.sigma = static_cast<float>(number("sigma"));
+        s.sigma = f32(number("sigma"));
         break;
       }
       case StepKind::kAffine:
       case StepKind::kRotate: {
-        s.angle = static_cast<float>(number("angle"));
+        s.angle = f32(number("angle"));
         if (s.kind == StepKind::kAffine) {
           double t[2] = {0, 0};
           if (f.count("translate") != 0) numbers("translate", 2, t);
           for (int k = 0; k < 2; ++k) {
             s.translate[k] = static_cast<int32_t>(std::clamp(t[k], -2147483648.0, 2147483647.0));
           }
-          s.affine_scale = f.count("scale") != 0 ? static_cast<float>(number("scale")) : 1.0f;
+          s.affine_scale = f.count("scale") != 0 ? f32(number("scale")) : 1.0f;
           if (f.count("shear") != 0) numbers("shear", 2, s.shear);
         }
         if (f.count("center") != 0) {
           double c[2] = {0, 0};
           numbers("center", 2, c);
           s.has_center = 1;
-          s.center[0] = static_cast<float>(c[0]), s.center[1] = static_cast<float>(c[1]);
+          s.center[0] = f32(c[0]), s.center[1] = f32(c[1]);
         }
         const std::string interp =
             f.count("interpolation") != 0 ? f.at("interpolation").string_value() : "nearest";
@@ -499,14 +517,14 @@ bool ParseSteps(const std::string& json, SampleSteps* steps) {
         s.bits = uint(number("bits"));
         break;
       case StepKind::kSolarize:
-        s.threshold = static_cast<float>(number("threshold"));
+        s.threshold = f32(number("threshold"));
         break;
       case StepKind::kSharpness:
-        s.factor[0] = static_cast<float>(number("factor"));
+        s.factor[0] = f32(number("factor"));
         break;
       case StepKind::kMixBegin:
       case StepKind::kMixChain:
-        s.mix_weight = static_cast<float>(number("weight"));
+        s.mix_weight = f32(number("weight"));
         break;
       case StepKind::kErase: {
         s.top = uint(number("top")), s.left = uint(number("left"));
@@ -519,14 +537,15 @@ bool ParseSteps(const std::string& json, SampleSteps* steps) {
           char* end = nullptr;
           errno = 0;
           s.noise_seed = std::strtoull(text.c_str(), &end, 10);
-          if (text.empty() || *end != '\0' || errno != 0) {
+          if (text.empty() || !std::isdigit(static_cast<unsigned char>(text[0])) || *end != '\0' ||
+              errno != 0) {
             std::cerr << at << ": \"noise_seed\" must be a decimal string\n";
             return false;
           }
         } else {
           double v[3] = {0, 0, 0};
           numbers("value", 3, v);
-          for (int k = 0; k < 3; ++k) s.erase_value[k] = static_cast<float>(v[k]);
+          for (int k = 0; k < 3; ++k) s.erase_value[k] = f32(v[k]);
         }
         break;
       }
@@ -546,10 +565,16 @@ bool ParseSteps(const std::string& json, SampleSteps* steps) {
       }
       s.from_policy = 1;
       s.aug = static_cast<AugOp>(a);
-      s.aug_bin = f.count("bin") != 0 ? static_cast<int32_t>(f.at("bin").number_value()) : -1;
+      s.aug_bin = f.count("bin") != 0 ? static_cast<int32_t>(
+                                               std::clamp(f.at("bin").number_value(), -1.0, 2147483647.0)) : -1;
       s.aug_magnitude =
-          f.count("magnitude") != 0 ? static_cast<float>(f.at("magnitude").number_value()) : 0.0f;
+          f.count("magnitude") != 0 ? f32(f.at("magnitude").number_value()) : 0.0f;
     }
+    auto flag = [&](const char* name) {
+      return f.count(name) != 0 && f.at(name).bool_value() ? 1u : 0u;
+    };
+    s.tensor_kernels = flag("tensor");
+    s.tensor_fill = flag("tensor_fill");
     if (!ok) return false;
   }
   return true;

@@ -1,6 +1,7 @@
 // The per-sample kernels of the ops that run on a decoded image (the steps
 // of pipeline.h that the planner does not fuse into the decode), each
-// reproducing torchvision 0.14's PIL path (Pillow 9.4). Internal to
+// reproducing torchvision 0.14's PIL path (Pillow 9.4), and, for AugMix's
+// chains, its tensor path on a uint8 tensor (the Tensor* ones). Internal to
 // stoker_image: the daemon calls SampleProcessor (pipeline.h) only; tests
 // and tools call these directly.
 //
@@ -28,6 +29,13 @@
 //   affine and rotate, nearest and bilinear    identical (Geometry.c's
 //                                              engines and arithmetic)
 //   AugMix's mixing                            identical to torch's float32
+//
+// torchvision's tensor kernels (the Tensor* functions: AugMix's chains),
+// against F.* on the uint8 tensor (tests/python/test_augmix.py):
+//   contrast, saturation, autocontrast,        identical (contrast's mean:
+//   sharpness                                  torch on one thread)
+//   affine and rotate, nearest and bilinear,   identical (grid and
+//   fill None or given                         grid_sample's float32 steps)
 
 #ifndef STOKER_SERVER_IMAGE_OPS_H_
 #define STOKER_SERVER_IMAGE_OPS_H_
@@ -81,7 +89,9 @@ void AdjustSaturation(uint8_t* img, size_t pixels, float factor);
 void AdjustHue(uint8_t* img, size_t pixels, float hue);
 
 // One ColorJitter step (pipeline.h: Step kColorJitter): its adjustments in
-// its order.
+// its order; with step.tensor_kernels, contrast and saturation are the
+// Tensor* kernels below, with ratio 1 + aug_magnitude (double) for a
+// policy's step, else the factor (hue stays PIL's: no policy makes one).
 void ColorJitter(uint8_t* img, size_t pixels, const Step& step);
 
 // torchvision's 1-D Gaussian kernel: linspace(-(k-1)/2, (k-1)/2, k),
@@ -165,13 +175,71 @@ void RotateImage(const uint8_t* src, uint32_t height, uint32_t width, double ang
 // AugMix's mixing (torchvision 0.14 on a PIL image: the image as a uint8
 // tensor, mixed in float32, truncated back to uint8): acc = weight * img
 // (MixStart), acc += weight * img (MixAdd), img = uint8(acc) truncated,
-// clamped to [0, 255] (MixFinish). `acc` holds pixels * 3 floats. Note:
-// torchvision 0.14's AugMix also runs its chains' ops on that tensor
-// (functional_tensor's grid_sample, conv2d and float blends, not PIL's), so
-// chains made of the PIL kernels above are not bit-exact to it.
+// clamped to [0, 255] (MixFinish). `acc` holds pixels * 3 floats.
+// torchvision 0.14's AugMix also runs its chains' ops on that tensor: its
+// chains' steps run the Tensor* kernels below (Step::tensor_kernels).
 void MixStart(const uint8_t* img, size_t pixels, float weight, float* acc);
 void MixAdd(const uint8_t* img, size_t pixels, float weight, float* acc);
 void MixFinish(const float* acc, size_t pixels, uint8_t* img);
+
+// --- torchvision 0.14's tensor kernels (functional_tensor.py) on a uint8
+// image, for AugMix's chains (torchvision runs them on the PIL image's
+// uint8 tensor). A ratio is the Python float _blend gets: it multiplies in
+// float32(ratio), the other side in float32(1.0 - ratio) (computed in
+// double); each product and sum is rounded to float32, then clamped to
+// [0, 255] and truncated. Brightness, equalize, posterize, solarize,
+// invert and whole-pixel translations give what the PIL kernels above give;
+// these are the ones that do not. ---
+
+// rgb_to_grayscale of one pixel: (0.2989 r + 0.587 g) + 0.114 b in float32,
+// truncated. TensorGrayMean: torch.mean of it over the image, the float32
+// sum divided by float32(pixels), summed as torch 1.13's AVX2 cascade_sum
+// does on one thread (what DataLoader workers run: past 32768 pixels torch
+// with more threads splits the sum between them, and its last bits may
+// differ; under 2^24 every order gives the exact sum). pixels > 0.
+uint8_t TensorGrayscale(uint8_t r, uint8_t g, uint8_t b);
+float TensorGrayMean(const uint8_t* img, size_t pixels);
+
+// In place, F.adjust_contrast (_blend with the grey mean) and
+// F.adjust_saturation (_blend with the pixel's TensorGrayscale) on a uint8
+// tensor. ratio >= 0.
+void TensorAdjustContrast(uint8_t* img, size_t pixels, double ratio);
+void TensorAdjustSaturation(uint8_t* img, size_t pixels, double ratio);
+
+// In place, F.autocontrast on a uint8 tensor, per channel: (v - min) *
+// scale in float32, clamped, truncated, scale = (1 / (max - min)) * 255
+// (torch's bound / tensor is reciprocal(tensor) * bound); a flat channel
+// unchanged.
+void TensorAutocontrast(uint8_t* img, size_t pixels);
+
+// In place, F.adjust_sharpness on a uint8 tensor: _blend(img, blurred,
+// ratio) on every pixel, blurred = the image with its inner pixels replaced
+// by torch.round of the float32 3x3 conv [1 1 1; 1 5 1; 1 1 1] / 13 (which
+// is round(k / 13) for the integer sum k: no tie, no summation order
+// matters); an image under 3 pixels on a side unchanged. `scratch` holds
+// height * width * 3 bytes.
+void TensorAdjustSharpness(uint8_t* img, uint32_t height, uint32_t width, double ratio,
+                           uint8_t* scratch);
+
+// dst = functional_tensor.affine / rotate (expand off) of src with
+// `matrix`, the 6 coefficients _get_inverse_affine_matrix gives for a
+// tensor (InverseAffineMatrix with the center relative to the image's
+// center: F.affine's center_f, [0, 0] by default; F.rotate passes -angle):
+// theta = float32(matrix); the grid _gen_affine_grid makes (linspace base
+// grid, TorchLinspace; theta / [0.5 w, 0.5 h], products and sums rounded in
+// float32 as bmm gives them); grid_sample (align_corners false, zero
+// padding) as torch 1.13's AVX2 CPU kernel computes it (unnormalized
+// coordinates and bilinear weights in float32, fused multiply-adds where it
+// compiles them: ix = fma(gx + 1, w / 2, -0.5), value = fma(se_v, se,
+// fma(sw_v, sw, fma(ne_v, ne, nw_v * nw))), the FMA instruction where the
+// CPU has one, else libm's fmaf: the same values); kNearest rounds half to
+// even.
+// fill nullptr: torchvision's fill None (outside points read 0, bilinear
+// blends them in); else its mask channel: nearest takes fill where the mask
+// is < 0.5, bilinear v * mask + (1 - mask) * fill. Then torch.round to
+// uint8. src and dst may not overlap.
+void TensorAffine(const uint8_t* src, uint32_t height, uint32_t width, const double matrix[6],
+                  Interpolation interpolation, const uint8_t* fill, uint8_t* dst);
 
 // RandomErasing on an output tensor (torchvision F.erase: out[..., top:top
 // + h, left:left + w] = v) of out_height x out_width x 3 in `dtype`

@@ -586,6 +586,136 @@ TEST_CASE("AugMix's mixing is float32 products and sums, truncated", "[ops][poli
   CHECK((o[0] == 0 && o[1] == 255 && o[2] == 255));
 }
 
+// torchvision's tensor kernels: expectations from
+// torchvision.transforms.functional on torch.from_numpy(pixels).permute(2,
+// 0, 1) (uint8 tensors), checked by hand where noted.
+TEST_CASE("Tensor contrast and saturation are _blend on the uint8 tensor", "[ops][tensor]") {
+  // rgb_to_grayscale: (0.2989 r + 0.587 g) + 0.114 b, truncated.
+  const uint8_t gray[8] = {76, 149, 29, 130, 127, 96, 1, 68};
+  for (int i = 0; i < 8; ++i) {
+    CHECK(TensorGrayscale(kPixels[i][0], kPixels[i][1], kPixels[i][2]) == gray[i]);
+  }
+  std::vector<uint8_t> img = Pixels();
+  CHECK(TensorGrayMean(img.data(), 8) == 84.5f);  // 676 / 8
+  TensorAdjustContrast(img.data(), 8, 1.5);
+  CHECK(img == Flat({{255, 0, 0}, {0, 255, 0}, {0, 0, 255}, {0, 255, 92}, {149, 149, 149},
+                     {255, 0, 223}, {0, 0, 0}, {73, 56, 40}}));
+  img = Pixels();
+  TensorAdjustContrast(img.data(), 8, 0.3);
+  // (128, 128, 128): 0.3 * 128 + 0.7 * 84.5 = 97.55, truncated.
+  CHECK(img == Flat({{135, 59, 59}, {59, 135, 59}, {59, 59, 135}, {62, 119, 86}, {97, 97, 97},
+                     {134, 60, 112}, {59, 59, 60}, {82, 78, 75}}));
+  img = Pixels();
+  TensorAdjustSaturation(img.data(), 8, 1.7);
+  CHECK(img == Flat({{255, 0, 0}, {0, 255, 0}, {0, 0, 255}, {0, 249, 62}, {128, 128, 128},
+                     {255, 0, 233}, {1, 2, 4}, {83, 64, 45}}));
+  img = Pixels();
+  TensorAdjustSaturation(img.data(), 8, 0.0);  // the grey image
+  for (int i = 0; i < 8; ++i) {
+    CHECK((img[3 * i] == gray[i] && img[3 * i + 1] == gray[i] && img[3 * i + 2] == gray[i]));
+  }
+}
+
+TEST_CASE("Tensor grey mean sums in float32 as torch's cascade_sum does", "[ops][tensor]") {
+  // An LCG's pixels; torch.mean(rgb_to_grayscale(t).float()) on one thread.
+  auto image = [](size_t n) {
+    std::vector<uint8_t> img(n * 3);
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t x = (static_cast<uint32_t>(i) * 1103515245u + 12345u) >> 16;
+      img[3 * i] = static_cast<uint8_t>(x & 255);
+      img[3 * i + 1] = static_cast<uint8_t>(((x >> 8) & 127) | 128);
+      img[3 * i + 2] = static_cast<uint8_t>((x * 3) & 255);
+    }
+    return img;
+  };
+  std::vector<uint8_t> img = image(307200);  // grey sum 50551377
+  CHECK(TensorGrayMean(img.data(), 307200) == 164.55526733398438f);
+  // Grey sum 164555022: the float32 of the exact mean would be
+  // 164.55502319335938; torch's float32 sums round on the way.
+  img = image(1000000);
+  CHECK(TensorGrayMean(img.data(), 1000000) == 164.5550079345703f);
+}
+
+TEST_CASE("Tensor autocontrast scales by reciprocal(max - min) * 255", "[ops][tensor]") {
+  std::vector<uint8_t> img = Pixels();
+  TensorAutocontrast(img.data(), 8);  // every channel spans 0..255 already
+  CHECK(img == Pixels());
+  // One channel 7..10: scale (1 / 3.0f) * 255 = 85.0f; 8 -> 85, 10 -> 255;
+  // a flat channel stays.
+  img = Flat({{7, 5, 0}, {8, 5, 0}, {10, 5, 0}});
+  TensorAutocontrast(img.data(), 3);
+  CHECK(img == Flat({{0, 5, 0}, {85, 5, 0}, {255, 5, 0}}));
+  // (1 / d) * 255 is not 255 / d in float32: the top level of 0..61 lands
+  // on 254.99998 (torch gives 254; 255 / 61.0f would give 255), that of
+  // 0..7 on 255 (255 / 7.0f: 254).
+  img = Flat({{0, 0, 1}, {30, 3, 1}, {61, 7, 1}});
+  TensorAutocontrast(img.data(), 3);
+  CHECK(img == Flat({{0, 0, 1}, {125, 109, 1}, {254, 255, 1}}));
+}
+
+TEST_CASE("Tensor sharpness rounds the 3x3 mean, blends every pixel", "[ops][tensor]") {
+  // A 3x4 image: only the two inner pixels are blurred.
+  const std::vector<uint8_t> src =
+      Flat({{10, 245, 5}, {200, 55, 100}, {30, 225, 15}, {40, 215, 20},  // row 0
+            {250, 5, 125}, {5, 250, 2}, {255, 0, 127}, {0, 255, 0},      // row 1
+            {70, 185, 35}, {80, 175, 40}, {90, 165, 45}, {100, 155, 50}});
+  std::vector<uint8_t> scratch(src.size());
+  std::vector<uint8_t> img = src;
+  TensorAdjustSharpness(img.data(), 3, 4, 0.0, scratch.data());  // the blurred image itself
+  std::vector<uint8_t> want = src;
+  // (1, 1) red: (10 + 200 + 30 + 250 + 255 + 70 + 80 + 90 + 5 * 5) / 13 =
+  // 77.69, rounded to 78.
+  const uint8_t blurred[2][3] = {{78, 177, 39}, {140, 115, 70}};
+  for (int c = 0; c < 3; ++c) want[5 * 3 + c] = blurred[0][c], want[6 * 3 + c] = blurred[1][c];
+  CHECK(img == want);
+  img = src;
+  TensorAdjustSharpness(img.data(), 3, 4, 2.0, scratch.data());
+  want = src;
+  const uint8_t sharp[2][3] = {{0, 255, 0}, {255, 0, 184}};
+  for (int c = 0; c < 3; ++c) want[5 * 3 + c] = sharp[0][c], want[6 * 3 + c] = sharp[1][c];
+  CHECK(img == want);
+  img = src;
+  TensorAdjustSharpness(img.data(), 3, 4, 1.1, scratch.data());
+  want[6 * 3 + 2] = 132;  // 1.1f * 127 + float32(1 - 1.1) * 70
+  CHECK(img == want);
+  // Under 3 pixels on a side: unchanged.
+  img = src;
+  TensorAdjustSharpness(img.data(), 2, 6, 0.0, scratch.data());
+  CHECK(img == src);
+}
+
+TEST_CASE("Tensor affine is grid_sample's: half to even, zero padding, mask fill",
+          "[ops][tensor]") {
+  // functional_tensor.affine(img, matrix, mode, fill) of this 2x2 image.
+  const std::vector<uint8_t> img = Flat({{0, 0, 0}, {100, 200, 50}, {200, 40, 255}, {10, 10, 10}});
+  const uint8_t fill[3] = {9, 9, 9};
+  std::vector<uint8_t> out(img.size());
+  const double id[6] = {1, 0, 0, 0, 1, 0};
+  for (Interpolation interp : {Interpolation::kNearest, Interpolation::kBilinear}) {
+    for (const uint8_t* f : {static_cast<const uint8_t*>(nullptr), fill}) {
+      TensorAffine(img.data(), 2, 2, id, interp, f, out.data());
+      CHECK(out == img);
+    }
+  }
+  // Output pixel (x, y) samples (x + 0.25, y + 0.5): row 0 at (0.25, 0.5)
+  // and (1.25, 0.5), row 1 at y 1.5.
+  const double half[6] = {1.0, 0.0, 0.25, 0.0, 1.0, 0.5};
+  // Nearest: 0.5 and 1.5 round to 0 and 2 (half to even): row 1 outside.
+  TensorAffine(img.data(), 2, 2, half, Interpolation::kNearest, nullptr, out.data());
+  CHECK(out == Flat({{0, 0, 0}, {100, 200, 50}, {0, 0, 0}, {0, 0, 0}}));
+  TensorAffine(img.data(), 2, 2, half, Interpolation::kNearest, fill, out.data());
+  CHECK(out == Flat({{0, 0, 0}, {100, 200, 50}, {9, 9, 9}, {9, 9, 9}}));
+  // Bilinear: (0, 0) = 100 * 0.125 + 200 * 0.375 + 10 * 0.125 = 88.75,
+  // rounded to 89 (PIL truncates); (1, 0) reads zeros past the edge:
+  // 100 * 0.375 + 10 * 0.375 = 41.25.
+  TensorAffine(img.data(), 2, 2, half, Interpolation::kBilinear, nullptr, out.data());
+  CHECK(out == Flat({{89, 41, 103}, {41, 79, 22}, {76, 16, 97}, {4, 4, 4}}));
+  // With a fill, the mask (0.75 at (1, 0)) blends it in: 41.25 * 0.75 +
+  // 0.25 * 9 = 33.19.
+  TensorAffine(img.data(), 2, 2, half, Interpolation::kBilinear, fill, out.data());
+  CHECK(out == Flat({{89, 41, 103}, {33, 61, 19}, {43, 13, 53}, {7, 7, 7}}));
+}
+
 TEST_CASE("Erase writes only its box, in each dtype and layout", "[ops][policy]") {
   const uint32_t h = 9, w = 11;
   Step step;

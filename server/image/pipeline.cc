@@ -235,11 +235,13 @@ absl::Status ValidateOp(uint32_t i, const OpParams& op) {
       }
       if (op.kind == OpKind::kAutoAugment && op.policy != AutoAugmentPolicy::kImageNet &&
           op.policy != AutoAugmentPolicy::kCifar10 && op.policy != AutoAugmentPolicy::kSvhn) {
-        return bad("unknown policy");
+        return bad("unknown policy (imagenet, cifar10 or svhn)");
       }
       if (op.kind == OpKind::kRandAugment || op.kind == OpKind::kTrivialAugmentWide) {
         // torchvision's Posterize bins divide by num_magnitude_bins - 1.
-        if (op.num_magnitude_bins < 2) return bad("num_magnitude_bins must be >= 2");
+        if (op.num_magnitude_bins < 2 || op.num_magnitude_bins > kMaxMagnitudeBins) {
+          return bad("num_magnitude_bins must be within 2..32768");
+        }
       }
       if (op.kind == OpKind::kRandAugment) {
         if (op.num_ops > kMaxPolicyOps) {
@@ -346,6 +348,15 @@ absl::Status CheckSteps(const SampleSteps& steps, uint32_t height, uint32_t widt
     if (mix != kNoMix && (s.kind == StepKind::kCrop || s.kind == StepKind::kResize ||
                           s.kind == StepKind::kPad || s.kind == StepKind::kErase)) {
       return StepError(i, s, "changes the image's size inside a mix");
+    }
+    if (s.tensor_kernels > 1 || s.tensor_fill > 1) {
+      return StepError(i, s, "tensor_kernels and tensor_fill are 0 or 1");
+    }
+    // A policy's tensor blend takes its ratio from the magnitude.
+    if (s.tensor_kernels != 0 && s.from_policy != 0 &&
+        (s.kind == StepKind::kColorJitter || s.kind == StepKind::kSharpness) &&
+        !(Finite(s.aug_magnitude) && 1.0 + double{s.aug_magnitude} >= 0.0)) {
+      return StepError(i, s, "its ratio, 1 + magnitude, must be >= 0 (finite)");
     }
     if (mix == kMixOpen && s.kind != StepKind::kMixChain && s.kind != StepKind::kMixEnd) {
       return StepError(i, s, "a mix_begin is followed by a mix_chain or its mix_end");
@@ -1108,6 +1119,32 @@ absl::Status SampleProcessor::Impl::Execute(const PipelineParams& p, const Sampl
         case StepKind::kRotate: {
           dst = Room(spare, pixels * 3 + kResamplePadBytes);
           double center[2] = {st.center[0], st.center[1]};
+          if (st.tensor_kernels != 0) {
+            // F.affine / F.rotate for a tensor: the center relative to the
+            // image's, rotate's angle negated.
+            double center_f[2] = {0.0, 0.0};
+            if (st.has_center != 0) {
+              center_f[0] = center[0] - w * 0.5, center_f[1] = center[1] - h * 0.5;
+            }
+            const bool rotate = st.kind == StepKind::kRotate;
+            const double translate[2] = {rotate ? 0.0 : static_cast<double>(st.translate[0]),
+                                         rotate ? 0.0 : static_cast<double>(st.translate[1])};
+            const double no_shear[2] = {0.0, 0.0};
+            double matrix[6];
+            InverseAffineMatrix(center_f, rotate ? -static_cast<double>(st.angle) : st.angle,
+                                translate, rotate ? 1.0 : st.affine_scale,
+                                rotate ? no_shear : st.shear, matrix);
+            for (double m : matrix) {
+              if (!std::isfinite(m)) {
+                return absl::InvalidArgumentError(absl::StrCat(
+                    "step ", i, " (", StepKindName(st.kind),
+                    "): its inverse matrix is not finite (scale, shear or angle too extreme)"));
+              }
+            }
+            TensorAffine(cur, h, w, matrix, st.interpolation,
+                         st.tensor_fill != 0 ? st.fill : nullptr, dst);
+            break;
+          }
           if (st.kind == StepKind::kRotate) {
             RotateImage(cur, h, w, st.angle, st.has_center != 0 ? center : nullptr,
                         st.interpolation, st.fill, dst);
@@ -1121,7 +1158,9 @@ absl::Status SampleProcessor::Impl::Execute(const PipelineParams& p, const Sampl
           for (double m : matrix) {
             if (!std::isfinite(m)) {
               return absl::InvalidArgumentError(
-                  absl::StrCat("step ", i, " (affine): its matrix is not finite"));
+                  absl::StrCat("step ", i,
+                               " (affine): its inverse matrix is not finite (scale, shear or "
+                               "angle too extreme)"));
             }
           }
           AffineTransform(cur, h, w, matrix, st.interpolation, st.fill, dst);
@@ -1134,10 +1173,21 @@ absl::Status SampleProcessor::Impl::Execute(const PipelineParams& p, const Sampl
           Solarize(cur, pixels, st.threshold);
           break;
         case StepKind::kSharpness:
-          AdjustSharpness(cur, h, w, st.factor[0], Room(scratch8, pixels * 3));
+          if (st.tensor_kernels != 0) {
+            // _apply_op's ratio, 1.0 + magnitude in double, for a policy's.
+            const double ratio = st.from_policy != 0 ? 1.0 + static_cast<double>(st.aug_magnitude)
+                                                     : static_cast<double>(st.factor[0]);
+            TensorAdjustSharpness(cur, h, w, ratio, Room(scratch8, pixels * 3));
+          } else {
+            AdjustSharpness(cur, h, w, st.factor[0], Room(scratch8, pixels * 3));
+          }
           break;
         case StepKind::kAutocontrast:
-          Autocontrast(cur, pixels);
+          if (st.tensor_kernels != 0) {
+            TensorAutocontrast(cur, pixels);
+          } else {
+            Autocontrast(cur, pixels);
+          }
           break;
         case StepKind::kEqualize:
           Equalize(cur, pixels);

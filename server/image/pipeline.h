@@ -183,6 +183,10 @@ struct OpParams {
 inline constexpr uint32_t kMaxPolicyOps = 8;    // RandAugment num_ops
 inline constexpr uint32_t kMaxAugMixWidth = 8;
 inline constexpr uint32_t kMaxAugMixDepth = 8;
+// RandAugment's and TrivialAugmentWide's num_magnitude_bins: 2..this (the
+// bins are torch's float32 linspace values, reproduced up to this many:
+// policy.h's TorchLinspace).
+inline constexpr uint32_t kMaxMagnitudeBins = 32768;
 
 // Plain-old-data so that it crosses the daemon -> worker socket verbatim.
 // The daemon fills every field (defaults applied) from the Attach request.
@@ -265,13 +269,14 @@ enum class StepKind : uint32_t {
   kColorJitter = 6,     // jitter_order[0 .. jitter_count), factor
   kGrayscale = 7,       // PIL's convert("L"), copied to the 3 channels
   kGaussianBlur = 8,    // kernel_x, kernel_y (odd), sigma (both axes)
-  // torchvision F.affine on a PIL image: angle, translate (integers, in
-  // pixels), affine_scale, shear [x, y] (degrees), center (has_center, else
-  // the image's center), interpolation (kNearest / kBilinear), fill.
+  // torchvision F.affine on a PIL image (on a uint8 tensor with
+  // tensor_kernels): angle, translate (integers, in pixels), affine_scale,
+  // shear [x, y] (degrees), center (has_center, else the image's center),
+  // interpolation (kNearest / kBilinear), fill.
   kAffine = 9,
-  // torchvision F.rotate on a PIL image (PIL's Image.rotate, expand off):
-  // angle (degrees, counter-clockwise), center (has_center), interpolation,
-  // fill.
+  // torchvision F.rotate on a PIL image (PIL's Image.rotate, expand off; on
+  // a uint8 tensor with tensor_kernels): angle (degrees, counter-clockwise),
+  // center (has_center), interpolation, fill.
   kRotate = 10,
   kPosterize = 11,      // bits: keep the top `bits` bits of each channel
   kSolarize = 12,       // threshold: v >= threshold becomes 255 - v
@@ -287,7 +292,8 @@ enum class StepKind : uint32_t {
   // weighted sum of the original and every chain, in float32, truncated to
   // uint8 (torchvision's AugMix on a PIL image). Inside, only steps that
   // keep the image's size. torchvision runs the chains' ops with its tensor
-  // kernels; stoker with its PIL-exact ones (policy.h).
+  // kernels on the uint8 tensor; so do the chain steps AugMix draws
+  // (Step::tensor_kernels, policy.h).
   kMixBegin = 17,
   kMixChain = 18,
   kMixEnd = 19,
@@ -349,6 +355,18 @@ struct Step {
   AugOp aug = AugOp::kIdentity;
   int32_t aug_bin = -1;
   float aug_magnitude = 0;
+  // tensor_kernels 1: the step runs torchvision's tensor kernel (ops.h's
+  // Tensor* functions), not the PIL one: what AugMix's chains do (policy.h).
+  // It changes affine and rotate (the grid_sample path: center relative to
+  // the image's center, rotate's angle negated, no PIL shortcuts), a
+  // color_jitter's contrast and saturation (_blend with ratio 1 +
+  // aug_magnitude in double for a policy's step, else the factor), sharpness
+  // and autocontrast; the other kinds' tensor kernels give what their PIL
+  // ones give. tensor_fill (affine, rotate): 1 blends in `fill` through the
+  // mask channel (a fill given to torchvision), 0 is torchvision's fill None
+  // (points outside read 0).
+  uint32_t tensor_kernels = 0;
+  uint32_t tensor_fill = 0;
 };
 
 // The most steps one sample may have; ValidateParams refuses op lists that

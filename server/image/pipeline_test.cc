@@ -629,7 +629,18 @@ std::vector<uint8_t> ApplySteps(std::vector<uint8_t> img, uint32_t* h, uint32_t*
       case StepKind::kRotate: {
         out.resize(img.size());
         double center[2] = {s.center[0], s.center[1]};
-        if (s.kind == StepKind::kRotate) {
+        if (s.tensor_kernels != 0) {  // F.affine / F.rotate on a tensor
+          const bool rot = s.kind == StepKind::kRotate;
+          double cf[2] = {0, 0};
+          if (s.has_center != 0) cf[0] = center[0] - *w * 0.5, cf[1] = center[1] - *h * 0.5;
+          const double t[2] = {rot ? 0.0 : s.translate[0], rot ? 0.0 : s.translate[1]};
+          const double none[2] = {0, 0};
+          double m[6];
+          InverseAffineMatrix(cf, rot ? -double{s.angle} : s.angle, t, rot ? 1.0 : s.affine_scale,
+                              rot ? none : s.shear, m);
+          TensorAffine(img.data(), *h, *w, m, s.interpolation,
+                       s.tensor_fill != 0 ? s.fill : nullptr, out.data());
+        } else if (s.kind == StepKind::kRotate) {
           RotateImage(img.data(), *h, *w, s.angle, s.has_center != 0 ? center : nullptr,
                       s.interpolation, s.fill, out.data());
         } else {
@@ -653,14 +664,23 @@ std::vector<uint8_t> ApplySteps(std::vector<uint8_t> img, uint32_t* h, uint32_t*
         Invert(img.data(), size_t{*h} * *w);
         break;
       case StepKind::kAutocontrast:
-        Autocontrast(img.data(), size_t{*h} * *w);
+        if (s.tensor_kernels != 0) {
+          TensorAutocontrast(img.data(), size_t{*h} * *w);
+        } else {
+          Autocontrast(img.data(), size_t{*h} * *w);
+        }
         break;
       case StepKind::kEqualize:
         Equalize(img.data(), size_t{*h} * *w);
         break;
       case StepKind::kSharpness: {
         std::vector<uint8_t> scratch(img.size());
-        AdjustSharpness(img.data(), *h, *w, s.factor[0], scratch.data());
+        if (s.tensor_kernels != 0) {
+          const double ratio = s.from_policy != 0 ? 1.0 + double{s.aug_magnitude} : s.factor[0];
+          TensorAdjustSharpness(img.data(), *h, *w, ratio, scratch.data());
+        } else {
+          AdjustSharpness(img.data(), *h, *w, s.factor[0], scratch.data());
+        }
         break;
       }
       case StepKind::kMixBegin: {

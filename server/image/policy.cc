@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <iterator>
+#include <limits>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -383,16 +384,17 @@ absl::Status DrawSpaceOp(const OpParams& op, uint32_t op_index, PolicySpace spac
   return AppendAugSteps(op, op_index, aug, bin, magnitude, steps);
 }
 
-// Dirichlet(alpha * ones(k)) in float32, as torch returns it.
+// Dirichlet(alpha * ones(k)) in float32, as torch returns it: each gamma
+// draw as a float clamped to FLT_MIN (torch's clamp: never 0 / 0), the sum
+// and the quotients in float.
 void DrawDirichlet(KeyedRng& rng, double alpha, uint32_t k, float* out) {
-  double g[kMaxAugMixWidth > 2 ? kMaxAugMixWidth : 2];
-  double sum = 0.0;
+  float g[kMaxAugMixWidth > 2 ? kMaxAugMixWidth : 2];
+  float sum = 0.0f;
   for (uint32_t i = 0; i < k; ++i) {
-    // torch clamps its gamma draws to the smallest normal: never 0 / 0.
-    g[i] = std::max(GammaDraw(rng, alpha), 1e-300);
+    g[i] = std::max(static_cast<float>(GammaDraw(rng, alpha)), std::numeric_limits<float>::min());
     sum += g[i];
   }
-  for (uint32_t i = 0; i < k; ++i) out[i] = static_cast<float>(g[i] / sum);
+  for (uint32_t i = 0; i < k; ++i) out[i] = g[i] / sum;
 }
 
 }  // namespace
@@ -458,17 +460,29 @@ absl::Status DrawPolicy(const OpParams& op, uint32_t op_index, uint32_t height, 
         s.op = op_index;
         s.mix_weight = weight;
       };
+      // torchvision's AugMix passes a PIL image's fill as given, None by
+      // default; the params hold no "not given": fill 0 is taken as None.
+      const uint32_t fill_given = op.fill[0] != 0 || op.fill[1] != 0 || op.fill[2] != 0 ? 1 : 0;
       marker(StepKind::kMixBegin, m[0]);
       for (uint32_t c = 0; c < width_n; ++c) {
         marker(StepKind::kMixChain, weights[c]);
         const uint32_t depth = op.chain_depth > 0 ? static_cast<uint32_t>(op.chain_depth)
                                                   : 1 + static_cast<uint32_t>(rng.Below(3));
         for (uint32_t d = 0; d < depth; ++d) {
+          const uint32_t first = steps->count;
           // AugMix's space has _PARAMETER_MAX (10) bins, drawn below severity.
           if (absl::Status s = DrawSpaceOp(op, op_index, AugMixSpace(op), 10, -1, op.severity,
                                            height, width, rng, steps);
               !s.ok()) {
             return s;
+          }
+          // forward() runs _apply_op on the PIL image's uint8 tensor.
+          for (uint32_t k = first; k < steps->count; ++k) {
+            Step& s = steps->steps[k];
+            s.tensor_kernels = 1;
+            if (s.kind == StepKind::kAffine || s.kind == StepKind::kRotate) {
+              s.tensor_fill = fill_given;
+            }
           }
         }
       }

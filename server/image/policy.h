@@ -17,10 +17,15 @@
 //     same distributions (a uniform sub-policy or op, a uniform bin, a sign
 //     negative with probability 1/2, U[0, 1) <= p for AutoAugment's ops,
 //     AugMix's Dirichlet weights from Gamma draws), other values;
-//   - AugMix: torchvision runs its chains on a uint8 tensor, with the
-//     tensor kernels (F.affine by grid_sample, ...), which differ from the
-//     PIL ones; stoker runs its PIL-exact kernels (ops.h) on every op and
-//     mixes as torchvision does (float32, truncated to uint8).
+//   - AugMix: torchvision runs its chains on the PIL image's uint8 tensor,
+//     with its tensor kernels (F.affine by grid_sample, _blend in float32,
+//     ...), which differ from the PIL ones; AugMix's chain steps carry
+//     tensor_kernels 1 and run those (ops.h's Tensor* kernels), mixed as
+//     torchvision mixes (float32, truncated to uint8): a sample is
+//     torchvision's for the same draws. Its fill: torchvision's None unless
+//     given; stoker's params cannot tell a fill given as 0 from none, and
+//     take 0 as None (tensor_fill 0; bilinear edges differ from an explicit
+//     fill=0).
 
 #ifndef STOKER_SERVER_IMAGE_POLICY_H_
 #define STOKER_SERVER_IMAGE_POLICY_H_
@@ -108,7 +113,8 @@ uint32_t AutoAugmentSubPolicies(AutoAugmentPolicy policy, const SubPolicyOp (**t
 //     Dirichlet([alpha] * width) * m[1] (float32), then per chain its depth
 //     (chain_depth, or uniform in 1..3 when -1) and per op a uniform op, a
 //     uniform bin below severity, a sign: kMixBegin(m[0]), per chain
-//     kMixChain(weight) and its steps, kMixEnd.
+//     kMixChain(weight) and its steps (tensor_kernels 1; tensor_fill 1 on
+//     affine and rotate when op.fill is not 0), kMixEnd.
 [[nodiscard]] absl::Status DrawPolicy(const OpParams& op, uint32_t op_index, uint32_t height,
                                       uint32_t width, KeyedRng& rng, SampleSteps* steps);
 

@@ -266,6 +266,8 @@ TEST_CASE("AugMix: markers around its chains, weights summing to 1", "[policy][d
         CHECK(st.from_policy == 1);
         CHECK(st.aug_bin < 3);  // below severity
         CHECK(st.interpolation == Interpolation::kBilinear);
+        CHECK(st.tensor_kernels == 1);  // torchvision runs the chains on the tensor
+        CHECK(st.tensor_fill == 0);     // fill 0: None
         ++ops_in_chain;
       }
       if (depth < 0) ++depths[ops_in_chain];
@@ -278,6 +280,38 @@ TEST_CASE("AugMix: markers around its chains, weights summing to 1", "[policy][d
       CHECK(depths[0] == 0);
       for (int d = 1; d <= 3; ++d) CHECK(depths[d] > 300);  // 400 expected each
     }
+  }
+}
+
+TEST_CASE("AugMix's chain steps run the tensor kernels; other policies' do not", "[policy][draw]") {
+  OpParams augmix = AugMixOp(10, 4, 3);
+  augmix.fill[0] = 30, augmix.fill[1] = 60, augmix.fill[2] = 90;
+  bool geometric = false;
+  for (uint64_t i = 0; i < 50; ++i) {
+    KeyedRng rng(2, 0, i);
+    SampleSteps s;
+    REQUIRE(DrawPolicy(augmix, 0, 64, 80, rng, &s).ok());
+    for (uint32_t k = 0; k < s.count; ++k) {
+      const Step& st = s.steps[k];
+      const bool marker = st.kind == StepKind::kMixBegin || st.kind == StepKind::kMixChain ||
+                          st.kind == StepKind::kMixEnd;
+      CHECK(st.tensor_kernels == (marker ? 0u : 1u));
+      // A fill given: affine and rotate blend it in through the mask.
+      const bool affine = st.kind == StepKind::kAffine || st.kind == StepKind::kRotate;
+      CHECK(st.tensor_fill == (affine ? 1u : 0u));
+      geometric = geometric || affine;
+    }
+  }
+  CHECK(geometric);
+  OpParams trivial;
+  trivial.kind = OpKind::kTrivialAugmentWide;
+  trivial.num_magnitude_bins = 31;
+  trivial.interpolation = Interpolation::kNearest;
+  for (uint64_t i = 0; i < 50; ++i) {
+    KeyedRng rng(2, 0, i);
+    SampleSteps s;
+    REQUIRE(DrawPolicy(trivial, 0, 64, 80, rng, &s).ok());
+    for (uint32_t k = 0; k < s.count; ++k) CHECK(s.steps[k].tensor_kernels == 0);
   }
 }
 

@@ -188,6 +188,9 @@ def test_random_choice_picks_by_p_from_the_batch_generator(sb):
     assert (got.transform, got.lam, got.box) == (want.transform, want.lam, want.box)
     with pytest.raises(ValueError, match="num_classes"):
         sb.RandomChoice([mixup, sb.CutMix(num_classes=4)])
+    for bad in ([float("inf"), 1], [float("nan"), 1], [-1, 2], [0, 0], [1]):
+        with pytest.raises(ValueError, match="finite weights"):
+            sb.RandomChoice([mixup, cutmix], p=bad)
 
 
 def splitmix64(x):

@@ -8,7 +8,10 @@ invert, autocontrast, equalize, adjust_sharpness, affine and rotate with
 NEAREST and BILINEAR (shears as autoaugment.py's _apply_op passes them,
 translations, rotations, scales, centers, fill colours; rotations by right
 angles on square and non-square images), and AugMix's mixing of chain
-results (torch's float32 arithmetic on the uint8 tensor).
+results (torch's float32 arithmetic on the uint8 tensor). These are the PIL
+kernels (what AutoAugment, RandAugment and TrivialAugmentWide run on a PIL
+image); AugMix's own chains run torchvision's tensor kernels, checked in
+test_augmix.py.
 
 Step parameters travel as float32 (pipeline.h's Step): the values given to
 torchvision here are float32 values, as the policies' own draws are.

@@ -341,11 +341,11 @@ class RandomChoice(BatchTransform):
         self.num_classes = classes.pop()
         if p is not None:
             weights = [float(x) for x in p]
-            if (len(weights) != len(self.transforms) or any(not x >= 0 for x in weights)
+            if (len(weights) != len(self.transforms) or any(not (x >= 0 and math.isfinite(x)) for x in weights)
                     or sum(weights) <= 0):
                 raise _native.InvalidRequestError(
-                    f"RandomChoice: p must be {len(self.transforms)} weights >= 0 with a "
-                    f"positive sum, got {p!r}")
+                    f"RandomChoice: p must be {len(self.transforms)} finite weights >= 0 with "
+                    f"a positive sum, got {p!r}")
         else:
             weights = [1.0] * len(self.transforms)
         total = sum(weights)

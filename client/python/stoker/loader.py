@@ -202,7 +202,10 @@ _DATALOADER_ONLY: Dict[str, Tuple[Any, str]] = {
                 "the order and rank=/world_size= to shard it"),
     "batch_sampler": (None, "the daemon makes the batches: use batch_size= and drop_last="),
     "collate_fn": (None, "batches come from the ring already collated, (images, labels) "
-                   "tensors (iter_batches() adds indices and statuses); no collate_fn runs"),
+                   "tensors (iter_batches() adds indices and statuses); no collate_fn runs. "
+                   "For mixup/cutmix in a collate_fn (torchvision's reference recipe) give "
+                   "batch_transform=stoker.RandomChoice([stoker.MixUp(...), "
+                   "stoker.CutMix(...)])"),
     "worker_init_fn": (None, "the daemon's worker processes decode in C++: no Python worker "
                        "runs a worker_init_fn"),
     "generator": (None, "the order and the augmentations are drawn from seed= and the epoch"),
