@@ -50,8 +50,8 @@ bool TwoSides(const Size& size, image::OpParams* o) {
   return true;
 }
 
-template <typename Range>
-bool Pair(const Range& r, float (&out)[2]) {
+template <typename Range, typename T>
+bool Pair(const Range& r, T (&out)[2]) {
   if (r.size() != 2) return false;
   out[0] = r.Get(0);
   out[1] = r.Get(1);

@@ -24,6 +24,7 @@ using v1::Op;
 using v1::PipelineSpec;
 using Sizes = pb::RepeatedField<uint32_t>;
 using Floats = pb::RepeatedField<float>;
+using Doubles = pb::RepeatedField<double>;
 
 // ---------------------------------------------------------------------------
 // Every default and limit of the contract (stoker.proto states them).
@@ -143,12 +144,25 @@ std::string FloatText(float v) {
   return absl::StrFormat("%.9g", v);
 }
 
+// The same for a double.
+std::string DoubleText(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "Infinity" : "-Infinity";
+  for (int prec = 1; prec < 17; ++prec) {
+    std::string t = absl::StrFormat("%.*g", prec, v);
+    if (std::strtod(t.c_str(), nullptr) == v) return t;
+  }
+  return absl::StrFormat("%.17g", v);
+}
+
 template <typename T>
 std::string ListText(const pb::RepeatedField<T>& r) {
   std::vector<std::string> parts;
   for (T v : r) {
     if constexpr (std::is_same_v<T, float>) {
       parts.push_back(FloatText(v));
+    } else if constexpr (std::is_same_v<T, double>) {
+      parts.push_back(DoubleText(v));
     } else {
       parts.push_back(absl::StrCat(v));
     }
@@ -308,6 +322,22 @@ absl::Status AddValue(pb::Message* m, const pb::FieldDescriptor* f, const pb::Va
         return Bad(label, " must be a number, not ", ValueText(v));
       }
       rep ? r->AddFloat(m, f, x) : r->SetFloat(m, f, x);
+      return absl::OkStatus();
+    }
+    case pb::FieldDescriptor::CPPTYPE_DOUBLE: {
+      double x = 0;
+      if (v.kind_case() == pb::Value::kNumberValue) {
+        x = v.number_value();
+      } else if (v.kind_case() == pb::Value::kStringValue && v.string_value() == "NaN") {
+        x = std::numeric_limits<double>::quiet_NaN();
+      } else if (v.kind_case() == pb::Value::kStringValue &&
+                 (v.string_value() == "Infinity" || v.string_value() == "-Infinity")) {
+        x = std::numeric_limits<double>::infinity();
+        if (v.string_value()[0] == '-') x = -x;
+      } else {
+        return Bad(label, " must be a number, not ", ValueText(v));
+      }
+      rep ? r->AddDouble(m, f, x) : r->SetDouble(m, f, x);
       return absl::OkStatus();
     }
     case pb::FieldDescriptor::CPPTYPE_BOOL:
@@ -588,13 +618,13 @@ absl::Status AffineInterpolation(std::string* v, absl::string_view def, absl::st
 }
 
 // [x, y] or empty (the image's center).
-absl::Status Center(const Floats& c, absl::string_view at) {
+absl::Status Center(const Doubles& c, absl::string_view at) {
   if (c.empty()) return absl::OkStatus();
   if (c.size() != 2) {
     return Bad(at, "center should be a sequence of length 2 ([x, y]), not ", absl::StrCat(c.size()),
                " values");
   }
-  for (float v : c) {
+  for (double v : c) {
     if (!std::isfinite(v)) return Bad(at, "center ", ListText(c), " must be finite");
   }
   return absl::OkStatus();
@@ -884,7 +914,7 @@ absl::Status FillOp(Op* op, const std::string& at) {  // `at`: "ops[i] Name: "
       v1::RandomSolarize* o = op->mutable_random_solarize();
       if (!o->has_threshold()) return Bad(at, "threshold is required");
       if (!std::isfinite(o->threshold())) {
-        return Bad(at, "threshold must be finite, not ", FloatText(o->threshold()));
+        return Bad(at, "threshold must be finite, not ", DoubleText(o->threshold()));
       }
       return Probability(o, kDefaultRandomP, at);
     }
@@ -1421,6 +1451,11 @@ void AppendValue(const pb::Message& m, const pb::FieldDescriptor* f, int i, std:
     case pb::FieldDescriptor::CPPTYPE_FLOAT: {
       const float v = rep ? r->GetRepeatedFloat(m, f, i) : r->GetFloat(m, f);
       absl::StrAppend(out, json && !std::isfinite(v) ? JsonQuote(FloatText(v)) : FloatText(v));
+      break;
+    }
+    case pb::FieldDescriptor::CPPTYPE_DOUBLE: {
+      const double v = rep ? r->GetRepeatedDouble(m, f, i) : r->GetDouble(m, f);
+      absl::StrAppend(out, json && !std::isfinite(v) ? JsonQuote(DoubleText(v)) : DoubleText(v));
       break;
     }
     case pb::FieldDescriptor::CPPTYPE_BOOL:

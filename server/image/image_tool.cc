@@ -313,8 +313,8 @@ std::string StepsJson(const SampleSteps& steps) {
                           DoubleJson(s.shear[0]), ",", DoubleJson(s.shear[1]), "]");
         }
         if (s.has_center != 0) {
-          absl::StrAppend(&out, ",\"center\":[", FloatJson(s.center[0]), ",",
-                          FloatJson(s.center[1]), "]");
+          absl::StrAppend(&out, ",\"center\":[", DoubleJson(s.center[0]), ",",
+                          DoubleJson(s.center[1]), "]");
         }
         absl::StrAppend(&out, ",\"interpolation\":", JsonString(InterpolationName(s.interpolation)),
                         ",\"fill\":[", s.fill[0], ",", s.fill[1], ",", s.fill[2], "]");
@@ -323,7 +323,7 @@ std::string StepsJson(const SampleSteps& steps) {
         absl::StrAppend(&out, ",\"bits\":", s.bits);
         break;
       case StepKind::kSolarize:
-        absl::StrAppend(&out, ",\"threshold\":", FloatJson(s.threshold));
+        absl::StrAppend(&out, ",\"threshold\":", DoubleJson(s.threshold));
         break;
       case StepKind::kSharpness:
         absl::StrAppend(&out, ",\"factor\":", FloatJson(s.factor[0]));
@@ -498,7 +498,7 @@ bool ParseSteps(const std::string& json, SampleSteps* steps) {
           double c[2] = {0, 0};
           numbers("center", 2, c);
           s.has_center = 1;
-          s.center[0] = f32(c[0]), s.center[1] = f32(c[1]);
+          s.center[0] = c[0], s.center[1] = c[1];
         }
         const std::string interp =
             f.count("interpolation") != 0 ? f.at("interpolation").string_value() : "nearest";
@@ -517,7 +517,7 @@ bool ParseSteps(const std::string& json, SampleSteps* steps) {
         s.bits = uint(number("bits"));
         break;
       case StepKind::kSolarize:
-        s.threshold = f32(number("threshold"));
+        s.threshold = number("threshold");
         break;
       case StepKind::kSharpness:
         s.factor[0] = f32(number("factor"));

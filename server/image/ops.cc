@@ -459,11 +459,11 @@ void Posterize(uint8_t* img, size_t pixels, uint32_t bits) {
   for (size_t i = 0; i < pixels * 3; ++i) img[i] = static_cast<uint8_t>(img[i] & mask);
 }
 
-void Solarize(uint8_t* img, size_t pixels, float threshold) {
+void Solarize(uint8_t* img, size_t pixels, double threshold) {
   // v < threshold for integers v is v < first, the least integer in
   // [0, 256] that is not below it: one compare per byte, vectorized.
   int first = 0;
-  while (first < 256 && static_cast<double>(first) < static_cast<double>(threshold)) ++first;
+  while (first < 256 && static_cast<double>(first) < threshold) ++first;
   for (size_t i = 0; i < pixels * 3; ++i) {
     const int v = img[i];
     img[i] = static_cast<uint8_t>(v < first ? v : 255 - v);

@@ -120,7 +120,7 @@ void ApplyLut(uint8_t* img, size_t pixels, const uint8_t lut[256]);
 // ImageOps.solarize (v < threshold ? v : 255 - v); ImageOps.invert
 // (255 - v).
 void Posterize(uint8_t* img, size_t pixels, uint32_t bits);
-void Solarize(uint8_t* img, size_t pixels, float threshold);
+void Solarize(uint8_t* img, size_t pixels, double threshold);
 void Invert(uint8_t* img, size_t pixels);
 
 // In place, per channel: ImageOps.autocontrast(img) (cutoff 0, no ignore:

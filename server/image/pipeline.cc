@@ -40,6 +40,7 @@ constexpr uint32_t kCropMargin = 16;  // decoded pixels, see DecodeFused
 constexpr double kMinDecodedPerOutput = 6.5;
 
 bool Finite(float v) { return std::isfinite(v); }
+bool Finite(double v) { return std::isfinite(v); }
 
 uint64_t DtypeBytes(uint32_t dtype) { return ring::DTypeBytes(dtype); }
 

@@ -154,10 +154,12 @@ struct OpParams {
   // RandomRotation, RandomAffine: center [x, y] in pixels when has_center,
   // else the image's center. Their fill, and the policies', is `fill`
   // (R, G, B); their resampling `interpolation` (kNearest or kBilinear).
+  // center and threshold are doubles: torchvision hands PIL the Python
+  // floats given.
   uint32_t has_center = 0;
-  float center[2] = {0, 0};
+  double center[2] = {0, 0};
   uint32_t bits = 0;          // RandomPosterize: 0..8
-  float threshold = 0;        // RandomSolarize: pixels >= threshold invert
+  double threshold = 0;       // RandomSolarize: pixels >= threshold invert
   float sharpness_factor = 0; // RandomAdjustSharpness: >= 0
   // The policies.
   AutoAugmentPolicy policy = AutoAugmentPolicy::kImageNet;  // AutoAugment
@@ -340,9 +342,9 @@ struct Step {
   // Python float.
   double shear[2] = {0, 0};
   uint32_t has_center = 0;
-  float center[2] = {0, 0};
+  double center[2] = {0, 0};
   uint32_t bits = 0;       // kPosterize
-  float threshold = 0;     // kSolarize
+  double threshold = 0;    // kSolarize
   float mix_weight = 0;    // kMixBegin, kMixChain
   // kErase (the box in top, left, height, width).
   uint32_t erase_random = 0;

@@ -13,8 +13,11 @@ kernels (what AutoAugment, RandAugment and TrivialAugmentWide run on a PIL
 image); AugMix's own chains run torchvision's tensor kernels, checked in
 test_augmix.py.
 
-Step parameters travel as float32 (pipeline.h's Step): the values given to
-torchvision here are float32 values, as the policies' own draws are.
+Most step parameters travel as float32 (pipeline.h's Step): the values given
+to torchvision here are float32 values, as the policies' own draws are. The
+shears, centers and solarize thresholds are doubles (a policy's shear is
+degrees(atan(m)); centers and thresholds are the user's Python floats): the
+cases include values that no float32 holds.
 
 Images: a photo-like one, a finely textured one (textured_corpus's fur) and a
 small square, ~100 x 130.
@@ -99,7 +102,8 @@ def test_point_ops_equal_torchvision(images, tmp_path):
     cases = [(f"posterize {b}", [{"kind": "posterize", "bits": b}], lambda im, b=b: F.posterize(im, b))
              for b in range(9)]
     cases += [(f"solarize {t}", [{"kind": "solarize", "threshold": t}], lambda im, t=t: F.solarize(im, t))
-              for t in [0.0, 1.0, 77.5, 128.0, 200.25, 255.0, 256.0]]
+              for t in [0.0, 1.0, 77.5, 128.0, 200.25, 255.0, 256.0,
+                        128.000000001, 99.99999999]]  # not float32 values: held as doubles
     cases += [("invert", [{"kind": "invert"}], F.invert),
               ("autocontrast", [{"kind": "autocontrast"}], F.autocontrast),
               ("equalize", [{"kind": "equalize"}], F.equalize)]
@@ -152,6 +156,11 @@ def test_affine_equals_torchvision(images, tmp_path, interpolation):
         affine_case(0.0, (0, 0), f32(0.7), (0.0, 0.0), interpolation, (1, 2, 3)),
         affine_case(f32(12.7), (-3, 5), f32(0.9), (f32(10.4), f32(-6.2)), interpolation, (5, 6, 7), center=(20, 31)),
         affine_case(f32(150.0), (2, 2), f32(1.1), (f32(-20.0), f32(3.5)), interpolation, (255, 0, 255)),
+        # A center that is no float32 value (RandomAffine(center=...) is the user's double).
+        affine_case(f32(9.5), (0, 0), 1.0, (0.0, 0.0), interpolation, (0, 0, 0), center=(100.7, 33.3)),
+        # Far corners: Pillow's double-precision NEAREST path (a corner 2^15+ pixels away).
+        affine_case(0.0, (0, 0), f32(0.004), (0.0, 0.0), interpolation, (7, 8, 9)),
+        affine_case(0.0, (40000, 0), 1.0, (0.0, 0.0), interpolation, (7, 8, 9)),
     ]
     check_all(images, tmp_path, cases)
 
@@ -173,7 +182,8 @@ def test_rotate_equals_torchvision(images, tmp_path, interpolation):
     cases = [rotate_case(a, interpolation, fill) for a in [0.0, 90.0, 180.0, 270.0, -90.0, 360.0, 450.0, 1.5,
                                                            -17.25, 45.0, 123.0]]
     cases += [rotate_case(a, interpolation, fill, center=c)
-              for a, c in [(90.0, (48, 48)), (30.0, (10, 20)), (-45.5, (0, 0)), (180.0, (65.5, 50))]]
+              for a, c in [(90.0, (48, 48)), (30.0, (10, 20)), (-45.5, (0, 0)), (180.0, (65.5, 50)),
+                           (20.0, (100.7, 33.3)), (-8.0, (41.123456789, 60.987654321))]]
     check_all(images, tmp_path, cases)
 
 
