@@ -43,33 +43,16 @@ import torchvision.transforms.autoaugment as A  # noqa: E402
 import torchvision.transforms.functional as F  # noqa: E402
 from torchvision.transforms import InterpolationMode  # noqa: E402
 
-import textured_corpus  # noqa: E402
-from test_image_fidelity import TOOL, make_photo  # noqa: E402
+from test_image_fidelity import TOOL  # noqa: E402
+from test_policy_ops import f32, make_images  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not TOOL.exists(), reason=f"{TOOL} not built")
-
-
-def f32(x):
-    """x as the float32 a Step holds, back as a Python float."""
-    return float(np.float32(x))
 
 
 @pytest.fixture(scope="module")
 def images(tmp_path_factory):
     """name -> (JPEG path, PIL's decode of it)."""
-    folder = tmp_path_factory.mktemp("augmix_images")
-    pictures = {
-        "photo_130x100": make_photo(130, 100, 4),
-        "fur_131x97": textured_corpus._fur(131, 97, np.random.default_rng(3)),
-        "square_96": make_photo(96, 96, 5),
-    }
-    out = {}
-    for name, picture in pictures.items():
-        path = folder / f"{name}.jpg"
-        picture.convert("RGB").save(path, "JPEG", quality=92)
-        with Image.open(path) as im:
-            out[name] = (path, im.convert("RGB"))
-    return out
+    return make_images(tmp_path_factory.mktemp("augmix_images"))
 
 
 def render(path, tmp_path, *args):

@@ -53,10 +53,8 @@ def f32(x):
     return float(np.float32(x))
 
 
-@pytest.fixture(scope="module")
-def images(tmp_path_factory):
-    """name -> (JPEG path, PIL's decode of it)."""
-    folder = tmp_path_factory.mktemp("policy_images")
+def make_images(folder):
+    """name -> (JPEG path, PIL's decode of it), written into `folder`."""
     pictures = {
         "photo_130x100": make_photo(130, 100, 4),
         "fur_131x97": textured_corpus._fur(131, 97, np.random.default_rng(3)),
@@ -69,6 +67,11 @@ def images(tmp_path_factory):
         with Image.open(path) as im:
             out[name] = (path, im.convert("RGB"))
     return out
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory):
+    return make_images(tmp_path_factory.mktemp("policy_images"))
 
 
 def render_steps(path, tmp_path, steps):

@@ -229,7 +229,22 @@ def _mix_labels(labels: Any, lam: float) -> Any:
     return labels.mul_(lam).add_(rolled)
 
 
-class MixUp(BatchTransform):
+class _PairMix(BatchTransform):
+    """What MixUp and CutMix share: the batch mixed with itself rolled by one,
+    with probability p, lambda ~ Beta(alpha, alpha)."""
+
+    def __init__(self, *, alpha: float = 1.0, num_classes: int, p: float = 1.0) -> None:
+        _check_alpha_classes(type(self).__name__, float(alpha), num_classes, float(p))
+        self.alpha = float(alpha)
+        self.num_classes = int(num_classes)
+        self.p = float(p)
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(alpha={self.alpha}, num_classes={self.num_classes}, "
+                f"p={self.p})")
+
+
+class MixUp(_PairMix):
     """MixUp ("mixup: Beyond Empirical Risk Minimization"): each image and
     label is blended with the previous one of the batch, weights lambda and
     1 - lambda, lambda ~ Beta(alpha, alpha). torchvision reference's
@@ -240,12 +255,6 @@ class MixUp(BatchTransform):
         num_classes: the labels' classes (the soft labels' width).
         p: the probability that a batch is mixed.
     """
-
-    def __init__(self, *, alpha: float = 1.0, num_classes: int, p: float = 1.0) -> None:
-        _check_alpha_classes("MixUp", float(alpha), num_classes, float(p))
-        self.alpha = float(alpha)
-        self.num_classes = int(num_classes)
-        self.p = float(p)
 
     def draw(self, generator: Optional["torch.Generator"], height: int, width: int) -> Mix:
         applied, lam = _draw_applied_and_lambda(self, generator)
@@ -260,11 +269,8 @@ class MixUp(BatchTransform):
         out = images.mul(mix.lam).add_(rolled)
         return out, _mix_labels(target, mix.lam)
 
-    def __repr__(self) -> str:
-        return f"MixUp(alpha={self.alpha}, num_classes={self.num_classes}, p={self.p})"
 
-
-class CutMix(BatchTransform):
+class CutMix(_PairMix):
     """CutMix ("CutMix: Regularization Strategy to Train Strong Classifiers
     with Localizable Features"): a box of each image is replaced by the
     previous image's, labels weighted by the areas. torchvision reference's
@@ -275,12 +281,6 @@ class CutMix(BatchTransform):
         num_classes: the labels' classes (the soft labels' width).
         p: the probability that a batch is mixed.
     """
-
-    def __init__(self, *, alpha: float = 1.0, num_classes: int, p: float = 1.0) -> None:
-        _check_alpha_classes("CutMix", float(alpha), num_classes, float(p))
-        self.alpha = float(alpha)
-        self.num_classes = int(num_classes)
-        self.p = float(p)
 
     def draw(self, generator: Optional["torch.Generator"], height: int, width: int) -> Mix:
         import torch  # noqa: PLC0415
@@ -311,8 +311,6 @@ class CutMix(BatchTransform):
             out[:, y1:y2, x1:x2, :] = rolled[:, y1:y2, x1:x2, :]
         return out, _mix_labels(target, mix.lam)
 
-    def __repr__(self) -> str:
-        return f"CutMix(alpha={self.alpha}, num_classes={self.num_classes}, p={self.p})"
 
 
 class RandomChoice(BatchTransform):
