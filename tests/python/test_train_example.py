@@ -49,15 +49,19 @@ def steps(out):
 COMMON = ["--batch-size", "8", "--image-size", "64", "--workers", "1", "--print-batches"]
 
 
-def test_trains_with_stoker_and_resumes_exactly(build_dir, train_set, tmp_path):
+# v2: torchvision's reference recipe (TrivialAugmentWide, RandomErasing,
+# mixup / cutmix per batch): the resumed run sees the same mixed batches.
+@pytest.mark.parametrize("recipe", ["v1", "v2"])
+def test_trains_with_stoker_and_resumes_exactly(build_dir, train_set, tmp_path, recipe):
+    common = [*COMMON, "--recipe", recipe]
     full = steps(run(build_dir, "--data", train_set, "--loader", "stoker", "--steps", "6",
-                     *COMMON))
+                     *common))
     assert sorted(full) == list(range(6))
     ck = str(tmp_path / "ck.pt")
     first = steps(run(build_dir, "--data", train_set, "--steps", "4", "--checkpoint", ck,
-                      "--checkpoint-every", "2", *COMMON))
+                      "--checkpoint-every", "2", *common))
     out = run(build_dir, "--data", train_set, "--steps", "6", "--checkpoint", ck, "--resume",
-              *COMMON)
+              *common)
     assert "resumed from" in out and "at step 4" in out
     second = steps(out)
     assert sorted(first) == [0, 1, 2, 3] and sorted(second) == [4, 5]
