@@ -381,6 +381,32 @@ def run_tool(build: str, files: str, pipeline: str, dtype: str, layout: str,
                 decode_ms=float(d.get("decode_ms", 0)), augment_ms=float(d.get("augment_ms", 0)))
 
 
+def first_jpeg(root: str) -> str:
+    """The first .jpg/.jpeg under `root`, in sorted walk order."""
+    for d, dirs, files in os.walk(root):
+        dirs.sort()
+        for name in sorted(files):
+            if name.lower().endswith((".jpg", ".jpeg")):
+                return os.path.join(d, name)
+    raise RuntimeError(f"no JPEG under {root}")
+
+
+def run_opcost(build: str, path: str, seconds: float) -> Dict[str, Any]:
+    """`stoker-image-tool opcost` on one file: each op's augment cost in µs
+    per 224x224 image (median over interleaved runs of the op's steps less
+    the baseline resize; decode excluded), `seconds` per op."""
+    cmd = [os.path.join(build, "server", "image", "stoker-image-tool"), "opcost", "--input", path,
+           "--size", "224", "--seconds", str(seconds)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds * 40 + 120)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited with {r.returncode}:\n{r.stderr}")
+    lines = [json.loads(x) for x in r.stdout.splitlines() if x.strip()]
+    ops = [d for d in lines if "op" in d]
+    summary = next((d for d in lines if d.get("summary")), {})
+    return dict(file=os.path.relpath(path, REPO), seconds_per_op=seconds, ops=ops,
+                summary=summary)
+
+
 # ---------------------------------------------------------------------------
 # Throughput, interleaved
 
@@ -885,8 +911,8 @@ def verdict(ok: bool) -> str:
 def write_results(path: str, info: Dict[str, str], args: argparse.Namespace,
                   ds: Dict[str, Any], summaries: Dict[str, Dict[str, Dict[str, Any]]],
                   overhead: Dict[str, Any], mem: Dict[str, Any], elapsed_s: float,
-                  params: Dict[str, Any], recipes: Optional[Dict[str, Dict[str, Any]]] = None
-                  ) -> None:
+                  params: Dict[str, Any], recipes: Optional[Dict[str, Dict[str, Any]]] = None,
+                  opcost: Optional[Dict[str, Any]] = None) -> None:
     small, large = summaries["ImageNet-like"], summaries["large photos"]
     recipes = recipes or {}
     loads = params.get("loads", {})
@@ -984,6 +1010,8 @@ def write_results(path: str, info: Dict[str, str], args: argparse.Namespace,
     a("")
     if recipes:
         write_recipes(a, recipes, params)
+    if opcost:
+        write_opcost(a, opcost)
     a("## Consumer overhead per batch")
     a("")
     a("Time inside `next()` of a `stoker.Loader` iterator (batch 256, train, 224x224) when the "
@@ -1079,6 +1107,28 @@ def write_results(path: str, info: Dict[str, str], args: argparse.Namespace,
     a("")
     with open(path, "w") as f:
         f.write("\n".join(L))
+
+
+def write_opcost(a: Callable[[str], None], opcost: Dict[str, Any]) -> None:
+    """RESULTS.md's op-cost table (a run that measured it; older results.json have none)."""
+    a("## Op costs (us per 224x224 image, stoker-image-tool opcost)")
+    a("")
+    a(f"`stoker-image-tool opcost --input {opcost['file']} --size 224 --seconds "
+      f"{opcost['seconds_per_op']:g}`, run once after the throughput rounds with nothing else "
+      "of the benchmark running: for each op, the steps [resize to 224x224 (antialias)] and "
+      "the same + that op's steps with fixed typical parameters, run alternately on one "
+      "ImageNet-like file; the cost is the median over the iterations of the op's augment "
+      "time less the baseline's median (decoding excluded: it is not augment time). Output "
+      "uint8 NHWC, float32 NCHW for the erase rows (a box of a third of the image, as "
+      "RandomErasing runs on the recipes' float tensor). One process, one thread, on a shared "
+      "machine: the small figures are within the noise of a few µs.")
+    a("")
+    a("| op | µs per image | iterations | baseline µs | output |")
+    a("|---|---|---|---|---|")
+    for d in opcost.get("ops", []):
+        a(f"| {d['op']} | {float(d['us']):.1f} | {int(d['iterations'])} | "
+          f"{float(d.get('baseline_us', 0)):.0f} | {d.get('output', '')} |")
+    a("")
 
 
 def write_recipes(a: Callable[[str], None], recipes: Dict[str, Dict[str, Any]],
@@ -1294,6 +1344,9 @@ def main() -> int:
                                               "samples_failed")} for w in st["workers"]])
     finally:
         daemon.stop()
+    # Each op's cost, on one ImageNet-like file (a few seconds, nothing else running).
+    raw["opcost"] = run_opcost(build, first_jpeg(ds["imagenet_like"]["path"]),
+                               0.1 if q else 0.25)
     end = raw["daemon_status_end"]
     if any(int(end.get(k) or 0) for k in ("samples_failed_total", "worker_restarts_total",
                                            "sessions_reclaimed")):
@@ -1322,7 +1375,7 @@ def report(raw: Dict[str, Any], args: argparse.Namespace) -> int:
     chart(summaries, os.path.join(args.out, "results.png"))
     elapsed = raw["elapsed_s"]
     write_results(os.path.join(args.out, "RESULTS.md"), info, args, ds, summaries, overhead, mem,
-                  elapsed, params, recipes)
+                  elapsed, params, recipes, raw.get("opcost"))
     rows = table_rows(summaries)
     log("")
     log(text_table(rows, HEAD))

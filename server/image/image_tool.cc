@@ -7,6 +7,16 @@
 //           seconds: the single-process limit the daemon should approach.
 //   draw    the steps drawn for dataset indices 0..N-1 of an image size, one
 //           JSON line each (statistical tests of the sampling rules)
+//   opcost  each op's cost in microseconds per --size x --size image (224):
+//           for each op, ProcessSteps of [resize to size x size, antialias]
+//           (the baseline) and of the baseline + that op's steps with
+//           fixed typical parameters (built-in step JSON, kOpCases), run
+//           alternately; one line {"op", "us", "iterations", ...} each, us =
+//           median over iterations of (augment_ns with the op) - (median
+//           augment_ns of the baseline): decode is excluded (augment_ns has
+//           none). Output uint8 NHWC, float32 NCHW for the erase rows (as
+//           the recipes' RandomErasing), then a summary line. --seconds per
+//           op (1.5) or --iterations pairs per op.
 //
 // The pipeline comes from keywords, as every front end gives it
 // (proto/stoker/pipeline_spec.h: SpecFromKeywordsJson -> Effective, then
@@ -840,6 +850,192 @@ int Bench(const CommonOptions& common, const BenchOptions& o) {
   return 0;
 }
 
+struct OpCostOptions {
+  std::string input;
+  uint32_t size = 224;
+  uint64_t iterations = 0;  // 0: run for `seconds` per op
+  double seconds = 1.5;
+};
+
+// One op's steps, appended to the baseline resize: step JSON as render
+// --steps reads it (ParseSteps: the one definition of the format). $S is
+// the output's side, $B a third of the image's area as a square's side
+// ($T its offset).
+struct OpCase {
+  const char* name;
+  const char* steps;
+  bool float_nchw;  // the output erase runs on in the real recipe
+};
+
+const OpCase kOpCases[] = {
+    {"grayscale", R"([{"kind":"grayscale"}])", false},
+    {"brightness", R"([{"kind":"color_jitter","order":["brightness"],"brightness":1.3}])", false},
+    {"contrast", R"([{"kind":"color_jitter","order":["contrast"],"contrast":1.3}])", false},
+    {"saturation", R"([{"kind":"color_jitter","order":["saturation"],"saturation":1.3}])", false},
+    {"hue", R"([{"kind":"color_jitter","order":["hue"],"hue":0.1}])", false},
+    {"gaussian_blur_5x5", R"([{"kind":"gaussian_blur","kernel_size":[5,5],"sigma":1.0}])", false},
+    {"posterize", R"([{"kind":"posterize","bits":4}])", false},
+    {"solarize", R"([{"kind":"solarize","threshold":128}])", false},
+    {"invert", R"([{"kind":"invert"}])", false},
+    {"autocontrast", R"([{"kind":"autocontrast"}])", false},
+    {"equalize", R"([{"kind":"equalize"}])", false},
+    {"sharpness", R"([{"kind":"sharpness","factor":1.5}])", false},
+    {"affine_nearest",
+     R"([{"kind":"affine","angle":17,"translate":[0,0],"scale":1,"shear":[10,0],)"
+     R"("interpolation":"nearest","fill":[0,0,0]}])",
+     false},
+    {"affine_bilinear",
+     R"([{"kind":"affine","angle":17,"translate":[0,0],"scale":1,"shear":[10,0],)"
+     R"("interpolation":"bilinear","fill":[0,0,0]}])",
+     false},
+    {"rotate_nearest", R"([{"kind":"rotate","angle":17,"interpolation":"nearest","fill":[0,0,0]}])",
+     false},
+    {"rotate_bilinear",
+     R"([{"kind":"rotate","angle":17,"interpolation":"bilinear","fill":[0,0,0]}])", false},
+    {"affine_bilinear_tensor",
+     R"([{"kind":"affine","angle":17,"translate":[0,0],"scale":1,"shear":[10,0],)"
+     R"("interpolation":"bilinear","fill":[0,0,0],"tensor":true}])",
+     false},
+    {"erase_constant",
+     R"([{"kind":"erase","top":$T,"left":$T,"height":$B,"width":$B,"value":[0,0,0]}])", true},
+    {"erase_random",
+     R"([{"kind":"erase","top":$T,"left":$T,"height":$B,"width":$B,"random":true,)"
+     R"("noise_seed":"12345"}])",
+     true},
+    // AugMix (severity 3, width 3): the original and 3 chains of 1-3 ops
+    // each, as AugMix draws them, in its tensor kernels.
+    {"augmix_3_chains",
+     R"([{"kind":"mix_begin","weight":0.4},)"
+     R"({"kind":"mix_chain","weight":0.25},)"
+     R"({"kind":"affine","angle":0,"translate":[0,0],"scale":1,"shear":[-16.7,0],)"
+     R"("interpolation":"bilinear","fill":[0,0,0],"tensor":true},)"
+     R"({"kind":"solarize","threshold":170,"tensor":true},)"
+     R"({"kind":"mix_chain","weight":0.2},)"
+     R"({"kind":"rotate","angle":-12,"interpolation":"bilinear","fill":[0,0,0],"tensor":true},)"
+     R"({"kind":"posterize","bits":5,"tensor":true},)"
+     R"({"kind":"equalize","tensor":true},)"
+     R"({"kind":"mix_chain","weight":0.15},)"
+     R"({"kind":"color_jitter","order":["contrast"],"contrast":1.4,"tensor":true},)"
+     R"({"kind":"mix_end"}])",
+     false},
+};
+
+std::string Substitute(std::string text, const std::string& key, uint32_t value) {
+  const std::string v = std::to_string(value);
+  for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + v.size())) {
+    text.replace(at, key.size(), v);
+  }
+  return text;
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  const size_t mid = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + mid, v.end());
+  const double hi = v[mid];
+  if (v.size() % 2 != 0) return hi;
+  return (*std::max_element(v.begin(), v.begin() + mid) + hi) / 2;
+}
+
+// The output params: size x size, uint8 NHWC or float32 NCHW (p's ops are
+// not run: ProcessSteps runs the steps given).
+bool OpCostParams(uint32_t size, bool float_nchw, PipelineParams* p) {
+  CommonOptions o;
+  CLI::App app;  // for the `given` flags AddCommon records
+  AddCommon(&app, &o);
+  o.keywords = absl::StrCat(R"({"pipeline":"eval","size":[)", size, ",", size, R"(],"dtype":")",
+                            float_nchw ? "float32" : "uint8", R"(","layout":")",
+                            float_nchw ? "nchw" : "nhwc", "\"}");
+  std::string described;
+  return ResolvePipeline(o, p, &described);
+}
+
+int OpCost(const OpCostOptions& o) {
+  std::vector<uint8_t> jpeg;
+  if (!ReadFile(o.input, &jpeg)) {
+    std::cerr << "cannot read " << o.input << "\n";
+    return 1;
+  }
+  const uint32_t side =
+      std::max<uint32_t>(1, static_cast<uint32_t>(std::lround(o.size / std::sqrt(3.0))));
+  const uint32_t offset = (o.size - side) / 2;
+  const std::string baseline_json = absl::StrCat(R"([{"kind":"resize","height":)", o.size,
+                                                 R"(,"width":)", o.size, R"(,"antialias":true}])");
+  SampleSteps baseline;
+  if (!ParseSteps(baseline_json, &baseline)) return 1;
+  PipelineParams params[2];
+  if (!OpCostParams(o.size, false, &params[0]) || !OpCostParams(o.size, true, &params[1])) return 1;
+  const uint64_t capacity = std::max(MaxSampleBytes(params[0]), MaxSampleBytes(params[1]));
+  std::vector<uint8_t> out(capacity);
+  SampleProcessor processor;
+  SampleResult result;
+  auto run = [&](const PipelineParams& p, const SampleSteps& steps, double* ns) {
+    const absl::Status s =
+        processor.ProcessSteps(jpeg.data(), jpeg.size(), p, steps, out.data(), capacity, &result);
+    if (!s.ok()) {
+      std::cerr << o.input << ": " << s.ToString() << "\n";
+      return false;
+    }
+    *ns = static_cast<double>(result.augment_ns);
+    return true;
+  };
+  double total_us = 0;
+  size_t ops = 0;
+  for (const OpCase& c : kOpCases) {
+    SampleSteps steps = baseline;
+    SampleSteps extra;
+    const std::string json = Substitute(Substitute(c.steps, "$B", side), "$T", offset);
+    if (!ParseSteps(json, &extra)) {
+      std::cerr << c.name << ": bad built-in steps\n";
+      return 1;
+    }
+    for (uint32_t i = 0; i < extra.count; ++i) {
+      extra.steps[i].op = 1;
+      steps.steps[steps.count++] = extra.steps[i];
+    }
+    const PipelineParams& p = params[c.float_nchw ? 1 : 0];
+    double ns = 0;
+    // Warm-up: the buffers each list needs, the caches.
+    for (int w = 0; w < 3; ++w) {
+      if (!run(p, baseline, &ns) || !run(p, steps, &ns)) return 1;
+    }
+    std::vector<double> base_ns, op_ns;
+    const auto start = std::chrono::steady_clock::now();
+    for (uint64_t n = 0;; ++n) {
+      if (o.iterations > 0
+              ? n >= o.iterations
+              : n >= 5 && std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+                                  .count() >= o.seconds) {
+        break;
+      }
+      // Alternate which runs first, so neither always follows the other.
+      if (n % 2 == 0) {
+        if (!run(p, baseline, &ns)) return 1;
+        base_ns.push_back(ns);
+        if (!run(p, steps, &ns)) return 1;
+        op_ns.push_back(ns);
+      } else {
+        if (!run(p, steps, &ns)) return 1;
+        op_ns.push_back(ns);
+        if (!run(p, baseline, &ns)) return 1;
+        base_ns.push_back(ns);
+      }
+    }
+    const double base = Median(base_ns);
+    for (double& v : op_ns) v -= base;
+    const double us = Median(op_ns) / 1000;
+    total_us += us;
+    ++ops;
+    std::printf("{\"op\":%s,\"us\":%.2f,\"iterations\":%zu,\"baseline_us\":%.2f,\"output\":%s}\n",
+                JsonString(c.name).c_str(), us, op_ns.size(), base / 1000,
+                c.float_nchw ? "\"float32 nchw\"" : "\"uint8 nhwc\"");
+    std::fflush(stdout);
+  }
+  std::printf("{\"summary\":true,\"ops\":%zu,\"size\":%u,\"input\":%s,\"total_us\":%.2f}\n", ops,
+              o.size, JsonString(o.input).c_str(), total_us);
+  return 0;
+}
+
 }  // namespace
 }  // namespace stoker::image
 
@@ -847,6 +1043,7 @@ int main(int argc, char** argv) {
   using stoker::image::BenchOptions;
   using stoker::image::CommonOptions;
   using stoker::image::DrawOptions;
+  using stoker::image::OpCostOptions;
   using stoker::image::RenderOptions;
   CLI::App app{"stoker-image-tool: the stoker image pipeline without the daemon"};
   app.require_subcommand(1);
@@ -887,7 +1084,18 @@ int main(int argc, char** argv) {
   d->add_option("--seed", draw.seed, "sample key: seed");
   d->add_option("--epoch", draw.epoch, "sample key: epoch");
 
+  OpCostOptions opcost;
+  CLI::App* oc =
+      app.add_subcommand("opcost", "each op's augment cost in microseconds per size x size image");
+  oc->add_option("--input", opcost.input, "JPEG file")->required();
+  oc->add_option("--size", opcost.size, "output side (default 224)")->check(CLI::Range(16, 4096));
+  oc->add_option("--iterations", opcost.iterations,
+                 "pairs (baseline, op) per op (default: run --seconds per op)");
+  oc->add_option("--seconds", opcost.seconds, "per op when no --iterations (default 1.5)")
+      ->check(CLI::Range(0.01, 3600.0));
+
   CLI11_PARSE(app, argc, argv);
+  if (oc->parsed()) return stoker::image::OpCost(opcost);
   if (r->parsed()) return stoker::image::Render(render_common, render);
   if (d->parsed()) return stoker::image::Draw(draw_common, draw);
   return stoker::image::Bench(bench_common, bench);
