@@ -36,6 +36,10 @@
 //   sharpness                                  torch on one thread)
 //   affine and rotate, nearest and bilinear,   identical (grid and
 //   fill None or given                         grid_sample's float32 steps)
+//                                              where torch runs its AVX2
+//                                              (FMA) kernels; under its
+//                                              default kernels <1% of the
+//                                              pixels differ, by 1 level
 
 #ifndef STOKER_SERVER_IMAGE_OPS_H_
 #define STOKER_SERVER_IMAGE_OPS_H_
