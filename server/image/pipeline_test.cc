@@ -989,6 +989,30 @@ TEST_CASE("ValidateParams checks every op", "[pipeline][ops]") {
   CHECK(MaxSampleBytes(any) == (4ull << 20) * 6);
 }
 
+// `count` corruptions of `good` (a few bytes changed, then truncated) run
+// through `p`: each either fails or writes a whole sample (exactly the fixed
+// shape's bytes, or at most the slot's); then `good` itself still works.
+void ProcessCorrupted(SampleProcessor& proc, const std::vector<uint8_t>& good,
+                      const PipelineParams& p, uint64_t rng_seed, uint64_t key_seed, int count,
+                      bool fixed_shape) {
+  std::vector<uint8_t> out(MaxSampleBytes(p));
+  KeyedRng rng(rng_seed);
+  for (int i = 0; i < count; ++i) {
+    std::vector<uint8_t> bad = good;
+    const int edits = 1 + static_cast<int>(rng.Below(6));
+    for (int k = 0; k < edits; ++k) bad[rng.Below(bad.size())] = rng.Next() & 0xff;
+    bad.resize(1 + rng.Below(bad.size()));
+    SampleResult r;
+    const absl::Status s = proc.Process(bad.data(), bad.size(), p,
+                                        {key_seed, 1, static_cast<uint64_t>(i)}, out.data(),
+                                        out.size(), &r);
+    if (s.ok() && fixed_shape) CHECK(r.bytes == out.size());
+    if (s.ok() && !fixed_shape) CHECK(r.bytes <= out.size());
+  }
+  SampleResult r;
+  CHECK(proc.Process(good.data(), good.size(), p, {}, out.data(), out.size(), &r).ok());
+}
+
 TEST_CASE("Corrupted files through op lists never crash", "[pipeline][hostile]") {
   SampleProcessor proc;
   const uint32_t h = 90, w = 120;
@@ -1004,20 +1028,7 @@ TEST_CASE("Corrupted files through op lists never crash", "[pipeline][hostile]")
   blur.kernel_x = blur.kernel_y = 5;
   blur.sigma[0] = 0.1f, blur.sigma[1] = 2.0f;
   const PipelineParams p = WithOps({crop, jitter, blur}, 48, 48);
-  std::vector<uint8_t> out(MaxSampleBytes(p));
-  KeyedRng rng(43);
-  for (int i = 0; i < 150; ++i) {
-    std::vector<uint8_t> bad = good;
-    const int edits = 1 + static_cast<int>(rng.Below(6));
-    for (int k = 0; k < edits; ++k) bad[rng.Below(bad.size())] = rng.Next() & 0xff;
-    bad.resize(1 + rng.Below(bad.size()));
-    SampleResult r;
-    const absl::Status s = proc.Process(bad.data(), bad.size(), p, {3, 1, static_cast<uint64_t>(i)},
-                                        out.data(), out.size(), &r);
-    if (s.ok()) CHECK(r.bytes == out.size());
-  }
-  SampleResult r;
-  CHECK(proc.Process(good.data(), good.size(), p, {}, out.data(), out.size(), &r).ok());
+  ProcessCorrupted(proc, good, p, /*rng_seed=*/43, /*key_seed=*/3, 150, /*fixed_shape=*/true);
 }
 
 TEST_CASE("ValidateParams checks the affine, point, policy and erasing ops", "[pipeline][ops]") {
@@ -1409,20 +1420,7 @@ TEST_CASE("Corrupted files through the policy ops never crash", "[pipeline][host
   p.dtype = ring::kFloat16;
   p.layout = ring::kNCHW;
   REQUIRE(ValidateParams(p).ok());
-  std::vector<uint8_t> out(MaxSampleBytes(p));
-  KeyedRng rng(44);
-  for (int i = 0; i < 100; ++i) {
-    std::vector<uint8_t> bad = good;
-    const int edits = 1 + static_cast<int>(rng.Below(6));
-    for (int k = 0; k < edits; ++k) bad[rng.Below(bad.size())] = rng.Next() & 0xff;
-    bad.resize(1 + rng.Below(bad.size()));
-    SampleResult r;
-    const absl::Status s = proc.Process(bad.data(), bad.size(), p, {5, 1, static_cast<uint64_t>(i)},
-                                        out.data(), out.size(), &r);
-    if (s.ok()) CHECK(r.bytes <= out.size());
-  }
-  SampleResult r;
-  CHECK(proc.Process(good.data(), good.size(), p, {}, out.data(), out.size(), &r).ok());
+  ProcessCorrupted(proc, good, p, /*rng_seed=*/44, /*key_seed=*/5, 100, /*fixed_shape=*/false);
 }
 
 }  // namespace
