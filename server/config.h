@@ -18,6 +18,11 @@ struct DaemonConfig {
   std::string data_root;
   // Where dataset indexes are cached (see IndexOptions). Empty: none.
   std::string index_cache;
+  // The transcode cache's folder (server/transcode_cache.h): baseline copies
+  // of the progressive files read. Empty: none. Created 0700.
+  std::string transcode_cache;
+  // The bytes its copies may take at most (4 GiB).
+  uint64_t transcode_cache_bytes = 4ull << 30;
   // Decode/augment worker processes. 0: the number of CPUs.
   uint32_t workers = 0;
   // The worker executable. Empty: stoker-worker beside stokerd.

@@ -115,6 +115,28 @@ absl::Status Engine::Start() {
       config_.index_cache.clear();
     }
   }
+  if (!config_.transcode_cache.empty()) {
+    auto fd = OpenCacheDirectory(config_.transcode_cache);
+    if (fd.ok()) {
+      transcode_cache_fd_ = UniqueFd(*fd);
+      transcode_cache_dir_ = PosixCacheDir(transcode_cache_fd_.get());
+      transcode_cache_ = std::make_unique<TranscodeCache>(transcode_cache_dir_.get(),
+                                                          config_.transcode_cache_bytes);
+      if (absl::Status st = transcode_cache_->Load(); !st.ok()) fd = st;
+    }
+    if (!fd.ok()) {
+      spdlog::warn("transcode cache {} cannot be used ({}); progressive files are not cached",
+                   config_.transcode_cache, fd.status().ToString());
+      transcode_cache_.reset();
+      transcode_cache_dir_.reset();
+      transcode_cache_fd_.Reset();
+      config_.transcode_cache.clear();
+    } else {
+      const TranscodeCache::Stats cs = transcode_cache_->stats();
+      spdlog::info("transcode cache {}: {} entries, {:.1f} of {:.0f} MiB", config_.transcode_cache,
+                   cs.entries, cs.bytes / 1048576.0, cs.budget_bytes / 1048576.0);
+    }
+  }
   shm_tag_ = absl::StrFormat(
       "%08x", static_cast<uint32_t>(std::hash<std::string>{}(
                   absl::StrCat(config_.socket_path, ":", ::getuid()))));
@@ -125,8 +147,9 @@ absl::Status Engine::Start() {
   if (launcher_ == nullptr) {
     auto binary = WorkerBinaryPath(config_.worker_binary);
     if (!binary.ok()) return binary.status();
-    own_launcher_ = std::make_unique<PosixSpawnLauncher>(*binary, data_root_->fd(),
-                                                         config_.worker_sandbox);
+    own_launcher_ = std::make_unique<PosixSpawnLauncher>(
+        *binary, data_root_->fd(), config_.worker_sandbox,
+        transcode_cache_fd_.valid() ? transcode_cache_fd_.get() : -1);
     launcher_ = own_launcher_.get();
   }
   task_options_.max_file_bytes = config_.max_file_bytes;
@@ -359,6 +382,10 @@ void Engine::DispatchOneLocked(uint32_t w, DaemonSession& s) {
     return;
   }
   msg.task_id = next_task_id_++;
+  if (transcode_cache_ != nullptr) {
+    msg.cache =
+        transcode_cache_->WritesAllowed() ? worker::kTaskCacheReadWrite : worker::kTaskCacheRead;
+  }
   // A failed send leaves the task queued (the worker is marked unsendable).
   if (!pool_->SendTask(w, msg, bytes)) return;
   s.queue.pop_front();
@@ -375,6 +402,18 @@ DaemonSession* Engine::FindByNumberLocked(uint64_t number) {
 }
 
 void Engine::OnResultLocked(uint32_t w, const worker::ResultMsg& r) {
+  // First, whatever became of the task: a copy written is on disk.
+  if (transcode_cache_ != nullptr && r.cache_event != kCacheNone) {
+    CacheReport cr;
+    cr.event = static_cast<CacheEvent>(r.cache_event);
+    cr.key = CacheKey{r.cache_key_hi, r.cache_key_lo};
+    cr.entry_bytes = r.cache_entry_bytes;
+    cr.bytes_written = r.cache_bytes_written;
+    cr.write_failed = r.cache_write_failed != 0;
+    cr.temp_left = r.cache_temp_left != 0;
+    cr.transcode_ns = r.transcode_ns;
+    transcode_cache_->OnReport(cr);
+  }
   auto it = in_flight_.find(r.task_id);
   if (it == in_flight_.end()) return;  // its session is gone
   SampleTask* t = it->second;
@@ -475,6 +514,9 @@ v1::StatusResponse Engine::GetStatus(bool include_failures, bool include_dataset
   r.set_samples_failed_total(batch_.samples_failed_total);
   r.set_worker_restarts_total(pool_ != nullptr ? pool_->restarts_total() : 0);
   ExportReadahead(prefetch_.get(), config_, r.mutable_readahead());
+  if (transcode_cache_ != nullptr) {
+    ExportTranscodeCache(transcode_cache_->stats(), config_, r.mutable_transcode_cache());
+  }
   if (pool_ != nullptr) ExportWorkers(*pool_, &r);
   for (auto& [id, s] : sessions_) ExportSession(*s, now, include_failures, r.add_sessions());
   if (include_dataset_failures) ExportDatasetFailures(failure_memory_, &r);

@@ -17,6 +17,8 @@
 //                     truncation
 //   status_export     GetStatus's assembly; failure_memory: what it reports
 //                     of failed samples by dataset
+//   transcode_cache   --transcode-cache: the index of the workers' baseline
+//                     copies, their byte budget and counters (own lock)
 //
 // Threads
 //   - gRPC handler threads call Attach / Detach / KeepAlive / GetStatus /
@@ -31,13 +33,13 @@
 //     futex and wakes the dispatcher when the client frees a slot.
 //
 // Lock: mu_ guards all mutable engine state and every room in it except the
-// dataset registry (its own lock, never held with mu_) and the Poller
-// (thread-safe). Clang's -Wthread-safety checks the annotations
-// (scripts/thread-safety.sh). Not checked by it: a DaemonSession reached through a
-// shared_ptr held outside sessions_ (KeepAlive's, the one being removed),
-// whose mutable fields are still only touched with mu_ held. Indexing,
-// making a ring, joining a watcher and sending on a KeepAlive stream happen
-// outside mu_.
+// dataset registry (its own lock, never held with mu_), the transcode cache
+// (its own lock, taken under mu_) and the Poller (thread-safe). Clang's
+// -Wthread-safety checks the annotations (scripts/thread-safety.sh). Not
+// checked by it: a DaemonSession reached through a shared_ptr held outside
+// sessions_ (KeepAlive's, the one being removed), whose mutable fields are
+// still only touched with mu_ held. Indexing, making a ring, joining a watcher
+// and sending on a KeepAlive stream happen outside mu_.
 
 #ifndef STOKER_SERVER_ENGINE_H_
 #define STOKER_SERVER_ENGINE_H_
@@ -64,6 +66,7 @@
 #include "server/prefetch.h"
 #include "server/scheduler.h"
 #include "server/session.h"
+#include "server/transcode_cache.h"
 #include "server/worker_launcher.h"
 #include "server/worker_pool.h"
 #include "stoker/v1/stoker.pb.h"
@@ -162,6 +165,11 @@ class Engine {
   std::unique_ptr<WorkerLauncher> own_launcher_;  // when env_ names none
   WorkerLauncher* launcher_ = nullptr;
   TaskOptions task_options_;
+  // The transcode cache (all null / invalid when off). The cache is
+  // thread-safe (its own lock, taken under mu_, never the other way).
+  UniqueFd transcode_cache_fd_;
+  std::unique_ptr<CacheDir> transcode_cache_dir_;
+  std::unique_ptr<TranscodeCache> transcode_cache_;
   int64_t start_ns_ = 0;
   Poller poller_;  // thread-safe
 

@@ -137,6 +137,7 @@ bool CompleteSample(DaemonSession& s, SampleTask& t, const worker::ResultMsg& r,
   auto fit = s.filling.find(t.seq);
   if (fit == s.filling.end()) return false;
   BatchFill& f = fit->second;
+  s.transcode_ns += r.transcode_ns;
   if (r.code != 0) {
     std::string reason(r.reason, strnlen(r.reason, sizeof(r.reason)));
     FailSample(s, t, reason.empty() ? "decode failed" : reason, ctx);
@@ -153,6 +154,11 @@ bool CompleteSample(DaemonSession& s, SampleTask& t, const worker::ResultMsg& r,
       (!s.plan.variable_size && r.bytes != s.plan.sample_bytes)) {
     FailSample(s, t, "worker reported a sample size that does not fit its slot", ctx);
     return true;
+  }
+  if (r.decode_path < image::kDecodePathCount) {
+    DecodePathTally& dp = s.decode_paths[r.decode_path];
+    ++dp.samples;
+    dp.decode_ns += r.decode_ns;
   }
   SampleOutcome& o = f.outcomes[t.pos];
   o.status = t.index == t.planned_index ? ring::kSampleOk : ring::kSampleReplaced;

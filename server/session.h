@@ -35,6 +35,7 @@
 #ifndef STOKER_SERVER_SESSION_H_
 #define STOKER_SERVER_SESSION_H_
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <deque>
@@ -77,6 +78,12 @@ struct SampleTask {
   uint32_t replacements = 0;
   CrashTally crashes;  // deaths of workers while on `index`
   uint64_t prefetch_key = 0;  // queued for readahead (0: not)
+};
+
+// The samples decoded by one image::DecodePath, and their decode time.
+struct DecodePathTally {
+  uint64_t samples = 0;
+  uint64_t decode_ns = 0;
 };
 
 // What became of one sample of a fill.
@@ -148,6 +155,11 @@ struct DaemonSession {
   LatencyHistogram read_latency;
   LatencyHistogram decode_latency;
   LatencyHistogram augment_latency;
+  // By image::DecodePath (decoded samples only).
+  std::array<DecodePathTally, image::kDecodePathCount> decode_paths{};
+  // The workers' time re-coding this session's progressive files for the
+  // transcode cache (not in any decode time).
+  uint64_t transcode_ns = 0;
 };
 
 // What the state machine reaches beyond one session. The engine owns one

@@ -22,6 +22,26 @@ void ExportReadahead(const Prefetcher* prefetch, const DaemonConfig& config,
   ra->set_window_bytes_max(st.window_bytes_max);
 }
 
+void ExportTranscodeCache(const TranscodeCache::Stats& st, const DaemonConfig& config,
+                          v1::TranscodeCacheStatus* tc) {
+  tc->set_dir(config.transcode_cache);
+  tc->set_budget_bytes(st.budget_bytes);
+  tc->set_bytes(st.bytes);
+  tc->set_entries(st.entries);
+  tc->set_hits(st.hits);
+  tc->set_misses(st.misses);
+  const uint64_t reads = st.hits + st.misses;
+  tc->set_hit_rate(reads == 0 ? 0.0 : static_cast<double>(st.hits) / static_cast<double>(reads));
+  tc->set_writes(st.writes);
+  tc->set_bytes_written(st.bytes_written);
+  tc->set_write_failures(st.write_failures);
+  tc->set_writes_refused(st.writes_refused);
+  tc->set_bad_entries(st.bad_entries);
+  tc->set_evictions(st.evictions);
+  tc->set_loaded_entries(st.loaded_entries);
+  tc->set_transcode_seconds(st.transcode_ns / 1e9);
+}
+
 void ExportWorkers(const WorkerPool& pool, v1::StatusResponse* r) {
   for (uint32_t i = 0; i < pool.size(); ++i) {
     const WorkerSlot& w = pool.worker(i);
@@ -87,6 +107,15 @@ void ExportSession(const DaemonSession& s, int64_t now, bool include_failures,
   }
   ss->set_uptime_seconds((now - s.created_ns) / 1e9);
   ss->set_keepalive_open(s.keepalive_open);
+  for (uint32_t p = 0; p < image::kDecodePathCount; ++p) {
+    const DecodePathTally& t = s.decode_paths[p];
+    auto* dp = ss->add_decode_paths();
+    dp->set_path(std::string(image::DecodePathName(static_cast<image::DecodePath>(p))));
+    dp->set_samples(t.samples);
+    dp->set_decode_seconds(t.decode_ns / 1e9);
+    dp->set_mean_decode_ms(t.samples == 0 ? 0.0 : t.decode_ns / 1e6 / t.samples);
+  }
+  ss->set_transcode_seconds(s.transcode_ns / 1e9);
   if (include_failures) {
     size_t n = 0;
     for (const auto& [index, f] : s.failures) {

@@ -9,11 +9,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 #include "server/config.h"
 #include "server/failure_memory.h"
 #include "server/prefetch.h"
 #include "server/session.h"
+#include "server/transcode_cache.h"
 #include "server/worker_pool.h"
 #include "stoker/v1/stoker.pb.h"
 
@@ -26,12 +28,16 @@ inline constexpr size_t kMaxFailuresListed = 1000;
 void ExportReadahead(const Prefetcher* prefetch, const DaemonConfig& config,
                      v1::ReadaheadStatus* out);
 
+// The transcode cache's settings and counters.
+void ExportTranscodeCache(const TranscodeCache::Stats& stats, const DaemonConfig& config,
+                          v1::TranscodeCacheStatus* out);
+
 // One WorkerStatus per slot, in slot order (a dead slot: pid 0, state
 // "restarting", 0 CPU seconds).
 void ExportWorkers(const WorkerPool& pool, v1::StatusResponse* out);
 
 // One session at `now_ns`: its client, progress, ring occupancy, latencies,
-// rate; with `include_failures`, its first kMaxFailuresListed failures by
+// rate, decode paths; with `include_failures`, its first kMaxFailuresListed failures by
 // dataset index.
 void ExportSession(const DaemonSession& s, int64_t now_ns, bool include_failures,
                    v1::SessionStatus* out);

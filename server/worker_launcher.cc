@@ -33,8 +33,12 @@ absl::StatusOr<std::string> WorkerBinaryPath(const std::string& configured) {
   return binary;
 }
 
-PosixSpawnLauncher::PosixSpawnLauncher(std::string binary, int data_root_fd, bool sandbox)
-    : binary_(std::move(binary)), data_root_fd_(data_root_fd), sandbox_(sandbox) {}
+PosixSpawnLauncher::PosixSpawnLauncher(std::string binary, int data_root_fd, bool sandbox,
+                                       int transcode_cache_fd)
+    : binary_(std::move(binary)),
+      data_root_fd_(data_root_fd),
+      sandbox_(sandbox),
+      transcode_cache_fd_(transcode_cache_fd) {}
 
 absl::StatusOr<LaunchedWorker> PosixSpawnLauncher::Launch(uint32_t worker_id) {
   int sv[2];
@@ -47,12 +51,17 @@ absl::StatusOr<LaunchedWorker> PosixSpawnLauncher::Launch(uint32_t worker_id) {
   UniqueFd theirs(::fcntl(sv[1], F_DUPFD_CLOEXEC, 10));
   ::close(sv[1]);
   UniqueFd root(::fcntl(data_root_fd_, F_DUPFD_CLOEXEC, 10));
-  if (!theirs.valid() || !root.valid()) return PosixError("fcntl F_DUPFD_CLOEXEC", errno);
+  UniqueFd cache;
+  if (transcode_cache_fd_ >= 0) cache = UniqueFd(::fcntl(transcode_cache_fd_, F_DUPFD_CLOEXEC, 10));
+  if (!theirs.valid() || !root.valid() || (transcode_cache_fd_ >= 0 && !cache.valid())) {
+    return PosixError("fcntl F_DUPFD_CLOEXEC", errno);
+  }
 
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, theirs.get(), worker::kChannelFd);
   posix_spawn_file_actions_adddup2(&fa, root.get(), worker::kDataRootFd);
+  if (cache.valid()) posix_spawn_file_actions_adddup2(&fa, cache.get(), worker::kTranscodeCacheFd);
   std::string parent = std::to_string(::getpid());
   std::string id = std::to_string(worker_id);
   char* argv[] = {const_cast<char*>(binary_.c_str()),

@@ -57,12 +57,15 @@ class WorkerLauncher {
 absl::StatusOr<std::string> WorkerBinaryPath(const std::string& configured);
 
 // Real processes: `binary` --parent <our pid> --id <id> --sandbox|--no-sandbox,
-// with the channel as worker::kChannelFd and `data_root_fd` (borrowed;
-// must outlive the launcher) as worker::kDataRootFd. posix_spawn clones
+// with the channel as worker::kChannelFd, `data_root_fd` as
+// worker::kDataRootFd and, unless it is -1, `transcode_cache_fd` (the
+// --transcode-cache directory) as worker::kTranscodeCacheFd; both borrowed,
+// they must outlive the launcher. posix_spawn clones
 // vfork-style and runs no atfork handlers: safe while gRPC threads run.
 class PosixSpawnLauncher : public WorkerLauncher {
  public:
-  PosixSpawnLauncher(std::string binary, int data_root_fd, bool sandbox);
+  PosixSpawnLauncher(std::string binary, int data_root_fd, bool sandbox,
+                     int transcode_cache_fd = -1);
   absl::StatusOr<LaunchedWorker> Launch(uint32_t id) override;
   void Kill(pid_t pid) override;
   WorkerExit Reap(pid_t pid) override;
@@ -73,6 +76,7 @@ class PosixSpawnLauncher : public WorkerLauncher {
   const std::string binary_;
   const int data_root_fd_;
   const bool sandbox_;
+  const int transcode_cache_fd_;
 };
 
 }  // namespace stoker

@@ -1,6 +1,7 @@
 // stoker-worker: one decode/augment process of stokerd. Started by the
-// daemon with exec (never forked from it), its channel at fd 3 and the data
-// root at fd 4; it serves tasks until the channel closes or kShutdown.
+// daemon with exec (never forked from it), its channel at fd 3, the data
+// root at fd 4 and the transcode cache's directory, if any, at fd 5; it
+// serves tasks until the channel closes or kShutdown.
 
 #include <fcntl.h>
 #include <signal.h>
@@ -22,7 +23,9 @@
 #include "absl/strings/str_cat.h"
 #include "server/dataset/dataset.h"
 #include "server/image/pipeline.h"
+#include "server/image/transcode.h"
 #include "server/posix.h"
+#include "server/transcode_cache.h"
 #include "server/worker_protocol.h"
 #include "server/worker_sandbox.h"
 
@@ -42,35 +45,45 @@ void SetReason(ResultMsg* r, absl::StatusCode code, std::string_view reason) {
   r->reason[n] = '\0';
 }
 
-// Reads [offset, offset + length) of the file (all of it when length is 0)
-// into `buf`.
-absl::Status ReadInput(const TaskMsg& t, std::string_view path, std::vector<uint8_t>* buf) {
+// The task's input, opened and checked (a regular file, the member inside
+// it, under the size cap).
+struct Input {
+  UniqueFd fd;
+  struct stat st;
+  uint64_t begin = 0;
+  uint64_t length = 0;
+};
+
+absl::Status OpenInput(const TaskMsg& t, std::string_view path, Input* in) {
   absl::StatusOr<int> fd_or = OpenBeneath(kDataRootFd, path);
   if (!fd_or.ok()) return fd_or.status();
-  UniqueFd fd(*fd_or);
-  struct stat st;
-  if (::fstat(fd.get(), &st) != 0) return PosixError("fstat", errno);
+  in->fd = UniqueFd(*fd_or);
+  struct stat& st = in->st;
+  if (::fstat(in->fd.get(), &st) != 0) return PosixError("fstat", errno);
   if (S_ISDIR(st.st_mode)) return absl::InvalidArgumentError("is a directory");
   if (!S_ISREG(st.st_mode)) return absl::InvalidArgumentError("not a regular file");
   uint64_t size = static_cast<uint64_t>(st.st_size);
-  const uint64_t begin = t.has_range ? t.file_offset : 0;
-  const uint64_t length = t.has_range ? t.file_length : size;
-  if (begin > size || length > size - begin) {
-    return absl::OutOfRangeError(absl::StrCat("member [", begin, ", +", length,
+  in->begin = t.has_range ? t.file_offset : 0;
+  in->length = t.has_range ? t.file_length : size;
+  if (in->begin > size || in->length > size - in->begin) {
+    return absl::OutOfRangeError(absl::StrCat("member [", in->begin, ", +", in->length,
                                               ") lies beyond the end of the file (", size,
                                               " bytes): a truncated shard?"));
   }
-  if (length == 0) return absl::InvalidArgumentError("empty file");
-  if (t.max_file_bytes != 0 && length > t.max_file_bytes) {
+  if (in->length == 0) return absl::InvalidArgumentError("empty file");
+  if (t.max_file_bytes != 0 && in->length > t.max_file_bytes) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("file is ", length, " bytes, over the cap of ", t.max_file_bytes));
+        absl::StrCat("file is ", in->length, " bytes, over the cap of ", t.max_file_bytes));
   }
-  if (t.simulate_latency_us != 0 && !Cached(fd.get(), begin)) ::usleep(t.simulate_latency_us);
+  return absl::OkStatus();
+}
+
+// Reads [begin, begin + length) of `fd` into `buf`.
+absl::Status ReadRange(int fd, uint64_t begin, uint64_t length, std::vector<uint8_t>* buf) {
   buf->resize(length);
   uint64_t done = 0;
   while (done < length) {
-    ssize_t n = ::pread(fd.get(), buf->data() + done, length - done,
-                        static_cast<off_t>(begin + done));
+    ssize_t n = ::pread(fd, buf->data() + done, length - done, static_cast<off_t>(begin + done));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return PosixError("read", errno);
     if (n == 0) return absl::DataLossError("file shrank while being read");
@@ -78,6 +91,121 @@ absl::Status ReadInput(const TaskMsg& t, std::string_view path, std::vector<uint
   }
   return absl::OkStatus();
 }
+
+// Reads the task's input into `buf`.
+absl::Status ReadInput(const TaskMsg& t, const Input& in, std::vector<uint8_t>* buf) {
+  if (t.simulate_latency_us != 0 && !Cached(in.fd.get(), in.begin)) {
+    ::usleep(t.simulate_latency_us);
+  }
+  return ReadRange(in.fd.get(), in.begin, in.length, buf);
+}
+
+int64_t MtimeNs(const struct stat& st) {
+  return int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+}
+
+// The transcode cache's side of one task (server/transcode_cache.h, "Who
+// does what", step 2). Nothing here fails the sample.
+class CacheClient {
+ public:
+  // Looks the input up: true with the entry's payload in *entry (at
+  // *payload_offset, *payload_bytes) on a hit; else false, r->cache_event
+  // saying kCacheBad when the entry failed its check.
+  bool Lookup(const TaskMsg& t, std::string_view path, const Input& in, std::vector<uint8_t>* entry,
+              size_t* payload_offset, size_t* payload_bytes, ResultMsg* r) {
+    SourceIdentity id;
+    id.path = path;
+    id.has_range = t.has_range != 0;
+    id.range_offset = t.file_offset;
+    id.range_length = t.file_length;
+    id.file_size = static_cast<uint64_t>(in.st.st_size);
+    id.mtime_ns = MtimeNs(in.st);
+    id.inode = static_cast<uint64_t>(in.st.st_ino);
+    key_ = CacheKeyFor(id);
+    r->cache_key_hi = key_.hi;
+    r->cache_key_lo = key_.lo;
+    const std::string name = CacheEntryName(key_);
+    UniqueFd fd(
+        ::openat(kTranscodeCacheFd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+    if (!fd.valid()) return false;  // ENOENT: a miss; anything else costs only the cache
+    struct stat st;
+    bool ok = ::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode) &&
+              static_cast<uint64_t>(st.st_size) >= kEnvelopeBytes &&
+              static_cast<uint64_t>(st.st_size) - kEnvelopeBytes <= 2 * in.length + (1 << 20) &&
+              ReadRange(fd.get(), 0, static_cast<uint64_t>(st.st_size), entry).ok() &&
+              OpenEnvelope(entry->data(), entry->size(), in.length, MtimeNs(in.st), payload_offset,
+                           payload_bytes)
+                  .ok();
+    if (!ok) {
+      r->cache_event = kCacheBad;
+      return false;
+    }
+    r->cache_event = kCacheHit;
+    r->cache_entry_bytes = entry->size();
+    return true;
+  }
+
+  // A miss on `original`: when it is multi-scan, re-codes it into *copy
+  // (true: decode the copy) and, when the task allows, writes the entry.
+  bool Fill(const TaskMsg& t, const Input& in, const std::vector<uint8_t>& original,
+            std::vector<uint8_t>* copy, ResultMsg* r) {
+    if (CountScans(original.data(), original.size()) <= 1) {
+      r->cache_event = kCacheNotNeeded;
+      return false;
+    }
+    r->cache_event = kCacheMiss;
+    if (t.cache != kTaskCacheReadWrite) return false;
+    image::DecodeLimits limits;
+    limits.max_pixels = t.params.max_decode_pixels;
+    const int64_t t0 = MonotonicNs();
+    const absl::Status st = transcoder_.ToBaseline(original.data(), original.size(), limits, copy);
+    r->transcode_ns = static_cast<uint64_t>(MonotonicNs() - t0);
+    if (!st.ok()) {
+      // Not cacheable (corrupt, truncated, a kind the transcoder refuses):
+      // decode the original, which fails the same way if it is corrupt.
+      r->cache_event = kCacheNotNeeded;
+      return false;
+    }
+    WriteEnvelope(in.length, MtimeNs(in.st), copy->data(), copy->size(), &envelope_);
+    const std::string temp = CacheTempName(key_);
+    UniqueFd fd(::openat(kTranscodeCacheFd, temp.c_str(),
+                         O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
+    if (!fd.valid()) {
+      // EEXIST: another worker is writing this entry (or a crashed one left
+      // its temporary, removed at the next start-up).
+      r->cache_write_failed = errno != EEXIST;
+      return true;
+    }
+    bool ok = WriteAll(fd.get(), envelope_.data(), envelope_.size());
+    ok = (::close(fd.Release()) == 0) && ok;
+    ok = ok && ::renameat(kTranscodeCacheFd, temp.c_str(), kTranscodeCacheFd,
+                          CacheEntryName(key_).c_str()) == 0;
+    if (ok) {
+      r->cache_bytes_written = envelope_.size();
+    } else {
+      r->cache_write_failed = 1;
+      r->cache_temp_left = 1;
+    }
+    if (envelope_.capacity() > (64u << 20)) std::vector<uint8_t>().swap(envelope_);
+    return true;
+  }
+
+ private:
+  static bool WriteAll(int fd, const uint8_t* p, size_t n) {
+    while (n > 0) {
+      ssize_t w = ::write(fd, p, n);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) return false;
+      p += w;
+      n -= static_cast<size_t>(w);
+    }
+    return true;
+  }
+
+  CacheKey key_;
+  image::Transcoder transcoder_;
+  std::vector<uint8_t> envelope_;
+};
 
 bool SendAll(const void* msg, size_t bytes) {
   for (;;) {
@@ -93,6 +221,9 @@ int Serve() {
   image::SampleProcessor processor;
   std::vector<uint8_t> input;
   input.reserve(1 << 20);
+  std::vector<uint8_t> entry;  // a transcode cache entry read
+  std::vector<uint8_t> copy;   // a baseline copy just made
+  CacheClient cache;
   auto msg_buf = std::make_unique<TaskMsg>();
   char* raw = reinterpret_cast<char*>(msg_buf.get());
 
@@ -156,24 +287,68 @@ int Serve() {
         if (t.fault == kFaultCrash) ::abort();
         if (t.fault == kFaultHang) ::pause();
         int64_t t0 = MonotonicNs();
-        absl::Status st = ReadInput(t, path, &input);
-        r.read_ns = static_cast<uint64_t>(MonotonicNs() - t0);
+        Input in;
+        absl::Status st = OpenInput(t, path, &in);
+        // What is decoded: `input` (the original, or a copy re-coded from
+        // it) or the payload of a cache entry in `entry`.
+        const uint8_t* jpeg = nullptr;
+        size_t jpeg_bytes = 0;
+        bool baseline_copy = false;
+        if (st.ok() && t.cache != kTaskCacheOff) {
+          size_t offset = 0;
+          if (cache.Lookup(t, path, in, &entry, &offset, &jpeg_bytes, &r)) {
+            jpeg = entry.data() + offset;
+            baseline_copy = true;
+          }
+        }
+        if (st.ok() && jpeg == nullptr) {
+          st = ReadInput(t, in, &input);
+          jpeg = input.data();
+          jpeg_bytes = input.size();
+          if (st.ok() && t.cache != kTaskCacheOff && r.cache_event != kCacheBad &&
+              cache.Fill(t, in, input, &copy, &r)) {
+            jpeg = copy.data();
+            jpeg_bytes = copy.size();
+            baseline_copy = true;
+          }
+        }
+        r.read_ns = static_cast<uint64_t>(MonotonicNs() - t0) - r.transcode_ns;
         if (st.ok()) {
           image::SampleResult res;
           uint8_t* out = static_cast<uint8_t*>(it->second.map.addr()) + t.out_offset;
-          st = processor.Process(input.data(), input.size(), t.params, t.key, out,
-                                 t.out_capacity, &res);
+          st = processor.Process(jpeg, jpeg_bytes, t.params, t.key, out, t.out_capacity, &res);
+          if (!st.ok() && baseline_copy) {
+            // A copy that does not decode (the transcoder's bug, or an entry
+            // that passed its checksums yet is wrong) must not cost the
+            // sample: decode the original, and have a bad entry deleted.
+            baseline_copy = false;
+            st = absl::OkStatus();
+            if (r.cache_event == kCacheHit) st = ReadInput(t, in, &input);
+            if (r.cache_event == kCacheHit || r.cache_bytes_written != 0) {
+              r.cache_event = kCacheBad;
+            }
+            if (st.ok()) {
+              st = processor.Process(input.data(), input.size(), t.params, t.key, out,
+                                     t.out_capacity, &res);
+            }
+          }
           r.height = res.height;
           r.width = res.width;
           r.channels = res.channels;
           r.bytes = res.bytes;
           r.decode_ns = res.decode_ns;
           r.augment_ns = res.augment_ns;
+          r.decode_path =
+              static_cast<uint32_t>(baseline_copy ? image::DecodePath::kBaseline : res.decode_path);
+          r.dct_scale = res.dct_scale;
+          r.progressive = res.progressive ? 1 : 0;
         }
         if (!st.ok()) SetReason(&r, st.code(), std::string(st.message()));
         if (!SendAll(&r, sizeof(r))) return 1;
         // Keep the read buffer from pinning a huge file's memory forever.
-        if (input.capacity() > (64u << 20)) std::vector<uint8_t>().swap(input);
+        for (auto* b : {&input, &entry, &copy}) {
+          if (b->capacity() > (64u << 20)) std::vector<uint8_t>().swap(*b);
+        }
         break;
       }
       default:

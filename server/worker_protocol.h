@@ -3,6 +3,9 @@
 // daemon: both ends are built from the same source, so the structs cross
 // verbatim. A ring's fd crosses with kMapRing as SCM_RIGHTS ancillary data.
 //
+// fd 5, when the daemon runs with --transcode-cache, is the cache's
+// directory (server/transcode_cache.h); absent otherwise.
+//
 //   daemon -> worker: kMapRing, kUnmapRing, kTask, kShutdown
 //   worker -> daemon: kHello (once, at start), kResult (one per kTask, in
 //                     the order the tasks were sent)
@@ -23,6 +26,7 @@ namespace stoker::worker {
 
 inline constexpr int kChannelFd = 3;   // the worker's end of its socketpair
 inline constexpr int kDataRootFd = 4;  // the daemon's --data-root, O_DIRECTORY
+inline constexpr int kTranscodeCacheFd = 5;  // --transcode-cache DIR, O_DIRECTORY (if set)
 inline constexpr uint32_t kMaxPathBytes = 4096;
 inline constexpr uint32_t kReasonBytes = 480;
 
@@ -69,11 +73,20 @@ struct TaskMsg {
   image::PipelineParams params;
   uint32_t fault = 0;         // tests only, see FaultKind (0: none)
   uint32_t simulate_latency_us = 0;  // benchmarks and tests: a cold read first sleeps
+  uint32_t cache = 0;                // TaskCache: the transcode cache for this task
+  uint32_t reserved = 0;
   char path[kMaxPathBytes];   // relative to the data root; sent truncated to path_bytes
 };
 
 // Faults a worker injects on itself when the daemon runs with
 // --enable-fault-injection (tests); never set otherwise.
+// TaskMsg::cache.
+enum TaskCache : uint32_t {
+  kTaskCacheOff = 0,
+  kTaskCacheRead = 1,       // use an entry; do not write one (the budget is full)
+  kTaskCacheReadWrite = 2,  // and write the copy of a multi-scan original that has none
+};
+
 enum FaultKind : uint32_t { kFaultNone = 0, kFaultCrash = 1, kFaultHang = 2 };
 
 struct HelloMsg {
@@ -93,6 +106,20 @@ struct ResultMsg {
   uint64_t read_ns = 0;
   uint64_t decode_ns = 0;
   uint64_t augment_ns = 0;
+  // From image::SampleResult (when code == 0).
+  uint32_t decode_path = 0;  // image::DecodePath
+  uint32_t dct_scale = 8;
+  uint32_t progressive = 0;
+  // The transcode cache (server/transcode_cache.h's CacheReport, field by
+  // field; set whatever `code` is: a copy written before a failure exists).
+  uint32_t cache_event = 0;  // CacheEvent
+  uint64_t cache_key_hi = 0;
+  uint64_t cache_key_lo = 0;
+  uint64_t cache_entry_bytes = 0;
+  uint64_t cache_bytes_written = 0;
+  uint32_t cache_write_failed = 0;
+  uint32_t cache_temp_left = 0;
+  uint64_t transcode_ns = 0;
   char reason[kReasonBytes];  // NUL-terminated when code != 0
 };
 
@@ -104,6 +131,7 @@ inline constexpr uint64_t TaskHeaderBytes() { return offsetof(TaskMsg, path); }
 static_assert(std::is_trivially_copyable_v<TaskMsg> && std::is_trivially_copyable_v<ResultMsg>);
 static_assert(TaskHeaderBytes() <= 8192, "the task header is meant to fit in two pages");
 static_assert(sizeof(TaskMsg) <= 16384, "a task is one SOCK_SEQPACKET datagram");
+static_assert(sizeof(ResultMsg) <= 1024, "a result is one small datagram");
 
 }  // namespace stoker::worker
 

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <string>
 
+#include "server/worker_protocol.h"
+
 #ifdef STOKER_HAVE_SECCOMP
 #include <seccomp.h>
 #endif
@@ -19,6 +21,9 @@ absl::Status ApplyWorkerSandbox() {
   if (ctx == nullptr) return absl::InternalError("seccomp_init failed");
   // Reading files beneath the data root, talking to the daemon, memory,
   // time, signals and exit; what glibc and libjpeg-turbo use for those.
+  // The transcode cache adds only the rename of a written entry into place,
+  // below, within the cache's folder (openat and write are here already);
+  // its files are deleted by the daemon, so no unlink.
   static const char* const kAllowed[] = {
       "read",          "pread64",        "preadv2",        "readv",        "write",         "writev",
       "openat",        "openat2",        "close",        "fstat",         "newfstatat",
@@ -34,6 +39,20 @@ absl::Status ApplyWorkerSandbox() {
     int nr = seccomp_syscall_resolve_name(name);
     if (nr == __NR_SCMP_ERROR) continue;  // not on this architecture
     int rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 0);
+    if (rc != 0) {
+      seccomp_release(ctx);
+      return absl::InternalError(std::string("seccomp_rule_add ") + name + ": " +
+                                 std::strerror(-rc));
+    }
+  }
+  // renameat(2) from and to worker::kTranscodeCacheFd only: no file of the
+  // data root can be moved.
+  for (const char* name : {"renameat", "renameat2"}) {
+    int nr = seccomp_syscall_resolve_name(name);
+    if (nr == __NR_SCMP_ERROR) continue;
+    int rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 2,
+                              SCMP_A0(SCMP_CMP_EQ, worker::kTranscodeCacheFd),
+                              SCMP_A2(SCMP_CMP_EQ, worker::kTranscodeCacheFd));
     if (rc != 0) {
       seccomp_release(ctx);
       return absl::InternalError(std::string("seccomp_rule_add ") + name + ": " +

@@ -215,6 +215,22 @@ std::string RenderStatus(const v1::StatusResponse& s, size_t width) {
                 width);
     out += "\n";
   }
+  if (s.has_transcode_cache()) {
+    const v1::TranscodeCacheStatus& tc = s.transcode_cache();
+    out += Wrap(
+        {"transcode cache", tc.dir(),
+         absl::StrFormat("%.1f of %.0f MiB", tc.bytes() / 1048576.0, tc.budget_bytes() / 1048576.0),
+         absl::StrCat(tc.entries(), " entries"),
+         absl::StrFormat("hit rate %.1f%% (%d hits, %d misses)", 100.0 * tc.hit_rate(), tc.hits(),
+                         tc.misses()),
+         absl::StrCat("written ", tc.writes()),
+         absl::StrFormat("transcode %.1fs", tc.transcode_seconds()),
+         absl::StrCat("evicted ", tc.evictions()), absl::StrCat("bad ", tc.bad_entries()),
+         absl::StrCat("write failures ", tc.write_failures()),
+         absl::StrCat("refused ", tc.writes_refused())},
+        width);
+    out += "\n";
+  }
   constexpr int kAlways = Column::kAlways;
   std::vector<std::vector<std::string>> rows;
   for (const auto& x : s.workers()) {
@@ -266,6 +282,21 @@ std::string RenderStatus(const v1::StatusResponse& s, size_t width) {
                                {"FAILED"},
                                {"REPL", 10}},
                               rows, width);
+    // How each session's samples were decoded (paths without samples left out).
+    rows.clear();
+    for (const auto& x : s.sessions()) {
+      for (const auto& dp : x.decode_paths()) {
+        if (dp.samples() == 0) continue;
+        rows.push_back({x.session_id(), dp.path(), absl::StrCat(dp.samples()),
+                        absl::StrFormat("%.2f", dp.mean_decode_ms()),
+                        absl::StrFormat("%.1fs", dp.decode_seconds())});
+      }
+    }
+    if (!rows.empty()) {
+      out += "\ndecode paths\n" +
+             LayoutTable({{"SESSION"}, {"PATH"}, {"SAMPLES"}, {"MEAN DECODE ms"}, {"TOTAL", 1}},
+                         rows, width);
+    }
     // Each session's pipeline in full (the table shows only its preset).
     out += "\npipelines\n";
     for (const auto& x : s.sessions()) {

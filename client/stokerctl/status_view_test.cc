@@ -178,6 +178,42 @@ TEST_CASE("RenderStatus fits 80, 100 and 200 columns, and wider shows more") {
   }
 }
 
+TEST_CASE("RenderStatus shows the transcode cache and each session's decode paths") {
+  v1::StatusResponse s = Busy();
+  CHECK(RenderStatus(s, 100).find("transcode cache") == std::string::npos);  // off
+  auto* tc = s.mutable_transcode_cache();
+  tc->set_dir("/var/cache/stoker/transcode");
+  tc->set_budget_bytes(4ull << 30);
+  tc->set_bytes(3u << 20);
+  tc->set_entries(12);
+  tc->set_hits(36);
+  tc->set_misses(12);
+  tc->set_hit_rate(0.75);
+  tc->set_bad_entries(1);
+  const char* names[] = {"whole", "dc_scans", "baseline"};
+  for (auto& x : *s.mutable_sessions()) {
+    for (int p = 0; p < 3; ++p) {
+      auto* dp = x.add_decode_paths();
+      dp->set_path(names[p]);
+      dp->set_samples(p == 1 ? 0 : 40 + p);
+      dp->set_mean_decode_ms(p == 2 ? 19.25 : 70.5);
+      dp->set_decode_seconds(dp->samples() * dp->mean_decode_ms() / 1000);
+    }
+  }
+  for (size_t width : {80, 200}) {
+    const std::string text = RenderStatus(s, width);
+    for (const std::string& line : Lines(text)) {
+      INFO(line);
+      CHECK(Chars(line) <= width);
+    }
+    CHECK(text.find("transcode cache") != std::string::npos);
+    CHECK(text.find("hit rate 75.0% (36 hits, 12 misses)") != std::string::npos);
+    CHECK(text.find("\ndecode paths\n") != std::string::npos);
+    CHECK(text.find("19.25") != std::string::npos);
+    CHECK(text.find("dc_scans") == std::string::npos);  // no samples: not listed
+  }
+}
+
 TEST_CASE("LayoutTable drops by rank, trims to soft then min widths, and cuts as a last resort") {
   const std::vector<Column> cols = {{"NAME", Column::kAlways, Trim::kTail, 6, 3},
                                     {"A", 1},

@@ -7,6 +7,9 @@
 //           seconds: the single-process limit the daemon should approach.
 //   draw    the steps drawn for dataset indices 0..N-1 of an image size, one
 //           JSON line each (statistical tests of the sampling rules)
+//   scans   the scans of a progressive file (jpeg_decoder.h ListScans) and
+//           how many bytes of AC scans a reduced M x M IDCT would let a
+//           decoder skip (M = 1, 2, 4: the coefficients each reads)
 //   opcost  each op's cost in microseconds per --size x --size image (224):
 //           for each op, ProcessSteps of [resize to size x size, antialias]
 //           (the baseline) and of the baseline + that op's steps with
@@ -23,7 +26,10 @@
 // server/lower_pipeline.h): --keywords JSON and --ops JSON, and the flags
 // --pipeline --size --resize --interp --dtype --layout --exact --apply-exif
 // --scale --ratio --flip-prob, each the keyword of its name. No default
-// lives here.
+// lives here. --decode-path whole (render, bench; for tests and
+// measurements) decodes every file whole, never skipping the scans a DCT
+// scale does not read (pipeline.h DecodePath); auto, the default, is what
+// the daemon does. render's line and bench's "paths" say which path ran.
 //
 // Steps as JSON (--steps-out, --steps, draw): a list of objects, each with
 // "kind" (pipeline.h's StepKindName) and "op" (the index of the op that drew
@@ -76,6 +82,7 @@
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
+#include "server/image/jpeg_decoder.h"
 #include "server/image/pipeline.h"
 #include "server/image/policy.h"
 #include "server/lower_pipeline.h"
@@ -166,6 +173,7 @@ struct CommonOptions {
   float flip_prob = 0;
   std::string keywords;
   std::string ops;
+  std::string decode_path = "auto";  // not a keyword: auto | whole
   // Which of the flags were given: only those become keywords.
   std::map<std::string, CLI::Option*> given;
 };
@@ -191,6 +199,9 @@ void AddCommon(CLI::App* app, CommonOptions* o) {
   g["flip_prob"] = app->add_option("--flip-prob", o->flip_prob, "keyword flip_prob (train)");
   app->add_option("--keywords", o->keywords, "a JSON object of pipeline keywords");
   app->add_option("--ops", o->ops, "keyword ops: a JSON op list");
+  app->add_option("--decode-path", o->decode_path,
+                  "auto | whole: whole never skips the scans a DCT scale does not read")
+      ->check(CLI::IsMember({"auto", "whole"}));
 }
 
 pb::Value Number(double v) {
@@ -575,10 +586,11 @@ bool ParseSteps(const std::string& json, SampleSteps* steps) {
       }
       s.from_policy = 1;
       s.aug = static_cast<AugOp>(a);
-      s.aug_bin = f.count("bin") != 0 ? static_cast<int32_t>(
-                                               std::clamp(f.at("bin").number_value(), -1.0, 2147483647.0)) : -1;
-      s.aug_magnitude =
-          f.count("magnitude") != 0 ? f32(f.at("magnitude").number_value()) : 0.0f;
+      s.aug_bin =
+          f.count("bin") != 0
+              ? static_cast<int32_t>(std::clamp(f.at("bin").number_value(), -1.0, 2147483647.0))
+              : -1;
+      s.aug_magnitude = f.count("magnitude") != 0 ? f32(f.at("magnitude").number_value()) : 0.0f;
     }
     auto flag = [&](const char* name) {
       return f.count(name) != 0 && f.at(name).bool_value() ? 1u : 0u;
@@ -619,6 +631,7 @@ int Render(const CommonOptions& common, const RenderOptions& o) {
     return 1;
   }
   SampleProcessor processor;
+  processor.set_skip_unneeded_scans(common.decode_path != "whole");
   SampleResult result;
   SampleSteps steps;
   absl::Status s;
@@ -678,8 +691,11 @@ int Render(const CommonOptions& common, const RenderOptions& o) {
       return 1;
     }
   }
-  std::printf("{\"height\":%u,\"width\":%u,\"channels\":%u,\"bytes\":%llu}\n", result.height,
-              result.width, result.channels, static_cast<unsigned long long>(result.bytes));
+  std::printf(
+      "{\"height\":%u,\"width\":%u,\"channels\":%u,\"bytes\":%llu,\"decode_path\":\"%s\","
+      "\"dct_scale\":%u,\"progressive\":%s}\n",
+      result.height, result.width, result.channels, static_cast<unsigned long long>(result.bytes),
+      DecodePathName(result.decode_path), result.dct_scale, result.progressive ? "true" : "false");
   return 0;
 }
 
@@ -782,12 +798,15 @@ int Bench(const CommonOptions& common, const BenchOptions& o) {
   const int threads = std::max(1, o.threads);
   struct Counters {
     uint64_t images = 0, errors = 0, decode_ns = 0, augment_ns = 0;
+    uint64_t path_images[kDecodePathCount] = {}, path_decode_ns[kDecodePathCount] = {};
+    uint64_t progressive = 0;
   };
   std::vector<Counters> counters(threads);
   std::atomic<bool> stop{false};
   const uint64_t capacity = MaxSampleBytes(p);
   auto worker = [&](int t) {
     SampleProcessor processor;
+    processor.set_skip_unneeded_scans(common.decode_path != "whole");
     std::vector<uint8_t> out(capacity);
     uint8_t* ring = nullptr;
     uint64_t ring_samples = 0;
@@ -816,9 +835,18 @@ int Bench(const CommonOptions& common, const BenchOptions& o) {
       const absl::Status s =
           processor.Process(bytes->data(), bytes->size(), p, key, dst, capacity, &result);
       ++c.images;
-      if (!s.ok()) ++c.errors;
       c.decode_ns += result.decode_ns;
       c.augment_ns += result.augment_ns;
+      if (!s.ok()) {
+        ++c.errors;
+        continue;
+      }
+      const auto path = static_cast<uint32_t>(result.decode_path);
+      if (path < kDecodePathCount) {
+        ++c.path_images[path];
+        c.path_decode_ns[path] += result.decode_ns;
+      }
+      c.progressive += result.progressive ? 1 : 0;
     }
     if (ring != nullptr) ::munmap(ring, ring_samples * capacity);
   };
@@ -836,17 +864,87 @@ int Bench(const CommonOptions& common, const BenchOptions& o) {
     sum.errors += c.errors;
     sum.decode_ns += c.decode_ns;
     sum.augment_ns += c.augment_ns;
+    sum.progressive += c.progressive;
+    for (uint32_t k = 0; k < kDecodePathCount; ++k) {
+      sum.path_images[k] += c.path_images[k];
+      sum.path_decode_ns[k] += c.path_decode_ns[k];
+    }
   }
+  // Per decode path (pipeline.h DecodePath): samples and mean decode time.
+  std::string by_path = "{";
+  for (uint32_t k = 0; k < kDecodePathCount; ++k) {
+    const uint64_t n = sum.path_images[k];
+    absl::StrAppend(&by_path, k > 0 ? "," : "", "\"", DecodePathName(static_cast<DecodePath>(k)),
+                    "\":{\"images\":", n, ",\"decode_ms\":",
+                    n > 0 ? static_cast<double>(sum.path_decode_ns[k]) * 1e-6 / n : 0.0, "}");
+  }
+  by_path += "}";
   const double per = sum.images > 0 ? 1e-6 / static_cast<double>(sum.images) : 0;
   std::printf(
       "{\"images_per_s\":%.1f,\"threads\":%d,\"seconds\":%.3f,\"images\":%llu,\"errors\":%llu,"
       "\"files\":%zu,\"mean_file_bytes\":%.0f,\"decode_ms\":%.3f,\"augment_ms\":%.3f,"
-      "\"pipeline\":%s,\"from_disk\":%s}\n",
+      "\"progressive_images\":%llu,\"paths\":%s,\"pipeline\":%s,\"from_disk\":%s}\n",
       static_cast<double>(sum.images) / elapsed, threads, elapsed,
       static_cast<unsigned long long>(sum.images), static_cast<unsigned long long>(sum.errors),
       paths.size(), o.from_disk ? 0.0 : static_cast<double>(total_bytes) / paths.size(),
       static_cast<double>(sum.decode_ns) * per, static_cast<double>(sum.augment_ns) * per,
+      static_cast<unsigned long long>(sum.progressive), by_path.c_str(),
       JsonString(described).c_str(), o.from_disk ? "true" : "false");
+  return 0;
+}
+
+// The natural-order (row, column) frequencies libjpeg-turbo's reduced M x M
+// IDCTs read (jidctred.c; its SIMD versions read the same): 1x1 the DC only,
+// 2x2 rows and columns 0 1 3 5 7, 4x4 all but row and column 4.
+bool IdctReads(int m, int row, int col) {
+  auto used = [m](int i) { return m == 1 ? i == 0 : m == 2 ? i <= 1 || i % 2 == 1 : i != 4; };
+  return used(row) && used(col);
+}
+
+// Zigzag index -> natural-order index of an 8x8 block.
+constexpr int kZigzag[64] = {0,  1,  8,  16, 9,  2,  3,  10, 17, 24, 32, 25, 18, 11, 4,  5,
+                             12, 19, 26, 33, 40, 48, 41, 34, 27, 20, 13, 6,  7,  14, 21, 28,
+                             35, 42, 49, 56, 57, 50, 43, 36, 29, 22, 15, 23, 30, 37, 44, 51,
+                             58, 59, 52, 45, 38, 31, 39, 46, 53, 60, 61, 54, 47, 55, 62, 63};
+
+int Scans(const std::string& input) {
+  std::vector<uint8_t> jpeg;
+  if (!ReadFile(input, &jpeg)) {
+    std::cerr << "cannot read " << input << "\n";
+    return 1;
+  }
+  std::vector<JpegScan> scans;
+  if (!ListScans(jpeg.data(), jpeg.size(), 100000, &scans)) {
+    std::cerr << input << ": not a progressive file the scan filter takes (jpeg_decoder.h)\n";
+    return 1;
+  }
+  uint64_t scan_bytes = 0, skippable[3] = {0, 0, 0};
+  for (const JpegScan& scan : scans) {
+    std::string comps;
+    for (int i = 0; i < scan.components; ++i)
+      absl::StrAppend(&comps, i > 0 ? "," : "", scan.component[i]);
+    std::printf(
+        "{\"offset\":%zu,\"bytes\":%zu,\"components\":[%s],\"ss\":%d,\"se\":%d,\"ah\":%d,"
+        "\"al\":%d}\n",
+        scan.offset, scan.bytes, comps.c_str(), scan.ss, scan.se, scan.ah, scan.al);
+    scan_bytes += scan.bytes;
+    if (scan.ss == 0) continue;
+    for (int k = 0, m = 1; k < 3; ++k, m *= 2) {
+      bool read = false;
+      for (int z = scan.ss; z <= scan.se; ++z) {
+        read |= IdctReads(m, kZigzag[z] / 8, kZigzag[z] % 8);
+      }
+      if (!read) skippable[k] += scan.bytes;
+    }
+  }
+  // Upper bounds: as if every component used that IDCT (libjpeg gives a
+  // subsampled chroma a larger one).
+  std::printf(
+      "{\"file_bytes\":%zu,\"scans\":%zu,\"scan_bytes\":%llu,\"skippable_bytes_idct1x1\":%llu,"
+      "\"skippable_bytes_idct2x2\":%llu,\"skippable_bytes_idct4x4\":%llu}\n",
+      jpeg.size(), scans.size(), static_cast<unsigned long long>(scan_bytes),
+      static_cast<unsigned long long>(skippable[0]), static_cast<unsigned long long>(skippable[1]),
+      static_cast<unsigned long long>(skippable[2]));
   return 0;
 }
 
@@ -1084,6 +1182,12 @@ int main(int argc, char** argv) {
   d->add_option("--seed", draw.seed, "sample key: seed");
   d->add_option("--epoch", draw.epoch, "sample key: epoch");
 
+  std::string scans_input;
+  CLI::App* sc = app.add_subcommand(
+      "scans",
+      "a progressive file's scans and the AC bytes reduced IDCTs would let a decoder skip");
+  sc->add_option("--input", scans_input, "JPEG file")->required();
+
   OpCostOptions opcost;
   CLI::App* oc =
       app.add_subcommand("opcost", "each op's augment cost in microseconds per size x size image");
@@ -1096,6 +1200,7 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   if (oc->parsed()) return stoker::image::OpCost(opcost);
+  if (sc->parsed()) return stoker::image::Scans(scans_input);
   if (r->parsed()) return stoker::image::Render(render_common, render);
   if (d->parsed()) return stoker::image::Draw(draw_common, draw);
   return stoker::image::Bench(bench_common, bench);

@@ -1,4 +1,4 @@
-// The only file of stoker_image that uses setjmp/longjmp (see jpeg_decoder.h).
+// setjmp/longjmp use (see jpeg_decoder.h and libjpeg_glue.h).
 //
 // Rule kept below: a Try* trampoline calls setjmp, then only libjpeg
 // functions; it has no local with a destructor, and it reports failure as a
@@ -10,78 +10,19 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
-
-// clang-format off
-#include <jpeglib.h>
-#include <jerror.h>
-// clang-format on
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "server/image/exif.h"
+#include "server/image/libjpeg_glue.h"
 
 namespace stoker::image {
 namespace {
 
-// Codes of our own, beside libjpeg's J_MESSAGE_CODE values (all >= 0).
-constexpr int kScanLimitCode = -1000;
-constexpr int kTruncatedCode = -1001;
-
-struct ErrorManager {
-  jpeg_error_mgr pub;  // first: libjpeg sees this struct as a jpeg_error_mgr
-  std::jmp_buf jump;
-  int code = 0;
-  char message[JMSG_LENGTH_MAX] = {};
-};
-
-struct ProgressManager {
-  jpeg_progress_mgr pub;  // first: libjpeg sees a jpeg_progress_mgr
-  uint32_t max_scans = 1000;
-};
-
-ErrorManager* ErrorOf(j_common_ptr cinfo) { return reinterpret_cast<ErrorManager*>(cinfo->err); }
-
-[[noreturn]] void LongJumpOut(j_common_ptr cinfo) {
-  ErrorManager* err = ErrorOf(cinfo);
-  std::longjmp(err->jump, 1);
-}
-
-// error_exit: format libjpeg's message, then leave through longjmp.
-[[noreturn]] void OnErrorExit(j_common_ptr cinfo) {
-  ErrorManager* err = ErrorOf(cinfo);
-  (*cinfo->err->format_message)(cinfo, err->message);
-  err->code = cinfo->err->msg_code;
-  LongJumpOut(cinfo);
-}
-
-// emit_message: warnings (level -1) are tolerated like PIL tolerates them,
-// except the end of data inside the image, which PIL refuses too.
-void OnEmitMessage(j_common_ptr cinfo, int msg_level) {
-  if (msg_level >= 0) return;  // trace messages
-  if (cinfo->err->msg_code == JWRN_JPEG_EOF) {
-    ErrorManager* err = ErrorOf(cinfo);
-    std::snprintf(err->message, sizeof(err->message), "Premature end of JPEG file (truncated)");
-    err->code = kTruncatedCode;
-    LongJumpOut(cinfo);
-  }
-  cinfo->err->num_warnings++;
-}
-
-void OnOutputMessage(j_common_ptr) {}
-
-void OnProgress(j_common_ptr cinfo) {
-  if (!cinfo->is_decompressor) return;
-  auto* dinfo = reinterpret_cast<j_decompress_ptr>(cinfo);
-  auto* progress = reinterpret_cast<ProgressManager*>(cinfo->progress);
-  if (dinfo->input_scan_number > 0 &&
-      static_cast<uint32_t>(dinfo->input_scan_number) > progress->max_scans) {
-    ErrorManager* err = ErrorOf(cinfo);
-    std::snprintf(err->message, sizeof(err->message), "JPEG has more than %u scans",
-                  progress->max_scans);
-    err->code = kScanLimitCode;
-    LongJumpOut(cinfo);
-  }
-}
+using libjpeg::ErrorManager;
+using libjpeg::ErrorStatus;
+using libjpeg::ProgressManager;
 
 // ---- Trampolines: setjmp + libjpeg calls only. ----
 
@@ -103,6 +44,12 @@ int TryReadHeader(j_decompress_ptr cinfo, ErrorManager* err, const uint8_t* data
 int TryStart(j_decompress_ptr cinfo, ErrorManager* err) {
   if (setjmp(err->jump)) return 0;
   jpeg_start_decompress(cinfo);
+  return 1;
+}
+
+int TryCalcOutputDimensions(j_decompress_ptr cinfo, ErrorManager* err) {
+  if (setjmp(err->jump)) return 0;
+  jpeg_calc_output_dimensions(cinfo);
   return 1;
 }
 
@@ -139,34 +86,6 @@ int TryInputComplete(j_decompress_ptr cinfo, ErrorManager* err, int* complete) {
 
 // ---- Back in C++. ----
 
-absl::Status ErrorStatus(const ErrorManager& err) {
-  const std::string text(err.message);
-  switch (err.code) {
-    case kScanLimitCode:
-      return absl::ResourceExhaustedError(text);
-    case kTruncatedCode:
-      return absl::InvalidArgumentError(text);
-    case JERR_BAD_PRECISION:
-      return absl::UnimplementedError(
-          absl::StrCat("only 8-bit JPEG is supported (12-bit and others are not): ", text));
-    case JERR_SOF_UNSUPPORTED:
-      return absl::UnimplementedError(
-          absl::StrCat("lossless and hierarchical JPEG are not supported: ", text));
-    case JERR_ARITH_NOTIMPL:
-    case JERR_NOTIMPL:
-    case JERR_NOT_COMPILED:
-    case JERR_CONVERSION_NOTIMPL:
-      return absl::UnimplementedError(absl::StrCat("unsupported JPEG: ", text));
-    case JERR_IMAGE_TOO_BIG:
-    case JERR_WIDTH_OVERFLOW:
-    case JERR_OUT_OF_MEMORY:
-    case JERR_NO_BACKING_STORE:
-      return absl::ResourceExhaustedError(absl::StrCat("JPEG too large: ", text));
-    default:
-      return absl::InvalidArgumentError(absl::StrCat("corrupt JPEG: ", text));
-  }
-}
-
 // True when [p, p + n) holds an EOI marker (FF D9). Entropy-coded data
 // never contains FF D9 (an FF there is followed by 00 or a restart marker),
 // so this finds the real end of the image, searching from the back.
@@ -177,26 +96,267 @@ bool HasEoi(const uint8_t* p, size_t n) {
   return false;
 }
 
+uint32_t Be16(const uint8_t* p) { return (uint32_t{p[0]} << 8) | p[1]; }
+
+// Whether each Huffman table (DC 0-3, AC 0-3) is defined, as its last DHT
+// left it, and would pass the checks libjpeg makes when a scan first uses
+// it (jdhuff.c jpeg_make_d_derived_tbl): a scan left out must not hide an
+// error the whole file would raise.
+struct HuffmanTables {
+  bool usable[2][4] = {};
+
+  // False when the segment is malformed (libjpeg refuses it too).
+  bool Define(const uint8_t* seg, uint32_t n) {
+    while (n > 0) {
+      if (n < 17) return false;
+      const int kind = seg[0] >> 4, index = seg[0] & 15;
+      if (kind > 1 || index > 3) return false;
+      uint32_t count = 0, code = 0;
+      bool ok = true;
+      bool started = false;
+      for (int length = 1; length <= 16; ++length) {
+        const uint32_t at_length = seg[length];
+        count += at_length;
+        started |= at_length > 0;
+        // The codes of this length, then the next one must still fit.
+        code += at_length;
+        if (started && code >= (1u << length)) ok = false;
+        code <<= 1;
+      }
+      if (count > 256 || count > n - 17) return false;
+      if (kind == 0) {
+        for (uint32_t i = 0; i < count; ++i) ok &= seg[17 + i] <= 15;
+      }
+      usable[kind][index] = ok && count > 0;
+      seg += 17 + count;
+      n -= 17 + count;
+    }
+    return true;
+  }
+};
+
+// ListScans, plus where the EOI marker ends (*end).
+bool ParseProgressive(const uint8_t* data, size_t size, uint32_t max_scans,
+                      std::vector<JpegScan>* scans, size_t* end) {
+  scans->clear();
+  if (data == nullptr || size < 4 || data[0] != 0xFF || data[1] != 0xD8) return false;
+  int frame_ids[4] = {0, 0, 0, 0};
+  int frame_components = 0;  // 0 until the SOF2 marker
+  // known[c][k]: the lowest bit known of coefficient k (zigzag order) of
+  // component c, as libjpeg's coef_bits; -1 while none is.
+  int known[4][64];
+  std::memset(known, 0xFF, sizeof(known));
+  int dc_table[4] = {0, 0, 0, 0}, ac_table[4] = {0, 0, 0, 0};  // of this scan's components
+  HuffmanTables tables;
+  size_t pos = 2;
+  for (;;) {
+    const size_t start = pos;
+    if (pos >= size || data[pos] != 0xFF) return false;
+    while (pos < size && data[pos] == 0xFF) ++pos;  // fill bytes
+    if (pos >= size) return false;
+    const uint8_t code = data[pos++];
+    if (code == 0xD9) {  // EOI
+      if (scans->empty()) return false;
+      for (int c = 0; c < frame_components; ++c) {
+        for (int k = 0; k < 64; ++k) {
+          if (known[c][k] != 0) return false;  // incomplete: libjpeg may smooth
+        }
+      }
+      *end = pos;
+      return true;
+    }
+    const bool table = code == 0xC4 || code == 0xDB || code == 0xDD;  // DHT DQT DRI
+    const bool app_or_com = (code >= 0xE0 && code <= 0xEF) || code == 0xFE;
+    if (!table && !app_or_com && code != 0xC2 && code != 0xDA) return false;
+    if (size - pos < 2) return false;
+    const uint32_t len = Be16(data + pos);
+    if (len < 2 || len > size - pos) return false;
+    const uint8_t* seg = data + pos + 2;
+    const uint32_t n = len - 2;
+    pos += len;
+    if (code == 0xC4 && !tables.Define(seg, n)) return false;
+    if (table || app_or_com) continue;
+    if (code == 0xC2) {  // SOF2: progressive, Huffman-coded
+      if (frame_components != 0 || n < 6 || seg[0] != 8 || Be16(seg + 1) == 0) return false;
+      const int nf = seg[5];
+      if ((nf != 1 && nf != 3 && nf != 4) || n != 6u + 3u * nf) return false;
+      for (int c = 0; c < nf; ++c) {
+        frame_ids[c] = seg[6 + 3 * c];
+        for (int d = 0; d < c; ++d) {
+          if (frame_ids[d] == frame_ids[c]) return false;
+        }
+      }
+      frame_components = nf;
+      continue;
+    }
+    // SOS
+    if (frame_components == 0 || n < 1) return false;
+    JpegScan scan;
+    scan.offset = start;
+    scan.components = seg[0];
+    if (scan.components < 1 || scan.components > frame_components ||
+        n != 4u + 2u * scan.components) {
+      return false;
+    }
+    for (int i = 0; i < scan.components; ++i) {
+      int index = -1;
+      for (int c = 0; c < frame_components; ++c) {
+        if (frame_ids[c] == seg[1 + 2 * i]) index = c;
+      }
+      if (index < 0) return false;
+      for (int j = 0; j < i; ++j) {
+        if (scan.component[j] == index) return false;
+      }
+      scan.component[i] = index;
+      dc_table[i] = seg[2 + 2 * i] >> 4;
+      ac_table[i] = seg[2 + 2 * i] & 15;
+    }
+    const uint8_t* spectral = seg + 1 + 2 * scan.components;
+    scan.ss = spectral[0];
+    scan.se = spectral[1];
+    scan.ah = spectral[2] >> 4;
+    scan.al = spectral[2] & 15;
+    if (scan.ss == 0 ? scan.se != 0 : (scan.components != 1 || scan.se < scan.ss || scan.se > 63)) {
+      return false;
+    }
+    if (scan.al > 13 || (scan.ah != 0 && scan.al != scan.ah - 1)) return false;
+    for (int i = 0; i < scan.components; ++i) {
+      // The tables the scan decodes with (a DC refinement uses none).
+      if (scan.ss > 0 ? ac_table[i] > 3 || !tables.usable[1][ac_table[i]]
+                      : scan.ah == 0 && (dc_table[i] > 3 || !tables.usable[0][dc_table[i]])) {
+        return false;
+      }
+      int* bits = known[scan.component[i]];
+      if (scan.ss > 0 && bits[0] < 0) return false;  // AC before DC
+      for (int k = scan.ss; k <= scan.se; ++k) {
+        if (bits[k] != (scan.ah == 0 ? -1 : scan.ah)) return false;
+        bits[k] = scan.al;
+      }
+    }
+    if (scans->size() >= max_scans) return false;
+    // The entropy-coded data: up to the first marker other than a stuffed
+    // zero (FF00) or a restart marker; FF fill bytes may precede either.
+    size_t i = pos;
+    for (;;) {
+      const void* ff = i < size ? std::memchr(data + i, 0xFF, size - i) : nullptr;
+      if (ff == nullptr) return false;  // truncated
+      i = static_cast<size_t>(static_cast<const uint8_t*>(ff) - data);
+      size_t j = i + 1;
+      while (j < size && data[j] == 0xFF) ++j;
+      if (j >= size) return false;
+      if (data[j] != 0 && (data[j] < 0xD0 || data[j] > 0xD7)) break;
+      i = j + 1;
+    }
+    scan.bytes = i - start;
+    scans->push_back(scan);
+    pos = i;
+  }
+}
+
+void SetOutputParams(jpeg_decompress_struct& c, int channels, int scale_num, bool smoothing) {
+  c.out_color_space = channels == 4 ? JCS_CMYK : JCS_RGB;
+  c.scale_num = static_cast<unsigned int>(scale_num);
+  c.scale_denom = 8;
+  c.dct_method = JDCT_ISLOW;
+  c.do_fancy_upsampling = TRUE;
+  c.do_block_smoothing = smoothing ? TRUE : FALSE;
+  c.quantize_colors = FALSE;
+  c.buffered_image = FALSE;
+  c.raw_data_out = FALSE;
+}
+
 }  // namespace
+
+bool ListScans(const uint8_t* data, size_t size, uint32_t max_scans, std::vector<JpegScan>* scans) {
+  size_t end = 0;
+  return ParseProgressive(data, size, max_scans, scans, &end);
+}
 
 struct JpegDecoder::State {
   jpeg_decompress_struct cinfo;
   ErrorManager err;
   ProgressManager progress;
   bool created = false;
+  bool used = false;    // cinfo has read a file since it was created
   bool active = false;  // an image is between ReadHeader and Finish/Stop/Abort
   int channels = 3;
+  const uint8_t* data = nullptr;  // the current file
+  size_t size = 0;
+  std::vector<JpegScan> scans;  // ListScans of the current file
+  size_t scans_end = 0;         // where its EOI ends
+  std::vector<uint8_t> copy;    // the file without the scans not needed
+
+  // ScanSelection::kNeeded at 1/8 (see Start). 1: started on the copy; 0:
+  // not applicable or the copy failed, and the original file is back at
+  // the state ReadHeader left it in; -1: the original could not be re-read
+  // (err says why).
+  int StartOnNeededScans();
+  // Re-reads the original file's header after an attempt on the copy.
+  int Restore();
+  // A fresh libjpeg object: no table of an earlier file (or of the copy).
+  bool Recreate();
 };
+
+bool JpegDecoder::State::Recreate() {
+  if (created) jpeg_destroy_decompress(&cinfo);
+  created = TryCreate(&cinfo, &err) != 0;
+  if (created) cinfo.progress = &progress.pub;
+  return created;
+}
+
+int JpegDecoder::State::Restore() {
+  if (!Recreate()) {
+    std::snprintf(err.message, sizeof(err.message), "libjpeg could not create a decompressor");
+    return -1;
+  }
+  libjpeg::ResetErrors(&err);
+  int header_result = 0;
+  if (!TryReadHeader(&cinfo, &err, data, size, 0, &header_result)) return -1;
+  if (header_result != JPEG_HEADER_OK) {
+    std::snprintf(err.message, sizeof(err.message), "JPEG holds tables only, no image");
+    return -1;
+  }
+  return 0;
+}
+
+int JpegDecoder::State::StartOnNeededScans() {
+  jpeg_decompress_struct& c = cinfo;
+  if (!ParseProgressive(data, size, progress.max_scans, &scans, &scans_end)) return 0;
+  SetOutputParams(c, channels, 1, false);
+  if (!TryCalcOutputDimensions(&c, &err)) return Restore();
+  if (c.num_components > 4) return 0;
+  bool dc_only[4] = {false, false, false, false};
+  for (int i = 0; i < c.num_components; ++i) dc_only[i] = c.comp_info[i].DCT_scaled_size == 1;
+  // Copy everything up to the EOI but the AC scans of DC-only components.
+  copy.resize(scans_end);
+  size_t from = 0, out = 0;
+  for (const JpegScan& scan : scans) {
+    if (scan.ss == 0 || !dc_only[scan.component[0]]) continue;
+    std::memcpy(copy.data() + out, data + from, scan.offset - from);
+    out += scan.offset - from;
+    from = scan.offset + scan.bytes;
+  }
+  if (from == 0) return 0;  // nothing to skip
+  std::memcpy(copy.data() + out, data + from, scans_end - from);
+  out += scans_end - from;
+  copy.resize(out);
+
+  jpeg_abort_decompress(&c);
+  err.pub.num_warnings = 0;
+  int header_result = 0;
+  if (TryReadHeader(&c, &err, copy.data(), copy.size(), 0, &header_result) &&
+      header_result == JPEG_HEADER_OK) {
+    SetOutputParams(c, channels, 1, false);
+    if (TryStart(&c, &err) && err.pub.num_warnings == 0) return 1;
+  }
+  return Restore();
+}
 
 JpegDecoder::JpegDecoder() : state_(std::make_unique<State>()) {
   State& s = *state_;
   std::memset(&s.cinfo, 0, sizeof(s.cinfo));
-  s.cinfo.err = jpeg_std_error(&s.err.pub);
-  s.err.pub.error_exit = OnErrorExit;
-  s.err.pub.emit_message = OnEmitMessage;
-  s.err.pub.output_message = OnOutputMessage;
-  std::memset(&s.progress.pub, 0, sizeof(s.progress.pub));
-  s.progress.pub.progress_monitor = OnProgress;
+  libjpeg::InstallHandlers(&s.err, &s.progress);
+  s.cinfo.err = &s.err.pub;
   s.created = TryCreate(&s.cinfo, &s.err) != 0;
   if (s.created) s.cinfo.progress = &s.progress.pub;
 }
@@ -219,14 +379,22 @@ absl::Status JpegDecoder::ReadHeader(const uint8_t* data, size_t size, const Dec
   State& s = *state_;
   if (!s.created) return absl::InternalError("libjpeg could not create a decompressor");
   Abort();
+  // libjpeg keeps the Huffman and quantization tables of the files it read
+  // (abbreviated streams): a damaged file missing one would decode with the
+  // previous file's. A fresh object per file (microseconds) makes every
+  // file decode as it would first.
+  if (s.used && !s.Recreate()) {
+    return absl::InternalError("libjpeg could not create a decompressor");
+  }
+  s.used = true;
   if (data == nullptr || size == 0) return absl::InvalidArgumentError("empty file");
   if (size < 2 || data[0] != 0xFF || data[1] != 0xD8) {
     return absl::InvalidArgumentError("not a JPEG file (no SOI marker)");
   }
-  s.err.code = 0;
-  s.err.message[0] = '\0';
-  s.err.pub.num_warnings = 0;
+  libjpeg::ResetErrors(&s.err);
   s.progress.max_scans = limits.max_scans;
+  s.data = data;
+  s.size = size;
   s.active = true;
   int header_result = 0;
   if (!TryReadHeader(&s.cinfo, &s.err, data, size, limits.read_exif ? 1 : 0, &header_result)) {
@@ -238,28 +406,9 @@ absl::Status JpegDecoder::ReadHeader(const uint8_t* data, size_t size, const Dec
     return absl::InvalidArgumentError("JPEG holds tables only, no image");
   }
   const jpeg_decompress_struct& c = s.cinfo;
-  const uint64_t pixels = uint64_t{c.image_width} * c.image_height;
-  if (pixels > limits.max_pixels) {
+  if (absl::Status st = libjpeg::CheckHeader(c, limits); !st.ok()) {
     Abort();
-    return absl::ResourceExhaustedError(absl::StrCat("image is ", c.image_width, "x",
-                                                     c.image_height, ", over the cap of ",
-                                                     limits.max_pixels, " pixels"));
-  }
-  if (c.data_precision != 8) {
-    Abort();
-    return absl::UnimplementedError(
-        absl::StrCat(c.data_precision, "-bit JPEG is not supported (8-bit only)"));
-  }
-  const bool cmyk =
-      c.num_components == 4 && (c.jpeg_color_space == JCS_CMYK || c.jpeg_color_space == JCS_YCCK);
-  const bool rgb =
-      c.num_components == 3 && (c.jpeg_color_space == JCS_YCbCr || c.jpeg_color_space == JCS_RGB);
-  const bool gray = c.num_components == 1 && c.jpeg_color_space == JCS_GRAYSCALE;
-  if (!cmyk && !rgb && !gray) {
-    Abort();
-    return absl::UnimplementedError(
-        absl::StrCat("unsupported JPEG color layout: ", c.num_components,
-                     " components, color space ", static_cast<int>(c.jpeg_color_space)));
+    return st;
   }
   header->width = c.image_width;
   header->height = c.image_height;
@@ -277,27 +426,30 @@ absl::Status JpegDecoder::ReadHeader(const uint8_t* data, size_t size, const Dec
       }
     }
   }
-  s.channels = cmyk ? 4 : 3;
+  s.channels = c.num_components == 4 ? 4 : 3;
   return absl::OkStatus();
 }
 
-absl::Status JpegDecoder::Start(int scale_num, DecodeInfo* info) {
+absl::Status JpegDecoder::Start(int scale_num, DecodeInfo* info, ScanSelection scans) {
   State& s = *state_;
   if (!s.active) return absl::FailedPreconditionError("Start without ReadHeader");
   if (scale_num < 1 || scale_num > 8) return absl::InvalidArgumentError("scale_num not in 1..8");
   jpeg_decompress_struct& c = s.cinfo;
-  c.out_color_space = s.channels == 4 ? JCS_CMYK : JCS_RGB;
-  c.scale_num = static_cast<unsigned int>(scale_num);
-  c.scale_denom = 8;
-  c.dct_method = JDCT_ISLOW;
-  c.do_fancy_upsampling = TRUE;
-  c.do_block_smoothing = TRUE;
-  c.quantize_colors = FALSE;
-  c.buffered_image = FALSE;
-  c.raw_data_out = FALSE;
-  if (!TryStart(&c, &s.err)) {
-    Abort();
-    return ErrorStatus(s.err);
+  info->skipped_scans = false;
+  if (scans == ScanSelection::kNeeded && scale_num == 1 && c.progressive_mode && !c.arith_code) {
+    const int started = s.StartOnNeededScans();
+    if (started < 0) {
+      Abort();
+      return ErrorStatus(s.err);
+    }
+    info->skipped_scans = started == 1;
+  }
+  if (!info->skipped_scans) {
+    SetOutputParams(c, s.channels, scale_num, true);
+    if (!TryStart(&c, &s.err)) {
+      Abort();
+      return ErrorStatus(s.err);
+    }
   }
   if (c.output_components != s.channels) {
     Abort();

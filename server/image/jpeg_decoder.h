@@ -3,14 +3,15 @@
 //
 // libjpeg reports fatal errors by calling error_exit(), which must not
 // return; the only portable way out is longjmp. All setjmp/longjmp use is
-// confined to jpeg_decoder.cc: every call into libjpeg goes through a small
+// confined to jpeg_decoder.cc and transcode.cc (the handlers that jump are
+// in libjpeg_glue.cc): every call into libjpeg goes through a small
 // C-style trampoline that owns the setjmp and has no C++ objects with
 // destructors in scope, and the message is formatted into a char buffer
 // that the C++ side turns into an absl::Status afterwards.
 //
 // Usage per image (the object is reused across images):
 //   1. ReadHeader(data, size, limits, &header)   caps checked here
-//   2. Start(scale_num, &info)                    DCT scaling scale_num/8
+//   2. Start(scale_num, &info[, scans])           DCT scaling scale_num/8
 //   3. optional CropColumns(&x, &w)               widened to an iMCU boundary
 //   4. optional SkipRows(n)
 //   5. ReadRows(...) until done
@@ -24,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "absl/status/status.h"
 
@@ -48,7 +50,38 @@ struct DecodeInfo {
   uint32_t width = 0;  // output size at the chosen scale (before cropping)
   uint32_t height = 0;
   int channels = 0;  // 3 (RGB) or 4 (Adobe CMYK, inverted as stored)
+  // Start decoded a filtered copy of the file without the AC scans the
+  // scale never reads (ScanSelection::kNeeded took effect).
+  bool skipped_scans = false;
 };
+
+// Which scans of a progressive file Start decodes.
+enum class ScanSelection {
+  kAll,     // every scan, as read
+  kNeeded,  // at scale 1/8: only the scans the reduced IDCTs read (below)
+};
+
+// One scan of a JPEG file as laid out in its bytes (ListScans).
+struct JpegScan {
+  size_t offset = 0;  // of its SOS marker
+  size_t bytes = 0;   // SOS segment and entropy-coded data, up to the next marker
+  int components = 0;
+  int component[4] = {0, 0, 0, 0};     // indexes into the frame's components
+  int ss = 0, se = 0, ah = 0, al = 0;  // spectral band, successive approximation
+};
+
+// Lists the scans of a progressive Huffman-coded file (SOF2) from its
+// markers alone, no entropy decoding: segments are walked by their lengths
+// and a scan's data ends at the first marker that is not FF00 or RSTn.
+// Returns false (and leaves *scans unspecified) for anything else, or
+// anything it does not fully expect: another frame type, a marker other than
+// SOS/DHT/DQT/DRI/APPn/COM/EOI after the frame, no EOI, a progression
+// libjpeg would refuse or warn about, a scan whose Huffman table is missing
+// or would not build, a script that does not bring every
+// coefficient of every component to full precision, more than max_scans
+// scans. Never reads outside [data, data + size).
+[[nodiscard]] bool ListScans(const uint8_t* data, size_t size, uint32_t max_scans,
+                             std::vector<JpegScan>* scans);
 
 class JpegDecoder {
  public:
@@ -58,16 +91,36 @@ class JpegDecoder {
   JpegDecoder& operator=(const JpegDecoder&) = delete;
 
   // Parses markers up to the first scan. `data` must stay valid until the
-  // image is finished. Errors: INVALID_ARGUMENT (not a JPEG, corrupt),
-  // UNIMPLEMENTED (12-bit, lossless, hierarchical, odd component counts),
-  // RESOURCE_EXHAUSTED (more than limits.max_pixels pixels).
+  // image is finished. Every file starts from a fresh libjpeg object: no
+  // Huffman or quantization table of an earlier file is ever used (a file
+  // missing one fails as it would alone). Errors: INVALID_ARGUMENT (not a
+  // JPEG, corrupt), UNIMPLEMENTED (12-bit, lossless, hierarchical, odd
+  // component counts), RESOURCE_EXHAUSTED (more than limits.max_pixels
+  // pixels).
   [[nodiscard]] absl::Status ReadHeader(const uint8_t* data, size_t size,
                                         const DecodeLimits& limits, JpegHeader* header);
 
   // Starts decompression with DCT scaling scale_num/8 (1..8), ISLOW IDCT
   // and fancy upsampling (what PIL uses). Multi-scan files are fully
   // consumed here (the scan cap applies).
-  [[nodiscard]] absl::Status Start(int scale_num, DecodeInfo* info);
+  //
+  // ScanSelection::kNeeded at scale_num 1 on a progressive file decodes a
+  // copy of it without the AC scans of the components whose reduced IDCT is
+  // 1x1 (it reads only the DC coefficient), as libjpeg-turbo's
+  // jpeg_calc_output_dimensions gives them: the luma, and the chroma unless
+  // it is subsampled on both axes (4:2:0: libjpeg-turbo scales that chroma
+  // up with a 2x2 IDCT, which reads AC coefficients, so its AC scans stay).
+  // Block smoothing is off for the copy (it would estimate the missing AC
+  // terms); the whole file does not smooth either, ListScans accepting only
+  // scripts that bring every coefficient to full precision. The pixels are
+  // those of kAll, bit for bit. The copy is made only when ListScans accepts
+  // the file and the copy is smaller; on any error or warning while decoding
+  // it, the whole file is decoded instead, so errors and pixels are always
+  // those of kAll (only warnings() may count fewer: those of skipped scans
+  // are not seen). info->skipped_scans says which happened. The copy lives
+  // in a buffer of this object, reused between images.
+  [[nodiscard]] absl::Status Start(int scale_num, DecodeInfo* info,
+                                   ScanSelection scans = ScanSelection::kAll);
 
   // Restricts the columns decoded to [*x, *x + *w); libjpeg widens the
   // range to an iMCU boundary and the actual range is written back.

@@ -940,6 +940,9 @@ struct SampleProcessor::Impl {
   AxisPlan plan_x, plan_y;
   SampleSteps drawn;
   uint64_t decode_ns = 0;
+  bool skip_unneeded_scans = true;
+  DecodePath decode_path = DecodePath::kWhole;  // of the current sample
+  uint32_t dct_scale = 8;
 
   absl::Status Open(const uint8_t* jpeg, size_t size, const PipelineParams& p);
   absl::Status Execute(const PipelineParams& p, const SampleSteps& steps, void* out,
@@ -974,6 +977,8 @@ struct SampleProcessor::Impl {
     const uint64_t start = NowNs();
     *result = SampleResult();
     decode_ns = 0;
+    decode_path = DecodePath::kWhole;
+    dct_scale = 8;
     absl::Status s = ValidateParams(p);
     if (!s.ok()) return s;
     if (out == nullptr) return absl::InvalidArgumentError("no output buffer");
@@ -990,6 +995,11 @@ struct SampleProcessor::Impl {
     const uint64_t total = NowNs() - start;
     result->decode_ns = decode_ns;
     result->augment_ns = total > decode_ns ? total - decode_ns : 0;
+    if (s.ok()) {
+      result->decode_path = decode_path;
+      result->dct_scale = dct_scale;
+      result->progressive = header.progressive;
+    }
     return s;
   }
 };
@@ -1266,11 +1276,18 @@ absl::Status SampleProcessor::Impl::DecodeFused(const PipelineParams& p, const F
       }
     }
   }
+  // At 1/8 a progressive file's AC scans of 1x1-IDCT components are never
+  // read: the decoder leaves them out (same pixels, jpeg_decoder.h).
+  const ScanSelection scans = num == 1 && header.progressive && skip_unneeded_scans
+                                  ? ScanSelection::kNeeded
+                                  : ScanSelection::kAll;
   DecodeInfo info;
   uint64_t t0 = NowNs();
-  absl::Status s = decoder.Start(num, &info);
+  absl::Status s = decoder.Start(num, &info, scans);
   decode_ns += NowNs() - t0;
   if (!s.ok()) return s;
+  dct_scale = static_cast<uint32_t>(num);
+  decode_path = info.skipped_scans ? DecodePath::kDcScans : DecodePath::kWhole;
   const AxisSpec sx = ScaleAxis(rx, num, info.width);
   const AxisSpec sy = ScaleAxis(ry, num, info.height);
   if (g.interpolation == Interpolation::kBilinear) {
@@ -1397,8 +1414,22 @@ absl::Status SampleProcessor::Impl::ResizeImage(const uint8_t* src, uint32_t h, 
   return absl::OkStatus();
 }
 
+const char* DecodePathName(DecodePath path) {
+  switch (path) {
+    case DecodePath::kWhole:
+      return "whole";
+    case DecodePath::kDcScans:
+      return "dc_scans";
+    case DecodePath::kBaseline:
+      return "baseline";
+  }
+  return "unknown";
+}
+
 SampleProcessor::SampleProcessor() : impl_(std::make_unique<Impl>()) {}
 SampleProcessor::~SampleProcessor() = default;
+
+void SampleProcessor::set_skip_unneeded_scans(bool on) { impl_->skip_unneeded_scans = on; }
 
 absl::Status SampleProcessor::Process(const uint8_t* jpeg, size_t size, const PipelineParams& p,
                                       const SampleKey& key, void* out, size_t capacity,

@@ -406,6 +406,23 @@ struct SampleSteps {
 [[nodiscard]] absl::Status DrawSteps(const PipelineParams& p, uint32_t height, uint32_t width,
                                      const SampleKey& key, SampleSteps* steps);
 
+// How a sample's JPEG was decoded (SampleResult::decode_path; counted per
+// session in Status). Every path gives the same pixels as kWhole at the
+// same DCT scale: only the work differs.
+enum class DecodePath : uint32_t {
+  kWhole = 0,     // every scan of the file as read
+  kDcScans = 1,   // progressive file at DCT scale 1/8: only the scans that
+                  // scale reads (the DC scans, and the AC scans of components
+                  // whose reduced IDCT is larger than 1x1)
+  kBaseline = 2,  // the worker decoded the transcode cache's baseline copy
+                  // of a progressive file (set by the worker, not here)
+};
+inline constexpr uint32_t kDecodePathCount = 3;
+
+// The name of a path in Status (DecodePathStatus.path), stokerctl and
+// stoker-image-tool: "whole", "dc_scans", "baseline"; "unknown" out of range.
+const char* DecodePathName(DecodePath path);
+
 struct SampleResult {
   uint32_t height = 0;  // of the written sample
   uint32_t width = 0;
@@ -413,6 +430,9 @@ struct SampleResult {
   uint64_t bytes = 0;
   uint64_t decode_ns = 0;   // JPEG header + entropy decode + IDCT
   uint64_t augment_ns = 0;  // the steps, the output conversion and the write into `out`
+  DecodePath decode_path = DecodePath::kWhole;
+  uint32_t dct_scale = 8;   // the DCT scale used, scale/8 (8: full size)
+  bool progressive = false; // the file decoded was progressive
 };
 
 // Reuses its buffers between samples; one per thread (not thread-safe).
@@ -462,6 +482,11 @@ class SampleProcessor {
   [[nodiscard]] absl::Status ProcessSteps(const uint8_t* jpeg, size_t size,
                                           const PipelineParams& p, const SampleSteps& steps,
                                           void* out, size_t capacity, SampleResult* result);
+
+  // On (the default), a progressive file decoded at DCT scale 1/8 skips the
+  // AC scans that scale never reads (DecodePath::kDcScans; same pixels).
+  // Off, every file is decoded whole: for tests and measurements.
+  void set_skip_unneeded_scans(bool on);
 
  private:
   struct Impl;

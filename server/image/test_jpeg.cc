@@ -72,6 +72,21 @@ std::vector<uint8_t> EncodeJpeg(const std::vector<uint8_t>& pixels, uint32_t hei
     }
   }
   if (options.progressive) jpeg_simple_progression(&cinfo);
+  std::vector<jpeg_scan_info> script(options.scans.size());
+  if (!options.scans.empty()) {
+    for (size_t i = 0; i < script.size(); ++i) {
+      const ScanSpec& spec = options.scans[i];
+      jpeg_scan_info& scan = script[i];
+      scan.comps_in_scan = static_cast<int>(spec.components.size());
+      for (size_t c = 0; c < spec.components.size(); ++c) {
+        scan.component_index[c] = spec.components[c];
+      }
+      scan.Ss = spec.ss, scan.Se = spec.se, scan.Ah = spec.ah, scan.Al = spec.al;
+    }
+    cinfo.scan_info = script.data();
+    cinfo.num_scans = static_cast<int>(script.size());
+  }
+  cinfo.optimize_coding = options.optimize ? TRUE : FALSE;
   cinfo.arith_code = options.arithmetic ? TRUE : FALSE;
   cinfo.restart_in_rows = options.restart_rows;
   jpeg_start_compress(&cinfo, TRUE);

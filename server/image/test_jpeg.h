@@ -14,11 +14,21 @@ namespace stoker::image::testing {
 // Smooth gradients, a few shapes and noise: `channels` (1, 3 or 4) per pixel.
 std::vector<uint8_t> MakePhoto(uint32_t height, uint32_t width, int channels, uint64_t seed);
 
+// One scan of a progressive scan script (libjpeg's jpeg_scan_info):
+// components are indexes into the frame, Ss..Se the spectral band (zigzag),
+// Ah/Al the successive approximation bits.
+struct ScanSpec {
+  std::vector<int> components;
+  int ss = 0, se = 0, ah = 0, al = 0;
+};
+
 struct EncodeOptions {
   int quality = 90;
   // Luma sampling factors (chroma are 1x1): 444 = 1x1, 422 = 2x1, 420 = 2x2, 440 = 1x2.
   int subsampling = 420;
-  bool progressive = false;
+  bool progressive = false;     // jpeg_simple_progression's script
+  std::vector<ScanSpec> scans;  // when not empty: this script (progressive)
+  bool optimize = false;        // optimized Huffman tables
   bool arithmetic = false;
   int restart_rows = 0;       // restart interval in MCU rows, 0 = none
   bool cmyk_as_ycck = false;  // 4 channels: store as YCCK instead of CMYK

@@ -28,6 +28,10 @@ from . import _native
 
 #: Names the stokerd executable explicitly (overrides the search below).
 STOKERD_ENV = "STOKERD"
+#: A folder: private daemons keep baseline copies of progressive JPEGs there
+#: (stokerd --transcode-cache), bounded by $STOKER_TRANSCODE_CACHE_MB MiB.
+TRANSCODE_CACHE_ENV = "STOKER_TRANSCODE_CACHE"
+TRANSCODE_CACHE_MB_ENV = "STOKER_TRANSCODE_CACHE_MB"
 
 _log = logging.getLogger("stoker.daemon")
 # Re-entrant: the garbage collector runs wherever it likes, and a Loader it
@@ -134,6 +138,11 @@ class PrivateDaemon:
         cmd = [exe, "--socket", self.socket, "--data-root", self.data_root,
                "--workers", str(self.workers), "--parent-pid", str(os.getpid()),
                "--log-level", os.environ.get("STOKER_PRIVATE_LOG_LEVEL", "warn")]
+        # stokerd --transcode-cache (README "Transcode cache"): off unless asked.
+        if os.environ.get(TRANSCODE_CACHE_ENV):
+            cmd += ["--transcode-cache", os.environ[TRANSCODE_CACHE_ENV]]
+            if os.environ.get(TRANSCODE_CACHE_MB_ENV):
+                cmd += ["--transcode-cache-mb", os.environ[TRANSCODE_CACHE_MB_ENV]]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE, close_fds=True,
                                      start_new_session=True)  # Ctrl-C reaches the trainer only
