@@ -131,7 +131,7 @@ class CacheClient {
     struct stat st;
     bool ok = ::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode) &&
               static_cast<uint64_t>(st.st_size) >= kEnvelopeBytes &&
-              static_cast<uint64_t>(st.st_size) - kEnvelopeBytes <= 2 * in.length + (1 << 20) &&
+              static_cast<uint64_t>(st.st_size) - kEnvelopeBytes <= MaxPayloadBytes(in.length) &&
               ReadRange(fd.get(), 0, static_cast<uint64_t>(st.st_size), entry).ok() &&
               OpenEnvelope(entry->data(), entry->size(), in.length, MtimeNs(in.st), payload_offset,
                            payload_bytes)
@@ -166,6 +166,7 @@ class CacheClient {
       r->cache_event = kCacheNotNeeded;
       return false;
     }
+    if (copy->size() > MaxPayloadBytes(in.length)) return true;  // decoded, never cached
     WriteEnvelope(in.length, MtimeNs(in.st), copy->data(), copy->size(), &envelope_);
     const std::string temp = CacheTempName(key_);
     UniqueFd fd(::openat(kTranscodeCacheFd, temp.c_str(),
@@ -316,8 +317,18 @@ int Serve() {
         if (st.ok()) {
           image::SampleResult res;
           uint8_t* out = static_cast<uint8_t*>(it->second.map.addr()) + t.out_offset;
+          processor.set_inputs_are_baseline_copies(baseline_copy);
           st = processor.Process(jpeg, jpeg_bytes, t.params, t.key, out, t.out_capacity, &res);
-          if (!st.ok() && baseline_copy) {
+          processor.set_inputs_are_baseline_copies(false);
+          if (st.code() == absl::StatusCode::kAborted && baseline_copy) {
+            // At DCT scale 1/8 the original's DC scans decode faster.
+            baseline_copy = false;
+            st = r.cache_event == kCacheHit ? ReadInput(t, in, &input) : absl::OkStatus();
+            if (st.ok()) {
+              st = processor.Process(input.data(), input.size(), t.params, t.key, out,
+                                     t.out_capacity, &res);
+            }
+          } else if (!st.ok() && baseline_copy) {
             // A copy that does not decode (the transcoder's bug, or an entry
             // that passed its checksums yet is wrong) must not cost the
             // sample: decode the original, and have a bad entry deleted.
@@ -341,7 +352,8 @@ int Serve() {
           r.decode_path =
               static_cast<uint32_t>(baseline_copy ? image::DecodePath::kBaseline : res.decode_path);
           r.dct_scale = res.dct_scale;
-          r.progressive = res.progressive ? 1 : 0;
+          // A copy exists only for a progressive (multi-scan) original.
+          r.progressive = res.progressive || baseline_copy ? 1 : 0;
         }
         if (!st.ok()) SetReason(&r, st.code(), std::string(st.message()));
         if (!SendAll(&r, sizeof(r))) return 1;

@@ -941,6 +941,7 @@ struct SampleProcessor::Impl {
   SampleSteps drawn;
   uint64_t decode_ns = 0;
   bool skip_unneeded_scans = true;
+  bool inputs_are_baseline_copies = false;
   DecodePath decode_path = DecodePath::kWhole;  // of the current sample
   uint32_t dct_scale = 8;
 
@@ -1276,6 +1277,10 @@ absl::Status SampleProcessor::Impl::DecodeFused(const PipelineParams& p, const F
       }
     }
   }
+  if (num == 1 && inputs_are_baseline_copies && skip_unneeded_scans) {
+    return absl::AbortedError(
+        "a baseline copy at DCT scale 1/8: its progressive original decodes faster");
+  }
   // At 1/8 a progressive file's AC scans of 1x1-IDCT components are never
   // read: the decoder leaves them out (same pixels, jpeg_decoder.h).
   const ScanSelection scans = num == 1 && header.progressive && skip_unneeded_scans
@@ -1430,6 +1435,10 @@ SampleProcessor::SampleProcessor() : impl_(std::make_unique<Impl>()) {}
 SampleProcessor::~SampleProcessor() = default;
 
 void SampleProcessor::set_skip_unneeded_scans(bool on) { impl_->skip_unneeded_scans = on; }
+
+void SampleProcessor::set_inputs_are_baseline_copies(bool on) {
+  impl_->inputs_are_baseline_copies = on;
+}
 
 absl::Status SampleProcessor::Process(const uint8_t* jpeg, size_t size, const PipelineParams& p,
                                       const SampleKey& key, void* out, size_t capacity,

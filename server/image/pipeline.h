@@ -488,6 +488,13 @@ class SampleProcessor {
   // Off, every file is decoded whole: for tests and measurements.
   void set_skip_unneeded_scans(bool on);
 
+  // On, the inputs given are baseline copies of progressive originals (the
+  // transcode cache's): where the original would decode faster, at DCT
+  // scale 1/8 (DecodePath::kDcScans reads only its DC scans), Process stops
+  // before the decode and returns ABORTED, and the caller decodes the
+  // original instead. Off by default.
+  void set_inputs_are_baseline_copies(bool on);
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

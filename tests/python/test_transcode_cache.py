@@ -77,11 +77,11 @@ def _dataset(daemon, folder):
     return "ds"
 
 
-def _epoch(stoker, daemon, with_status=False):
+def _epoch(stoker, daemon, with_status=False, dataset="ds", pipeline=None):
     """One unshuffled epoch's batches as bytes (every sample ok), and the
     session's status just before it detaches (with_status)."""
-    s = stoker.Client(daemon.socket).attach("ds", batch_size=BATCH, shuffle=False, epochs=1,
-                                            pipeline=PIPELINE)
+    s = stoker.Client(daemon.socket).attach(dataset, batch_size=BATCH, shuffle=False, epochs=1,
+                                            pipeline=pipeline or PIPELINE)
     out = []
     try:
         while True:
@@ -172,6 +172,33 @@ def test_copies_of_progressive_files_only_and_same_pixels(daemon_factory, folder
     tc = _cache(d2)
     assert tc["loaded_entries"] == len(progressive)
     assert tc["hits"] == len(progressive) and tc["misses"] == 0
+
+
+def test_at_dct_scale_one_eighth_the_original_is_decoded(daemon_factory, stoker, tmp_short):
+    """At 1/8 a progressive original's DC scans decode faster than its
+    baseline copy: a hit (and the first epoch's fresh copy) is set aside for
+    the original's dc_scans path, with the same pixels."""
+    cache_dir = os.path.join(tmp_short, "c8")
+    ref = daemon_factory(workers=1)
+    d = daemon_factory(workers=1, extra_args=["--transcode-cache", cache_dir])
+    for daemon in (ref, d):
+        root = os.path.join(daemon.data_root, "big", "c")
+        os.makedirs(root)
+        for i in range(BATCH):  # 1200 rows / an 18-row resize: the planner picks 1/8
+            r = np.random.default_rng(100 + i)
+            img = Image.fromarray(photo_like(r, 300, 400)).resize((1600, 1200), Image.BICUBIC)
+            noisy = np.asarray(img, np.int16) + r.integers(-12, 13, (1200, 1600, 3))
+            Image.fromarray(np.clip(noisy, 0, 255).astype(np.uint8)).save(os.path.join(root, f"{i}.jpg"), "JPEG", quality=90,
+                                      progressive=True, optimize=True, subsampling=int(i % 3))
+    small = {"pipeline": "eval", "size": 16}
+    want = _epoch(stoker, ref, dataset="big", pipeline=small)
+    for epoch in range(2):
+        got, st = _epoch(stoker, d, with_status=True, dataset="big", pipeline=small)
+        assert got == want
+        paths = _paths(st["sessions"][0])
+        assert paths["dc_scans"] == BATCH and paths["baseline"] == 0, paths
+    tc = _cache(d)
+    assert tc["writes"] == BATCH and tc["hits"] == BATCH and tc["bad_entries"] == 0
 
 
 def test_corrupt_and_truncated_copies_are_found_and_deleted(daemon_factory, folder, reference,
