@@ -17,6 +17,13 @@ Compose given to both sides, and stoker's loop with and without the recipes'
 policy ops (their CPU cost per image); for each recipe a line
 ``recipe NAME images/s ratio vs DataLoader: X.XX ...`` comes before the last.
 
+The large photos are measured as two sets, their baseline files and their
+progressive files (the whole set's rows are computed from the two), with PIL's
+decode alone beside stoker's loop and, where stokerd has --transcode-cache, a
+second daemon with a fresh cache (its rows from the second epoch on; the first
+epoch's cost timed apart); then perf profiles of the loop and a check of what
+skipping rows and columns saves with and without restart markers (issue 17).
+
 The last line printed is ``train images/s ratio vs DataLoader: X.XX``
 (ImageNet-like set, train pipeline, float32 NCHW on both sides).
 """
@@ -103,13 +110,15 @@ def pss_kb(pid: int) -> int:
 class Daemon:
     """stokerd started as our child, in a temp dir; stop() sends SIGTERM."""
 
-    def __init__(self, build: str, data_root: str, workers: int, log_path: str) -> None:
+    def __init__(self, build: str, data_root: str, workers: int, log_path: str,
+                 extra: Optional[List[str]] = None) -> None:
         import stoker  # before the daemon starts: an ImportError must not orphan it
         self.dir = tempfile.mkdtemp(prefix="stkbench", dir="/tmp")
         self.socket = os.path.join(self.dir, "s.sock")
         self.log_path = log_path
         cmd = [os.path.join(build, "server", "stokerd"), "--socket", self.socket,
-               "--data-root", data_root, "--workers", str(workers), "--log-level", "info"]
+               "--data-root", data_root, "--workers", str(workers), "--log-level", "info",
+               *(extra or [])]
         with open(log_path, "ab") as lf:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=lf, stderr=lf)
         self.pid = self.proc.pid
@@ -291,14 +300,17 @@ class StokerSource:
     drop-in path: the Loader reads it into ops; `pipeline` then only names it)."""
 
     def __init__(self, daemon: Daemon, dataset: str, pipeline: str, dtype: str, layout: str,
-                 name: str, batch_size: int = BATCH, transform: Any = None) -> None:
+                 name: str, batch_size: int = BATCH, transform: Any = None,
+                 drop_last: bool = True) -> None:
         import stoker
         self.daemon = daemon
+        self.name = name
         spec: Dict[str, Any] = (dict(transform=transform) if transform is not None else
                                 dict(pipeline=pipeline, dtype=dtype, layout=layout))
         self.loader = stoker.Loader(dataset, socket=daemon.socket, batch_size=batch_size,
                                     shuffle=pipeline != "eval", ring_slots=RING_SLOTS,
-                                    drop_last=True, timeout_ms=180000, client_name=name, **spec)
+                                    drop_last=drop_last, timeout_ms=180000, client_name=name,
+                                    **spec)
         self.loader.attach()
         self.it = self._stream()
 
@@ -312,6 +324,14 @@ class StokerSource:
 
     def next(self):
         return next(self.it)
+
+    def session_status(self) -> Dict[str, Any]:
+        """This session's entry in the daemon's status, less its ring figures:
+        its decode paths and decode times where the daemon reports them."""
+        for sess in self.daemon.status().get("sessions", []):
+            if sess.get("client_name") == self.name:
+                return {k: v for k, v in sess.items() if not k.startswith("ring")}
+        return {}
 
     def close(self) -> None:
         self.it.close()
@@ -350,7 +370,9 @@ def measure(src, warmup: int, batches: int) -> Dict[str, float]:
 
 def run_tool(build: str, files: str, pipeline: str, dtype: str, layout: str,
              seconds: float, setup_cpu_s: float = 0.0, threads: int = 1,
-             ring_mb: int = 0, keywords: Optional[Dict[str, Any]] = None) -> Dict[str, float]:
+             ring_mb: int = 0, keywords: Optional[Dict[str, Any]] = None,
+             extra: Optional[List[str]] = None, size: Tuple[int, int] = (224, 224),
+             prefix: Optional[List[str]] = None) -> Dict[str, float]:
     """stoker-image-tool bench, no daemon. `setup_cpu_s`: the CPU its start
     (loading the files into memory) costs, left out of its cores. `ring_mb`:
     each thread writes round a shared mapping of this size, as a worker
@@ -358,11 +380,11 @@ def run_tool(build: str, files: str, pipeline: str, dtype: str, layout: str,
     the whole pipeline as keywords (a recipe's), instead of the preset
     `pipeline` at 224x224 in `dtype`, `layout`."""
     spec = (["--keywords", json.dumps(keywords)] if keywords is not None else
-            ["--pipeline", pipeline, "--size", "224", "224", "--dtype", dtype,
+            ["--pipeline", pipeline, "--size", str(size[0]), str(size[1]), "--dtype", dtype,
              "--layout", layout])
-    cmd = [os.path.join(build, "server", "image", "stoker-image-tool"), "bench", "--files", files,
-           *spec, "--threads", str(threads), "--seconds", str(seconds),
-           "--ring-mb", str(ring_mb)]
+    cmd = [*(prefix or []), os.path.join(build, "server", "image", "stoker-image-tool"), "bench",
+           "--files", files, *spec, "--threads", str(threads), "--seconds", str(seconds),
+           "--ring-mb", str(ring_mb), *(extra or [])]
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds * 10 + 120)
     ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -378,7 +400,8 @@ def run_tool(build: str, files: str, pipeline: str, dtype: str, layout: str,
                 seconds=float(d["seconds"]), cpu_s=cpu,
                 producer_cores=min(float(threads), loop_cpu / max(float(d["seconds"]), 1e-9)),
                 consumer_cores=0.0,
-                decode_ms=float(d.get("decode_ms", 0)), augment_ms=float(d.get("augment_ms", 0)))
+                decode_ms=float(d.get("decode_ms", 0)), augment_ms=float(d.get("augment_ms", 0)),
+                paths=d.get("paths") or {})
 
 
 def first_jpeg(root: str) -> str:
@@ -389,6 +412,248 @@ def first_jpeg(root: str) -> str:
             if name.lower().endswith((".jpg", ".jpeg")):
                 return os.path.join(d, name)
     raise RuntimeError(f"no JPEG under {root}")
+
+
+_PIL_FILES: Dict[str, bytes] = {}  # path -> bytes: one set held at a time
+
+
+def jpeg_paths(root: str) -> List[str]:
+    """The JPEGs under `root` (or listed in the file `root`, one path a line),
+    in the image tool's order (sorted full paths)."""
+    if os.path.isfile(root):
+        with open(root) as f:
+            return [line.split()[0] for line in f if line.strip()]
+    return sorted(os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs
+                  if f.lower().endswith((".jpg", ".jpeg")))
+
+
+def rotated_list(root: str, r: int, rounds: int, out_dir: str) -> str:
+    """A list file of `root`'s JPEGs in the tool's order, rotated to start
+    r/rounds of the way in: the loops (stoker's and PIL's) start at the
+    first file of each run, and a run of a few seconds on large photos
+    covers only part of a set, so each round starts elsewhere, both loops of
+    a round on the same files."""
+    paths = jpeg_paths(root)
+    k = r * len(paths) // max(rounds, 1)
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, f"{os.path.basename(root.rstrip('/'))}-r{r}.txt")
+    with open(path, "w") as f:
+        f.write("".join(p + "\n" for p in paths[k:] + paths[:k]))
+    return path
+
+
+def run_pil(files: str, seconds: float) -> Dict[str, float]:
+    """PIL's full decode (`Image.open(BytesIO).load()`, what ImageFolder's
+    loader does before `convert`) of the JPEGs of `files` (a folder or a list
+    file, in the image tool's order), preloaded in memory, in this thread for
+    `seconds`, from the first file on, as the tool does."""
+    import io
+    from PIL import Image
+    paths = jpeg_paths(files)
+    if any(p not in _PIL_FILES for p in paths):
+        _PIL_FILES.clear()
+        for p in paths:
+            with open(p, "rb") as f:
+                _PIL_FILES[p] = f.read()
+    blobs = [_PIL_FILES[p] for p in paths]
+    gc.collect()
+    n, c0, t0 = 0, time.process_time(), time.perf_counter()
+    while True:
+        with Image.open(io.BytesIO(blobs[n % len(blobs)])) as im:
+            im.load()
+        n += 1
+        dt = time.perf_counter() - t0
+        if dt >= seconds:
+            break
+    cpu = time.process_time() - c0
+    return dict(images_per_s=n / dt, images=n, seconds=dt, producer_cores=min(1.0, cpu / dt),
+                consumer_cores=0.0, decode_ms=1000 * dt / n, augment_ms=0.0)
+
+
+def transcode_supported(build: str) -> bool:
+    """Whether this stokerd has --transcode-cache (issue 17)."""
+    return "--transcode-cache" in _cmd([os.path.join(build, "server", "stokerd"), "--help"])
+
+
+def status_fields(st: Dict[str, Any], words=("transcode", "decode_path", "dct", "path")) -> Dict:
+    """The status fields whose names say transcode cache or decode path."""
+    return {k: v for k, v in st.items() if any(w in k for w in words)}
+
+
+def epoch_time(daemon: Daemon, rel: str, name: str) -> Dict[str, Any]:
+    """One epoch of `rel` through a fresh eval session (batch 16, no drop):
+    wall seconds, images/s, producer cores, the session's status after."""
+    src = StokerSource(daemon, rel, "eval", "float32", "nchw", name, batch_size=16,
+                       drop_last=False)
+    try:
+        p0, t0, n = src.producer_cpu(), time.perf_counter(), 0
+        for b in src.loader:
+            n += touch(b)
+        dt = time.perf_counter() - t0
+        res = dict(images=n, seconds=dt, images_per_s=n / dt,
+                   producer_cores=(src.producer_cpu() - p0) / dt,
+                   session=src.session_status())
+    finally:
+        src.close()
+    return res
+
+
+def first_epochs(daemon: Daemon, daemon_tc: Daemon, rel: str, name: str) -> Dict[str, Any]:
+    """What the transcode cache costs and gives by epoch: one epoch on
+    `daemon` (no cache; first, so that it pays for the page cache if anyone
+    does), then the first epoch on `daemon_tc` (cold cache: it writes the
+    copies) and a second one (warm), eval pipeline. Also the cache's fields."""
+    res = {}
+    for key, d in (("no_cache", daemon), ("tc_epoch1", daemon_tc), ("tc_epoch2", daemon_tc)):
+        res[key] = epoch_time(d, rel, f"bench-epoch-{name}-{key}")
+        log(f"    {name} epoch, {key}: {res[key]['seconds']:.1f} s "
+            f"({res[key]['images_per_s']:.1f} images/s)")
+    res["tc_status"] = status_fields(daemon_tc.status())
+    return res
+
+
+def mix_runs(parts: List[Tuple[Dict[str, List[Dict[str, Any]]], int]]) -> Dict[str, Any]:
+    """The runs of a set made of `parts` ([(runs, files)]), computed from the
+    parts' runs of the same round: per image, the times (and the CPU) add, so
+    the mix makes 1 / sum(share_i / rate_i) images/s and its cores are the
+    parts' cores weighted by their share of the time."""
+    total = sum(n for _, n in parts)
+    keys = [k for k in parts[0][0] if not k.startswith("_") and all(k in p for p, _ in parts)]
+    out: Dict[str, Any] = {}
+    for k in keys:
+        runs = []
+        for r in range(min(len(p[k]) for p, _ in parts)):
+            xs = [(p[k][r], n / total) for p, n in parts]
+            t = sum(f / x["images_per_s"] for x, f in xs)  # seconds per image
+            w = [(x, f / x["images_per_s"] / t) for x, f in xs]  # share of the time
+            runs.append(dict(
+                images_per_s=1 / t, round=r, derived=True,
+                producer_cores=sum(x["producer_cores"] * sh for x, sh in w),
+                consumer_cores=sum(x["consumer_cores"] * sh for x, sh in w),
+                decode_ms=sum(x.get("decode_ms", 0.0) * f for x, f in xs),
+                augment_ms=sum(x.get("augment_ms", 0.0) * f for x, f in xs)))
+        out[k] = runs
+    out["_load"] = [dict(start=parts[0][0]["_load"][0]["start"],
+                         end=parts[-1][0]["_load"][0]["end"])]
+    return out
+
+
+_LIBJPEG_MODULES = [  # exported symbol that follows a module's static functions -> module
+    ("jinit_d_coef_controller", "jdcoefct.c (coefficient buffer, block smoothing)"),
+    ("jinit_color_deconverter", "jdcolor.c (C color conversion)"),
+    ("jinit_inverse_dct", "jddctmgr.c"),
+    ("jinit_huff_decoder", "jdhuff.c (sequential Huffman decoding)"),
+    ("jpeg_huff_decode", "jdhuff.c (sequential Huffman decoding)"),
+    ("jpeg_fill_bit_buffer", "jdhuff.c (sequential Huffman decoding)"),
+    ("jpeg_make_d_derived_tbl", "jdhuff.c (sequential Huffman decoding)"),
+    ("jinit_phuff_decoder", "jdphuff.c (progressive Huffman decoding)"),
+    ("jinit_merged_upsampler", "jdmerge.c (merged upsampling + color)"),
+    ("jinit_upsampler", "jdsample.c (upsampling)"),
+    ("jinit_d_post_controller", "jdpostct.c"),
+    ("jinit_d_main_controller", "jdmainct.c"),
+    ("jinit_input_controller", "jdinput.c"),
+    ("jpeg_idct_", "jidct*.c (C inverse DCTs, the scaled ones)"),
+    ("jzero_far", "jutils.c (zeroing coefficient blocks)"),
+    ("jcopy_", "jutils.c"),
+    ("jinit_memory_mgr", "jmemmgr.c"),
+]
+
+
+def libjpeg_symbols(path: str) -> List[Tuple[int, str]]:
+    """(address, name) of the exported functions of libjpeg, sorted."""
+    out = []
+    for line in _cmd(["nm", "-D", "--defined-only", path]).splitlines():
+        f = line.split()
+        if len(f) == 3 and f[1] in "Tt":
+            out.append((int(f[0], 16), f[2].split("@")[0]))
+    return sorted(out)
+
+
+def libjpeg_module(addr: int, syms: List[Tuple[int, str]]) -> str:
+    """The libjpeg source module of a stripped address: libjpeg's static
+    functions come before the module's exported jinit_* / jpeg_* function
+    (source order), so the next exported symbol names the module. Past the
+    last one lie the SIMD kernels (hidden symbols)."""
+    import bisect
+    i = bisect.bisect_right([a for a, _ in syms], addr)
+    if i > 0 and syms[i - 1][0] == addr:
+        i -= 1
+    if i >= len(syms):
+        return "SIMD kernels (jsimd_*: IDCT 8x8, color conversion, upsampling)"
+    name = syms[i][1]
+    for prefix, module in _LIBJPEG_MODULES:
+        if name.startswith(prefix):
+            return module
+    return f"before {name}"
+
+
+def run_perf(build: str, files: str, pipeline: str, seconds: float,
+             data_path: str) -> Dict[str, Any]:
+    """A perf profile (user and kernel samples at 999 Hz) of
+    `stoker-image-tool bench --threads 1` on `files`: shares by function,
+    libjpeg's stripped addresses grouped by source module."""
+    if not shutil.which("perf"):
+        return dict(error="perf is not installed")
+    try:
+        tool = run_tool(build, files, pipeline, "float32", "nchw", seconds,
+                        prefix=["perf", "record", "-q", "-F", "999", "-o", data_path, "--"])
+    except (RuntimeError, subprocess.SubprocessError) as e:
+        return dict(error=f"perf record failed: {e}")
+    r = subprocess.run(["perf", "report", "-i", data_path, "--stdio", "--sort", "dso,sym",
+                        "-t", "\t"], capture_output=True, text=True, timeout=120)
+    lib = next((p for p in ("/usr/lib/x86_64-linux-gnu/libjpeg.so.62.3.0",
+                            "/usr/lib/x86_64-linux-gnu/libjpeg.so.62") if os.path.exists(p)), "")
+    syms = libjpeg_symbols(lib) if lib else []
+    groups: Dict[str, float] = {}
+    top: List[Tuple[float, str]] = []
+    for line in r.stdout.splitlines():
+        if line.startswith("#") or "\t" not in line:
+            continue
+        f = [x.strip() for x in line.split("\t")]
+        if len(f) < 3 or not f[0].endswith("%"):
+            continue
+        pct, dso, sym = float(f[0][:-1]), f[1], f[2].split("] ", 1)[-1]
+        if dso.startswith("libjpeg") and sym in ("jpeg_fill_bit_buffer", "jpeg_huff_decode"):
+            what = "libjpeg jdhuff.c's bit reader (both Huffman decoders)"
+        elif dso.startswith("libjpeg"):
+            what = (f"libjpeg {libjpeg_module(int(sym, 16), syms)}" if sym.startswith("0x")
+                    else f"libjpeg {sym}")
+        elif dso.startswith("[kernel"):
+            what = f"kernel {sym}"
+        elif dso.startswith("stoker-image"):
+            short = re.sub(r"\(anonymous namespace\)::|stoker::image::", "", sym)
+            what = f"stoker {re.sub(r'<.*', '', short)}"
+        else:
+            what = f"{dso} {sym}"
+        groups[what] = groups.get(what, 0.0) + pct
+    top = sorted(((v, k) for k, v in groups.items()), reverse=True)
+    return dict(pipeline=pipeline, files=os.path.relpath(files, REPO), seconds=seconds,
+                images_per_s=tool["images_per_s"], decode_ms=tool["decode_ms"],
+                augment_ms=tool["augment_ms"], top=[dict(share=v, what=k) for v, k in top[:14]],
+                libjpeg=sum(v for k, v in groups.items() if k.startswith("libjpeg")),
+                huffman=sum(v for k, v in groups.items() if "Huffman" in k),
+                stoker=sum(v for k, v in groups.items() if k.startswith("stoker")),
+                kernel=sum(v for k, v in groups.items() if k.startswith("kernel")))
+
+
+def restart_check(build: str, restart: Dict[str, Any], seconds: float,
+                  repeats: int) -> Dict[str, Any]:
+    """The same baseline files without and with restart markers (one per MCU
+    row): the loop's decode time for a full decode and for a train crop, both
+    --exact (no DCT scaling: what skipping rows and columns saves alone),
+    `repeats` interleaved runs each, medians in ms per image."""
+    cases = [("full", "decode", (0, 0)), ("crop", "train", (224, 224))]
+    raw: Dict[str, List[float]] = {}
+    for _ in range(repeats):
+        for sub in ("plain", "rst"):
+            for name, pipeline, size in cases:
+                r = run_tool(build, restart[sub], pipeline, "uint8", "nhwc", seconds,
+                             extra=["--exact"], size=size)
+                raw.setdefault(f"{sub}_{name}", []).append(r["decode_ms"])
+    out = {k: statistics.median(v) for k, v in raw.items()}
+    out["files"] = restart["stats"]["files"]
+    out["mean_mp"] = restart["stats"]["mean_mp"]
+    return out
 
 
 def run_opcost(build: str, path: str, seconds: float) -> Dict[str, Any]:
@@ -460,7 +725,22 @@ RECIPE_KEYS = {
     "ra": ("rand-m9: RandomResizedCrop(224) + flip + RandAugment(2, 9)", "dl_ra", "stk_ra",
            "tool_ra", "tool_ra_base", "RandAugment"),
 }
-ALL_CONFIGS = CONFIGS + RECIPE_CONFIGS
+SMALL_CONFIGS = CONFIGS + RECIPE_CONFIGS
+# Issue 17, on the large-photo sets (baseline files, progressive files): PIL's
+# full decode alone, one thread, files in memory (what each DataLoader worker
+# pays per image before any transform), and stoker on a second daemon started
+# with --transcode-cache DIR (where stokerd has the option), measured once an
+# untimed epoch has written the baseline copies of the progressive files.
+PIL_CONFIG = ("pil_decode", "PIL full decode (Image.open + load), 1 thread", "pil", "decode",
+              "uint8", "nhwc", None)
+TC_CONFIGS = [
+    ("stk_train_f32_tc", "stoker train f32 NCHW, --transcode-cache (epoch 2 on)", "stoker_tc",
+     "train", "float32", "nchw", "dl_train"),
+    ("stk_eval_f32_tc", "stoker eval f32 NCHW, --transcode-cache (epoch 2 on)", "stoker_tc",
+     "eval", "float32", "nchw", "dl_eval"),
+]
+LARGE_CONFIGS = CONFIGS + [PIL_CONFIG]
+ALL_CONFIGS = SMALL_CONFIGS + [PIL_CONFIG] + TC_CONFIGS
 CFG = {c[0]: c for c in ALL_CONFIGS}
 # daemon config -> the single-process loop it is compared with
 EFFICIENCY = [("stk_train_f32", "tool_train_f32"), ("stk_train_u8", "tool_train_u8"),
@@ -473,9 +753,16 @@ def is_recipe(pipeline: str) -> bool:
 
 def throughput(name: str, root: str, rel: str, daemon: Daemon, build: str, rounds: int,
                warmup: int, batches: int, tool_s: float,
-               configs: Optional[List[Tuple]] = None) -> Dict[str, List[Dict[str, float]]]:
+               configs: Optional[List[Tuple]] = None, daemon_tc: Optional[Daemon] = None,
+               drop_last: bool = True,
+               lists_dir: Optional[str] = None) -> Dict[str, List[Dict[str, float]]]:
     """Runs every config of `configs` (default CONFIGS) `rounds` times,
-    round-robin; returns {key: [run, ...]}."""
+    round-robin; returns {key: [run, ...]}. Configs of kind "stoker_tc" run
+    on `daemon_tc` (the one with --transcode-cache). `drop_last`: of stoker's
+    sessions (False for sets of about one batch per epoch, which would
+    otherwise leave the same files out of every eval epoch). `lists_dir`:
+    the loops read a rotated list of the files there each round
+    (rotated_list()), for sets that one run does not get through."""
     configs = CONFIGS if configs is None else configs
     load0 = loadavg()
     log(f"==> {name}: {rounds} rounds x {len(configs)} configs "
@@ -493,26 +780,32 @@ def throughput(name: str, root: str, rel: str, daemon: Daemon, build: str, round
     for r in range(rounds):
         order = configs[r % len(configs):] + configs[:r % len(configs)]
         t_round = time.monotonic()
+        files = rotated_list(root, r, rounds, lists_dir) if lists_dir else root
         for key, label, kind, pipeline, dtype, layout, _ in order:
             t0 = time.monotonic()
             if kind == "tool":
                 threads, ring_mb = TOOL_SHAPE.get(key, (1, 0))
-                res = run_tool(build, root, pipeline, dtype, layout, tool_s, setup_cpu,
+                res = run_tool(build, files, pipeline, dtype, layout, tool_s, setup_cpu,
                                threads=threads, ring_mb=ring_mb, keywords=keywords.get(pipeline))
+            elif kind == "pil":
+                res = run_pil(files, tool_s)
             else:
                 recipe = recipe_transform(pipeline) if is_recipe(pipeline) else None
+                d = daemon_tc if kind == "stoker_tc" else daemon
                 src = (DataLoaderSource(root, torchvision_transform(pipeline),
                                         shuffle=pipeline != "eval") if kind == "dl" else
-                       StokerSource(daemon, rel, pipeline, dtype, layout, f"bench-{key}",
-                                    transform=recipe))
+                       StokerSource(d, rel, pipeline, dtype, layout, f"bench-{key}",
+                                    transform=recipe, drop_last=drop_last))
                 try:
                     res = measure(src, warmup, batches)
+                    if kind != "dl":
+                        res["session"] = src.session_status()
                 finally:
                     src.close()
                     del src
                     gc.collect()
-                if kind == "stoker":
-                    daemon.check_alive()
+                if kind != "dl":
+                    d.check_alive()
             res["round"] = r
             res["wall_s"] = time.monotonic() - t0
             runs[key].append(res)
@@ -818,7 +1111,7 @@ def table_rows(summaries: Dict[str, Dict[str, Dict[str, Any]]]) -> List[List[str
         for key in (c[0] for c in ALL_CONFIGS if c[0] in summ):
             s = summ[key]
             cpu = (f"{s['producer_cores']:.2f} / {s['consumer_cores']:.2f}"
-                   if s["kind"] != "tool" else
+                   if s["kind"] not in ("tool", "pil") else
                    f"{s['producer_cores']:.2f} ({TOOL_SHAPE.get(key, (1, 0))[0]} thr.)")
             rows.append([ds_name, s["label"], fmt_rate(s), fmt_ratio(s), cpu,
                          f"{s['per_cpu']:.0f}",
@@ -850,7 +1143,8 @@ SHORT = {"dl_train": "DataLoader\ntrain f32", "stk_train_f32": "stoker\ntrain f3
          "tool_train_u8": "loop 1 thr\ntrain u8", "tool_eval_f32": "loop 1 thr\neval f32",
          "tool2_train_f32": "loop 2 thr\ntrain f32", "dl_v2": "DataLoader\nv2 recipe",
          "stk_v2": "stoker\nv2 recipe", "dl_ra": "DataLoader\nRA recipe",
-         "stk_ra": "stoker\nRA recipe"}
+         "stk_ra": "stoker\nRA recipe", "stk_train_f32_tc": "stoker cache\ntrain f32",
+         "stk_eval_f32_tc": "stoker cache\neval f32", "pil_decode": "PIL decode\n1 thr"}
 
 
 def chart(summaries: Dict[str, Dict[str, Dict[str, Any]]], path: str) -> None:
@@ -861,7 +1155,8 @@ def chart(summaries: Dict[str, Dict[str, Dict[str, Any]]], path: str) -> None:
     n = len(summaries)
     bars_max = max(sum(k in summ for k in SHORT) for summ in summaries.values())
     fig, axes = plt.subplots(2, n, figsize=(max(7.0, 0.6 * bars_max) * n, 9), squeeze=False)
-    colors = {"dl": "#8c8c8c", "stoker": "#d9541e", "tool": "#3b78b0"}
+    colors = {"dl": "#8c8c8c", "stoker": "#d9541e", "tool": "#3b78b0", "stoker_tc": "#8f2d0a",
+              "pil": "#c8c8c8"}
     for col, (ds_name, summ) in enumerate(summaries.items()):
         # The loop's recipe rows are left to RESULTS.md's Recipes table.
         keys = [k for k in SHORT if k in summ]
@@ -893,8 +1188,9 @@ def chart(summaries: Dict[str, Dict[str, Dict[str, Any]]], path: str) -> None:
                 ax.set_ylabel("images per CPU second")
                 ax.set_title(f"{ds_name}: per CPU second (producers + consumer)")
     fig.suptitle("stoker vs torchvision DataLoader (grey: DataLoader, orange: stoker daemon, "
-                 "blue: stoker's single-thread loop, no daemon); ratios vs DataLoader",
-                 fontsize=9)
+                 "dark red: the daemon with --transcode-cache, blue: stoker's single-thread "
+                 "loop, no daemon, light grey: PIL's decode alone, 1 thread); ratios vs "
+                 "DataLoader", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -912,7 +1208,8 @@ def write_results(path: str, info: Dict[str, str], args: argparse.Namespace,
                   ds: Dict[str, Any], summaries: Dict[str, Dict[str, Dict[str, Any]]],
                   overhead: Dict[str, Any], mem: Dict[str, Any], elapsed_s: float,
                   params: Dict[str, Any], recipes: Optional[Dict[str, Dict[str, Any]]] = None,
-                  opcost: Optional[Dict[str, Any]] = None) -> None:
+                  opcost: Optional[Dict[str, Any]] = None,
+                  raw: Optional[Dict[str, Any]] = None) -> None:
     small, large = summaries["ImageNet-like"], summaries["large photos"]
     recipes = recipes or {}
     loads = params.get("loads", {})
@@ -942,12 +1239,20 @@ def write_results(path: str, info: Dict[str, str], args: argparse.Namespace,
     a("")
     a("## Datasets (bench/data/, made by bench/make_data.py)")
     a("")
-    for key, title in (("imagenet_like", "ImageNet-like"), ("large", "large photos")):
+    for key, title in (("imagenet_like", "ImageNet-like"), ("large", "large photos"),
+                       ("large_baseline", "large photos, baseline files"),
+                       ("large_progressive", "large photos, progressive files")):
+        if key not in ds:
+            continue
         st = ds[key]["stats"]
+        codings = ", ".join(f"{n} {k}" for k, n in st.get("codings", {}).items())
+        content = ", ".join(f"{n} {k}" for k, n in st.get("content", {}).items())
         a(f"- {title}: {st['files']} JPEGs, mean {st['mean_w']:.0f}x{st['mean_h']:.0f} px "
           f"({st['min_mp']:.2f}-{st['max_mp']:.1f} MP, mean {st['mean_mp']:.2f} MP), mean "
           f"{st['mean_kb']:.0f} KB, {st['total_mb']:.0f} MB in all; ImageFolder tree "
-          f"(`{os.path.relpath(ds[key]['path'], REPO)}`).")
+          f"(`{os.path.relpath(ds[key]['path'], REPO)}`)"
+          + (f"; coded: {codings}; content: {content}; {st['exif_oriented']} with an EXIF "
+             "orientation" if codings else "") + ".")
     a("- Manifests for the memory check: 1,000,000 and 100 entries cycling over 50 of the "
       "ImageNet-like files.")
     a("")
@@ -960,7 +1265,8 @@ def write_results(path: str, info: Dict[str, str], args: argparse.Namespace,
       f"attached: untimed), consumes {params['warmup']} warm-up batches and then more until "
       "one `next()` has to wait for its batch (so that nothing prefetched during the warm-up "
       "is timed), times "
-      f"{params['small_batches']} (ImageNet-like) or {params['large_batches']} (large photos) "
+      f"{params['small_batches']} (ImageNet-like) or {params['large_batches']} (each half of "
+      "the large photos: baseline files, progressive files) "
       "batches, and closes the loader (so that nothing idle prefetches while another config "
       f"runs). Rounds: {params['rounds_small']} (ImageNet-like), {params['rounds_large']} "
       "(large photos); the configs run interleaved, round-robin, in an order rotated each "
@@ -1008,6 +1314,8 @@ def write_results(path: str, info: Dict[str, str], args: argparse.Namespace,
           f"consumer); the DataLoader {1000 / summ['dl_train']['per_cpu']:.2f} (train, "
           "workers + consumer).")
     a("")
+    if "large progressive" in summaries:
+        write_coding(a, summaries, ds, raw or {}, params)
     if recipes:
         write_recipes(a, recipes, params)
     if opcost:
@@ -1091,6 +1399,9 @@ def write_results(path: str, info: Dict[str, str], args: argparse.Namespace,
           f"({'met' if r['cpu_ratio'] >= 4 else 'missed'}). Its per-sample ops "
           f"({r['left_out']}) add <= 25% to the CPU per image (stoker's loop): "
           f"{fmt_added(r)} — {verdict(r['added'] <= 0.25)}.")
+    if "large progressive" in summaries:
+        for line in coding_targets(summaries, ds):
+            a(f"- {line}")
     a(f"- Consumer < 100 µs per batch of 256 (f32 NCHW): {ov:.0f} µs — {verdict(ov < 100)}.")
     a(f"- Worker RSS growth < 20 MB, 1M vs 100 entries: max {g_max:+.1f} MB — "
       f"{verdict(g_max < 20)}.")
@@ -1107,6 +1418,217 @@ def write_results(path: str, info: Dict[str, str], args: argparse.Namespace,
     a("")
     with open(path, "w") as f:
         f.write("\n".join(L))
+
+
+def _ratio(s: Dict[str, Any], key: str) -> str:
+    """`key`'s ratio vs DataLoader with its paired min-max, or n/a."""
+    x = s.get(key)
+    return (f"{x['ratio']:.2f} [{x['ratio_min']:.2f}-{x['ratio_max']:.2f}]"
+            if x and "ratio" in x else "n/a")
+
+
+def _rate(s: Dict[str, Any], key: str) -> str:
+    x = s.get(key)
+    return f"{x['median']:.1f}" if x else "n/a"
+
+
+def loop_vs_pil(s: Dict[str, Any]) -> float:
+    """PIL's full decode time per image over stoker's loop's (eval, 1 thread)."""
+    return s["tool_eval_f32"]["median"] / s["pil_decode"]["median"]
+
+
+def coding_targets(summaries: Dict[str, Any], ds: Dict[str, Any]) -> List[str]:
+    """Issue 17's targets: the large set (>= 40% progressive), the progressive files alone."""
+    out = []
+    mix, prog = summaries["large photos"], summaries["large progressive"]
+    share = ds["large"]["stats"].get("progressive", 0) / ds["large"]["stats"]["files"]
+    for pipeline, goal in (("train", 3.5), ("eval", 6.0)):
+        for key, what in ((f"stk_{pipeline}_f32", "without the transcode cache"),
+                          (f"stk_{pipeline}_f32_tc", "with --transcode-cache, epoch 2 on")):
+            if key not in mix:
+                out.append(f"Large photos ({share * 100:.0f}% progressive), {pipeline} >= "
+                           f"{goal:g}x DataLoader, {what}: not measured (stokerd has no "
+                           "--transcode-cache).")
+                continue
+            r = mix[key]["ratio"]
+            miss = "" if r >= goal else f" by {(1 - r / goal) * 100:.0f}%"
+            out.append(f"Large photos ({share * 100:.0f}% progressive), {pipeline} f32 >= "
+                       f"{goal:g}x DataLoader, {what}: {r:.2f}x — {verdict(r >= goal)}{miss} "
+                       f"(per CPU second {mix[key]['cpu_ratio']:.2f}x).")
+    r = loop_vs_pil(prog)
+    miss = "" if r >= 5 else f" by {(1 - r / 5) * 100:.0f}%"
+    out.append(f"Progressive files alone, eval, stoker's loop (1 thread) >= 5x faster than PIL's "
+               f"full decode per image: {r:.2f}x ({1000 / prog['tool_eval_f32']['median']:.0f} "
+               f"vs {1000 / prog['pil_decode']['median']:.0f} ms) — {verdict(r >= 5)}{miss}.")
+    return out
+
+
+def write_coding(a: Callable[[str], None], summaries: Dict[str, Any], ds: Dict[str, Any],
+                 raw: Dict[str, Any], params: Dict[str, Any]) -> None:
+    """RESULTS.md's section on baseline vs progressive large photos (issue 17)."""
+    a("## Large photos: baseline vs progressive files")
+    a("")
+    nb = ds["large_baseline"]["stats"]["files"]
+    npg = ds["large_progressive"]["stats"]["files"]
+    tc = raw.get("transcode_cache")
+    a(f"The large set's {nb} baseline and {npg} progressive files are measured apart, each "
+      "set in the same rotated round-robin as above (the rows `large baseline` and `large "
+      "progressive` of the throughput table); the `large photos` rows are computed from "
+      "them, round by round: per image the times and the CPU add, so the whole set makes "
+      "1 / (share_b / rate_b + share_p / rate_p) images/s. Both sides see the same files "
+      "and the same transforms; stoker's sessions here keep the epoch's last partial batch "
+      "(a set is about one batch per epoch). "
+      + ("Transcode cache: a second `stokerd --workers 2 --transcode-cache DIR` (an empty "
+         "DIR each run); one untimed epoch of each set goes through it before its rounds, so "
+         "the `--transcode-cache` rows are epoch 2 on, where every progressive file has its "
+         "baseline copy." if tc else
+         "This stokerd has no `--transcode-cache`: the cache rows are missing."))
+    a("")
+    a("| set | DataLoader train | stoker train (ratio) | stoker train, transcode cache (ratio) "
+      "| DataLoader eval | stoker eval (ratio) | stoker eval, transcode cache (ratio) |")
+    a("|---|---|---|---|---|---|---|")
+    for name in ("large baseline", "large progressive", "large photos"):
+        s = summaries[name]
+        a(f"| {name}{' (computed)' if name == 'large photos' else ''} | "
+          f"{_rate(s, 'dl_train')} | {_rate(s, 'stk_train_f32')} ({_ratio(s, 'stk_train_f32')}) "
+          f"| {_rate(s, 'stk_train_f32_tc')} ({_ratio(s, 'stk_train_f32_tc')}) | "
+          f"{_rate(s, 'dl_eval')} | {_rate(s, 'stk_eval_f32')} ({_ratio(s, 'stk_eval_f32')}) | "
+          f"{_rate(s, 'stk_eval_f32_tc')} ({_ratio(s, 'stk_eval_f32_tc')}) |")
+    a("")
+    a("Images/s, medians over the rounds; ratios vs the DataLoader on the same set, with the "
+      "same-round min-max.")
+    a("")
+    a("| set | mean MP | stoker's loop, eval, ms per image (decode share) | loop, train | "
+      "PIL full decode, ms per image | PIL decode / loop eval | DataLoader CPU-ms per image, "
+      "train / eval |")
+    a("|---|---|---|---|---|---|---|")
+    for name, key in (("large baseline", "large_baseline"),
+                      ("large progressive", "large_progressive")):
+        s = summaries[name]
+        ev, tr, pil = s["tool_eval_f32"], s["tool_train_f32"], s["pil_decode"]
+        a(f"| {name} | {ds[key]['stats']['mean_mp']:.1f} | {1000 / ev['median']:.1f} "
+          f"({decode_share(ev):.0f}%) | {1000 / tr['median']:.1f} ({decode_share(tr):.0f}%) | "
+          f"{1000 / pil['median']:.1f} | {loop_vs_pil(s):.2f}x | "
+          f"{1000 / s['dl_train']['per_cpu']:.0f} / {1000 / s['dl_eval']['per_cpu']:.0f} |")
+    a("")
+    a(f"The loop: `stoker-image-tool bench --threads 1` ({params['tool_s_large']:g} s a run, "
+      "files in memory, 224x224 float32 NCHW); PIL: `Image.open(BytesIO(data)).load()` "
+      "in one thread, files in memory (the decode each DataLoader worker does before "
+      "`convert` and the transforms), the same seconds. Each round both loops read the same "
+      "list of the set's files, rotated to start elsewhere each round (a run does not get "
+      "through a set of large photos).")
+    a("")
+    epochs = raw.get("epochs") or {}
+    for key, e in epochs.items():
+        c1, c2, n0 = e["tc_epoch1"], e["tc_epoch2"], e["no_cache"]
+        a(f"- {key.replace('_', ' ')}, one eval epoch (batch 16, one session, {c1['images']} "
+          f"images): without a cache {n0['seconds']:.1f} s; with the cache, epoch 1 "
+          f"{c1['seconds']:.1f} s ({(c1['seconds'] / n0['seconds'] - 1) * 100:+.0f}%"
+          + (": the workers write the copies" if "progressive" in key else
+             ": nothing to copy") + f"), epoch 2 {c2['seconds']:.1f} s "
+          f"({(c2['seconds'] / n0['seconds'] - 1) * 100:+.0f}%).")
+    tcs = (raw.get("tc_status_end") or {}).get("transcode_cache")
+    if isinstance(tcs, dict):
+        g = lambda k: float(tcs.get(k, 0) or 0)  # noqa: E731  (uint64s come as strings)
+        a(f"- The cache at the end of the run: {g('entries'):.0f} copies, "
+          f"{g('bytes') / 2**20:.0f} MiB; {g('hits'):.0f} hits, {g('misses'):.0f} misses "
+          f"(hit rate {g('hit_rate') * 100:.0f}%), {g('writes'):.0f} copies written in "
+          f"{g('transcode_seconds'):.1f} s of the workers' time, {g('bad_entries'):.0f} bad "
+          f"entries, {g('write_failures') + g('writes_refused'):.0f} writes failed or refused.")
+    elif raw.get("tc_status_end"):
+        a(f"- The cache daemon's status at the end: `{json.dumps(raw['tc_status_end'])}`.")
+    rows = []
+    for name in ("large baseline", "large progressive"):
+        key = "runs_" + name.replace(" ", "_")
+        for cfg in ("tool_train_f32", "tool_eval_f32"):  # the loop's own count, same form
+            runs = (raw.get(key) or {}).get(cfg) or []
+            tp = runs[-1].get("paths") if runs else None
+            if tp:
+                rows.append(f"| {name} | {cfg} | " + "; ".join(
+                    f"{k} {int(v.get('images', 0))} ({float(v.get('decode_ms', 0)):.1f} ms)"
+                    for k, v in tp.items() if int(v.get("images", 0) or 0)) + " |")
+        for cfg in ("stk_train_f32", "stk_eval_f32", "stk_train_f32_tc", "stk_eval_f32_tc"):
+            runs = (raw.get(key) or {}).get(cfg) or []
+            paths = runs[-1].get("session", {}).get("decode_paths") if runs else None
+            if paths:
+                rows.append(f"| {name} | {cfg} | " + "; ".join(
+                    f"{p.get('path')} {int(p.get('samples', 0))} "
+                    f"({float(p.get('mean_decode_ms', 0)):.1f} ms)"
+                    for p in paths if int(p.get("samples", 0) or 0)) + " |")
+    if rows:
+        a("")
+        a("Decode paths (the loop's own counts, and the daemon's status per session; each "
+          "config's last round): samples and mean decode time per sample.")
+        a("")
+        a("| set | config | path samples (mean decode ms) |")
+        a("|---|---|---|")
+        for r in rows:
+            a(r)
+    a("")
+    write_perf(a, raw.get("perf") or {})
+    write_restart(a, raw.get("restart"))
+
+
+def write_perf(a: Callable[[str], None], perf: Dict[str, Any]) -> None:
+    if not perf:
+        return
+    a("### Where the time goes: perf profiles of the loop")
+    a("")
+    a("`perf record -F 999` of `stoker-image-tool bench --threads 1` (files in memory, 224x224 "
+      "float32), one run per row. Debian's libjpeg is stripped of its static functions: "
+      "their samples are put to the source module they lie in (the exported function that "
+      "follows them in the library names it; past the last one lie the SIMD kernels). The "
+      "kernel's share includes the loop's start-up (reading the files into memory: "
+      "`_copy_to_iter` and page faults) and, on progressive files, the page faults of "
+      "libjpeg's whole-image coefficient buffer (2 bytes per coefficient, ~27 MB at 9 MP "
+      "4:2:0), allocated and zeroed afresh for every image.")
+    a("")
+    for key, p in perf.items():
+        if p.get("error"):
+            a(f"- {key}: {p['error']}.")
+            continue
+        tops = "; ".join(f"{t['what']} {t['share']:.0f}%" for t in p["top"][:8] if t["share"] >= 1)
+        a(f"- {key.replace('_', ' ')} ({p['images_per_s']:.1f} images/s, decode "
+          f"{p['decode_ms']:.1f} + augment {p['augment_ms']:.1f} ms per image): libjpeg "
+          f"{p['libjpeg']:.0f}% of the samples (Huffman decoding {p['huffman']:.0f}%), stoker "
+          f"{p['stoker']:.0f}%, kernel {p['kernel']:.0f}%. Top: {tops}.")
+    a("")
+
+
+def write_restart(a: Callable[[str], None], r: Optional[Dict[str, Any]]) -> None:
+    if not r:
+        return
+    a("### Restart markers and what skipping rows and columns saves")
+    a("")
+    a(f"{r['files']} of the large baseline files (mean {r['mean_mp']:.1f} MP) re-coded by "
+      "`jpegtran -optimize` without and with `-restart 1` (a restart marker every MCU row; the "
+      "same coefficients). stoker's loop, `--exact` (no DCT scaling), decode time per image by "
+      "its own timers (medians):")
+    a("")
+    a("| file | full decode, ms | train crop (RandomResizedCrop), ms | crop / full |")
+    a("|---|---|---|---|")
+    for sub, title in (("plain", "no restart markers"), ("rst", "restart marker every MCU row")):
+        f, c = r[f"{sub}_full"], r[f"{sub}_crop"]
+        a(f"| {title} | {f:.1f} | {c:.1f} | {c / f * 100:.0f}% |")
+    a("")
+    a("What libjpeg-turbo 2.1.5 does (jdapistd.c, jdcoefct.c): `jpeg_skip_scanlines` on a "
+      "single-scan (baseline) file still Huffman-decodes every MCU of the skipped iMCU rows "
+      "(`decode_mcu(cinfo, NULL)`, coefficients discarded) and leaves out only their "
+      "dequantization, IDCT, upsampling and color conversion; rows after the crop's last one "
+      "are not read at all (stoker stops there). `jpeg_crop_scanline` still entropy-decodes "
+      "every MCU of each row it reads (`decompress_onepass` loops over all of the row's MCUs) "
+      "and runs the IDCT only on the crop's columns. Neither ever uses restart markers to "
+      "jump: the entropy decoder only resynchronizes at each marker in turn, so a file with "
+      f"restart markers decodes no faster, whatever the crop (here: a crop "
+      f"{r['rst_crop']:.1f} ms with markers vs {r['plain_crop']:.1f} without, a full decode "
+      f"{r['rst_full']:.1f} vs {r['plain_full']:.1f}). On progressive (multi-scan) "
+      "files every scan of the whole image is entropy-decoded in `jpeg_start_decompress` "
+      "into the coefficient buffer, before any row is skipped or cropped: skipping saves "
+      "only the IDCT and what follows. What is left is to seek from restart marker to "
+      "restart marker (found by scanning the bytes for FF Dn, no Huffman decoding) above "
+      "and beside the crop, resetting the DC predictions at each: exact, and possible "
+      "only where the file has restart markers.")
+    a("")
 
 
 def write_opcost(a: Callable[[str], None], opcost: Dict[str, Any]) -> None:
@@ -1306,15 +1828,15 @@ def main() -> int:
     params = dict(rounds_small=args.rounds_small or (2 if q else 5),
                   rounds_large=args.rounds_large or (1 if q else 3),
                   warmup=WORKERS, small_batches=6 if q else 20,
-                  large_batches=2 if q else 4, tool_s=1.0 if q else 4.0,
-                  tool_s_large=2.0 if q else 6.0, refills=3 if q else 12,
-                  mem_batches=5 if q else 10)
+                  large_batches=2, tool_s=1.0 if q else 4.0,
+                  tool_s_large=1.5 if q else 3.0, refills=3 if q else 12,
+                  mem_batches=5 if q else 10, perf_s=1.5 if q else 4.0,
+                  restart_s=0.5 if q else 2.0, restart_repeats=1 if q else 3)
     data_root = os.path.abspath(args.data)
     out_dir = os.path.join(HERE, "out")
     os.makedirs(out_dir, exist_ok=True)
     ds = make_data.make_all(data_root, quick=q)
     small_rel = os.path.relpath(ds["imagenet_like"]["path"], data_root)
-    large_rel = os.path.relpath(ds["large"]["path"], data_root)
 
     import torch  # noqa: F401
     import stoker  # noqa: F401
@@ -1325,15 +1847,43 @@ def main() -> int:
 
     daemon_log = os.path.join(out_dir, "stokerd.log")
     daemon = Daemon(build, data_root, WORKERS, daemon_log)
+    # A second daemon with a transcode cache (issue 17), fresh and empty for
+    # this run, where stokerd has the option; it idles while others run.
+    tc_dir = os.path.join(out_dir, "transcode-cache")
+    shutil.rmtree(tc_dir, ignore_errors=True)
+    daemon_tc: Optional[Daemon] = None
     raw: Dict[str, Any] = dict(params=params, info=info)
     try:
+        if transcode_supported(build):
+            daemon_tc = Daemon(build, data_root, WORKERS, os.path.join(out_dir, "stokerd-tc.log"),
+                               ["--transcode-cache", tc_dir])
+            # Its first session, untimed (baseline files: nothing to cache).
+            epoch_time(daemon_tc, os.path.relpath(ds["large_baseline"]["path"], data_root),
+                       "bench-warm")
+        else:
+            log("==> stokerd has no --transcode-cache: measuring without it")
+        raw["transcode_cache"] = daemon_tc is not None
         runs_small = throughput("ImageNet-like", ds["imagenet_like"]["path"], small_rel, daemon,
                                 build, params["rounds_small"], params["warmup"],
                                 params["small_batches"], params["tool_s"],
-                                configs=ALL_CONFIGS)
-        runs_large = throughput("large photos", ds["large"]["path"], large_rel, daemon, build,
-                                params["rounds_large"], params["warmup"],
-                                params["large_batches"], params["tool_s_large"])
+                                configs=SMALL_CONFIGS)
+        # The large photos, baseline and progressive files apart (the mix of
+        # the whole set is computed from the two, per round: mix_runs()).
+        large_configs = LARGE_CONFIGS + (TC_CONFIGS if daemon_tc else [])
+        epochs: Dict[str, Any] = {}
+        for key, name in (("large_baseline", "large baseline"),
+                          ("large_progressive", "large progressive")):
+            rel = os.path.relpath(ds[key]["path"], data_root)
+            if daemon_tc:
+                epochs[key] = first_epochs(daemon, daemon_tc, rel, key)
+            raw[f"runs_{key}"] = throughput(
+                name, ds[key]["path"], rel, daemon, build, params["rounds_large"],
+                params["warmup"], params["large_batches"], params["tool_s_large"],
+                configs=large_configs, daemon_tc=daemon_tc, drop_last=False,
+                lists_dir=os.path.join(out_dir, "lists"))
+        raw["epochs"] = epochs
+        if daemon_tc:
+            raw["tc_status_end"] = status_fields(daemon_tc.status())
         overhead = next_overhead(daemon, small_rel, params["refills"])
         st = daemon.status()
         raw["daemon_status_end"] = dict(
@@ -1344,15 +1894,30 @@ def main() -> int:
                                               "samples_failed")} for w in st["workers"]])
     finally:
         daemon.stop()
+        if daemon_tc:
+            daemon_tc.stop()
     # Each op's cost, on one ImageNet-like file (a few seconds, nothing else running).
     raw["opcost"] = run_opcost(build, first_jpeg(ds["imagenet_like"]["path"]),
                                0.1 if q else 0.25)
+    # Where the time goes on progressive files (and, for contrast, baseline
+    # ones): perf profiles of the loop; then what skipping rows and columns
+    # saves on baseline files with and without restart markers.
+    log("==> perf profiles of the loop (progressive eval and train, baseline eval)")
+    raw["perf"] = {f"{key}_{pipeline}": run_perf(build, ds[key]["path"], pipeline,
+                                                 params["perf_s"],
+                                                 os.path.join(out_dir, f"perf-{key}.data"))
+                   for key, pipeline in (("large_progressive", "eval"),
+                                         ("large_progressive", "train"),
+                                         ("large_baseline", "eval"))}
+    log("==> restart markers: full decode vs train crop (--exact), without and with")
+    raw["restart"] = restart_check(build, ds["restart"], params["restart_s"],
+                                   params["restart_repeats"])
     end = raw["daemon_status_end"]
     if any(int(end.get(k) or 0) for k in ("samples_failed_total", "worker_restarts_total",
                                            "sessions_reclaimed")):
         log(f"!! the daemon reported failures or restarts: {raw['daemon_status_end']}")
     mem = memory(build, data_root, ds, out_dir, params["mem_batches"])
-    raw.update(runs_small=runs_small, runs_large=runs_large, overhead=overhead, memory=mem,
+    raw.update(runs_small=runs_small, overhead=overhead, memory=mem,
                datasets=ds, elapsed_s=time.monotonic() - t_start, quick=q)
     with open(os.path.join(out_dir, "results.json"), "w") as f:
         json.dump(raw, f, indent=1)
@@ -1362,20 +1927,32 @@ def main() -> int:
 def report(raw: Dict[str, Any], args: argparse.Namespace) -> int:
     """Summarizes the raw runs; prints the table; writes RESULTS.md and results.png."""
     params, info, ds = raw["params"], raw["info"], raw["datasets"]
-    runs_small, runs_large = raw["runs_small"], raw["runs_large"]
+    runs_small = raw["runs_small"]
     overhead, mem = raw["overhead"], raw["memory"]
     args.quick = raw.get("quick", args.quick)
-    params["loads"] = {"ImageNet-like": runs_small.pop("_load")[0],
-                       "large photos": runs_large.pop("_load")[0]}
+    parts = {"large baseline": raw.get("runs_large_baseline"),
+             "large progressive": raw.get("runs_large_progressive")}
+    if all(parts.values()):
+        # The whole large set, from its two parts (see mix_runs).
+        runs_large = mix_runs([(parts["large baseline"], ds["large_baseline"]["stats"]["files"]),
+                               (parts["large progressive"],
+                                ds["large_progressive"]["stats"]["files"])])
+    else:  # a results.json from before issue 17: the set was measured whole
+        runs_large, parts = raw["runs_large"], {}
+    params["loads"] = {"ImageNet-like": runs_small.pop("_load")[0]}
+    params["loads"].update({n: p.pop("_load")[0] for n, p in parts.items()})
+    runs_large.pop("_load")
     params["recipe_keywords"] = runs_small.pop("_keywords", [{}])[0]
     summaries = {"ImageNet-like": summarize(runs_small), "large photos": summarize(runs_large)}
+    summaries.update({n: summarize(p) for n, p in parts.items()})
     # Empty for a results.json from before the recipes: no Recipes section.
     recipes = summarize_recipes(runs_small, summaries["ImageNet-like"])
     os.makedirs(args.out, exist_ok=True)
-    chart(summaries, os.path.join(args.out, "results.png"))
+    chart({k: v for k, v in summaries.items() if k != "large photos" or not parts},
+          os.path.join(args.out, "results.png"))
     elapsed = raw["elapsed_s"]
     write_results(os.path.join(args.out, "RESULTS.md"), info, args, ds, summaries, overhead, mem,
-                  elapsed, params, recipes, raw.get("opcost"))
+                  elapsed, params, recipes, raw.get("opcost"), raw)
     rows = table_rows(summaries)
     log("")
     log(text_table(rows, HEAD))
@@ -1396,6 +1973,9 @@ def report(raw: Dict[str, Any], args: argparse.Namespace) -> int:
             f"{r['dl']:.0f}); its per-sample ops ({r['left_out']}) add {r['added'] * 100:+.0f}% "
             f"CPU per image in stoker's loop ({r['loop_base_cpu_ms']:.2f} -> "
             f"{r['loop_cpu_ms']:.2f} ms)")
+    if "large progressive" in summaries:
+        for line in coding_targets(summaries, ds):
+            log(line.replace("**", ""))
     log(f"wrote {os.path.relpath(os.path.join(args.out, 'RESULTS.md'))}, "
         f"{os.path.relpath(os.path.join(args.out, 'results.png'))} in {elapsed / 60:.1f} min")
     log(f"train images/s ratio vs DataLoader: "
