@@ -42,14 +42,15 @@ std::string DaemonConfig::ToJson() const {
       "\"heartbeat_timeout_ms\":%u,\"max_file_bytes\":%u,\"drain_timeout_ms\":%u,"
       "\"log_level\":\"%s\",\"log_json\":%s,\"worker_sandbox\":%s,\"fault_injection\":%s,"
       "\"parent_pid\":%d,\"index_cache\":\"%s\",\"io_threads\":%u,\"readahead_bytes\":%u,"
-      "\"simulate_read_latency_us\":%u,\"transcode_cache\":\"%s\",\"transcode_cache_bytes\":%u}",
+      "\"simulate_read_latency_us\":%u,\"transcode_cache\":\"%s\",\"transcode_cache_bytes\":%u,"
+      "\"decode_calibration\":%s}",
       JsonEscape(socket_path), JsonEscape(status_addr), JsonEscape(data_root), workers, JsonEscape(worker_binary),
       socket_mode, shm_mode, max_sessions, max_ring_bytes, worker_queue_depth, task_timeout_ms,
       keepalive_grace_ms, heartbeat_timeout_ms, max_file_bytes, drain_timeout_ms,
       JsonEscape(log_level), log_json ? "true" : "false", worker_sandbox ? "true" : "false",
       (fault_crash_substring.empty() && fault_hang_substring.empty()) ? "false" : "true",
       parent_pid, JsonEscape(index_cache), io_threads, readahead_bytes, simulate_read_latency_us,
-      JsonEscape(transcode_cache), transcode_cache_bytes);
+      JsonEscape(transcode_cache), transcode_cache_bytes, decode_calibration ? "true" : "false");
 }
 
 }  // namespace stoker

@@ -54,6 +54,10 @@ struct DaemonConfig {
   uint64_t max_file_bytes = 256ull << 20;
   // On SIGTERM, wait at most this long for in-flight samples.
   uint32_t drain_timeout_ms = 5000;
+  // Time the decode at each DCT scale once at start-up and never choose a
+  // scale that decodes slower than a larger one (server/image/
+  // decode_planner.h). Off: no measurement, every scale allowed.
+  bool decode_calibration = true;
   // Workers run under a seccomp filter (when built with libseccomp).
   bool worker_sandbox = true;
   // Logging: trace, debug, info, warn, error; JSON lines when log_json.

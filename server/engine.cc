@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -137,6 +139,54 @@ absl::Status Engine::Start() {
                    cs.entries, cs.bytes / 1048576.0, cs.budget_bytes / 1048576.0);
     }
   }
+  if (config_.decode_calibration) {
+    // CPU time, not env_.clock (a test's may be scripted): see
+    // decode_planner.h. `seconds` is then CPU seconds of this thread.
+    // Kept beside the index cache: a daemon started again on this machine
+    // reuses it, so the scales disabled (and a resumed run's pixels) stay.
+    const std::string path =
+        config_.index_cache.empty()
+            ? std::string()
+            : (std::filesystem::path(config_.index_cache).parent_path() / "decode-calibration.txt")
+                  .string();
+    const std::string machine = image::CalibrationMachine();
+    bool loaded = false;
+    if (env_.decode_calibration != nullptr) {
+      decode_calibration_ = *env_.decode_calibration;
+    } else {
+      if (!path.empty()) {
+        std::ifstream in(path);
+        std::stringstream text;
+        text << in.rdbuf();
+        loaded = image::ParseCalibration(text.str(), machine, &decode_calibration_);
+      }
+      if (!loaded) {
+        decode_calibration_ = image::Calibrate(image::ThreadCpuNanos);
+        if (!path.empty()) {
+          const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
+          std::ofstream out(tmp, std::ios::trunc);
+          out << image::SerializeCalibration(decode_calibration_, machine);
+          out.close();
+          std::error_code ec;
+          if (out.good()) std::filesystem::rename(tmp, path, ec);
+          if (!out.good() || ec) {
+            std::filesystem::remove(tmp, ec);
+            spdlog::warn("decode calibration not saved to {}", path);
+          }
+        }
+      }
+    }
+    decode_calibration_source_ = loaded ? path : "measured";
+    std::string table;
+    for (const image::ScaleCost& c : decode_calibration_.costs) {
+      const uint32_t mask = decode_calibration_.disabled_dct_scales;
+      const bool off = (mask & image::DctScaleBit(c.scale)) != 0;
+      absl::StrAppendFormat(&table, " %d/8 %.2f/%.2f%s", c.scale, c.baseline_ms, c.progressive_ms,
+                            off ? " (disabled)" : "");
+    }
+    spdlog::info("decode calibration ({}, {:.2f} s CPU), baseline/progressive ms per image:{}",
+                 loaded ? "loaded from " + path : "measured", decode_calibration_.seconds, table);
+  }
   shm_tag_ = absl::StrFormat(
       "%08x", static_cast<uint32_t>(std::hash<std::string>{}(
                   absl::StrCat(config_.socket_path, ":", ::getuid()))));
@@ -198,6 +248,8 @@ absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) 
   }
   auto request = PlanRequest(req);
   if (!request.ok()) return request.status();
+  // The one place a session's pipeline learns the daemon's calibration.
+  request->pipeline.params.disabled_dct_scales = decode_calibration_.disabled_dct_scales;
 
   // Indexed outside mu_ (it may take seconds), once however many Attaches
   // ask for it at the same time.
@@ -516,6 +568,10 @@ v1::StatusResponse Engine::GetStatus(bool include_failures, bool include_dataset
   ExportReadahead(prefetch_.get(), config_, r.mutable_readahead());
   if (transcode_cache_ != nullptr) {
     ExportTranscodeCache(transcode_cache_->stats(), config_, r.mutable_transcode_cache());
+  }
+  if (config_.decode_calibration) {
+    ExportDecodeCalibration(decode_calibration_, decode_calibration_source_,
+                            r.mutable_decode_calibration());
   }
   if (pool_ != nullptr) ExportWorkers(*pool_, &r);
   for (auto& [id, s] : sessions_) ExportSession(*s, now, include_failures, r.add_sessions());

@@ -63,6 +63,7 @@
 #include "server/dataset/dataset.h"
 #include "server/dataset_registry.h"
 #include "server/failure_memory.h"
+#include "server/image/decode_planner.h"
 #include "server/prefetch.h"
 #include "server/scheduler.h"
 #include "server/session.h"
@@ -81,6 +82,9 @@ struct EngineEnv {
   WorkerLauncher* launcher = nullptr;
   // The worker pool's clock (hang check, respawn backoff). Null: monotonic.
   Clock* clock = nullptr;
+  // With --decode-calibration on: taken as what the start-up calibration
+  // measured, none is run (tests script the disabled scales). Null: measured.
+  const image::DecodeCalibration* decode_calibration = nullptr;
 };
 
 class Engine {
@@ -91,7 +95,9 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Opens the data root, sweeps stale rings, starts the workers and threads.
+  // Opens the data root, sweeps stale rings, times the decode at each DCT
+  // scale (--decode-calibration, before any session: every session gets the
+  // same disabled scales), starts the workers and threads.
   [[nodiscard]] absl::Status Start() ABSL_LOCKS_EXCLUDED(mu_);
   // Stops taking sessions, lets in-flight samples finish (bounded by
   // drain_timeout_ms), tells every client, then removes every session.
@@ -171,6 +177,9 @@ class Engine {
   std::unique_ptr<CacheDir> transcode_cache_dir_;
   std::unique_ptr<TranscodeCache> transcode_cache_;
   int64_t start_ns_ = 0;
+  // The start-up calibration (empty, nothing disabled, when it is off).
+  image::DecodeCalibration decode_calibration_;
+  std::string decode_calibration_source_;  // "measured" or the file it was loaded from
   Poller poller_;  // thread-safe
 
   std::thread dispatcher_;

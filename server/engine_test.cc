@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <mutex>
+#include <vector>
 
 #include "server/fake_launcher.h"
 #include "server/room_test_util.h"
@@ -20,7 +22,8 @@ using testing::FakeLauncher;
 using namespace std::chrono_literals;
 
 struct Fixture {
-  explicit Fixture(FakeLauncher::Script script = nullptr, uint32_t entries = 12)
+  explicit Fixture(FakeLauncher::Script script = nullptr, uint32_t entries = 12,
+                   const image::DecodeCalibration* calibration = nullptr)
       : fake(std::move(script)) {
     testing::WriteManifest(dir.path(), "list.txt", static_cast<int>(entries));
     DaemonConfig config;
@@ -30,7 +33,7 @@ struct Fixture {
     config.keepalive_grace_ms = 600000;  // no KeepAlive stream here
     config.readahead_bytes = 1 << 20;    // readahead on (of files that do not exist)
     config.io_threads = 2;
-    engine = std::make_unique<Engine>(config, EngineEnv{&fake, nullptr});
+    engine = std::make_unique<Engine>(config, EngineEnv{&fake, nullptr, calibration});
     REQUIRE(engine->Start().ok());
   }
   ~Fixture() { engine->Stop(); }
@@ -191,6 +194,40 @@ TEST_CASE("Attach refuses what the plan refuses, and Stop ends every session") {
   CHECK(f.engine->state() == "stopped");
   CHECK(f.client->header()->daemon_state.load() == ring::kStopped);
   CHECK(f.engine->Attach(req).status().code() == absl::StatusCode::kUnavailable);
+}
+
+TEST_CASE("the start-up calibration's disabled scales reach every task, and Status shows them") {
+  image::DecodeCalibration cal;
+  for (int m : {1, 2, 4, 8}) cal.costs.push_back({m, 2.0 * (m == 4 ? 9 : m), 5.0});
+  cal.disabled_dct_scales = 1u << 3;  // 4/8
+  cal.seconds = 0.25;
+  std::mutex mu;
+  std::vector<uint32_t> seen;
+  Fixture f(
+      [&](uint32_t, const worker::TaskMsg& task, const std::string&) {
+        std::lock_guard<std::mutex> l(mu);
+        seen.push_back(task.params.disabled_dct_scales);
+        return FakeLauncher::Reply();
+      },
+      12, &cal);
+  f.Attach(testing::SmallRequest("list.txt", 4, 2, 1));
+  for (uint64_t seq = 0; seq < 3; ++seq) f.Take(seq, 1);
+  {
+    std::lock_guard<std::mutex> l(mu);
+    CHECK(seen.size() >= 12);
+    for (uint32_t d : seen) CHECK(d == (1u << 3));
+  }
+  const v1::StatusResponse st = f.engine->GetStatus(false, false);
+  REQUIRE(st.has_decode_calibration());
+  const v1::DecodeCalibrationStatus& dc = st.decode_calibration();
+  REQUIRE(dc.scales_size() == 4);
+  for (int i = 0; i < 4; ++i) {
+    CHECK(dc.scales(i).scale() == (1u << i));
+    CHECK(dc.scales(i).disabled() == (i == 2));
+    CHECK(dc.scales(i).progressive_ms() == 5.0);
+  }
+  CHECK(dc.scales(2).baseline_ms() == 18.0);
+  CHECK(dc.seconds() == 0.25);
 }
 
 }  // namespace

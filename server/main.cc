@@ -97,6 +97,12 @@ int main(int argc, char** argv) {
       ->transform([](std::string s) { return std::to_string(std::stoul(s, nullptr, 8)); });
   app.add_option("--shm-mode", c.shm_mode, "permission bits of the rings (octal)")
       ->transform([](std::string s) { return std::to_string(std::stoul(s, nullptr, 8)); });
+  std::string decode_calibration = c.decode_calibration ? "on" : "off";
+  app.add_option("--decode-calibration", decode_calibration,
+                 "on: time the decode at each DCT scale at start-up and never use a scale that "
+                 "decodes slower than a larger one; off: no measurement, every scale allowed")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   app.add_flag("!--no-worker-sandbox", c.worker_sandbox,
                "run workers without their seccomp filter (debugging)");
   app.add_option("--parent-pid", c.parent_pid,
@@ -111,6 +117,7 @@ int main(int argc, char** argv) {
       ->group("");
   CLI11_PARSE(app, argc, argv);
   c.readahead_bytes = readahead_mb << 20;
+  c.decode_calibration = decode_calibration == "on";
   c.transcode_cache_bytes = static_cast<uint64_t>(transcode_cache_mb * 1048576.0);
 
   auto logger = spdlog::stderr_logger_mt("stokerd");

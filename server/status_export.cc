@@ -42,6 +42,19 @@ void ExportTranscodeCache(const TranscodeCache::Stats& st, const DaemonConfig& c
   tc->set_transcode_seconds(st.transcode_ns / 1e9);
 }
 
+void ExportDecodeCalibration(const image::DecodeCalibration& cal, const std::string& source,
+                             v1::DecodeCalibrationStatus* out) {
+  out->set_source(source);
+  for (const image::ScaleCost& c : cal.costs) {
+    v1::DecodeScaleCost* s = out->add_scales();
+    s->set_scale(static_cast<uint32_t>(c.scale));
+    s->set_baseline_ms(c.baseline_ms);
+    s->set_progressive_ms(c.progressive_ms);
+    s->set_disabled((cal.disabled_dct_scales & image::DctScaleBit(c.scale)) != 0);
+  }
+  out->set_seconds(cal.seconds);
+}
+
 void ExportWorkers(const WorkerPool& pool, v1::StatusResponse* r) {
   for (uint32_t i = 0; i < pool.size(); ++i) {
     const WorkerSlot& w = pool.worker(i);

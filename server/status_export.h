@@ -13,6 +13,7 @@
 
 #include "server/config.h"
 #include "server/failure_memory.h"
+#include "server/image/decode_planner.h"
 #include "server/prefetch.h"
 #include "server/session.h"
 #include "server/transcode_cache.h"
@@ -31,6 +32,11 @@ void ExportReadahead(const Prefetcher* prefetch, const DaemonConfig& config,
 // The transcode cache's settings and counters.
 void ExportTranscodeCache(const TranscodeCache::Stats& stats, const DaemonConfig& config,
                           v1::TranscodeCacheStatus* out);
+
+// The start-up calibration of the DCT scales: one DecodeScaleCost per scale
+// measured, in its order, `disabled` from cal.disabled_dct_scales.
+void ExportDecodeCalibration(const image::DecodeCalibration& cal, const std::string& source,
+                             v1::DecodeCalibrationStatus* out);
 
 // One WorkerStatus per slot, in slot order (a dead slot: pid 0, state
 // "restarting", 0 CPU seconds).

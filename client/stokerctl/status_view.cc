@@ -215,6 +215,23 @@ std::string RenderStatus(const v1::StatusResponse& s, size_t width) {
                 width);
     out += "\n";
   }
+  if (!s.has_decode_calibration()) {
+    out += "decode calibration off\n\n";
+  } else {
+    // Baseline/progressive ms per image at each DCT scale; "disabled": never
+    // chosen by this daemon.
+    const v1::DecodeCalibrationStatus& dc = s.decode_calibration();
+    std::vector<std::string> parts = {
+        "decode calibration",
+        dc.source().empty() || dc.source() == "measured" ? absl::StrFormat("%.2fs", dc.seconds())
+                                                          : "loaded"};
+    for (const v1::DecodeScaleCost& c : dc.scales()) {
+      parts.push_back(absl::StrFormat("%u/8 %.2f/%.2f ms%s", c.scale(), c.baseline_ms(),
+                                      c.progressive_ms(), c.disabled() ? " disabled" : ""));
+    }
+    out += Wrap(parts, width);
+    out += "\n";
+  }
   if (s.has_transcode_cache()) {
     const v1::TranscodeCacheStatus& tc = s.transcode_cache();
     out += Wrap(

@@ -214,6 +214,29 @@ TEST_CASE("RenderStatus shows the transcode cache and each session's decode path
   }
 }
 
+TEST_CASE("RenderStatus sums up the decode calibration on one line when it fits") {
+  v1::StatusResponse s = Busy();
+  CHECK(RenderStatus(s, 100).find("decode calibration off\n") != std::string::npos);
+  auto* dc = s.mutable_decode_calibration();
+  dc->set_seconds(0.2125);
+  const double baseline[] = {1.31, 1.48, 2.5, 1.8};
+  const double progressive[] = {5.15, 4.89, 5.18, 5.26};
+  for (int i = 0; i < 4; ++i) {
+    auto* c = dc->add_scales();
+    c->set_scale(1u << i);
+    c->set_baseline_ms(baseline[i]);
+    c->set_progressive_ms(progressive[i]);
+    c->set_disabled(i == 2);
+  }
+  const std::string wide = RenderStatus(s, 200);
+  CHECK(wide.find("decode calibration  0.21s  1/8 1.31/5.15 ms  2/8 1.48/4.89 ms  "
+                  "4/8 2.50/5.18 ms disabled  8/8 1.80/5.26 ms\n") != std::string::npos);
+  for (const std::string& line : Lines(RenderStatus(s, 80))) {
+    INFO(line);
+    CHECK(Chars(line) <= 80);
+  }
+}
+
 TEST_CASE("LayoutTable drops by rank, trims to soft then min widths, and cuts as a last resort") {
   const std::vector<Column> cols = {{"NAME", Column::kAlways, Trim::kTail, 6, 3},
                                     {"A", 1},

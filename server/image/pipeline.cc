@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "server/image/decode_planner.h"
 #include "server/image/jpeg_decoder.h"
 #include "server/image/ops.h"
 #include "server/image/policy.h"
@@ -1266,10 +1267,12 @@ absl::Status SampleProcessor::Impl::DecodeFused(const PipelineParams& p, const F
   // kMinDecodedPerOutput times the output in both directions. Only M = 1, 2,
   // 4 (and 8): libjpeg-turbo has SIMD IDCTs for those; the other scaled
   // IDCTs are plain C and measured slower than decoding at the next power of
-  // two.
+  // two. A scale the daemon's calibration disabled (decode_planner.h) is
+  // passed over for the next larger allowed one; 8 is always allowed.
   int num = 8;
   if (p.exact_decode == 0) {
     for (int m : {1, 2, 4}) {
+      if ((p.disabled_dct_scales & DctScaleBit(m)) != 0) continue;
       if (rx.scale * m >= 8.0 * kMinDecodedPerOutput &&
           ry.scale * m >= 8.0 * kMinDecodedPerOutput) {
         num = m;

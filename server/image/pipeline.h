@@ -210,6 +210,12 @@ struct PipelineParams {
   uint32_t exact_decode = 0;   // 1: never use DCT scaling
   uint32_t apply_exif = 0;     // 1: turn the image as its EXIF orientation says
                                // (0, as torchvision's ImageFolder: as coded)
+  // Bit M-1 set: never decode at DCT scale M/8 (M in 1, 2, 4), the next
+  // larger allowed scale is used instead. Not a pipeline keyword: the
+  // daemon sets it from its start-up calibration (decode_planner.h), the
+  // same for every session and worker, so a scale that this machine decodes
+  // slower than a larger one is never chosen. 0: all allowed.
+  uint32_t disabled_dct_scales = 0;
 };
 
 // Checks every field: the op kinds and each op's parameters (sizes in

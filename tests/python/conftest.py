@@ -314,6 +314,10 @@ class Daemon:
         if not any(a.startswith("--index-cache") for a in self.extra_args):
             # A cache of its own (kept across restarts): never the user's ~/.cache.
             cmd += ["--index-cache", os.path.join(self.workdir, "index")]
+        if not any(a.startswith("--decode-calibration") for a in self.extra_args):
+            # Measured afresh per daemon it could differ between two daemons
+            # a test compares; tests/python/test_decode_calibration.py turns it on.
+            cmd += ["--decode-calibration", "off"]
         cmd += self.extra_args
         # Flags for every test daemon (e.g. --no-worker-sandbox under ASan, see
         # scripts/sanitize.sh).
