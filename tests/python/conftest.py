@@ -202,10 +202,13 @@ def imagefolder_samples(root: str) -> List[Tuple[str, int]]:
 
 
 
-def samples_in_order(stoker, socket: str, dataset: str, **attach) -> List[Tuple[np.ndarray, int]]:
+def samples_in_order(stoker, socket: str, dataset: str, before_detach=None,
+                     **attach) -> List[Tuple[np.ndarray, int]]:
     """Every sample of one unshuffled epoch, batch 1: [(pixels, label)], each
     pixel array a copy (its slot goes back at once); every sample must be ok.
-    `attach`: Client.attach's options (``pipeline={...}``: the keywords)."""
+    `attach`: Client.attach's options (``pipeline={...}``: the keywords).
+    `before_detach`: called after the last batch, the session still attached
+    (e.g. to read its status)."""
     s = stoker.Client(socket).attach(dataset, batch_size=1, shuffle=False, epochs=1, **attach)
     out = []
     try:
@@ -217,6 +220,8 @@ def samples_in_order(stoker, socket: str, dataset: str, **attach) -> List[Tuple[
             images, labels, statuses = raw[0], raw[1], raw[4]
             assert statuses.tolist() == [0], f"sample {len(out)} of {dataset}: {statuses}"
             out.append((np.array(images[0]), int(labels[0])))
+        if before_detach is not None:
+            before_detach()
     finally:
         s.detach()
     return out

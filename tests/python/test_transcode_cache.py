@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import photo_like, write_jpeg
+from conftest import photo_like, samples_in_order, write_jpeg
 
 BATCH = 4
 PIPELINE = {"pipeline": "eval", "size": 48}
@@ -78,23 +78,13 @@ def _dataset(daemon, folder):
 
 
 def _epoch(stoker, daemon, with_status=False, dataset="ds", pipeline=None):
-    """One unshuffled epoch's batches as bytes (every sample ok), and the
+    """One unshuffled epoch's samples as bytes (every sample ok), and the
     session's status just before it detaches (with_status)."""
-    s = stoker.Client(daemon.socket).attach(dataset, batch_size=BATCH, shuffle=False, epochs=1,
-                                            pipeline=pipeline or PIPELINE)
-    out = []
-    try:
-        while True:
-            try:
-                raw = s.next(30000)
-            except stoker.EndOfData:
-                break
-            assert raw[4].tolist() == [0] * len(raw[4]), raw[4]
-            out.append(np.array(raw[0]).tobytes())
-        st = _status(daemon) if with_status else None
-    finally:
-        s.detach()
-    return (out, st) if with_status else out
+    seen = []
+    samples = samples_in_order(stoker, daemon.socket, dataset, pipeline=pipeline or PIPELINE,
+                               before_detach=lambda: seen.append(_status(daemon)))
+    out = [pixels.tobytes() for pixels, _ in samples]
+    return (out, seen[0]) if with_status else out
 
 
 def _status(daemon):
