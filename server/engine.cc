@@ -1,5 +1,7 @@
 #include "server/engine.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -7,8 +9,6 @@
 #include <cerrno>
 #include <chrono>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -25,6 +25,53 @@
 namespace stoker {
 
 namespace {
+
+// A file of this user's, not writable by others, read whole: false if it is
+// absent, a symlink, someone else's, or group/other-writable.
+bool ReadPrivateFile(const std::string& path, std::string* text) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd.valid()) return false;
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid() ||
+      (st.st_mode & 022) != 0 || st.st_size > (1 << 20)) {
+    return false;
+  }
+  text->resize(static_cast<size_t>(st.st_size));
+  size_t done = 0;
+  while (done < text->size()) {
+    const ssize_t n = ::read(fd.get(), text->data() + done, text->size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// Writes `text` to a fresh temporary (O_EXCL, O_NOFOLLOW, 0600) in the
+// folder of `path`, made 0700 if absent, then renames it into place.
+absl::Status WritePrivateFile(const std::string& path, const std::string& text) {
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return PosixError("mkdir " + dir, errno);
+  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!fd.valid()) return PosixError("create " + tmp, errno);
+  size_t done = 0;
+  bool ok = true;
+  while (ok && done < text.size()) {
+    const ssize_t n = ::write(fd.get(), text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    ok = n > 0;
+    if (ok) done += static_cast<size_t>(n);
+  }
+  ok = ::close(fd.Release()) == 0 && ok;
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    return PosixError("write " + path, err);
+  }
+  return absl::OkStatus();
+}
+
 
 // ListSamples' page: the default and the largest.
 constexpr uint32_t kDefaultListLimit = 4096;
@@ -139,40 +186,36 @@ absl::Status Engine::Start() {
                    cs.entries, cs.bytes / 1048576.0, cs.budget_bytes / 1048576.0);
     }
   }
+  shm_tag_ = absl::StrFormat(
+      "%08x", static_cast<uint32_t>(std::hash<std::string>{}(
+                  absl::StrCat(config_.socket_path, ":", ::getuid()))));
+  int swept = SweepStaleRings(shm_tag_);
+  if (swept > 0) spdlog::info("swept {} stale shared-memory ring(s) of an earlier daemon", swept);
   if (config_.decode_calibration) {
     // CPU time, not env_.clock (a test's may be scripted): see
     // decode_planner.h. `seconds` is then CPU seconds of this thread.
-    // Kept beside the index cache: a daemon started again on this machine
-    // reuses it, so the scales disabled (and a resumed run's pixels) stay.
+    // Kept in the index cache's folder (0700): a daemon started again on
+    // this machine reuses it, so the scales disabled (and a resumed run's
+    // pixels) stay. Without an index cache every start measures.
     const std::string path =
         config_.index_cache.empty()
             ? std::string()
-            : (std::filesystem::path(config_.index_cache).parent_path() / "decode-calibration.txt")
-                  .string();
+            : (std::filesystem::path(config_.index_cache) / "decode-calibration.txt").string();
     const std::string machine = image::CalibrationMachine();
     bool loaded = false;
     if (env_.decode_calibration != nullptr) {
       decode_calibration_ = *env_.decode_calibration;
     } else {
-      if (!path.empty()) {
-        std::ifstream in(path);
-        std::stringstream text;
-        text << in.rdbuf();
-        loaded = image::ParseCalibration(text.str(), machine, &decode_calibration_);
+      std::string text;
+      if (!path.empty() && ReadPrivateFile(path, &text)) {
+        loaded = image::ParseCalibration(text, machine, &decode_calibration_);
       }
       if (!loaded) {
         decode_calibration_ = image::Calibrate(image::ThreadCpuNanos);
         if (!path.empty()) {
-          const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
-          std::ofstream out(tmp, std::ios::trunc);
-          out << image::SerializeCalibration(decode_calibration_, machine);
-          out.close();
-          std::error_code ec;
-          if (out.good()) std::filesystem::rename(tmp, path, ec);
-          if (!out.good() || ec) {
-            std::filesystem::remove(tmp, ec);
-            spdlog::warn("decode calibration not saved to {}", path);
-          }
+          const absl::Status st = WritePrivateFile(
+              path, image::SerializeCalibration(decode_calibration_, machine));
+          if (!st.ok()) spdlog::warn("decode calibration not saved: {}", st.ToString());
         }
       }
     }
@@ -187,11 +230,6 @@ absl::Status Engine::Start() {
     spdlog::info("decode calibration ({}, {:.2f} s CPU), baseline/progressive ms per image:{}",
                  loaded ? "loaded from " + path : "measured", decode_calibration_.seconds, table);
   }
-  shm_tag_ = absl::StrFormat(
-      "%08x", static_cast<uint32_t>(std::hash<std::string>{}(
-                  absl::StrCat(config_.socket_path, ":", ::getuid()))));
-  int swept = SweepStaleRings(shm_tag_);
-  if (swept > 0) spdlog::info("swept {} stale shared-memory ring(s) of an earlier daemon", swept);
 
   launcher_ = env_.launcher;
   if (launcher_ == nullptr) {

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -72,7 +73,7 @@ uint64_t Hash64(const void* data, size_t bytes, uint64_t seed) {
 }
 
 CacheKey CacheKeyFor(const SourceIdentity& id) {
-  std::string s = "stoker transcode cache key v1";
+  std::string s = "stoker transcode cache key v2";
   s.push_back('\0');
   AppendU64(&s, id.path.size());
   s.append(id.path);
@@ -82,6 +83,7 @@ CacheKey CacheKeyFor(const SourceIdentity& id) {
   AppendU64(&s, id.file_size);
   AppendU64(&s, static_cast<uint64_t>(id.mtime_ns));
   AppendU64(&s, id.inode);
+  AppendU64(&s, static_cast<uint64_t>(id.ctime_ns));
   return CacheKey{Hash64(s.data(), s.size(), 0x5354'4b48'4931ull),
                   Hash64(s.data(), s.size(), 0x5354'4b4c'4f32ull)};
 }
@@ -266,6 +268,15 @@ absl::StatusOr<int> OpenCacheDirectory(const std::string& path) {
   }
   if ((st.st_mode & 077) != 0 && ::fchmod(fd.get(), st.st_mode & 0700) != 0) {
     return PosixError("chmod go-rwx " + path, errno);
+  }
+  // One daemon per folder: two would delete each other's temporaries at
+  // start-up and each keep its own budget. Held while the fd is open.
+  if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EWOULDBLOCK) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(path, " is in use by another stokerd (one daemon per transcode cache)"));
+    }
+    return PosixError("flock " + path, errno);
   }
   return fd.Release();
 }

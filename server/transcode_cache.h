@@ -94,6 +94,8 @@ struct SourceIdentity {
   uint64_t file_size = 0;  // st_size of the whole file
   int64_t mtime_ns = 0;    // st_mtim
   uint64_t inode = 0;      // st_ino
+  int64_t ctime_ns = 0;    // st_ctim: unlike the mtime, no user can set it
+                           // back (cp -p or rsync -t over the same inode)
 };
 CacheKey CacheKeyFor(const SourceIdentity& id);
 

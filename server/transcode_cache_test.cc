@@ -122,13 +122,14 @@ TEST_CASE("Keys follow the file's identity and names round-trip") {
   a.inode = 42;
   const CacheKey k = CacheKeyFor(a);
   CHECK(CacheKeyFor(a) == k);  // stable: no per-process seed
-  for (int field = 0; field < 5; ++field) {
+  for (int field = 0; field < 6; ++field) {
     SourceIdentity b = a;
     if (field == 0) b.path = "ds/class_00/img_0002.jpg";
     if (field == 1) b.file_size = 1001;
     if (field == 2) b.mtime_ns += 1;
     if (field == 3) b.inode = 43;
     if (field == 4) b.has_range = true;
+    if (field == 5) b.ctime_ns += 1;
     CHECK_FALSE(CacheKeyFor(b) == k);
   }
   const std::string name = CacheEntryName(k);
@@ -253,22 +254,26 @@ TEST_CASE("OpenCacheDirectory makes an owner-only folder and the real one lists 
   REQUIRE(::stat(path.c_str(), &st) == 0);
   CHECK((st.st_mode & 0777) == 0700);
   REQUIRE(::chmod(path.c_str(), 0755) == 0);
+  // One daemon per folder: a second open fails while the first is held.
+  auto busy = OpenCacheDirectory(path);
+  CHECK(busy.status().code() == absl::StatusCode::kFailedPrecondition);
+  CHECK_THAT(std::string(busy.status().message()), Catch::Contains("in use by another stokerd"));
+  ::close(*fd);
   auto again = OpenCacheDirectory(path);
   REQUIRE(again.ok());
   REQUIRE(::stat(path.c_str(), &st) == 0);
   CHECK((st.st_mode & 0777) == 0700);
-  ::close(*again);
   {
     std::ofstream(path + "/" + Name(1)) << "0123456789";
     std::ofstream(path + "/" + CacheTempName(Key(2))) << "x";
   }
-  auto dir = PosixCacheDir(*fd);
+  auto dir = PosixCacheDir(*again);
   TranscodeCache cache(dir.get(), 1 << 20);
   REQUIRE(cache.Load().ok());
   CHECK(cache.stats().entries == 1);
   CHECK(cache.stats().bytes == 10);
   CHECK(::access((path + "/" + CacheTempName(Key(2))).c_str(), F_OK) != 0);
-  ::close(*fd);
+  ::close(*again);
 }
 
 }  // namespace

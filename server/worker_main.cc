@@ -18,6 +18,7 @@
 #include <cstring>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -121,6 +122,7 @@ class CacheClient {
     id.file_size = static_cast<uint64_t>(in.st.st_size);
     id.mtime_ns = MtimeNs(in.st);
     id.inode = static_cast<uint64_t>(in.st.st_ino);
+    id.ctime_ns = int64_t{in.st.st_ctim.tv_sec} * 1000000000 + in.st.st_ctim.tv_nsec;
     key_ = CacheKeyFor(id);
     r->cache_key_hi = key_.hi;
     r->cache_key_lo = key_.lo;
@@ -153,6 +155,13 @@ class CacheClient {
       r->cache_event = kCacheNotNeeded;
       return false;
     }
+    // A file the transcoder refused (truncated, corrupt, an unfinished
+    // script) is not tried again by this worker: each try costs about 1.6
+    // decodes.
+    if (refused_.count(key_.hi ^ key_.lo) != 0) {
+      r->cache_event = kCacheNotNeeded;
+      return false;
+    }
     r->cache_event = kCacheMiss;
     if (t.cache != kTaskCacheReadWrite) return false;
     image::DecodeLimits limits;
@@ -163,6 +172,8 @@ class CacheClient {
     if (!st.ok()) {
       // Not cacheable (corrupt, truncated, a kind the transcoder refuses):
       // decode the original, which fails the same way if it is corrupt.
+      if (refused_.size() >= (1u << 20)) refused_.clear();
+      refused_.insert(key_.hi ^ key_.lo);
       r->cache_event = kCacheNotNeeded;
       return false;
     }
@@ -187,6 +198,7 @@ class CacheClient {
       r->cache_write_failed = 1;
       r->cache_temp_left = 1;
     }
+    r->transcode_ns = static_cast<uint64_t>(MonotonicNs() - t0);  // and the write
     if (envelope_.capacity() > (64u << 20)) std::vector<uint8_t>().swap(envelope_);
     return true;
   }
@@ -204,6 +216,7 @@ class CacheClient {
   }
 
   CacheKey key_;
+  std::unordered_set<uint64_t> refused_;  // keys (hi ^ lo) ToBaseline refused
   image::Transcoder transcoder_;
   std::vector<uint8_t> envelope_;
 };
@@ -329,18 +342,20 @@ int Serve() {
                                      t.out_capacity, &res);
             }
           } else if (!st.ok() && baseline_copy) {
-            // A copy that does not decode (the transcoder's bug, or an entry
-            // that passed its checksums yet is wrong) must not cost the
-            // sample: decode the original, and have a bad entry deleted.
+            // A copy that does not decode must not cost the sample: decode
+            // the original. When that works, the copy was wrong (the
+            // transcoder's bug, or an entry that passed its checksums):
+            // have it deleted. When the original fails too, the sample is
+            // at fault (e.g. not the pipeline's fixed size), not the copy.
             baseline_copy = false;
             st = absl::OkStatus();
             if (r.cache_event == kCacheHit) st = ReadInput(t, in, &input);
-            if (r.cache_event == kCacheHit || r.cache_bytes_written != 0) {
-              r.cache_event = kCacheBad;
-            }
             if (st.ok()) {
               st = processor.Process(input.data(), input.size(), t.params, t.key, out,
                                      t.out_capacity, &res);
+            }
+            if (st.ok() && (r.cache_event == kCacheHit || r.cache_bytes_written != 0)) {
+              r.cache_event = kCacheBad;
             }
           }
           r.height = res.height;

@@ -119,7 +119,7 @@ struct ResultMsg {
   uint64_t cache_bytes_written = 0;
   uint32_t cache_write_failed = 0;
   uint32_t cache_temp_left = 0;
-  uint64_t transcode_ns = 0;
+  uint64_t transcode_ns = 0;  // re-coding the file and writing its entry
   char reason[kReasonBytes];  // NUL-terminated when code != 0
 };
 

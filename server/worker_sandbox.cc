@@ -45,8 +45,11 @@ absl::Status ApplyWorkerSandbox() {
                                  std::strerror(-rc));
     }
   }
-  // renameat(2) from and to worker::kTranscodeCacheFd only: no file of the
-  // data root can be moved.
+  // renameat(2) only with worker::kTranscodeCacheFd as both directory fds,
+  // what the cache's temp-then-rename needs. A filter sees numbers, not
+  // paths: an absolute or "../" path would still resolve elsewhere, so this
+  // narrows the call, it does not confine it (openat, allowed above, can
+  // already create files wherever the worker's user may).
   for (const char* name : {"renameat", "renameat2"}) {
     int nr = seccomp_syscall_resolve_name(name);
     if (nr == __NR_SCMP_ERROR) continue;

@@ -829,7 +829,7 @@ PYBIND11_MODULE(_native, m) {
            "register_ring_with_cuda, client_name. None means the default. A bad pipeline or "
            "option raises InvalidRequestError.")
       .def("status_json", &PyClient::StatusJson, py::arg("include_failures") = false)
-      .def("health", &PyClient::Health, py::arg("service") = "",
+      .def("health", &PyClient::Health, py::arg("service") = "stoker.v1.Stoker",
            "Returns None when the daemon is SERVING, raises DaemonUnavailableError otherwise.");
 
   // --- Device copies ---

@@ -95,13 +95,14 @@ std::vector<uint8_t> Encode(const std::vector<uint8_t>& rgb, bool progressive) {
 }
 
 // A whole decode at scale m/8, as a sample's would be (rows read in blocks
-// into one buffer). False on an error (not expected on our own file).
+// into one buffer; at 1/8 a progressive file's needed scans only, as
+// pipeline.cc decodes it). False on an error (not expected on our own file).
 bool DecodeWhole(JpegDecoder& decoder, const std::vector<uint8_t>& jpeg, int m,
                  std::vector<uint8_t>& pixels, std::vector<uint8_t*>& rows) {
   JpegHeader header;
   if (!decoder.ReadHeader(jpeg.data(), jpeg.size(), DecodeLimits(), &header).ok()) return false;
   DecodeInfo info;
-  if (!decoder.Start(m, &info).ok()) {
+  if (!decoder.Start(m, &info, m == 1 ? ScanSelection::kNeeded : ScanSelection::kAll).ok()) {
     decoder.Abort();
     return false;
   }

@@ -10,8 +10,10 @@
 // daemon, before any session; its result (PipelineParams::
 // disabled_dct_scales) is the same for every session and worker of that
 // daemon, so a given seed gives the same pixels whatever the number of
-// workers. A daemon started again on the same machine measures again; the
-// rule below (a mean over both images, a tolerance, CPU time, the fastest of
+// workers. A daemon started again on the same machine loads the table an
+// earlier one saved (SerializeCalibration, in the index cache's folder), so
+// a resumed run keeps its scales; one that has to measure again relies on
+// the rule below (a mean over both images, a tolerance, CPU time, the fastest of
 // several runs) keeps a scale that is faster or tied allowed in every run,
 // so the choice does not flip between runs (measured here, 2 busy cores:
 // baseline 1/8 1.3, 2/8 1.5, 4/8 1.55, 8/8 1.8 ms; progressive 5.0-5.3 ms
@@ -37,7 +39,8 @@ namespace stoker::image {
 struct ScaleCost {
   int scale = 8;              // M of M/8
   double baseline_ms = 0;     // a baseline 4:2:0 photo-like textured image
-  double progressive_ms = 0;  // the same image coded progressive
+  double progressive_ms = 0;  // the same image coded progressive (at 1/8: its
+                              // DC scans only, DecodePath::kDcScans)
 };
 
 // Scale M's bit in a disabled_dct_scales mask (PipelineParams): bit M-1.

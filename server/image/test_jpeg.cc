@@ -71,6 +71,13 @@ std::vector<uint8_t> EncodeJpeg(const std::vector<uint8_t>& pixels, uint32_t hei
       cinfo.comp_info[3].v_samp_factor = v;
     }
   }
+  if (options.store_rgb) jpeg_set_colorspace(&cinfo, JCS_RGB);  // resets the sampling
+  if (options.every_h != 0) {
+    for (int c = 0; c < cinfo.num_components; ++c) {
+      cinfo.comp_info[c].h_samp_factor = options.every_h;
+      cinfo.comp_info[c].v_samp_factor = options.every_v;
+    }
+  }
   if (options.progressive) jpeg_simple_progression(&cinfo);
   std::vector<jpeg_scan_info> script(options.scans.size());
   if (!options.scans.empty()) {

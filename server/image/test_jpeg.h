@@ -33,6 +33,8 @@ struct EncodeOptions {
   int restart_rows = 0;       // restart interval in MCU rows, 0 = none
   bool cmyk_as_ycck = false;  // 4 channels: store as YCCK instead of CMYK
   std::vector<uint8_t> app1;  // written as an APP1 marker when not empty
+  bool store_rgb = false;     // 3 channels stored as RGB (Adobe transform 0), not YCbCr
+  int every_h = 0, every_v = 0;  // when set: every component sampled h x v
 };
 
 // `channels`: 1 gray, 3 RGB, 4 CMYK (stored as given, Adobe marker written).

@@ -179,6 +179,7 @@ struct Transcoder::State {
   VectorDestination dest;
   bool src_created = false;
   bool dst_created = false;
+  bool src_used = false;
 };
 
 Transcoder::Transcoder() : state_(std::make_unique<State>()) {
@@ -213,6 +214,18 @@ absl::Status Transcoder::ToBaseline(const uint8_t* data, size_t size, const Deco
   if (size < 2 || data[0] != 0xFF || data[1] != 0xD8) {
     return absl::InvalidArgumentError("not a JPEG file (no SOI marker)");
   }
+  // libjpeg keeps the tables of the files an object read: a damaged file
+  // missing one would be re-coded with an earlier file's (and cached). A
+  // fresh decompressor per file, as JpegDecoder::ReadHeader does.
+  if (s.src_used) {
+    jpeg_destroy_decompress(&s.src);
+    std::memset(&s.src, 0, sizeof(s.src));
+    s.src.err = &s.err.pub;
+    s.src_created = TryCreateDecompress(&s.src, &s.err) != 0;
+    if (!s.src_created) return absl::InternalError("libjpeg could not create a decompressor");
+    s.src.progress = &s.progress.pub;
+  }
+  s.src_used = true;
   // Every exit below goes through `fail` or the end: both objects are left
   // reset for the next file (and reset here, should an exception have left
   // one mid-file).

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,8 +14,10 @@
 // clang-format on
 
 #include "server/image/jpeg_decoder.h"
+#include "server/image/pipeline.h"
 #include "server/image/rng.h"
 #include "server/image/test_jpeg.h"
+#include "server/image/test_params.h"
 
 namespace stoker::image {
 namespace {
@@ -115,39 +118,17 @@ std::vector<uint8_t> Recode(const std::vector<uint8_t>& jpeg,
 // transform (an Adobe marker with transform 0).
 std::vector<uint8_t> EncodeScripted(uint32_t height, uint32_t width, int channels, int h, int v,
                                     const std::vector<jpeg_scan_info>& script, bool rgb = false) {
-  const std::vector<uint8_t> pixels = MakePhoto(height, width, channels, 5);
-  jpeg_compress_struct cinfo;
-  jpeg_error_mgr jerr;
-  cinfo.err = jpeg_std_error(&jerr);
-  jpeg_create_compress(&cinfo);
-  unsigned char* buffer = nullptr;
-  unsigned long size = 0;
-  jpeg_mem_dest(&cinfo, &buffer, &size);
-  cinfo.image_width = width;
-  cinfo.image_height = height;
-  cinfo.input_components = channels;
-  cinfo.in_color_space = channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
-  jpeg_set_defaults(&cinfo);
-  if (rgb) jpeg_set_colorspace(&cinfo, JCS_RGB);
-  for (int c = 0; c < cinfo.num_components; ++c) {
-    cinfo.comp_info[c].h_samp_factor = h;
-    cinfo.comp_info[c].v_samp_factor = v;
+  EncodeOptions o;
+  o.every_h = h, o.every_v = v;
+  o.store_rgb = rgb;
+  o.progressive = script.empty();
+  for (const jpeg_scan_info& scan : script) {
+    testing::ScanSpec spec;
+    spec.components.assign(scan.component_index, scan.component_index + scan.comps_in_scan);
+    spec.ss = scan.Ss, spec.se = scan.Se, spec.ah = scan.Ah, spec.al = scan.Al;
+    o.scans.push_back(spec);
   }
-  if (script.empty()) {
-    jpeg_simple_progression(&cinfo);
-  } else {
-    SetScript(&cinfo, script);
-  }
-  jpeg_start_compress(&cinfo, TRUE);
-  while (cinfo.next_scanline < cinfo.image_height) {
-    JSAMPROW row = const_cast<JSAMPROW>(&pixels[size_t{cinfo.next_scanline} * width * channels]);
-    jpeg_write_scanlines(&cinfo, &row, 1);
-  }
-  jpeg_finish_compress(&cinfo);
-  jpeg_destroy_compress(&cinfo);
-  std::vector<uint8_t> out(buffer, buffer + size);
-  std::free(buffer);
-  return out;
+  return EncodeJpeg(MakePhoto(height, width, channels, 5), height, width, channels, o);
 }
 
 // ---- Reading files back. ----
@@ -516,6 +497,63 @@ TEST_CASE("Transcode: 12-bit and lossless files are UNIMPLEMENTED", "[transcode]
   lossless[sof + 1] = 0xC3;
   CHECK(t.ToBaseline(lossless.data(), lossless.size(), {}, &copy).code() ==
         absl::StatusCode::kUnimplemented);
+}
+
+TEST_CASE("Transcode: Through the pipeline, the copy gives the original's pixels on train crops",
+          "[transcode]") {
+  // Crops of 200-800 px to 12 px: decoded at 1/8, 2/8, 4/8 and 8/8, with
+  // the crop's columns and rows skipped (single-scan and multi-scan files
+  // take different paths through jpeg_skip_scanlines).
+  Transcoder t;
+  SampleProcessor processor;
+  const PipelineParams p = testing::TrainParams(12, 12);
+  std::vector<uint8_t> a(MaxSampleBytes(p)), b(a.size());
+  for (const Layout& l : {k420, k422, k444, kGray, kCmyk}) {
+    INFO(l.name);
+    const std::vector<uint8_t> original = SimpleProgressive(l, 700, 900);
+    std::vector<uint8_t> copy;
+    REQUIRE(t.ToBaseline(original.data(), original.size(), {}, &copy).ok());
+    std::set<uint32_t> scales;
+    for (uint64_t i = 0; i < 24; ++i) {
+      INFO("sample " << i);
+      const SampleKey key{7, 0, i};
+      SampleResult ra, rb;
+      REQUIRE(processor.Process(original.data(), original.size(), p, key, a.data(), a.size(), &ra)
+                  .ok());
+      REQUIRE(processor.Process(copy.data(), copy.size(), p, key, b.data(), b.size(), &rb).ok());
+      REQUIRE(ra.bytes == rb.bytes);
+      CHECK(ra.dct_scale == rb.dct_scale);
+      CHECK(std::memcmp(a.data(), b.data(), ra.bytes) == 0);
+      scales.insert(ra.dct_scale);
+    }
+    CHECK(scales.size() >= 3);
+  }
+}
+
+TEST_CASE("Transcode: A reused transcoder forgets the previous file's tables",
+          "[transcode][hostile]") {
+  const std::vector<uint8_t> good = Recode(Baseline(k420, 53, 75), DeepApproximationScript(3));
+  std::vector<uint8_t> no_dqt = good;  // every DQT segment cut out
+  for (size_t at = 2; at + 4 <= no_dqt.size();) {
+    if (no_dqt[at] != 0xFF) break;
+    const uint8_t marker = no_dqt[at + 1];
+    if (marker == 0xDA) break;  // the first scan: no DQT after it here
+    const size_t len = (size_t{no_dqt[at + 2]} << 8) | no_dqt[at + 3];
+    if (marker == 0xDB) {
+      no_dqt.erase(no_dqt.begin() + static_cast<std::ptrdiff_t>(at),
+                   no_dqt.begin() + static_cast<std::ptrdiff_t>(at + 2 + len));
+    } else {
+      at += 2 + len;
+    }
+  }
+  REQUIRE(no_dqt.size() < good.size());
+  Transcoder fresh, reused;
+  std::vector<uint8_t> copy;
+  const absl::Status alone = fresh.ToBaseline(no_dqt.data(), no_dqt.size(), {}, &copy);
+  REQUIRE_FALSE(alone.ok());
+  REQUIRE(reused.ToBaseline(good.data(), good.size(), {}, &copy).ok());
+  CHECK(reused.ToBaseline(no_dqt.data(), no_dqt.size(), {}, &copy) == alone);
+  CHECK(copy.empty());
 }
 
 TEST_CASE("Transcode: Garbage, truncated and corrupted files return a status",

@@ -103,9 +103,9 @@ def test_same_pixels_across_calibrated_daemons(daemon_factory, stoker, tmp_short
     a = daemon_factory(workers=1, extra_args=ON + index)
     b = daemon_factory(workers=2, extra_args=ON + index)
     off = daemon_factory(workers=1, extra_args=["--decode-calibration", "off"])
-    saved = os.path.join(tmp_short, "shared", "decode-calibration.txt")
+    saved = os.path.join(tmp_short, "shared", "index", "decode-calibration.txt")
     assert _status(a)["decode_calibration"]["source"] == "measured"
-    assert os.path.exists(saved)
+    assert os.stat(saved).st_mode & 0o777 == 0o600
     assert _status(b)["decode_calibration"]["source"] == saved
     assert "loaded from" in b.log()
     assert ([c["baseline_ms"] for c in _status(a)["decode_calibration"]["scales"]] ==
@@ -125,3 +125,14 @@ def test_same_pixels_across_calibrated_daemons(daemon_factory, stoker, tmp_short
         paths = {p["path"]: int(p.get("samples", 0))
                  for p in st_a["sessions"][0]["decode_paths"]}
         assert paths.get("dc_scans", 0) == 0, paths
+
+
+def test_a_calibration_file_others_can_write_is_not_loaded(daemon_factory, tmp_short):
+    index = os.path.join(tmp_short, "planted", "index")
+    a = daemon_factory(workers=1, extra_args=ON + ["--index-cache", index])
+    saved = os.path.join(index, "decode-calibration.txt")
+    assert _status(a)["decode_calibration"]["source"] == "measured"
+    os.chmod(saved, 0o666)
+    b = daemon_factory(workers=1, extra_args=ON + ["--index-cache", index])
+    assert _status(b)["decode_calibration"]["source"] == "measured"  # measured again
+    assert os.stat(saved).st_mode & 0o777 == 0o600  # and saved afresh

@@ -281,3 +281,50 @@ def test_private_daemon_keeps_a_cache_when_asked(stoker, folder, monkeypatch, tm
     finally:
         ld.close()
     assert len(_entries(cache_dir)) == len(progressive)
+
+
+def test_one_daemon_per_cache_folder(daemon_factory, tmp_short):
+    """A second daemon on the same folder runs without the cache (it would
+    delete the first one's temporaries and keep a budget of its own)."""
+    cache_dir = os.path.join(tmp_short, "shared-cache")
+    a = daemon_factory(workers=1, extra_args=["--transcode-cache", cache_dir])
+    b = daemon_factory(workers=1, extra_args=["--transcode-cache", cache_dir])
+    assert "transcode_cache" in _status(a)
+    assert "transcode_cache" not in _status(b)
+    assert "in use by another stokerd" in b.log()
+    a.stop()
+    c = daemon_factory(workers=1, extra_args=["--transcode-cache", cache_dir])
+    assert "transcode_cache" in _status(c)  # the lock went with the first daemon
+
+
+def test_a_file_the_transcoder_refuses_costs_one_try(daemon_factory, stoker, tmp_short):
+    """A truncated progressive file fails as it does without the cache, is
+    not re-coded again by the worker next epoch, and leaves no bad entry."""
+    cache_dir = os.path.join(tmp_short, "refused")
+    d = daemon_factory(workers=1, extra_args=["--transcode-cache", cache_dir])
+    root = os.path.join(d.data_root, "cut", "c")
+    os.makedirs(root)
+    rng = np.random.default_rng(3)
+    for i in range(BATCH):
+        p = os.path.join(root, f"{i}.jpg")
+        Image.fromarray(photo_like(rng, 200, 260)).save(p, "JPEG", quality=90, progressive=True,
+                                                      optimize=True)
+        if i == 0:
+            os.truncate(p, os.path.getsize(p) // 2)
+    for epoch in range(2):
+        s = stoker.Client(d.socket).attach("cut", batch_size=BATCH, shuffle=False, epochs=1,
+                                           pipeline=PIPELINE)
+        try:
+            raw = s.next(30000)
+            assert raw[4].tolist()[0] != 0 and raw[4].tolist()[1:] == [0] * (BATCH - 1), raw[4]
+            session = _status(d)["sessions"][0]
+        finally:
+            s.detach()
+        spent = float(session.get("transcode_seconds", 0))
+        if epoch == 0:
+            assert spent > 0  # the three good files, and one try on the cut one
+        else:
+            assert spent == 0, session  # copies hit; the cut file is not tried again
+    tc = _cache(d)
+    # Hits: the copies, and those of the samples drawn to replace the cut one.
+    assert tc["writes"] == BATCH - 1 and tc["bad_entries"] == 0 and tc["hits"] >= BATCH - 1

@@ -298,8 +298,12 @@ class Client {
   // of failures per dataset (dataset_failures), ended sessions' included.
   absl::StatusOr<std::string> StatusJson(bool include_failures = false);
 
-  // OK when the standard health service reports SERVING.
-  absl::Status Health(const std::string& service = "");
+  // OK when the standard health service reports SERVING for `service`. The
+  // default asks for stokerd's own service, SERVING once its engine and
+  // workers are up: gRPC's health service reports the server as a whole
+  // ("") SERVING for an instant at start-up, before stokerd can say
+  // otherwise.
+  absl::Status Health(const std::string& service = "stoker.v1.Stoker");
 
  private:
   Client() = default;
