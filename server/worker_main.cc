@@ -333,28 +333,23 @@ int Serve() {
           processor.set_inputs_are_baseline_copies(baseline_copy);
           st = processor.Process(jpeg, jpeg_bytes, t.params, t.key, out, t.out_capacity, &res);
           processor.set_inputs_are_baseline_copies(false);
-          if (st.code() == absl::StatusCode::kAborted && baseline_copy) {
-            // At DCT scale 1/8 the original's DC scans decode faster.
+          if (!st.ok() && baseline_copy) {
+            // ABORTED: at DCT scale 1/8 the original's DC scans decode
+            // faster. Any other error: a copy that does not decode must not
+            // cost the sample. Either way, decode the original. When that
+            // works after a failed copy, the copy was wrong (the
+            // transcoder's bug, or an entry that passed its checksums):
+            // have it deleted. When the original fails too, the sample is
+            // at fault (e.g. not the pipeline's fixed size), not the copy.
+            const bool copy_failed = st.code() != absl::StatusCode::kAborted;
             baseline_copy = false;
             st = r.cache_event == kCacheHit ? ReadInput(t, in, &input) : absl::OkStatus();
             if (st.ok()) {
               st = processor.Process(input.data(), input.size(), t.params, t.key, out,
                                      t.out_capacity, &res);
             }
-          } else if (!st.ok() && baseline_copy) {
-            // A copy that does not decode must not cost the sample: decode
-            // the original. When that works, the copy was wrong (the
-            // transcoder's bug, or an entry that passed its checksums):
-            // have it deleted. When the original fails too, the sample is
-            // at fault (e.g. not the pipeline's fixed size), not the copy.
-            baseline_copy = false;
-            st = absl::OkStatus();
-            if (r.cache_event == kCacheHit) st = ReadInput(t, in, &input);
-            if (st.ok()) {
-              st = processor.Process(input.data(), input.size(), t.params, t.key, out,
-                                     t.out_capacity, &res);
-            }
-            if (st.ok() && (r.cache_event == kCacheHit || r.cache_bytes_written != 0)) {
+            if (copy_failed && st.ok() &&
+                (r.cache_event == kCacheHit || r.cache_bytes_written != 0)) {
               r.cache_event = kCacheBad;
             }
           }
