@@ -55,14 +55,7 @@ absl::Status WritePrivateFile(const std::string& path, const std::string& text) 
   const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
   UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
   if (!fd.valid()) return PosixError("create " + tmp, errno);
-  size_t done = 0;
-  bool ok = true;
-  while (ok && done < text.size()) {
-    const ssize_t n = ::write(fd.get(), text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    ok = n > 0;
-    if (ok) done += static_cast<size_t>(n);
-  }
+  bool ok = WriteAll(fd.get(), text.data(), text.size());
   ok = ::close(fd.Release()) == 0 && ok;
   if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;

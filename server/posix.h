@@ -94,6 +94,10 @@ absl::Status MapShared(int fd, uint64_t offset, uint64_t bytes, Mapping* out,
 bool SendWithFd(int channel, const void* msg, size_t bytes, int fd);
 ssize_t ReceiveWithFd(int channel, void* buf, size_t bytes, UniqueFd* passed);
 
+// Writes all `bytes` to `fd`, retrying short writes and EINTR; false (errno
+// set) on an error or a write that made no progress.
+[[nodiscard]] bool WriteAll(int fd, const void* data, size_t bytes);
+
 int64_t MonotonicNs();
 // Whether the page holding byte `offset` of `fd` is in the page cache, asked
 // with a one-byte preadv2(RWF_NOWAIT); kUnknown where the file system cannot

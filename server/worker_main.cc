@@ -188,7 +188,7 @@ class CacheClient {
       r->cache_write_failed = errno != EEXIST;
       return true;
     }
-    bool ok = WriteAll(fd.get(), envelope_.data(), envelope_.size());
+    bool ok = stoker::WriteAll(fd.get(), envelope_.data(), envelope_.size());
     ok = (::close(fd.Release()) == 0) && ok;
     ok = ok && ::renameat(kTranscodeCacheFd, temp.c_str(), kTranscodeCacheFd,
                           CacheEntryName(key_).c_str()) == 0;
@@ -204,17 +204,6 @@ class CacheClient {
   }
 
  private:
-  static bool WriteAll(int fd, const uint8_t* p, size_t n) {
-    while (n > 0) {
-      ssize_t w = ::write(fd, p, n);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) return false;
-      p += w;
-      n -= static_cast<size_t>(w);
-    }
-    return true;
-  }
-
   CacheKey key_;
   std::unordered_set<uint64_t> refused_;  // keys (hi ^ lo) ToBaseline refused
   image::Transcoder transcoder_;
