@@ -6,6 +6,9 @@ decode: small JPEGs of every coding tests/python/hostile_corpus.py makes (PIL's
 4:2:0/4:2:2/4:4:4/gray/progressive, CMYK, YCCK, arithmetic, restart markers,
 4:4:0, 4:1:1, non-interleaved, 100 scans, EXIF orientations) and a few broken
 ones, each behind the 8 parameter bytes of decode_fuzzer.cc, one per mode.
+png, webp, tiff, stb (BMP and PPM/PGM): small files of each mode PIL
+writes, behind each target's parameter bytes (FORMAT_PARAMS), and behind
+decode's too (the pipeline's path).
 ring: valid headers for a few geometries (mode 1, no patch), with valid
 records for fixed and variable sizes, and the same as raw header bytes.
 """
@@ -56,6 +59,40 @@ def small_jpegs():
     out["trunc"] = base[: len(base) * 2 // 3]
     out["huge"] = hc.patch_sof(base, height=60000, width=60000)
     out["wide"] = hc.patch_sof(base, height=8, width=4096)
+    return out
+
+
+def format_seeds():
+    """{target: {name: bytes}}: small files of each format, in PIL's modes."""
+    img = Image.fromarray(hc.photo(23, 31, 7))
+    rgba = img.convert("RGBA")
+    rgba.putalpha(Image.linear_gradient("L").resize(img.size))
+    cases = {
+        "png": [("rgb", img, {}), ("p", img.convert("P"), {}), ("la", img.convert("LA"), {}),
+                ("rgba", rgba, {}), ("i16", img.convert("L").convert("I").point(lambda v: v * 257).convert("I;16"), {}), ("bit", img.convert("1"), {}),
+                ("adam7", img, {"interlace": 1})],
+        "webp": [("lossy", img, {"quality": 80}), ("lossless", img, {"lossless": True}),
+                 ("alpha", rgba, {"quality": 70})],
+        "tiff": [("lzw", img, {"compression": "tiff_lzw"}), ("raw", img, {}),
+                 ("cmyk", img.convert("CMYK"), {"compression": "tiff_adobe_deflate"}),
+                 ("i16", img.convert("L").convert("I").point(lambda v: v * 257).convert("I;16"), {}), ("p", img.convert("P"), {"compression": "packbits"}),
+                 ("bit", img.convert("1"), {})],
+        "stb": [("rgb_bmp", img, {"format": "BMP"}), ("p_bmp", img.convert("P"), {"format": "BMP"}),
+                ("bit_bmp", img.convert("1"), {"format": "BMP"}),
+                ("ppm", img, {"format": "PPM"}), ("pgm", img.convert("L"), {"format": "PPM"})],
+    }
+    fmt_of = {"png": "PNG", "webp": "WEBP", "tiff": "TIFF"}
+    out = {}
+    for target, rows in cases.items():
+        out[target] = {}
+        for name, im, kw in rows:
+            kw = dict(kw)
+            fmt = kw.pop("format", fmt_of.get(target))
+            b = io.BytesIO()
+            im.save(b, fmt, **kw)
+            out[target][name] = b.getvalue()
+        first = next(iter(out[target].values()))
+        out[target]["trunc"] = first[: len(first) * 2 // 3]
     return out
 
 
@@ -114,9 +151,25 @@ for name, jpeg in small_jpegs().items():
     for k, p in enumerate(PARAMS):
         with open(os.path.join(OUT, "decode", f"{name}_m{k}"), "wb") as f:
             f.write(p + jpeg)
+# Each format target's parameter bytes before the file (its header comment):
+# a small region near the top left, and one over most of the image.
+FORMAT_PARAMS = {"png": [bytes([0, 0, 3, 3, 0]), bytes([2, 1, 200, 200, 1])],
+                 "webp": [b""], "tiff": [b""],
+                 "stb": [bytes([0, 0, 40, 40]), bytes([10, 30, 255, 200])]}
+for target, files in format_seeds().items():
+    os.makedirs(os.path.join(OUT, target), exist_ok=True)
+    for name, data in files.items():
+        for k, prefix in enumerate(FORMAT_PARAMS[target]):
+            with open(os.path.join(OUT, target, f"{name}_p{k}"), "wb") as f:
+                f.write(prefix + data)
+        for k in (0, 3):  # train, and decode at the image's own size
+            with open(os.path.join(OUT, "decode", f"{target}_{name}_m{k}"), "wb") as f:
+                f.write(PARAMS[k] + data)
 for name, data in ring_seeds().items():
     with open(os.path.join(OUT, "ring", name), "wb") as f:
         f.write(data)
 print(f"seeds: {len(os.listdir(os.path.join(OUT, 'decode')))} decode, "
+      + "".join(f"{len(os.listdir(os.path.join(OUT, t)))} {t}, " for t in ("png", "webp", "tiff", "stb"))
+      + 
       f"{len(os.listdir(os.path.join(OUT, 'ring')))} ring, "
       f"{len(os.listdir(os.path.join(OUT, 'tar')))} tar")

@@ -20,15 +20,15 @@ if [[ ! -f $dir/build.ninja ]]; then
   CC=clang-14 CXX=clang++-14 cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DSTOKER_FUZZ=ON -DSTOKER_PYTHON=OFF -DSTOKER_CUDA=OFF >/dev/null
 fi
-cmake --build "$dir" -j "$(nproc)" --target stoker_fuzz_decode stoker_fuzz_ring \
-  stoker_fuzz_tar
+targets=(decode ring tar png webp tiff stb)
+cmake --build "$dir" -j "$(nproc)" --target "${targets[@]/#/stoker_fuzz_}"
 
 rm -rf "$dir/seeds"
 /usr/bin/python3 fuzz/make_seeds.py "$dir/seeds"
 mkdir -p "$dir/artifacts"
 
 status=0
-for t in decode ring tar; do
+for t in "${targets[@]}"; do
   corpus=$dir/corpus/$t
   mkdir -p "$corpus"
   extra=()

@@ -13,12 +13,12 @@ scripts/thread-safety.sh build
 # --- end lock annotations ---
 echo "==> running the tests"
 ctest --test-dir build --output-on-failure --timeout 900 -j 2
-# --- sanitizers and fuzzing (issue 4): ASan+UBSan C++ tests, then each fuzz target 45 s ---
+# --- sanitizers and fuzzing (issue 4): ASan+UBSan C++ tests, then each fuzz target 25 s ---
 t0=$SECONDS
 scripts/sanitize.sh
 echo "==> sanitize.sh took $((SECONDS - t0)) s"
 t0=$SECONDS
-scripts/fuzz.sh 45
+scripts/fuzz.sh 25
 echo "==> fuzz.sh took $((SECONDS - t0)) s"
 # --- end sanitizers and fuzzing ---
 scripts/container-test.sh  # issue 7: the sidecar image end to end; prints "skipped" without a container engine

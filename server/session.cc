@@ -138,7 +138,9 @@ bool CompleteSample(DaemonSession& s, SampleTask& t, const worker::ResultMsg& r,
   if (fit == s.filling.end()) return false;
   BatchFill& f = fit->second;
   s.transcode_ns += r.transcode_ns;
+  FormatTally* format = r.format < image::kImageFormatCount ? &s.formats[r.format] : nullptr;
   if (r.code != 0) {
+    if (format != nullptr) ++format->failed;
     std::string reason(r.reason, strnlen(r.reason, sizeof(r.reason)));
     FailSample(s, t, reason.empty() ? "decode failed" : reason, ctx);
     return true;
@@ -154,6 +156,10 @@ bool CompleteSample(DaemonSession& s, SampleTask& t, const worker::ResultMsg& r,
       (!s.plan.variable_size && r.bytes != s.plan.sample_bytes)) {
     FailSample(s, t, "worker reported a sample size that does not fit its slot", ctx);
     return true;
+  }
+  if (format != nullptr) {
+    ++format->samples;
+    format->decode_latency.Add(r.decode_ns);
   }
   if (r.decode_path < image::kDecodePathCount) {
     DecodePathTally& dp = s.decode_paths[r.decode_path];

@@ -86,6 +86,14 @@ struct DecodePathTally {
   uint64_t decode_ns = 0;
 };
 
+// The samples of one image::ImageFormat (by the file's content) that the
+// workers decoded or failed, and the decode latency of those decoded.
+struct FormatTally {
+  uint64_t samples = 0;
+  uint64_t failed = 0;
+  LatencyHistogram decode_latency;
+};
+
 // What became of one sample of a fill.
 struct SampleOutcome {
   uint32_t status = ring::kSampleOk;
@@ -157,6 +165,9 @@ struct DaemonSession {
   LatencyHistogram augment_latency;
   // By image::DecodePath (decoded samples only).
   std::array<DecodePathTally, image::kDecodePathCount> decode_paths{};
+  // By image::ImageFormat (the worker's results: samples it decoded or
+  // failed; not failures of the worker itself, e.g. a crash).
+  std::array<FormatTally, image::kImageFormatCount> formats{};
   // The workers' time re-coding this session's progressive files for the
   // transcode cache (not in any decode time).
   uint64_t transcode_ns = 0;

@@ -129,6 +129,15 @@ void ExportSession(const DaemonSession& s, int64_t now, bool include_failures,
     dp->set_mean_decode_ms(t.samples == 0 ? 0.0 : t.decode_ns / 1e6 / t.samples);
   }
   ss->set_transcode_seconds(s.transcode_ns / 1e9);
+  for (uint32_t f = 0; f < image::kImageFormatCount; ++f) {
+    const FormatTally& t = s.formats[f];
+    if (t.samples == 0 && t.failed == 0) continue;
+    auto* fs = ss->add_formats();
+    fs->set_format(std::string(image::ImageFormatName(static_cast<image::ImageFormat>(f))));
+    fs->set_samples(t.samples);
+    fs->set_failed(t.failed);
+    *fs->mutable_decode() = Summarize(t.decode_latency);
+  }
   if (include_failures) {
     size_t n = 0;
     for (const auto& [index, f] : s.failures) {

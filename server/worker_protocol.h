@@ -101,7 +101,7 @@ struct ResultMsg {
   uint32_t height = 0;
   uint32_t width = 0;
   uint32_t channels = 0;
-  uint32_t reserved = 0;
+  uint32_t format = 0;  // image::ImageFormat by the file's content, whatever `code` is
   uint64_t bytes = 0;
   uint64_t read_ns = 0;
   uint64_t decode_ns = 0;

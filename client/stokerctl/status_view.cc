@@ -314,6 +314,25 @@ std::string RenderStatus(const v1::StatusResponse& s, size_t width) {
              LayoutTable({{"SESSION"}, {"PATH"}, {"SAMPLES"}, {"MEAN DECODE ms"}, {"TOTAL", 1}},
                          rows, width);
     }
+    // Each session's files by format (their content), with their decode
+    // latency: a slow format or a failing one shows here.
+    rows.clear();
+    for (const auto& x : s.sessions()) {
+      for (const auto& f : x.formats()) {
+        rows.push_back({x.session_id(), f.format(), absl::StrCat(f.samples()),
+                        absl::StrCat(f.failed()), Ms(f.decode()),
+                        absl::StrFormat("%.2f", f.decode().mean_ms())});
+      }
+    }
+    if (!rows.empty()) {
+      out += "\nformats\n" + LayoutTable({{"SESSION"},
+                                          {"FORMAT"},
+                                          {"SAMPLES"},
+                                          {"FAILED"},
+                                          {"DECODE p50/p99 ms"},
+                                          {"MEAN ms", 1}},
+                                         rows, width);
+    }
     // Each session's pipeline in full (the table shows only its preset).
     out += "\npipelines\n";
     for (const auto& x : s.sessions()) {

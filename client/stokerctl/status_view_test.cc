@@ -214,6 +214,36 @@ TEST_CASE("RenderStatus shows the transcode cache and each session's decode path
   }
 }
 
+TEST_CASE("RenderStatus lists each session's formats with their decode latency") {
+  v1::StatusResponse s = Busy();
+  CHECK(RenderStatus(s, 100).find("\nformats\n") == std::string::npos);  // none seen
+  for (auto& x : *s.mutable_sessions()) {
+    auto* png = x.add_formats();
+    png->set_format("png");
+    png->set_samples(1234);
+    png->set_failed(7);
+    png->mutable_decode()->set_count(1234);
+    png->mutable_decode()->set_p50_ms(3.5);
+    png->mutable_decode()->set_p99_ms(12.25);
+    png->mutable_decode()->set_mean_ms(4.125);
+    auto* webp = x.add_formats();
+    webp->set_format("webp");
+    webp->set_samples(56);
+  }
+  for (size_t width : {80, 200}) {
+    const std::string text = RenderStatus(s, width);
+    for (const std::string& line : Lines(text)) {
+      INFO(line);
+      CHECK(Chars(line) <= width);
+    }
+    REQUIRE(text.find("\nformats\n") != std::string::npos);
+    CHECK(text.find("1234") != std::string::npos);
+    CHECK(text.find("3.5/12.2") != std::string::npos);
+    CHECK(text.find("webp") != std::string::npos);
+  }
+  CHECK(RenderStatus(s, 200).find("4.12") != std::string::npos);  // the mean, when it fits
+}
+
 TEST_CASE("RenderStatus sums up the decode calibration on one line when it fits") {
   v1::StatusResponse s = Busy();
   CHECK(RenderStatus(s, 100).find("decode calibration off\n") != std::string::npos);

@@ -197,7 +197,7 @@ int main(int argc, char** argv) {
   consume->add_flag("--list-indices", ca.list_indices, "with --json: every delivered index");
   consume->add_flag("--allow-empty", ca.allow_empty, "ImageFolder: allow classes with no image");
   consume->add_flag("--skip-unsupported-formats", ca.skip_unsupported_formats,
-                    "ImageFolder: leave out image files stoker cannot decode yet");
+                    "ignored (every IMG_EXTENSIONS format is read)");
   consume->add_flag("--apply-exif-orientation", ca.apply_exif_orientation,
                     "rotate images as their EXIF orientation says");
   consume->add_flag("--exact-decode", ca.exact_decode, "no DCT-domain downscaling");

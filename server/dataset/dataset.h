@@ -81,15 +81,14 @@ struct IndexOptions {
   // class without samples instead of an error (torchvision's
   // ImageFolder(allow_empty=True)).
   bool allow_empty = false;
-  // ImageFolder: image files stoker cannot decode yet (torchvision's
-  // IMG_EXTENSIONS other than .jpg/.jpeg) are left out instead of failing
-  // the request.
+  // Accepted and ignored: stoker 0.1 read only .jpg/.jpeg and this left the
+  // other IMG_EXTENSIONS out; every one of them is read now.
   bool skip_unsupported_formats = false;
 
   // The options above that change what an index holds, as bits: part of
   // every key an index is kept under (the daemon's table of open datasets,
   // the cache file), so that indexes made with different options never mix.
-  uint32_t flags() const { return (allow_empty ? 1u : 0u) | (skip_unsupported_formats ? 2u : 0u); }
+  uint32_t flags() const { return allow_empty ? 1u : 0u; }
 };
 
 // An indexed dataset: immutable, shared between sessions (shared_ptr<const>).
@@ -109,19 +108,16 @@ class Dataset {
   //    directories sorted by their whole path string (so "a/x y" < "a/x/z" <
   //    "a/x0"), files by name within each. Non-directories only: a directory
   //    "x.jpg" is walked, not listed. Extensions are matched in any case.
-  //    torchvision takes its IMG_EXTENSIONS: .jpg .jpeg .png .ppm .bmp .pgm
-  //    .tif .tiff .webp; stoker reads .jpg/.jpeg only, so the others
-  //    ("unsupported" files; by extension, never by content) fail the
-  //    request (FAILED_PRECONDITION with their count and an example) unless
-  //    options.skip_unsupported_formats, which leaves them out.
-  //    A class with no image file (none of IMG_EXTENSIONS, or, with
-  //    skip_unsupported_formats, no .jpg/.jpeg) fails the request
+  //    Files are those named with one of torchvision's IMG_EXTENSIONS (.jpg
+  //    .jpeg .png .ppm .bmp .pgm .tif .tiff .webp); the workers decode each
+  //    by its content, not its name (a file in no format stoker reads fails
+  //    as a sample). A class with no such file fails the request
   //    (FAILED_PRECONDITION naming the classes, as torchvision raises
   //    FileNotFoundError) unless options.allow_empty: then it keeps its label
   //    and has no samples. No class folder at all: FAILED_PRECONDITION.
   //    Symlinks are followed. A class folder or a directory below it that
   //    leads outside the root fails the whole request (PERMISSION_DENIED,
-  //    naming the link and how to widen the data root). A .jpg/.jpeg file
+  //    naming the link and how to widen the data root). An image file
   //    that is a dangling symlink, or one leading outside the root, is listed
   //    as torchvision lists it and fails as a sample: its path(i) is the link
   //    itself, which OpenBeneath refuses ("leaves the data root") or does not
@@ -141,7 +137,8 @@ class Dataset {
   //    ("train-{0000..0099}.tar", "{a,b}.tar") or one .tar file. Members are
   //    grouped into samples by key (the member path up to the first '.' of
   //    its file name), in shard order then member order; a sample is the
-  //    group's "jpg"/"jpeg" member, its label the integer in the group's
+  //    group's first image member ("jpg", "jpeg", "png", "webp", "tif",
+  //    "tiff", "bmp", "ppm", "pgm"; decoded by its content), its label the integer in the group's
   //    "cls" member or the "label" (or "cls") field of its "json" member, -1
   //    without either. Groups without an image are skipped. A member that
   //    runs past the end of a truncated shard is kept (it fails as a sample);

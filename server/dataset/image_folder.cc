@@ -45,25 +45,20 @@ namespace {
 // same directories many times over (no loop, but exponential paths).
 constexpr size_t kMaxDirectories = size_t{1} << 22;
 
-// torchvision's IMG_EXTENSIONS: those stoker decodes, and the others.
-constexpr std::string_view kJpegExtensions[] = {".jpg", ".jpeg"};
-constexpr std::string_view kUnsupportedExtensions[] = {".png", ".ppm",  ".bmp", ".pgm",
-                                                       ".tif", ".tiff", ".webp"};
+// torchvision's IMG_EXTENSIONS, in its order. Every one is read: the
+// workers pick the decoder by the file's content (server/image/image_decoder.h).
+constexpr std::string_view kImageExtensions[] = {".jpg", ".jpeg", ".png",  ".ppm", ".bmp",
+                                                 ".pgm", ".tif",  ".tiff", ".webp"};
 // Class names listed in an error, at most (a message travels in gRPC's
 // trailers, whose size is limited).
 constexpr size_t kMaxNamesListed = 20;
 
-enum class Extension { kNone, kJpeg, kUnsupported };
-
 // By name, in any case, as torchvision's has_file_allowed_extension.
-Extension ExtensionOf(std::string_view name) {
-  for (std::string_view ext : kJpegExtensions) {
-    if (absl::EndsWithIgnoreCase(ToAbsl(name), ToAbsl(ext))) return Extension::kJpeg;
+bool HasImageExtension(std::string_view name) {
+  for (std::string_view ext : kImageExtensions) {
+    if (absl::EndsWithIgnoreCase(ToAbsl(name), ToAbsl(ext))) return true;
   }
-  for (std::string_view ext : kUnsupportedExtensions) {
-    if (absl::EndsWithIgnoreCase(ToAbsl(name), ToAbsl(ext))) return Extension::kUnsupported;
-  }
-  return Extension::kNone;
+  return false;
 }
 
 // ".a .b .c", for messages.
@@ -108,8 +103,7 @@ absl::Status ForEachEntry(UniqueFd fd, std::string_view display, Fn&& fn) {
   }
 }
 
-// kUnsupported: an image file stoker cannot decode yet (by its name).
-enum class Kind { kSkip, kDirectory, kFile, kUnsupported };
+enum class Kind { kSkip, kDirectory, kFile };
 
 struct Classified {
   Kind kind = Kind::kSkip;
@@ -138,10 +132,7 @@ absl::StatusOr<Classified> Classify(const DataRoot& root, int dir_fd, const std:
     d_type = S_ISDIR(st.st_mode) ? DT_DIR : S_ISLNK(st.st_mode) ? DT_LNK : DT_REG;
   }
   if (d_type == DT_DIR) return Classified{Kind::kDirectory, "", {}};
-  const Extension ext = want_files ? ExtensionOf(name) : Extension::kNone;
-  const Kind file_kind = ext == Extension::kJpeg          ? Kind::kFile
-                         : ext == Extension::kUnsupported ? Kind::kUnsupported
-                                                          : Kind::kSkip;
+  const Kind file_kind = want_files && HasImageExtension(name) ? Kind::kFile : Kind::kSkip;
   if (d_type != DT_LNK) return Classified{file_kind, "", {}};
 
   const bool target_exists = fstatat(dir_fd, name_str.c_str(), &st, 0) == 0;
@@ -182,8 +173,6 @@ struct WalkFile {
 
 // What the walk of a class found besides its samples.
 struct ClassCounts {
-  uint64_t unsupported = 0;  // image files stoker cannot decode yet
-  std::string example;       // the first of them (its path as listed)
   uint64_t escaping = 0;     // samples that are links leaving the root
   absl::Status escape;       // why the first of them does
 };
@@ -241,9 +230,7 @@ class ClassWalker {
           absl::StatusOr<Classified> c =
               Classify(root_, dir_fd, real, display, name, d_type, /*want_files=*/true);
           if (!c.ok()) return c.status();
-          if (c->kind == Kind::kUnsupported) {
-            if (counts_->unsupported++ == 0) counts_->example = JoinPath(display, name);
-          } else if (c->kind == Kind::kDirectory) {
+          if (c->kind == Kind::kDirectory) {
             dirs_.push_back(WalkDir{JoinPath(display, name),
                                     c->real.empty() ? JoinPath(real, name) : std::move(c->real),
                                     static_cast<int64_t>(index)});
@@ -350,10 +337,7 @@ absl::Status IndexImageFolder(const DataRoot& root, const std::string& dir,
 
   size_t directories_walked = 0;
   ClassWalker walker(root, dir, &directories_walked);
-  std::vector<std::string> empty;    // no image file at all: torchvision's empty classes
-  std::vector<std::string> emptied;  // image files, but none stoker reads
-  uint64_t unsupported = 0;
-  std::string example;
+  std::vector<std::string> empty;  // no image file at all: torchvision's empty classes
   uint64_t escaping = 0;
   absl::Status escape;
   for (size_t label = 0; label < classes.size(); ++label) {
@@ -363,11 +347,7 @@ absl::Status IndexImageFolder(const DataRoot& root, const std::string& dir,
     status = walker.Walk(JoinPath(dir, classes[label].name), std::move(classes[label].real),
                          static_cast<int64_t>(label), out, &counts);
     if (!status.ok()) return status;
-    if (out->size() == before) {
-      (counts.unsupported == 0 ? empty : emptied).push_back(classes[label].name);
-    }
-    if (unsupported == 0) example = std::move(counts.example);
-    unsupported += counts.unsupported;
+    if (out->size() == before) empty.push_back(classes[label].name);
     if (escaping == 0) escape = counts.escape;
     escaping += counts.escaping;
   }
@@ -393,27 +373,11 @@ absl::Status IndexImageFolder(const DataRoot& root, const std::string& dir,
     problems.push_back(
         Cat("found no valid file for the classes ", NameList(empty),
             " (torchvision's ImageFolder raises FileNotFoundError for them; its extensions are ",
-            Spelled(kJpegExtensions), " ", Spelled(kUnsupportedExtensions),
+            Spelled(kImageExtensions),
             "). Every folder in the dataset folder, hidden ones included, is a class and takes a "
             "label: remove these folders, or pass "
             "allow_empty=True (stoker.Loader(allow_empty=True), AttachRequest.allow_empty) to keep "
             "them as classes without samples, as ImageFolder(allow_empty=True) does"));
-  }
-  if (unsupported != 0 && !options.skip_unsupported_formats) {
-    problems.push_back(
-        Cat(unsupported, unsupported == 1 ? " image file" : " image files",
-            " in a format stoker cannot read yet (", Spelled(kUnsupportedExtensions), "), e.g. '",
-            example,
-            "'. torchvision's ImageFolder lists them: without them sample i would not be "
-            "torchvision's sample i. Convert them to JPEG, or pass skip_unsupported_formats=True "
-            "(stoker.Loader(skip_unsupported_formats=True), "
-            "AttachRequest.skip_unsupported_formats) to leave them out knowingly"));
-  } else if (!emptied.empty() && !options.allow_empty) {
-    problems.push_back(
-        Cat("the classes ", NameList(emptied),
-            " have no .jpg/.jpeg file once the image files stoker cannot read yet are left out "
-            "(skip_unsupported_formats): convert their files to JPEG, or pass allow_empty=True "
-            "as well to keep them as classes without samples"));
   }
   if (!problems.empty()) {
     std::string message = Cat("ImageFolder '", shown, "': ", problems[0]);

@@ -39,7 +39,7 @@ namespace {
 
 constexpr char kMagic[8] = {'S', 'T', 'K', 'I', 'D', 'X', '1', '\0'};
 // 2: flags (IndexOptions::flags()) and the listed paths.
-constexpr uint32_t kVersion = 2;
+constexpr uint32_t kVersion = 3;  // 3: every IMG_EXTENSIONS file listed
 
 enum Section : uint32_t {
   kName,

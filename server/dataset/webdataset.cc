@@ -129,6 +129,14 @@ void SplitKey(std::string_view path, std::string_view* key, std::string* ext) {
   *ext = absl::AsciiStrToLower(ToAbsl(path.substr(dot + 1)));
 }
 
+// The member keys holding an image (the workers decode it by its content).
+bool IsImageKey(std::string_view ext) {
+  for (std::string_view key : {"jpg", "jpeg", "png", "webp", "tif", "tiff", "bmp", "ppm", "pgm"}) {
+    if (ext == key) return true;
+  }
+  return false;
+}
+
 // The integer label in a .cls member, or in the "label" (else "cls") field
 // of a .json member's top-level object.
 bool ParseLabel(std::string_view text, bool json, int64_t* label) {
@@ -220,7 +228,7 @@ class ShardIndexer {
       group_ = Group{};
       group_.key = std::string(key);
     }
-    if (ext == "jpg" || ext == "jpeg") {
+    if (IsImageKey(ext)) {
       if (group_.has_image) return;  // one image per sample: the first
       group_.has_image = true;
       group_.image_offset = data;
@@ -295,7 +303,9 @@ absl::Status IndexWebDataset(const DataRoot& root, const std::vector<std::string
     without_label += indexer.without_label_;
   }
   if (without_image > 0) {
-    out->warnings.push_back(Cat(without_image, " sample key(s) have no .jpg/.jpeg member; skipped"));
+    out->warnings.push_back(Cat(without_image,
+                                " sample key(s) have no image member (jpg, jpeg, png, webp, tif, "
+                                "tiff, bmp, ppm, pgm); skipped"));
   }
   if (without_label > 0) {
     out->warnings.push_back(

@@ -147,6 +147,39 @@ TEST_CASE("Brace patterns expand like the shell's, zero padding kept", "[dataset
   CHECK(many->back() == "shards/train-9999.tar");
 }
 
+TEST_CASE(
+    "WebDataset: every image key is an image, the first image member of a sample is its image",
+    "[dataset][webdataset]") {
+  TempDir tmp;
+  TarWriter a;
+  const std::vector<std::string> keys = {"png", "webp", "tif", "tiff", "bmp", "ppm", "pgm", "JPG"};
+  for (size_t k = 0; k < keys.size(); ++k) {
+    a.File("s" + std::to_string(k) + "." + keys[k], "IMAGE-" + keys[k]);
+    a.File("s" + std::to_string(k) + ".cls", std::to_string(k));
+  }
+  a.File("m.cls", "9");
+  a.File("m.png", "FIRST");             // the first image member: the image
+  a.File("m.jpg", "SECOND");            // another image member of the same sample: ignored
+  a.File("g.gif", "NOT-AN-IMAGE-KEY");  // no image member: skipped
+  a.End();
+  WriteFile(tmp / "root/shard.tar", a.bytes());
+  auto root = OpenRoot(tmp / "root");
+  auto opened = Dataset::Open(*root, "shard.tar", DatasetFormat::kAuto);
+  REQUIRE(opened.ok());
+  const Dataset& d = **opened;
+  REQUIRE(d.size() == keys.size() + 1);
+  for (uint64_t i = 0; i < keys.size(); ++i) {
+    CAPTURE(i);
+    CHECK(d.label(i) == static_cast<int64_t>(i));
+    CHECK(ReadRange(tmp / "root/shard.tar", d.range_offset(i), d.range_length(i)) ==
+          "IMAGE-" + keys[i]);
+  }
+  CHECK(ReadRange(tmp / "root/shard.tar", d.range_offset(keys.size()),
+                  d.range_length(keys.size())) == "FIRST");
+  CHECK(d.label(keys.size()) == 9);
+  CHECK(d.warnings().size() == 1);  // g without an image
+}
+
 TEST_CASE("WebDataset: samples grouped by key, labels from .cls and .json, ranges exact",
           "[dataset][webdataset]") {
   TempDir tmp;

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "server/image/image_decoder.h"
 
 namespace stoker::image::libjpeg {
 namespace {
@@ -105,12 +106,8 @@ absl::Status ErrorStatus(const ErrorManager& err) {
 }
 
 absl::Status CheckHeader(const jpeg_decompress_struct& c, const DecodeLimits& limits) {
-  const uint64_t pixels = uint64_t{c.image_width} * c.image_height;
-  if (pixels > limits.max_pixels) {
-    return absl::ResourceExhaustedError(absl::StrCat("image is ", c.image_width, "x",
-                                                     c.image_height, ", over the cap of ",
-                                                     limits.max_pixels, " pixels"));
-  }
+  absl::Status s = CheckPixelCap("JPEG", c.image_width, c.image_height, limits.max_pixels);
+  if (!s.ok()) return s;
   if (c.data_precision != 8) {
     return absl::UnimplementedError(
         absl::StrCat(c.data_precision, "-bit JPEG is not supported (8-bit only)"));

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "server/image/decode_planner.h"
+#include "server/image/image_decoder.h"
 #include "server/image/jpeg_decoder.h"
 #include "server/image/ops.h"
 #include "server/image/policy.h"
@@ -24,6 +25,20 @@ namespace {
 // GaussianBlur's kernel sides: reflect padding needs kernel / 2 < the
 // image's side, so no kernel larger than this can ever apply.
 constexpr uint32_t kMaxKernel = 2 * kMaxOpSide + 1;
+// "47 49 46 38 39 61 (\"GIF89a\")": a file's first bytes, for the message
+// naming a format stoker does not read.
+std::string StartBytes(const uint8_t* data, size_t size) {
+  if (size == 0) return "nothing (an empty file)";
+  const size_t n = std::min<size_t>(size, 6);
+  std::string hex, text;
+  for (size_t i = 0; i < n; ++i) {
+    absl::StrAppend(&hex, i == 0 ? "" : " ", absl::Hex(data[i], absl::kZeroPad2));
+    const bool shown = data[i] >= 0x20 && data[i] < 0x7f && data[i] != '"';
+    text.push_back(shown ? static_cast<char>(data[i]) : '.');
+  }
+  return absl::StrCat(hex, " (\"", text, "\")");
+}
+
 bool ValidKernel(uint32_t k) { return k >= 1 && k <= kMaxKernel && k % 2 == 1; }
 constexpr uint32_t kChunkRows = 16;
 constexpr uint32_t kCropMargin = 16;  // decoded pixels, see DecodeFused
@@ -926,8 +941,15 @@ struct SampleProcessor::Impl {
   // Constant after construction: none. Everything below is scratch reused
   // between samples; it grows to the largest sample seen and stays.
   JpegDecoder decoder;
+  // The other formats' decoders, made on first use (MakeDecoder).
+  std::unique_ptr<ImageDecoder> decoders[kImageFormatCount];
+  // The current sample's: its format, and its decoder unless a JPEG. For
+  // the other formats `header` holds the size, orientation 1.
+  ImageFormat format = ImageFormat::kJpeg;
+  ImageDecoder* other = nullptr;
   JpegHeader header;
   std::vector<uint8_t> chunk;  // kChunkRows decoded rows
+  std::vector<uint8_t> region;  // a non-JPEG image's rows the fused geometry reads
   std::vector<uint8_t*> row_ptrs;
   std::vector<uint8_t> rgb_row;  // one row converted from CMYK
   std::vector<uint8_t> hpass;    // horizontal pass output, one row per source row
@@ -951,6 +973,7 @@ struct SampleProcessor::Impl {
                        size_t capacity, SampleResult* result);
   absl::Status DecodeFused(const PipelineParams& p, const FusedGeometry& g, uint8_t* dst);
   absl::Status DecodeWhole(uint8_t* dst);
+  absl::Status DecodeFusedOther(const PipelineParams& p, const FusedGeometry& g, uint8_t* dst);
   absl::Status ResizeImage(const uint8_t* src, uint32_t h, uint32_t w, const Step& s,
                            uint64_t max_pixels, uint8_t* dst);
 
@@ -981,6 +1004,8 @@ struct SampleProcessor::Impl {
     decode_ns = 0;
     decode_path = DecodePath::kWhole;
     dct_scale = 8;
+    format = ImageFormat::kUnknown;
+    other = nullptr;
     absl::Status s = ValidateParams(p);
     if (!s.ok()) return s;
     if (out == nullptr) return absl::InvalidArgumentError("no output buffer");
@@ -994,6 +1019,7 @@ struct SampleProcessor::Impl {
       decoder.Abort();
       *result = SampleResult();
     }
+    result->format = format;
     const uint64_t total = NowNs() - start;
     result->decode_ns = decode_ns;
     result->augment_ns = total > decode_ns ? total - decode_ns : 0;
@@ -1012,7 +1038,28 @@ absl::Status SampleProcessor::Impl::Open(const uint8_t* jpeg, size_t size,
   limits.max_pixels = p.max_decode_pixels;
   limits.read_exif = p.apply_exif != 0;
   const uint64_t t0 = NowNs();
-  absl::Status s = decoder.ReadHeader(jpeg, size, limits, &header);
+  format = SniffFormat(jpeg, size);
+  absl::Status s;
+  if (format == ImageFormat::kJpeg) {
+    s = decoder.ReadHeader(jpeg, size, limits, &header);
+  } else if (format == ImageFormat::kUnknown) {
+    s = absl::UnimplementedError(absl::StrCat(
+        "not an image format stoker reads (JPEG, PNG, WebP, TIFF, BMP, PPM/PGM): the file starts "
+        "with ",
+        StartBytes(jpeg, size)));
+  } else {
+    std::unique_ptr<ImageDecoder>& d = decoders[static_cast<uint32_t>(format)];
+    if (d == nullptr) d = MakeDecoder(format);
+    ImageHeader h;
+    s = d->ReadHeader(jpeg, size, limits, &h);
+    header = JpegHeader();
+    if (s.ok()) {
+      header.width = h.width;
+      header.height = h.height;
+      header.components = 3;
+      other = d.get();
+    }
+  }
   decode_ns += NowNs() - t0;
   return s;
 }
@@ -1067,7 +1114,8 @@ absl::Status SampleProcessor::Impl::Execute(const PipelineParams& p, const Sampl
   uint32_t w = g.fused ? (swap ? g.y.out_size : g.x.out_size) : header.width;
   uint8_t* cur =
       direct ? static_cast<uint8_t*>(out) : Room(image, size_t{h} * w * 3 + kResamplePadBytes);
-  s = g.fused ? DecodeFused(p, g, cur) : DecodeWhole(cur);
+  s = g.fused ? (other != nullptr ? DecodeFusedOther(p, g, cur) : DecodeFused(p, g, cur))
+              : DecodeWhole(cur);
   if (!s.ok()) return s;
   {
     // Steps other than per-pixel ones work in displayed coordinates.
@@ -1360,7 +1408,55 @@ absl::Status SampleProcessor::Impl::DecodeFused(const PipelineParams& p, const F
   return absl::OkStatus();
 }
 
+absl::Status SampleProcessor::Impl::DecodeFusedOther(const PipelineParams& p,
+                                                     const FusedGeometry& g, uint8_t* dst) {
+  // No DCT scaling, no orientation: the region the resample reads is
+  // decoded, exactly the whole decode's pixels there (image_decoder.h).
+  const AxisSpec sx = ScaleAxis(g.x, 8, header.width);
+  const AxisSpec sy = ScaleAxis(g.y, 8, header.height);
+  if (g.interpolation == Interpolation::kBilinear) {
+    BuildBilinearPlan(sx, header.width, &plan_x);
+    BuildBilinearPlan(sy, header.height, &plan_y);
+  } else {
+    BuildAntialiasPlan(sx, header.width, &plan_x);
+    BuildAntialiasPlan(sy, header.height, &plan_y);
+  }
+  DecodeRegion r;
+  r.top = static_cast<uint32_t>(plan_y.min_index);
+  r.left = static_cast<uint32_t>(plan_x.min_index);
+  r.height = static_cast<uint32_t>(plan_y.end_index) - r.top;
+  r.width = static_cast<uint32_t>(plan_x.end_index) - r.left;
+  if (r.height == 0 || r.width == 0 || r.top + r.height > header.height ||
+      r.left + r.width > header.width) {
+    return absl::InternalError("empty resample region");
+  }
+  if (uint64_t{plan_x.out_size} * r.height > p.max_decode_pixels) {
+    return absl::ResourceExhaustedError(
+        "the resample's intermediate image is over max_decode_pixels");
+  }
+  const size_t row_bytes = size_t{r.width} * 3;
+  uint8_t* rows = Room(region, row_bytes * r.height + kResamplePadBytes);
+  const uint64_t t0 = NowNs();
+  absl::Status s = other->Decode(r, rows, row_bytes);
+  decode_ns += NowNs() - t0;
+  if (!s.ok()) return s;
+  const size_t hrow = size_t{plan_x.out_size} * 3;
+  uint8_t* hp = Room(hpass, hrow * r.height);
+  for (uint32_t y = 0; y < r.height; ++y) {
+    ResampleRow(rows + y * row_bytes, static_cast<int32_t>(r.left), plan_x, hp + y * hrow);
+  }
+  ResampleColumns(hp, hrow, static_cast<int32_t>(r.top), hrow, plan_y, dst, hrow, Room(acc, hrow));
+  return absl::OkStatus();
+}
+
 absl::Status SampleProcessor::Impl::DecodeWhole(uint8_t* dst) {
+  if (other != nullptr) {
+    const uint64_t t0 = NowNs();
+    absl::Status s = other->Decode(DecodeRegion{0, 0, header.height, header.width}, dst,
+                                   size_t{header.width} * 3);
+    decode_ns += NowNs() - t0;
+    return s;
+  }
   DecodeInfo info;
   uint64_t t0 = NowNs();
   absl::Status s = decoder.Start(8, &info);

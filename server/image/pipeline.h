@@ -34,6 +34,7 @@
 #include <memory>
 
 #include "absl/status/status.h"
+#include "server/image/image_decoder.h"
 
 namespace stoker::image {
 
@@ -439,6 +440,10 @@ struct SampleResult {
   DecodePath decode_path = DecodePath::kWhole;
   uint32_t dct_scale = 8;   // the DCT scale used, scale/8 (8: full size)
   bool progressive = false; // the file decoded was progressive
+  // The file's format by its content; set whether or not the sample
+  // succeeded (kUnknown: not a format stoker reads, or not sniffed: invalid
+  // params).
+  ImageFormat format = ImageFormat::kUnknown;
 };
 
 // Reuses its buffers between samples; one per thread (not thread-safe).

@@ -1,4 +1,4 @@
-"""Hostile and unusual JPEG inputs, made at test time from real encoders.
+"""Hostile and unusual image files (JPEG mostly, and each other format), made at test time.
 
 Nothing here is checked in: every file is written by PIL, by libjpeg-turbo's
 `cjpeg`/`jpegtran` (Debian's libjpeg-turbo-progs, which scripts/lib.sh
@@ -19,8 +19,10 @@ from __future__ import annotations
 import io
 import os
 import shutil
+import struct
 import subprocess
 import tempfile
+import zlib
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence
 
@@ -39,15 +41,18 @@ MAX_SCANS = 1000
 HOSTILE_NAMES = (
     "h_empty.jpg", "h_trunc_soi.jpg", "h_trunc_app0.jpg", "h_trunc_tables.jpg",
     "h_trunc_sos.jpg", "h_trunc_half.jpg", "h_trunc_no_eoi.jpg", "h_trunc_progressive.jpg",
-    "h_random.jpg", "h_random_soi.jpg", "h_png.jpg", "h_text.jpg", "h_dangling.jpg",
+    "h_random.jpg", "h_random_soi.jpg", "h_gif.png", "h_text.jpg", "h_dangling.jpg",
     "h_escape.jpg", "h_fifo.jpg", "h_unreadable.jpg", "h_deleted.jpg", "h_huge_dims.jpg",
     "h_zero_height.jpg", "h_sof1_precision12.jpg", "h_sof3_lossless.jpg", "h_real_12bit.jpg",
-    "h_real_lossless.jpg", "h_many_scans.jpg", "h_oversize.jpg")
+    "h_real_lossless.jpg", "h_many_scans.jpg", "h_oversize.jpg",
+    "h_png_trunc.png", "h_png_bad_crc.png", "h_png_huge_dims.png", "h_webp_trunc.webp",
+    "h_webp_corrupt.webp", "h_tiff_trunc.tif", "h_tiff_strip_past_end.tif", "h_tiff_huge_dims.tif",
+    "h_bmp_trunc.bmp", "h_ppm_trunc.ppm")
 UNUSUAL_NAMES = (
     "u_cmyk.jpg", "u_ycck.jpg", "u_arithmetic.jpg", "u_arith_progressive.jpg",
     "u_restart_rows.jpg", "u_restart_blocks.jpg", "u_1x1.jpg", "u_sliver_4000x6.jpg",
     "u_sliver_6x4000.jpg", "u_sample_440.jpg", "u_sample_411.jpg", "u_noninterleaved.jpg",
-    "u_100_scans.jpg", "u_trailing_garbage.jpg")
+    "u_100_scans.jpg", "u_trailing_garbage.jpg", "u_png_named.jpg", "u_jpeg_named.png")
 
 
 @dataclass
@@ -267,14 +272,15 @@ def write_hostile(class_dir: str, outside_dir: str, *, max_file_bytes: int = 0,
     second_scan = prog.find(b"\xff\xda", scan_data_start(prog))
     add("h_trunc_progressive.jpg", prog[:second_scan], truncated,
         "truncated: a progressive file cut after its first scan")
-    add("h_random.jpg", rng.integers(0, 256, 4096, dtype=np.uint8).tobytes(),
-        r"not a JPEG file \(no SOI marker\)", "4 KiB of random bytes")
+    not_an_image = r"not an image format stoker reads"
+    add("h_random.jpg", rng.integers(0, 256, 4096, dtype=np.uint8).tobytes(), not_an_image,
+        "4 KiB of random bytes")
     add("h_random_soi.jpg", b"\xff\xd8\xff" + rng.integers(0, 256, 4096, dtype=np.uint8).tobytes(),
         r"corrupt JPEG", "random bytes after an SOI")
-    png = io.BytesIO()
-    Image.fromarray(photo(40, 50, seed + 2)).save(png, "PNG")
-    add("h_png.jpg", png.getvalue(), r"no SOI marker", "a PNG named .jpg")
-    add("h_text.jpg", b"this is a text file, not a JPEG\n" * 20, r"no SOI marker",
+    gif = io.BytesIO()
+    Image.fromarray(photo(40, 50, seed + 2)).save(gif, "GIF")
+    add("h_gif.png", gif.getvalue(), not_an_image + r".*GIF8", "a GIF named .png")
+    add("h_text.jpg", b"this is a text file, not a JPEG\n" * 20, not_an_image,
         "a text file named .jpg")
     os.symlink("no-such-target.jpg", os.path.join(class_dir, "h_dangling.jpg"))  # relative
     out.append(Hostile("h_dangling.jpg", r"No such file", "a dangling symlink"))
@@ -339,8 +345,75 @@ def write_hostile(class_dir: str, outside_dir: str, *, max_file_bytes: int = 0,
     else:
         out.append(Hostile("h_oversize.jpg", "", "a JPEG padded past --max-file-bytes",
                            skip="no max_file_bytes given"))
+    write_hostile_formats(add, photo(96, 128, seed + 4))
     assert tuple(h.name for h in out) == HOSTILE_NAMES, [h.name for h in out]
     return out
+
+
+def _encoded(img: np.ndarray, fmt: str, **kw) -> bytes:
+    b = io.BytesIO()
+    Image.fromarray(img).save(b, fmt, **kw)
+    return b.getvalue()
+
+
+def png_chunk(kind: bytes, payload: bytes) -> bytes:
+    return (struct.pack(">I", len(payload)) + kind + payload +
+            struct.pack(">I", zlib.crc32(kind + payload) & 0xFFFFFFFF))
+
+
+def png_with_size(png: bytes, width: int, height: int) -> bytes:
+    """The PNG with its IHDR's size replaced (CRC fixed): a valid header."""
+    ihdr = bytearray(png[16:29])
+    ihdr[0:8] = struct.pack(">II", width, height)
+    return png[:8] + png_chunk(b"IHDR", bytes(ihdr)) + png[33:]
+
+
+def tiff_tag_offset(tiff: bytes, tag: int) -> int:
+    """Where the value field of `tag` in the first IFD of a little-endian
+    TIFF starts (a count-1 LONG or SHORT holds its value there)."""
+    assert tiff[:4] == b"II*\0", tiff[:4]
+    ifd = struct.unpack_from("<I", tiff, 4)[0]
+    (n,) = struct.unpack_from("<H", tiff, ifd)
+    for k in range(n):
+        at = ifd + 2 + 12 * k
+        t, _typ, _count = struct.unpack_from("<HHI", tiff, at)
+        if t == tag:
+            return at + 8
+    raise KeyError(tag)
+
+
+def write_hostile_formats(add: Callable[[str, Optional[bytes], str, str], None],
+                          img: np.ndarray) -> None:
+    """The other formats' hostile kinds (server/image/*_decoder.h)."""
+    png = _encoded(img, "PNG")
+    add("h_png_trunc.png", png[:len(png) // 2], r"PNG.*trunc", "a PNG cut in half")
+    idat = png.index(b"IDAT")
+    (length,) = struct.unpack_from(">I", png, idat - 4)
+    bad = bytearray(png)
+    bad[idat + 4 + length] ^= 0x55  # the chunk's CRC, its data intact
+    add("h_png_bad_crc.png", bytes(bad), r"PNG.*CRC", "a PNG whose IDAT CRC is wrong")
+    add("h_png_huge_dims.png", png_with_size(png, 65535, 65535), r"over the cap",
+        "a small PNG whose IHDR claims 65535x65535")
+    webp = _encoded(img, "WEBP", quality=80)
+    add("h_webp_trunc.webp", webp[:len(webp) * 2 // 3], r"WebP", "a WebP cut at two thirds")
+    # Lossy VP8 has no checksum (scrambled data decodes to other pixels, for
+    # PIL too): the frame header's start code is what can be caught.
+    start = webp.index(b"\x9d\x01\x2a")
+    corrupt = webp[:start] + b"\0\0\0" + webp[start + 3:]
+    add("h_webp_corrupt.webp", corrupt, r"WebP", "a WebP whose VP8 start code is broken")
+    tiff = _encoded(img, "TIFF")
+    add("h_tiff_trunc.tif", tiff[:len(tiff) // 2], r"TIFF", "an uncompressed TIFF cut in half")
+    past = bytearray(tiff)
+    struct.pack_into("<I", past, tiff_tag_offset(tiff, 273), 1 << 30)  # StripOffsets
+    add("h_tiff_strip_past_end.tif", bytes(past), r"TIFF", "a TIFF whose strip lies past the file")
+    huge = bytearray(tiff)
+    for tag in (256, 257):  # ImageWidth, ImageLength
+        struct.pack_into("<H", huge, tiff_tag_offset(tiff, tag), 65000)
+    add("h_tiff_huge_dims.tif", bytes(huge), r"over the cap", "a small TIFF claiming 65000x65000")
+    bmp = _encoded(img, "BMP")
+    add("h_bmp_trunc.bmp", bmp[:len(bmp) // 2], r"BMP", "a BMP cut in half")
+    ppm = _encoded(img, "PPM")
+    add("h_ppm_trunc.ppm", ppm[:len(ppm) // 2], r"P[NP]M", "a PPM cut in half")
 
 
 def arm_after_index(hostile: Sequence[Hostile]) -> None:
@@ -404,6 +477,8 @@ def write_unusual(class_dir: str, seed: int = 11) -> List[Unusual]:
         "progressive, 100 scans (jpegtran -scans)", "jpegtran")
     add("u_trailing_garbage.jpg", lambda: pil_jpeg(img) + b"\0garbage after EOI" * 10,
         "bytes after the EOI")
+    add("u_png_named.jpg", lambda: _encoded(img, "PNG"), "a PNG named .jpg (decoded as a PNG)")
+    add("u_jpeg_named.png", lambda: pil_jpeg(img), "a JPEG named .png (decoded as a JPEG)")
     assert tuple(u.name for u in out) == UNUSUAL_NAMES, [u.name for u in out]
     return out
 

@@ -283,8 +283,8 @@ def test_consume_takes_the_attach_flags(served):
                    "--exact-decode", "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["samples"] == 8
-    # They reach the daemon: an empty class and a PNG refuse the attach
-    # unless --allow-empty and --skip-unsupported-formats say otherwise.
+    # They reach the daemon: an empty class refuses the attach unless
+    # --allow-empty says otherwise.
     root = os.path.join(served.data_root, "odd")
     make_dataset(root, classes=1, per_class=4, sizes=(32, 40))
     os.makedirs(os.path.join(root, "class_09_empty"))
@@ -293,13 +293,16 @@ def test_consume_takes_the_attach_flags(served):
     assert r.returncode != 0 and "FAILED_PRECONDITION" in r.stderr, r.stderr
     r = served.ctl(*args, "--allow-empty")
     assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["samples"] == 4
+    # A PNG is a sample now (--skip-unsupported-formats is accepted and
+    # ignored): a broken one fails as a sample and is replaced.
     with open(os.path.join(root, "class_00", "extra.png"), "wb") as f:
         f.write(b"\x89PNG\r\n\x1a\n")
-    r = served.ctl(*args, "--allow-empty")
-    assert r.returncode != 0 and "FAILED_PRECONDITION" in r.stderr, r.stderr
-    r = served.ctl(*args, "--allow-empty", "--skip-unsupported-formats")
-    assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["samples"] == 4
+    for extra in ((), ("--skip-unsupported-formats",)):
+        r = served.ctl(*args, "--allow-empty", *extra)
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout)
+        assert out["samples"] == 5 and out["replaced"] == 1, out
 
 
 def test_list_samples_of_webdataset_shards(served, stoker):

@@ -2,8 +2,8 @@
 
 Each dataset here is compared with torchvision.datasets.ImageFolder (or its
 make_dataset, for allow_empty, which torchvision 0.14 lacks) on the same
-folder: empty and hidden class folders, image files stoker cannot read yet,
-file links that dangle or leave the data root, class folders and dataset
+folder: empty and hidden class folders, every image format of torchvision's
+IMG_EXTENSIONS in mixed case beside files it skips, file links that dangle or leave the data root, class folders and dataset
 paths outside the root, and the options in the daemon's and the cache's keys.
 """
 
@@ -32,9 +32,9 @@ def _jpeg(path: str, seed: int) -> None:
     write_jpeg(path, photo_like(np.random.default_rng(seed), 32, 40))
 
 
-def _image(path: str, fmt: str, seed: int) -> None:
+def _image(path: str, fmt: str, seed: int, mode: str = "RGB") -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    Image.fromarray(photo_like(np.random.default_rng(seed), 20, 24)).save(path, fmt)
+    Image.fromarray(photo_like(np.random.default_rng(seed), 20, 24)).convert(mode).save(path, fmt)
 
 
 def _age(top: str) -> None:
@@ -59,7 +59,10 @@ def data():
     os.makedirs(os.path.join(root, "empties", "dog"))
     with open(os.path.join(root, "empties", "dog", "readme.txt"), "w") as f:
         f.write("no images\n")
-    # Row 2: PNG, WebP, BMP and TIFF beside the JPEGs; a class of PNGs only.
+    # Row 2: every format beside the JPEGs, names in mixed case; a class of
+    # PNGs only; files torchvision skips (a GIF, text, no extension), a
+    # directory named like an image (walked), a PNG named .jpg (decoded as
+    # the PNG it is).
     formats = os.path.join(root, "formats")
     for i in range(4):
         _jpeg(os.path.join(formats, "a", f"img{i}.jpg"), next(seed))
@@ -74,6 +77,15 @@ def data():
         _image(os.path.join(formats, "c_png", f"{i}.png"), "PNG", next(seed))
     for i in range(2):
         _jpeg(os.path.join(formats, "d", f"{i}.jpg"), next(seed))
+    _image(os.path.join(formats, "c_png", "2.PPM"), "PPM", next(seed))
+    _image(os.path.join(formats, "d", "gray.pgm"), "PPM", next(seed), mode="L")
+    _image(os.path.join(formats, "d", "x.TIFF"), "TIFF", next(seed))
+    _image(os.path.join(formats, "d", "png_named.jpg"), "PNG", next(seed))
+    _image(os.path.join(formats, "d", "dir.png", "inner.Png"), "PNG", next(seed), mode="P")
+    _image(os.path.join(formats, "d", "anim.gif"), "GIF", next(seed))
+    for name in ("notes.txt", "noext"):
+        with open(os.path.join(formats, "d", name), "w") as f:
+            f.write("not an image\n")
     # Row 3: a dangling link and one leaving the root, among good files.
     links = os.path.join(root, "links", "cls")
     for i in range(5):
@@ -179,36 +191,23 @@ def _formats_samples(data) -> List[Tuple[str, int]]:
     return ImageFolder(os.path.join(data["root"], "formats")).samples
 
 
-def test_image_files_stoker_cannot_read_fail_attach_with_count_and_example(stoker, served, data):
-    samples = _formats_samples(data)
-    unreadable = [os.path.relpath(p, data["root"]) for p, _ in samples
-                  if not p.lower().endswith((".jpg", ".jpeg"))]
-    assert len(samples) == 16 and len(unreadable) == 6
-    err = _attach_error(stoker, served, "formats")
-    msg = str(err)
-    assert err.code == "FAILED_PRECONDITION", msg
-    assert "6 image files in a format stoker cannot read yet" in msg
-    example = re.search(r"e\.g\. '([^']+)'", msg).group(1)
-    assert example in unreadable
-    assert "skip_unsupported_formats=True" in msg
-    assert "no valid file" not in msg  # c_png is no empty class for torchvision
-
-
-def test_skip_unsupported_formats_leaves_them_out_and_a_class_they_empty_is_empty(
+def test_every_image_extension_is_served_in_torchvision_order_and_decoded_by_content(
         stoker, served, data):
-    err = _attach_error(stoker, served, "formats", skip_unsupported_formats=True)
-    assert err.code == "FAILED_PRECONDITION"
-    assert "the classes c_png have no .jpg/.jpeg file" in str(err)
-    assert "allow_empty=True" in str(err)
-
     samples = _formats_samples(data)
-    jpegs = [(p, c) for p, c in samples if p.lower().endswith((".jpg", ".jpeg"))]
-    info, got, _ = _served_in_order(stoker, served, "formats", skip_unsupported_formats=True,
-                                    allow_empty=True)
+    assert len(samples) == 21
+    info, got, status = _served_in_order(stoker, served, "formats",
+                                         skip_unsupported_formats=True)  # accepted, ignored
     assert info["class_names"] == ["a", "b", "c_png", "d"]
-    assert info["dataset_size"] == len(jpegs) == 10
-    assert got["status"] == [0] * len(jpegs)
-    assert got["labels"] == [c for _, c in jpegs]
+    assert info["dataset_size"] == len(samples)
+    assert got["planned"] == list(range(len(samples)))
+    assert got["status"] == [0] * len(samples), status
+    assert got["labels"] == [c for _, c in samples]
+    # Status counts the samples by content: the PNG named .jpg is a PNG.
+    (session,) = [x for x in status["sessions"] if x["dataset"] == "formats"]
+    counts = {f["format"]: int(f.get("samples", 0)) for f in session["formats"]}
+    assert counts == {"jpeg": 10, "png": 5, "webp": 1, "tiff": 2, "bmp": 1, "pnm": 2}
+    assert all(int(f.get("failed", 0)) == 0 for f in session["formats"])
+    assert all(f["decode"]["count"] for f in session["formats"])
 
 
 # ---------------------------------------------------------------------------
@@ -276,17 +275,15 @@ def test_a_private_daemon_names_data_root_and_data_root_fixes_it(stoker, data, m
 
 def test_indexes_made_with_other_options_do_not_mix(stoker, served, daemon_factory, data):
     c = stoker.Client(served.socket)
-    lenient = dict(skip_unsupported_formats=True, allow_empty=True)
-    s = c.attach("formats", batch_size=1, **SIZE, **lenient)
-    assert s.info["dataset_size"] == 10
+    lenient = dict(allow_empty=True)
+    s = c.attach("empties", batch_size=1, **SIZE, **lenient)
+    assert s.info["dataset_size"] == 5
     s.detach()
     # The same folder on the same daemon, without the opt-in: refused, not
     # served from the index made with it.
-    assert _attach_error(stoker, served, "formats").code == "FAILED_PRECONDITION"
-    assert _attach_error(stoker, served, "formats",
-                         skip_unsupported_formats=True).code == "FAILED_PRECONDITION"
-    s = c.attach("formats", batch_size=1, **SIZE, **lenient)
-    assert s.info["dataset_size"] == 10
+    assert _attach_error(stoker, served, "empties").code == "FAILED_PRECONDITION"
+    s = c.attach("empties", batch_size=1, **SIZE, **lenient)
+    assert s.info["dataset_size"] == 5
     s.detach()
 
     # A second daemon with the first one's index cache: the cached index is
@@ -295,8 +292,8 @@ def test_indexes_made_with_other_options_do_not_mix(stoker, served, daemon_facto
     assert os.listdir(cache)
     other = daemon_factory(workers=1, data_root=data["root"],
                            extra_args=["--index-cache", cache])
-    assert _attach_error(stoker, other, "formats").code == "FAILED_PRECONDITION"
-    s = stoker.Client(other.socket).attach("formats", batch_size=1, **SIZE, **lenient)
-    assert s.info["dataset_size"] == 10
+    assert _attach_error(stoker, other, "empties").code == "FAILED_PRECONDITION"
+    s = stoker.Client(other.socket).attach("empties", batch_size=1, **SIZE, **lenient)
+    assert s.info["dataset_size"] == 5
     s.detach()
-    assert "loaded the cached index of dataset formats" in other.log()
+    assert "loaded the cached index of dataset empties" in other.log()

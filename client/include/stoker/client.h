@@ -92,8 +92,8 @@ struct AttachOptions {
   // ImageFolder: allow class folders with no readable file (else Attach
   // fails naming them, as torchvision does).
   bool allow_empty = false;
-  // ImageFolder: leave out image files of formats stoker cannot decode yet
-  // (else Attach fails with their count and an example).
+  // Accepted and ignored (AttachRequest.skip_unsupported_formats): every
+  // format of torchvision's IMG_EXTENSIONS is read.
   bool skip_unsupported_formats = false;
   // Device copies (stoker/cuda.h): pin the mapped ring with cudaHostRegister
   // at the first Batch::CopyToDevice, so copies DMA from the slots. false:

@@ -584,10 +584,9 @@ class Loader:
             image file as classes with no samples (otherwise attach fails
             naming them). None: False, or, for an ImageFolder object given,
             whether it has such classes.
-        skip_unsupported_formats: leave out image files stoker cannot read yet
-            (PNG, WebP, ... in torchvision's IMG_EXTENSIONS) knowingly;
-            otherwise attach fails with their count and an example, since the
-            sample indices would no longer be ImageFolder's.
+        skip_unsupported_formats: accepted and ignored (stoker 0.1 read JPEG
+            only and this left the other formats out; every format of
+            torchvision's IMG_EXTENSIONS is read now).
     """
 
     def __init__(
@@ -979,7 +978,7 @@ class Loader:
                 f"dataset: the {type(ds).__name__} object has {want[0]} samples in classes "
                 f"{want[1]}, the daemon finds {have[0]} samples in classes {have[1]} in "
                 f"{self.dataset_path!r}: the folder changed since the object was made, or the "
-                "daemon leaves out files the object has (see skip_unsupported_formats)")
+                "object was made with other extensions or an is_valid_file of its own")
 
     def _check_token_dataset_size(self) -> None:
         """Once attached: refuses a loaded state saved with a dataset of another size."""
