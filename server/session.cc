@@ -154,6 +154,7 @@ bool CompleteSample(DaemonSession& s, SampleTask& t, const worker::ResultMsg& r,
       s.plan.variable_size ? s.ring->geometry().slot_bytes : s.plan.sample_bytes;
   if (r.bytes != want || r.bytes > capacity ||
       (!s.plan.variable_size && r.bytes != s.plan.sample_bytes)) {
+    if (format != nullptr) ++format->failed;
     FailSample(s, t, "worker reported a sample size that does not fit its slot", ctx);
     return true;
   }

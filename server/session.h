@@ -166,7 +166,8 @@ struct DaemonSession {
   // By image::DecodePath (decoded samples only).
   std::array<DecodePathTally, image::kDecodePathCount> decode_paths{};
   // By image::ImageFormat (the worker's results: samples it decoded or
-  // failed; not failures of the worker itself, e.g. a crash).
+  // failed once their file was read; not files it could not open or read,
+  // nor failures of the worker itself, e.g. a crash).
   std::array<FormatTally, image::kImageFormatCount> formats{};
   // The workers' time re-coding this session's progressive files for the
   // transcode cache (not in any decode time).

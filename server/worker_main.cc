@@ -317,11 +317,11 @@ int Serve() {
         }
         r.read_ns = static_cast<uint64_t>(MonotonicNs() - t0) - r.transcode_ns;
         if (st.ok()) {
+          r.format = static_cast<uint32_t>(image::SniffFormat(jpeg, jpeg_bytes));
           image::SampleResult res;
           uint8_t* out = static_cast<uint8_t*>(it->second.map.addr()) + t.out_offset;
           processor.set_inputs_are_baseline_copies(baseline_copy);
           st = processor.Process(jpeg, jpeg_bytes, t.params, t.key, out, t.out_capacity, &res);
-          r.format = static_cast<uint32_t>(res.format);
           processor.set_inputs_are_baseline_copies(false);
           if (!st.ok() && baseline_copy) {
             // ABORTED: at DCT scale 1/8 the original's DC scans decode
@@ -337,8 +337,7 @@ int Serve() {
             if (st.ok()) {
               st = processor.Process(input.data(), input.size(), t.params, t.key, out,
                                      t.out_capacity, &res);
-              r.format = static_cast<uint32_t>(res.format);
-            }
+                }
             if (copy_failed && st.ok() &&
                 (r.cache_event == kCacheHit || r.cache_bytes_written != 0)) {
               r.cache_event = kCacheBad;

@@ -101,7 +101,9 @@ struct ResultMsg {
   uint32_t height = 0;
   uint32_t width = 0;
   uint32_t channels = 0;
-  uint32_t format = 0;  // image::ImageFormat by the file's content, whatever `code` is
+  // image::ImageFormat by the file's content, whatever `code` is, once the
+  // file was read; image::kImageFormatCount before (an open or read error).
+  uint32_t format = image::kImageFormatCount;
   uint64_t bytes = 0;
   uint64_t read_ns = 0;
   uint64_t decode_ns = 0;

@@ -137,8 +137,9 @@ class Dataset {
   //    ("train-{0000..0099}.tar", "{a,b}.tar") or one .tar file. Members are
   //    grouped into samples by key (the member path up to the first '.' of
   //    its file name), in shard order then member order; a sample is the
-  //    group's first image member ("jpg", "jpeg", "png", "webp", "tif",
-  //    "tiff", "bmp", "ppm", "pgm"; decoded by its content), its label the integer in the group's
+  //    group's "jpg"/"jpeg" member, else its first member keyed "png",
+  //    "webp", "tif", "tiff", "bmp", "ppm" or "pgm" (decoded by its content;
+  //    a "png" beside a "jpg" is a mask, not the image), its label the integer in the group's
   //    "cls" member or the "label" (or "cls") field of its "json" member, -1
   //    without either. Groups without an image are skipped. A member that
   //    runs past the end of a truncated shard is kept (it fails as a sample);

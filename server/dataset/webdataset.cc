@@ -129,12 +129,16 @@ void SplitKey(std::string_view path, std::string_view* key, std::string* ext) {
   *ext = absl::AsciiStrToLower(ToAbsl(path.substr(dot + 1)));
 }
 
-// The member keys holding an image (the workers decode it by its content).
-bool IsImageKey(std::string_view ext) {
-  for (std::string_view key : {"jpg", "jpeg", "png", "webp", "tif", "tiff", "bmp", "ppm", "pgm"}) {
-    if (ext == key) return true;
+// The member keys holding an image (the workers decode it by its content),
+// and which one is a sample's image when it has several: a jpg/jpeg member
+// (rank 1) before any other (rank 2; a segmentation set's "png" is its
+// mask beside a "jpg" image), else the first. 0: not an image key.
+int ImageKeyRank(std::string_view ext) {
+  if (ext == "jpg" || ext == "jpeg") return 1;
+  for (std::string_view key : {"png", "webp", "tif", "tiff", "bmp", "ppm", "pgm"}) {
+    if (ext == key) return 2;
   }
-  return false;
+  return 0;
 }
 
 // The integer label in a .cls member, or in the "label" (else "cls") field
@@ -166,6 +170,7 @@ bool ParseLabel(std::string_view text, bool json, int64_t* label) {
 struct Group {
   std::string key;
   bool has_image = false;
+  int image_rank = 0;  // ImageKeyRank of the image member kept
   uint64_t image_offset = 0, image_length = 0;
   std::string image_name;
   bool has_label = false;
@@ -228,9 +233,10 @@ class ShardIndexer {
       group_ = Group{};
       group_.key = std::string(key);
     }
-    if (IsImageKey(ext)) {
-      if (group_.has_image) return;  // one image per sample: the first
+    if (const int rank = ImageKeyRank(ext); rank != 0) {
+      if (group_.has_image && group_.image_rank <= rank) return;  // one image per sample
       group_.has_image = true;
+      group_.image_rank = rank;
       group_.image_offset = data;
       // A truncated shard: keep the member, it fails as a sample (the
       // worker reads past the end of the file and says so).

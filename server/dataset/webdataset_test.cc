@@ -147,9 +147,8 @@ TEST_CASE("Brace patterns expand like the shell's, zero padding kept", "[dataset
   CHECK(many->back() == "shards/train-9999.tar");
 }
 
-TEST_CASE(
-    "WebDataset: every image key is an image, the first image member of a sample is its image",
-    "[dataset][webdataset]") {
+TEST_CASE("WebDataset: every image key is an image; jpg first, else the first image member",
+          "[dataset][webdataset]") {
   TempDir tmp;
   TarWriter a;
   const std::vector<std::string> keys = {"png", "webp", "tif", "tiff", "bmp", "ppm", "pgm", "JPG"};
@@ -158,8 +157,10 @@ TEST_CASE(
     a.File("s" + std::to_string(k) + ".cls", std::to_string(k));
   }
   a.File("m.cls", "9");
-  a.File("m.png", "FIRST");             // the first image member: the image
-  a.File("m.jpg", "SECOND");            // another image member of the same sample: ignored
+  a.File("m.png", "MASK");   // a segmentation sample: the png is its mask...
+  a.File("m.jpg", "IMAGE");  // ...the jpg its image, whichever comes first
+  a.File("n.webp", "FIRST");  // no jpg: the first image member
+  a.File("n.png", "SECOND");
   a.File("g.gif", "NOT-AN-IMAGE-KEY");  // no image member: skipped
   a.End();
   WriteFile(tmp / "root/shard.tar", a.bytes());
@@ -167,7 +168,7 @@ TEST_CASE(
   auto opened = Dataset::Open(*root, "shard.tar", DatasetFormat::kAuto);
   REQUIRE(opened.ok());
   const Dataset& d = **opened;
-  REQUIRE(d.size() == keys.size() + 1);
+  REQUIRE(d.size() == keys.size() + 2);
   for (uint64_t i = 0; i < keys.size(); ++i) {
     CAPTURE(i);
     CHECK(d.label(i) == static_cast<int64_t>(i));
@@ -175,9 +176,11 @@ TEST_CASE(
           "IMAGE-" + keys[i]);
   }
   CHECK(ReadRange(tmp / "root/shard.tar", d.range_offset(keys.size()),
-                  d.range_length(keys.size())) == "FIRST");
+                  d.range_length(keys.size())) == "IMAGE");
   CHECK(d.label(keys.size()) == 9);
-  CHECK(d.warnings().size() == 1);  // g without an image
+  CHECK(ReadRange(tmp / "root/shard.tar", d.range_offset(keys.size() + 1),
+                  d.range_length(keys.size() + 1)) == "FIRST");
+  CHECK(d.warnings().size() == 2);  // g without an image, n without a label
 }
 
 TEST_CASE("WebDataset: samples grouped by key, labels from .cls and .json, ranges exact",

@@ -248,11 +248,17 @@ absl::Status TiffDecoder::Classify() {
     extras.clear();
   }
 
-  // Compressions of PIL's COMPRESSION_INFO, less old-style JPEG.
-  static constexpr uint16_t kKnown[] = {1,     2,     3,     4,     5,     7,     8,     32771,
-                                        32773, 32809, 32946, 34676, 34677, 34925, 50000, 50001};
+  // Compressions of PIL's COMPRESSION_INFO, less old-style JPEG and LZMA.
+  static constexpr uint16_t kKnown[] = {1,     2,     3,     4,     5,     7,     8,    32771,
+                                        32773, 32809, 32946, 34676, 34677, 50000, 50001};
   if (compression_ == COMPRESSION_OJPEG) {
     return absl::UnimplementedError("TIFF: old-style JPEG compression is not supported");
+  }
+  if (compression_ == COMPRESSION_LZMA) {
+    // liblzma allocates the dictionary a stream declares (up to 4 GiB), past
+    // libtiff's allocation cap: no bound could be kept.
+    return absl::UnimplementedError(
+        "TIFF: LZMA compression is not supported (its decoder's memory cannot be bounded)");
   }
   if (std::find(std::begin(kKnown), std::end(kKnown), compression_) == std::end(kKnown) ||
       TIFFIsCODECConfigured(compression_) == 0) {

@@ -4,7 +4,9 @@
 // libtiff reads the file from memory (TIFFClientOpenExt with read/seek/size
 // procs over [data, size), never mmap) and decodes every compression it is
 // built with that PIL knows: none, LZW, deflate (Adobe and old), PackBits,
-// JPEG, CCITT RLE/G3/G4, ThunderScan, LZMA, ZSTD, WebP; predictor 2 (its
+// JPEG, CCITT RLE/G3/G4, ThunderScan, ZSTD, WebP (not LZMA: liblzma
+// allocates whatever dictionary a stream declares, up to 4 GiB, outside
+// libtiff's allocation cap; UNIMPLEMENTED); predictor 2 (its
 // work too). Strips and tiles, contiguous and planar (separate) samples.
 // Only the first page (IFD) of a multi-page file is read, as Image.open.
 // stoker reads the raw samples (TIFFReadEncodedStrip / TIFFReadEncodedTile)
@@ -74,9 +76,11 @@
 // the file with a non-zero byte count, so a truncated file fails whatever
 // the region, as it fails PIL.
 //
-// Hostile input: every libtiff allocation is capped at
+// Hostile input: every allocation libtiff makes itself is capped at
 // 16 * max_pixels + 1 MiB (TIFFOpenOptionsSetMaxSingleMemAlloc), which is
-// reported as RESOURCE_EXHAUSTED; the declared size is checked against
+// reported as RESOURCE_EXHAUSTED (the codecs' own libraries: zlib's and
+// libjpeg's are bounded by the strip, zstd's window by its default 128 MiB
+// limit; LZMA's is not, hence refused); the declared size is checked against
 // limits.max_pixels before any pixel buffer, and a tile of more than
 // max_pixels pixels is refused the same way. stoker's own buffers hold one
 // strip or tile (all its planes). Decompression cannot run past a strip's

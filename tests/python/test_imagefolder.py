@@ -208,6 +208,14 @@ def test_every_image_extension_is_served_in_torchvision_order_and_decoded_by_con
     assert counts == {"jpeg": 10, "png": 5, "webp": 1, "tiff": 2, "bmp": 1, "pnm": 2}
     assert all(int(f.get("failed", 0)) == 0 for f in session["formats"])
     assert all(f["decode"]["count"] for f in session["formats"])
+    # The very list torchvision makes: paths (the folder's, mixed case kept) and labels.
+    s = stoker.Client(served.socket).attach("formats", batch_size=1, **SIZE)
+    try:
+        paths, labels = s.list_samples(0, 0)
+    finally:
+        s.detach()
+    formats = os.path.join(data["root"], "formats")
+    assert [(os.path.join(formats, p), k) for p, k in zip(paths, labels)] == samples
 
 
 # ---------------------------------------------------------------------------
