@@ -1,6 +1,7 @@
 // stoker-image-tool: the image pipeline without a daemon.
 //
-//   render  one sample of one file to a raw file (fidelity tests, debugging);
+//   render  one sample of one file (any format stoker reads) to a raw file (fidelity tests,
+//           debugging); its line names the format, decode path and DCT scale;
 //           --steps-out writes the steps it drew, --steps runs given ones
 //   bench   N threads, each with its own SampleProcessor, decoding and
 //           augmenting files held in memory (or read from disk) for S
@@ -692,10 +693,11 @@ int Render(const CommonOptions& common, const RenderOptions& o) {
     }
   }
   std::printf(
-      "{\"height\":%u,\"width\":%u,\"channels\":%u,\"bytes\":%llu,\"decode_path\":\"%s\","
-      "\"dct_scale\":%u,\"progressive\":%s}\n",
+      "{\"height\":%u,\"width\":%u,\"channels\":%u,\"bytes\":%llu,\"format\":\"%s\","
+      "\"decode_path\":\"%s\",\"dct_scale\":%u,\"progressive\":%s}\n",
       result.height, result.width, result.channels, static_cast<unsigned long long>(result.bytes),
-      DecodePathName(result.decode_path), result.dct_scale, result.progressive ? "true" : "false");
+      ImageFormatName(result.format), DecodePathName(result.decode_path), result.dct_scale,
+      result.progressive ? "true" : "false");
   return 0;
 }
 

@@ -118,5 +118,6 @@ def test_a_file_is_decoded_by_content_through_the_pipeline(tmp_path):
     buf = io.BytesIO()
     img.save(buf, "PNG")
     path.write_bytes(buf.getvalue())
-    got, _ = fu.stoker_decode(path, tmp_path)
+    got, header = fu.stoker_decode(path, tmp_path)
+    assert header["format"] == "png"
     assert np.array_equal(got, np.asarray(img))
