@@ -4,7 +4,9 @@
 # bench/data/, runs the benchmark and writes bench/RESULTS.md and
 # bench/results.png (bench/bench.py: stoker vs DataLoader), then
 # bench/SCALE.md (bench/scale.py: indexing a million entries, cold reads and
-# readahead). Options go to bench/bench.py; --quick makes both a smoke run.
+# readahead), then bench/FORMATS.md (bench/formats.py: PNG and WebP
+# ImageFolders, each decoder's cost). Options go to bench/bench.py; --quick
+# makes all three a smoke run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -15,3 +17,4 @@ stoker_build build
 quick=()
 for a in "$@"; do [[ $a == --quick ]] && quick=(--quick); done
 /usr/bin/python3 bench/scale.py --build build "${quick[@]}"
+/usr/bin/python3 bench/formats.py --build build "${quick[@]}"
