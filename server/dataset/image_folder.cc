@@ -30,11 +30,11 @@
 #include <string_view>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "server/dataset/beneath.h"
 #include "server/dataset/dataset.h"
 #include "server/dataset/index_builder.h"
 #include "server/dataset/str_cat.h"
+#include "server/image/image_decoder.h"
 #include "server/posix.h"
 
 namespace stoker {
@@ -45,27 +45,16 @@ namespace {
 // same directories many times over (no loop, but exponential paths).
 constexpr size_t kMaxDirectories = size_t{1} << 22;
 
-// torchvision's IMG_EXTENSIONS, in its order. Every one is read: the
-// workers pick the decoder by the file's content (server/image/image_decoder.h).
-constexpr std::string_view kImageExtensions[] = {".jpg", ".jpeg", ".png",  ".ppm", ".bmp",
-                                                 ".pgm", ".tif",  ".tiff", ".webp"};
 // Class names listed in an error, at most (a message travels in gRPC's
 // trailers, whose size is limited).
 constexpr size_t kMaxNamesListed = 20;
 
-// By name, in any case, as torchvision's has_file_allowed_extension.
-bool HasImageExtension(std::string_view name) {
-  for (std::string_view ext : kImageExtensions) {
-    if (absl::EndsWithIgnoreCase(ToAbsl(name), ToAbsl(ext))) return true;
-  }
-  return false;
-}
 
 // ".a .b .c", for messages.
 template <size_t N>
-std::string Spelled(const std::string_view (&extensions)[N]) {
+std::string Spelled(const char* const (&extensions)[N]) {
   std::string out;
-  for (std::string_view ext : extensions) out.append(out.empty() ? "" : " ").append(ext);
+  for (const char* ext : extensions) out.append(out.empty() ? "" : " ").append(ext);
   return out;
 }
 
@@ -132,7 +121,7 @@ absl::StatusOr<Classified> Classify(const DataRoot& root, int dir_fd, const std:
     d_type = S_ISDIR(st.st_mode) ? DT_DIR : S_ISLNK(st.st_mode) ? DT_LNK : DT_REG;
   }
   if (d_type == DT_DIR) return Classified{Kind::kDirectory, "", {}};
-  const Kind file_kind = want_files && HasImageExtension(name) ? Kind::kFile : Kind::kSkip;
+  const Kind file_kind = want_files && image::HasImageFolderExtension(name) ? Kind::kFile : Kind::kSkip;
   if (d_type != DT_LNK) return Classified{file_kind, "", {}};
 
   const bool target_exists = fstatat(dir_fd, name_str.c_str(), &st, 0) == 0;
@@ -373,7 +362,7 @@ absl::Status IndexImageFolder(const DataRoot& root, const std::string& dir,
     problems.push_back(
         Cat("found no valid file for the classes ", NameList(empty),
             " (torchvision's ImageFolder raises FileNotFoundError for them; its extensions are ",
-            Spelled(kImageExtensions),
+            Spelled(image::kImageFolderExtensions),
             "). Every folder in the dataset folder, hidden ones included, is a class and takes a "
             "label: remove these folders, or pass "
             "allow_empty=True (stoker.Loader(allow_empty=True), AttachRequest.allow_empty) to keep "

@@ -31,9 +31,13 @@
 #ifndef STOKER_SERVER_IMAGE_IMAGE_DECODER_H_
 #define STOKER_SERVER_IMAGE_IMAGE_DECODER_H_
 
+#include <algorithm>
+#include <cctype>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
+#include <string_view>
 
 #include "absl/status/status.h"
 #include "server/image/jpeg_decoder.h"  // DecodeLimits
@@ -63,6 +67,28 @@ const char* ImageFormatName(ImageFormat format);
 // decoder fails it as such, where PIL cannot even identify it). Reads at
 // most the first 16 bytes; any size, 0 included.
 ImageFormat SniffFormat(const uint8_t* data, size_t size);
+
+// torchvision's IMG_EXTENSIONS, in its order: the file names its
+// ImageFolder lists (in any case), and so stoker's ImageFolder indexer and
+// tools. Every one names a format stoker reads, though a file is decoded by
+// its content whatever its name.
+inline constexpr const char* kImageFolderExtensions[] = {".jpg", ".jpeg", ".png",  ".ppm", ".bmp",
+                                                         ".pgm", ".tif",  ".tiff", ".webp"};
+
+// Whether `name` ends with one of kImageFolderExtensions, in any case
+// (torchvision's has_file_allowed_extension).
+inline bool HasImageFolderExtension(std::string_view name) {
+  for (const char* ext : kImageFolderExtensions) {
+    const size_t n = std::strlen(ext);
+    if (name.size() >= n &&
+        std::equal(ext, ext + n, name.end() - n, [](char e, char c) {
+          return e == std::tolower(static_cast<unsigned char>(c));
+        })) {
+      return true;
+    }
+  }
+  return false;
+}
 
 struct ImageHeader {
   ImageFormat format = ImageFormat::kUnknown;

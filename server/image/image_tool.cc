@@ -83,6 +83,7 @@
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
+#include "server/image/image_decoder.h"
 #include "server/image/jpeg_decoder.h"
 #include "server/image/pipeline.h"
 #include "server/image/policy.h"
@@ -728,14 +729,8 @@ int Draw(const CommonOptions& common, const DrawOptions& o) {
   return 0;
 }
 
-bool IsJpegName(const fs::path& path) {
-  std::string ext = path.extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return ext == ".jpg" || ext == ".jpeg";
-}
-
-// A directory (searched recursively for .jpg/.jpeg) or a text file with one
+// A directory (searched recursively for the names ImageFolder lists:
+// image_decoder.h's kImageFolderExtensions) or a text file with one
 // path per line (first whitespace-separated field; relative to the list's
 // folder when not found as given).
 bool ListFiles(const std::string& where, std::vector<std::string>* files) {
@@ -743,7 +738,7 @@ bool ListFiles(const std::string& where, std::vector<std::string>* files) {
   if (fs::is_directory(where, ec)) {
     for (auto it = fs::recursive_directory_iterator(where, ec);
          !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-      if (it->is_regular_file(ec) && IsJpegName(it->path())) files->push_back(it->path());
+      if (it->is_regular_file(ec) && HasImageFolderExtension(it->path().filename().string())) files->push_back(it->path());
     }
     std::sort(files->begin(), files->end());
     return !ec;
@@ -1165,7 +1160,7 @@ int main(int argc, char** argv) {
   CommonOptions bench_common;
   BenchOptions bench;
   CLI::App* b = app.add_subcommand("bench", "single-process decode+augment throughput");
-  b->add_option("--files", bench.files, "a folder of JPEGs or a list file")->required();
+  b->add_option("--files", bench.files, "a folder of images or a list file")->required();
   AddCommon(b, &bench_common);
   b->add_option("--threads", bench.threads, "worker threads")->check(CLI::Range(1, 1024));
   b->add_option("--seconds", bench.seconds, "duration")->check(CLI::Range(0.01, 86400.0));
