@@ -519,16 +519,6 @@ def summarize_decoders(dec: Dict[str, List[Dict[str, Any]]],
     return out
 
 
-def fmt_rate(s: Dict[str, Any]) -> str:
-    return f"{s['median']:.0f} [{s['min']:.0f}-{s['max']:.0f}]"
-
-
-def fmt_ratio(s: Dict[str, Any]) -> str:
-    if "ratio" not in s:
-        return "1.00 (baseline)"
-    return f"{s['ratio']:.2f} [{s['ratio_min']:.2f}-{s['ratio_max']:.2f}]"
-
-
 LABELS = {"dl": "DataLoader (2 workers)", "stoker": "stoker.Loader (stokerd, 2 workers)",
           "loop": "stoker loop, 1 thread (no daemon)"}
 TITLES = {"cifar_png": "CIFAR-like PNG, 32x32", "photos_png": "PNG photos, ~500x375",
@@ -613,7 +603,7 @@ def write_report(path: str, raw: Dict[str, Any]) -> List[str]:
             x = S[s][c]
             cpu = (f"{x['producer_cores']:.2f} / {x['consumer_cores']:.2f}" if c != "loop" else
                    f"{x['producer_cores']:.2f} (1 thr.)")
-            rows.append([TITLES[s], LABELS[c], fmt_rate(x), fmt_ratio(x), cpu,
+            rows.append([TITLES[s], LABELS[c], bench.fmt_rate(x), bench.fmt_ratio(x), cpu,
                          f"{x['per_cpu']:.0f}", f"{x['cpu_ms']:.2f}",
                          f"{x['cpu_ratio']:.2f}" if "cpu_ratio" in x else "1.00"])
     a(bench.md_table(rows, ["set", "config", "images/s median [min-max]",

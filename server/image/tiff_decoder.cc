@@ -504,18 +504,18 @@ void TiffDecoder::ConvertRow(const uint8_t* row, uint32_t x0, uint32_t n, uint8_
     std::memcpy(&v, row + (size_t{x} * spp + c) * 2, 2);
     return v >> 8;
   };
+  // The first sample of pixel x, whole bytes or packed (bits_ < 8, MSB first).
+  auto first_sample = [&](uint32_t x) -> int {
+    if (bits_ >= 8) return row[size_t{x} * spp];
+    const uint64_t bit = uint64_t{x} * bits_;
+    return (row[bit / 8] >> (8 - bits_ - bit % 8)) & ((1 << bits_) - 1);
+  };
   for (uint32_t i = 0; i < n; ++i, out += 3) {
     const uint32_t x = x0 + i;
     switch (layout_.kind) {
       case Kind::kGray: {
-        int v;
-        if (bits_ >= 8) {
-          v = row[size_t{x} * spp];
-        } else {
-          const uint64_t bit = uint64_t{x} * bits_;
-          v = (row[bit / 8] >> (8 - bits_ - bit % 8)) & ((1 << bits_) - 1);
-          v *= 255 / ((1 << bits_) - 1);
-        }
+        int v = first_sample(x);
+        if (bits_ < 8) v *= 255 / ((1 << bits_) - 1);
         if (layout_.invert) v = 255 - v;
         out[0] = out[1] = out[2] = static_cast<uint8_t>(v);
         break;
@@ -527,13 +527,7 @@ void TiffDecoder::ConvertRow(const uint8_t* row, uint32_t x0, uint32_t n, uint8_
         break;
       }
       case Kind::kPalette: {
-        int v;
-        if (bits_ >= 8) {
-          v = row[size_t{x} * spp];
-        } else {
-          const uint64_t bit = uint64_t{x} * bits_;
-          v = (row[bit / 8] >> (8 - bits_ - bit % 8)) & ((1 << bits_) - 1);
-        }
+        const int v = first_sample(x);
         std::memcpy(out, palette_ + 3 * v, 3);
         break;
       }
