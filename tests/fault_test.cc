@@ -217,7 +217,9 @@ TEST_CASE("a client killed with SIGKILL has its session and ring reclaimed withi
         auto js = (*client)->StatusJson();
         return js.ok() && js->find("\"sessions\":[]") != std::string::npos && !fs::exists(shm);
       },
-      std::chrono::seconds(5)));
+      // Under a half second when the machine is idle; seen over 5 s once
+      // with a build and the Python suite running beside it on 2 cores.
+      std::chrono::seconds(15)));
   INFO("reclaimed after "
        << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s");
   auto js = (*client)->StatusJson();
