@@ -39,6 +39,16 @@ std::string StartBytes(const uint8_t* data, size_t size) {
   return absl::StrCat(hex, " (\"", text, "\")");
 }
 
+// One axis' resample plan for a resize's interpolation (kAntialias or
+// kBilinear).
+void BuildPlan(Interpolation interpolation, const AxisSpec& spec, uint32_t size, AxisPlan* plan) {
+  if (interpolation == Interpolation::kBilinear) {
+    BuildBilinearPlan(spec, size, plan);
+  } else {
+    BuildAntialiasPlan(spec, size, plan);
+  }
+}
+
 bool ValidKernel(uint32_t k) { return k >= 1 && k <= kMaxKernel && k % 2 == 1; }
 constexpr uint32_t kChunkRows = 16;
 constexpr uint32_t kCropMargin = 16;  // decoded pixels, see DecodeFused
@@ -1346,13 +1356,8 @@ absl::Status SampleProcessor::Impl::DecodeFused(const PipelineParams& p, const F
   decode_path = info.skipped_scans ? DecodePath::kDcScans : DecodePath::kWhole;
   const AxisSpec sx = ScaleAxis(rx, num, info.width);
   const AxisSpec sy = ScaleAxis(ry, num, info.height);
-  if (g.interpolation == Interpolation::kBilinear) {
-    BuildBilinearPlan(sx, info.width, &plan_x);
-    BuildBilinearPlan(sy, info.height, &plan_y);
-  } else {
-    BuildAntialiasPlan(sx, info.width, &plan_x);
-    BuildAntialiasPlan(sy, info.height, &plan_y);
-  }
+  BuildPlan(g.interpolation, sx, info.width, &plan_x);
+  BuildPlan(g.interpolation, sy, info.height, &plan_y);
   const auto y0 = static_cast<uint32_t>(plan_y.min_index);
   const auto y1 = static_cast<uint32_t>(plan_y.end_index);
   uint32_t x0 = static_cast<uint32_t>(plan_x.min_index);
@@ -1414,13 +1419,8 @@ absl::Status SampleProcessor::Impl::DecodeFusedOther(const PipelineParams& p,
   // decoded, exactly the whole decode's pixels there (image_decoder.h).
   const AxisSpec sx = ScaleAxis(g.x, 8, header.width);
   const AxisSpec sy = ScaleAxis(g.y, 8, header.height);
-  if (g.interpolation == Interpolation::kBilinear) {
-    BuildBilinearPlan(sx, header.width, &plan_x);
-    BuildBilinearPlan(sy, header.height, &plan_y);
-  } else {
-    BuildAntialiasPlan(sx, header.width, &plan_x);
-    BuildAntialiasPlan(sy, header.height, &plan_y);
-  }
+  BuildPlan(g.interpolation, sx, header.width, &plan_x);
+  BuildPlan(g.interpolation, sy, header.height, &plan_y);
   DecodeRegion r;
   r.top = static_cast<uint32_t>(plan_y.min_index);
   r.left = static_cast<uint32_t>(plan_x.min_index);
@@ -1495,13 +1495,8 @@ absl::Status SampleProcessor::Impl::ResizeImage(const uint8_t* src, uint32_t h, 
                                                 const Step& s, uint64_t max_pixels, uint8_t* dst) {
   const AxisSpec ay = ResizeCropAxis(h, s.height, 0, s.height);
   const AxisSpec ax = ResizeCropAxis(w, s.width, 0, s.width);
-  if (s.interpolation == Interpolation::kBilinear) {
-    BuildBilinearPlan(ax, w, &plan_x);
-    BuildBilinearPlan(ay, h, &plan_y);
-  } else {
-    BuildAntialiasPlan(ax, w, &plan_x);
-    BuildAntialiasPlan(ay, h, &plan_y);
-  }
+  BuildPlan(s.interpolation, ax, w, &plan_x);
+  BuildPlan(s.interpolation, ay, h, &plan_y);
   const size_t hrow = size_t{s.width} * 3;
   const auto y0 = static_cast<uint32_t>(plan_y.min_index);
   const auto y1 = static_cast<uint32_t>(plan_y.end_index);
