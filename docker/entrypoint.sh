@@ -5,8 +5,10 @@
 #
 #   STOKER_SOCKET       --socket       (default /run/stoker/stoker.sock)
 #   STOKER_DATA_ROOT    --data-root    (default /data)
-#   STOKER_WORKERS      --workers      (default "auto": the CPUs this container may use,
-#                                       nproc capped by a cgroup CPU quota)
+#   STOKER_WORKERS      --workers      (default "auto": stokerd sizes its pool to the
+#                                       trainers, within this container's CPU quota)
+#   STOKER_RESERVE_CPUS --reserve-cpus (default 0: the trainers run in containers of
+#                                       their own, on CPUs that are not this one's)
 #   STOKER_SOCKET_MODE  --socket-mode  (e.g. 0660, for a trainer with another UID in our group)
 #   STOKER_SHM_MODE     --shm-mode     (e.g. 0660, likewise)
 #   STOKER_LOG_LEVEL    --log-level
@@ -33,28 +35,6 @@ given() {
   return 1
 }
 
-# The CPUs this container may use: nproc (the affinity mask) capped by the
-# CFS quota (cgroup v2 cpu.max or v1 cpu.cfs_quota_us), rounded up.
-cpus() {
-  n=$(nproc)
-  quota=max
-  period=100000
-  if [ -r /sys/fs/cgroup/cpu.max ]; then
-    read -r quota period </sys/fs/cgroup/cpu.max
-  elif [ -r /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]; then
-    quota=$(cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us)
-    period=$(cat /sys/fs/cgroup/cpu/cpu.cfs_period_us)
-  fi
-  case $quota in
-    max | -1 | "") ;;
-    *)
-      q=$(((quota + period - 1) / period))
-      if [ "$q" -ge 1 ] && [ "$q" -lt "$n" ]; then n=$q; fi
-      ;;
-  esac
-  echo "$n"
-}
-
 # Prepended in reverse, so the command line reads in the order of the table.
 if [ -n "${STOKER_INDEX_CACHE+set}" ] && ! given --index-cache "$@"; then
   set -- --index-cache "$STOKER_INDEX_CACHE" "$@"
@@ -71,10 +51,11 @@ fi
 if [ -n "${STOKER_SOCKET_MODE:-}" ] && ! given --socket-mode "$@"; then
   set -- --socket-mode "$STOKER_SOCKET_MODE" "$@"
 fi
+if ! given --reserve-cpus "$@"; then
+  set -- --reserve-cpus "${STOKER_RESERVE_CPUS:-0}" "$@"
+fi
 if ! given --workers "$@"; then
-  workers=${STOKER_WORKERS:-auto}
-  if [ "$workers" = auto ]; then workers=$(cpus); fi
-  set -- --workers "$workers" "$@"
+  set -- --workers "${STOKER_WORKERS:-auto}" "$@"
 fi
 if ! given --data-root "$@"; then
   set -- --data-root "${STOKER_DATA_ROOT:-/data}" "$@"

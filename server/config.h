@@ -23,8 +23,18 @@ struct DaemonConfig {
   std::string transcode_cache;
   // The bytes its copies may take at most (4 GiB).
   uint64_t transcode_cache_bytes = 4ull << 30;
-  // Decode/augment worker processes. 0: the number of CPUs.
+  // Decode/augment worker processes. 0: auto (server/autotuner.h): from 1,
+  // grown while a trainer waits for data and it helps, shrunk when the
+  // workers idle, within the CPU budget less the trainers' reserve.
   uint32_t workers = 0;
+  // Auto only: the most workers (0: no cap beyond the budget).
+  uint32_t workers_max = 0;
+  // Auto only: CPUs left to the trainers. <0: 1 per attached trainer
+  // process (sessions' distinct client pids).
+  double reserve_cpus = -1;
+  // The CPUs the daemon may use. 0: read from the cgroup and the affinity
+  // mask (server/cpu_budget.h), again every 10 s.
+  double cpu_budget = 0;
   // The worker executable. Empty: stoker-worker beside stokerd.
   std::string worker_binary;
   // Permission bits of the socket and of each ring's shm object.

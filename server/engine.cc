@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -240,10 +242,17 @@ absl::Status Engine::Start() {
 
   if (absl::Status st = poller_.Init(); !st.ok()) return st;
 
-  uint32_t n = config_.workers != 0 ? config_.workers
-                                    : std::max(1u, std::thread::hardware_concurrency());
+  // --workers auto starts from one worker and grows as trainers wait.
+  const uint32_t n = config_.workers != 0 ? config_.workers : 1;
+  const CpuBudget budget = ReadBudget();
   {
     absl::MutexLock l(&mu_);
+    budget_ = budget;
+    if (config_.workers == 0) {
+      autotuner_ = std::make_unique<Autotuner>(
+          env_.autotune != nullptr ? *env_.autotune : AutotuneOptions(), n);
+    }
+    tune_last_ns_ = clock_->NowNs();
     batch_.prefetch = prefetch_.get();
     batch_.failure_memory = &failure_memory_;
     batch_.on_event = [this] { cv_.notify_all(); };
@@ -253,8 +262,95 @@ absl::Status Engine::Start() {
   }
   dispatcher_ = std::thread([this] { DispatchLoop(); });
   ticker_ = std::thread([this] { TickerLoop(); });
-  spdlog::info("engine serving: {} worker(s), data root {}", n, data_root_->path());
+  spdlog::info("engine serving: {} worker(s){}, CPU budget {:.2f} ({}), data root {}", n,
+               config_.workers == 0 ? " (auto)" : "", budget.cpus, budget.source,
+               data_root_->path());
   return absl::OkStatus();
+}
+
+CpuBudget Engine::ReadBudget() const {
+  if (config_.cpu_budget > 0) return CpuBudget{config_.cpu_budget, "--cpu-budget"};
+  if (env_.cpu_budget != nullptr) return ReadCpuBudget(*env_.cpu_budget);
+  return ReadCpuBudget(SystemCpuBudgetEnv());
+}
+
+uint32_t Engine::MaxWorkersLocked(double* reserved, uint32_t* trainers) const {
+  std::vector<uint32_t> pids;
+  for (const auto& [id, s] : sessions_) pids.push_back(s->req.client_pid());
+  std::sort(pids.begin(), pids.end());
+  *trainers = static_cast<uint32_t>(std::unique(pids.begin(), pids.end()) - pids.begin());
+  *reserved = config_.reserve_cpus >= 0 ? config_.reserve_cpus : *trainers;
+  const double room = std::floor(budget_.cpus - *reserved + 1e-9);
+  uint32_t most = room < 1 ? 1 : static_cast<uint32_t>(std::min(room, 1024.0));
+  if (config_.workers_max != 0) most = std::min(most, config_.workers_max);
+  return most;
+}
+
+void Engine::AutotuneLocked(int64_t now_ns) {
+  const int64_t busy = pool_->BusyNs(now_ns);
+  const uint64_t samples = batch_.samples_total + batch_.samples_failed_total;
+  AutotuneSample t;
+  t.now_ns = now_ns;
+  t.elapsed_ns = now_ns - tune_last_ns_;
+  t.samples = samples - tune_samples_;
+  t.busy_ns = busy - tune_busy_ns_;
+  t.sessions = static_cast<uint32_t>(sessions_.size());
+  for (auto& [id, s] : sessions_) {
+    const uint64_t wait = s->ring->header()->client_wait_ns.load(std::memory_order_relaxed);
+    if (t.elapsed_ns > 0 && wait >= s->tuned_wait_ns) {
+      t.wait_share = std::max(
+          t.wait_share, std::min(1.0, static_cast<double>(wait - s->tuned_wait_ns) / t.elapsed_ns));
+    }
+    s->tuned_wait_ns = wait;
+  }
+  double reserved;
+  uint32_t trainers;
+  t.max_workers = MaxWorkersLocked(&reserved, &trainers);
+  tune_last_ns_ = now_ns;
+  tune_busy_ns_ = busy;
+  tune_samples_ = samples;
+  if (autotuner_ == nullptr || t.elapsed_ns <= 0) return;
+  const size_t before = autotuner_->decisions().size();
+  const uint32_t target = autotuner_->Observe(t);
+  if (autotuner_->decisions().size() != before || target != pool_->active()) {
+    if (!autotuner_->decisions().empty()) {
+      const AutotuneDecision& d = autotuner_->decisions().back();
+      spdlog::info("workers {} -> {}: {}", d.from, d.to, d.reason);
+    }
+    for (uint32_t w : pool_->Resize(target)) MapRingsLocked(w);
+    poller_.Wake();
+  }
+}
+
+void Engine::ExportAutotuneLocked(v1::AutotuneStatus* out) const {
+  double reserved;
+  uint32_t trainers;
+  const uint32_t most = MaxWorkersLocked(&reserved, &trainers);
+  out->set_mode(autotuner_ != nullptr ? "auto" : "fixed");
+  out->set_workers(pool_->active());
+  out->set_cpu_budget(budget_.cpus);
+  out->set_cpu_budget_source(budget_.source);
+  out->set_trainers(trainers);
+  out->set_workers_cap(config_.workers_max);
+  if (autotuner_ == nullptr) {
+    out->set_max_workers(pool_->active());
+    out->set_phase(absl::StrCat("fixed at ", pool_->active(), " (--workers)"));
+    return;
+  }
+  out->set_max_workers(most);
+  out->set_reserved_cpus(reserved);
+  out->set_phase(autotuner_->phase());
+  out->set_window_wait_share(autotuner_->window_wait_share());
+  out->set_window_samples_per_second(autotuner_->window_rate());
+  out->set_window_busy_workers(autotuner_->window_busy());
+  out->set_window_seconds(autotuner_->window_seconds());
+  for (const AutotuneDecision& d : autotuner_->decisions()) {
+    auto* o = out->add_decisions();
+    o->set_at_seconds((d.at_ns - start_ns_) / 1e9);
+    o->set_from_workers(d.from);
+    o->set_to_workers(d.to);
+    o->set_reason(d.reason);
+  }
 }
 
 void Engine::MapRingsLocked(uint32_t w) {
@@ -561,11 +657,28 @@ void Engine::DispatchLoop() {
 }
 
 void Engine::TickerLoop() {
+  constexpr int64_t kTuneEveryNs = 1'000'000'000;
+  constexpr int64_t kBudgetEveryNs = 10'000'000'000;
+  int64_t budget_read_ns = MonotonicNs();
   while (!stopping_.load()) {
     std::vector<std::shared_ptr<DaemonSession>> removed;
+    std::optional<CpuBudget> budget;
+    if (config_.cpu_budget == 0 && MonotonicNs() - budget_read_ns >= kBudgetEveryNs) {
+      budget = ReadBudget();  // files: outside mu_
+      budget_read_ns = MonotonicNs();
+    }
     {
       absl::MutexLock l(&mu_);
-      const TickVerdict v = Tick(sessions_, clock_->NowNs(), config_.keepalive_grace_ms);
+      if (budget.has_value()) {
+        if (budget->cpus != budget_.cpus) {
+          spdlog::info("CPU budget {:.2f} -> {:.2f} ({})", budget_.cpus, budget->cpus,
+                       budget->source);
+        }
+        budget_ = *budget;
+      }
+      const int64_t now = clock_->NowNs();
+      if (now - tune_last_ns_ >= kTuneEveryNs) AutotuneLocked(now);
+      const TickVerdict v = Tick(sessions_, now, config_.keepalive_grace_ms);
       for (const auto& id : v.stale) {
         ++sessions_reclaimed_;
         RemoveSessionLocked(id, kWhyNoKeepAlive, &removed);
@@ -604,7 +717,10 @@ v1::StatusResponse Engine::GetStatus(bool include_failures, bool include_dataset
     ExportDecodeCalibration(decode_calibration_, decode_calibration_source_,
                             r.mutable_decode_calibration());
   }
-  if (pool_ != nullptr) ExportWorkers(*pool_, &r);
+  if (pool_ != nullptr) {
+    ExportWorkers(*pool_, &r);
+    ExportAutotuneLocked(r.mutable_autotune());
+  }
   for (auto& [id, s] : sessions_) ExportSession(*s, now, include_failures, r.add_sessions());
   if (include_dataset_failures) ExportDatasetFailures(failure_memory_, &r);
   return r;

@@ -19,6 +19,9 @@
 //                     of failed samples by dataset
 //   transcode_cache   --transcode-cache: the index of the workers' baseline
 //                     copies, their byte budget and counters (own lock)
+//   autotuner         --workers auto: the pool's size from the trainers'
+//                     waits, the workers' busy time and the rate; pure
+//   cpu_budget        the CPUs the daemon may use (cgroup, affinity)
 //
 // Threads
 //   - gRPC handler threads call Attach / Detach / KeepAlive / GetStatus /
@@ -27,8 +30,9 @@
 //     batches in free slots, sends sample tasks to workers round-robin over
 //     sessions, takes results, finishes batches, and replaces dead or hung
 //     workers, redoing their samples.
-//   - One ticker thread bumps each ring's heartbeat and reclaims sessions
-//     whose client went away.
+//   - One ticker thread bumps each ring's heartbeat, reclaims sessions
+//     whose client went away, and once a second feeds the autotuner and
+//     resizes the pool (--workers auto).
 //   - One ReleaseWatcher thread per session sleeps on its ring's release
 //     futex and wakes the dispatcher when the client frees a slot.
 //
@@ -59,7 +63,9 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "server/clock.h"
+#include "server/autotuner.h"
 #include "server/config.h"
+#include "server/cpu_budget.h"
 #include "server/dataset/dataset.h"
 #include "server/dataset_registry.h"
 #include "server/failure_memory.h"
@@ -85,6 +91,11 @@ struct EngineEnv {
   // With --decode-calibration on: taken as what the start-up calibration
   // measured, none is run (tests script the disabled scales). Null: measured.
   const image::DecodeCalibration* decode_calibration = nullptr;
+  // What the CPU budget is read from (cgroup files, affinity), unless
+  // DaemonConfig::cpu_budget sets it. Null: the system's.
+  const CpuBudgetEnv* cpu_budget = nullptr;
+  // The autotuner's rules (dwell times, thresholds). Null: the defaults.
+  const AutotuneOptions* autotune = nullptr;
 };
 
 class Engine {
@@ -147,6 +158,15 @@ class Engine {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A worker just started: it learns every session's ring.
   void MapRingsLocked(uint32_t w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The budget as configured or read now (reads files: call outside mu_).
+  CpuBudget ReadBudget() const;
+  // The most workers allowed now, the CPUs reserved and the trainers.
+  uint32_t MaxWorkersLocked(double* reserved, uint32_t* trainers) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One autotuner tick (--workers auto): measures since the last one,
+  // applies the target to the pool.
+  void AutotuneLocked(int64_t now_ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ExportAutotuneLocked(v1::AutotuneStatus* out) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // UNAVAILABLE unless serving, RESOURCE_EXHAUSTED at --max-sessions.
   absl::Status RoomForSessionLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RemoveSessionLocked(const std::string& id, const std::string& why,
@@ -205,6 +225,13 @@ class Engine {
   uint64_t next_task_id_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t sessions_total_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t sessions_reclaimed_ ABSL_GUARDED_BY(mu_) = 0;
+  // The CPU budget (re-read every 10 s) and, with --workers auto, the
+  // autotuner and what its last tick measured from.
+  CpuBudget budget_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<Autotuner> autotuner_ ABSL_GUARDED_BY(mu_);  // null: fixed
+  int64_t tune_last_ns_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t tune_busy_ns_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t tune_samples_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace stoker

@@ -68,7 +68,27 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--status-addr", c.status_addr,
                  "also serve status and health (never sessions) on this TCP HOST:PORT");
-  app.add_option("--workers", c.workers, "decode worker processes (0: one per CPU)");
+  std::string workers = "auto";
+  app.add_option("--workers", workers,
+                 "decode worker processes: N, or auto (grown while a trainer waits for data and "
+                 "it helps, shrunk when they idle, within the CPU budget)")
+      ->check([](const std::string& v) -> std::string {
+        if (v == "auto") return "";
+        char* end = nullptr;
+        const unsigned long n = std::strtoul(v.c_str(), &end, 10);
+        if (v.empty() || *end != '\0' || n < 1 || n > 1024) return "auto, or a number 1-1024";
+        return "";
+      })
+      ->capture_default_str();
+  app.add_option("--workers-max", c.workers_max,
+                 "with --workers auto: the most workers (0: as the CPU budget allows)");
+  app.add_option("--reserve-cpus", c.reserve_cpus,
+                 "with --workers auto: CPUs left to the trainers (default: 1 per attached "
+                 "trainer process)");
+  app.add_option("--cpu-budget", c.cpu_budget,
+                 "the CPUs stokerd may use (default: its cgroup's quota and cpuset and its "
+                 "affinity mask, read every 10 s)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--worker-binary", c.worker_binary,
                  "the worker executable (default: stoker-worker beside stokerd)");
   app.add_option("--max-sessions", c.max_sessions, "attached sessions at most");
@@ -116,6 +136,7 @@ int main(int argc, char** argv) {
                  "TESTS ONLY: workers hang on files whose path contains this")
       ->group("");
   CLI11_PARSE(app, argc, argv);
+  c.workers = workers == "auto" ? 0 : static_cast<uint32_t>(std::stoul(workers));
   c.readahead_bytes = readahead_mb << 20;
   c.decode_calibration = decode_calibration == "on";
   c.transcode_cache_bytes = static_cast<uint64_t>(transcode_cache_mb * 1048576.0);

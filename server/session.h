@@ -172,6 +172,8 @@ struct DaemonSession {
   // The workers' time re-coding this session's progressive files for the
   // transcode cache (not in any decode time).
   uint64_t transcode_ns = 0;
+  // The ring's client_wait_ns at the autotuner's last tick.
+  uint64_t tuned_wait_ns = 0;
 };
 
 // What the state machine reaches beyond one session. The engine owns one

@@ -58,10 +58,11 @@ void ExportDecodeCalibration(const image::DecodeCalibration& cal, const std::str
 void ExportWorkers(const WorkerPool& pool, v1::StatusResponse* r) {
   for (uint32_t i = 0; i < pool.size(); ++i) {
     const WorkerSlot& w = pool.worker(i);
+    if (w.retired) continue;  // shrunk away (--workers auto)
     auto* ws = r->add_workers();
     ws->set_id(w.id);
     ws->set_pid(w.dead ? 0 : w.pid);
-    ws->set_state(w.dead ? "restarting" : w.state);
+    ws->set_state(w.dead ? "restarting" : w.retiring ? "retiring" : w.state);
     ws->set_restarts(w.restarts);
     ws->set_crashes(w.crashes);
     ws->set_samples_done(w.samples_done);

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -116,7 +117,77 @@ absl::Status WorkerPool::Launch(WorkerSlot& w) {
 
 bool WorkerPool::CanTake(uint32_t id, uint32_t depth) const {
   const WorkerSlot& w = *workers_[id];
-  return !(w.dead || w.hung || w.unsendable || w.in_flight.size() > depth);
+  return !(w.dead || w.hung || w.unsendable || w.retiring || w.retired ||
+           w.in_flight.size() > depth);
+}
+
+uint32_t WorkerPool::active() const {
+  uint32_t n = 0;
+  for (const auto& w : workers_) n += !(w->retiring || w->retired);
+  return n;
+}
+
+std::vector<uint32_t> WorkerPool::Resize(uint32_t count) {
+  count = std::max(1u, count);
+  std::vector<uint32_t> launched;
+  uint32_t have = active();
+  // Shrink: the highest active slots retire.
+  for (size_t i = workers_.size(); i-- > 0 && have > count;) {
+    WorkerSlot& w = *workers_[i];
+    if (w.retiring || w.retired) continue;
+    --have;
+    w.retiring = true;
+    w.shutdown_sent = false;
+    if (w.dead) {  // waiting to restart: nothing to stop
+      w.retiring = false;
+      w.retired = true;
+      w.state = "retired";
+    } else {
+      w.state = "retiring";
+    }
+    spdlog::debug("worker {} (pid {}) retiring", w.id, w.dead ? 0 : w.pid);
+  }
+  // Grow: retiring slots first (still running), then retired ones, then new.
+  for (auto& wp : workers_) {
+    if (have >= count) break;
+    if (wp->retiring) {
+      wp->retiring = false;
+      wp->state = wp->in_flight.empty() ? "idle" : "busy";
+      ++have;
+    }
+  }
+  for (auto& wp : workers_) {
+    if (have >= count) break;
+    if (!wp->retired) continue;
+    wp->retired = false;
+    ++have;
+    if (Launch(*wp).ok()) {
+      launched.push_back(wp->id);
+    } else {
+      wp->respawn_at_ns = clock_->NowNs() + 1000000000LL;
+    }
+  }
+  while (have < count) {
+    auto w = std::make_unique<WorkerSlot>();
+    w->id = static_cast<uint32_t>(workers_.size());
+    if (Launch(*w).ok()) {
+      launched.push_back(w->id);
+    } else {
+      w->respawn_at_ns = clock_->NowNs() + 1000000000LL;
+    }
+    workers_.push_back(std::move(w));
+    ++have;
+  }
+  return launched;
+}
+
+int64_t WorkerPool::BusyNs(int64_t now_ns) const {
+  int64_t total = 0;
+  for (const auto& w : workers_) {
+    total += w->busy_ns;
+    if (w->busy_since_ns != 0) total += now_ns - w->busy_since_ns;
+  }
+  return total;
 }
 
 bool WorkerPool::SendTask(uint32_t id, const worker::TaskMsg& msg, size_t bytes) {
@@ -129,7 +200,10 @@ bool WorkerPool::SendTask(uint32_t id, const worker::TaskMsg& msg, size_t bytes)
     w.unsendable = true;
     return false;
   }
-  if (w.in_flight.empty()) w.last_progress_ns = clock_->NowNs();
+  if (w.in_flight.empty()) {
+    w.last_progress_ns = clock_->NowNs();
+    w.busy_since_ns = w.last_progress_ns;
+  }
   w.in_flight.push_back(msg.task_id);
   w.state = "busy";
   return true;
@@ -172,7 +246,11 @@ bool WorkerPool::Service(uint32_t id,
     }
     w.in_flight.pop_front();
     w.last_progress_ns = clock_->NowNs();
-    if (w.in_flight.empty()) w.state = "idle";
+    if (w.in_flight.empty()) {
+      w.state = w.retiring ? "retiring" : "idle";
+      w.busy_ns += w.last_progress_ns - w.busy_since_ns;
+      w.busy_since_ns = 0;
+    }
     on_result(r);
     if (w.hung) return false;
   }
@@ -187,6 +265,27 @@ WorkerDeath WorkerPool::Bury(uint32_t id, const std::string& cause, bool shuttin
   WorkerDeath d;
   d.worker = id;
   ClassifyDeath(cause, w.hung, exit, &d.why, &d.self_inflicted);
+  if (w.busy_since_ns != 0) {
+    w.busy_ns += clock_->NowNs() - w.busy_since_ns;
+    w.busy_since_ns = 0;
+  }
+  if (w.retiring) {
+    // Asked to go (or gone on its own while retiring): no restart. Work it
+    // still held, if it died on it, is redone like any other death's.
+    if (!w.in_flight.empty()) {
+      spdlog::warn("worker {} (pid {}) died while retiring: {}; {} sample(s) will be redone",
+                   w.id, w.pid, d.why, w.in_flight.size());
+    }
+    d.tasks.assign(w.in_flight.begin(), w.in_flight.end());
+    w.in_flight.clear();
+    w.dead = true;
+    w.hung = false;
+    w.retiring = false;
+    w.retired = true;
+    w.state = "retired";
+    spdlog::debug("worker {} retired", w.id);
+    return d;
+  }
   if (!shutting_down) {
     spdlog::warn("worker {} (pid {}) died: {}; {} sample(s) in flight will be redone", w.id,
                  w.pid, d.why, w.in_flight.size());
@@ -219,7 +318,12 @@ std::vector<uint32_t> WorkerPool::Supervise(bool shutting_down) {
       w.hung = true;
       launcher_->Kill(w.pid);
     }
-    if (w.dead && !shutting_down && now >= w.respawn_at_ns) {
+    if (w.retiring && !w.dead && !w.shutdown_sent && w.in_flight.empty()) {
+      worker::ShutdownMsg m;
+      SendWithFd(w.channel.get(), &m, sizeof(m), -1);
+      w.shutdown_sent = true;
+    }
+    if (w.dead && !w.retired && !shutting_down && now >= w.respawn_at_ns) {
       absl::Status st = Launch(w);
       if (!st.ok()) {
         spdlog::error("cannot restart worker {}: {}", w.id, st.ToString());

@@ -25,6 +25,12 @@
 //      task_timeout_ms, and starts dead slots whose time has come. A worker
 //      that died within 1 s of starting waits 500 ms before the next start
 //      (it keeps dying young); a start that fails is retried 1 s later.
+//   5. Resize (the autotuner's, server/autotuner.h) grows the pool by
+//      starting retired slots again, then new ones; it shrinks it by
+//      retiring the highest slots: a retiring worker takes no new task, is
+//      asked to exit once it holds none (Supervise), and its death (Bury)
+//      retires the slot instead of restarting it. Slot ids stay stable, so
+//      the scheduler's indices and the workers' ids in logs keep meaning.
 //
 // Crash attribution (CrashTally): each death of a worker counts against the
 // sample it was on (the oldest task in flight) and the engine fails the
@@ -113,6 +119,15 @@ struct WorkerSlot {
   uint64_t crashes = 0;
   uint64_t samples_done = 0;
   uint64_t samples_failed = 0;
+  // Shrinking (see Resize): takes no task; asked to exit once it holds none
+  // (shutdown_sent); once dead, retired: not restarted, not listed.
+  bool retiring = false;
+  bool shutdown_sent = false;
+  bool retired = false;
+  // Time spent holding at least one task: finished spans, and the start of
+  // the current one (0: holds none).
+  int64_t busy_ns = 0;
+  int64_t busy_since_ns = 0;
 };
 
 // A worker's death, as Bury found it.
@@ -139,7 +154,18 @@ class WorkerPool {
   // Fills `count` slots; the first launch error is returned (the slots
   // started stay, for Shutdown).
   [[nodiscard]] absl::Status Start(uint32_t count);
+  // Slots, retired ones included (ids are 0..size()-1).
   size_t size() const { return workers_.size(); }
+  // Slots neither retiring nor retired: the pool's size as Resize sets it.
+  uint32_t active() const;
+  // Makes `count` slots (at least 1) active: retires the highest active
+  // ones, or starts retired ones again, then new ones. Returns the ids
+  // launched (the caller tells them the rings); a launch that fails leaves
+  // its slot dead, for Supervise to retry.
+  std::vector<uint32_t> Resize(uint32_t count);
+  // Worker-nanoseconds spent holding tasks, every slot since it was made,
+  // up to `now_ns` (the autotuner's busy load).
+  int64_t BusyNs(int64_t now_ns) const;
   const WorkerSlot& worker(uint32_t id) const { return *workers_[id]; }
   uint64_t restarts_total() const { return restarts_total_; }
 
@@ -162,11 +188,13 @@ class WorkerPool {
   // message): the caller calls Bury.
   bool Service(uint32_t id, absl::FunctionRef<void(const worker::ResultMsg&)> on_result);
   // The worker in slot `id` died (`cause`): reaps it, empties its slot and
-  // says what it held. `shutting_down`: not logged, no restart counted.
+  // says what it held. `shutting_down`: not logged, no restart counted. A
+  // retiring worker's death retires its slot (not logged, not restarted).
   WorkerDeath Bury(uint32_t id, const std::string& cause, bool shutting_down);
-  // Kills workers with no progress for task_timeout_ms; unless
-  // `shutting_down`, starts dead slots whose time has come. Returns the ids
-  // started (the caller tells them the rings).
+  // Kills workers with no progress for task_timeout_ms; asks retiring
+  // workers that hold no task to exit; unless `shutting_down`, starts dead
+  // slots whose time has come. Returns the ids started (the caller tells
+  // them the rings).
   std::vector<uint32_t> Supervise(bool shutting_down);
   // Counts a sample the worker finished: decoded, or failed by it.
   void CountSample(uint32_t id, bool ok);

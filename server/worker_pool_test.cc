@@ -257,3 +257,86 @@ TEST_CASE("ClassifyDeath: what the exit says of whose fault it was") {
 
 }  // namespace
 }  // namespace stoker
+
+namespace stoker {
+namespace {
+
+TEST_CASE("resize: grow starts new slots, shrink retires the highest once they hold nothing") {
+  // Tasks on "slow" paths wait until the test lets them go.
+  auto gate = std::make_shared<std::atomic<bool>>(false);
+  Fixture f(
+      [gate](uint32_t, const worker::TaskMsg&, const std::string& path) {
+        if (path.find("slow") != std::string::npos) {
+          for (int i = 0; i < 2000 && !gate->load(); ++i) std::this_thread::sleep_for(5ms);
+        }
+        return FakeLauncher::Reply{};
+      },
+      1);
+  CHECK(f.pool.active() == 1);
+  std::vector<uint32_t> launched = f.pool.Resize(3);
+  CHECK(launched == std::vector<uint32_t>{1, 2});
+  CHECK(f.pool.size() == 3);
+  CHECK(f.pool.active() == 3);
+  CHECK(f.fake.launches() == 3);
+  CHECK(f.pool.CanTake(2, 0));
+
+  // Busy time: worker 2 holds a task while the clock moves 300 ms.
+  const int64_t busy0 = f.pool.BusyNs(f.clock.NowNs());
+  f.Send(2, 7, "slow.jpg");
+  f.clock.AdvanceMs(300);
+  CHECK(f.pool.BusyNs(f.clock.NowNs()) - busy0 == 300'000'000);
+
+  // Shrink to 1 while worker 2 holds its task: it retires only after.
+  CHECK(f.pool.Resize(1).empty());
+  CHECK(f.pool.active() == 1);
+  CHECK(f.pool.worker(2).state == "retiring");
+  CHECK_FALSE(f.pool.CanTake(2, 5));
+  CHECK_FALSE(f.pool.CanTake(1, 5));
+  CHECK(f.pool.CanTake(0, 0));
+  f.pool.Supervise(false);
+  CHECK_FALSE(f.pool.worker(2).shutdown_sent);  // still holds task 7
+  CHECK(f.pool.worker(1).shutdown_sent);
+  gate->store(true);
+  REQUIRE(f.PumpUntil([&] { return f.results[2].size() == 1; }));
+  f.pool.Supervise(false);
+  CHECK(f.pool.worker(2).shutdown_sent);
+  REQUIRE(f.PumpUntil([&] { return f.deaths.size() == 2; }));
+  for (const WorkerDeath& d : f.deaths) CHECK(d.tasks.empty());
+  CHECK(f.pool.worker(1).retired);
+  CHECK(f.pool.worker(2).retired);
+  CHECK(f.pool.worker(2).state == "retired");
+  CHECK(f.pool.restarts_total() == 0);  // a retirement is no restart
+  // Retired slots stay down however long the clock runs.
+  f.clock.AdvanceMs(5000);
+  CHECK(f.pool.Supervise(false).empty());
+  CHECK(f.fake.launches() == 3);
+
+  // Grow again: the retired slots come back (same ids), nothing appended.
+  launched = f.pool.Resize(3);
+  CHECK(launched == std::vector<uint32_t>{1, 2});
+  CHECK(f.pool.size() == 3);
+  CHECK(f.pool.active() == 3);
+  CHECK(f.fake.launches() == 5);
+  CHECK(f.pool.worker(2).state == "idle");
+  f.Send(2, 8, "a.jpg");
+  REQUIRE(f.PumpUntil([&] { return f.results[2].size() == 2; }));
+}
+
+TEST_CASE("resize: a retiring worker taken back before it left keeps running") {
+  Fixture f(nullptr, 2);
+  CHECK(f.pool.Resize(1).empty());
+  CHECK(f.pool.worker(1).retiring);
+  CHECK(f.pool.Resize(2).empty());  // no launch: it never left
+  CHECK_FALSE(f.pool.worker(1).retiring);
+  CHECK(f.pool.worker(1).state == "idle");
+  f.pool.Supervise(false);
+  CHECK_FALSE(f.pool.worker(1).shutdown_sent);
+  f.Send(1, 3, "a.jpg");
+  REQUIRE(f.PumpUntil([&] { return f.results[1].size() == 1; }));
+  CHECK(f.fake.launches() == 2);
+  CHECK(f.pool.Resize(0).empty());  // at least one
+  CHECK(f.pool.active() == 1);
+}
+
+}  // namespace
+}  // namespace stoker

@@ -248,6 +248,29 @@ std::string RenderStatus(const v1::StatusResponse& s, size_t width) {
         width);
     out += "\n";
   }
+  if (s.has_autotune()) {
+    const v1::AutotuneStatus& at = s.autotune();
+    std::vector<std::string> parts = {
+        absl::StrCat("workers ", at.mode()),
+        absl::StrCat(at.workers(), " of at most ", at.max_workers()),
+        absl::StrFormat("CPU budget %.2f (%s)", at.cpu_budget(), at.cpu_budget_source())};
+    if (at.mode() == "auto") {
+      parts.push_back(absl::StrFormat("reserved %.1f for %d trainer(s)", at.reserved_cpus(),
+                                      at.trainers()));
+    }
+    parts.push_back(at.phase());
+    out += Wrap(parts, width);
+    // The latest decisions, newest last (three at most here; Status has 32).
+    const int n = at.decisions_size();
+    for (int i = std::max(0, n - 3); i < n; ++i) {
+      const v1::AutotuneDecision& d = at.decisions(i);
+      out += Shorten(absl::StrFormat("  at %s: %d -> %d: %s", Duration(d.at_seconds()),
+                                     d.from_workers(), d.to_workers(), d.reason()),
+                     width, Trim::kTail) +
+             "\n";
+    }
+    out += "\n";
+  }
   constexpr int kAlways = Column::kAlways;
   std::vector<std::vector<std::string>> rows;
   for (const auto& x : s.workers()) {

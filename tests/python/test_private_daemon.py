@@ -179,20 +179,41 @@ def test_data_root_widens_a_private_daemon_for_a_symlink_farm(stoker, no_socket_
 
 
 def test_private_daemons_share_the_cpus_among_local_ranks(monkeypatch):
+    """Each local rank's private daemon (--workers auto) gets its share of the
+    CPUs as its --cpu-budget; alone or pinned, stokerd reads its own."""
     from stoker import _private
     monkeypatch.setattr(_private.os, "cpu_count", lambda: 16)
     monkeypatch.setattr(_private.os, "sched_getaffinity", lambda pid: set(range(16)))
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
-    assert _private.default_workers() == 15
+    assert _private.rank_cpu_share() is None
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
-    assert _private.default_workers() == 3
+    assert _private.rank_cpu_share() == 4
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "32")
-    assert _private.default_workers() == 1
+    assert _private.rank_cpu_share() == 1
     # Ranks pinned to their own CPUs already (numactl, SLURM --cpu-bind):
-    # the affinity is the share.
+    # the affinity is the share, and stokerd reads it itself.
     monkeypatch.setattr(_private.os, "cpu_count", lambda: 64)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
-    assert _private.default_workers() == 15
+    assert _private.rank_cpu_share() is None
+
+
+def test_a_private_daemon_sizes_itself(stoker, no_socket_env, small_set, monkeypatch):
+    """Without num_workers the private daemon runs --workers auto, within this
+    rank's share of the CPUs."""
+    from stoker import _private
+    monkeypatch.chdir(os.path.dirname(small_set))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setattr(_private.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(_private.os, "sched_getaffinity", lambda pid: {0, 1})
+    with stoker.Loader("imgs", batch_size=4, size=32, epochs=1) as ld:
+        assert sum(len(labels) for _, labels in ld) == 18
+        (d,) = _private.running()
+        st = stoker.Client(d.socket).status()
+        assert st["config"]["workers"] == "auto"
+        at = st["autotune"]
+        assert at["mode"] == "auto" and at["cpu_budget"] == 1
+        assert at["cpu_budget_source"] == "--cpu-budget"
+        assert at["workers"] == 1 and at["max_workers"] == 1
 
 
 def test_a_release_during_acquire_waits_until_acquire_has_counted(stoker, no_socket_env,

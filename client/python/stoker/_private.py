@@ -22,7 +22,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from typing import Deque, Dict, List, Optional, Tuple
+from typing import Deque, Dict, List, Optional, Tuple, Union
 
 from . import _native
 
@@ -67,10 +67,12 @@ def find_stokerd() -> str:
         f"${STOKERD_ENV} unset")
 
 
-def default_workers() -> int:
-    """Workers of a private daemon by default: this rank's share of the CPUs
-    this process may use (torchrun's ``LOCAL_WORLD_SIZE`` ranks on a node each
-    start their own), less one for the trainer (at least 1)."""
+def rank_cpu_share() -> Optional[float]:
+    """The CPUs of this rank's private daemon when several ranks share the
+    CPUs this process may use (torchrun's ``LOCAL_WORLD_SIZE`` ranks on a node
+    each start their own): its share, for ``stokerd --cpu-budget``. None when
+    this rank has them to itself (one rank, or pinned already by numactl or
+    SLURM --cpu-bind): stokerd then reads its cgroup and affinity itself."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -79,9 +81,9 @@ def default_workers() -> int:
         local_ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     except ValueError:
         local_ranks = 1
-    if cpus < (os.cpu_count() or cpus):
-        local_ranks = 1  # pinned already (numactl, SLURM --cpu-bind): this is its share
-    return max(1, cpus // local_ranks - 1)
+    if local_ranks == 1 or cpus < (os.cpu_count() or cpus):
+        return None
+    return max(1.0, cpus / local_ranks)
 
 
 def data_root_for(dataset: str, data_root: Optional[str] = None) -> Tuple[str, str]:
@@ -117,7 +119,7 @@ def data_root_for(dataset: str, data_root: Optional[str] = None) -> Tuple[str, s
 class PrivateDaemon:
     """One stokerd child process; use `acquire` / `release`, not this directly."""
 
-    def __init__(self, data_root: str, workers: int) -> None:
+    def __init__(self, data_root: str, workers: Union[int, str]) -> None:
         self.data_root = data_root
         self.workers = workers
         self.refs = 0
@@ -138,6 +140,9 @@ class PrivateDaemon:
         cmd = [exe, "--socket", self.socket, "--data-root", self.data_root,
                "--workers", str(self.workers), "--parent-pid", str(os.getpid()),
                "--log-level", os.environ.get("STOKER_PRIVATE_LOG_LEVEL", "warn")]
+        share = rank_cpu_share() if self.workers == "auto" else None
+        if share is not None:
+            cmd += ["--cpu-budget", f"{share:g}"]
         # stokerd --transcode-cache (README "Transcode cache"): off unless asked.
         if os.environ.get(TRANSCODE_CACHE_ENV):
             cmd += ["--transcode-cache", os.environ[TRANSCODE_CACHE_ENV]]
@@ -152,7 +157,7 @@ class PrivateDaemon:
         except BaseException:
             self.stop()  # a timeout, a daemon that died, or Ctrl-C: none left behind
             raise
-        _log.info("started a private stokerd (pid %d, %d workers) for %s", self.proc.pid,
+        _log.info("started a private stokerd (pid %d, workers %s) for %s", self.proc.pid,
                   self.workers, self.data_root)
 
     def _wait_healthy(self, exe: str, timeout_s: float) -> None:
@@ -214,8 +219,9 @@ def acquire(dataset: str, workers: Optional[int],
     """The private daemon for `dataset` (started if needed) and the dataset
     path to attach with; pair with `release`."""
     root, path = data_root_for(dataset, data_root)
-    n = default_workers() if workers is None else int(workers)
-    if n < 1:
+    # None: stokerd --workers auto (it sizes its pool to the trainer).
+    n: Union[int, str] = "auto" if workers is None else int(workers)
+    if n != "auto" and int(n) < 1:
         raise _native.InvalidRequestError(f"num_workers must be at least 1, got {workers}")
     # The garbage collector may finalize a Loader anywhere in here, and its
     # release() would re-enter the lock: releases wait until this acquire has

@@ -1353,10 +1353,21 @@ class Loader:
             return 0
         return max(0, self._bpe - first)
 
+    def _wait(self) -> tuple:
+        """The native wait for the next batch; under the PyTorch profiler it is
+        the range "stoker.wait", so a trace shows data stalls where users look
+        (a record_function costs ~15 us: entered only while profiling)."""
+        assert self._session is not None
+        torch = _torch or _torch_module()
+        if torch.autograd._profiler_enabled():
+            with torch.profiler.record_function("stoker.wait"):
+                return self._session.next(self.timeout_ms)
+        return self._session.next(self.timeout_ms)
+
     def _next_raw(self) -> tuple:
         assert self._session is not None
         try:
-            raw = self._session.next(self.timeout_ms)
+            raw = self._wait()
         except _native.RingExhaustedError:
             # Leases may be held only by garbage cycles: collect and retry once.
             gc.collect()
@@ -1368,9 +1379,8 @@ class Loader:
         return raw
 
     def _next_retry(self) -> tuple:
-        assert self._session is not None
         try:
-            return self._session.next(self.timeout_ms)
+            return self._wait()
         except _native.SampleError:
             self._next_global += 1
             raise
