@@ -37,7 +37,7 @@ std::string JsonEscape(std::string_view in) {
 
 std::string DaemonConfig::ToJson() const {
   return absl::StrFormat(
-      "{\"socket_path\":\"%s\",\"status_addr\":\"%s\",\"data_root\":\"%s\",\"workers\":%s,\"workers_max\":%u,\"reserve_cpus\":%g,\"cpu_budget\":%g,\"worker_binary\":\"%s\","
+      "{\"socket_path\":\"%s\",\"status_addr\":\"%s\",\"metrics_addr\":\"%s\",\"data_root\":\"%s\",\"workers\":%s,\"workers_max\":%u,\"reserve_cpus\":%g,\"cpu_budget\":%g,\"worker_binary\":\"%s\","
       "\"socket_mode\":\"%o\",\"shm_mode\":\"%o\",\"max_sessions\":%u,\"max_ring_bytes\":%u,"
       "\"worker_queue_depth\":%u,\"task_timeout_ms\":%u,\"keepalive_grace_ms\":%u,"
       "\"heartbeat_timeout_ms\":%u,\"max_file_bytes\":%u,\"drain_timeout_ms\":%u,"
@@ -45,7 +45,7 @@ std::string DaemonConfig::ToJson() const {
       "\"parent_pid\":%d,\"index_cache\":\"%s\",\"io_threads\":%u,\"readahead_bytes\":%u,"
       "\"simulate_read_latency_us\":%u,\"transcode_cache\":\"%s\",\"transcode_cache_bytes\":%u,"
       "\"decode_calibration\":%s}",
-      JsonEscape(socket_path), JsonEscape(status_addr), JsonEscape(data_root),
+      JsonEscape(socket_path), JsonEscape(status_addr), JsonEscape(metrics_addr), JsonEscape(data_root),
       workers == 0 ? std::string("\"auto\"") : std::to_string(workers), workers_max, reserve_cpus,
       cpu_budget, JsonEscape(worker_binary),
       socket_mode, shm_mode, max_sessions, max_ring_bytes, worker_queue_depth, task_timeout_ms,

@@ -14,6 +14,9 @@ struct DaemonConfig {
   std::string socket_path;
   // Optional TCP address (HOST:PORT) serving Status, Watch and health only.
   std::string status_addr;
+  // Optional HOST:PORT serving Prometheus metrics at /metrics over HTTP
+  // (server/metrics.h). Empty: none.
+  std::string metrics_addr;
   // Every dataset and file must lie beneath this directory.
   std::string data_root;
   // Where dataset indexes are cached (see IndexOptions). Empty: none.

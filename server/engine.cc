@@ -557,7 +557,7 @@ void Engine::DispatchOneLocked(uint32_t w, DaemonSession& s) {
   const size_t bytes = BuildTaskMsg(s, *t, task_options_, &msg);
   if (bytes == 0) {
     s.queue.pop_front();
-    FailSample(s, *t, "path too long", batch_);
+    FailSample(s, *t, "path too long", batch_, "path_too_long");
     return;
   }
   msg.task_id = next_task_id_++;
@@ -627,7 +627,7 @@ void Engine::OnWorkerDeathLocked(uint32_t w, const std::string& cause) {
         FailSample(*s, *t,
                    absl::StrCat("a worker died ", t->crashes.deaths, " times on this file (last: ",
                                 death.why, ")"),
-                   batch_);
+                   batch_, "worker_crash");
         continue;
       }
     }

@@ -37,6 +37,9 @@ inline v1::LatencySummary Summarize(const uint64_t* buckets, uint64_t total_ns) 
   for (uint32_t b = 0; b < ring::kWaitBuckets; ++b) count += buckets[b];
   s.set_count(count);
   if (count == 0) return s;
+  uint32_t used = ring::kWaitBuckets;
+  while (used > 0 && buckets[used - 1] == 0) --used;
+  for (uint32_t b = 0; b < used; ++b) s.add_buckets(buckets[b]);
   s.set_mean_ms(static_cast<double>(total_ns) / count / 1e6);
   auto percentile = [&](double p) {
     const uint64_t rank = static_cast<uint64_t>(p * (count - 1)) + 1;

@@ -66,6 +66,8 @@ int main(int argc, char** argv) {
                  "the transcode cache's copies take at most this many MiB (a fraction is fine)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  app.add_option("--metrics-addr", c.metrics_addr,
+                 "serve Prometheus metrics at http://HOST:PORT/metrics (e.g. 0.0.0.0:9464)");
   app.add_option("--status-addr", c.status_addr,
                  "also serve status and health (never sessions) on this TCP HOST:PORT");
   std::string workers = "auto";

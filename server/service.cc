@@ -15,6 +15,7 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "server/metrics.h"
 #include "spdlog/spdlog.h"
 
 namespace stoker {
@@ -176,6 +177,19 @@ absl::Status Server::Start() {
     ::unlink(config_.socket_path.c_str());
     return s;
   }
+  if (!config_.metrics_addr.empty()) {
+    auto m = MetricsServer::Start(config_.metrics_addr,
+                                  [this] { return RenderMetrics(engine_.GetStatus(false, false)); });
+    if (!m.ok()) {
+      grpc_->Shutdown();
+      grpc_.reset();
+      ::unlink(config_.socket_path.c_str());
+      return m.status();
+    }
+    metrics_ = std::move(*m);
+    spdlog::info("Prometheus metrics on http://{}/metrics (port {})", config_.metrics_addr,
+                 metrics_->port());
+  }
   health->SetServingStatus(true);
   health->SetServingStatus("stoker.v1.Stoker", true);
   if (tcp_port != 0) {
@@ -194,6 +208,7 @@ void Server::Stop() {
     health->SetServingStatus(false);
     health->SetServingStatus("stoker.v1.Stoker", false);
   }
+  metrics_.reset();
   engine_.Drain();
   if (grpc_ != nullptr) {
     grpc_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));

@@ -16,6 +16,8 @@ class Server;
 
 namespace stoker {
 
+class MetricsServer;  // server/metrics.h
+
 class StokerService final : public v1::Stoker::Service {
  public:
   explicit StokerService(Engine* engine) : engine_(engine) {}
@@ -58,6 +60,7 @@ class Server {
   Engine engine_;
   StokerService service_;
   std::unique_ptr<grpc::Server> grpc_;
+  std::unique_ptr<MetricsServer> metrics_;  // --metrics-addr
   bool stopped_ = false;
 };
 

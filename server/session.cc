@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "server/dataset/sampler.h"
 #include "server/liveness.h"
@@ -138,11 +140,13 @@ bool CompleteSample(DaemonSession& s, SampleTask& t, const worker::ResultMsg& r,
   if (fit == s.filling.end()) return false;
   BatchFill& f = fit->second;
   s.transcode_ns += r.transcode_ns;
+  s.bytes_read += r.input_bytes;
   FormatTally* format = r.format < image::kImageFormatCount ? &s.formats[r.format] : nullptr;
   if (r.code != 0) {
     if (format != nullptr) ++format->failed;
     std::string reason(r.reason, strnlen(r.reason, sizeof(r.reason)));
-    FailSample(s, t, reason.empty() ? "decode failed" : reason, ctx);
+    FailSample(s, t, reason.empty() ? "decode failed" : reason, ctx,
+               absl::AsciiStrToLower(absl::StatusCodeToString(static_cast<absl::StatusCode>(r.code))));
     return true;
   }
   s.read_latency.Add(r.read_ns);
@@ -155,7 +159,8 @@ bool CompleteSample(DaemonSession& s, SampleTask& t, const worker::ResultMsg& r,
   if (r.bytes != want || r.bytes > capacity ||
       (!s.plan.variable_size && r.bytes != s.plan.sample_bytes)) {
     if (format != nullptr) ++format->failed;
-    FailSample(s, t, "worker reported a sample size that does not fit its slot", ctx);
+    FailSample(s, t, "worker reported a sample size that does not fit its slot", ctx,
+               "bad_result");
     return true;
   }
   if (format != nullptr) {
@@ -181,7 +186,9 @@ bool CompleteSample(DaemonSession& s, SampleTask& t, const worker::ResultMsg& r,
   return true;
 }
 
-void FailSample(DaemonSession& s, SampleTask& t, const std::string& reason, BatchContext& ctx) {
+void FailSample(DaemonSession& s, SampleTask& t, const std::string& reason, BatchContext& ctx,
+                const std::string& kind) {
+  ++s.failed_by_kind[kind];
   BatchFill& f = s.filling[t.seq];
   const std::string path = s.dataset->display(t.index);
   FailureRecord& rec = s.failures[t.index];

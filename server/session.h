@@ -174,6 +174,11 @@ struct DaemonSession {
   uint64_t transcode_ns = 0;
   // The ring's client_wait_ns at the autotuner's last tick.
   uint64_t tuned_wait_ns = 0;
+  // Failed samples by FailSample's `kind` (each try counts).
+  std::map<std::string, uint64_t> failed_by_kind;
+  // Bytes of input the workers read for this session (files, members, or
+  // transcode cache copies).
+  uint64_t bytes_read = 0;
 };
 
 // What the state machine reaches beyond one session. The engine owns one
@@ -228,8 +233,13 @@ size_t BuildTaskMsg(const DaemonSession& s, const SampleTask& t, const TaskOptio
 bool CompleteSample(DaemonSession& s, SampleTask& t, const worker::ResultMsg& r, BatchContext& ctx);
 
 // `t` failed for `reason` (step 3): remembered (session and daemon), then
-// replaced and queued again at the front, or failed for good.
-void FailSample(DaemonSession& s, SampleTask& t, const std::string& reason, BatchContext& ctx);
+// replaced and queued again at the front, or failed for good. `kind` is the
+// reason's class, counted per session (DaemonSession::failed_by_kind; the
+// metrics' `reason` label): the worker's status code in lower case
+// ("data_loss", "invalid_argument", ...), "worker_crash", "bad_result",
+// "path_too_long".
+void FailSample(DaemonSession& s, SampleTask& t, const std::string& reason, BatchContext& ctx,
+                const std::string& kind = "other");
 
 // Writes batch `seq`'s records and hands its slot to the client (step 4).
 void FinishBatch(DaemonSession& s, uint64_t seq);

@@ -130,6 +130,8 @@ void ExportSession(const DaemonSession& s, int64_t now, bool include_failures,
     dp->set_mean_decode_ms(t.samples == 0 ? 0.0 : t.decode_ns / 1e6 / t.samples);
   }
   ss->set_transcode_seconds(s.transcode_ns / 1e9);
+  ss->set_bytes_read(s.bytes_read);
+  for (const auto& [kind, n] : s.failed_by_kind) (*ss->mutable_failed_by_reason())[kind] = n;
   for (uint32_t f = 0; f < image::kImageFormatCount; ++f) {
     const FormatTally& t = s.formats[f];
     if (t.samples == 0 && t.failed == 0) continue;

@@ -317,6 +317,7 @@ int Serve() {
         }
         r.read_ns = static_cast<uint64_t>(MonotonicNs() - t0) - r.transcode_ns;
         if (st.ok()) {
+          r.input_bytes = jpeg_bytes;
           r.format = static_cast<uint32_t>(image::SniffFormat(jpeg, jpeg_bytes));
           image::SampleResult res;
           uint8_t* out = static_cast<uint8_t*>(it->second.map.addr()) + t.out_offset;

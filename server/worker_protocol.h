@@ -122,6 +122,7 @@ struct ResultMsg {
   uint32_t cache_write_failed = 0;
   uint32_t cache_temp_left = 0;
   uint64_t transcode_ns = 0;  // re-coding the file and writing its entry
+  uint64_t input_bytes = 0;   // of the file, member or cache copy read
   char reason[kReasonBytes];  // NUL-terminated when code != 0
 };
 

@@ -1,0 +1,85 @@
+"""stokerd --metrics-addr: Prometheus metrics over real HTTP from a real
+daemon, equal to its Status after real sessions (one with a corrupt file)."""
+
+import os
+import re
+import urllib.error
+import urllib.request
+
+import pytest
+
+from conftest import make_dataset
+
+
+def scrape(port, path="/metrics"):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+        assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        return r.read().decode()
+
+
+def value(text, name, **labels):
+    """The sample `name{labels...}`; every label given must match."""
+    for line in text.splitlines():
+        m = re.match(r"^(\w+)(?:\{(.*)\})? (\S+)$", line)
+        if not m or m.group(1) != name:
+            continue
+        have = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
+        if all(have.get(k) == str(v) for k, v in labels.items()):
+            return float(m.group(3))
+    raise KeyError(f"{name}{labels} not in the metrics")
+
+
+def test_metrics_equal_the_status(stoker, daemon_factory):
+    d = daemon_factory(workers=2, extra_args=["--metrics-addr", "127.0.0.1:0"])
+    port = int(re.search(r"Prometheus metrics on http://\S+ \(port (\d+)\)", d.log()).group(1))
+    root = os.path.join(d.data_root, "imgs")
+    make_dataset(root, classes=2, per_class=12, seed=9)
+    with open(os.path.join(root, "class_01", "img_0003.jpg"), "wb") as f:
+        f.write(b"not a jpeg at all")  # no format stoker reads: unimplemented
+    with open(os.path.join(root, "class_00", "img_0005.jpg"), "r+b") as f:
+        f.truncate(200)  # a JPEG cut inside its header
+    with stoker.Loader("imgs", socket=d.socket, batch_size=4, size=32, epochs=1,
+                       client_name="metrics \"test\"", rank=0, world_size=1) as ld:
+        n = sum(len(y) for _, y in ld)
+        st = stoker.Client(d.socket).status()
+        text = scrape(port)
+    assert n == 24
+    (s,) = st["sessions"]
+    who = {"session": s["session_id"], "client": 'metrics \\"test\\"', "rank": 0}
+    assert value(text, "stoker_up") == 1
+    assert value(text, "stoker_samples_delivered_total", **who) == int(s["samples_produced"])
+    assert value(text, "stoker_samples_replaced_total", **who) == int(s["samples_replaced"]) == 2
+    reasons = s["failed_by_reason"]
+    assert sum(int(v) for v in reasons.values()) == 2 and reasons["unimplemented"] == "1", reasons
+    for reason, count in reasons.items():
+        assert value(text, "stoker_samples_failed_total", reason=reason, **who) == int(count)
+    assert value(text, "stoker_bytes_read_total", **who) == int(s["bytes_read"]) > 0
+    assert value(text, "stoker_batches_consumed_total", **who) == int(s["batches_consumed"])
+    assert value(text, "stoker_workers") == 2
+    assert value(text, "stoker_worker_restarts_total") == 0
+    # The histograms: one wait per batch taken, one decode per sample decoded.
+    waits = value(text, "stoker_trainer_wait_seconds_count", **who)
+    assert waits == int(s["client_wait"]["count"]) >= 6
+    assert value(text, "stoker_trainer_wait_seconds_bucket", le="+Inf", **who) == waits
+    decodes = value(text, "stoker_stage_seconds_count", stage="decode", **who)
+    assert decodes == int(s["decode"]["count"]) == 24
+    # Buckets are cumulative and end at the count.
+    buckets = [float(v) for v in re.findall(
+        r'^stoker_stage_seconds_bucket\{[^}]*stage="decode",le="[^"]+"\} (\S+)$', text, re.M)]
+    assert buckets == sorted(buckets) and buckets[-1] == decodes
+
+    # After the session: its series are gone, the daemon's stay.
+    after = scrape(port)
+    assert "stoker_samples_delivered_total{" not in after
+    assert value(after, "stoker_sessions_attached_total") == 1
+    with pytest.raises(urllib.error.HTTPError) as e:
+        scrape(port, "/")
+    assert e.value.code == 404
+
+
+def test_a_bad_metrics_address_is_refused_with_the_fix(build_dir, tmp_short):
+    import subprocess
+    r = subprocess.run([os.path.join(build_dir, "server", "stokerd"), "--socket",
+                        os.path.join(tmp_short, "s.sock"), "--data-root", tmp_short,
+                        "--metrics-addr", "9464"], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "HOST:PORT" in r.stderr
