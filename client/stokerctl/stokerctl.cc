@@ -8,6 +8,7 @@
 //   stokerctl status  --socket PATH|HOST:PORT [--json] [--failures]
 //   stokerctl top     --socket PATH|HOST:PORT [--interval-ms N] [--iterations N]
 //   stokerctl health  --socket PATH|HOST:PORT
+//   stokerctl doctor  --socket PATH|HOST:PORT [--window-s S] [--json]
 
 #include <unistd.h>
 
@@ -17,11 +18,13 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/stokerctl/doctor.h"
 #include "client/stokerctl/status_view.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
@@ -225,9 +228,39 @@ int main(int argc, char** argv) {
   auto* health = app.add_subcommand("health", "exit 0 when the daemon is SERVING");
   health->add_option("--socket", health_socket, "daemon socket or HOST:PORT");
 
+  std::string doctor_socket = socket;
+  double doctor_window_s = 3;
+  bool doctor_json = false;
+  auto* doctor = app.add_subcommand(
+      "doctor",
+      "read the daemon twice and say, per session, whether the trainer is data-bound, what "
+      "bounds it and what would help; exit 0 healthy, 1 partly data-bound, 2 data-bound, 3 "
+      "unreachable");
+  doctor->add_option("--socket", doctor_socket, "daemon socket or HOST:PORT");
+  doctor->add_option("--window-s", doctor_window_s, "seconds between the two reads")
+      ->check(CLI::Range(0.2, 600.0))
+      ->capture_default_str();
+  doctor->add_flag("--json", doctor_json, "one JSON object, for scripts");
+
   CLI11_PARSE(app, argc, argv);
 
   if (consume->parsed()) return Consume(ca);
+  if (doctor->parsed()) {
+    stoker::v1::StatusResponse before, after;
+    // Exit 3 whatever the error: 1 and 2 are verdicts here.
+    absl::Status st = stoker::ctl::FetchStatus(doctor_socket, false, false, &before);
+    if (!st.ok()) return Fail(st), 3;
+    std::this_thread::sleep_for(std::chrono::duration<double>(doctor_window_s));
+    st = stoker::ctl::FetchStatus(doctor_socket, false, false, &after);
+    if (!st.ok()) return Fail(st), 3;
+    const stoker::ctl::Diagnosis d = stoker::ctl::Diagnose(before, after, doctor_window_s);
+    if (doctor_json) {
+      std::printf("%s\n", stoker::ctl::DiagnosisJson(d).c_str());
+    } else {
+      std::fputs(stoker::ctl::RenderDiagnosis(d, stoker::ctl::TerminalWidth()).c_str(), stdout);
+    }
+    return static_cast<int>(d.verdict);
+  }
   if (status->parsed()) {
     stoker::v1::StatusResponse s;
     // Text: each session's failures always; --failures adds the daemon's

@@ -1,0 +1,69 @@
+"""stokerctl doctor against a real daemon: a starved trainer is data-bound
+(exit 2), a slow one healthy (exit 0), a missing daemon exit 3."""
+
+import json
+import os
+import threading
+import time
+
+from conftest import make_dataset
+
+
+def consume(stoker, socket, step_s, stop, dtype):
+    with stoker.Loader("imgs", socket=socket, batch_size=8, size=64, epochs=None,
+                       dtype=dtype) as ld:
+        while not stop.is_set():
+            for _ in ld:
+                time.sleep(step_s)
+                if stop.is_set():
+                    break
+
+
+def doctor(d, *extra):
+    r = d.ctl("doctor", "--window-s", "2", *extra)
+    return r.returncode, r.stdout
+
+
+def test_doctor_names_a_data_bound_trainer_and_a_healthy_one(stoker, daemon_factory):
+    d = daemon_factory(workers=1)
+    make_dataset(os.path.join(d.data_root, "imgs"), classes=2, per_class=20, sizes=(200, 320),
+                 seed=4)
+    stop = threading.Event()
+    t = threading.Thread(target=consume, args=(stoker, d.socket, 0, stop, "float32"))
+    t.start()
+    try:
+        time.sleep(1)
+        code, out = doctor(d, "--json")
+        j = json.loads(out)
+        assert code == 2 and j["verdict"] == "data-bound" and j["exit_code"] == 2, out
+        (s,) = j["sessions"]
+        assert s["stall_share"] >= 0.3 and s["bound"] in ("read", "decode", "augment")
+        assert any(a.startswith("more workers: stokerd runs a fixed --workers 1")
+                   for a in s["advice"])
+        assert any(a.startswith("uint8 output with GPU normalize") for a in s["advice"])
+        code, text = doctor(d)
+        assert code == 2 and text.startswith("stokerd doctor: data-bound"), text
+        assert "what would help:" in text
+    finally:
+        stop.set()
+        t.join(30)
+
+    stop = threading.Event()
+    t = threading.Thread(target=consume, args=(stoker, d.socket, 0.5, stop, "uint8"))
+    t.start()
+    try:
+        time.sleep(2)
+        code, out = doctor(d, "--json")
+        j = json.loads(out)
+        assert code == 0 and j["verdict"] == "healthy", out
+        assert j["sessions"][0]["bound"] == "the consumer"
+    finally:
+        stop.set()
+        t.join(30)
+
+
+def test_doctor_without_a_daemon_exits_3(daemon):
+    import subprocess
+    r = subprocess.run([daemon.stokerctl, "doctor", "--socket", "/nonexistent/s.sock",
+                        "--window-s", "0.2"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 3, r
