@@ -1,6 +1,7 @@
 #include "server/attach_plan.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "server/lower_pipeline.h"
 #include "stoker/pipeline_spec.h"
 
@@ -65,6 +66,19 @@ absl::StatusOr<RequestPlan> PlanRequest(const v1::AttachRequest& req) {
   return r;
 }
 
+absl::Status CheckShmBudget(uint64_t ring_bytes, const AttachLimits& limits) {
+  if (limits.shm_budget_bytes == 0) return absl::OkStatus();
+  const uint64_t left =
+      limits.shm_used_bytes >= limits.shm_budget_bytes ? 0 : limits.shm_budget_bytes - limits.shm_used_bytes;
+  if (ring_bytes <= left) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "the ring needs %.1f MiB of shared memory but stokerd's --shm-budget of %.1f MiB has "
+      "%.1f MiB left (%d other session(s) hold %.1f MiB): raise --shm-budget, or ask for fewer "
+      "ring_slots or a smaller batch or output",
+      ring_bytes / 1048576.0, limits.shm_budget_bytes / 1048576.0, left / 1048576.0,
+      limits.sessions, limits.shm_used_bytes / 1048576.0));
+}
+
 absl::StatusOr<AttachPlan> PlanSession(const v1::AttachRequest& req, const RequestPlan& request,
                                        uint64_t dataset_size, const AttachLimits& limits) {
   AttachPlan p;
@@ -109,6 +123,7 @@ absl::StatusOr<AttachPlan> PlanSession(const v1::AttachRequest& req, const Reque
         " samples x ", p.sample_bytes, " bytes), over this daemon's --max-ring-bytes of ",
         limits.max_ring_bytes));
   }
+  if (absl::Status st = CheckShmBudget(p.ring_bytes, limits); !st.ok()) return st;
   if (limits.shm_free_bytes.has_value()) {
     const uint64_t free_bytes = *limits.shm_free_bytes;
     if (p.ring_bytes + (1u << 20) > free_bytes) {

@@ -74,6 +74,11 @@ struct AttachLimits {
   // Free bytes of /dev/shm (statvfs); nullopt when unknown: not checked.
   // The ring must leave 1 MiB of it free.
   std::optional<uint64_t> shm_free_bytes;
+  // --shm-budget, shared by all sessions: the whole, and what the other
+  // sessions' rings hold of it. budget 0: not checked.
+  uint64_t shm_budget_bytes = 0;
+  uint64_t shm_used_bytes = 0;
+  uint32_t sessions = 0;  // holding shm_used_bytes
 };
 
 // A session's plan: everything Attach decides before it makes the ring.
@@ -96,13 +101,18 @@ struct AttachPlan {
   const image::PipelineParams& params() const { return request.pipeline.params; }
 };
 
+// RESOURCE_EXHAUSTED (naming --shm-budget) when a ring of `ring_bytes` does
+// not fit in what the other sessions leave of limits.shm_budget_bytes.
+absl::Status CheckShmBudget(uint64_t ring_bytes, const AttachLimits& limits);
+
 // Plans a session over a dataset of `dataset_size` entries.
 //  - INVALID_ARGUMENT when the batch is larger than this rank's shard;
 //  - OUT_OF_RANGE for a start_batch not below the batches per epoch, or a
 //    start at or past the last epoch (with epochs != 0);
 //  - RESOURCE_EXHAUSTED when the ring would be over limits.max_ring_bytes
-//    (or its size overflows), or not fit in limits.shm_free_bytes (the
-//    message says how to give a container more).
+//    (or its size overflows), not fit in what the other sessions leave of
+//    limits.shm_budget_bytes (the message names the budget), or not fit in
+//    limits.shm_free_bytes (the message says how to give a container more).
 absl::StatusOr<AttachPlan> PlanSession(const v1::AttachRequest& req, const RequestPlan& request,
                                        uint64_t dataset_size, const AttachLimits& limits);
 

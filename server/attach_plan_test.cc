@@ -190,6 +190,25 @@ TEST_CASE("PlanSession holds the ring to --max-ring-bytes and the free /dev/shm"
   CHECK(PlanError(req, 10, limits).ok());
 }
 
+TEST_CASE("PlanSession keeps all sessions' rings within the shm budget") {
+  v1::AttachRequest req = SmallRequest("list.txt", 4, 2);  // a ring of 192 * 4 * 2 bytes
+  AttachLimits limits;
+  limits.shm_budget_bytes = 10000;
+  limits.shm_used_bytes = 10000 - 192 * 8;
+  limits.sessions = 3;
+  CHECK(PlanError(req, 10, limits).ok());
+  limits.shm_used_bytes += 1;
+  absl::Status st = PlanError(req, 10, limits);
+  CHECK(st.code() == absl::StatusCode::kResourceExhausted);
+  CHECK(st.message().find("--shm-budget of 0.0 MiB has 0.0 MiB left (3 other session(s)") !=
+        absl::string_view::npos);
+  CHECK(st.message().find("raise --shm-budget") != absl::string_view::npos);
+  limits.shm_used_bytes = 20000;  // over already (a budget lowered by a restart): no underflow
+  CHECK(CheckShmBudget(1, limits).code() == absl::StatusCode::kResourceExhausted);
+  limits.shm_budget_bytes = 0;  // unchecked
+  CHECK(CheckShmBudget(uint64_t{1} << 40, limits).ok());
+}
+
 TEST_CASE("an any-size output gives each sample its whole slot") {
   v1::AttachRequest req = SmallRequest("list.txt", 1, 2);
   req.mutable_pipeline()->set_preset("decode");

@@ -47,6 +47,9 @@ struct DaemonConfig {
   uint32_t max_sessions = 64;
   // Bytes of shared memory one session's ring may take (4 GiB).
   uint64_t max_ring_bytes = 4ull << 30;
+  // Bytes of shared memory all sessions' rings may take together. 0: 75% of
+  // /dev/shm's free space when the daemon starts.
+  uint64_t shm_budget_bytes = 0;
   // Tasks sent to a worker before its results come back (hides the
   // round-trip; each is redone if the worker dies).
   uint32_t worker_queue_depth = 2;

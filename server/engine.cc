@@ -181,6 +181,13 @@ absl::Status Engine::Start() {
                    cs.entries, cs.bytes / 1048576.0, cs.budget_bytes / 1048576.0);
     }
   }
+  shm_budget_bytes_ = config_.shm_budget_bytes;
+  if (shm_budget_bytes_ == 0) {
+    struct statvfs vfs;
+    if (::statvfs("/dev/shm", &vfs) == 0) {
+      shm_budget_bytes_ = uint64_t{vfs.f_bavail} * vfs.f_frsize / 4 * 3;
+    }
+  }
   shm_tag_ = absl::StrFormat(
       "%08x", static_cast<uint32_t>(std::hash<std::string>{}(
                   absl::StrCat(config_.socket_path, ":", ::getuid()))));
@@ -272,6 +279,13 @@ CpuBudget Engine::ReadBudget() const {
   if (config_.cpu_budget > 0) return CpuBudget{config_.cpu_budget, "--cpu-budget"};
   if (env_.cpu_budget != nullptr) return ReadCpuBudget(*env_.cpu_budget);
   return ReadCpuBudget(SystemCpuBudgetEnv());
+}
+
+void Engine::ShmBudgetLocked(AttachLimits* limits) const {
+  limits->shm_budget_bytes = shm_budget_bytes_;
+  limits->shm_used_bytes = 0;
+  for (const auto& [id, s] : sessions_) limits->shm_used_bytes += s->plan.ring_bytes;
+  limits->sessions = static_cast<uint32_t>(sessions_.size());
 }
 
 uint32_t Engine::MaxWorkersLocked(double* reserved, uint32_t* trainers) const {
@@ -390,6 +404,10 @@ absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) 
 
   AttachLimits limits;
   limits.max_ring_bytes = config_.max_ring_bytes;
+  {
+    absl::MutexLock l(&mu_);
+    ShmBudgetLocked(&limits);
+  }
   struct statvfs vfs;
   if (::statvfs("/dev/shm", &vfs) == 0)
     limits.shm_free_bytes = uint64_t{vfs.f_bavail} * vfs.f_frsize;
@@ -416,6 +434,9 @@ absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) 
   absl::ReleasableMutexLock l(&mu_);
   // (Refused now, the ring is unlinked as s goes.)
   if (absl::Status room = RoomForSessionLocked(); !room.ok()) return room;
+  // Again under mu_: Attaches that planned together must not all get in.
+  ShmBudgetLocked(&limits);
+  if (absl::Status st = CheckShmBudget(s->plan.ring_bytes, limits); !st.ok()) return st;
   InitSession(*s, clock_->NowNs());
   sessions_[s->id] = s;
   ++sessions_total_;
@@ -716,6 +737,12 @@ v1::StatusResponse Engine::GetStatus(bool include_failures, bool include_dataset
   if (config_.decode_calibration) {
     ExportDecodeCalibration(decode_calibration_, decode_calibration_source_,
                             r.mutable_decode_calibration());
+  }
+  {
+    AttachLimits shm;
+    ShmBudgetLocked(&shm);
+    r.set_shm_budget_bytes(shm.shm_budget_bytes);
+    r.set_shm_used_bytes(shm.shm_used_bytes);
   }
   if (pool_ != nullptr) {
     ExportWorkers(*pool_, &r);

@@ -63,6 +63,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "server/clock.h"
+#include "server/attach_plan.h"
 #include "server/autotuner.h"
 #include "server/config.h"
 #include "server/cpu_budget.h"
@@ -158,6 +159,8 @@ class Engine {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A worker just started: it learns every session's ring.
   void MapRingsLocked(uint32_t w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // limits' shm budget fields: the budget, and what the sessions hold.
+  void ShmBudgetLocked(AttachLimits* limits) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The budget as configured or read now (reads files: call outside mu_).
   CpuBudget ReadBudget() const;
   // The most workers allowed now, the CPUs reserved and the trainers.
@@ -184,6 +187,7 @@ class Engine {
   // Constant after Start().
   DaemonConfig config_;
   std::string shm_tag_;
+  uint64_t shm_budget_bytes_ = 0;  // --shm-budget-mb, or 75% of /dev/shm's free space
   std::unique_ptr<DataRoot> data_root_;
   std::unique_ptr<DataRootIndexer> indexer_;
   std::unique_ptr<DatasetRegistry> registry_;  // thread-safe (its own lock)

@@ -95,6 +95,11 @@ int main(int argc, char** argv) {
                  "the worker executable (default: stoker-worker beside stokerd)");
   app.add_option("--max-sessions", c.max_sessions, "attached sessions at most");
   app.add_option("--max-ring-bytes", c.max_ring_bytes, "shared memory per session at most");
+  double shm_budget_mb = 0;
+  app.add_option("--shm-budget-mb", shm_budget_mb,
+                 "shared memory all sessions' rings may take together, in MiB (0: 75% of "
+                 "/dev/shm's free space at start-up); an Attach past it is refused")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--worker-queue-depth", c.worker_queue_depth,
                  "tasks queued per worker (hides the round trip)");
   app.add_option("--task-timeout-ms", c.task_timeout_ms,
@@ -140,6 +145,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   c.workers = workers == "auto" ? 0 : static_cast<uint32_t>(std::stoul(workers));
   c.readahead_bytes = readahead_mb << 20;
+  c.shm_budget_bytes = static_cast<uint64_t>(shm_budget_mb * 1048576.0);
   c.decode_calibration = decode_calibration == "on";
   c.transcode_cache_bytes = static_cast<uint64_t>(transcode_cache_mb * 1048576.0);
 
