@@ -83,3 +83,34 @@ def test_a_bad_metrics_address_is_refused_with_the_fix(build_dir, tmp_short):
                         os.path.join(tmp_short, "s.sock"), "--data-root", tmp_short,
                         "--metrics-addr", "9464"], capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "HOST:PORT" in r.stderr
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_the_dashboard_and_the_pod_read_metrics_stokerd_serves(stoker, daemon_factory):
+    """docker/grafana-dashboard.json asks only for metrics a real daemon
+    exports (a renamed metric would leave a panel empty), its first panel is
+    the data stall; docker/k8s-pod.yaml's scrape annotations name the port
+    its sidecar serves them on."""
+    import json
+    d = daemon_factory(workers=1, extra_args=["--metrics-addr", "127.0.0.1:0"])
+    port = int(re.search(r"\(port (\d+)\)", d.log()).group(1))
+    make_dataset(os.path.join(d.data_root, "imgs"), classes=2, per_class=4, seed=1)
+    with stoker.Loader("imgs", socket=d.socket, batch_size=4, size=32, epochs=1) as ld:
+        assert sum(len(y) for _, y in ld) == 8
+        served = set(re.findall(r"^# TYPE (\w+) ", scrape(port), re.M))
+    with open(os.path.join(REPO, "docker", "grafana-dashboard.json")) as f:
+        dash = json.load(f)
+    assert "stall" in dash["panels"][0]["title"].lower()
+    asked = set()
+    for p in dash["panels"]:
+        for t in p["targets"]:
+            asked |= {re.sub(r"_(bucket|sum|count)$", "", m)
+                      for m in re.findall(r"\bstoker_\w+", t["expr"])}
+    assert asked and asked <= served, asked - served
+    with open(os.path.join(REPO, "docker", "k8s-pod.yaml")) as f:
+        pod = f.read()
+    ann = re.search(r'prometheus.io/port: "(\d+)"', pod).group(1)
+    assert re.search(rf'"--metrics-addr", "0\.0\.0\.0:{ann}"', pod)
+    assert re.search(rf"containerPort: {ann}\b", pod)
