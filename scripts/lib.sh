@@ -9,7 +9,7 @@ STOKER_PACKAGES=(
   libspdlog-dev libcli11-dev catch2 pybind11-dev libseccomp-dev
   python3 python3-dev python3-pytest python3-numpy python3-pil
   python3-pip python3-venv python3-setuptools python3-wheel
-  python3-torch python3-torchvision python3-matplotlib
+  python3-torch python3-torchvision python3-matplotlib python3-prometheus-client
   procps
 )
 # --- sanitizers and fuzzing: scripts/fuzz.sh adds these (clang + libFuzzer) ---

@@ -6,6 +6,8 @@ import os
 import threading
 import time
 
+import pytest
+
 from conftest import make_dataset
 
 
@@ -67,3 +69,31 @@ def test_doctor_without_a_daemon_exits_3(daemon):
     r = subprocess.run([daemon.stokerctl, "doctor", "--socket", "/nonexistent/s.sock",
                         "--window-s", "0.2"], capture_output=True, text=True, timeout=30)
     assert r.returncode == 3, r
+
+
+def test_doctor_points_at_slow_storage(stoker, daemon_factory, tmp_path_factory):
+    """Cold files on a slow disk (the daemon's test-only read latency, page
+    cache dropped), readahead off: read bounds the trainer."""
+    from test_readahead import cached, evict
+    root = str(tmp_path_factory.mktemp("slowdisk"))
+    files = make_dataset(os.path.join(root, "imgs"), classes=2, per_class=60, sizes=(48, 64),
+                         seed=8)
+    evict(root)
+    if cached(files[0][0]):
+        pytest.skip("this file system keeps the files cached (DONTNEED ignored)")
+    d = daemon_factory(workers=1, data_root=root,
+                       extra_args=["--io-threads", "0", "--simulate-read-latency-us", "40000"])
+    stop = threading.Event()
+    t = threading.Thread(target=consume, args=(stoker, d.socket, 0, stop, "uint8"))
+    t.start()
+    try:
+        time.sleep(0.5)
+        code, out = doctor(d, "--json")
+        j = json.loads(out)
+        (s,) = j["sessions"]
+        assert code == 2 and s["bound"] == "read", out
+        assert s["read_ms"] > 10 * max(s["decode_ms"], s["augment_ms"])
+        assert any(a.startswith("readahead on slow storage: it is off") for a in s["advice"])
+    finally:
+        stop.set()
+        t.join(60)

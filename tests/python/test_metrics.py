@@ -17,15 +17,19 @@ def scrape(port, path="/metrics"):
         return r.read().decode()
 
 
+def samples(text):
+    """Every sample, as Debian's python3-prometheus-client parser reads the
+    text (it raises on anything malformed): [(name, labels, value)]."""
+    from prometheus_client.parser import text_string_to_metric_families
+    return [(s.name, s.labels, s.value)
+            for fam in text_string_to_metric_families(text) for s in fam.samples]
+
+
 def value(text, name, **labels):
     """The sample `name{labels...}`; every label given must match."""
-    for line in text.splitlines():
-        m = re.match(r"^(\w+)(?:\{(.*)\})? (\S+)$", line)
-        if not m or m.group(1) != name:
-            continue
-        have = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
-        if all(have.get(k) == str(v) for k, v in labels.items()):
-            return float(m.group(3))
+    for n, have, v in samples(text):
+        if n == name and all(have.get(k) == str(x) for k, x in labels.items()):
+            return v
     raise KeyError(f"{name}{labels} not in the metrics")
 
 
@@ -45,7 +49,7 @@ def test_metrics_equal_the_status(stoker, daemon_factory):
         text = scrape(port)
     assert n == 24
     (s,) = st["sessions"]
-    who = {"session": s["session_id"], "client": 'metrics \\"test\\"', "rank": 0}
+    who = {"session": s["session_id"], "client": 'metrics "test"', "rank": 0}
     assert value(text, "stoker_up") == 1
     assert value(text, "stoker_samples_delivered_total", **who) == int(s["samples_produced"])
     assert value(text, "stoker_samples_replaced_total", **who) == int(s["samples_replaced"]) == 2
@@ -83,6 +87,65 @@ def test_a_bad_metrics_address_is_refused_with_the_fix(build_dir, tmp_short):
                         os.path.join(tmp_short, "s.sock"), "--data-root", tmp_short,
                         "--metrics-addr", "9464"], capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "HOST:PORT" in r.stderr
+
+
+def check_consistent(text):
+    """One scrape: no series twice; each histogram's buckets cumulative, its
+    +Inf bucket equal to its count."""
+    seen = set()
+    hist = {}
+    for name, labels, v in samples(text):
+        key = (name, tuple(sorted(labels.items())))
+        assert key not in seen, key
+        seen.add(key)
+        if name.endswith("_bucket"):
+            rest = tuple(sorted((k, x) for k, x in labels.items() if k != "le"))
+            hist.setdefault((name[:-7], rest), []).append((float(labels["le"]), v))
+    counts = {(n[:-6], tuple(sorted(lb.items()))): v for n, lb, v in samples(text)
+              if n.endswith("_count")}
+    for key, buckets in hist.items():
+        values = [v for _, v in sorted(buckets)]
+        assert values == sorted(values), key
+        assert values[-1] == counts[key], key
+    return {n: v for n, lb, v in samples(text) if not lb}
+
+
+def test_scrapes_during_a_storm_of_attaches_and_detaches_are_consistent(stoker,
+                                                                         daemon_factory):
+    import threading
+    d = daemon_factory(workers=2, extra_args=["--metrics-addr", "127.0.0.1:0"])
+    port = int(re.search(r"\(port (\d+)\)", d.log()).group(1))
+    make_dataset(os.path.join(d.data_root, "imgs"), classes=2, per_class=8, seed=3)
+    stop = threading.Event()
+    errors = []
+
+    def storm(k):
+        try:
+            while not stop.is_set():
+                with stoker.Loader("imgs", socket=d.socket, batch_size=4, size=32, epochs=1,
+                                   client_name=f"storm-{k}") as ld:
+                    for i, _ in enumerate(ld):
+                        if i == k:
+                            break
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=storm, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        last = {}
+        for _ in range(25):
+            daemon_wide = check_consistent(scrape(port))
+            for name in ("stoker_sessions_attached_total", "stoker_worker_restarts_total"):
+                assert daemon_wide[name] >= last.get(name, 0), name
+            last = daemon_wide
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(60)
+    assert not errors, errors
+    assert last["stoker_sessions_attached_total"] >= 3
 
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
