@@ -5,8 +5,9 @@
 # bench/results.png (bench/bench.py: stoker vs DataLoader), then
 # bench/SCALE.md (bench/scale.py: indexing a million entries, cold reads and
 # readahead), then bench/FORMATS.md (bench/formats.py: PNG and WebP
-# ImageFolders, each decoder's cost). Options go to bench/bench.py; --quick
-# makes all three a smoke run.
+# ImageFolders, each decoder's cost), then bench/AUTOTUNE.md
+# (bench/autotune.py: --workers auto against each fixed count). Options go to
+# bench/bench.py; --quick makes all four a smoke run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -18,3 +19,4 @@ quick=()
 for a in "$@"; do [[ $a == --quick ]] && quick=(--quick); done
 /usr/bin/python3 bench/scale.py --build build "${quick[@]}"
 /usr/bin/python3 bench/formats.py --build build "${quick[@]}"
+/usr/bin/python3 bench/autotune.py --build build "${quick[@]}"

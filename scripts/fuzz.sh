@@ -16,9 +16,11 @@ STOKER_PACKAGES+=("${STOKER_FUZZ_PACKAGES[@]}")
 stoker_ensure_packages
 
 echo "==> building the fuzz targets with clang into $dir/"
+stoker_ccache_env
 if [[ ! -f $dir/build.ninja ]]; then
+  # shellcheck disable=SC2046
   CC=clang-14 CXX=clang++-14 cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DSTOKER_FUZZ=ON -DSTOKER_PYTHON=OFF -DSTOKER_CUDA=OFF >/dev/null
+    $(stoker_ccache_args) -DSTOKER_FUZZ=ON -DSTOKER_PYTHON=OFF -DSTOKER_CUDA=OFF >/dev/null
 fi
 targets=(decode ring tar png webp tiff stb)
 cmake --build "$dir" -j "$(nproc)" --target "${targets[@]/#/stoker_fuzz_}"

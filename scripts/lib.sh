@@ -2,7 +2,7 @@
 # stoker needs from Debian 12's packages, then configure and build.
 
 STOKER_PACKAGES=(
-  build-essential cmake ninja-build pkg-config
+  build-essential cmake ninja-build pkg-config ccache
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libjpeg62-turbo-dev libturbojpeg0-dev libjpeg-turbo-progs
   libspng-dev libwebp-dev libtiff-dev libstb-dev webp libtiff-tools libmicrohttpd-dev
@@ -36,12 +36,30 @@ stoker_ensure_packages() {
     "${missing[@]}" >/dev/null
 }
 
+# The compiler cache for every build here (build/, build-asan/, build-fuzz/):
+# keyed by content, with paths taken relative to the checkout, so a fresh
+# clone elsewhere (CI) reuses what an earlier build on this machine compiled.
+# A cold cache only costs its misses.
+stoker_ccache_env() {
+  export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=true
+  export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/stoker-ccache}
+  export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-6G}
+}
+stoker_ccache_args() {
+  command -v ccache >/dev/null &&
+    echo -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
+      -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache
+  return 0
+}
+
 # stoker_build DIR [cmake args...]: configure (once) and build.
 stoker_build() {
   local dir=$1; shift
   local jobs; jobs=$(nproc)
+  stoker_ccache_env
   if [[ ! -f $dir/build.ninja ]]; then
-    cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"
+    # shellcheck disable=SC2046
+    cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo $(stoker_ccache_args) "$@"
   fi
   cmake --build "$dir" -j "$jobs"
 }

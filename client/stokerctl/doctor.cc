@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "client/stokerctl/status_view.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -27,32 +28,6 @@ double WindowMeanMs(const v1::LatencySummary& a, const v1::LatencySummary& b) {
   if (n <= 0) return 0;
   const double total = b.mean_ms() * b.count() - a.mean_ms() * a.count();
   return std::max(0.0, total / n);
-}
-
-// Wraps `text` to `width` columns after `indent` spaces (continuations too).
-std::string Paragraph(const std::string& text, size_t width, size_t indent,
-                      const std::string& bullet) {
-  std::string out(indent, ' ');
-  out += bullet;
-  size_t col = indent + bullet.size();
-  const size_t hang = indent + bullet.size();
-  size_t i = 0;
-  while (i < text.size()) {
-    size_t j = text.find(' ', i);
-    if (j == std::string::npos) j = text.size();
-    const std::string word = text.substr(i, j - i);
-    if (col > hang && col + 1 + word.size() > width) {
-      out += "\n" + std::string(hang, ' ');
-      col = hang;
-    } else if (col > hang) {
-      out += ' ';
-      ++col;
-    }
-    out += word;
-    col += word.size();
-    i = j + 1;
-  }
-  return out + "\n";
 }
 
 }  // namespace
@@ -221,17 +196,17 @@ Diagnosis Diagnose(const v1::StatusResponse& before, const v1::StatusResponse& a
 std::string RenderDiagnosis(const Diagnosis& d, size_t width) {
   std::string out = absl::StrFormat("stokerd doctor: %s (over %.1f s)\n", VerdictName(d.verdict),
                                     d.window_seconds);
-  out += Paragraph(absl::StrCat("workers: ", d.workers), width, 0, "");
-  if (!d.autotuner.empty()) out += Paragraph(absl::StrCat("autotuner: ", d.autotuner), width, 0, "");
-  for (const std::string& f : d.daemon_findings) out += Paragraph(f, width, 0, "- ");
+  out += WrapWords("workers:", d.workers, width, 2);
+  if (!d.autotuner.empty()) out += WrapWords("autotuner:", d.autotuner, width, 2);
+  for (const std::string& f : d.daemon_findings) out += WrapWords("-", f, width, 3);
   for (const SessionDiagnosis& s : d.sessions) {
     out += absl::StrFormat("\nsession %s (%s, rank %d): %s\n", s.session_id,
                            s.client.empty() ? "-" : s.client, s.rank,
                            s.idle ? "idle" : VerdictName(s.verdict));
-    for (const std::string& f : s.findings) out += Paragraph(f, width, 2, "- ");
+    for (const std::string& f : s.findings) out += WrapWords("  -", f, width, 5);
     if (!s.advice.empty()) {
       out += "  what would help:\n";
-      for (const std::string& a : s.advice) out += Paragraph(a, width, 4, "* ");
+      for (const std::string& a : s.advice) out += WrapWords("    *", a, width, 7);
     }
   }
   return out;

@@ -58,9 +58,8 @@ std::string Wrap(const std::vector<std::string>& items, size_t width) {
   return out + line + "\n";
 }
 
-// `head`, two spaces and `text`, broken at the spaces of `text` into lines
-// of at most `width` characters, the lines after the first indented by
-// `indent` spaces (a word too long is cut).
+}  // namespace
+
 std::string WrapWords(std::string_view head, std::string_view text, size_t width, size_t indent) {
   std::string out, line = std::string(head) + "  ";
   bool fresh = true;  // nothing on `line` but its head or indent
@@ -81,6 +80,8 @@ std::string WrapWords(std::string_view head, std::string_view text, size_t width
   }
   return out + Shorten(line, width, Trim::kTail) + "\n";
 }
+
+namespace {
 
 // The sessions table's PIPELINE cell: the preset's name, or "custom".
 std::string PipelineCell(const v1::PipelineSpec& p) {

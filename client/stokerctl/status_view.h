@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -46,6 +47,11 @@ struct Column {
 // header are padded with empty cells. Each line ends with '\n'.
 std::string LayoutTable(const std::vector<Column>& columns,
                         const std::vector<std::vector<std::string>>& rows, size_t width);
+
+// `head`, two spaces and `text`, broken at the spaces of `text` into lines
+// of at most `width` characters (UTF-8 counted as characters), the lines
+// after the first indented by `indent` spaces (a word too long is cut).
+std::string WrapWords(std::string_view head, std::string_view text, size_t width, size_t indent);
 
 // The status as a few tables (daemon, readahead, workers, sessions, and
 // failed samples of each session and of the daemon's failure memory per

@@ -70,12 +70,20 @@ def test_a_starved_trainer_gets_more_workers_up_to_the_budget(stoker, daemon_fac
     t.join(30)
     assert t.error is None
     at = autotune(d)
-    assert at["workers"] == 2, at  # never beyond the budget, and kept
     grow = at["decisions"][0]
     assert grow["from_workers"] == 1 and grow["to_workers"] == 2
     assert "waited for data" in grow["reason"]
-    assert all(x["to_workers"] <= 2 for x in at["decisions"])
+    assert all(x["to_workers"] <= 2 for x in at["decisions"])  # never beyond the budget
     assert "workers 1 -> 2: a trainer waited for data" in d.log()
+    # Kept where the second worker raised the rate; undone, saying so, where
+    # it did not (a machine whose other core is busy: its rate is measured,
+    # not assumed). server/autotuner_test.cc covers both on a model.
+    if at["workers"] == 1:
+        undo = at["decisions"][1]
+        assert undo["from_workers"] == 2 and undo["to_workers"] == 1
+        assert "undone" in undo["reason"] and "samples/s against" in undo["reason"]
+    else:
+        assert at["workers"] == 2 and len(at["decisions"]) == 1, at
     # stokerctl status shows it.
     out = d.ctl("status").stdout
     assert "workers auto" in out and "1 -> 2" in out

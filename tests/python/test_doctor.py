@@ -1,6 +1,7 @@
 """stokerctl doctor against a real daemon: a starved trainer is data-bound
 (exit 2), a slow one healthy (exit 0), a missing daemon exit 3."""
 
+import contextlib
 import json
 import os
 import threading
@@ -11,14 +12,28 @@ import pytest
 from conftest import make_dataset
 
 
-def consume(stoker, socket, step_s, stop, dtype):
-    with stoker.Loader("imgs", socket=socket, batch_size=8, size=64, epochs=None,
-                       dtype=dtype) as ld:
-        while not stop.is_set():
-            for _ in ld:
-                time.sleep(step_s)
-                if stop.is_set():
-                    break
+@contextlib.contextmanager
+def trainer(stoker, socket, step_s, dtype):
+    """A trainer consuming "imgs" on a thread, sleeping step_s per batch, for
+    the duration of the with block."""
+    stop = threading.Event()
+
+    def consume():
+        with stoker.Loader("imgs", socket=socket, batch_size=8, size=64, epochs=None,
+                           dtype=dtype) as ld:
+            while not stop.is_set():
+                for _ in ld:
+                    time.sleep(step_s)
+                    if stop.is_set():
+                        break
+
+    t = threading.Thread(target=consume)
+    t.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        t.join(60)
 
 
 def doctor(d, *extra):
@@ -30,10 +45,7 @@ def test_doctor_names_a_data_bound_trainer_and_a_healthy_one(stoker, daemon_fact
     d = daemon_factory(workers=1)
     make_dataset(os.path.join(d.data_root, "imgs"), classes=2, per_class=20, sizes=(200, 320),
                  seed=4)
-    stop = threading.Event()
-    t = threading.Thread(target=consume, args=(stoker, d.socket, 0, stop, "float32"))
-    t.start()
-    try:
+    with trainer(stoker, d.socket, 0, "float32"):
         time.sleep(1)
         code, out = doctor(d, "--json")
         j = json.loads(out)
@@ -46,22 +58,13 @@ def test_doctor_names_a_data_bound_trainer_and_a_healthy_one(stoker, daemon_fact
         code, text = doctor(d)
         assert code == 2 and text.startswith("stokerd doctor: data-bound"), text
         assert "what would help:" in text
-    finally:
-        stop.set()
-        t.join(30)
 
-    stop = threading.Event()
-    t = threading.Thread(target=consume, args=(stoker, d.socket, 0.5, stop, "uint8"))
-    t.start()
-    try:
+    with trainer(stoker, d.socket, 0.5, "uint8"):
         time.sleep(2)
         code, out = doctor(d, "--json")
         j = json.loads(out)
         assert code == 0 and j["verdict"] == "healthy", out
         assert j["sessions"][0]["bound"] == "the consumer"
-    finally:
-        stop.set()
-        t.join(30)
 
 
 def test_doctor_without_a_daemon_exits_3(daemon):
@@ -78,15 +81,13 @@ def test_doctor_points_at_slow_storage(stoker, daemon_factory, tmp_path_factory)
     root = str(tmp_path_factory.mktemp("slowdisk"))
     files = make_dataset(os.path.join(root, "imgs"), classes=2, per_class=60, sizes=(48, 64),
                          seed=8)
+    d = daemon_factory(workers=1, data_root=root,
+                       extra_args=["--io-threads", "0", "--simulate-read-latency-us", "40000"])
     evict(root)
     if cached(files[0][0]):
         pytest.skip("this file system keeps the files cached (DONTNEED ignored)")
-    d = daemon_factory(workers=1, data_root=root,
-                       extra_args=["--io-threads", "0", "--simulate-read-latency-us", "40000"])
-    stop = threading.Event()
-    t = threading.Thread(target=consume, args=(stoker, d.socket, 0, stop, "uint8"))
-    t.start()
-    try:
+    evict(root)  # the probe itself starts the kernel's readahead of that file
+    with trainer(stoker, d.socket, 0, "uint8"):
         time.sleep(0.5)
         code, out = doctor(d, "--json")
         j = json.loads(out)
@@ -94,6 +95,3 @@ def test_doctor_points_at_slow_storage(stoker, daemon_factory, tmp_path_factory)
         assert code == 2 and s["bound"] == "read", out
         assert s["read_ms"] > 10 * max(s["decode_ms"], s["augment_ms"])
         assert any(a.startswith("readahead on slow storage: it is off") for a in s["advice"])
-    finally:
-        stop.set()
-        t.join(60)

@@ -1,0 +1,205 @@
+#!/usr/bin/python3
+"""stokerd --workers auto against every fixed worker count, side by side.
+
+    /usr/bin/python3 bench/autotune.py [--quick] [--rounds N] [--seconds S]
+        [--steps 0,20,50,200] [--build build] [--data bench/data] [--out bench]
+
+Writes bench/AUTOTUNE.md (and the raw numbers in bench/out/autotune.json);
+bench/run.sh runs it after bench/formats.py. It uses bench/make_data.py's
+sets (bench/run.sh makes them): ImageNet-like (train 224 f32 NCHW, batch 64) and the
+large photos (train 224 f32 NCHW, batch 16: a batch of 64 of them takes
+seconds, so every step time is data-bound there).
+
+For each set, each consumer and each daemon configuration (`--workers N` for
+N = 1 .. the CPUs, and `--workers auto`), in an order rotated each round, a
+fresh stokerd is started and one stoker.Loader consumes from it:
+  * the consumer models a GPU step: after each batch it sleeps the step time
+    (0: none, as fast as it can), using no CPU, as a GPU-bound trainer's main
+    process mostly does; so the daemon runs with --reserve-cpus 0 (its
+    default leaves one core to each trainer process, which would make auto
+    stop one worker short of the machine here);
+  * fixed counts: a 3 s warm-up, then `--seconds` measured;
+  * auto: it starts from one worker; the warm-up lasts until no decision was
+    made for 8 s (at most 60 s): the time of its last decision is its
+    convergence time; then `--seconds` measured, as for the fixed counts.
+Measured: images/s (batches taken x batch / wall time) and the producers'
+CPU (stokerd + its workers, from /proc) per image. Per consumer: the best
+fixed count by images/s (medians over the rounds), auto's images/s as a share
+of it (target >= 95%) and auto's CPU per image as a share of that count's
+(target <= 105%), and how many workers auto settled on.
+
+Nothing here asserts a timing (the tests do not either): AUTOTUNE.md says
+whether the targets were met on this machine.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from typing import Any, Dict, List
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import bench  # noqa: E402  (Daemon, CPU accounting, machine_info, log, tables)
+
+SETS = [  # (name, folder under --data, batch)
+    ("ImageNet-like", "imagenet_like", 64),
+    ("large photos", "large", 16),
+]
+
+
+def run_one(build: str, root: str, rel: str, batch: int, workers: str, step_s: float,
+            seconds: float, log_path: str) -> Dict[str, Any]:
+    import stoker
+    d = bench.Daemon(build, root, workers, log_path,
+                     ["--reserve-cpus", "0", "--decode-calibration", "off"])
+    try:
+        ld = stoker.Loader(rel, socket=d.socket, batch_size=batch, pipeline="train",
+                           dtype="float32", layout="nchw", ring_slots=4, timeout_ms=180000,
+                           client_name=f"autotune-{workers}")
+        it = iter(_forever(ld))
+        t0 = time.monotonic()
+        converged_s = 0.0
+        # Warm-up: fixed, 3 s; auto, until 8 s pass without a decision.
+        while True:
+            next(it)
+            time.sleep(step_s)
+            now = time.monotonic() - t0
+            if workers != "auto":
+                if now >= 3:
+                    break
+                continue
+            at = d.status()["autotune"]
+            last = at["decisions"][-1]["at_seconds"] if at.get("decisions") else 0.0
+            up = float(d.status()["uptime_seconds"])
+            if up - last >= 8 or now >= 60:
+                converged_s = last
+                break
+        cpu0 = sum(d.cpu())
+        w0 = time.monotonic()
+        images = 0
+        while time.monotonic() - w0 < seconds:
+            x, y = next(it)
+            images += len(y)
+            time.sleep(step_s)
+        wall = time.monotonic() - w0
+        cpu = sum(d.cpu()) - cpu0
+        at = d.status()["autotune"]
+        ld.close()
+        return dict(images_per_s=images / wall, cpu_per_image_ms=1000 * cpu / max(1, images),
+                    cpu_cores=cpu / wall, workers=int(at["workers"]),
+                    converged_s=converged_s, decisions=len(at.get("decisions", [])))
+    finally:
+        d.stop()
+
+
+def _forever(ld):
+    while True:
+        yield from ld
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--build", default=os.path.join(HERE, "..", "build"))
+    ap.add_argument("--data", default=os.path.join(HERE, "data"))
+    ap.add_argument("--out", default=HERE)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--seconds", type=float, default=8)
+    ap.add_argument("--steps", default="0,20,50,200", help="ms per batch, comma-separated")
+    ap.add_argument("--quick", action="store_true", help="one round, 4 s, ImageNet-like only")
+    args = ap.parse_args()
+    build = os.path.abspath(args.build)
+    sys.path.insert(0, os.path.join(build, "python"))
+    if args.quick:
+        args.rounds, args.seconds = 1, 4
+    steps = [float(s) for s in args.steps.split(",")]
+    data = os.path.abspath(args.quick and os.path.join(args.data, "quick") or args.data)
+    sets = SETS[:1] if args.quick else SETS
+    cpus = os.cpu_count() or 1
+    configs = [str(n) for n in range(1, cpus + 1)] + ["auto"]
+    out_dir = os.path.join(args.out, "out")
+    os.makedirs(out_dir, exist_ok=True)
+    log_path = os.path.join(out_dir, "autotune-stokerd.log")
+    info = bench.machine_info(build)
+    started = time.time()
+    runs: Dict[str, Dict[str, List[Dict[str, Any]]]] = {}
+    for r in range(args.rounds):
+        for name, rel, batch in sets:
+            if not os.path.isdir(os.path.join(data, rel)):
+                raise SystemExit(f"no {os.path.join(data, rel)}: run bench/make_data.py first")
+            for step in steps:
+                key = f"{name}|{step:g}"
+                order = configs[r % len(configs):] + configs[:r % len(configs)]
+                for cfg in order:
+                    res = run_one(build, data, rel, batch, cfg, step / 1000, args.seconds,
+                                  log_path)
+                    bench.log(f"round {r + 1} {name} step {step:g} ms workers {cfg}: "
+                              f"{res['images_per_s']:.0f} img/s, {res['cpu_per_image_ms']:.2f} "
+                              f"CPU-ms/img, {res['workers']} workers")
+                    runs.setdefault(key, {}).setdefault(cfg, []).append(res)
+    with open(os.path.join(out_dir, "autotune.json"), "w") as f:
+        json.dump(dict(info=info, runs=runs), f, indent=1)
+    write(os.path.join(args.out, "AUTOTUNE.md"), info, args, runs, configs, sets, steps,
+          time.time() - started)
+    return 0
+
+
+def med(rs: List[Dict[str, Any]], k: str) -> float:
+    return statistics.median(x[k] for x in rs)
+
+
+def write(path: str, info: Dict[str, str], args, runs, configs, sets, steps,
+          took_s: float) -> None:
+    lines = [
+        "# stokerd --workers auto against fixed worker counts", "",
+        f"Generated by `bench/autotune.py` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} "
+        f"in {took_s / 60:.1f} min ({args.rounds} round(s), {args.seconds:g} s measured per "
+        "configuration). Regenerated on every run; the module's docstring says how it measures.",
+        "",
+        f"- CPU: {info['cpu']}, {info['cores']} cores, {info['memory']} RAM; {info['os']}; "
+        f"stokerd {info['stokerd']}; load average at the end: {bench.loadavg()}.",
+        "- Consumer: one stoker.Loader (train, 224 f32 NCHW) that sleeps the step time after "
+        "each batch (a modelled GPU step, no CPU); stokerd --reserve-cpus 0.",
+        "",
+        "Images/s (medians over the rounds) and the producers' CPU-ms per image; auto: the "
+        "workers it settled on and when its last decision was made.", "",
+    ]
+    head = ["set", "step ms/batch"] + [f"{c} worker(s)" for c in configs[:-1]] + [
+        "auto", "auto workers", "converged at", "auto / best fixed (target >= 95%)",
+        "auto CPU / best's (target <= 105%)"]
+    rows = []
+    verdicts = []
+    for name, _, batch in sets:
+        for step in steps:
+            key = f"{name}|{step:g}"
+            r = runs.get(key, {})
+            if not r:
+                continue
+            fixed = {c: (med(r[c], "images_per_s"), med(r[c], "cpu_per_image_ms"))
+                     for c in configs[:-1]}
+            best = max(fixed, key=lambda c: fixed[c][0])
+            a_rate, a_cpu = med(r["auto"], "images_per_s"), med(r["auto"], "cpu_per_image_ms")
+            share = a_rate / fixed[best][0]
+            cpu_share = a_cpu / fixed[best][1]
+            rows.append([f"{name} (batch {batch})", f"{step:g}"] +
+                        [f"{fixed[c][0]:.0f} ({fixed[c][1]:.2f} ms)" for c in configs[:-1]] +
+                        [f"{a_rate:.0f} ({a_cpu:.2f} ms)",
+                         "/".join(str(x["workers"]) for x in r["auto"]),
+                         "/".join(f"{x['converged_s']:.0f} s" for x in r["auto"]),
+                         f"{100 * share:.0f}% of {best}", f"{100 * cpu_share:.0f}%"])
+            verdicts.append(
+                f"- {name}, step {step:g} ms: auto {100 * share:.0f}% of the best fixed count "
+                f"({best}) — {'**met**' if share >= 0.95 else '**missed**'}; CPU per image "
+                f"{100 * cpu_share:.0f}% of its — {'**met**' if cpu_share <= 1.05 else '**missed**'}.")
+    lines.append(bench.md_table(rows, head))
+    lines += ["", "## Targets", ""] + verdicts + [""]
+    with open(path, "w") as f:
+        f.write("\n".join(lines))
+    bench.log(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
