@@ -90,18 +90,22 @@ uint32_t Autotuner::Observe(const AutotuneSample& s) {
   const double wait = window_wait_share();
   const double rate = window_rate();
   const double busy = window_busy();
+  // A rate needs samples enough to mean something: a few per worker.
+  const bool counted = win_samples_ >= uint64_t{o_.min_samples_per_worker} * target_ ||
+                       win_ns_ >= o_.max_window_ns;
 
   // 2. Probation.
   if (probation_) {
-    if (win_ns_ < o_.grow_dwell_ns) {
-      phase_ = absl::StrFormat("probation: %d workers, measured %s of %s", target_,
-                               Seconds(win_ns_), Seconds(o_.grow_dwell_ns));
+    if (win_ns_ < o_.grow_dwell_ns || !counted) {
+      phase_ = absl::StrFormat("probation: %d workers, measured %s (%d samples)", target_,
+                               Seconds(win_ns_), win_samples_);
       return target_;
     }
     probation_ = false;
-    // The stall promised up to 1 / (1 - wait) - 1 more; half of it is asked.
+    // The stall promised up to 1 / (1 - wait) - 1 more; a quarter is asked:
+    // enough to tell a gain from none through the noise of a short window.
     const double promised = std::min(1.0, probation_wait_ / std::max(0.05, 1 - probation_wait_));
-    const double wanted = std::max(0.02, promised / 2);
+    const double wanted = std::max(0.05, promised / 4);
     if (wait >= o_.grow_wait_share && rate < probation_rate_ * (1 + wanted)) {
       // Each time the same size fails again, it is left alone twice as long.
       ceiling_strikes_ = target_ == last_ceiling_ ? std::min(ceiling_strikes_ + 1, 4u) : 0;
@@ -124,7 +128,7 @@ uint32_t Autotuner::Observe(const AutotuneSample& s) {
 
   // 3. Grow.
   const uint32_t cap = ceiling_ != 0 ? std::min(hi, ceiling_ - 1) : hi;
-  if (win_ns_ >= o_.grow_dwell_ns && wait >= o_.grow_wait_share && target_ < cap) {
+  if (win_ns_ >= o_.grow_dwell_ns && counted && wait >= o_.grow_wait_share && target_ < cap) {
     const uint32_t step =
         careful_ ? 1u : std::max(1u, static_cast<uint32_t>(std::ceil(target_ * wait)));
     const uint32_t to = std::min(cap, target_ + step);
@@ -146,7 +150,7 @@ uint32_t Autotuner::Observe(const AutotuneSample& s) {
 
   // 4. Shrink.
   const uint32_t keep = std::max(lo, floor_);
-  if (win_ns_ >= o_.shrink_dwell_ns && wait < o_.idle_wait_share && target_ > keep &&
+  if (win_ns_ >= o_.shrink_dwell_ns && counted && wait < o_.idle_wait_share && target_ > keep &&
       busy <= (target_ - 1) * o_.shrink_busy) {
     shrunk_from_ = target_;
     shrunk_at_ns_ = s.now_ns;

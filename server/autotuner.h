@@ -26,9 +26,10 @@
 //      (max_workers follows the CPU budget and the trainers attached: the
 //      caller passes it in every sample).
 //   2. Probation: after a grow, once grow_dwell_ns have been measured, the
-//      rate must have risen by at least the gain the stall promised (half
-//      of it; at least 2%) while a trainer still waited; else the grow is
-//      undone and its size becomes a ceiling. Otherwise it is kept.
+//      rate must have risen by a quarter of the gain the stall promised
+//      (1 / (1 - wait) - 1, at most 100%; at least 5%) while a trainer still
+//      waited; else the grow is undone and its size becomes a ceiling.
+//      Otherwise it is kept.
 //   3. Grow: after grow_dwell_ns, when a trainer waited >= grow_wait_share of
 //      the window and the target is below max_workers (and the ceiling), by
 //      ceil(target * wait share) workers, at least 1; once a grow has been
@@ -38,6 +39,8 @@
 //      shrink_busy each, by one worker (never below the floor).
 //   5. A window with no session attached is dropped: nothing is decided on
 //      an idle daemon (its workers stay as they are).
+// A window is long enough for a decision once it spans its dwell and holds
+// min_samples_per_worker samples per worker (or spans max_window_ns).
 // Every change is a Decision with the reason in plain words, kept (the last
 // kMaxDecisions) for Status and logged by the caller. Hysteresis: the grow
 // and shrink thresholds are far apart (5% vs 1% wait), a change needs a
@@ -69,6 +72,11 @@ struct AutotuneOptions {
   double idle_wait_share = 0.01;
   // Shrink when the busy load fits one worker less, each this busy.
   double shrink_busy = 0.75;
+  // A decision also waits for this many samples finished per worker in the
+  // window (a rate from a handful of large photos is noise), unless the
+  // window is already max_window_ns long.
+  uint32_t min_samples_per_worker = 8;
+  int64_t max_window_ns = 20'000'000'000;
   // How long a ceiling holds (at first), and how soon after a shrink a
   // stall makes the size shrunk from a floor.
   int64_t hold_ns = 60'000'000'000;
