@@ -22,6 +22,10 @@ double Autotuner::window_wait_share() const { return win_ns_ > 0 ? win_wait_ns_ 
 
 double Autotuner::window_rate() const { return win_ns_ > 0 ? win_samples_ * 1e9 / win_ns_ : 0; }
 
+double Autotuner::window_cpu() const {
+  return win_ns_ > 0 ? static_cast<double>(win_cpu_ns_) / win_ns_ : 0;
+}
+
 double Autotuner::window_busy() const {
   return win_ns_ > 0 ? static_cast<double>(win_busy_ns_) / win_ns_ : 0;
 }
@@ -31,6 +35,7 @@ void Autotuner::ResetWindow() {
   win_wait_ns_ = 0;
   win_samples_ = 0;
   win_busy_ns_ = 0;
+  win_cpu_ns_ = 0;
 }
 
 void Autotuner::Change(int64_t now_ns, uint32_t to, std::string reason) {
@@ -87,6 +92,7 @@ uint32_t Autotuner::Observe(const AutotuneSample& s) {
   win_wait_ns_ += s.wait_share * s.elapsed_ns;
   win_samples_ += s.samples;
   win_busy_ns_ += s.busy_ns;
+  win_cpu_ns_ += s.cpu_ns;
   const double wait = window_wait_share();
   const double rate = window_rate();
   const double busy = window_busy();
@@ -106,7 +112,11 @@ uint32_t Autotuner::Observe(const AutotuneSample& s) {
     // enough to tell a gain from none through the noise of a short window.
     const double promised = std::min(1.0, probation_wait_ / std::max(0.05, 1 - probation_wait_));
     const double wanted = std::max(0.05, promised / 4);
-    if (wait >= o_.grow_wait_share && rate < probation_rate_ * (1 + wanted)) {
+    const double cpu = window_cpu();
+    const bool rate_gain = rate >= probation_rate_ * (1 + wanted);
+    const bool cpu_gain = probation_cpu_ > 0 && cpu >= probation_cpu_ * (1 + wanted) &&
+                          rate >= probation_rate_ * (1 - wanted);
+    if (wait >= o_.grow_wait_share && !rate_gain && !cpu_gain) {
       // Each time the same size fails again, it is left alone twice as long.
       ceiling_strikes_ = target_ == last_ceiling_ ? std::min(ceiling_strikes_ + 1, 4u) : 0;
       last_ceiling_ = target_;
@@ -115,11 +125,12 @@ uint32_t Autotuner::Observe(const AutotuneSample& s) {
       ceiling_until_ns_ = s.now_ns + hold;
       careful_ = true;  // the next grows go one worker at a time
       Change(s.now_ns, probation_from_,
-             absl::StrFormat("%d workers made %.0f samples/s against %.0f with %d (under the "
-                             "%+.0f%% wanted) while a trainer still waited %s: undone, "
-                             "%d not tried again for %s",
-                             ceiling_, rate, probation_rate_, probation_from_, wanted * 100,
-                             Percent(wait), ceiling_, Seconds(hold)));
+             absl::StrFormat("%d workers made %.0f samples/s on %.1f CPUs against %.0f on %.1f "
+                             "with %d (under the %+.0f%% wanted) while a trainer still waited "
+                             "%s: undone, %d not tried again for %s",
+                             ceiling_, rate, cpu, probation_rate_, probation_cpu_,
+                             probation_from_, wanted * 100, Percent(wait), ceiling_,
+                             Seconds(hold)));
       phase_ = "measuring";
       return target_;
     }
@@ -139,6 +150,7 @@ uint32_t Autotuner::Observe(const AutotuneSample& s) {
     probation_ = true;
     probation_from_ = target_;
     probation_rate_ = rate;
+    probation_cpu_ = window_cpu();
     probation_wait_ = wait;
     Change(s.now_ns, to,
            absl::StrFormat("a trainer waited for data %s of the last %s; workers %.1f of %d "

@@ -12,6 +12,9 @@
 //   busy        Worker-seconds of work per second over the window: the sum
 //               over workers of the share of time each held a task. 2.0 of
 //               a 4-worker pool: the load would fit in 2 at full speed.
+//   cpu         The workers' CPU seconds per second over the window: what
+//               they really got of the machine (busy workers on too few
+//               cores hold tasks without running).
 //   rate        Samples the workers finished per second (decoded or failed).
 //   ceiling     A size found not to help: a grow to it gave no gain, so it is
 //               not tried again for `hold_ns` (then it may be probed again;
@@ -26,10 +29,13 @@
 //      (max_workers follows the CPU budget and the trainers attached: the
 //      caller passes it in every sample).
 //   2. Probation: after a grow, once grow_dwell_ns have been measured, the
-//      rate must have risen by a quarter of the gain the stall promised
-//      (1 / (1 - wait) - 1, at most 100%; at least 5%) while a trainer still
-//      waited; else the grow is undone and its size becomes a ceiling.
-//      Otherwise it is kept.
+//      rate, or the workers' CPU (with the rate not clearly lower), must
+//      have risen by a quarter of the gain the stall promised (1 / (1 -
+//      wait) - 1, at most 100%; at least 5%) while a trainer still waited;
+//      else the grow is undone and its size becomes a ceiling. Otherwise it
+//      is kept. The CPU tells a gain where samples vary in cost (photos of
+//      2 to 20 MP: a short window's rate is noise); the rate tells it where
+//      workers wait on a disk.
 //   3. Grow: after grow_dwell_ns, when a trainer waited >= grow_wait_share of
 //      the window and the target is below max_workers (and the ceiling), by
 //      ceil(target * wait share) workers, at least 1; once a grow has been
@@ -93,6 +99,8 @@ struct AutotuneSample {
   uint64_t samples = 0;
   // Worker-nanoseconds spent holding tasks during the tick (all workers).
   int64_t busy_ns = 0;
+  // The workers' CPU time during the tick (0 where it is not known).
+  int64_t cpu_ns = 0;
   uint32_t sessions = 0;
   // The most workers allowed now (CPU budget less the trainers' reserve,
   // and any cap the operator set); at least 1.
@@ -127,6 +135,7 @@ class Autotuner {
   double window_wait_share() const;
   double window_rate() const;
   double window_busy() const;
+  double window_cpu() const;
   double window_seconds() const { return win_ns_ / 1e9; }
 
  private:
@@ -143,12 +152,14 @@ class Autotuner {
   double win_wait_ns_ = 0;  // sum of wait_share * elapsed
   uint64_t win_samples_ = 0;
   int64_t win_busy_ns_ = 0;
+  int64_t win_cpu_ns_ = 0;
   bool skip_tick_ = false;  // the tick after a change: workers starting or leaving
 
   // Probation after a grow: the size before and the rate then.
   bool probation_ = false;
   uint32_t probation_from_ = 0;
   double probation_rate_ = 0;
+  double probation_cpu_ = 0;
   double probation_wait_ = 0;
 
   uint32_t sessions_ = 0;  // as of the last sample

@@ -53,8 +53,12 @@ class Sim {
       if (m_.sessions > 0) {
         s.samples = static_cast<uint64_t>(delivered);
         s.wait_share = produce < m_.trainer_rate ? 1 - produce / m_.trainer_rate : 0;
-        // Each worker holds a task for the time its share of the work takes.
+        // Each worker holds a task for the time its share of the work takes;
+        // the CPU is the work done (a worker waiting on a disk or contending
+        // for a core holds its task without running).
         s.busy_ns = static_cast<int64_t>(n * (delivered / produce) * 1e9);
+        s.cpu_ns = static_cast<int64_t>(std::min<double>(delivered / m_.per_worker,
+                                                         std::min<double>(n, m_.cores)) * 1e9);
       }
       if (tuner_.Observe(s) != n) ++changes;
     }

@@ -303,11 +303,25 @@ uint32_t Engine::MaxWorkersLocked(double* reserved, uint32_t* trainers) const {
 void Engine::AutotuneLocked(int64_t now_ns) {
   const int64_t busy = pool_->BusyNs(now_ns);
   const uint64_t samples = batch_.samples_total + batch_.samples_failed_total;
+  // The live workers' CPU since the last tick (a worker started since counts
+  // from 0; one retired since, its last moments are lost).
+  std::map<pid_t, double> cpu_now;
+  double cpu_s = 0;
+  for (uint32_t w = 0; w < pool_->size(); ++w) {
+    const WorkerSlot& slot = pool_->worker(w);
+    if (slot.dead) continue;
+    const double c = pool_->CpuSeconds(w);
+    cpu_now[slot.pid] = c;
+    auto it = tune_cpu_.find(slot.pid);
+    cpu_s += std::max(0.0, c - (it != tune_cpu_.end() ? it->second : 0.0));
+  }
+  tune_cpu_.swap(cpu_now);
   AutotuneSample t;
   t.now_ns = now_ns;
   t.elapsed_ns = now_ns - tune_last_ns_;
   t.samples = samples - tune_samples_;
   t.busy_ns = busy - tune_busy_ns_;
+  t.cpu_ns = static_cast<int64_t>(cpu_s * 1e9);
   t.sessions = static_cast<uint32_t>(sessions_.size());
   for (auto& [id, s] : sessions_) {
     const uint64_t wait = s->ring->header()->client_wait_ns.load(std::memory_order_relaxed);

@@ -236,6 +236,7 @@ class Engine {
   int64_t tune_last_ns_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t tune_busy_ns_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t tune_samples_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<pid_t, double> tune_cpu_ ABSL_GUARDED_BY(mu_);  // workers' CPU s at the last tick
 };
 
 }  // namespace stoker
