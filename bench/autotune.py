@@ -21,7 +21,10 @@ fresh stokerd is started and one stoker.Loader consumes from it:
   * fixed counts: a 3 s warm-up, then `--seconds` measured;
   * auto: it starts from one worker; the warm-up lasts until no decision was
     made for 8 s (at most 60 s): the time of its last decision is its
-    convergence time; then `--seconds` measured, as for the fixed counts.
+    convergence time; then `--seconds` measured, as for the fixed counts;
+  * a measurement starts at an epoch's first batch and ends at an epoch's
+    last, `--seconds` at least: every configuration sees the same images
+    (the large photos' cost varies tenfold from one to the next).
 Measured: images/s (batches taken x batch / wall time) and the producers'
 CPU (stokerd, its live workers and the workers it retired and reaped, from
 /proc) per image. Per consumer: the best
@@ -74,14 +77,23 @@ def run_one(build: str, root: str, rel: str, batch: int, workers: str, step_s: f
     try:
         ld = stoker.Loader(rel, socket=d.socket, batch_size=batch, pipeline="train",
                            dtype="float32", layout="nchw", ring_slots=4, timeout_ms=180000,
-                           client_name=f"autotune-{workers}")
+                           client_name=f"autotune-{workers}", drop_last=True)
+        per_epoch = len(ld)  # batches
+        taken = 0
+
+        def take():
+            nonlocal taken
+            batch = next(it)
+            taken += 1
+            time.sleep(step_s)
+            return batch
+
         it = iter(_forever(ld))
         t0 = time.monotonic()
         converged_s = 0.0
         # Warm-up: fixed, 3 s; auto, until 8 s pass without a decision.
         while True:
-            next(it)
-            time.sleep(step_s)
+            take()
             now = time.monotonic() - t0
             if workers != "auto":
                 if now >= 3:
@@ -93,13 +105,15 @@ def run_one(build: str, root: str, rel: str, batch: int, workers: str, step_s: f
             if up - last >= 8 or now >= 60:
                 converged_s = last
                 break
+        # Measured over whole epochs, from an epoch's start: every
+        # configuration sees the same images (large photos vary 10x in cost).
+        while taken % per_epoch != 0:
+            take()
         cpu0 = producers_cpu(d)
         w0 = time.monotonic()
         images = 0
-        while time.monotonic() - w0 < seconds:
-            x, y = next(it)
-            images += len(y)
-            time.sleep(step_s)
+        while time.monotonic() - w0 < seconds or taken % per_epoch != 0:
+            images += len(take()[1])
         wall = time.monotonic() - w0
         cpu = producers_cpu(d) - cpu0
         at = d.status()["autotune"]
