@@ -71,12 +71,20 @@ absl::Status CheckShmBudget(uint64_t ring_bytes, const AttachLimits& limits) {
   const uint64_t left =
       limits.shm_used_bytes >= limits.shm_budget_bytes ? 0 : limits.shm_budget_bytes - limits.shm_used_bytes;
   if (ring_bytes <= left) return absl::OkStatus();
+  const std::string budget =
+      limits.shm_budget_default
+          ? absl::StrFormat("shared-memory budget of %.1f MiB (75%% of /dev/shm's free space "
+                            "when it started)",
+                            limits.shm_budget_bytes / 1048576.0)
+          : absl::StrFormat("--shm-budget-mb of %.1f MiB", limits.shm_budget_bytes / 1048576.0);
   return absl::ResourceExhaustedError(absl::StrFormat(
-      "the ring needs %.1f MiB of shared memory but stokerd's --shm-budget of %.1f MiB has "
-      "%.1f MiB left (%d other session(s) hold %.1f MiB): raise --shm-budget, or ask for fewer "
-      "ring_slots or a smaller batch or output",
-      ring_bytes / 1048576.0, limits.shm_budget_bytes / 1048576.0, left / 1048576.0,
-      limits.sessions, limits.shm_used_bytes / 1048576.0));
+      "the ring needs %.1f MiB of shared memory but stokerd's %s has %.1f MiB left (%d other "
+      "session(s) hold %.1f MiB): %s, or ask for fewer ring_slots or a smaller batch or output",
+      ring_bytes / 1048576.0, budget, left / 1048576.0, limits.sessions,
+      limits.shm_used_bytes / 1048576.0,
+      limits.shm_budget_default
+          ? "give the container a larger /dev/shm (e.g. --shm-size) or set --shm-budget-mb"
+          : "raise --shm-budget-mb"));
 }
 
 absl::StatusOr<AttachPlan> PlanSession(const v1::AttachRequest& req, const RequestPlan& request,

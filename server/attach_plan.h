@@ -78,6 +78,8 @@ struct AttachLimits {
   // sessions' rings hold of it. budget 0: not checked.
   uint64_t shm_budget_bytes = 0;
   uint64_t shm_used_bytes = 0;
+  // The budget is the default (a share of /dev/shm), not --shm-budget-mb.
+  bool shm_budget_default = false;
   uint32_t sessions = 0;  // holding shm_used_bytes
 };
 

@@ -200,9 +200,14 @@ TEST_CASE("PlanSession keeps all sessions' rings within the shm budget") {
   limits.shm_used_bytes += 1;
   absl::Status st = PlanError(req, 10, limits);
   CHECK(st.code() == absl::StatusCode::kResourceExhausted);
-  CHECK(st.message().find("--shm-budget of 0.0 MiB has 0.0 MiB left (3 other session(s)") !=
+  CHECK(st.message().find("--shm-budget-mb of 0.0 MiB has 0.0 MiB left (3 other session(s)") !=
         absl::string_view::npos);
-  CHECK(st.message().find("raise --shm-budget") != absl::string_view::npos);
+  CHECK(st.message().find("raise --shm-budget-mb") != absl::string_view::npos);
+  limits.shm_budget_default = true;  // a share of /dev/shm: the fix is a larger one
+  st = PlanError(req, 10, limits);
+  CHECK(st.message().find("75% of /dev/shm's free space") != absl::string_view::npos);
+  CHECK(st.message().find("give the container a larger /dev/shm") != absl::string_view::npos);
+  limits.shm_budget_default = false;
   limits.shm_used_bytes = 20000;  // over already (a budget lowered by a restart): no underflow
   CHECK(CheckShmBudget(1, limits).code() == absl::StatusCode::kResourceExhausted);
   limits.shm_budget_bytes = 0;  // unchecked

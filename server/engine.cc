@@ -283,6 +283,7 @@ CpuBudget Engine::ReadBudget() const {
 
 void Engine::ShmBudgetLocked(AttachLimits* limits) const {
   limits->shm_budget_bytes = shm_budget_bytes_;
+  limits->shm_budget_default = config_.shm_budget_bytes == 0;
   limits->shm_used_bytes = 0;
   for (const auto& [id, s] : sessions_) limits->shm_used_bytes += s->plan.ring_bytes;
   limits->sessions = static_cast<uint32_t>(sessions_.size());
@@ -351,34 +352,14 @@ void Engine::AutotuneLocked(int64_t now_ns) {
 }
 
 void Engine::ExportAutotuneLocked(v1::AutotuneStatus* out) const {
-  double reserved;
-  uint32_t trainers;
-  const uint32_t most = MaxWorkersLocked(&reserved, &trainers);
-  out->set_mode(autotuner_ != nullptr ? "auto" : "fixed");
-  out->set_workers(pool_->active());
-  out->set_cpu_budget(budget_.cpus);
-  out->set_cpu_budget_source(budget_.source);
-  out->set_trainers(trainers);
-  out->set_workers_cap(config_.workers_max);
-  if (autotuner_ == nullptr) {
-    out->set_max_workers(pool_->active());
-    out->set_phase(absl::StrCat("fixed at ", pool_->active(), " (--workers)"));
-    return;
-  }
-  out->set_max_workers(most);
-  out->set_reserved_cpus(reserved);
-  out->set_phase(autotuner_->phase());
-  out->set_window_wait_share(autotuner_->window_wait_share());
-  out->set_window_samples_per_second(autotuner_->window_rate());
-  out->set_window_busy_workers(autotuner_->window_busy());
-  out->set_window_seconds(autotuner_->window_seconds());
-  for (const AutotuneDecision& d : autotuner_->decisions()) {
-    auto* o = out->add_decisions();
-    o->set_at_seconds((d.at_ns - start_ns_) / 1e9);
-    o->set_from_workers(d.from);
-    o->set_to_workers(d.to);
-    o->set_reason(d.reason);
-  }
+  PoolSizing p;
+  p.tuner = autotuner_.get();
+  p.budget = budget_;
+  p.active = pool_->active();
+  p.max_workers = MaxWorkersLocked(&p.reserved_cpus, &p.trainers);
+  p.workers_cap = config_.workers_max;
+  p.start_ns = start_ns_;
+  ExportAutotune(p, out);
 }
 
 void Engine::MapRingsLocked(uint32_t w) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "server/latency.h"
 
 namespace stoker {
@@ -69,6 +70,35 @@ void ExportWorkers(const WorkerPool& pool, v1::StatusResponse* r) {
     ws->set_samples_failed(w.samples_failed);
     ws->set_in_flight(static_cast<uint32_t>(w.in_flight.size()));
     ws->set_cpu_seconds(pool.CpuSeconds(i));
+  }
+}
+
+void ExportAutotune(const PoolSizing& p, v1::AutotuneStatus* out) {
+  out->set_mode(p.tuner != nullptr ? "auto" : "fixed");
+  out->set_workers(p.active);
+  out->set_cpu_budget(p.budget.cpus);
+  out->set_cpu_budget_source(p.budget.source);
+  out->set_trainers(p.trainers);
+  out->set_workers_cap(p.workers_cap);
+  if (p.tuner == nullptr) {
+    out->set_max_workers(p.active);
+    out->set_phase(absl::StrCat("fixed at ", p.active, " (--workers)"));
+    return;
+  }
+  const Autotuner& t = *p.tuner;
+  out->set_max_workers(p.max_workers);
+  out->set_reserved_cpus(p.reserved_cpus);
+  out->set_phase(t.phase());
+  out->set_window_wait_share(t.window_wait_share());
+  out->set_window_samples_per_second(t.window_rate());
+  out->set_window_busy_workers(t.window_busy());
+  out->set_window_seconds(t.window_seconds());
+  for (const AutotuneDecision& d : t.decisions()) {
+    auto* o = out->add_decisions();
+    o->set_at_seconds((d.at_ns - p.start_ns) / 1e9);
+    o->set_from_workers(d.from);
+    o->set_to_workers(d.to);
+    o->set_reason(d.reason);
   }
 }
 

@@ -11,7 +11,9 @@
 #include <cstdint>
 #include <string_view>
 
+#include "server/autotuner.h"
 #include "server/config.h"
+#include "server/cpu_budget.h"
 #include "server/failure_memory.h"
 #include "server/image/decode_planner.h"
 #include "server/prefetch.h"
@@ -39,8 +41,24 @@ void ExportDecodeCalibration(const image::DecodeCalibration& cal, const std::str
                              v1::DecodeCalibrationStatus* out);
 
 // One WorkerStatus per slot, in slot order (a dead slot: pid 0, state
-// "restarting", 0 CPU seconds).
+// "restarting", 0 CPU seconds; a retiring one "retiring"; a retired one is
+// left out).
 void ExportWorkers(const WorkerPool& pool, v1::StatusResponse* out);
+
+// How the pool is sized (v1::AutotuneStatus). `tuner` null: --workers N.
+// `active` workers now; `max_workers`, `reserved_cpus`, `trainers`: as the
+// engine computes them now; decisions' times are from `start_ns`.
+struct PoolSizing {
+  const Autotuner* tuner = nullptr;
+  CpuBudget budget;
+  uint32_t active = 0;
+  uint32_t max_workers = 0;
+  double reserved_cpus = 0;
+  uint32_t trainers = 0;
+  uint32_t workers_cap = 0;  // --workers-max
+  int64_t start_ns = 0;
+};
+void ExportAutotune(const PoolSizing& p, v1::AutotuneStatus* out);
 
 // One session at `now_ns`: its client, progress, ring occupancy, latencies,
 // rate, decode paths; with `include_failures`, its first kMaxFailuresListed failures by

@@ -201,7 +201,7 @@ def test_the_shm_budget_is_shared_by_all_sessions(stoker, daemon_factory):
     st = stoker.Client(d.socket).status()
     assert int(st["shm_budget_bytes"]) == 1 << 20
     assert int(st["shm_used_bytes"]) == 2 * 393216
-    with pytest.raises(stoker.ResourceExhaustedError, match=r"--shm-budget of 1\.0 MiB"):
+    with pytest.raises(stoker.ResourceExhaustedError, match=r"--shm-budget-mb of 1\.0 MiB"):
         stoker.Loader("imgs", **kw).attach()
     a.close()
     with stoker.Loader("imgs", **kw) as c:
