@@ -68,6 +68,13 @@ absl::Status WritePrivateFile(const std::string& path, const std::string& text) 
 }
 
 
+// Free bytes of /dev/shm; nullopt when statvfs cannot tell.
+std::optional<uint64_t> ShmFreeBytes() {
+  struct statvfs vfs;
+  if (::statvfs("/dev/shm", &vfs) != 0) return std::nullopt;
+  return uint64_t{vfs.f_bavail} * vfs.f_frsize;
+}
+
 // ListSamples' page: the default and the largest.
 constexpr uint32_t kDefaultListLimit = 4096;
 constexpr uint32_t kMaxListLimit = 65536;
@@ -182,12 +189,7 @@ absl::Status Engine::Start() {
     }
   }
   shm_budget_bytes_ = config_.shm_budget_bytes;
-  if (shm_budget_bytes_ == 0) {
-    struct statvfs vfs;
-    if (::statvfs("/dev/shm", &vfs) == 0) {
-      shm_budget_bytes_ = uint64_t{vfs.f_bavail} * vfs.f_frsize / 4 * 3;
-    }
-  }
+  if (shm_budget_bytes_ == 0) shm_budget_bytes_ = ShmFreeBytes().value_or(0) / 4 * 3;
   shm_tag_ = absl::StrFormat(
       "%08x", static_cast<uint32_t>(std::hash<std::string>{}(
                   absl::StrCat(config_.socket_path, ":", ::getuid()))));
@@ -302,6 +304,7 @@ uint32_t Engine::MaxWorkersLocked(double* reserved, uint32_t* trainers) const {
 }
 
 void Engine::AutotuneLocked(int64_t now_ns) {
+  if (autotuner_ == nullptr) return;  // --workers N: nothing to measure for
   const int64_t busy = pool_->BusyNs(now_ns);
   const uint64_t samples = batch_.samples_total + batch_.samples_failed_total;
   // The live workers' CPU since the last tick (a worker started since counts
@@ -338,7 +341,7 @@ void Engine::AutotuneLocked(int64_t now_ns) {
   tune_last_ns_ = now_ns;
   tune_busy_ns_ = busy;
   tune_samples_ = samples;
-  if (autotuner_ == nullptr || t.elapsed_ns <= 0) return;
+  if (t.elapsed_ns <= 0) return;
   const size_t before = autotuner_->decisions().size();
   const uint32_t target = autotuner_->Observe(t);
   if (autotuner_->decisions().size() != before || target != pool_->active()) {
@@ -403,9 +406,7 @@ absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) 
     absl::MutexLock l(&mu_);
     ShmBudgetLocked(&limits);
   }
-  struct statvfs vfs;
-  if (::statvfs("/dev/shm", &vfs) == 0)
-    limits.shm_free_bytes = uint64_t{vfs.f_bavail} * vfs.f_frsize;
+  limits.shm_free_bytes = ShmFreeBytes();
   auto plan = PlanSession(req, *request, ds->size(), limits);
   if (!plan.ok()) return plan.status();
 
