@@ -1,5 +1,7 @@
 #include "server/attach_plan.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "server/lower_pipeline.h"
@@ -40,8 +42,9 @@ absl::StatusOr<RequestPlan> PlanRequest(const v1::AttachRequest& req) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", req.rank(), " is not below world_size ", r.world_size));
   }
-  r.slots = req.ring_slots() == 0 ? kDefaultSlots : req.ring_slots();
-  if (r.slots < 2 || r.slots > kMaxSlotsPerSession) {
+  r.depth = req.ring_slots() == 0 ? kDefaultSlots : req.ring_slots();
+  r.slots = req.ring_slots() == 0 ? kMaxAdaptiveSlots : req.ring_slots();
+  if (r.depth < 2 || r.slots > kMaxSlotsPerSession) {
     return absl::InvalidArgumentError(
         absl::StrCat("ring_slots must be within 2..", kMaxSlotsPerSession));
   }
@@ -120,7 +123,7 @@ absl::StatusOr<AttachPlan> PlanSession(const v1::AttachRequest& req, const Reque
     p.total_batches = end - p.start_global;
   }
   const image::PipelineParams& params = p.params();
-  const uint32_t slots = request.slots;
+  const uint32_t slots = request.depth;
   p.variable_size = params.out_height == 0;
   p.sample_bytes = image::MaxSampleBytes(params);
   p.ring_bytes = p.sample_bytes * req.batch_size() * slots;
@@ -132,6 +135,14 @@ absl::StatusOr<AttachPlan> PlanSession(const v1::AttachRequest& req, const Reque
         limits.max_ring_bytes));
   }
   if (absl::Status st = CheckShmBudget(p.ring_bytes, limits); !st.ok()) return st;
+  // A ring that may deepen has only the slots that could ever fit: doubling
+  // the depth within --max-ring-bytes and the budget.
+  const uint64_t slot_data = p.sample_bytes * req.batch_size();
+  uint64_t cap = limits.max_ring_bytes;
+  if (limits.shm_budget_bytes != 0) cap = std::min(cap, limits.shm_budget_bytes);
+  while (p.request.slots > p.request.depth && slot_data * p.request.slots > cap) {
+    p.request.slots = std::max(p.request.depth, p.request.slots / 2);
+  }
   if (limits.shm_free_bytes.has_value()) {
     const uint64_t free_bytes = *limits.shm_free_bytes;
     if (p.ring_bytes + (1u << 20) > free_bytes) {
@@ -147,6 +158,7 @@ absl::StatusOr<AttachPlan> PlanSession(const v1::AttachRequest& req, const Reque
 RingSpec RingSpecFor(const AttachPlan& plan, uint64_t session_number, uint32_t shm_mode) {
   RingSpec rs;
   rs.slot_count = plan.slots();
+  rs.depth = plan.depth();
   rs.batch_size = plan.batch_size();
   if (plan.variable_size) {
     rs.variable_bytes = plan.sample_bytes;

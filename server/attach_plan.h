@@ -34,6 +34,10 @@ namespace stoker {
 // Ring slots when the request says 0, and the most a session may have.
 inline constexpr uint32_t kDefaultSlots = 4;
 inline constexpr uint32_t kMaxSlotsPerSession = 64;
+// A request that leaves ring_slots at 0 gets a ring of kDefaultSlots that
+// may deepen (server/ring_depth.h) up to this many slots, within
+// --max-ring-bytes and the shared-memory budget.
+inline constexpr uint32_t kMaxAdaptiveSlots = 16;
 // A dataset path longer than this is refused (it could not name a file).
 inline constexpr size_t kMaxDatasetBytes = 4096;
 
@@ -56,6 +60,8 @@ absl::StatusOr<PipelinePlan> PlanPipeline(const v1::PipelineSpec& spec, uint32_t
 // What an AttachRequest asks, checked without its dataset.
 struct RequestPlan {
   uint32_t world_size = 1;  // the request's, 0 taken as 1
+  // The ring's first depth, and its slots (more when it may deepen).
+  uint32_t depth = kDefaultSlots;
   uint32_t slots = kDefaultSlots;
   bool policy_error = false;  // FAILURE_POLICY_ERROR (else skip)
   PipelinePlan pipeline;
@@ -96,10 +102,13 @@ struct AttachPlan {
   // Any-size output (batch 1): one sample fills its slot.
   bool variable_size = false;
   uint64_t sample_bytes = 0;  // capacity per sample (variable: the slot's)
-  uint64_t ring_bytes = 0;    // of sample data: sample_bytes * batch * slots
+  uint64_t ring_bytes = 0;    // of sample data at the first depth: sample_bytes * batch * depth
 
   uint32_t batch_size() const { return sampler.batch_size; }
+  // The ring's slot count, and the first depth (<= slots; equal unless the
+  // ring may deepen).
   uint32_t slots() const { return request.slots; }
+  uint32_t depth() const { return request.depth; }
   const image::PipelineParams& params() const { return request.pipeline.params; }
 };
 

@@ -61,7 +61,8 @@ TEST_CASE("PlanRequest refuses what needs no dataset, first fault first") {
   r.set_failure_policy(v1::FAILURE_POLICY_ERROR);
   auto plan = PlanRequest(r);
   REQUIRE(plan.ok());
-  CHECK(plan->slots == kDefaultSlots);
+  CHECK(plan->depth == kDefaultSlots);  // ring_slots 0: a ring that may deepen
+  CHECK(plan->slots == kMaxAdaptiveSlots);
   CHECK(plan->world_size == 1);
   CHECK(plan->policy_error);
 }
@@ -212,6 +213,31 @@ TEST_CASE("PlanSession keeps all sessions' rings within the shm budget") {
   CHECK(CheckShmBudget(1, limits).code() == absl::StatusCode::kResourceExhausted);
   limits.shm_budget_bytes = 0;  // unchecked
   CHECK(CheckShmBudget(uint64_t{1} << 40, limits).ok());
+}
+
+TEST_CASE("a ring that may deepen has only the slots --max-ring-bytes and the budget allow") {
+  v1::AttachRequest req = SmallRequest("list.txt", 4, 2);  // 768 bytes a slot
+  req.set_ring_slots(0);
+  AttachLimits limits;
+  AttachPlan p = MustPlan(req, 10, limits);
+  CHECK(p.depth() == kDefaultSlots);
+  CHECK(p.slots() == kMaxAdaptiveSlots);
+  CHECK(p.ring_bytes == 768 * kDefaultSlots);  // what it holds at first
+  RingSpec rs = RingSpecFor(p, 1, 0600);
+  CHECK(rs.slot_count == kMaxAdaptiveSlots);
+  CHECK(rs.depth == kDefaultSlots);
+  limits.max_ring_bytes = 768 * 10;  // 8 slots fit, 16 do not: doubling stops at 8
+  CHECK(MustPlan(req, 10, limits).slots() == 8);
+  limits.max_ring_bytes = 1 << 30;
+  limits.shm_budget_bytes = 768 * 5;  // the base fits, no deeper
+  p = MustPlan(req, 10, limits);
+  CHECK(p.slots() == kDefaultSlots);
+  CHECK(p.depth() == kDefaultSlots);
+  req.set_ring_slots(6);  // asked for: fixed
+  limits = AttachLimits{};
+  p = MustPlan(req, 10, limits);
+  CHECK(p.slots() == 6);
+  CHECK(p.depth() == 6);
 }
 
 TEST_CASE("an any-size output gives each sample its whole slot") {

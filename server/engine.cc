@@ -265,6 +265,7 @@ absl::Status Engine::Start() {
     batch_.prefetch = prefetch_.get();
     batch_.failure_memory = &failure_memory_;
     batch_.on_event = [this] { cv_.notify_all(); };
+    batch_.clock = clock_;
     pool_ = std::make_unique<WorkerPool>(launcher_, clock_, &poller_, config_.task_timeout_ms);
     if (absl::Status st = pool_->Start(n); !st.ok()) return st;
     state_ = "serving";
@@ -287,7 +288,13 @@ void Engine::ShmBudgetLocked(AttachLimits* limits) const {
   limits->shm_budget_bytes = shm_budget_bytes_;
   limits->shm_budget_default = config_.shm_budget_bytes == 0;
   limits->shm_used_bytes = 0;
-  for (const auto& [id, s] : sessions_) limits->shm_used_bytes += s->plan.ring_bytes;
+  for (const auto& [id, s] : sessions_) {
+    // What the ring holds of /dev/shm: its first depth's data until Attach
+    // made it, then every slot it committed.
+    limits->shm_used_bytes += s->ring != nullptr ? s->ring->geometry().slot_bytes *
+                                                       s->ring->committed_slots()
+                                                 : s->plan.ring_bytes;
+  }
   limits->sessions = static_cast<uint32_t>(sessions_.size());
 }
 
@@ -350,6 +357,50 @@ void Engine::AutotuneLocked(int64_t now_ns) {
       spdlog::info("workers {} -> {}: {}", d.from, d.to, d.reason);
     }
     for (uint32_t w : pool_->Resize(target)) MapRingsLocked(w);
+    poller_.Wake();
+  }
+}
+
+void Engine::DeepenRingsLocked(int64_t now_ns) {
+  depth_last_ns_ = now_ns;
+  AttachLimits shm;
+  ShmBudgetLocked(&shm);
+  // A deeper ring leaves a quarter of the budget to sessions yet to attach.
+  const uint64_t cap = shm.shm_budget_bytes == 0 ? UINT64_MAX : shm.shm_budget_bytes / 4 * 3;
+  bool deepened = false;
+  for (auto& [id, s] : sessions_) {
+    if (s->depth_policy == nullptr || s->ended) continue;
+    RingDepthSample x;
+    x.now_ns = now_ns;
+    x.wait_ns = s->ring->header()->client_wait_ns.load(std::memory_order_relaxed);
+    x.full_ns = FullNs(*s, now_ns);
+    const uint64_t slot_bytes = s->ring->geometry().slot_bytes;
+    const uint64_t room_bytes = cap > shm.shm_used_bytes ? cap - shm.shm_used_bytes : 0;
+    const uint32_t room = static_cast<uint32_t>(
+        std::min<uint64_t>(room_bytes / slot_bytes, s->plan.slots()));
+    const std::string before = s->depth_policy->reason();
+    const uint32_t from = s->depth_policy->depth();
+    const uint32_t want = s->depth_policy->Observe(x, room);
+    if (want == 0) {
+      if (s->depth_policy->reason() != before) {
+        spdlog::info("session {}: ring stays at {} batches: {}", id, from,
+                     s->depth_policy->reason());
+      }
+      continue;
+    }
+    if (absl::Status st = s->ring->Commit(want); !st.ok()) {
+      spdlog::warn("session {}: ring stays at {} batches: {}", id, from, std::string(st.message()));
+      continue;
+    }
+    if (!SetDepth(*s, want)) continue;  // the client is behind a change: next tick
+    s->depth_policy->Deepened(want, now_ns);
+    shm.shm_used_bytes += slot_bytes * (want - from);
+    spdlog::info("session {}: ring {} -> {} batches from batch {}: {}", id, from, want,
+                 ring::DepthFrom(s->depth_word), s->depth_policy->reason());
+    deepened = true;
+  }
+  if (deepened) {
+    StartBatchesLocked();
     poller_.Wake();
   }
 }
@@ -434,6 +485,9 @@ absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) 
   ShmBudgetLocked(&limits);
   if (absl::Status st = CheckShmBudget(s->plan.ring_bytes, limits); !st.ok()) return st;
   InitSession(*s, clock_->NowNs());
+  if (s->plan.slots() > s->plan.depth()) {
+    s->depth_policy = std::make_unique<RingDepthPolicy>(s->plan.depth(), s->plan.slots());
+  }
   sessions_[s->id] = s;
   ++sessions_total_;
   for (uint32_t w = 0; w < pool_->size(); ++w) SendMapRing(*pool_, w, *s);
@@ -695,6 +749,7 @@ void Engine::TickerLoop() {
       }
       const int64_t now = clock_->NowNs();
       if (now - tune_last_ns_ >= kTuneEveryNs) AutotuneLocked(now);
+      if (now - depth_last_ns_ >= kTuneEveryNs) DeepenRingsLocked(now);
       const TickVerdict v = Tick(sessions_, now, config_.keepalive_grace_ms);
       for (const auto& id : v.stale) {
         ++sessions_reclaimed_;

@@ -22,6 +22,7 @@
 //   autotuner         --workers auto: the pool's size from the trainers'
 //                     waits, the workers' busy time and the rate; pure
 //   cpu_budget        the CPUs the daemon may use (cgroup, affinity)
+//   ring_depth        when a session's ring deepens (a bursty trainer); pure
 //
 // Threads
 //   - gRPC handler threads call Attach / Detach / KeepAlive / GetStatus /
@@ -32,7 +33,7 @@
 //     workers, redoing their samples.
 //   - One ticker thread bumps each ring's heartbeat, reclaims sessions
 //     whose client went away, and once a second feeds the autotuner and
-//     resizes the pool (--workers auto).
+//     resizes the pool (--workers auto) and deepens bursty sessions' rings.
 //   - One ReleaseWatcher thread per session sleeps on its ring's release
 //     futex and wakes the dispatcher when the client frees a slot.
 //
@@ -169,6 +170,8 @@ class Engine {
   // One autotuner tick (--workers auto): measures since the last one,
   // applies the target to the pool.
   void AutotuneLocked(int64_t now_ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Deepens the rings whose trainers consume in bursts (server/ring_depth.h).
+  void DeepenRingsLocked(int64_t now_ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ExportAutotuneLocked(v1::AutotuneStatus* out) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // UNAVAILABLE unless serving, RESOURCE_EXHAUSTED at --max-sessions.
   absl::Status RoomForSessionLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -234,6 +237,7 @@ class Engine {
   CpuBudget budget_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<Autotuner> autotuner_ ABSL_GUARDED_BY(mu_);  // null: fixed
   int64_t tune_last_ns_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t depth_last_ns_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t tune_busy_ns_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t tune_samples_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<pid_t, double> tune_cpu_ ABSL_GUARDED_BY(mu_);  // workers' CPU s at the last tick

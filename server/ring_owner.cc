@@ -31,14 +31,20 @@ absl::StatusOr<std::unique_ptr<RingOwner>> RingOwner::Create(const std::string& 
   if (fd < 0) return PosixError("shm_open " + name, errno);
   ring->fd_.Reset(fd);
   ::fchmod(fd, spec.mode);  // shm_open's mode is filtered by the umask
+  const uint32_t depth = spec.depth == 0 ? spec.slot_count : spec.depth;
+  if (depth > spec.slot_count) return absl::InvalidArgumentError("ring depth over its slots");
   // posix_fallocate reserves the pages now, so a full /dev/shm fails here
-  // with ENOSPC instead of killing a worker with SIGBUS later.
-  int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(g.total_bytes));
+  // with ENOSPC instead of killing a worker with SIGBUS later. The slots
+  // beyond the depth stay a hole until Commit.
+  const uint64_t reserve = g.data_offset + g.slot_bytes * depth;
+  int rc = ::ftruncate(fd, static_cast<off_t>(g.total_bytes)) == 0
+               ? ::posix_fallocate(fd, 0, static_cast<off_t>(reserve))
+               : errno;
   if (rc != 0) {
     ::shm_unlink(name.c_str());
-    return PosixError(absl::StrCat("reserving ", g.total_bytes, " bytes of /dev/shm for ", name),
-                      rc);
+    return PosixError(absl::StrCat("reserving ", reserve, " bytes of /dev/shm for ", name), rc);
   }
+  ring->committed_slots_ = depth;
   absl::Status st = MapShared(fd, 0, g.total_bytes, &ring->map_);
   if (!st.ok()) {
     ::shm_unlink(name.c_str());
@@ -66,6 +72,7 @@ absl::StatusOr<std::unique_ptr<RingOwner>> RingOwner::Create(const std::string& 
   h->total_batches = spec.total_batches;
   h->daemon_state.store(ring::kRunning);
   h->daemon_heartbeat.store(1);
+  h->depth.store(ring::PackDepth(0, depth, depth));
   for (uint32_t s = 0; s < spec.slot_count; ++s) {
     ring->descriptor(s)->state.store(ring::kFree);
   }
@@ -73,6 +80,22 @@ absl::StatusOr<std::unique_ptr<RingOwner>> RingOwner::Create(const std::string& 
   std::atomic_thread_fence(std::memory_order_release);
   h->magic = ring::kMagic;
   return ring;
+}
+
+absl::Status RingOwner::Commit(uint32_t slots) {
+  const uint32_t count = header()->slot_count;
+  if (slots > count) {
+    return absl::InvalidArgumentError(absl::StrCat("ring ", name_, " has ", count, " slots, not ", slots));
+  }
+  if (slots <= committed_slots_) return absl::OkStatus();
+  const uint64_t from = committed_bytes();
+  const uint64_t len = geometry_.slot_bytes * (slots - committed_slots_);
+  int rc = ::posix_fallocate(fd_.get(), static_cast<off_t>(from), static_cast<off_t>(len));
+  if (rc != 0) {
+    return PosixError(absl::StrCat("reserving ", len, " more bytes of /dev/shm for ", name_), rc);
+  }
+  committed_slots_ = slots;
+  return absl::OkStatus();
 }
 
 bool RingOwner::Truncated() const {

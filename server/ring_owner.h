@@ -29,6 +29,10 @@ struct RingSpec {
   uint64_t batches_per_epoch = 0;
   uint64_t total_batches = 0;
   uint32_t mode = 0600;          // permission bits of the shm object
+  // The ring's first depth (ring_layout.h, "Depth"): 0 for slot_count. Only
+  // the first `depth` slots' data is reserved in /dev/shm at creation; the
+  // rest is reserved by Commit when the ring deepens.
+  uint32_t depth = 0;
 };
 
 // Not thread-safe itself; the live fields in the header are atomics that
@@ -52,6 +56,18 @@ class RingOwner {
     return static_cast<uint8_t*>(map_.addr()) + geometry_.data_offset +
            geometry_.slot_bytes * slot;
   }
+  // Slots whose data pages are reserved in /dev/shm (the first ones), and
+  // the bytes of /dev/shm the ring holds: header, descriptors and those.
+  uint32_t committed_slots() const { return committed_slots_; }
+  uint64_t committed_bytes() const {
+    return geometry_.data_offset + geometry_.slot_bytes * committed_slots_;
+  }
+  // Reserves the data of the first `slots` slots (posix_fallocate, so a full
+  // /dev/shm fails here, not with a worker's SIGBUS). Pages once reserved
+  // stay until the ring goes: a client may have pinned them for DMA. Errors:
+  // INVALID_ARGUMENT for more than slot_count, RESOURCE_EXHAUSTED (ENOSPC).
+  absl::Status Commit(uint32_t slots);
+
   // Whether another process (the client maps the ring read-write) has cut
   // the ring short. The daemon's accesses to a cut ring land on private zero
   // pages instead of killing it (truncation_guard.h); the session must end.
@@ -63,6 +79,7 @@ class RingOwner {
   ring::Geometry geometry_;
   UniqueFd fd_;
   Mapping map_;
+  uint32_t committed_slots_ = 0;
 };
 
 // Removes shm objects named "/stoker-<tag>-<pid>-*" that belong to this uid

@@ -113,7 +113,7 @@ const uint8_t* RingClient::slot_data(uint32_t slot) const {
 
 bool RingClient::WaitReady(uint64_t seq, std::chrono::milliseconds timeout) const {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  ring::SlotDescriptor* d = descriptor(static_cast<uint32_t>(seq % slots_));
+  ring::SlotDescriptor* d = descriptor(ring::SlotOf(header()->depth.load(), seq, slots_));
   for (;;) {
     const uint32_t st = d->state.load(std::memory_order_acquire);
     if (st == ring::kReady && d->sequence == seq) return true;
@@ -123,7 +123,7 @@ bool RingClient::WaitReady(uint64_t seq, std::chrono::milliseconds timeout) cons
 }
 
 void RingClient::Free(uint64_t seq) {
-  ring::SlotDescriptor* d = descriptor(static_cast<uint32_t>(seq % slots_));
+  ring::SlotDescriptor* d = descriptor(ring::SlotOf(header()->depth.load(), seq, slots_));
   d->state.store(ring::kFree, std::memory_order_release);
   header()->batches_consumed.fetch_add(1);
   header()->release_count.fetch_add(1, std::memory_order_release);

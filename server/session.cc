@@ -18,6 +18,7 @@ DaemonSession::~DaemonSession() = default;
 
 void InitSession(DaemonSession& s, int64_t now_ns) {
   s.slot_busy.assign(s.plan.slots(), 0);
+  s.depth_word = s.ring->header()->depth.load(std::memory_order_relaxed);
   s.created_ns = now_ns;
   s.keepalive_closed_ns = now_ns;
   s.current_epoch = s.plan.start_epoch;
@@ -32,13 +33,17 @@ const std::vector<uint64_t>& ShardFor(DaemonSession& s, uint32_t epoch) {
 
 void StartBatches(DaemonSession& s, BatchContext& ctx) {
   const AttachPlan& p = s.plan;
+  bool blocked = false;  // by a slot the client has not given back
   while ((p.total_batches == 0 || s.next_fill_seq < p.total_batches) &&
          s.filling.size() < p.slots()) {
     const uint64_t seq = s.next_fill_seq;
-    const uint32_t slot = static_cast<uint32_t>(seq % p.slots());
+    const uint32_t slot = ring::SlotOf(s.depth_word, seq, p.slots());
     ring::SlotDescriptor* d = s.ring->descriptor(slot);
     if (s.slot_busy[slot]) {
-      if (d->state.load(std::memory_order_acquire) != ring::kFree) break;
+      if (d->state.load(std::memory_order_acquire) != ring::kFree) {
+        blocked = true;
+        break;
+      }
       s.slot_busy[slot] = 0;
       ++s.batches_consumed;
     }
@@ -87,6 +92,36 @@ void StartBatches(DaemonSession& s, BatchContext& ctx) {
     s.current_epoch = epoch;
     ++s.next_fill_seq;
   }
+  // Full: every slot holds a batch for the client and none is filling (the
+  // ring-depth policy's measure; server/ring_depth.h).
+  if (ctx.clock != nullptr) {
+    const bool full = blocked && s.filling.empty();
+    if (full && s.full_since_ns == 0) {
+      s.full_since_ns = ctx.clock->NowNs();
+    } else if (!full && s.full_since_ns != 0) {
+      s.full_ns += static_cast<uint64_t>(ctx.clock->NowNs() - s.full_since_ns);
+      s.full_since_ns = 0;
+    }
+  }
+}
+
+uint64_t FullNs(const DaemonSession& s, int64_t now_ns) {
+  return s.full_ns +
+         (s.full_since_ns != 0 ? static_cast<uint64_t>(now_ns - s.full_since_ns) : 0);
+}
+
+bool SetDepth(DaemonSession& s, uint32_t depth) {
+  ring::RingHeader* h = s.ring->header();
+  const uint32_t now = ring::DepthCount(s.depth_word);
+  if (depth == now) return true;
+  // Rule b: the client asks for no batch before the last change point.
+  if (h->batches_consumed.load(std::memory_order_acquire) < ring::DepthFrom(s.depth_word)) {
+    return false;
+  }
+  const uint64_t from = ring::DepthChangeFrom(s.next_fill_seq, now, depth);
+  s.depth_word = ring::PackDepth(from, depth, now);
+  h->depth.store(s.depth_word, std::memory_order_release);
+  return true;
 }
 
 void ReleaseReadahead(SampleTask& t, BatchContext& ctx) {

@@ -52,6 +52,7 @@
 #include "server/failure_memory.h"
 #include "server/latency.h"
 #include "server/prefetch.h"
+#include "server/ring_depth.h"
 #include "server/ring_owner.h"
 #include "server/worker_pool.h"
 #include "server/worker_protocol.h"
@@ -59,6 +60,7 @@
 
 namespace stoker {
 
+class Clock;           // server/clock.h
 class ReleaseWatcher;  // server/liveness.h
 
 // Replacements at most per planned sample (skip policy).
@@ -179,6 +181,14 @@ struct DaemonSession {
   // Bytes of input the workers read for this session (files, members, or
   // transcode cache copies).
   uint64_t bytes_read = 0;
+  // The ring's depth word as this daemon last stored it (ring_layout.h,
+  // "Depth"), and the time the ring was full (StartBatches): total, and
+  // since when it is full now (0: it is not).
+  uint64_t depth_word = 0;
+  uint64_t full_ns = 0;
+  int64_t full_since_ns = 0;
+  // When the ring may deepen (plan.depth() < plan.slots()): the engine's.
+  std::unique_ptr<RingDepthPolicy> depth_policy;
 };
 
 // What the state machine reaches beyond one session. The engine owns one
@@ -191,6 +201,8 @@ struct BatchContext {
   FailureMemory* failure_memory = nullptr;
   // A session gained an event (the engine wakes its KeepAlive streams).
   std::function<void()> on_event;
+  // Measures the time rings are full; null: not measured.
+  Clock* clock = nullptr;
   // Daemon-wide counters for the status page.
   uint64_t samples_total = 0;
   uint64_t samples_failed_total = 0;
@@ -208,6 +220,14 @@ const std::vector<uint64_t>& ShardFor(DaemonSession& s, uint32_t epoch);
 // Starts batches in the session's slots while it has slots to fill and
 // batches left (step 1 above).
 void StartBatches(DaemonSession& s, BatchContext& ctx);
+
+// The time the session's ring was full, to `now_ns`.
+uint64_t FullNs(const DaemonSession& s, int64_t now_ns);
+
+// Moves the ring to `depth` slots from the first batch the protocol allows
+// (ring_layout.h, "Depth"; the caller has committed the slots). False when
+// not yet allowed: the client has not passed the last change point.
+bool SetDepth(DaemonSession& s, uint32_t depth);
 
 // The dispatcher took `t` off the queue to send it: its readahead is done.
 void ReleaseReadahead(SampleTask& t, BatchContext& ctx);

@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 #include <cstring>
 
+#include "server/clock.h"
 #include "server/room_test_util.h"
 
 namespace stoker {
@@ -296,6 +297,55 @@ TEST_CASE("EndSession forgets the session's tasks and tells its client") {
   CHECK(in_flight.size() == 1);
   CHECK(in_flight.count(7) == 1);
   CHECK(f.s->ring->header()->daemon_state.load() == ring::kStopped);
+}
+
+TEST_CASE("a ring deepens from a batch both depths put in slot 0; full time is measured") {
+  v1::AttachRequest req = SmallRequest("list.txt", 1, 0, 1);  // ring_slots 0: may deepen
+  Fixture f(req, 40);
+  FakeClock clock;
+  f.ctx.clock = &clock;
+  REQUIRE(f.s->plan.depth() == 4);
+  REQUIRE(f.s->plan.slots() == 16);
+  CHECK(f.s->ring->committed_slots() == 4);
+  auto client = testing::RingClient::Open(f.s->ring->name(), f.s->ring->geometry().total_bytes);
+  REQUIRE(client.ok());
+  auto decode_all = [&] {
+    while (!f.s->queue.empty()) f.Decode(f.Take());
+  };
+  StartBatches(*f.s, f.ctx);
+  decode_all();
+  StartBatches(*f.s, f.ctx);  // every slot ready, none filling: full from now
+  CHECK(f.s->filling.empty());
+  clock.AdvanceMs(1000);
+  CHECK(FullNs(*f.s, clock.NowNs()) == 1'000'000'000);
+
+  REQUIRE(f.s->ring->Commit(8).ok());
+  CHECK(f.s->ring->committed_slots() == 8);
+  CHECK(f.s->ring->committed_bytes() ==
+        f.s->ring->geometry().data_offset + 8 * f.s->ring->geometry().slot_bytes);
+  REQUIRE(SetDepth(*f.s, 8));
+  const uint64_t word = f.s->ring->header()->depth.load();
+  CHECK(ring::DepthFrom(word) == 8);  // the next multiple of 4 and 8 from batch 4
+  CHECK(ring::DepthCount(word) == 8);
+  CHECK(ring::DepthPrev(word) == 4);
+  CHECK_FALSE(SetDepth(*f.s, 16));  // the client has not passed batch 8 yet
+
+  std::vector<uint32_t> slot_of;
+  for (uint64_t seq = 0; seq < 40; ++seq) {
+    REQUIRE((*client)->WaitReady(seq, std::chrono::milliseconds(0)));
+    slot_of.push_back(ring::SlotOf(f.s->ring->header()->depth.load(), seq, 16));
+    (*client)->Free(seq);
+    if (seq == 0) {
+      StartBatches(*f.s, f.ctx);  // batch 4 starts in slot 0: no longer full
+      clock.AdvanceMs(500);
+      CHECK(FullNs(*f.s, clock.NowNs()) == 1'000'000'000);
+    }
+    StartBatches(*f.s, f.ctx);
+    decode_all();
+  }
+  for (uint64_t seq = 0; seq < 40; ++seq) CHECK(slot_of[seq] == seq % (seq < 8 ? 4 : 8));
+  CHECK(SetDepth(*f.s, 16));
+  CHECK(f.s->ring->Commit(17).code() == absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

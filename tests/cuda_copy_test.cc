@@ -54,7 +54,9 @@ TEST_CASE("a device copy without a GPU fails clearly and keeps the slot", "[cuda
   REQUIRE(base != MAP_FAILED);
   std::vector<uint32_t> released;
   {
-    internal::DeviceTransfer t(base, bytes, 2, true, [&](uint32_t s) { released.push_back(s); });
+    // Two slots of 8 KiB from the mapping's start.
+    internal::DeviceTransfer t(base, bytes, 2, 0, 8192, true,
+                               [&](uint32_t s) { released.push_back(s); });
     CHECK(t.Status().mode == "none");
     internal::DeviceTransfer::Source src;
     src.slot = 1;

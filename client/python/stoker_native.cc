@@ -355,18 +355,18 @@ class PySession {
   py::tuple Next(int64_t timeout_ms) {
     if (session_ == nullptr) Raise(g_exc.stoker_error, "the session was detached", "CANCELLED");
     // The ring hands batches out through its slots in order: batch s lies in
-    // slot s % slots. If a batch still referenced holds that slot, the daemon
-    // can never fill it: say so now rather than wait forever.
-    const uint32_t slot = static_cast<uint32_t>(next_seq_ % slots_);
-    if (const int64_t held = leases_->holder[slot]; held >= 0) {
+    // slot s % depth (the ring may deepen). If a batch still referenced holds
+    // that slot, the daemon can never fill it: say so now rather than wait
+    // forever.
+    const uint32_t slot = session_->SlotOf(next_seq_);
+    if (const int64_t held = slot < slots_ ? leases_->holder[slot] : -1; held >= 0) {
       Raise(g_exc.ring_exhausted,
             "batch " + std::to_string(next_seq_) + " needs ring slot " + std::to_string(slot) +
                 ", still held by batch " + std::to_string(held) +
-                " (its images are still referenced). The ring reuses its " +
-                std::to_string(slots_) +
-                " slots in order: drop (or copy) a batch before taking " +
-                std::to_string(slots_) +
-                " more, use copy=True, or attach with more ring_slots",
+                " (its images are still referenced). The ring reuses its slots in order, " +
+                std::to_string(next_seq_ - static_cast<uint64_t>(held)) +
+                " batches apart now: drop (or copy) a batch before taking that many more, "
+                "use copy=True, or attach with more ring_slots",
             "FAILED_PRECONDITION");
     }
     absl::StatusOr<Batch> r;
@@ -397,8 +397,8 @@ class PySession {
     }
     next_seq_ = delivered;
     if (!r.ok()) RaiseStatus(r.status(), Where::kNext);
-    const uint64_t seq = r->sequence();
-    auto* lease = new Lease{std::move(*r), leases_, static_cast<uint32_t>(seq % slots_)};
+    const uint32_t held_slot = r->slot();
+    auto* lease = new Lease{std::move(*r), leases_, held_slot};
     leases_->holder[lease->slot] = static_cast<int64_t>(lease->batch.sequence());
     // From here the capsule owns the lease, whatever happens.
     py::capsule owner = py::reinterpret_steal<py::capsule>(

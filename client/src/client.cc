@@ -244,6 +244,7 @@ class SessionCore {
   // Made at attach; touches no CUDA API until the first CopyToDevice.
   void StartDeviceTransfer(bool register_ring) {
     transfer_ = std::make_unique<DeviceTransfer>(base_, geometry_.total_bytes, slots_,
+                                                 geometry_.data_offset, geometry_.slot_bytes,
                                                  register_ring,
                                                  [this](uint32_t slot) { ReleaseNow(slot); });
   }
@@ -394,6 +395,11 @@ uint64_t Session::delivered() const {
   return core_->next_seq_;
 }
 
+uint32_t Session::SlotOf(uint64_t seq) const {
+  const internal::SessionCore& c = *core_;
+  return ring::SlotOf(c.header()->depth.load(std::memory_order_acquire), seq, c.slots_);
+}
+
 DeviceTransferStatus Session::DeviceStatus() const {  // device copy
   return core_->transfer_ != nullptr ? core_->transfer_->Status() : DeviceTransferStatus{};
 }
@@ -453,9 +459,14 @@ absl::StatusOr<Batch> Session::Next(int64_t timeout_ms) {
     return absl::OutOfRangeError("every batch of every epoch was delivered");
   }
   if (c.detached_.load()) return absl::FailedPreconditionError("the session was detached");
-  const uint32_t slot = static_cast<uint32_t>(seq % c.slots_);
-  ring::SlotDescriptor* d = c.descriptor(slot);
   ring::RingHeader* h = c.header();
+  // Read once: a depth change never moves the batch a reader may be
+  // waiting for (ring_layout.h, "Depth").
+  const uint32_t slot = ring::SlotOf(h->depth.load(std::memory_order_acquire), seq, c.slots_);
+  if (slot >= c.slots_) {
+    return absl::DataLossError("ring corrupt: its depth word names more slots than it has");
+  }
+  ring::SlotDescriptor* d = c.descriptor(slot);
   const int64_t start_ns = internal::NowNs();
   const int64_t start = start_ns / 1000000;
   const int64_t deadline = timeout_ms < 0 ? INT64_MAX : start + timeout_ms;
@@ -477,8 +488,7 @@ absl::StatusOr<Batch> Session::Next(int64_t timeout_ms) {
     uint32_t ds = h->daemon_state.load(std::memory_order_acquire);
     if (ds == ring::kDraining) return absl::UnavailableError("stokerd is shutting down");
     if (ds != ring::kRunning) return absl::UnavailableError("stokerd ended the session");
-    // Batch n lives in slot n % slots: if we still hold batch n - slots
-    // there, waiting could never end.
+    // If we still hold the batch in batch n's slot, waiting could never end.
     // (A slot released while a device copy still reads it comes back by
     // itself: wait for it.)
     if ((st == ring::kLeased && !c.DeviceDeferred(slot) &&

@@ -115,8 +115,46 @@ RingCopier::~RingCopier() {
     if (s.event != nullptr) (void)cudaEventDestroy(s.event);
     (void)cudaFreeHost(s.host);
   }
-  if (registered_) (void)cudaHostUnregister(base_);
+  if (registered_ && slot_bytes_ == 0) (void)cudaHostUnregister(base_);
+  for (uint32_t i = 0; i < slot_registered_.size(); ++i) {
+    if (slot_registered_[i] == 1) (void)cudaHostUnregister(SlotBase(i));
+  }
   (void)cudaGetLastError();
+}
+
+void RingCopier::RegisterBySlot(uint64_t data_offset, uint64_t slot_bytes) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (started_ || slot_bytes == 0 || data_offset > bytes_ ||
+      slot_bytes * slots_ > bytes_ - data_offset) {
+    return;
+  }
+  data_offset_ = data_offset;
+  slot_bytes_ = slot_bytes;
+  slot_registered_.assign(slots_, 0);
+}
+
+void* RingCopier::SlotBase(uint32_t slot) const {
+  return static_cast<uint8_t*>(base_) + data_offset_ + slot_bytes_ * slot;
+}
+
+bool RingCopier::SlotPinnedLocked(uint32_t slot) {
+  if (!registered_) return false;
+  if (slot_bytes_ == 0) return true;
+  if (slot_registered_[slot] == 0) {
+    cudaError_t e = cudaHostRegister(SlotBase(slot), slot_bytes_, cudaHostRegisterPortable);
+    if (e == cudaSuccess) {
+      slot_registered_[slot] = 1;
+    } else {
+      (void)cudaGetLastError();
+      slot_registered_[slot] = 2;
+      detail_ = "cudaHostRegister of ring slot " + std::to_string(slot) + " (" + MiB(slot_bytes_) +
+                ") was refused (" + ErrorText(e) +
+                "); that slot copies through pinned staging buffers (cudaHostAlloc). Raise "
+                "RLIMIT_MEMLOCK (ulimit -l) to avoid it";
+      std::fprintf(stderr, "stoker: %s\n", detail_.c_str());
+    }
+  }
+  return slot_registered_[slot] == 1;
 }
 
 CopyStatus RingCopier::StartLocked() {
@@ -124,7 +162,11 @@ CopyStatus RingCopier::StartLocked() {
   CopyStatus s = CheckDevices(&count);
   if (!s.ok()) return s;
   free_events_.resize(static_cast<size_t>(count));
-  if (try_register_) {
+  if (try_register_ && slot_bytes_ != 0) {
+    registered_ = true;  // each slot at its first Copy (SlotPinnedLocked)
+    detail_ = "ring slots registered with cudaHostRegister as first used (" + MiB(slot_bytes_) +
+              " each)";
+  } else if (try_register_) {
     // The client maps the ring read-write, so plain (not read-only)
     // registration; portable: pinned for every device's context.
     cudaError_t e = cudaHostRegister(base_, bytes_, cudaHostRegisterPortable);
@@ -287,6 +329,12 @@ CopyStatus RingCopier::Copy(uint32_t slot, const CopyRequest& r) {
       static_cast<uint64_t>(src - ring) > bytes_ - r.bytes) {
     return Fail(CopyStatus::kInvalidArgument, "the source is not a slot of the ring");
   }
+  if (slot_bytes_ != 0) {
+    const auto* base = static_cast<const uint8_t*>(SlotBase(slot));
+    if (src < base || r.bytes > slot_bytes_ || static_cast<uint64_t>(src - base) > slot_bytes_ - r.bytes) {
+      return Fail(CopyStatus::kInvalidArgument, "the source is not inside its slot");
+    }
+  }
   uint64_t need = r.bytes;
   if (normalize) {
     NormalizeParams p = r.normalize;
@@ -337,7 +385,7 @@ CopyStatus RingCopier::Copy(uint32_t slot, const CopyRequest& r) {
   // Where the DMA reads: the slot itself, or a pinned staging buffer.
   const void* from = r.src;
   Staging* staging = nullptr;
-  if (!registered_) {
+  if (!SlotPinnedLocked(slot)) {
     if (CopyStatus s = AcquireStagingLocked(r.bytes, &staging); !s.ok()) return s;
     std::memcpy(staging->host, r.src, r.bytes);
     from = staging->host;
@@ -404,7 +452,8 @@ CopierStats RingCopier::stats() const {
   s.detail = detail_;
   s.copies = copies_;
   s.bytes = copied_bytes_;
-  s.registered_bytes = registered_ ? bytes_ : 0;
+  s.registered_bytes = registered_ && slot_bytes_ == 0 ? bytes_ : 0;
+  for (uint8_t r : slot_registered_) s.registered_bytes += r == 1 ? slot_bytes_ : 0;
   for (const Staging& st : staging_) s.staging_bytes += st.bytes;
   for (const auto& list : in_flight_) s.in_flight += static_cast<uint32_t>(list.size());
   for (bool d : deferred_) s.deferred_slots += d ? 1 : 0;

@@ -5,10 +5,12 @@
 // cuda_transfer.h. CUDA builds only.
 //
 // Glossary
-//   registered  The whole ring was pinned once with cudaHostRegister
-//               (portable: pinned for every device's context), so a
-//               cudaMemcpyAsync from a slot is a DMA that reads the slot
-//               itself, asynchronously, with no staging copy.
+//   registered  The ring was pinned with cudaHostRegister (portable: pinned
+//               for every device's context), so a cudaMemcpyAsync from a
+//               slot is a DMA that reads the slot itself, asynchronously,
+//               with no staging copy. Whole at the first Copy, or (after
+//               RegisterBySlot) each slot's data at its first Copy: a ring
+//               that may deepen then pins no page of slots it never used.
 //   staging     Registration was refused (e.g. RLIMIT_MEMLOCK) or disabled:
 //               the batch is memcpy'd into a pinned buffer (cudaHostAlloc),
 //               and the DMA reads that buffer. The slot is free as soon as
@@ -122,6 +124,11 @@ class RingCopier {
   RingCopier(const RingCopier&) = delete;
   RingCopier& operator=(const RingCopier&) = delete;
 
+  // Registers slot by slot, not the whole ring: slot i's data is the
+  // `slot_bytes` at base + data_offset + i * slot_bytes (page aligned), and
+  // every Copy from slot i must lie inside it. Call before the first Copy.
+  void RegisterBySlot(uint64_t data_offset, uint64_t slot_bytes);
+
   // Enqueues the copy (and the normalize) of r.src on r.stream. On success
   // in registered mode the slot has a copy in flight until its event
   // completes. On failure nothing reads the slot any more.
@@ -150,6 +157,9 @@ class RingCopier {
   };
 
   CopyStatus StartLocked();
+  void* SlotBase(uint32_t slot) const;
+  // Whether copies from `slot` may DMA from it (registering it at first).
+  bool SlotPinnedLocked(uint32_t slot);
   CopyStatus EventLocked(int device, CUevent_st** out);
   void RecycleLocked(const Pending& p);
   // Completed events of `slot` leave its list; true when none is left.
@@ -167,7 +177,10 @@ class RingCopier {
   mutable std::mutex mu_;
   // Guarded by mu_.
   bool started_ = false;
-  bool registered_ = false;
+  bool registered_ = false;  // whole ring, or (slot_bytes_ != 0) slots as used
+  uint64_t data_offset_ = 0, slot_bytes_ = 0;
+  // By slot, with RegisterBySlot: 0 not yet, 1 registered, 2 refused (staging).
+  std::vector<uint8_t> slot_registered_;
   std::string detail_;
   std::vector<std::vector<Pending>> in_flight_;        // per slot
   std::vector<bool> deferred_;                         // per slot

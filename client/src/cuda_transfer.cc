@@ -51,9 +51,12 @@ struct DeviceTransfer::Impl {
 };
 
 DeviceTransfer::DeviceTransfer(void* ring_base, uint64_t ring_bytes, uint32_t slots,
-                               bool try_register, std::function<void(uint32_t)> release)
+                               uint64_t data_offset, uint64_t slot_bytes, bool try_register,
+                               std::function<void(uint32_t)> release)
     : impl_(
-          std::make_unique<Impl>(ring_base, ring_bytes, slots, try_register, std::move(release))) {}
+          std::make_unique<Impl>(ring_base, ring_bytes, slots, try_register, std::move(release))) {
+  impl_->copier.RegisterBySlot(data_offset, slot_bytes);
+}
 
 DeviceTransfer::~DeviceTransfer() = default;  // ~RingCopier drains
 

@@ -23,9 +23,11 @@ namespace stoker::internal {
 class DeviceTransfer {
  public:
   // `release(slot)` ends the lease on a ring slot (an atomic store and a
-  // futex wake; called with an internal mutex held). Touches no CUDA API.
-  DeviceTransfer(void* ring_base, uint64_t ring_bytes, uint32_t slots, bool try_register,
-                 std::function<void(uint32_t)> release);
+  // futex wake; called with an internal mutex held). Slot i's data is the
+  // `slot_bytes` at ring_base + data_offset + i * slot_bytes; registration
+  // pins each slot at its first copy. Touches no CUDA API.
+  DeviceTransfer(void* ring_base, uint64_t ring_bytes, uint32_t slots, uint64_t data_offset,
+                 uint64_t slot_bytes, bool try_register, std::function<void(uint32_t)> release);
   // Waits for every copy still reading the ring and releases its slot.
   ~DeviceTransfer();
   DeviceTransfer(const DeviceTransfer&) = delete;

@@ -23,7 +23,8 @@ namespace internal {
 
 struct DeviceTransfer::Impl {};
 
-DeviceTransfer::DeviceTransfer(void*, uint64_t, uint32_t, bool, std::function<void(uint32_t)>) {}
+DeviceTransfer::DeviceTransfer(void*, uint64_t, uint32_t, uint64_t, uint64_t, bool,
+                               std::function<void(uint32_t)>) {}
 DeviceTransfer::~DeviceTransfer() = default;
 
 absl::Status DeviceTransfer::Copy(const Source&, CUstream_st*, void*, uint64_t,

@@ -111,8 +111,8 @@ Diagnosis Diagnose(const v1::StatusResponse& before, const v1::StatusResponse& a
       sd.bound = "the consumer";
       sd.findings.push_back(absl::StrFormat(
           "the trainer is the bound: batches wait for it (ring: %d ready, %d filling, %d held, of "
-          "%d); nothing to fix in the data path",
-          s.ring_ready(), s.ring_filling(), s.ring_leased(), s.ring_slots()));
+          "%s); nothing to fix in the data path",
+          s.ring_ready(), s.ring_filling(), s.ring_leased(), RingDepth(s)));
     } else {
       const double stages[3] = {sd.read_ms, sd.decode_ms, sd.augment_ms};
       const char* names[3] = {"read", "decode", "augment"};

@@ -60,6 +60,12 @@ std::string Wrap(const std::vector<std::string>& items, size_t width) {
 
 }  // namespace
 
+std::string RingDepth(const v1::SessionStatus& s) {
+  const uint32_t depth = s.ring_depth() != 0 ? s.ring_depth() : s.ring_slots();
+  if (depth >= s.ring_slots()) return absl::StrCat(depth);
+  return absl::StrCat(depth, "/", s.ring_slots());
+}
+
 std::string WrapWords(std::string_view head, std::string_view text, size_t width, size_t indent) {
   std::string out, line = std::string(head) + "  ";
   bool fresh = true;  // nothing on `line` but its head or indent
@@ -297,7 +303,7 @@ std::string RenderStatus(const v1::StatusResponse& s, size_t width) {
            absl::StrCat(x.current_epoch()), absl::StrCat(x.batches_produced()),
            absl::StrCat(x.batches_consumed()), absl::StrFormat("%.0f", x.images_per_second()),
            absl::StrCat(x.ring_ready(), "/", x.ring_filling(), "/", x.ring_leased(), " of ",
-                        x.ring_slots()),
+                        RingDepth(x)),
            Ms(x.client_wait()), absl::StrFormat("%.1fs", x.client_wait_seconds()), Ms(x.read()),
            Ms(x.decode()), Ms(x.augment()), Duration(x.uptime_seconds()),
            absl::StrCat(x.samples_failed()), absl::StrCat(x.samples_replaced())});
@@ -325,6 +331,12 @@ std::string RenderStatus(const v1::StatusResponse& s, size_t width) {
                                {"FAILED"},
                                {"REPL", 10}},
                               rows, width);
+    // Why a ring deepened last (or why the budget stopped it).
+    for (const auto& x : s.sessions()) {
+      if (x.ring_depth_reason().empty()) continue;
+      out += WrapWords(absl::StrCat("ring ", x.session_id(), " (", RingDepth(x), ")"),
+                       x.ring_depth_reason(), width, 2);
+    }
     // How each session's samples were decoded (paths without samples left out).
     rows.clear();
     for (const auto& x : s.sessions()) {

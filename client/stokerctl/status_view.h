@@ -53,6 +53,10 @@ std::string LayoutTable(const std::vector<Column>& columns,
 // after the first indented by `indent` spaces (a word too long is cut).
 std::string WrapWords(std::string_view head, std::string_view text, size_t width, size_t indent);
 
+// A session's ring depth for people: "4", or "8/16" while it may deepen
+// further (depth/slots).
+std::string RingDepth(const v1::SessionStatus& s);
+
 // The status as a few tables (daemon, readahead, workers, sessions, and
 // failed samples of each session and of the daemon's failure memory per
 // dataset), no line over `width` characters.

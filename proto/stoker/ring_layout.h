@@ -8,9 +8,13 @@
 //               reclaim, at shutdown, or by the next daemon's sweep.
 //   slot        Room for one batch: a SlotDescriptor in the descriptor area
 //               and `slot_bytes` of page-aligned data in the data area.
-//   sequence    The session's batch counter, 0, 1, 2, ... Batch n always
-//               lives in slot n % slot_count, so the client reads batches in
-//               order and the ring's depth is the prefetch depth.
+//   sequence    The session's batch counter, 0, 1, 2, ... Batch n lives in
+//               slot n % depth (SlotOf), so the client reads batches in order
+//               and the depth is the prefetch depth.
+//   depth       How many of the ring's slot_count slots batches cycle
+//               through: slot_count, or fewer when the daemon may deepen the
+//               ring later (see "Depth" below). The slots beyond the depth
+//               hold no pages of /dev/shm until the ring deepens into them.
 //   sample      One image's place in a slot's data: `sample_bytes` from
 //               `index * sample_bytes` (fixed shape), or anywhere the
 //               record's offset/bytes say (variable-size decode, batch 1).
@@ -38,6 +42,23 @@
 //                          client stores kFree, bumps `release_count` and
 //                          wakes that futex, on which a daemon thread waits.
 //
+// Depth (the `depth` word; a ring that never deepens keeps its first value):
+//   a. The word says: batches from sequence `from` on live in slot n % count,
+//      those before it in slot n % prev (PackDepth). At creation it is
+//      (0, depth, depth).
+//   b. The daemon changes it (one atomic store) only when the client has
+//      released at least `from` batches (so no batch the client may still
+//      ask for maps by an older word), before it starts batch `from`, with
+//      `from` a multiple of both prev and count: batch `from` is in slot 0
+//      by either rule, so a client that read the old word while waiting for
+//      it waits on the right slot.
+//   c. The daemon starts a batch only in a free slot, whichever batch held
+//      it last; a depth only grows from the first one (never below it), so a
+//      client that holds fewer batches than the first depth never holds the
+//      slot of the batch it asks for.
+//   d. The client reads the word (acquire) for every batch it asks for, and
+//      trusts it only after SlotOf checks it against slot_count.
+//
 // Liveness, both ways, never by spinning:
 //   - The daemon bumps `daemon_heartbeat` every kHeartbeatPeriodMs. A client
 //     whose futex wait times out checks it; one that stood still for
@@ -61,7 +82,7 @@
 namespace stoker::ring {
 
 inline constexpr uint64_t kMagic = 0x314e49524b4f5453ULL;  // "STOKRIN1"
-inline constexpr uint32_t kLayoutVersion = 1;
+inline constexpr uint32_t kLayoutVersion = 2;
 inline constexpr uint64_t kPageBytes = 4096;
 inline constexpr uint64_t kHeaderBytes = 4096;
 inline constexpr uint32_t kMaxSlots = 256;
@@ -164,6 +185,8 @@ struct RingHeader {
   // daemon reads them for Status and trusts nothing in them.
   alignas(64) std::atomic<uint64_t> client_wait_ns;
   std::atomic<uint64_t> client_wait_hist[kWaitBuckets];
+  // PackDepth(from, count, prev); written by the daemon only ("Depth").
+  alignas(64) std::atomic<uint64_t> depth;
 };
 
 // Per sample in a slot. Written by the daemon before kReady.
@@ -199,6 +222,35 @@ static_assert(sizeof(SlotDescriptor) % 8 == 0);
 static_assert(sizeof(SampleRecord) % 8 == 0);
 
 inline constexpr uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+// The depth word: `from` in the high 48 bits, count - 1 and prev - 1 in a
+// byte each (both 1..kMaxSlots).
+inline constexpr uint64_t PackDepth(uint64_t from, uint32_t count, uint32_t prev) {
+  return (from << 16) | (uint64_t{(count - 1) & 0xff} << 8) | uint64_t{(prev - 1) & 0xff};
+}
+inline constexpr uint64_t DepthFrom(uint64_t word) { return word >> 16; }
+inline constexpr uint32_t DepthCount(uint64_t word) { return ((word >> 8) & 0xff) + 1; }
+inline constexpr uint32_t DepthPrev(uint64_t word) { return (word & 0xff) + 1; }
+
+// The first sequence a change from depth `prev` to `count` may take effect
+// at, given the next batch to start: a multiple of both (rule b).
+inline constexpr uint64_t DepthChangeFrom(uint64_t next_seq, uint32_t prev, uint32_t count) {
+  uint64_t a = prev, b = count;
+  while (b != 0) {
+    const uint64_t t = a % b;
+    a = b;
+    b = t;
+  }
+  return AlignUp(next_seq, uint64_t{prev} / a * count);
+}
+
+// The slot of batch `seq` under depth word `word`, or slot_count when the
+// word names a depth over slot_count (a corrupt ring: the reader must stop).
+inline constexpr uint32_t SlotOf(uint64_t word, uint64_t seq, uint32_t slot_count) {
+  const uint32_t depth = seq >= DepthFrom(word) ? DepthCount(word) : DepthPrev(word);
+  if (depth > slot_count) return slot_count;
+  return static_cast<uint32_t>(seq % depth);
+}
 
 // The geometry of a ring, computed the same way by daemon and client.
 struct Geometry {

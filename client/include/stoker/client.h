@@ -166,6 +166,8 @@ class Batch {
   uint64_t sequence() const { return sequence_; }
   uint32_t epoch() const { return epoch_; }
   uint64_t batch_in_epoch() const { return batch_in_epoch_; }
+  // The ring slot it holds until its lease ends (Session::SlotOf).
+  uint32_t slot() const { return slot_; }
   // Samples in this batch (the last of an epoch may be short).
   uint32_t size() const { return static_cast<uint32_t>(labels_.size()); }
 
@@ -247,6 +249,13 @@ class Session {
 
   // Batches handed out so far.
   uint64_t delivered() const;
+
+  // The ring slot batch `seq` will occupy (seq >= delivered()): seq modulo
+  // the ring's depth, which a ring attached without ring_slots deepens
+  // while its trainer consumes in bursts. A Batch still held in that slot
+  // (Batch::slot) makes Next for `seq` fail: release it first. info().
+  // ring_slots when the ring is corrupt. Thread-safe.
+  uint32_t SlotOf(uint64_t seq) const;
 
   // Entries [offset, offset + limit) of the session's dataset, with their
   // labels: limit 0 means 4096, at most 65536. Fewer at the end (none at or

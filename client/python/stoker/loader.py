@@ -192,7 +192,9 @@ _PIPELINE_KEYWORDS = ("pipeline", "ops", "size", "resize_size", "scale", "ratio"
                       "interpolation", "antialias", "dtype", "layout", "mean", "std")
 #: Pipeline keywords sent as given beside a transform too.
 _DECODE_KEYWORDS = ("exact_decode", "apply_exif_orientation")
-_DEFAULT_RING_SLOTS = 4
+#: ring_slots when neither it nor prefetch_factor is given: the daemon's
+#: default, a ring of 4 that deepens for a trainer that consumes in bursts.
+_DEFAULT_RING_SLOTS = 0
 
 #: DataLoader keywords that stoker cannot honour: (the value that means
 #: "not used", so that it is accepted, and the stoker way).
@@ -413,8 +415,9 @@ class Loader:
     Zero copy: ``images`` is a tensor over a slot of the shared-memory ring.
     It stays valid, and unchanged, for as long as you hold it (even after
     `close`); the slot returns to the daemon when the tensor (and every view
-    of it) is garbage-collected. The ring has ``ring_slots`` slots, so holding
-    ``ring_slots - 1`` batches already stops prefetching, and asking for a
+    of it) is garbage-collected. The ring is ``ring_slots`` deep (4 by
+    default, perhaps deeper later), so holding ``ring_slots - 1`` batches
+    already stops prefetching, and asking for a
     batch while holding all of them raises `RingExhaustedError` rather than
     waiting forever. Pass ``copy=True`` for private tensors (the slot returns
     at once), or move the tensor to the GPU and drop it.
@@ -537,8 +540,10 @@ class Loader:
             each rank reads a disjoint 1/world_size of every epoch. None:
             ``$RANK`` / ``$WORLD_SIZE`` (as torchrun sets them), else 0 / 1.
         drop_last: drop each epoch's last, partial batch.
-        ring_slots: the ring's depth in batches, >= 2 (default 4): the batch in
-            use and ``ring_slots - 1`` prefetched.
+        ring_slots: the ring's depth in batches, >= 2: the batch in use and
+            ``ring_slots - 1`` prefetched. Default: 4, deepened by the daemon
+            (up to 16, within its shared-memory budget) while the trainer
+            consumes in bursts and waits between them.
         failure_policy: 'skip' (a bad file is replaced by another sample of the
             shard) or 'error' (`SampleError` naming the file).
         timeout_ms: the longest wait for one batch (-1: no limit; a dead daemon
