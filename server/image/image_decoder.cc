@@ -65,6 +65,11 @@ ImageFormat SniffFormat(const uint8_t* data, size_t size) {
   return ImageFormat::kUnknown;
 }
 
+absl::Status ImageDecoder::DecodeLabels(uint8_t*, uint32_t*) {
+  return absl::UnimplementedError(
+      "label maps (masks) are read from PNG files only: save the masks as PNG");
+}
+
 absl::Status CheckPixelCap(const char* format, uint64_t width, uint64_t height,
                            uint64_t max_pixels) {
   // Sides above 2^32 do not occur (every format's are 32-bit at most); the

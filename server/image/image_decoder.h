@@ -131,6 +131,17 @@ class ImageDecoder {
   // anything. Only after a successful ReadHeader.
   [[nodiscard]] virtual absl::Status Decode(const DecodeRegion& region, uint8_t* out,
                                             size_t stride) = 0;
+
+  // The whole image as a label map (a segmentation mask): the values
+  // np.array(Image.open(f)) gives for a single-channel mode, *bpp bytes a
+  // pixel (host order), rows packed: "P" the palette index and "L" the
+  // value (1 byte; 2- and 4-bit gray scaled as PIL opens them: v * 85,
+  // v * 17), "1" 0 or 1 (1 byte), "I" (16-bit gray) the value (2 bytes).
+  // `out` holds width * height * 2 bytes at least. UNIMPLEMENTED for a
+  // colour image ("RGB", "RGBA", "LA": a mask must be single-channel) and
+  // for formats that read no label maps (all but PNG). Only after a
+  // successful ReadHeader.
+  [[nodiscard]] virtual absl::Status DecodeLabels(uint8_t* out, uint32_t* bpp);
 };
 
 // The pixel cap every decoder applies, with one message: OK when width *

@@ -11,6 +11,10 @@
 //   scans   the scans of a progressive file (jpeg_decoder.h ListScans) and
 //           how many bytes of AC scans a reduced M x M IDCT would let a
 //           decoder skip (M = 1, 2, 4: the coefficients each reads)
+//   labels  a mask (a single-channel PNG: palette indices or gray values)
+//           through given steps (--steps JSON, as render --steps-out writes
+//           them) as labels.h moves a mask with its image, to a raw file of
+//           its values (1 or 2 bytes each, host order); prints its shape
 //   opcost  each op's cost in microseconds per --size x --size image (224):
 //           for each op, ProcessSteps of [resize to size x size, antialias]
 //           (the baseline) and of the baseline + that op's steps with
@@ -85,6 +89,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "server/image/image_decoder.h"
 #include "server/image/jpeg_decoder.h"
+#include "server/image/labels.h"
 #include "server/image/pipeline.h"
 #include "server/image/policy.h"
 #include "server/lower_pipeline.h"
@@ -602,6 +607,55 @@ bool ParseSteps(const std::string& json, SampleSteps* steps) {
     if (!ok) return false;
   }
   return true;
+}
+
+struct LabelsOptions {
+  std::string input;
+  std::string out;
+  std::string steps;
+  uint32_t fill = 255;
+};
+
+int Labels(const LabelsOptions& o) {
+  std::vector<uint8_t> file;
+  if (!ReadFile(o.input, &file)) {
+    std::cerr << "cannot read " << o.input << "\n";
+    return 1;
+  }
+  SampleSteps steps;
+  if (!o.steps.empty() && !ParseSteps(o.steps, &steps)) return 1;
+  std::unique_ptr<ImageDecoder> decoder = MakeDecoder(SniffFormat(file.data(), file.size()));
+  if (decoder == nullptr) {
+    std::cerr << "labels: not a PNG (or other non-JPEG) file\n";
+    return 1;
+  }
+  ImageHeader header;
+  DecodeLimits limits;
+  absl::Status s = decoder->ReadHeader(file.data(), file.size(), limits, &header);
+  LabelMap m;
+  m.height = header.height;
+  m.width = header.width;
+  if (s.ok()) {
+    m.data.resize(size_t{m.height} * m.width * 2);
+    s = decoder->DecodeLabels(m.data.data(), &m.bpp);
+    m.data.resize(m.bytes());
+    m.binary = std::string_view(header.mode) == "1";
+  }
+  std::vector<uint8_t> scratch;
+  if (s.ok()) s = ApplyLabelSteps(steps, o.fill, &m, &scratch);
+  if (!s.ok()) {
+    std::cerr << s << "\n";
+    return 1;
+  }
+  std::ofstream f(o.out, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(m.data.data()), static_cast<std::streamsize>(m.bytes()));
+  if (!f) {
+    std::cerr << "cannot write " << o.out << "\n";
+    return 1;
+  }
+  std::cout << "{\"height\":" << m.height << ",\"width\":" << m.width << ",\"bpp\":" << m.bpp
+            << ",\"mode\":\"" << header.mode << "\"}\n";
+  return 0;
 }
 
 struct RenderOptions {
@@ -1185,6 +1239,13 @@ int main(int argc, char** argv) {
       "a progressive file's scans and the AC bytes reduced IDCTs would let a decoder skip");
   sc->add_option("--input", scans_input, "JPEG file")->required();
 
+  stoker::image::LabelsOptions labels;
+  CLI::App* lb = app.add_subcommand("labels", "a mask through given steps, to a raw file");
+  lb->add_option("--input", labels.input, "mask file (single-channel PNG)")->required();
+  lb->add_option("--out", labels.out, "raw output file")->required();
+  lb->add_option("--steps", labels.steps, "the steps (JSON; none: the mask as decoded)");
+  lb->add_option("--fill", labels.fill, "the value outside the image (default 255)");
+
   OpCostOptions opcost;
   CLI::App* oc =
       app.add_subcommand("opcost", "each op's augment cost in microseconds per size x size image");
@@ -1197,6 +1258,7 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   if (oc->parsed()) return stoker::image::OpCost(opcost);
+  if (lb->parsed()) return stoker::image::Labels(labels);
   if (sc->parsed()) return stoker::image::Scans(scans_input);
   if (r->parsed()) return stoker::image::Render(render_common, render);
   if (d->parsed()) return stoker::image::Draw(draw_common, draw);

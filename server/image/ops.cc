@@ -210,6 +210,23 @@ void PadImage(const uint8_t* src, uint32_t height, uint32_t width, const uint32_
   }
 }
 
+void PadLabels(const uint8_t* src, uint32_t height, uint32_t width, uint32_t bpp,
+               const uint32_t pad[4], PadMode mode, const uint8_t* fill, uint8_t* dst) {
+  const uint32_t left = pad[0], top = pad[1];
+  const uint32_t out_h = height + pad[1] + pad[3];
+  const uint32_t out_w = width + pad[0] + pad[2];
+  const size_t out_row = size_t{out_w} * bpp;
+  for (uint32_t y = 0; y < out_h; ++y) {
+    uint8_t* d = dst + y * out_row;
+    const int64_t sy = PadIndex(int64_t{y} - top, height, mode);
+    const uint8_t* s = sy < 0 ? nullptr : src + static_cast<size_t>(sy) * width * bpp;
+    for (uint32_t x = 0; x < out_w; ++x) {
+      const int64_t sx = s == nullptr ? -1 : PadIndex(int64_t{x} - left, width, mode);
+      std::memcpy(d + size_t{bpp} * x, sx < 0 ? fill : s + size_t{bpp} * sx, bpp);
+    }
+  }
+}
+
 void FlipHorizontal(uint8_t* img, uint32_t height, uint32_t width) {
   for (uint32_t y = 0; y < height; ++y) {
     uint8_t* row = img + size_t{y} * width * 3;
@@ -663,26 +680,37 @@ inline void Fill(uint8_t* d, const uint8_t fill[3]) {
 
 inline void CopyPx(uint8_t* d, const uint8_t* s) { d[0] = s[0], d[1] = s[1], d[2] = s[2]; }
 
+// The NEAREST engines below read a source of sh x sw pixels and write a
+// destination of dh x dw, kBpp bytes a pixel (RGB images 3, label maps 1,
+// 2 or 4); PIL's Image.transform and Image.resize(NEAREST) run them.
+struct NearestGeometry {
+  const uint8_t* src;
+  uint32_t sh, sw;
+  uint8_t* dst;
+  uint32_t dh, dw;
+  const uint8_t* fill;  // kBpp bytes
+};
+
 // Geometry.c's ImagingScaleAffine (NEAREST, m1 == m3 == 0): positions
 // accumulated from the first pixel center.
-void ScaleNearest(const uint8_t* src, uint32_t height, uint32_t width, const double m[6],
-                  const uint8_t fill[3], uint8_t* dst) {
-  const double w = width, h = height;
+template <size_t kBpp>
+void ScaleNearest(const NearestGeometry& g, const double m[6]) {
+  const double w = g.sw, h = g.sh;
   double yo = m[5] + m[4] * 0.5;
   const double xo0 = m[2] + m[0] * 0.5;
-  for (uint32_t y = 0; y < height; ++y, yo += m[4]) {
-    uint8_t* d = dst + size_t{y} * width * 3;
+  for (uint32_t y = 0; y < g.dh; ++y, yo += m[4]) {
+    uint8_t* d = g.dst + size_t{y} * g.dw * kBpp;
     if (!(yo >= 0.0 && yo < h)) {  // COORD(v) < 0 or >= ysize, NaN too
-      for (uint32_t x = 0; x < width; ++x) Fill(d + 3 * x, fill);
+      for (uint32_t x = 0; x < g.dw; ++x) std::memcpy(d + kBpp * x, g.fill, kBpp);
       continue;
     }
-    const uint8_t* s = src + static_cast<size_t>(yo) * width * 3;
+    const uint8_t* s = g.src + static_cast<size_t>(yo) * g.sw * kBpp;
     double xo = xo0;
-    for (uint32_t x = 0; x < width; ++x, xo += m[0]) {
+    for (uint32_t x = 0; x < g.dw; ++x, xo += m[0]) {
       if (xo >= 0.0 && xo < w) {
-        CopyPx(d + 3 * x, s + 3 * static_cast<size_t>(xo));
+        std::memcpy(d + kBpp * x, s + kBpp * static_cast<size_t>(xo), kBpp);
       } else {
-        Fill(d + 3 * x, fill);
+        std::memcpy(d + kBpp * x, g.fill, kBpp);
       }
     }
   }
@@ -695,22 +723,24 @@ inline bool FitsFixed(const double m[6], double x, double y) {
 }
 
 // Geometry.c's affine_fixed (NEAREST, 16.16 fixed point, incremental).
-void FixedNearest(const uint8_t* src, uint32_t height, uint32_t width, const double m[6],
-                  const uint8_t fill[3], uint8_t* dst) {
+template <size_t kBpp>
+void FixedNearest(const NearestGeometry& g, const double m[6]) {
   auto fix = [](double v) { return PilFloor(v * 65536.0 + 0.5); };
   const int64_t a0 = fix(m[0]), a1 = fix(m[1]), a3 = fix(m[3]), a4 = fix(m[4]);
   int64_t a2 = fix(m[2] + m[0] * 0.5 + m[1] * 0.5);
   int64_t a5 = fix(m[5] + m[3] * 0.5 + m[4] * 0.5);
-  const int64_t w = width, h = height;
-  for (uint32_t y = 0; y < height; ++y, a2 += a1, a5 += a4) {
-    uint8_t* d = dst + size_t{y} * width * 3;
+  const int64_t w = g.sw, h = g.sh;
+  for (uint32_t y = 0; y < g.dh; ++y, a2 += a1, a5 += a4) {
+    uint8_t* d = g.dst + size_t{y} * g.dw * kBpp;
     int64_t xx = a2, yy = a5;
-    for (uint32_t x = 0; x < width; ++x, xx += a0, yy += a3) {
+    for (uint32_t x = 0; x < g.dw; ++x, xx += a0, yy += a3) {
       const int64_t xi = xx >> 16, yi = yy >> 16;
       if (xi >= 0 && xi < w && yi >= 0 && yi < h) {
-        CopyPx(d + 3 * x, src + (static_cast<size_t>(yi) * width + static_cast<size_t>(xi)) * 3);
+        std::memcpy(d + kBpp * x,
+                    g.src + (static_cast<size_t>(yi) * g.sw + static_cast<size_t>(xi)) * kBpp,
+                    kBpp);
       } else {
-        Fill(d + 3 * x, fill);
+        std::memcpy(d + kBpp * x, g.fill, kBpp);
       }
     }
   }
@@ -718,21 +748,40 @@ void FixedNearest(const uint8_t* src, uint32_t height, uint32_t width, const dou
 
 // The rest of ImagingTransformAffine (NEAREST, doubles, incremental): only
 // when a corner maps 2^15 pixels or more away.
-void FloatNearest(const uint8_t* src, uint32_t height, uint32_t width, const double m[6],
-                  const uint8_t fill[3], uint8_t* dst) {
-  const double w = width, h = height;
+template <size_t kBpp>
+void FloatNearest(const NearestGeometry& g, const double m[6]) {
+  const double w = g.sw, h = g.sh;
   double xo = m[2] + m[1] * 0.5 + m[0] * 0.5;
   double yo = m[5] + m[4] * 0.5 + m[3] * 0.5;
-  for (uint32_t y = 0; y < height; ++y, xo += m[1], yo += m[4]) {
-    uint8_t* d = dst + size_t{y} * width * 3;
+  for (uint32_t y = 0; y < g.dh; ++y, xo += m[1], yo += m[4]) {
+    uint8_t* d = g.dst + size_t{y} * g.dw * kBpp;
     double xx = xo, yy = yo;
-    for (uint32_t x = 0; x < width; ++x, xx += m[0], yy += m[3]) {
+    for (uint32_t x = 0; x < g.dw; ++x, xx += m[0], yy += m[3]) {
       if (xx >= 0.0 && xx < w && yy >= 0.0 && yy < h) {
-        CopyPx(d + 3 * x, src + (static_cast<size_t>(yy) * width + static_cast<size_t>(xx)) * 3);
+        std::memcpy(d + kBpp * x,
+                    g.src + (static_cast<size_t>(yy) * g.sw + static_cast<size_t>(xx)) * kBpp,
+                    kBpp);
       } else {
-        Fill(d + 3 * x, fill);
+        std::memcpy(d + kBpp * x, g.fill, kBpp);
       }
     }
+  }
+}
+
+// ImagingTransformAffine's choice of engine for NEAREST (the output's
+// corners decide fixed point).
+template <size_t kBpp>
+void AffineNearest(const NearestGeometry& g, const double m[6]) {
+  if (g.dh == 0 || g.dw == 0) return;
+  if (m[1] == 0.0 && m[3] == 0.0) {
+    ScaleNearest<kBpp>(g, m);
+    return;
+  }
+  const double w = g.dw, h = g.dh;
+  if (FitsFixed(m, 0, 0) && FitsFixed(m, w, h) && FitsFixed(m, 0, h) && FitsFixed(m, w, 0)) {
+    FixedNearest<kBpp>(g, m);
+  } else {
+    FloatNearest<kBpp>(g, m);
   }
 }
 
@@ -819,63 +868,125 @@ void AffineTransform(const uint8_t* src, uint32_t height, uint32_t width, const 
     BilinearAffine(src, height, width, matrix, fill, dst);
     return;
   }
-  // ImagingTransformAffine's choice of engine for NEAREST.
-  if (matrix[1] == 0.0 && matrix[3] == 0.0) {
-    ScaleNearest(src, height, width, matrix, fill, dst);
-    return;
-  }
-  const double w = width, h = height;
-  if (FitsFixed(matrix, 0, 0) && FitsFixed(matrix, w, h) && FitsFixed(matrix, 0, h) &&
-      FitsFixed(matrix, w, 0)) {
-    FixedNearest(src, height, width, matrix, fill, dst);
-  } else {
-    FloatNearest(src, height, width, matrix, fill, dst);
-  }
+  AffineNearest<3>({src, height, width, dst, height, width, fill}, matrix);
 }
 
-void RotateImage(const uint8_t* src, uint32_t height, uint32_t width, double angle,
-                 const double* center, Interpolation interpolation, const uint8_t fill[3],
-                 uint8_t* dst) {
-  angle = PyMod360(angle);
-  const size_t row = size_t{width} * 3;
-  if (center == nullptr) {  // PIL's transposes
-    if (angle == 0.0) {
-      std::memcpy(dst, src, size_t{height} * row);
-      return;
-    }
-    if (angle == 180.0) {
-      for (uint32_t y = 0; y < height; ++y) {
-        const uint8_t* s = src + size_t{height - 1 - y} * row;
-        uint8_t* d = dst + y * row;
-        for (uint32_t x = 0; x < width; ++x) CopyPx(d + 3 * x, s + 3 * size_t{width - 1 - x});
-      }
-      return;
-    }
-    if ((angle == 90.0 || angle == 270.0) && width == height) {
-      const uint32_t n = width;
-      for (uint32_t r = 0; r < n; ++r) {
-        uint8_t* d = dst + r * row;
-        for (uint32_t c = 0; c < n; ++c) {
-          // ROTATE_90 (counter-clockwise): dst(r, c) = src(c, n-1-r);
-          // ROTATE_270: dst(r, c) = src(n-1-c, r).
-          const size_t s = angle == 90.0 ? size_t{c} * n + (n - 1 - r) : size_t{n - 1 - c} * n + r;
-          CopyPx(d + 3 * c, src + 3 * s);
-        }
-      }
-      return;
-    }
+namespace {
+
+// PIL's Image.rotate shortcuts (no center given): 0 a copy, 180 a
+// transpose, 90 and 270 a transpose on square images. True when it was one
+// (dst written); `angle` already taken mod 360.
+template <size_t kBpp>
+bool RotateTranspose(const uint8_t* src, uint32_t height, uint32_t width, double angle,
+                     const double* center, uint8_t* dst) {
+  if (center != nullptr) return false;
+  const size_t row = size_t{width} * kBpp;
+  if (angle == 0.0) {
+    std::memcpy(dst, src, size_t{height} * row);
+    return true;
   }
+  if (angle == 180.0) {
+    for (uint32_t y = 0; y < height; ++y) {
+      const uint8_t* s = src + size_t{height - 1 - y} * row;
+      uint8_t* d = dst + y * row;
+      for (uint32_t x = 0; x < width; ++x) {
+        std::memcpy(d + kBpp * x, s + kBpp * size_t{width - 1 - x}, kBpp);
+      }
+    }
+    return true;
+  }
+  if ((angle == 90.0 || angle == 270.0) && width == height) {
+    const uint32_t n = width;
+    for (uint32_t r = 0; r < n; ++r) {
+      uint8_t* d = dst + r * row;
+      for (uint32_t c = 0; c < n; ++c) {
+        // ROTATE_90 (counter-clockwise): dst(r, c) = src(c, n-1-r);
+        // ROTATE_270: dst(r, c) = src(n-1-c, r).
+        const size_t s = angle == 90.0 ? size_t{c} * n + (n - 1 - r) : size_t{n - 1 - c} * n + r;
+        std::memcpy(d + kBpp * c, src + kBpp * s, kBpp);
+      }
+    }
+    return true;
+  }
+  return false;
+}
+
+// Image.rotate's matrix (angle already mod 360), rounded to 15 digits.
+void RotateMatrix(uint32_t height, uint32_t width, double angle, const double* center,
+                  double m[6]) {
   const double cx = center != nullptr ? center[0] : width / 2.0;
   const double cy = center != nullptr ? center[1] : height / 2.0;
   const double rad = -(angle * kDegToRad);
-  double m[6] = {Round15(std::cos(rad)),  Round15(std::sin(rad)), 0.0,
-                 Round15(-std::sin(rad)), Round15(std::cos(rad)), 0.0};
+  m[0] = Round15(std::cos(rad));
+  m[1] = Round15(std::sin(rad));
+  m[2] = 0.0;
+  m[3] = Round15(-std::sin(rad));
+  m[4] = Round15(std::cos(rad));
+  m[5] = 0.0;
   const double x = -cx, y = -cy;
   m[2] = m[0] * x + m[1] * y + m[2];
   m[5] = m[3] * x + m[4] * y + m[5];
   m[2] += cx;
   m[5] += cy;
+}
+
+template <size_t kBpp>
+void LabelsNearest(const NearestGeometry& g, const double m[6]) {
+  AffineNearest<kBpp>(g, m);
+}
+
+void LabelsAffine(const NearestGeometry& g, uint32_t bpp, const double m[6]) {
+  switch (bpp) {
+    case 1: return LabelsNearest<1>(g, m);
+    case 2: return LabelsNearest<2>(g, m);
+    case 4: return LabelsNearest<4>(g, m);
+    default: return;
+  }
+}
+
+}  // namespace
+
+void RotateImage(const uint8_t* src, uint32_t height, uint32_t width, double angle,
+                 const double* center, Interpolation interpolation, const uint8_t fill[3],
+                 uint8_t* dst) {
+  angle = PyMod360(angle);
+  if (RotateTranspose<3>(src, height, width, angle, center, dst)) return;
+  double m[6];
+  RotateMatrix(height, width, angle, center, m);
   AffineTransform(src, height, width, m, interpolation, fill, dst);
+}
+
+void ResizeLabels(const uint8_t* src, uint32_t src_height, uint32_t src_width, uint32_t bpp,
+                  uint8_t* dst, uint32_t height, uint32_t width) {
+  if (height == src_height && width == src_width) {
+    std::memcpy(dst, src, size_t{height} * width * bpp);
+    return;
+  }
+  const double m[6] = {static_cast<double>(src_width) / width, 0.0, 0.0,
+                       0.0, static_cast<double>(src_height) / height, 0.0};
+  const uint8_t zero[4] = {0, 0, 0, 0};  // never read: every point is inside
+  LabelsAffine({src, src_height, src_width, dst, height, width, zero}, bpp, m);
+}
+
+void AffineLabels(const uint8_t* src, uint32_t height, uint32_t width, uint32_t bpp,
+                  const double matrix[6], const uint8_t* fill, uint8_t* dst) {
+  LabelsAffine({src, height, width, dst, height, width, fill}, bpp, matrix);
+}
+
+void RotateLabels(const uint8_t* src, uint32_t height, uint32_t width, uint32_t bpp, double angle,
+                  const double* center, const uint8_t* fill, uint8_t* dst) {
+  angle = PyMod360(angle);
+  bool done = false;
+  switch (bpp) {
+    case 1: done = RotateTranspose<1>(src, height, width, angle, center, dst); break;
+    case 2: done = RotateTranspose<2>(src, height, width, angle, center, dst); break;
+    case 4: done = RotateTranspose<4>(src, height, width, angle, center, dst); break;
+    default: return;
+  }
+  if (done) return;
+  double m[6];
+  RotateMatrix(height, width, angle, center, m);
+  AffineLabels(src, height, width, bpp, m, fill, dst);
 }
 
 void MixStart(const uint8_t* img, size_t pixels, float weight, float* acc) {

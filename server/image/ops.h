@@ -177,6 +177,24 @@ void RotateImage(const uint8_t* src, uint32_t height, uint32_t width, double ang
                  const double* center, Interpolation interpolation, const uint8_t fill[3],
                  uint8_t* dst);
 
+// Label maps (segmentation masks): one value of `bpp` bytes (1, 2 or 4; any
+// other does nothing) per pixel, moved, never blended, as PIL moves a mode
+// "P", "L" or "I" image with NEAREST, which torchvision's segmentation
+// references use for their targets. src and dst may not overlap.
+//   ResizeLabels   PIL's Image.resize((width, height), NEAREST): the affine
+//                  NEAREST engine over the scale (a copy at the same size)
+//   AffineLabels   AffineTransform with kNearest, `fill` (bpp bytes) outside
+//   RotateLabels   RotateImage with kNearest, PIL's shortcuts included
+//   PadLabels      PadImage: `fill` (bpp bytes) for kConstant
+void PadLabels(const uint8_t* src, uint32_t height, uint32_t width, uint32_t bpp,
+               const uint32_t pad[4], PadMode mode, const uint8_t* fill, uint8_t* dst);
+void ResizeLabels(const uint8_t* src, uint32_t src_height, uint32_t src_width, uint32_t bpp,
+                  uint8_t* dst, uint32_t height, uint32_t width);
+void AffineLabels(const uint8_t* src, uint32_t height, uint32_t width, uint32_t bpp,
+                  const double matrix[6], const uint8_t* fill, uint8_t* dst);
+void RotateLabels(const uint8_t* src, uint32_t height, uint32_t width, uint32_t bpp, double angle,
+                  const double* center, const uint8_t* fill, uint8_t* dst);
+
 // AugMix's mixing (torchvision 0.14 on a PIL image: the image as a uint8
 // tensor, mixed in float32, truncated back to uint8): acc = weight * img
 // (MixStart), acc += weight * img (MixAdd), img = uint8(acc) truncated,

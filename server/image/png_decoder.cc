@@ -67,6 +67,7 @@ class PngDecoder final : public ImageDecoder {
   absl::Status ReadHeader(const uint8_t* data, size_t size, const DecodeLimits& limits,
                           ImageHeader* header) override;
   absl::Status Decode(const DecodeRegion& region, uint8_t* out, size_t stride) override;
+  absl::Status DecodeLabels(uint8_t* out, uint32_t* bpp) override;
 
  private:
   absl::Status WalkChunks(const uint8_t* data, size_t size, uint64_t max_pixels);
@@ -74,6 +75,9 @@ class PngDecoder final : public ImageDecoder {
   absl::Status SpngError(int err) const;
   absl::Status DecodeRows(const DecodeRegion& region, uint8_t* out, size_t stride);
   void Convert(const uint8_t* scanline, uint32_t k, uint32_t n, uint8_t* dst, size_t step) const;
+  // Convert's label-map counterpart (DecodeLabels): px_ bytes a value.
+  void ConvertLabels(const uint8_t* scanline, uint32_t k, uint32_t n, uint8_t* dst,
+                     size_t step) const;
 
   std::unique_ptr<spng_ctx, SpngFree> ctx_;
   bool ready_ = false;     // ReadHeader succeeded
@@ -85,6 +89,9 @@ class PngDecoder final : public ImageDecoder {
   bool interlaced_ = false;
   std::array<uint8_t, 256 * 3> lut_{};  // gray <= 8 bit and palette: sample -> RGB
   std::vector<uint8_t> row_;
+  // What DecodeRows writes: RGB (3 bytes a pixel), or labels (1 or 2).
+  bool labels_ = false;
+  size_t px_ = 3;
 };
 
 // The chunk chain, by lengths: IHDR, caps, every chunk inside the file with
@@ -289,6 +296,53 @@ void PngDecoder::Convert(const uint8_t* scanline, uint32_t k, uint32_t n, uint8_
   }
 }
 
+void PngDecoder::ConvertLabels(const uint8_t* scanline, uint32_t k, uint32_t n, uint8_t* dst,
+                               size_t step) const {
+  const size_t end = size_t{k} + n;
+  if (depth_ < 8) {
+    const uint32_t per_byte = 8 / depth_, mask = (1u << depth_) - 1;
+    // "P" keeps the index; "1" is 0/1; 2- and 4-bit "L" are scaled to 0..255.
+    const uint32_t scale = color_type_ == SPNG_COLOR_TYPE_INDEXED || depth_ == 1
+                               ? 1
+                               : 255 / ((1u << depth_) - 1);
+    for (size_t i = k; i < end; ++i, dst += step) {
+      const uint32_t shift = 8 - depth_ * (1 + i % per_byte);
+      *dst = static_cast<uint8_t>(((scanline[i / per_byte] >> shift) & mask) * scale);
+    }
+    return;
+  }
+  if (depth_ == 8) {
+    for (size_t i = k; i < end; ++i, dst += step) *dst = scanline[i];
+    return;
+  }
+  for (size_t i = k; i < end; ++i, dst += step) std::memcpy(dst, scanline + 2 * i, 2);
+}
+
+absl::Status PngDecoder::DecodeLabels(uint8_t* out, uint32_t* bpp) {
+  if (!ready_) {
+    return absl::FailedPreconditionError("PNG: DecodeLabels without a successful ReadHeader");
+  }
+  if (color_type_ != SPNG_COLOR_TYPE_GRAYSCALE && color_type_ != SPNG_COLOR_TYPE_INDEXED) {
+    static constexpr const char* kModes[7] = {"L", "", "RGB", "P", "LA", "", "RGBA"};
+    return absl::UnimplementedError(absl::StrCat(
+        "PNG: a mask must be a single-channel image (gray or palette), this one is ",
+        kModes[color_type_ % 7]));
+  }
+  labels_ = true;
+  px_ = depth_ == 16 ? 2 : 1;
+  *bpp = static_cast<uint32_t>(px_);
+  absl::Status s;
+  try {
+    s = ctx_used_ ? Open() : absl::OkStatus();
+    if (s.ok()) s = DecodeRows({0, 0, height_, width_}, out, size_t{width_} * px_);
+  } catch (const std::bad_alloc&) {
+    s = absl::ResourceExhaustedError("PNG: out of memory");
+  }
+  labels_ = false;
+  px_ = 3;
+  return s;
+}
+
 absl::Status PngDecoder::DecodeRows(const DecodeRegion& region, uint8_t* out, size_t stride) {
   spng_ctx* ctx = ctx_.get();
   ctx_used_ = true;
@@ -323,9 +377,13 @@ absl::Status PngDecoder::DecodeRows(const DecodeRegion& region, uint8_t* out, si
       const uint32_t k0 = left <= x0 ? 0 : (left - x0 + dx - 1) / dx;
       const uint32_t k1 = right <= x0 ? 0 : (right - x0 + dx - 1) / dx;
       if (k1 > k0) {
-        Convert(row_.data(), k0, k1 - k0,
-                out + size_t{ri.row_num - top} * stride + (size_t{x0} + size_t{k0} * dx - left) * 3,
-                size_t{dx} * 3);
+        uint8_t* dst =
+            out + size_t{ri.row_num - top} * stride + (size_t{x0} + size_t{k0} * dx - left) * px_;
+        if (labels_) {
+          ConvertLabels(row_.data(), k0, k1 - k0, dst, size_t{dx} * px_);
+        } else {
+          Convert(row_.data(), k0, k1 - k0, dst, size_t{dx} * 3);
+        }
       }
     }
     if (err == SPNG_EOI) break;

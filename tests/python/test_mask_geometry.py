@@ -1,0 +1,203 @@
+"""Masks through their image's geometry, against torchvision's segmentation
+reference transforms (references/segmentation/transforms.py: RandomResize,
+RandomHorizontalFlip, RandomCrop with pad_if_smaller's fill 255,
+CenterCrop) and v2's joint handling of masks (affine and rotate with
+NEAREST and the mask's fill), with the random parameters forced: the same
+steps run through `stoker-image-tool labels` (server/image/labels.h) and
+through torchvision's functional ops on the PIL mask. Masks equal exactly.
+
+The masks are what segmentation sets hold: VOC-style palette PNGs (21
+classes and 255 borders), 16-bit gray (more classes than a byte holds),
+4-bit and 1-bit gray, all with fine detail (single-pixel speckle and thin
+borders, which a resize's rounding would move first)."""
+
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+PIL = pytest.importorskip("PIL.Image")
+F = pytest.importorskip("torchvision.transforms.functional")
+from torchvision.transforms import InterpolationMode  # noqa: E402
+
+
+def labels(rng, h, w, classes, border=255):
+    """Blobs of classes with 1-pixel borders of `border` and speckle."""
+    yy, xx = np.mgrid[0:h, 0:w]
+    out = np.zeros((h, w), np.int64)
+    for _ in range(8):
+        cy, cx = rng.integers(0, h), rng.integers(0, w)
+        r = rng.integers(max(2, min(h, w) // 8), max(3, min(h, w) // 2))
+        inside = (yy - cy) ** 2 + (xx - cx) ** 2 < r * r
+        out[inside] = rng.integers(1, classes)
+        if border is not None:
+            ring = inside & ((yy - cy) ** 2 + (xx - cx) ** 2 >= (r - 1) ** 2)
+            out[ring] = border
+    speckle = rng.random((h, w)) < 0.02
+    out[speckle] = rng.integers(0, classes, speckle.sum())
+    return out
+
+
+def palette_mask(path, rng, h, w):
+    a = labels(rng, h, w, 21).astype(np.uint8)
+    im = PIL.fromarray(a, mode="P")
+    im.putpalette([v for i in range(256) for v in ((i * 37) % 256, (i * 91) % 256, (i * 13) % 256)])
+    im.save(path)
+    return a
+
+
+def gray16_mask(path, rng, h, w):
+    a = labels(rng, h, w, 3000, border=65535 - 1).astype(np.uint16)
+    PIL.fromarray(a, mode="I;16").save(path)
+    return a
+
+
+def gray4_mask(path, rng, h, w):
+    # 4-bit gray: PIL opens it as "L" with values scaled by 17.
+    a = labels(rng, h, w, 16, border=None).astype(np.uint8)
+    im = PIL.fromarray(a * 17, mode="L")
+    im.save(path, bits=4)
+    return a * 17
+
+
+def gray1_mask(path, rng, h, w):
+    a = (labels(rng, h, w, 2, border=None) > 0).astype(np.uint8)
+    PIL.fromarray(a * 255, mode="L").convert("1").save(path)
+    return a
+
+
+MAKERS = {"palette": palette_mask, "gray16": gray16_mask, "gray4": gray4_mask,
+          "gray1": gray1_mask}
+
+
+def run_tool(build_dir, tmp_path, mask_path, steps, fill=255):
+    out = str(tmp_path / "out.raw")
+    r = subprocess.run([os.path.join(build_dir, "server", "image", "stoker-image-tool"), "labels",
+                        "--input", mask_path, "--out", out, "--steps", json.dumps(steps),
+                        "--fill", str(fill)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    shape = json.loads(r.stdout)
+    dtype = np.uint8 if shape["bpp"] == 1 else np.uint16
+    return np.fromfile(out, dtype=dtype).reshape(shape["height"], shape["width"]), shape
+
+
+def reference(mask, steps, fill=255):
+    """The steps on the PIL mask with torchvision's functional ops, as the
+    segmentation references (and v2, for affine and rotate) move a target."""
+    for s in steps:
+        k = s["kind"]
+        if k == "resize":
+            mask = F.resize(mask, [s["height"], s["width"]], InterpolationMode.NEAREST)
+        elif k == "crop":
+            mask = F.crop(mask, s["top"], s["left"], s["height"], s["width"])
+        elif k == "pad":
+            mask = F.pad(mask, s["padding"], fill=fill)
+        elif k == "hflip":
+            mask = F.hflip(mask)
+        elif k == "vflip":
+            mask = F.vflip(mask)
+        elif k == "affine":
+            mask = F.affine(mask, angle=s["angle"], translate=s["translate"], scale=s["scale"],
+                            shear=s["shear"], interpolation=InterpolationMode.NEAREST,
+                            fill=fill)
+        elif k == "rotate":
+            mask = F.rotate(mask, s["angle"], InterpolationMode.NEAREST, fill=fill)
+        # colour steps: nothing
+    return np.array(mask)
+
+
+def seg_train(h, w, size, flip, crop, top, left):
+    """references/segmentation presets' train transforms with their draws
+    forced: RandomResize to shorter side `size`, a flip, RandomCrop(crop)
+    after pad_if_smaller (right and bottom, fill 255)."""
+    short, long_ = (h, w) if h <= w else (w, h)
+    other = int(size * long_ / short)
+    nh, nw = (size, other) if h <= w else (other, size)
+    steps = [{"kind": "resize", "op": 0, "height": nh, "width": nw, "antialias": True}]
+    if flip:
+        steps.append({"kind": "hflip", "op": 1})
+    ph, pw = max(0, crop - nh), max(0, crop - nw)
+    if ph or pw:
+        steps.append({"kind": "pad", "op": 2, "padding": [0, 0, pw, ph],
+                      "padding_mode": "constant", "fill": [0, 0, 0]})
+    steps.append({"kind": "crop", "op": 2, "top": top, "left": left, "height": crop,
+                  "width": crop})
+    steps.append({"kind": "color_jitter", "op": 3, "order": ["brightness"], "brightness": 1.3})
+    return steps
+
+
+@pytest.mark.parametrize("kind", sorted(MAKERS))
+def test_segmentation_train_recipe_moves_masks_exactly(build_dir, tmp_path, kind):
+    rng = np.random.default_rng(11)
+    for h, w, size, flip, crop in [(180, 240, 130, True, 96), (200, 150, 60, False, 80),
+                                   (97, 131, 260, True, 160), (240, 240, 240, False, 240)]:
+        path = str(tmp_path / f"{kind}.png")
+        MAKERS[kind](path, rng, h, w)
+        pil = PIL.open(path)
+        short, long_ = min(h, w), max(h, w)
+        nh, nw = (size, int(size * long_ / short)) if h <= w else (int(size * long_ / short), size)
+        top = int(rng.integers(0, max(nh, crop) - crop + 1))
+        left = int(rng.integers(0, max(nw, crop) - crop + 1))
+        steps = seg_train(h, w, size, flip, crop, top, left)
+        ours, shape = run_tool(build_dir, tmp_path, path, steps)
+        ref = reference(pil, steps)
+        assert ours.shape == ref.shape == (crop, crop)
+        assert np.array_equal(ours.astype(np.int64), ref.astype(np.int64)), (kind, h, w, size)
+        if kind == "gray16":
+            assert shape["bpp"] == 2 and ref.max() > 255
+        if (nh < crop or nw < crop) and kind != "gray1":
+            assert (ours == 255).any()  # pad_if_smaller's "ignore" fill
+        # A 1-bit mask ("1") stores any fill but 0 as 1, in PIL and here.
+
+
+@pytest.mark.parametrize("kind", ["palette", "gray16"])
+def test_affine_rotate_and_flips_move_masks_exactly(build_dir, tmp_path, kind):
+    rng = np.random.default_rng(5)
+    path = str(tmp_path / f"{kind}.png")
+    MAKERS[kind](path, rng, 143, 187)
+    pil = PIL.open(path)
+    cases = [
+        [{"kind": "affine", "op": 0, "angle": 17.5, "translate": [9, -4], "scale": 1.2,
+          "shear": [6.0, -3.0], "interpolation": "nearest", "fill": [0, 0, 0]}],
+        [{"kind": "rotate", "op": 0, "angle": -33.0, "interpolation": "nearest",
+          "fill": [0, 0, 0]}],
+        [{"kind": "rotate", "op": 0, "angle": 180.0, "interpolation": "bilinear",
+          "fill": [0, 0, 0]}],
+        [{"kind": "vflip", "op": 0}, {"kind": "hflip", "op": 1},
+         {"kind": "crop", "op": 2, "top": 10, "left": 31, "height": 100, "width": 120},
+         {"kind": "resize", "op": 3, "height": 333, "width": 77, "antialias": True}],
+    ]
+    for steps in cases:
+        ours, _ = run_tool(build_dir, tmp_path, path, steps, fill=255)
+        ref = reference(pil, steps, fill=255)
+        assert np.array_equal(ours.astype(np.int64), ref.astype(np.int64)), steps
+    # Every value moved is a value of the mask or the fill.
+    src = np.array(pil).astype(np.int64)
+    ours, _ = run_tool(build_dir, tmp_path, path, cases[0], fill=255)
+    assert set(np.unique(ours)) <= set(np.unique(src)) | {255}
+
+
+def test_flips_twice_are_the_identity(build_dir, tmp_path):
+    rng = np.random.default_rng(2)
+    path = str(tmp_path / "m.png")
+    src = palette_mask(path, rng, 61, 89)
+    for k in ("hflip", "vflip"):
+        ours, _ = run_tool(build_dir, tmp_path, path, [{"kind": k, "op": 0}, {"kind": k, "op": 1}])
+        assert np.array_equal(ours, src)
+
+
+def test_colour_masks_and_other_formats_are_refused_clearly(build_dir, tmp_path):
+    path = str(tmp_path / "rgb.png")
+    PIL.fromarray(np.zeros((8, 8, 3), np.uint8)).save(path)
+    out = str(tmp_path / "o.raw")
+    tool = os.path.join(build_dir, "server", "image", "stoker-image-tool")
+    r = subprocess.run([tool, "labels", "--input", path, "--out", out], capture_output=True,
+                       text=True)
+    assert r.returncode == 1 and "single-channel" in r.stderr and "RGB" in r.stderr
+    path = str(tmp_path / "m.webp")
+    PIL.fromarray(np.zeros((8, 8), np.uint8), mode="L").save(path)
+    r = subprocess.run([tool, "labels", "--input", path, "--out", out], capture_output=True,
+                       text=True)
+    assert r.returncode == 1 and "PNG files only" in r.stderr
