@@ -348,6 +348,8 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::Open(const DataRoot& roo
   trim(index.name_offsets);
   trim(index.listed);
   trim(index.listed_offsets);
+  trim(index.masks);
+  trim(index.mask_offsets);
 
   if (!cache_file.empty()) {
     // A folder changed within the last 2 s may change again within the same
@@ -392,7 +394,8 @@ uint64_t Dataset::memory_bytes() const {
                    b.entry_file.capacity() * sizeof(uint32_t) +
                    b.ranges.capacity() * sizeof(uint64_t) + b.names.capacity() +
                    b.name_offsets.capacity() * sizeof(uint64_t) + b.listed.capacity() +
-                   b.listed_offsets.capacity() * sizeof(uint64_t) + name_.capacity() +
+                   b.listed_offsets.capacity() * sizeof(uint64_t) + b.masks.capacity() +
+                   b.mask_offsets.capacity() * sizeof(uint64_t) + name_.capacity() +
                    class_names_.capacity() * sizeof(std::string);
   for (const std::string& name : class_names_) bytes += name.capacity();
   return bytes;

@@ -132,7 +132,12 @@ class Dataset {
   //    The label is a signed 64-bit integer after the last tab; CRLF line
   //    ends are accepted; an absolute path must lie beneath the root. Entries
   //    are normalized lexically ("." and ".."), not stat'ed: a missing file
-  //    fails later, as a sample.
+  //    fails later, as a sample. A first line "#columns:" followed by the
+  //    names image, label and mask (separated by tabs or spaces; image
+  //    required, each at most once, in the columns' order) declares other
+  //    columns: lines then split at every tab into exactly those fields (no
+  //    tab in a path); without a label column every label is -1; a mask
+  //    column gives each entry its mask file (relative like the image).
   //  - kWebDataset: tar shards, named by a brace pattern
   //    ("train-{0000..0099}.tar", "{a,b}.tar") or one .tar file. Members are
   //    grouped into samples by key (the member path up to the first '.' of
@@ -181,6 +186,13 @@ class Dataset {
   // the user gave. Other formats: display(i), relative to the data root.
   std::string listed_path(uint64_t i) const;
   int64_t label(uint64_t i) const { return a_.labels[i]; }
+  // Whether entries have masks (a segmentation set), and entry i's mask
+  // file relative to the root ("" for an entry without one).
+  bool has_masks() const { return a_.mask_offsets.size != 0; }
+  std::string_view mask_path(uint64_t i) const {
+    if (a_.mask_offsets.size == 0) return {};
+    return {a_.masks.data + a_.mask_offsets[i], a_.mask_offsets[i + 1] - a_.mask_offsets[i]};
+  }
   // ImageFolder: the class names in label order; manifest: empty.
   const std::vector<std::string>& class_names() const { return class_names_; }
   // Canonical path relative to the root (a pattern: as given, normalized):
@@ -231,6 +243,10 @@ class Dataset {
     // folder (a symlink on the way), else ""; both empty when no entry's is.
     Span<char> listed;
     Span<uint64_t> listed_offsets;  // empty, or entries + 1 entries into listed
+    // Segmentation sets: each entry's mask file, relative to the root ("":
+    // none); both empty when no entry has one.
+    Span<char> masks;
+    Span<uint64_t> mask_offsets;  // empty, or entries + 1 entries into masks
   };
   struct Storage;  // owns what Arrays points into
 

@@ -496,6 +496,75 @@ TEST_CASE("Manifest: malformed lines name their line", "[dataset][manifest]") {
   }
 }
 
+TEST_CASE("Manifest: #columns declares image, label and mask columns; masks survive the cache",
+          "[dataset][manifest][cache]") {
+  TempDir tmp;
+  tmp.Write("root/seg/list.txt",
+            "#columns: image\tmask\n"
+            "# VOC-style: an image and its class map, no label\n"
+            "img/a.jpg\tmasks/a.png\n"
+            "img/b.jpg\t../seg2/b.png\n");
+  tmp.Write("root/seg/labelled.txt",
+            "#columns: mask label image\n"
+            "m/1.png\t3\ti/1.jpg\n");
+  tmp.Write("root/seg/plain.txt", "img/a.jpg\t0\n");
+  AgeFolders(tmp / "root");
+  // A manifest written within the last 2 s is not cached either.
+  std::filesystem::last_write_time(
+      tmp / "root/seg/list.txt",
+      std::filesystem::file_time_type::clock::now() - std::chrono::seconds(10));
+  auto root = OpenRoot(tmp / "root");
+  IndexOptions cached;
+  cached.cache_dir = tmp / "cache";
+  for (int pass = 0; pass < 2; ++pass) {
+    auto opened = Dataset::Open(*root, "seg/list.txt", DatasetFormat::kManifest, cached);
+    REQUIRE(opened.ok());
+    const Dataset& d = **opened;
+    CHECK(d.from_cache() == (pass == 1));
+    CHECK(Entries(d) == std::vector<Entry>{{"seg/img/a.jpg", -1}, {"seg/img/b.jpg", -1}});
+    REQUIRE(d.has_masks());
+    CHECK(d.mask_path(0) == "seg/masks/a.png");
+    CHECK(d.mask_path(1) == "seg2/b.png");
+  }
+  auto labelled = Dataset::Open(*root, "seg/labelled.txt", DatasetFormat::kManifest);
+  REQUIRE(labelled.ok());
+  CHECK(Entries(**labelled) == std::vector<Entry>{{"seg/i/1.jpg", 3}});
+  CHECK((*labelled)->mask_path(0) == "seg/m/1.png");
+  auto plain = Dataset::Open(*root, "seg/plain.txt", DatasetFormat::kManifest);
+  REQUIRE(plain.ok());
+  CHECK(!(*plain)->has_masks());
+  CHECK((*plain)->mask_path(0).empty());
+
+  struct Case {
+    std::string contents;
+    absl::StatusCode code;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {"#columns: image mask\na.jpg\n", absl::StatusCode::kInvalidArgument,
+       "line 2: expected 2 tab-separated fields"},
+      {"#columns: image mask\na.jpg\tm.png\textra\n", absl::StatusCode::kInvalidArgument,
+       "expected 2"},
+      {"#columns: label mask\n1\tm.png\n", absl::StatusCode::kInvalidArgument,
+       "needs an image column"},
+      {"#columns: image image\n", absl::StatusCode::kInvalidArgument, "given twice"},
+      {"#columns: image depth\n", absl::StatusCode::kInvalidArgument, "'depth' is not one of"},
+      {"#columns: image mask\na.jpg\t\n", absl::StatusCode::kInvalidArgument, "empty mask path"},
+      {"#columns: image mask\na.jpg\t../../../m.png\n", absl::StatusCode::kPermissionDenied,
+       "leaves the data root"},
+      {"#columns: image label\na.jpg\tx\n", absl::StatusCode::kInvalidArgument,
+       "label 'x'"},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::string name = "seg/bad" + std::to_string(i) + ".txt";
+    tmp.Write("root/" + name, cases[i].contents);
+    auto st = Dataset::Open(*root, name, DatasetFormat::kManifest).status();
+    INFO("case " << i << ": " << st.ToString());
+    CHECK(st.code() == cases[i].code);
+    CHECK(Mentions(st, cases[i].says));
+  }
+}
+
 TEST_CASE("Manifest: a million entries index quickly and compactly", "[dataset][manifest][large]") {
   TempDir tmp;
   constexpr uint64_t kEntries = 1'000'000;

@@ -45,6 +45,10 @@ struct DatasetIndex {
   // listed path differs (SetListed).
   std::string listed;
   std::vector<uint64_t> listed_offsets;
+  // Segmentation sets: see Dataset::Arrays::masks. Empty until an entry has
+  // a mask (SetMask).
+  std::string masks;
+  std::vector<uint64_t> mask_offsets;
   std::vector<WatchedPath> watched;
   std::vector<std::string> warnings;
   std::function<void(uint64_t)> progress;
@@ -55,7 +59,14 @@ struct DatasetIndex {
     offsets.push_back(paths.size());
     labels.push_back(label);
     if (!listed_offsets.empty()) listed_offsets.push_back(listed.size());
+    if (!mask_offsets.empty()) mask_offsets.push_back(masks.size());
     Tick();
+  }
+  // Gives the entry being added (before its EndEntry) a mask, a path
+  // relative to the root; the entries before it have none ("").
+  void SetMask(std::string_view path) {
+    if (mask_offsets.empty()) mask_offsets.assign(labels.size() + 1, 0);
+    masks.append(path);
   }
   // Gives the entry being added (before its EndEntry) a listed path of its
   // own; the entries before it keep "" (derived from their paths).

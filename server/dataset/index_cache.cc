@@ -6,7 +6,7 @@
 //   Header   magic "STKIDX1\0", version, format, flags, section table
 //   sections name | paths | offsets | entry_file | ranges | names |
 //            name_offsets | labels | class names | warnings | watched |
-//            listed | listed_offsets
+//            listed | listed_offsets | masks | mask_offsets
 //
 // String lists (class names, warnings) are stored as NUL-separated text.
 // `watched` lists what the index was made from, with inode, size and mtime;
@@ -39,7 +39,8 @@ namespace {
 
 constexpr char kMagic[8] = {'S', 'T', 'K', 'I', 'D', 'X', '1', '\0'};
 // 2: flags (IndexOptions::flags()) and the listed paths.
-constexpr uint32_t kVersion = 3;  // 3: every IMG_EXTENSIONS file listed
+// 3: every IMG_EXTENSIONS file listed. 4: masks.
+constexpr uint32_t kVersion = 4;
 
 enum Section : uint32_t {
   kName,
@@ -55,6 +56,8 @@ enum Section : uint32_t {
   kWatched,
   kListed,
   kListedOffsets,
+  kMasks,
+  kMaskOffsets,
   kSectionCount
 };
 
@@ -157,6 +160,10 @@ Dataset::Arrays DatasetIndex::arrays() const {
     a.listed = {listed.data(), listed.size()};
     a.listed_offsets = {listed_offsets.data(), listed_offsets.size()};
   }
+  if (!mask_offsets.empty()) {
+    a.masks = {masks.data(), masks.size()};
+    a.mask_offsets = {mask_offsets.data(), mask_offsets.size()};
+  }
   return a;
 }
 
@@ -207,6 +214,8 @@ absl::Status SaveIndex(const std::string& file, const std::string& name, int for
       {watched.data(), watched.size()},
       {index.listed.data(), index.listed.size()},
       {index.listed_offsets.data(), index.listed_offsets.size() * sizeof(uint64_t)},
+      {index.masks.data(), index.masks.size()},
+      {index.mask_offsets.data(), index.mask_offsets.size() * sizeof(uint64_t)},
   };
   Header h{};
   std::memcpy(h.magic, kMagic, sizeof(kMagic));
@@ -329,6 +338,8 @@ std::unique_ptr<MappedIndex> LoadIndex(const DataRoot& root, const std::string& 
   array(kLabels, &a.labels);
   a.listed = {base + h.sections[kListed].offset, h.sections[kListed].bytes};
   array(kListedOffsets, &a.listed_offsets);
+  a.masks = {base + h.sections[kMasks].offset, h.sections[kMasks].bytes};
+  array(kMaskOffsets, &a.mask_offsets);
   // The arrays must agree with one another, and every offset stay inside
   // its buffer: a damaged cache must not send a worker elsewhere.
   const uint64_t n = a.labels.size;
@@ -337,7 +348,8 @@ std::unique_ptr<MappedIndex> LoadIndex(const DataRoot& root, const std::string& 
   if (!shape_ok || a.offsets.size == 0 || (!tar && files != n) ||
       (tar && (a.entry_file.size != n || a.ranges.size != 2 * n || a.name_offsets.size != n + 1)) ||
       (!tar && (a.ranges.size != 0 || a.name_offsets.size > 1)) ||
-      (a.listed_offsets.size != 0 && a.listed_offsets.size != n + 1)) {
+      (a.listed_offsets.size != 0 && a.listed_offsets.size != n + 1) ||
+      (a.mask_offsets.size != 0 && a.mask_offsets.size != n + 1)) {
     *why = Cat(file, " is inconsistent");
     return nullptr;
   }
@@ -357,7 +369,13 @@ std::unique_ptr<MappedIndex> LoadIndex(const DataRoot& root, const std::string& 
       shape_ok = false;
     }
   }
-  if (!shape_ok || a.offsets[0] != 0 || (a.listed_offsets.size != 0 && a.listed_offsets[0] != 0)) {
+  for (uint64_t i = 0; i + 1 < a.mask_offsets.size; ++i) {
+    if (a.mask_offsets[i] > a.mask_offsets[i + 1] || a.mask_offsets[i + 1] > a.masks.size) {
+      shape_ok = false;
+    }
+  }
+  if (!shape_ok || a.offsets[0] != 0 || (a.listed_offsets.size != 0 && a.listed_offsets[0] != 0) ||
+      (a.mask_offsets.size != 0 && a.mask_offsets[0] != 0)) {
     *why = Cat(file, " is inconsistent");
     return nullptr;
   }

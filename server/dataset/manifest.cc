@@ -1,4 +1,5 @@
-// The manifest parser: `path<TAB>label` lines, paths relative to the
+// The manifest parser: `path<TAB>label` lines, or the columns a first
+// "#columns:" line declares (image, label, mask), paths relative to the
 // manifest's folder. Entries are checked lexically against the root, never
 // stat'ed: a manifest may list millions of files, and a missing one fails
 // later, as a sample.
@@ -6,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <optional>
@@ -14,7 +16,9 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "server/dataset/beneath.h"
 #include "server/dataset/dataset.h"
 #include "server/dataset/index_builder.h"
@@ -44,29 +48,46 @@ class ManifestParser {
       return absl::InvalidArgumentError(Where("longer than ", kMaxLineBytes, " bytes"));
     }
     absl::string_view trimmed = absl::StripLeadingAsciiWhitespace(ToAbsl(line));
-    if (trimmed.empty() || trimmed.front() == '#') return absl::OkStatus();
-    const size_t tab = line.rfind('\t');
-    if (tab == std::string_view::npos) {
-      return absl::InvalidArgumentError(Where("expected 'path<TAB>label', found no tab"));
+    if (line_number_ == 1 && absl::StartsWith(trimmed, "#columns:")) {
+      return Columns(trimmed.substr(9));
     }
-    const std::string_view path = line.substr(0, tab);
-    const std::string_view label_text = line.substr(tab + 1);
-    int64_t label;
-    if (!absl::SimpleAtoi(ToAbsl(label_text), &label)) {
+    if (trimmed.empty() || trimmed.front() == '#') return absl::OkStatus();
+    std::string_view path, label_text, mask;
+    if (columns_.empty()) {
+      const size_t tab = line.rfind('\t');
+      if (tab == std::string_view::npos) {
+        return absl::InvalidArgumentError(Where("expected 'path<TAB>label', found no tab"));
+      }
+      path = line.substr(0, tab);
+      label_text = line.substr(tab + 1);
+    } else {
+      std::vector<std::string_view> fields;
+      for (size_t at = 0;;) {
+        const size_t tab = line.find('\t', at);
+        fields.push_back(line.substr(at, tab == std::string_view::npos ? tab : tab - at));
+        if (tab == std::string_view::npos) break;
+        at = tab + 1;
+      }
+      if (fields.size() != columns_.size()) {
+        return absl::InvalidArgumentError(Where("expected ", columns_.size(),
+                                                " tab-separated fields (#columns:), found ",
+                                                fields.size()));
+      }
+      for (size_t c = 0; c < columns_.size(); ++c) {
+        (columns_[c] == kImage ? path : columns_[c] == kLabel ? label_text : mask) = fields[c];
+      }
+    }
+    int64_t label = -1;
+    if ((columns_.empty() || has_label_) && !absl::SimpleAtoi(ToAbsl(label_text), &label)) {
       return absl::InvalidArgumentError(
           Where("label '", label_text, "' is not a signed 64-bit integer"));
     }
-    if (path.empty()) return absl::InvalidArgumentError(Where("empty path"));
-    if (path.find('\0') != std::string_view::npos) {
-      return absl::InvalidArgumentError(Where("path contains a NUL byte"));
-    }
-    if (path.front() == '/') {
-      std::optional<std::string> rest = StripRootPrefix(root_.path(), path);
-      if (!rest.has_value() || !AppendNormalized("", *rest, &out_->paths).ok()) {
-        return absl::PermissionDeniedError(Where("'", path, "' is outside the data root"));
-      }
-    } else if (!AppendNormalized(dir_, path, &out_->paths).ok()) {
-      return absl::PermissionDeniedError(Where("'", path, "' leaves the data root"));
+    if (absl::Status s = AppendPath(path, &out_->paths); !s.ok()) return s;
+    if (has_mask_) {
+      if (mask.empty()) return absl::InvalidArgumentError(Where("empty mask path"));
+      std::string m;
+      if (absl::Status s = AppendPath(mask, &m); !s.ok()) return s;
+      out_->SetMask(m);
     }
     out_->EndEntry(label);
     return absl::OkStatus();
@@ -82,6 +103,46 @@ class ManifestParser {
     const size_t entries = static_cast<size_t>(scale * out_->size()) + 64;
     out_->offsets.reserve(entries + 1);
     out_->labels.reserve(entries);
+  }
+
+  // The path of a manifest entry (image or mask), normalized beneath the
+  // root, appended to `out`.
+  absl::Status AppendPath(std::string_view path, std::string* out) const {
+    if (path.empty()) return absl::InvalidArgumentError(Where("empty path"));
+    if (path.find('\0') != std::string_view::npos) {
+      return absl::InvalidArgumentError(Where("path contains a NUL byte"));
+    }
+    if (path.front() == '/') {
+      std::optional<std::string> rest = StripRootPrefix(root_.path(), path);
+      if (!rest.has_value() || !AppendNormalized("", *rest, out).ok()) {
+        return absl::PermissionDeniedError(Where("'", path, "' is outside the data root"));
+      }
+    } else if (!AppendNormalized(dir_, path, out).ok()) {
+      return absl::PermissionDeniedError(Where("'", path, "' leaves the data root"));
+    }
+    return absl::OkStatus();
+  }
+
+  // "#columns: image label mask" (tabs or spaces between the names).
+  absl::Status Columns(absl::string_view names) {
+    for (absl::string_view name :
+         absl::StrSplit(names, absl::ByAnyChar(" \t"), absl::SkipEmpty())) {
+      const Column c = name == "image" ? kImage : name == "label" ? kLabel
+                       : name == "mask"  ? kMask
+                                         : kUnknown;
+      if (c == kUnknown || std::find(columns_.begin(), columns_.end(), c) != columns_.end()) {
+        return absl::InvalidArgumentError(
+            Where("#columns: '", std::string_view(name.data(), name.size()),
+                  "' is not one of image, label, mask or is given twice"));
+      }
+      columns_.push_back(c);
+    }
+    if (std::find(columns_.begin(), columns_.end(), kImage) == columns_.end()) {
+      return absl::InvalidArgumentError(Where("#columns: needs an image column"));
+    }
+    has_label_ = std::find(columns_.begin(), columns_.end(), kLabel) != columns_.end();
+    has_mask_ = std::find(columns_.begin(), columns_.end(), kMask) != columns_.end();
+    return absl::OkStatus();
   }
 
   absl::Status LineTooLong() const {
@@ -100,6 +161,11 @@ class ManifestParser {
   std::string_view dir_;  // the manifest's folder, canonical
   DatasetIndex* out_;
   uint64_t line_number_ = 0;
+  // Declared by "#columns:" (empty: path<TAB>label).
+  enum Column { kImage, kLabel, kMask, kUnknown };
+  std::vector<Column> columns_;
+  bool has_label_ = false;
+  bool has_mask_ = false;
 };
 
 }  // namespace

@@ -201,3 +201,24 @@ def test_colour_masks_and_other_formats_are_refused_clearly(build_dir, tmp_path)
     r = subprocess.run([tool, "labels", "--input", path, "--out", out], capture_output=True,
                        text=True)
     assert r.returncode == 1 and "PNG files only" in r.stderr
+
+
+def test_a_masked_manifest_is_refused_until_masks_are_delivered(stoker, daemon_factory, tmp_path):
+    # The daemon indexes a manifest's mask column (server/dataset) but does
+    # not carry masks to the trainer yet: it must say so, not serve the
+    # images and drop the masks.
+    root = tmp_path / "data"
+    (root / "img").mkdir(parents=True)
+    (root / "masks").mkdir()
+    for i in range(4):
+        PIL.fromarray(np.full((16, 16, 3), i * 40, np.uint8)).save(root / "img" / f"{i}.png")
+        PIL.fromarray(np.full((16, 16), i, np.uint8), mode="L").save(root / "masks" / f"{i}.png")
+    (root / "seg.txt").write_text(
+        "#columns: image\tmask\n" + "".join(f"img/{i}.png\tmasks/{i}.png\n" for i in range(4)))
+    (root / "plain.txt").write_text("".join(f"img/{i}.png\t{i}\n" for i in range(4)))
+    d = daemon_factory(workers=1, data_root=str(root))
+    with pytest.raises(stoker.StokerError, match="mask column.*does not deliver them yet"):
+        with stoker.Loader("seg.txt", socket=d.socket, batch_size=2, size=16) as ld:
+            next(iter(ld))
+    with stoker.Loader("plain.txt", socket=d.socket, batch_size=2, size=16, epochs=1) as ld:
+        assert sum(len(labels) for _, labels in ld) == 4
