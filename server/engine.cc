@@ -125,6 +125,7 @@ void SendMapRing(WorkerPool& pool, uint32_t w, const DaemonSession& s) {
   m.ring_id = s.number;
   m.data_offset = s.ring->geometry().data_offset;
   m.data_bytes = s.ring->geometry().slot_bytes * s.plan.slots();
+  m.populate_bytes = s.ring->geometry().slot_bytes * s.ring->committed_slots();
   pool.Send(w, &m, sizeof(m), s.ring->fd());
 }
 

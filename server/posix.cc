@@ -64,11 +64,19 @@ void Mapping::WatchTruncation() {
 
 bool Mapping::truncated() const { return truncation_guard::Lost(watch_); }
 
-absl::Status MapShared(int fd, uint64_t offset, uint64_t bytes, Mapping* out, bool populate) {
-  const int flags = MAP_SHARED | (populate ? MAP_POPULATE : 0);
+absl::Status MapShared(int fd, uint64_t offset, uint64_t bytes, Mapping* out, bool populate,
+                       uint64_t populate_bytes) {
+  const bool all = populate && (populate_bytes == 0 || populate_bytes >= bytes);
+  const int flags = MAP_SHARED | (all ? MAP_POPULATE : 0);
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, flags, fd, static_cast<off_t>(offset));
   if (p == MAP_FAILED) return PosixError("mmap", errno);
   *out = Mapping(p, bytes);
+  if (populate && !all) {
+    // The same pages again over the first part, populated this time.
+    void* q = ::mmap(p, populate_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_POPULATE,
+                     fd, static_cast<off_t>(offset));
+    if (q == MAP_FAILED) return PosixError("mmap", errno);
+  }
   return absl::OkStatus();
 }
 

@@ -80,9 +80,12 @@ class Mapping {
   int watch_ = -1;
 };
 
-// mmap(fd, offset, bytes) shared, read-write.
+// mmap(fd, offset, bytes) shared, read-write. `populate`: fault in the
+// first `populate_bytes` now (all when 0), MAP_POPULATE: a ring's slots
+// beyond its depth are holes in /dev/shm, and faulting them in would
+// allocate them.
 absl::Status MapShared(int fd, uint64_t offset, uint64_t bytes, Mapping* out,
-                       bool populate = false);
+                       bool populate = false, uint64_t populate_bytes = 0);
 
 // Monotonic clock in nanoseconds / milliseconds.
 // One message over a SOCK_SEQPACKET socket, with an fd as SCM_RIGHTS

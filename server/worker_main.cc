@@ -247,10 +247,12 @@ int Serve() {
         MapRingMsg m;
         std::memcpy(&m, raw, sizeof(m));
         RingMap rm;
-        // MAP_POPULATE: map every page now. Otherwise each worker takes a
-        // page fault on the first write to each 4 KiB of every slot, for as
-        // long as the ring lives (float32 batches: ~150 per sample).
-        if (!MapShared(owned_fd.get(), m.data_offset, m.data_bytes, &rm.map, /*populate=*/true)
+        // MAP_POPULATE: map every page of the reserved slots now. Otherwise
+        // each worker takes a page fault on the first write to each 4 KiB of
+        // every slot (float32 batches: ~150 per sample). Slots the ring has
+        // not reserved are holes: populating them would allocate them.
+        if (!MapShared(owned_fd.get(), m.data_offset, m.data_bytes, &rm.map, /*populate=*/true,
+                       std::max<uint64_t>(m.populate_bytes, 1))
                  .ok()) {
           return 3;
         }

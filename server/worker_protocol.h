@@ -45,6 +45,10 @@ struct MapRingMsg {
   uint64_t ring_id = 0;
   uint64_t data_offset = 0;  // page aligned: the worker maps only the data area
   uint64_t data_bytes = 0;
+  // The first bytes of it the ring has reserved (its depth's slots): mapped
+  // populated; the rest is faulted in when first written (a ring deepens
+  // into it later).
+  uint64_t populate_bytes = 0;
 };
 
 struct ShutdownMsg {

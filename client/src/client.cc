@@ -161,15 +161,23 @@ class SessionCore {
       ::close(fd);
       return absl::DataLossError("the ring's shm object is smaller than its layout");
     }
-    // MAP_POPULATE: fault the pages in now, not on the first read of each
-    // slot in the training loop.
-    void* p = ::mmap(nullptr, geometry_.total_bytes, PROT_READ | PROT_WRITE,
-                     MAP_SHARED | MAP_POPULATE, fd, 0);
-    ::close(fd);
+    void* p = ::mmap(nullptr, geometry_.total_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
+      ::close(fd);
       return absl::ResourceExhaustedError(absl::StrCat("mmap ring: ", std::strerror(errno)));
     }
     base_ = p;
+    // Fault the pages of the ring's first depth in now (MAP_POPULATE), not on
+    // the first read of each slot in the training loop. Slots beyond it are
+    // holes in /dev/shm until the ring deepens: faulting them in would
+    // allocate them.
+    const uint32_t depth = std::min(
+        ring::DepthCount(static_cast<ring::RingHeader*>(p)->depth.load(std::memory_order_acquire)),
+        slots_);
+    const uint64_t populate = geometry_.data_offset + geometry_.slot_bytes * depth;
+    (void)::mmap(p, std::min(populate, geometry_.total_bytes), PROT_READ | PROT_WRITE,
+                 MAP_SHARED | MAP_FIXED | MAP_POPULATE, fd, 0);
+    ::close(fd);
     ring::RingHeader snapshot;
     std::memcpy(static_cast<void*>(&snapshot), base_, sizeof(snapshot));
     if (const char* why =

@@ -59,6 +59,11 @@ def test_a_bursty_trainer_gets_a_deeper_ring_and_every_sample_once(stoker, daemo
         info = loader.info
         assert info["ring_slots"] == 16  # room to deepen: 4 deep at first
         assert session_status(stoker, d)["ring_depth"] == 4
+        first = next(loader.iter_batches())  # the workers have mapped the ring
+        del first
+        st = session_status(stoker, d)
+        allocated = os.stat("/dev/shm" + st["shm_name"]).st_blocks * 512
+        assert allocated <= int(st["ring_bytes"]) < info["slot_bytes"] * 5
 
         def deep():
             return session_status(stoker, d)["ring_depth"] >= 8
@@ -71,6 +76,10 @@ def test_a_bursty_trainer_gets_a_deeper_ring_and_every_sample_once(stoker, daemo
         # A deeper ring holds more of /dev/shm: its depth's slots, not all 16.
         assert info["slot_bytes"] * st["ring_depth"] < int(st["ring_bytes"])
         assert int(st["ring_bytes"]) < info["slot_bytes"] * (st["ring_depth"] + 1)
+        # ... and /dev/shm agrees: the slots beyond the depth are holes, which
+        # neither the workers nor the client fault in.
+        allocated = os.stat("/dev/shm" + st["shm_name"]).st_blocks * 512
+        assert info["slot_bytes"] * st["ring_depth"] < allocated <= int(st["ring_bytes"])
         # Through the change: each whole epoch is a permutation of the dataset.
         epochs.update(bursty(stoker, d, loader, lambda: False, 3))
         whole = [e for e, idx in epochs.items() if len(idx) >= PER_EPOCH]
