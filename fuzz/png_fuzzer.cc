@@ -93,6 +93,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (uint64_t{h.width} * h.height > kMaxPixels) Fail("a header over the pixel cap");
   if (h.mode == nullptr || h.mode[0] == '\0') Fail("a header without a mode");
 
+  // As a mask: a label map of 1 or 2 bytes a pixel, or a clear refusal.
+  {
+    std::vector<uint8_t> labels(size_t{h.width} * h.height * 2);
+    uint32_t bpp = 0;
+    const absl::Status ls = decoder->DecodeLabels(labels.data(), &bpp);
+    if (!ls.ok()) {
+      if (ls.code() != absl::StatusCode::kUnimplemented) CheckError(ls);
+    } else if (bpp != 1 && bpp != 2) {
+      Fail("a label map of neither 1 nor 2 bytes a value");
+    }
+  }
+
   std::vector<uint8_t> whole(size_t{h.width} * h.height * 3);
   const absl::Status whole_status =
       decoder->Decode(DecodeRegion{0, 0, h.height, h.width}, whole.data(), size_t{h.width} * 3);

@@ -167,6 +167,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     Touch(map, last_slot + r.offset, r.bytes);
     Touch(map, last_slot + r.offset, shape_bytes);
+    // The sample's mask, as the client checks it (the header's mask dtype).
+    if (ring::ValidateMask(r, h.slot_bytes, h.mask_dtype) != nullptr) continue;
+    if (h.mask_dtype == 0 ? r.mask_bytes != 0 : u128{r.mask_offset} + r.mask_bytes > h.slot_bytes) {
+      Fail("a mask outside its slot passed");
+    }
+    if (h.mask_dtype != 0 &&
+        u128{r.height} * r.width * ring::MaskDTypeBytes(h.mask_dtype) != r.mask_bytes) {
+      Fail("a mask whose shape needs more (or fewer) bytes than it names passed");
+    }
+    if (r.mask_bytes != 0) Touch(map, last_slot + r.mask_offset, r.mask_bytes);
   }
   return 0;
 }

@@ -91,7 +91,8 @@ absl::Status CheckShmBudget(uint64_t ring_bytes, const AttachLimits& limits) {
 }
 
 absl::StatusOr<AttachPlan> PlanSession(const v1::AttachRequest& req, const RequestPlan& request,
-                                       uint64_t dataset_size, const AttachLimits& limits) {
+                                       uint64_t dataset_size, const AttachLimits& limits,
+                                       bool masks) {
   AttachPlan p;
   p.request = request;
   p.dataset_size = dataset_size;
@@ -126,18 +127,30 @@ absl::StatusOr<AttachPlan> PlanSession(const v1::AttachRequest& req, const Reque
   const uint32_t slots = request.depth;
   p.variable_size = params.out_height == 0;
   p.sample_bytes = image::MaxSampleBytes(params);
-  p.ring_bytes = p.sample_bytes * req.batch_size() * slots;
-  if (p.sample_bytes == 0 || p.ring_bytes / slots / req.batch_size() != p.sample_bytes ||
-      p.ring_bytes > limits.max_ring_bytes) {
+  const uint64_t image_bytes = p.sample_bytes * req.batch_size();
+  p.slot_data_bytes = image_bytes;
+  uint64_t per_sample = p.sample_bytes;  // for the message
+  if (masks) {
+    p.mask_dtype = params.mask_bpp == 2 ? ring::kUint16 : ring::kUint8;
+    const uint64_t pixels = p.variable_size ? params.max_decode_pixels
+                                            : uint64_t{params.out_height} * params.out_width;
+    p.mask_sample_bytes = pixels * params.mask_bpp;
+    p.mask_offset = ring::MaskOffset(image_bytes);
+    p.slot_data_bytes = p.mask_offset + p.mask_sample_bytes * req.batch_size();
+    per_sample += p.mask_sample_bytes;
+  }
+  p.ring_bytes = p.slot_data_bytes * slots;
+  if (p.sample_bytes == 0 || image_bytes / req.batch_size() != p.sample_bytes ||
+      p.ring_bytes / slots != p.slot_data_bytes || p.ring_bytes > limits.max_ring_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the ring would take ", p.ring_bytes, " bytes (", slots, " slots x ", req.batch_size(),
-        " samples x ", p.sample_bytes, " bytes), over this daemon's --max-ring-bytes of ",
-        limits.max_ring_bytes));
+        " samples x ", per_sample, " bytes", masks ? " with their masks" : "",
+        "), over this daemon's --max-ring-bytes of ", limits.max_ring_bytes));
   }
   if (absl::Status st = CheckShmBudget(p.ring_bytes, limits); !st.ok()) return st;
   // A ring that may deepen has only the slots that could ever fit: doubling
   // the depth within --max-ring-bytes and the budget.
-  const uint64_t slot_data = p.sample_bytes * req.batch_size();
+  const uint64_t slot_data = p.slot_data_bytes;
   uint64_t cap = limits.max_ring_bytes;
   if (limits.shm_budget_bytes != 0) cap = std::min(cap, limits.shm_budget_bytes);
   while (p.request.slots > p.request.depth && slot_data * p.request.slots > cap) {
@@ -165,6 +178,10 @@ RingSpec RingSpecFor(const AttachPlan& plan, uint64_t session_number, uint32_t s
   } else {
     rs.sample_bytes = plan.sample_bytes;
   }
+  rs.slot_data_bytes = plan.slot_data_bytes;
+  rs.mask_dtype = plan.mask_dtype;
+  rs.mask_offset = plan.mask_offset;
+  rs.mask_sample_bytes = plan.mask_sample_bytes;
   rs.height = plan.params().out_height;
   rs.width = plan.params().out_width;
   rs.channels = 3;
@@ -191,6 +208,9 @@ v1::AttachResponse AttachResponseFor(const AttachPlan& plan, const Dataset& data
   ri->set_layout_version(ring::kLayoutVersion);
   ri->set_data_offset(g.data_offset);
   ri->set_descriptor_offset(g.descriptor_offset);
+  ri->set_mask_dtype(plan.mask_dtype);
+  ri->set_mask_offset(plan.mask_offset);
+  ri->set_mask_sample_bytes(plan.mask_sample_bytes);
   resp.set_dataset_size(dataset.size());
   resp.set_shard_size(plan.shard_size);
   resp.set_batches_per_epoch(plan.batches_per_epoch);

@@ -102,7 +102,14 @@ struct AttachPlan {
   // Any-size output (batch 1): one sample fills its slot.
   bool variable_size = false;
   uint64_t sample_bytes = 0;  // capacity per sample (variable: the slot's)
-  uint64_t ring_bytes = 0;    // of sample data at the first depth: sample_bytes * batch * depth
+  // Segmentation sets (the dataset has masks): the masks' ring DType (0:
+  // none), where they start in a slot's data (ring::MaskOffset) and their
+  // stride (variable: capacity; ring_layout.h).
+  uint32_t mask_dtype = 0;
+  uint64_t mask_offset = 0;
+  uint64_t mask_sample_bytes = 0;
+  uint64_t slot_data_bytes = 0;  // images, then masks
+  uint64_t ring_bytes = 0;       // of slot data at the first depth: slot_data_bytes * depth
 
   uint32_t batch_size() const { return sampler.batch_size; }
   // The ring's slot count, and the first depth (<= slots; equal unless the
@@ -116,7 +123,8 @@ struct AttachPlan {
 // not fit in what the other sessions leave of limits.shm_budget_bytes.
 absl::Status CheckShmBudget(uint64_t ring_bytes, const AttachLimits& limits);
 
-// Plans a session over a dataset of `dataset_size` entries.
+// Plans a session over a dataset of `dataset_size` entries; with `masks`
+// (a segmentation set) its slots carry each sample's mask after the images.
 //  - INVALID_ARGUMENT when the batch is larger than this rank's shard;
 //  - OUT_OF_RANGE for a start_batch not below the batches per epoch, or a
 //    start at or past the last epoch (with epochs != 0);
@@ -125,7 +133,8 @@ absl::Status CheckShmBudget(uint64_t ring_bytes, const AttachLimits& limits);
 //    limits.shm_budget_bytes (the message names the budget), or not fit in
 //    limits.shm_free_bytes (the message says how to give a container more).
 absl::StatusOr<AttachPlan> PlanSession(const v1::AttachRequest& req, const RequestPlan& request,
-                                       uint64_t dataset_size, const AttachLimits& limits);
+                                       uint64_t dataset_size, const AttachLimits& limits,
+                                       bool masks = false);
 
 // The ring of a planned session: `session_number` goes into its header,
 // `shm_mode` is the shm object's permission bits.

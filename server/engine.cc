@@ -451,15 +451,6 @@ absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) 
   auto indexed = registry_->Get(req.dataset(), req.format(), io);
   if (!indexed.ok()) return indexed.status();
   std::shared_ptr<const Dataset> ds = *std::move(indexed);
-  if (ds->has_masks()) {
-    // Indexed (issue 19's first part) but not yet carried to the trainer:
-    // serving the images alone would drop the masks without a word.
-    return absl::UnimplementedError(absl::StrCat(
-        "dataset ", ds->name(),
-        " has a mask column: this stokerd indexes masks but does not deliver them yet; to train "
-        "on its images alone, list them without the #columns: mask column"));
-  }
-
   AttachLimits limits;
   limits.max_ring_bytes = config_.max_ring_bytes;
   {
@@ -467,7 +458,7 @@ absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) 
     ShmBudgetLocked(&limits);
   }
   limits.shm_free_bytes = ShmFreeBytes();
-  auto plan = PlanSession(req, *request, ds->size(), limits);
+  auto plan = PlanSession(req, *request, ds->size(), limits, ds->has_masks());
   if (!plan.ok()) return plan.status();
 
   auto s = std::make_shared<DaemonSession>();

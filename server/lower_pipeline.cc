@@ -377,6 +377,8 @@ absl::StatusOr<image::PipelineParams> LowerPipeline(const v1::PipelineSpec& effe
   p.max_decode_pixels = effective.max_decode_pixels();
   p.exact_decode = effective.exact_decode() ? 1 : 0;
   p.apply_exif = effective.apply_exif_orientation() ? 1 : 0;
+  p.mask_bpp = effective.mask_dtype() == "uint16" ? 2 : 1;
+  p.mask_fill = effective.mask_fill();
   if (absl::Status st = image::ValidateParams(p); !st.ok()) return st;
   return p;
 }

@@ -19,8 +19,9 @@ namespace stoker {
 absl::StatusOr<std::unique_ptr<RingOwner>> RingOwner::Create(const std::string& name,
                                                              const RingSpec& spec) {
   ring::Geometry g;
-  uint64_t slot_data = spec.sample_bytes != 0 ? spec.sample_bytes * spec.batch_size
-                                              : spec.variable_bytes;
+  uint64_t slot_data = spec.slot_data_bytes != 0 ? spec.slot_data_bytes
+                       : spec.sample_bytes != 0    ? spec.sample_bytes * spec.batch_size
+                                                   : spec.variable_bytes;
   if (!ring::ComputeGeometry(spec.slot_count, spec.batch_size, slot_data, &g)) {
     return absl::InvalidArgumentError("ring sizes out of range");
   }
@@ -70,6 +71,9 @@ absl::StatusOr<std::unique_ptr<RingOwner>> RingOwner::Create(const std::string& 
   h->session_number = spec.session_number;
   h->batches_per_epoch = spec.batches_per_epoch;
   h->total_batches = spec.total_batches;
+  h->mask_dtype = spec.mask_dtype;
+  h->mask_offset = spec.mask_offset;
+  h->mask_sample_bytes = spec.mask_sample_bytes;
   h->daemon_state.store(ring::kRunning);
   h->daemon_heartbeat.store(1);
   h->depth.store(ring::PackDepth(0, depth, depth));

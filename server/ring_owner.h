@@ -20,6 +20,11 @@ struct RingSpec {
   uint32_t batch_size = 1;
   uint64_t sample_bytes = 0;     // stride per sample; 0 with variable_bytes
   uint64_t variable_bytes = 0;   // slot data bytes for variable-size decode
+  // Slot data bytes when not 0 (images then masks), else from the above.
+  uint64_t slot_data_bytes = 0;
+  uint32_t mask_dtype = 0;        // ring_layout.h's RingHeader mask fields
+  uint64_t mask_offset = 0;
+  uint64_t mask_sample_bytes = 0;
   uint32_t height = 0;
   uint32_t width = 0;
   uint32_t channels = 3;

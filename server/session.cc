@@ -135,9 +135,11 @@ size_t BuildTaskMsg(const DaemonSession& s, const SampleTask& t, const TaskOptio
                     worker::TaskMsg* msg) {
   const Dataset& ds = *s.dataset;
   const std::string_view path = ds.path(t.index);
-  if (path.size() > worker::kMaxPathBytes) return 0;
+  const std::string_view mask = s.plan.mask_dtype != 0 ? ds.mask_path(t.index) : std::string_view();
+  if (path.size() + mask.size() > worker::kMaxPathBytes) return 0;
   const BatchFill& f = s.filling.at(t.seq);
   msg->path_bytes = static_cast<uint32_t>(path.size());
+  msg->mask_path_bytes = static_cast<uint32_t>(mask.size());
   msg->ring_id = s.number;
   const uint64_t slot_base = s.ring->geometry().slot_bytes * f.slot;
   if (s.plan.variable_size) {
@@ -146,6 +148,11 @@ size_t BuildTaskMsg(const DaemonSession& s, const SampleTask& t, const TaskOptio
   } else {
     msg->out_offset = slot_base + s.plan.sample_bytes * t.pos;
     msg->out_capacity = s.plan.sample_bytes;
+  }
+  if (!mask.empty()) {
+    msg->mask_out_offset = slot_base + s.plan.mask_offset +
+                           (s.plan.variable_size ? 0 : s.plan.mask_sample_bytes * t.pos);
+    msg->mask_out_capacity = s.plan.mask_sample_bytes;
   }
   msg->max_file_bytes = o.max_file_bytes;
   if (ds.has_range(t.index)) {
@@ -166,7 +173,8 @@ size_t BuildTaskMsg(const DaemonSession& s, const SampleTask& t, const TaskOptio
     msg->fault = worker::kFaultHang;
   }
   std::memcpy(msg->path, path.data(), path.size());
-  return worker::TaskHeaderBytes() + path.size();
+  std::memcpy(msg->path + path.size(), mask.data(), mask.size());
+  return worker::TaskHeaderBytes() + path.size() + mask.size();
 }
 
 bool CompleteSample(DaemonSession& s, SampleTask& t, const worker::ResultMsg& r,
@@ -191,7 +199,12 @@ bool CompleteSample(DaemonSession& s, SampleTask& t, const worker::ResultMsg& r,
       uint64_t{r.height} * r.width * r.channels * ring::DTypeBytes(s.plan.params().dtype);
   const uint64_t capacity =
       s.plan.variable_size ? s.ring->geometry().slot_bytes : s.plan.sample_bytes;
-  if (r.bytes != want || r.bytes > capacity ||
+  const bool mask_ok =
+      s.plan.mask_dtype == 0
+          ? r.mask_bytes == 0
+          : r.mask_bytes == uint64_t{r.height} * r.width * ring::MaskDTypeBytes(s.plan.mask_dtype) &&
+                r.mask_bytes <= s.plan.mask_sample_bytes;
+  if (r.bytes != want || r.bytes > capacity || !mask_ok ||
       (!s.plan.variable_size && r.bytes != s.plan.sample_bytes)) {
     if (format != nullptr) ++format->failed;
     FailSample(s, t, "worker reported a sample size that does not fit its slot", ctx,
@@ -213,6 +226,7 @@ bool CompleteSample(DaemonSession& s, SampleTask& t, const worker::ResultMsg& r,
   o.width = r.width;
   o.channels = r.channels;
   o.bytes = r.bytes;
+  o.mask_bytes = r.mask_bytes;
   o.index = t.index;
   if (o.status == ring::kSampleReplaced) ++s.samples_replaced;
   ++s.samples_produced;
@@ -267,6 +281,20 @@ void FailSample(DaemonSession& s, SampleTask& t, const std::string& reason, Batc
   if (--f.remaining == 0) FinishBatch(s, t.seq);
 }
 
+namespace {
+
+// `bytes` of mask values `fill` (ring DType `dtype`) at `out`.
+void FillMask(uint8_t* out, uint64_t bytes, uint32_t dtype, uint32_t fill) {
+  if (dtype == ring::kUint16) {
+    const uint16_t v = static_cast<uint16_t>(fill);
+    for (uint64_t i = 0; i + 2 <= bytes; i += 2) std::memcpy(out + i, &v, 2);
+  } else if (bytes != 0) {
+    std::memset(out, static_cast<int>(fill), bytes);
+  }
+}
+
+}  // namespace
+
 void FinishBatch(DaemonSession& s, uint64_t seq) {
   auto it = s.filling.find(seq);
   BatchFill& f = it->second;
@@ -282,18 +310,23 @@ void FinishBatch(DaemonSession& s, uint64_t seq) {
     r.label = s.dataset->label(o.index);
     r.status = o.status;
     r.offset = p.variable_size ? 0 : p.sample_bytes * i;
+    r.mask_offset = p.mask_dtype == 0 ? 0 : p.mask_offset + (p.variable_size ? 0 : p.mask_sample_bytes * i);
     if (o.status == ring::kSampleFailed) {
-      // Zeros of the output shape, so that a fixed-shape batch keeps it.
+      // Zeros of the output shape, so that a fixed-shape batch keeps it,
+      // and a mask all fill ("ignore": the sample adds nothing to a loss).
       r.height = p.params().out_height;
       r.width = p.params().out_width;
       r.channels = 3;
       r.bytes = p.variable_size ? 0 : p.sample_bytes;
       if (r.bytes != 0) std::memset(data + r.offset, 0, r.bytes);
+      r.mask_bytes = p.mask_dtype == 0 || p.variable_size ? 0 : p.mask_sample_bytes;
+      FillMask(data + r.mask_offset, r.mask_bytes, p.mask_dtype, p.params().mask_fill);
     } else {
       r.height = o.height;
       r.width = o.width;
       r.channels = o.channels;
       r.bytes = o.bytes;
+      r.mask_bytes = o.mask_bytes;
     }
   }
   if (f.failed) {

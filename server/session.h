@@ -103,6 +103,7 @@ struct SampleOutcome {
   uint32_t width = 0;
   uint32_t channels = 0;
   uint64_t bytes = 0;
+  uint64_t mask_bytes = 0;  // segmentation sets: the mask written
   uint64_t index = 0;
 };
 
@@ -242,8 +243,9 @@ struct TaskOptions {
 };
 
 // The message that asks a worker for `t` (task_id left 0 for the caller),
-// and the bytes of it to send; 0 when the sample's path is too long for the
-// message (the caller fails it: "path too long").
+// and the bytes of it to send; 0 when the sample's path (with its mask's,
+// for a segmentation set) is too long for the message (the caller fails
+// it: "path too long").
 size_t BuildTaskMsg(const DaemonSession& s, const SampleTask& t, const TaskOptions& o,
                     worker::TaskMsg* msg);
 

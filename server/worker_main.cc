@@ -23,6 +23,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/dataset/dataset.h"
+#include "server/image/image_decoder.h"
+#include "server/image/labels.h"
 #include "server/image/pipeline.h"
 #include "server/image/transcode.h"
 #include "server/posix.h"
@@ -100,6 +102,100 @@ absl::Status ReadInput(const TaskMsg& t, const Input& in, std::vector<uint8_t>* 
   }
   return ReadRange(in.fd.get(), in.begin, in.length, buf);
 }
+
+// A sample's mask (TaskMsg.mask_*): its label map, moved by the image's
+// steps, written into the ring as the session's mask dtype. The reasons
+// name the mask, so a failure is told from its image's.
+class MaskWriter {
+ public:
+  absl::Status Write(const TaskMsg& t, std::string_view path, const image::SampleSteps& steps,
+                     const image::SampleResult& res, uint8_t* out, ResultMsg* r) {
+    absl::Status st = Run(t, path, steps, res, out, r);
+    if (st.ok()) return st;
+    return absl::Status(st.code(), absl::StrCat("mask ", std::string(path), ": ", st.message()));
+  }
+
+ private:
+  absl::Status Run(const TaskMsg& t, std::string_view path, const image::SampleSteps& steps,
+                   const image::SampleResult& res, uint8_t* out, ResultMsg* r) {
+    auto fd = OpenBeneath(kDataRootFd, path);
+    if (!fd.ok()) return fd.status();
+    UniqueFd owned(*fd);
+    struct stat st;
+    if (::fstat(owned.get(), &st) != 0) return PosixError("fstat", errno);
+    if (!S_ISREG(st.st_mode)) return absl::InvalidArgumentError("not a regular file");
+    const uint64_t size = static_cast<uint64_t>(st.st_size);
+    if (size == 0) return absl::InvalidArgumentError("empty file");
+    if (t.max_file_bytes != 0 && size > t.max_file_bytes) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("file is ", size, " bytes, over the cap of ", t.max_file_bytes));
+    }
+    if (absl::Status s = ReadRange(owned.get(), 0, size, &file_); !s.ok()) return s;
+    r->input_bytes += size;
+    const image::ImageFormat format = image::SniffFormat(file_.data(), file_.size());
+    if (decoders_.count(format) == 0) decoders_[format] = image::MakeDecoder(format);
+    image::ImageDecoder* dec = decoders_[format].get();
+    if (dec == nullptr) {
+      return absl::UnimplementedError("label maps (masks) are read from PNG files only");
+    }
+    image::DecodeLimits limits;
+    limits.max_pixels = t.params.max_decode_pixels;
+    image::ImageHeader header;
+    if (absl::Status s = dec->ReadHeader(file_.data(), file_.size(), limits, &header); !s.ok()) {
+      return s;
+    }
+    if (header.height != res.drawn_height || header.width != res.drawn_width) {
+      return absl::InvalidArgumentError(absl::StrCat("is ", header.width, "x", header.height,
+                                                     ", its image ", res.drawn_width, "x",
+                                                     res.drawn_height, ": they must match"));
+    }
+    map_.height = header.height;
+    map_.width = header.width;
+    map_.binary = std::string_view(header.mode) == "1";
+    map_.data.resize(size_t{header.height} * header.width * 2);
+    if (absl::Status s = dec->DecodeLabels(map_.data.data(), &map_.bpp); !s.ok()) return s;
+    map_.data.resize(map_.bytes());
+    if (absl::Status s = image::ApplyLabelSteps(steps, t.params.mask_fill, &map_, &scratch_);
+        !s.ok()) {
+      return s;
+    }
+    if (map_.height != res.height || map_.width != res.width) {
+      return absl::InternalError(absl::StrCat("came out ", map_.width, "x", map_.height,
+                                              ", its image ", res.width, "x", res.height));
+    }
+    const size_t n = size_t{map_.height} * map_.width;
+    const uint32_t bpp = t.params.mask_bpp;
+    if (n * bpp > t.mask_out_capacity) {
+      return absl::InternalError("the mask does not fit its place in the slot");
+    }
+    if (map_.bpp == bpp) {
+      std::memcpy(out, map_.data.data(), n * bpp);
+    } else if (bpp == 2) {  // 8-bit values into uint16
+      for (size_t i = 0; i < n; ++i) {
+        const uint16_t v = map_.data[i];
+        std::memcpy(out + 2 * i, &v, 2);
+      }
+    } else {  // 16-bit values into uint8: each must fit
+      for (size_t i = 0; i < n; ++i) {
+        uint16_t v;
+        std::memcpy(&v, map_.data.data() + 2 * i, 2);
+        if (v > 255) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("holds the value ", v, ", over 255: set mask_dtype='uint16'"));
+        }
+        out[i] = static_cast<uint8_t>(v);
+      }
+    }
+    r->mask_bytes = n * bpp;
+    if (file_.capacity() > (16u << 20)) std::vector<uint8_t>().swap(file_);
+    return absl::OkStatus();
+  }
+
+  std::vector<uint8_t> file_;
+  std::unordered_map<image::ImageFormat, std::unique_ptr<image::ImageDecoder>> decoders_;
+  image::LabelMap map_;
+  std::vector<uint8_t> scratch_;
+};
 
 int64_t MtimeNs(const struct stat& st) {
   return int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
@@ -227,6 +323,8 @@ int Serve() {
   std::vector<uint8_t> entry;  // a transcode cache entry read
   std::vector<uint8_t> copy;   // a baseline copy just made
   CacheClient cache;
+  MaskWriter masks;
+  image::SampleSteps steps;
   auto msg_buf = std::make_unique<TaskMsg>();
   char* raw = reinterpret_cast<char*>(msg_buf.get());
 
@@ -275,16 +373,20 @@ int Serve() {
       case kTask: {
         const TaskMsg& t = *msg_buf;
         if (static_cast<size_t>(n) < TaskHeaderBytes() || t.path_bytes > kMaxPathBytes ||
-            static_cast<size_t>(n) != TaskHeaderBytes() + t.path_bytes) {
+            t.mask_path_bytes > kMaxPathBytes - t.path_bytes ||
+            static_cast<size_t>(n) != TaskHeaderBytes() + t.path_bytes + t.mask_path_bytes) {
           return 2;
         }
         std::string_view path(t.path, t.path_bytes);
+        std::string_view mask_path(t.path + t.path_bytes, t.mask_path_bytes);
         ResultMsg r{};
         r.task_id = t.task_id;
         r.reason[0] = '\0';
         auto it = rings.find(t.ring_id);
         if (it == rings.end() || t.out_offset > it->second.bytes ||
-            t.out_capacity > it->second.bytes - t.out_offset) {
+            t.out_capacity > it->second.bytes - t.out_offset ||
+            (t.mask_path_bytes != 0 && (t.mask_out_offset > it->second.bytes ||
+                                        t.mask_out_capacity > it->second.bytes - t.mask_out_offset))) {
           SetReason(&r, absl::StatusCode::kInternal, "task names memory outside its ring");
           if (!SendAll(&r, sizeof(r))) return 1;
           break;
@@ -324,7 +426,8 @@ int Serve() {
           image::SampleResult res;
           uint8_t* out = static_cast<uint8_t*>(it->second.map.addr()) + t.out_offset;
           processor.set_inputs_are_baseline_copies(baseline_copy);
-          st = processor.Process(jpeg, jpeg_bytes, t.params, t.key, out, t.out_capacity, &res);
+          st = processor.Process(jpeg, jpeg_bytes, t.params, t.key, out, t.out_capacity, &res,
+                                 &steps);
           processor.set_inputs_are_baseline_copies(false);
           if (!st.ok() && baseline_copy) {
             // ABORTED: at DCT scale 1/8 the original's DC scans decode
@@ -339,7 +442,7 @@ int Serve() {
             st = r.cache_event == kCacheHit ? ReadInput(t, in, &input) : absl::OkStatus();
             if (st.ok()) {
               st = processor.Process(input.data(), input.size(), t.params, t.key, out,
-                                     t.out_capacity, &res);
+                                     t.out_capacity, &res, &steps);
                 }
             if (copy_failed && st.ok() &&
                 (r.cache_event == kCacheHit || r.cache_bytes_written != 0)) {
@@ -357,6 +460,12 @@ int Serve() {
           r.dct_scale = res.dct_scale;
           // A copy exists only for a progressive (multi-scan) original.
           r.progressive = res.progressive || baseline_copy ? 1 : 0;
+          if (st.ok() && t.mask_path_bytes != 0) {
+            const int64_t m0 = MonotonicNs();
+            uint8_t* mask_out = static_cast<uint8_t*>(it->second.map.addr()) + t.mask_out_offset;
+            st = masks.Write(t, mask_path, steps, res, mask_out, &r);
+            r.augment_ns += static_cast<uint64_t>(MonotonicNs() - m0);
+          }
         }
         if (!st.ok()) SetReason(&r, st.code(), std::string(st.message()));
         if (!SendAll(&r, sizeof(r))) return 1;

@@ -78,8 +78,15 @@ struct TaskMsg {
   uint32_t fault = 0;         // tests only, see FaultKind (0: none)
   uint32_t simulate_latency_us = 0;  // benchmarks and tests: a cold read first sleeps
   uint32_t cache = 0;                // TaskCache: the transcode cache for this task
-  uint32_t reserved = 0;
-  char path[kMaxPathBytes];   // relative to the data root; sent truncated to path_bytes
+  // Segmentation sets: the sample's mask file, `mask_path_bytes` of `path`
+  // right after the image's (0: no mask), and where its label map goes
+  // (params.mask_bpp bytes a value; labels.h moves it with the image).
+  uint32_t mask_path_bytes = 0;
+  uint64_t mask_out_offset = 0;      // from the start of the ring's data area
+  uint64_t mask_out_capacity = 0;
+  // The image's path then the mask's, relative to the data root; sent
+  // truncated to path_bytes + mask_path_bytes.
+  char path[kMaxPathBytes];
 };
 
 // Faults a worker injects on itself when the daemon runs with
@@ -109,6 +116,7 @@ struct ResultMsg {
   // file was read; image::kImageFormatCount before (an open or read error).
   uint32_t format = image::kImageFormatCount;
   uint64_t bytes = 0;
+  uint64_t mask_bytes = 0;  // the mask written (height x width values), 0: none
   uint64_t read_ns = 0;
   uint64_t decode_ns = 0;
   uint64_t augment_ns = 0;

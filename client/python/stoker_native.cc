@@ -345,13 +345,15 @@ class PySession {
     d["ring_slots"] = i.ring_slots;
     d["slot_bytes"] = i.slot_bytes;
     d["sample_bytes"] = i.sample_bytes;
+    d["mask_dtype"] = i.mask_dtype == 0 ? py::object(py::none())
+                      : py::object(py::str(i.mask_dtype == 4 ? "uint16" : "uint8"));
     d["class_names"] = i.class_names;
     d["effective_pipeline_json"] = i.effective_pipeline_json;
     return d;
   }
 
   // (images, labels, indices, planned_indices, statuses, epoch,
-  //  batch_in_epoch, sequence)
+  //  batch_in_epoch, sequence), and masks after them for a segmentation set
   py::tuple Next(int64_t timeout_ms) {
     if (session_ == nullptr) Raise(g_exc.stoker_error, "the session was detached", "CANCELLED");
     // The ring hands batches out through its slots in order: batch s lies in
@@ -434,15 +436,40 @@ class PySession {
       }
       images = std::move(list);
     }
+    // Segmentation sets: the masks, [n, h, w] (or one [h, w] array per
+    // sample for any-size outputs), views of the slot like the images.
+    py::object masks = py::none();
+    if (batch->mask_dtype() != static_cast<DType>(0)) {
+      const bool wide = batch->mask_dtype() == DType::kUint16;
+      const py::dtype mdt = wide ? py::dtype::of<uint16_t>() : py::dtype::of<uint8_t>();
+      const py::ssize_t mitem = wide ? 2 : 1;
+      if (height_ != 0) {
+        const py::ssize_t h = height_, w = width_;
+        masks = py::array(mdt, {static_cast<py::ssize_t>(n), h, w}, {h * w * mitem, w * mitem, mitem},
+                          n > 0 ? batch->mask_data(0) : batch->data(), owner);
+      } else {
+        py::list list(n);
+        for (uint32_t i = 0; i < n; ++i) {
+          const py::ssize_t h = batch->height(i), w = batch->width(i);
+          list[i] = py::array(mdt, {h, w}, {w * mitem, mitem}, batch->mask_data(i), owner);
+        }
+        masks = std::move(list);
+      }
+    }
     py::array_t<int64_t> labels(n, batch->labels().data());
     py::array_t<int64_t> indices(n, batch->indices().data());
     py::array_t<int64_t> planned(n, batch->planned_indices().data());
     py::array_t<int32_t> statuses(n);
     int32_t* st = statuses.mutable_data();
     for (uint32_t i = 0; i < n; ++i) st[i] = static_cast<int32_t>(batch->status(i));
+    if (masks.is_none()) {
+      return py::make_tuple(std::move(images), std::move(labels), std::move(indices),
+                            std::move(planned), std::move(statuses), batch->epoch(),
+                            batch->batch_in_epoch(), batch->sequence());
+    }
     return py::make_tuple(std::move(images), std::move(labels), std::move(indices),
                           std::move(planned), std::move(statuses), batch->epoch(),
-                          batch->batch_in_epoch(), batch->sequence());
+                          batch->batch_in_epoch(), batch->sequence(), std::move(masks));
   }
 
   uint64_t Delivered() const { return session_ == nullptr ? delivered_ : session_->delivered(); }
@@ -789,7 +816,9 @@ PYBIND11_MODULE(_native, m) {
                              "What the daemon said at attach, after defaults (a new dict).")
       .def("next", &PySession::Next, py::arg("timeout_ms") = -1,
            "Waits for the next batch (GIL released). Returns (images, labels, indices, "
-           "planned_indices, statuses, epoch, batch_in_epoch, sequence). `images` is one "
+           "planned_indices, statuses, epoch, batch_in_epoch, sequence), and for a dataset "
+           "with masks a ninth item, the masks: [n,H,W] uint8/uint16 over the slot, like the "
+           "images (a list for any-size outputs). `images` is one "
            "zero-copy ndarray over the ring slot ([n,H,W,3] or [n,3,H,W]) or, for the "
            "variable-size decode pipeline, a list of per-sample ndarrays; the slot returns to "
            "the daemon when the last of them is collected. Raises EndOfData after the last "

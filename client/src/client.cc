@@ -120,6 +120,18 @@ class SessionCore {
     }
     // Every size used below comes from this geometry, computed here.
     uint64_t slot_data = ri.sample_bytes() != 0 ? ri.sample_bytes() * batch_size : ri.slot_bytes();
+    mask_dtype_ = ri.mask_dtype();
+    mask_offset_ = ri.mask_offset();
+    mask_sample_bytes_ = ri.mask_sample_bytes();
+    if (mask_dtype_ != 0) {
+      // The masks follow the images (ring::MaskOffset).
+      if (ring::MaskDTypeBytes(mask_dtype_) == 0 ||
+          (ri.sample_bytes() != 0 && mask_offset_ != ring::MaskOffset(slot_data)) ||
+          mask_sample_bytes_ > (uint64_t{1} << 40) || mask_offset_ > (uint64_t{1} << 40)) {
+        return absl::DataLossError("the daemon's mask layout is inconsistent");
+      }
+      if (ri.sample_bytes() != 0) slot_data = mask_offset_ + mask_sample_bytes_ * batch_size;
+    }
     if (!ring::ComputeGeometry(slots_, batch_size, slot_data, &geometry_) ||
         geometry_.total_bytes != ri.total_bytes() || geometry_.slot_bytes != ri.slot_bytes() ||
         geometry_.data_offset != ri.data_offset()) {
@@ -186,7 +198,9 @@ class SessionCore {
     }
     if (snapshot.height != r.height() || snapshot.width != r.width() ||
         snapshot.channels != r.channels() || snapshot.dtype != dtype_ ||
-        snapshot.sample_bytes != sample_bytes_ || (snapshot.layout == ring::kNHWC) != nhwc_) {
+        snapshot.sample_bytes != sample_bytes_ || (snapshot.layout == ring::kNHWC) != nhwc_ ||
+        snapshot.mask_dtype != mask_dtype_ || snapshot.mask_offset != mask_offset_ ||
+        snapshot.mask_sample_bytes != mask_sample_bytes_) {
       return absl::DataLossError("ring header: the sample shape or format differs from Attach");
     }
     return absl::OkStatus();
@@ -295,6 +309,10 @@ class SessionCore {
   uint32_t batch_size_ = 0;
   uint64_t sample_bytes_ = 0;
   uint32_t dtype_ = ring::kUint8;
+  // Segmentation sets: the masks' ring DType (0: none), offset and stride.
+  uint32_t mask_dtype_ = 0;
+  uint64_t mask_offset_ = 0;
+  uint64_t mask_sample_bytes_ = 0;
   bool nhwc_ = true;  // the session's layout (device copy: normalize needs uint8 NHWC)
   uint64_t total_batches_ = 0;
   int64_t heartbeat_timeout_ms_ = 3000;
@@ -344,6 +362,9 @@ Batch& Batch::operator=(Batch&& o) noexcept {
     heights_ = std::move(o.heights_);
     widths_ = std::move(o.widths_);
     statuses_ = std::move(o.statuses_);
+    mask_dtype_ = o.mask_dtype_;
+    mask_offsets_ = std::move(o.mask_offsets_);
+    mask_bytes_ = std::move(o.mask_bytes_);
   }
   return *this;
 }
@@ -357,6 +378,10 @@ uint64_t Batch::data_bytes() const {
 }
 
 void* Batch::sample_data(uint32_t i) const { return slot_data_ + offsets_[i]; }
+
+void* Batch::mask_data(uint32_t i) const {
+  return mask_dtype_ == 0 ? nullptr : slot_data_ + mask_offsets_[i];
+}
 
 void Batch::Release() {
   if (core_ == nullptr) return;
@@ -566,11 +591,25 @@ absl::StatusOr<Batch> Session::Next(int64_t timeout_ms) {
   b.heights_.resize(count);
   b.widths_.resize(count);
   b.statuses_.resize(count);
+  b.mask_offsets_.assign(c.mask_dtype_ != 0 ? count : 0, 0);
+  b.mask_bytes_.assign(c.mask_dtype_ != 0 ? count : 0, 0);
+  b.mask_dtype_ = c.mask_dtype_;
   for (uint32_t i = 0; i < count; ++i) {
     ring::SampleRecord r;
     std::memcpy(&r, &recs[i], sizeof(r));
     if (const char* why = ring::ValidateRecord(r, c.geometry_.slot_bytes, c.dtype_)) {
       return absl::DataLossError(absl::StrCat("ring: sample ", i, ": ", why));
+    }
+    if (const char* why = ring::ValidateMask(r, c.geometry_.slot_bytes, c.mask_dtype_)) {
+      return absl::DataLossError(absl::StrCat("ring: sample ", i, ": ", why));
+    }
+    if (c.mask_dtype_ != 0 && c.sample_bytes_ != 0 &&
+        r.mask_offset != c.mask_offset_ + c.mask_sample_bytes_ * i) {
+      return absl::DataLossError(absl::StrCat("ring: sample ", i, "'s mask is not in its place"));
+    }
+    if (c.mask_dtype_ != 0) {
+      b.mask_offsets_[i] = r.mask_offset;
+      b.mask_bytes_[i] = r.mask_bytes;
     }
     // Views are shaped height x width x channels(), which is 3: a record of
     // another channel count would size a view past the bytes checked above.
@@ -698,6 +737,7 @@ absl::StatusOr<std::unique_ptr<Session>> Client::Attach(const AttachOptions& o) 
   i.ring_slots = resp.ring().slot_count();
   i.slot_bytes = resp.ring().slot_bytes();
   i.sample_bytes = resp.ring().sample_bytes();
+  i.mask_dtype = resp.ring().mask_dtype();
   i.class_names.assign(resp.class_names().begin(), resp.class_names().end());
   i.effective_pipeline_json = pipeline::ToJson(resp.effective_pipeline());
   core->StartDeviceTransfer(o.register_ring_with_cuda);  // device copy

@@ -71,6 +71,7 @@ constexpr float kImageNetMean[3] = {0.485f, 0.456f, 0.406f};
 constexpr float kImageNetStd[3] = {0.229f, 0.224f, 0.225f};
 constexpr uint64_t kDefaultMaxDecodePixels = 64ull << 20;
 constexpr uint64_t kDefaultAnySizeMaxDecodePixels = 16ull << 20;  // ring slots are this big
+constexpr uint32_t kDefaultMaskFill = 255;  // torchvision segmentation reference: "ignore"
 
 struct Named {
   absl::string_view name;
@@ -117,8 +118,9 @@ constexpr PresetKeyword kPresetKeywords[] = {
 // PipelineSpec and Output of the same names.
 constexpr absl::string_view kPresetKeyword = "pipeline";
 constexpr absl::string_view kOpsKeyword = "ops";
-constexpr absl::string_view kSpecKeywords[] = {"size", "max_decode_pixels", "exact_decode",
-                                               "apply_exif_orientation"};
+constexpr absl::string_view kSpecKeywords[] = {"size",         "max_decode_pixels",
+                                               "exact_decode", "apply_exif_orientation",
+                                               "mask_dtype",   "mask_fill"};
 
 // ---------------------------------------------------------------------------
 // Text.
@@ -1399,6 +1401,16 @@ absl::StatusOr<PipelineSpec> Effective(const PipelineSpec& spec, uint32_t batch_
     return Bad("max_decode_pixels ", absl::StrCat(s.max_decode_pixels()),
                " is below the output's ", ListText(s.size()),
                ": raise it, or make the output smaller");
+  }
+  if (s.mask_dtype().empty()) s.set_mask_dtype("uint8");
+  if (s.mask_dtype() != "uint8" && s.mask_dtype() != "uint16") {
+    return Bad("mask_dtype must be \"uint8\" or \"uint16\", not \"", s.mask_dtype(), "\"");
+  }
+  if (!s.has_mask_fill()) s.set_mask_fill(kDefaultMaskFill);
+  const uint32_t most = s.mask_dtype() == "uint8" ? 255 : 65535;
+  if (s.mask_fill() > most) {
+    return Bad("mask_fill ", absl::StrCat(s.mask_fill()), " does not fit mask_dtype ",
+               s.mask_dtype(), " (at most ", absl::StrCat(most), ")");
   }
   return s;
 }

@@ -913,7 +913,7 @@ TEST_CASE("keywords: unknown ones, not an object, null", "[pipeline_spec]") {
   CHECK_THAT(Error(R"({"flip": 0})"),
              Contains("unknown pipeline keyword 'flip'") &&
                  Contains("pipeline, ops, size, max_decode_pixels, exact_decode, "
-                          "apply_exif_orientation, height, width, resize_size, scale, ratio, "
+                          "apply_exif_orientation, mask_dtype, mask_fill, height, width, resize_size, scale, ratio, "
                           "flip_prob, interpolation, antialias, dtype, layout, mean, std"));
   CHECK_THAT(Error("[1, 2]"), Contains("pipeline keywords are not a JSON object"));
   CHECK_THAT(Error("{"), Contains("pipeline keywords are not a JSON object"));
@@ -988,7 +988,7 @@ TEST_CASE("ToJson: the proto's names, torchvision's op names, shortest floats", 
         R"("ratio":[0.75,1.3333334],"interpolation":"bilinear","antialias":true}},)"
         R"({"RandomHorizontalFlip":{"p":0.5}}],"size":[224,224],"output":{"dtype":"uint8",)"
         R"("layout":"nhwc","mean":[0.485,0.456,0.406],"std":[0.229,0.224,0.225]},)"
-        R"("max_decode_pixels":67108864})");
+        R"("max_decode_pixels":67108864,"mask_dtype":"uint8","mask_fill":255})");
   CHECK(ToJson(PipelineSpec()) == "{}");
   CHECK(
       ToJson(Request(R"({"ops": [{"GaussianBlur": {"kernel_size": 3}}], "exact_decode": true})")) ==
@@ -1015,7 +1015,7 @@ TEST_CASE("ToJson: the proto's names, torchvision's op names, shortest floats", 
         R"("chain_depth":-1,"alpha":1,"all_ops":true,"interpolation":"bilinear",)"
         R"("fill":[0,0,0]}},{"RandomErasing":{"p":0.25,"scale":[0.02,0.33],"ratio":[0.3,3.3],)"
         R"("value_random":true}}],"size":[8,8],"output":{"dtype":"float16","layout":"nchw",)"
-        R"("mean":[0.485,0.456,0.406],"std":[0.229,0.224,0.225]},"max_decode_pixels":67108864})");
+        R"("mean":[0.485,0.456,0.406],"std":[0.229,0.224,0.225]},"max_decode_pixels":67108864,"mask_dtype":"uint8","mask_fill":255})");
   auto camel2 = SpecFromJson(R"({"ops": [{"aug_mix": {"chainDepth": -1, "mixtureWidth": 2}},
                                           {"random_erasing": {"valueRandom": true}}]})");
   REQUIRE(camel2.ok());
@@ -1064,6 +1064,19 @@ TEST_CASE("dtype and layout names are the ring's enums", "[pipeline_spec]") {
   CHECK(LayoutFromName("NCHW") == 0);
   CHECK(LayoutName(ring::kNCHW) == "nchw");
   CHECK(LayoutName(0).empty());
+}
+
+TEST_CASE("mask keywords: uint8 and 255 by default, uint16 allowed, a fill must fit") {
+  const PipelineSpec e = Eff("{}");
+  CHECK(e.mask_dtype() == "uint8");
+  CHECK(e.mask_fill() == 255);
+  const PipelineSpec wide = Eff(R"({"mask_dtype": "uint16", "mask_fill": 65535})");
+  CHECK(wide.mask_dtype() == "uint16");
+  CHECK(wide.mask_fill() == 65535);
+  CHECK(Eff(R"({"mask_fill": 0})").mask_fill() == 0);  // 0 given is not "unset"
+  CHECK_THAT(Error(R"({"mask_dtype": "int8"})"),
+             Contains("mask_dtype must be \"uint8\" or \"uint16\""));
+  CHECK_THAT(Error(R"({"mask_fill": 256})"), Contains("mask_fill 256 does not fit mask_dtype uint8"));
 }
 
 }  // namespace

@@ -18,6 +18,10 @@
 //   sample      One image's place in a slot's data: `sample_bytes` from
 //               `index * sample_bytes` (fixed shape), or anywhere the
 //               record's offset/bytes say (variable-size decode, batch 1).
+//   mask        Segmentation sets: a sample's label map (height x width
+//               values of `mask_dtype`), after the slot's images from
+//               `mask_offset` (MaskOffset), `mask_sample_bytes` apart; the
+//               record's mask_offset/mask_bytes say where.
 //
 // A slot's life (each arrow is one atomic store to `state`; the writer of a
 // state is the only writer of the slot's other fields while it holds it):
@@ -136,6 +140,7 @@ enum DType : uint32_t {
   kUint8 = 1,
   kFloat32 = 2,
   kFloat16 = 3,
+  kUint16 = 4,  // masks only
 };
 
 enum Layout : uint32_t {
@@ -145,6 +150,10 @@ enum Layout : uint32_t {
 
 inline constexpr uint32_t DTypeBytes(uint32_t dtype) {
   return dtype == kUint8 ? 1 : dtype == kFloat32 ? 4 : dtype == kFloat16 ? 2 : 0;
+}
+// A mask's bytes per value: 1 (kUint8), 2 (kUint16), 0 for anything else.
+inline constexpr uint32_t MaskDTypeBytes(uint32_t dtype) {
+  return dtype == kUint8 ? 1 : dtype == kUint16 ? 2 : 0;
 }
 
 // At offset 0 of the ring, padded to kHeaderBytes. Written once by the daemon
@@ -171,7 +180,13 @@ struct RingHeader {
   uint64_t session_number;      // the daemon's session counter
   uint64_t batches_per_epoch;
   uint64_t total_batches;       // 0: without end
-  uint64_t reserved1[8];
+  // Segmentation sets: each sample's mask (a label map of the sample's
+  // height x width, mask_dtype values) in the same slot, after the images.
+  uint32_t mask_dtype;          // 0: no masks; kUint8 or kUint16
+  uint32_t reserved4;
+  uint64_t mask_offset;         // from the slot's data start
+  uint64_t mask_sample_bytes;   // stride per sample (variable size: its capacity)
+  uint64_t reserved1[5];
 
   // -- Live fields ----------------------------------------------------------
   alignas(64) std::atomic<uint32_t> daemon_state;  // DaemonState; futex word
@@ -200,6 +215,10 @@ struct SampleRecord {
   uint32_t width;
   uint32_t channels;
   uint64_t planned_index;  // the dataset index the sampler planned here
+  // The sample's mask when the ring has masks (height x width values of
+  // the header's mask_dtype; a failed sample's is all fill), else 0, 0.
+  uint64_t mask_offset;    // from the slot's data start
+  uint64_t mask_bytes;
 };
 
 struct SlotDescriptor {
@@ -222,6 +241,10 @@ static_assert(sizeof(SlotDescriptor) % 8 == 0);
 static_assert(sizeof(SampleRecord) % 8 == 0);
 
 inline constexpr uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+// Where a slot's masks start, after `image_bytes` of images (the batch's
+// samples, or a variable-size sample's capacity).
+inline constexpr uint64_t MaskOffset(uint64_t image_bytes) { return AlignUp(image_bytes, 64); }
 
 // The depth word: `from` in the high 48 bits, count - 1 and prev - 1 in a
 // byte each (both 1..kMaxSlots).
@@ -309,6 +332,12 @@ inline const char* ValidateHeader(const RingHeader& h, uint64_t mapped_bytes,
   if (h.sample_bytes != 0 &&
       (h.sample_bytes > h.slot_bytes || h.sample_bytes * h.batch_size > h.slot_bytes))
     return "samples do not fit in a slot";
+  if (h.mask_dtype != 0) {
+    if (MaskDTypeBytes(h.mask_dtype) == 0) return "bad mask dtype";
+    if (h.mask_offset > h.slot_bytes || h.mask_sample_bytes > h.slot_bytes ||
+        h.mask_sample_bytes * h.batch_size > h.slot_bytes - h.mask_offset)
+      return "masks do not fit in a slot";
+  }
   return nullptr;
 }
 
@@ -328,6 +357,18 @@ inline const char* ValidateRecord(const SampleRecord& r, uint64_t slot_bytes, ui
   // empty 0x0 sample), and a reader sizes its view from the shape.
   if (!shape_fits) return "sample size disagrees with its shape";
   if (r.status > kSampleFailed) return "bad sample status";
+  return nullptr;
+}
+
+// Checks one record's mask against its slot and its shape (mask_dtype from
+// the header the reader validated; 0: the ring has no masks, and the record
+// must name none).
+inline const char* ValidateMask(const SampleRecord& r, uint64_t slot_bytes, uint32_t mask_dtype) {
+  if (mask_dtype == 0) return r.mask_bytes == 0 ? nullptr : "a mask in a ring without masks";
+  if (r.mask_offset > slot_bytes || r.mask_bytes > slot_bytes - r.mask_offset)
+    return "mask outside its slot";
+  if (r.mask_bytes != uint64_t{r.height} * r.width * MaskDTypeBytes(mask_dtype))
+    return "mask size disagrees with its sample's shape";
   return nullptr;
 }
 

@@ -1541,6 +1541,8 @@ absl::Status SampleProcessor::Process(const uint8_t* jpeg, size_t size, const Pi
   SampleSteps* steps = drawn != nullptr ? drawn : &im.drawn;
   steps->count = 0;
   return im.Run(jpeg, size, p, out, result, [&](uint32_t h, uint32_t w) {
+    result->drawn_height = h;
+    result->drawn_width = w;
     absl::Status s = DrawSteps(p, h, w, key, steps);
     if (!s.ok()) return s;
     return im.Execute(p, *steps, out, capacity, result);

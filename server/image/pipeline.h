@@ -217,6 +217,10 @@ struct PipelineParams {
   // same for every session and worker, so a scale that this machine decodes
   // slower than a larger one is never chosen. 0: all allowed.
   uint32_t disabled_dct_scales = 0;
+  // Segmentation sets (tasks that carry a mask): the masks' bytes a value
+  // in the ring (1 uint8, 2 uint16) and their fill (labels.h).
+  uint32_t mask_bpp = 1;
+  uint32_t mask_fill = 255;
 };
 
 // Checks every field: the op kinds and each op's parameters (sizes in
@@ -444,6 +448,10 @@ struct SampleResult {
   // succeeded (kUnknown: not a format stoker reads, or not sniffed: invalid
   // params).
   ImageFormat format = ImageFormat::kUnknown;
+  // The image's size (displayed orientation) its steps were drawn for, once
+  // known (Process): a mask moved by the same steps must have it.
+  uint32_t drawn_height = 0;
+  uint32_t drawn_width = 0;
 };
 
 // Reuses its buffers between samples; one per thread (not thread-safe).

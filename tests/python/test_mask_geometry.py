@@ -203,22 +203,115 @@ def test_colour_masks_and_other_formats_are_refused_clearly(build_dir, tmp_path)
     assert r.returncode == 1 and "PNG files only" in r.stderr
 
 
-def test_a_masked_manifest_is_refused_until_masks_are_delivered(stoker, daemon_factory, tmp_path):
-    # The daemon indexes a manifest's mask column (server/dataset) but does
-    # not carry masks to the trainer yet: it must say so, not serve the
-    # images and drop the masks.
-    root = tmp_path / "data"
-    (root / "img").mkdir(parents=True)
-    (root / "masks").mkdir()
-    for i in range(4):
-        PIL.fromarray(np.full((16, 16, 3), i * 40, np.uint8)).save(root / "img" / f"{i}.png")
-        PIL.fromarray(np.full((16, 16), i, np.uint8), mode="L").save(root / "masks" / f"{i}.png")
+def make_seg_set(root, n=12, size=(60, 80), wide=False):
+    """n RGB images (PNG: decoded exactly) whose colour names their index,
+    each with a palette (or 16-bit) mask holding its index and a gradient of
+    other classes, and a manifest of image, mask and label columns."""
+    rng = np.random.default_rng(3)
+    (root / "img").mkdir(parents=True, exist_ok=True)
+    (root / "masks").mkdir(exist_ok=True)
+    h, w = size
+    for k in range(n):
+        img = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+        img[:, :, 0] = k * 10  # the red channel names the sample
+        PIL.fromarray(img).save(root / "img" / f"{k}.png")
+        m = ((np.arange(h)[:, None] // 7 + np.arange(w)[None, :] // 5) % 20).astype(np.int64)
+        m[: h // 2, : w // 2] = k + 100 if wide else k  # the top-left quarter names it too
+        if wide:
+            m = m * 150  # values past 255
+            PIL.fromarray(m.astype(np.uint16), mode="I;16").save(root / "masks" / f"{k}.png")
+        else:
+            im = PIL.fromarray(m.astype(np.uint8), mode="P")
+            im.putpalette([v for i in range(256) for v in (i, 255 - i, (7 * i) % 256)])
+            im.save(root / "masks" / f"{k}.png")
     (root / "seg.txt").write_text(
-        "#columns: image\tmask\n" + "".join(f"img/{i}.png\tmasks/{i}.png\n" for i in range(4)))
-    (root / "plain.txt").write_text("".join(f"img/{i}.png\t{i}\n" for i in range(4)))
+        "#columns: image\tmask\tlabel\n" +
+        "".join(f"img/{k}.png\tmasks/{k}.png\t{k % 3}\n" for k in range(n)))
+
+
+def expected_mask(build_dir, tmp_path, root, index, seed, epoch, keywords, fill=255):
+    """The mask the daemon must deliver for a sample: the image's steps
+    (drawn by stoker-image-tool render for the same key) run on its mask."""
+    tool = os.path.join(build_dir, "server", "image", "stoker-image-tool")
+    steps_file = str(tmp_path / "steps.json")
+    r = subprocess.run([tool, "render", "--input", str(root / "img" / f"{index}.png"),
+                        "--out", str(tmp_path / "img.raw"), "--keywords", json.dumps(keywords),
+                        "--seed", str(seed), "--epoch", str(epoch), "--index", str(index),
+                        "--steps-out", steps_file], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    steps = json.loads(open(steps_file).read())
+    mask, _ = run_tool(build_dir, tmp_path, str(root / "masks" / f"{index}.png"), steps, fill)
+    return mask
+
+
+def test_masks_reach_the_trainer_with_their_images(stoker, daemon_factory, build_dir, tmp_path):
+    root = tmp_path / "data"
+    make_seg_set(root)
+    d = daemon_factory(workers=2, data_root=str(root))
+    keywords = {"size": 32}  # the train preset: RandomResizedCrop(32), a flip
+    with stoker.Loader("seg.txt", socket=d.socket, batch_size=4, size=32, seed=7,
+                       epochs=2) as ld:
+        assert ld.info["mask_dtype"] == "uint8"
+        seen = 0
+        for epoch in range(2):
+            for view in ld.iter_batches():
+                images, masks = view  # a segmentation set yields (images, masks)
+                assert masks is view.masks and masks.dtype == torch_uint8()
+                assert tuple(masks.shape) == (len(view), 32, 32)
+                assert view.labels.tolist() == [int(i) % 3 for i in view.indices]
+                for i, index in enumerate(view.indices.tolist()):
+                    # Image and mask are the same sample's ...
+                    assert int(images[i, 0, 0, 0]) == index * 10
+                    # ... and the mask moved exactly as its image was.
+                    want = expected_mask(build_dir, tmp_path, root, index, 7, view.epoch,
+                                         keywords)
+                    assert np.array_equal(masks[i].numpy(), want), (epoch, index)
+                    seen += 1
+        assert seen == 24
+
+
+def torch_uint8():
+    import torch
+    return torch.uint8
+
+
+def test_mask_failures_are_sample_failures_naming_the_mask(stoker, daemon_factory, tmp_path):
+    root = tmp_path / "data"
+    make_seg_set(root, n=6)
+    PIL.fromarray(np.zeros((10, 10), np.uint8), mode="L").save(root / "masks" / "2.png")
+    (root / "masks" / "4.png").write_bytes(b"not a png")
     d = daemon_factory(workers=1, data_root=str(root))
-    with pytest.raises(stoker.StokerError, match="mask column.*does not deliver them yet"):
-        with stoker.Loader("seg.txt", socket=d.socket, batch_size=2, size=16) as ld:
+    with stoker.Loader("seg.txt", socket=d.socket, batch_size=6, size=32, shuffle=False,
+                       epochs=1, failure_policy="error") as ld:
+        with pytest.raises(stoker.SampleError, match="mask .*masks/2.png: is 10x10, its image 80x60"):
             next(iter(ld))
-    with stoker.Loader("plain.txt", socket=d.socket, batch_size=2, size=16, epochs=1) as ld:
-        assert sum(len(labels) for _, labels in ld) == 4
+    with stoker.Loader("seg.txt", socket=d.socket, batch_size=6, size=32, shuffle=False,
+                       epochs=1) as ld:
+        view = next(ld.iter_batches())
+        statuses = view.statuses.tolist()
+        assert statuses[2] == 1 and statuses[4] == 1  # replaced, as a bad image would be
+        assert sorted(set(view.indices.tolist())) == [0, 1, 3, 5]
+        for i, index in enumerate(view.indices.tolist()):
+            assert int(view.images[i, 0, 0, 0]) == index * 10
+            # A replaced sample's mask is its replacement's.
+            assert set(np.unique(view.masks[i].numpy())) <= set(range(20)) | {index, 255}
+    assert "failed: mask masks/4.png: label maps (masks) are read from PNG files only" in d.log()
+
+
+def test_sixteen_bit_masks_need_mask_dtype_uint16(stoker, daemon_factory, tmp_path):
+    root = tmp_path / "data"
+    make_seg_set(root, n=4, wide=True)
+    d = daemon_factory(workers=1, data_root=str(root))
+    with stoker.Loader("seg.txt", socket=d.socket, batch_size=4, size=32, shuffle=False,
+                       epochs=1, mask_dtype="uint16", mask_fill=65535) as ld:
+        assert ld.info["mask_dtype"] == "uint16"
+        view = next(ld.iter_batches())
+        assert view.masks.numpy().dtype == np.int32  # torch has no uint16
+        assert view.statuses.tolist() == [0, 0, 0, 0]
+        assert int(view.masks.max()) > 255
+    with stoker.Loader("seg.txt", socket=d.socket, batch_size=4, size=32, shuffle=False,
+                       epochs=1, failure_policy="error") as ld:
+        with pytest.raises(stoker.SampleError, match="over 255: set mask_dtype='uint16'"):
+            next(iter(ld))
+    with pytest.raises(stoker.InvalidRequestError, match="mask_fill 300 does not fit"):
+        stoker.Loader("seg.txt", socket=d.socket, batch_size=4, size=32, mask_fill=300)

@@ -42,7 +42,8 @@ class SessionCore;
 class RpcChannel;
 }  // namespace internal
 
-enum class DType { kUint8 = 1, kFloat32 = 2, kFloat16 = 3 };
+// The ring's values (stoker/ring_layout.h); kUint16 for masks only.
+enum class DType { kUint8 = 1, kFloat32 = 2, kFloat16 = 3, kUint16 = 4 };
 enum class Layout { kNHWC = 1, kNCHW = 2 };
 enum class DatasetFormat { kAuto = 0, kImageFolder = 1, kManifest = 2, kWebDataset = 3 };
 enum class FailurePolicy { kSkip = 1, kError = 2 };
@@ -117,6 +118,9 @@ struct SessionInfo {
   uint32_t channels = 3;
   DType dtype = DType::kUint8;
   Layout layout = Layout::kNHWC;
+  // Segmentation sets: the masks' ring DType (1 uint8, 4 uint16; 0: the
+  // dataset has none).
+  uint32_t mask_dtype = 0;
   uint32_t ring_slots = 0;
   uint64_t slot_bytes = 0;
   uint64_t sample_bytes = 0;       // 0 for variable-size decode
@@ -184,6 +188,15 @@ class Batch {
   uint32_t width(uint32_t i) const { return widths_[i]; }
   uint32_t channels() const { return 3; }
 
+  // Segmentation sets: sample i's mask, height(i) x width(i) values of
+  // mask_dtype() (kUint8 or kUint16), moved with its image (a failed
+  // sample's is all mask_fill); for fixed-shape pipelines the masks are
+  // contiguous from mask_data(0). nullptr, 0 and 0 when the session's
+  // dataset has no masks.
+  void* mask_data(uint32_t i) const;
+  uint64_t mask_bytes(uint32_t i) const { return mask_dtype_ == 0 ? 0 : mask_bytes_[i]; }
+  DType mask_dtype() const { return static_cast<DType>(mask_dtype_); }
+
   const std::vector<int64_t>& labels() const { return labels_; }
   // The dataset index whose pixels were delivered (a replacement's, for a
   // replaced sample) and the one the sampler planned.
@@ -222,6 +235,8 @@ class Batch {
   std::vector<int64_t> labels_, indices_, planned_;
   std::vector<uint64_t> offsets_, bytes_;
   std::vector<uint32_t> heights_, widths_, statuses_;
+  uint32_t mask_dtype_ = 0;
+  std::vector<uint64_t> mask_offsets_, mask_bytes_;
 };
 
 // One attached session. Next() hands batches out in order. Thread-safe:

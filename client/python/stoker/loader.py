@@ -57,15 +57,21 @@ class BatchView:
         statuses: int32 ndarray [n]: 0 ok, 1 replaced, 2 failed (zero pixels).
         epoch, batch_in_epoch: where the batch lies in the session's order.
         sequence: the batch's number in the session (0, 1, 2, ...).
+        masks: for a dataset with masks (a segmentation set), a uint8 (or,
+            for mask_dtype 'uint16', int32: torch has no uint16) tensor
+            [n,H,W] moved with its images (a
+            list for the variable-size pipeline; a failed sample's is all
+            mask_fill), else None. `images, masks = view` then.
     """
 
     __slots__ = ("images", "labels", "indices", "planned_indices", "statuses", "epoch",
-                 "batch_in_epoch", "sequence")
+                 "batch_in_epoch", "sequence", "masks")
 
     def __init__(self, images: Images, labels: Any, indices: np.ndarray,
                  planned_indices: np.ndarray, statuses: np.ndarray, epoch: int,
-                 batch_in_epoch: int, sequence: int) -> None:
+                 batch_in_epoch: int, sequence: int, masks: Any = None) -> None:
         self.images = images
+        self.masks = masks
         self.labels = labels
         self.indices = indices
         self.planned_indices = planned_indices
@@ -77,9 +83,9 @@ class BatchView:
     def __len__(self) -> int:
         return len(self.indices)
 
-    def __iter__(self):  # so that `images, labels = view` works
+    def __iter__(self):  # so that `images, labels = view` (or images, masks) works
         yield self.images
-        yield self.labels
+        yield self.labels if self.masks is None else self.masks
 
     def __repr__(self) -> str:
         return (f"BatchView(epoch={self.epoch}, batch_in_epoch={self.batch_in_epoch}, "
@@ -191,7 +197,7 @@ _UNSET: Any = _Unset()
 _PIPELINE_KEYWORDS = ("pipeline", "ops", "size", "resize_size", "scale", "ratio", "flip_prob",
                       "interpolation", "antialias", "dtype", "layout", "mean", "std")
 #: Pipeline keywords sent as given beside a transform too.
-_DECODE_KEYWORDS = ("exact_decode", "apply_exif_orientation")
+_DECODE_KEYWORDS = ("exact_decode", "apply_exif_orientation", "mask_dtype", "mask_fill")
 #: ring_slots when neither it nor prefetch_factor is given: the daemon's
 #: default, a ring of 4 that deepens for a trainer that consumes in bursts.
 _DEFAULT_RING_SLOTS = 0
@@ -585,6 +591,14 @@ class Loader:
             daemon unless asked).
         exact_decode: decode every image at full size before resizing (no
             reduced-size DCT decode): slower, closest to PIL's pixels.
+        mask_dtype, mask_fill: for a dataset with masks (a manifest whose
+            "#columns:" line names a mask column): the masks' dtype, 'uint8'
+            (the default) or 'uint16', and their value where an op pads or
+            moves the image past its edge (default 255, "ignore", as
+            torchvision's segmentation reference pads its targets). The
+            loader then yields (images, masks): masks [n,H,W] moved with
+            their images by the same ops (NEAREST), the labels in
+            `iter_batches()`'s views.
         allow_empty: ImageFolder's allow_empty: keep class folders with no
             image file as classes with no samples (otherwise attach fails
             naming them). None: False, or, for an ImageFolder object given,
@@ -636,6 +650,8 @@ class Loader:
         prefetch_factor: Optional[int] = None,
         apply_exif_orientation: Any = _UNSET,
         exact_decode: Any = _UNSET,
+        mask_dtype: Any = _UNSET,
+        mask_fill: Any = _UNSET,
         allow_empty: Optional[bool] = None,
         skip_unsupported_formats: bool = False,
         **dataloader_keywords: Any,
@@ -1391,9 +1407,30 @@ class Loader:
             raise
 
     def _make(self, raw: tuple, views: bool) -> Any:
-        images, labels, indices, planned, statuses, epoch, batch_in_epoch, sequence = raw
+        images, labels, indices, planned, statuses, epoch, batch_in_epoch, sequence = raw[:8]
+        masks = raw[8] if len(raw) > 8 else None  # a segmentation set's
         torch = _torch or _torch_module()
+        if masks is not None and self.batch_transform is not None:
+            raise _native.InvalidRequestError(
+                "batch_transform (MixUp, CutMix) with a dataset that has masks: they mix the "
+                "images and their labels, not masks; drop batch_transform for segmentation")
+        if masks is not None:
+            def tensor(m: np.ndarray) -> "torch.Tensor":
+                if m.dtype == np.uint16:  # torch has no uint16 tensors: int32, a copy
+                    return torch.from_numpy(m.astype(np.int32))
+                return torch.from_numpy(m.copy() if self.copy or self._pin else m)
+            masks = [tensor(m) for m in masks] if isinstance(masks, list) else tensor(masks)
         if self._mode == "cuda":
+            device_masks = None
+            if masks is not None:  # before the images: their copy ends the slot's lease
+                index = self._device_index
+                if index is None or index == _NO_INDEX:
+                    index = torch.cuda.current_device()
+                dev = torch.device("cuda", index)
+                # On the current stream, as the images' copy (a pageable
+                # source: the copy is done when .to returns).
+                device_masks = ([m.to(dev) for m in masks] if isinstance(masks, list)
+                                else masks.to(dev))
             images = self._to_cuda(images)  # the ndarray's lease ends with it, after the copy
             labels = torch.from_numpy(labels).to(images.device, non_blocking=True)
             self.last_indices = indices
@@ -1402,8 +1439,8 @@ class Loader:
                 images, labels = self._transform_batch(images, labels, epoch, batch_in_epoch)
             if views:
                 return BatchView(images, labels, indices, planned, statuses, epoch,
-                                 batch_in_epoch, sequence)
-            return images, labels
+                                 batch_in_epoch, sequence, device_masks)
+            return images, (labels if device_masks is None else device_masks)
         if isinstance(images, list):
             if self.copy:
                 images = [torch.from_numpy(a.copy()) for a in images]
@@ -1426,12 +1463,15 @@ class Loader:
             images = ([a.pin_memory() for a in images] if isinstance(images, list)
                       else images.pin_memory())
             labels = labels.pin_memory()
+        if self._pin and masks is not None:
+            masks = ([m.pin_memory() for m in masks] if isinstance(masks, list)
+                     else masks.pin_memory())
         self.last_indices = indices
         self._epoch = epoch
         if views:
             return BatchView(images, labels, indices, planned, statuses, epoch, batch_in_epoch,
-                             sequence)
-        return images, labels
+                             sequence, masks)
+        return images, (labels if masks is None else masks)
 
     def _transform_batch(self, images: Any, labels: Any, epoch: int,
                          batch_in_epoch: int) -> Tuple[Any, Any]:
