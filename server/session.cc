@@ -173,7 +173,7 @@ size_t BuildTaskMsg(const DaemonSession& s, const SampleTask& t, const TaskOptio
     msg->fault = worker::kFaultHang;
   }
   std::memcpy(msg->path, path.data(), path.size());
-  std::memcpy(msg->path + path.size(), mask.data(), mask.size());
+  if (!mask.empty()) std::memcpy(msg->path + path.size(), mask.data(), mask.size());
   return worker::TaskHeaderBytes() + path.size() + mask.size();
 }
 
