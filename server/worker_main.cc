@@ -57,7 +57,10 @@ struct Input {
   uint64_t length = 0;
 };
 
-absl::Status OpenInput(const TaskMsg& t, std::string_view path, Input* in) {
+// Opens `path` beneath the data root: [offset, offset + length) of it with
+// `has_range`, else the whole file; at most `max_file_bytes` (0: no cap).
+absl::Status OpenChecked(std::string_view path, bool has_range, uint64_t offset, uint64_t length,
+                         uint64_t max_file_bytes, Input* in) {
   absl::StatusOr<int> fd_or = OpenBeneath(kDataRootFd, path);
   if (!fd_or.ok()) return fd_or.status();
   in->fd = UniqueFd(*fd_or);
@@ -66,19 +69,23 @@ absl::Status OpenInput(const TaskMsg& t, std::string_view path, Input* in) {
   if (S_ISDIR(st.st_mode)) return absl::InvalidArgumentError("is a directory");
   if (!S_ISREG(st.st_mode)) return absl::InvalidArgumentError("not a regular file");
   uint64_t size = static_cast<uint64_t>(st.st_size);
-  in->begin = t.has_range ? t.file_offset : 0;
-  in->length = t.has_range ? t.file_length : size;
+  in->begin = has_range ? offset : 0;
+  in->length = has_range ? length : size;
   if (in->begin > size || in->length > size - in->begin) {
     return absl::OutOfRangeError(absl::StrCat("member [", in->begin, ", +", in->length,
                                               ") lies beyond the end of the file (", size,
                                               " bytes): a truncated shard?"));
   }
   if (in->length == 0) return absl::InvalidArgumentError("empty file");
-  if (t.max_file_bytes != 0 && in->length > t.max_file_bytes) {
+  if (max_file_bytes != 0 && in->length > max_file_bytes) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("file is ", in->length, " bytes, over the cap of ", t.max_file_bytes));
+        absl::StrCat("file is ", in->length, " bytes, over the cap of ", max_file_bytes));
   }
   return absl::OkStatus();
+}
+
+absl::Status OpenInput(const TaskMsg& t, std::string_view path, Input* in) {
+  return OpenChecked(path, t.has_range != 0, t.file_offset, t.file_length, t.max_file_bytes, in);
 }
 
 // Reads [begin, begin + length) of `fd` into `buf`.
@@ -118,20 +125,10 @@ class MaskWriter {
  private:
   absl::Status Run(const TaskMsg& t, std::string_view path, const image::SampleSteps& steps,
                    const image::SampleResult& res, uint8_t* out, ResultMsg* r) {
-    auto fd = OpenBeneath(kDataRootFd, path);
-    if (!fd.ok()) return fd.status();
-    UniqueFd owned(*fd);
-    struct stat st;
-    if (::fstat(owned.get(), &st) != 0) return PosixError("fstat", errno);
-    if (!S_ISREG(st.st_mode)) return absl::InvalidArgumentError("not a regular file");
-    const uint64_t size = static_cast<uint64_t>(st.st_size);
-    if (size == 0) return absl::InvalidArgumentError("empty file");
-    if (t.max_file_bytes != 0 && size > t.max_file_bytes) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("file is ", size, " bytes, over the cap of ", t.max_file_bytes));
-    }
-    if (absl::Status s = ReadRange(owned.get(), 0, size, &file_); !s.ok()) return s;
-    r->input_bytes += size;
+    Input in;
+    if (absl::Status s = OpenChecked(path, false, 0, 0, t.max_file_bytes, &in); !s.ok()) return s;
+    if (absl::Status s = ReadRange(in.fd.get(), 0, in.length, &file_); !s.ok()) return s;
+    r->input_bytes += in.length;
     const image::ImageFormat format = image::SniffFormat(file_.data(), file_.size());
     if (decoders_.count(format) == 0) decoders_[format] = image::MakeDecoder(format);
     image::ImageDecoder* dec = decoders_[format].get();

@@ -95,12 +95,10 @@ absl::Status ApplyLabelSteps(const SampleSteps& steps, uint32_t fill, LabelMap* 
           RotateLabels(m->data.data(), m->height, m->width, m->bpp, s.angle,
                        s.has_center ? s.center : nullptr, fill_bytes, scratch->data());
         } else {
-          const double center[2] = {s.has_center ? s.center[0] : m->width * 0.5,
-                                    s.has_center ? s.center[1] : m->height * 0.5};
-          const double translate[2] = {static_cast<double>(s.translate[0]),
-                                       static_cast<double>(s.translate[1])};
           double matrix[6];
-          InverseAffineMatrix(center, s.angle, translate, s.affine_scale, s.shear, matrix);
+          if (!AffineStepMatrix(s, m->height, m->width, matrix)) {
+            return absl::InvalidArgumentError("mask: an affine step's matrix is not finite");
+          }
           AffineLabels(m->data.data(), m->height, m->width, m->bpp, matrix, fill_bytes,
                        scratch->data());
         }

@@ -946,6 +946,15 @@ void LabelsAffine(const NearestGeometry& g, uint32_t bpp, const double m[6]) {
 
 }  // namespace
 
+bool AffineStepMatrix(const Step& step, uint32_t height, uint32_t width, double matrix[6]) {
+  const double center[2] = {step.has_center != 0 ? step.center[0] : width * 0.5,
+                            step.has_center != 0 ? step.center[1] : height * 0.5};
+  const double translate[2] = {static_cast<double>(step.translate[0]),
+                               static_cast<double>(step.translate[1])};
+  InverseAffineMatrix(center, step.angle, translate, step.affine_scale, step.shear, matrix);
+  return std::all_of(matrix, matrix + 6, [](double m) { return std::isfinite(m); });
+}
+
 void RotateImage(const uint8_t* src, uint32_t height, uint32_t width, double angle,
                  const double* center, Interpolation interpolation, const uint8_t fill[3],
                  uint8_t* dst) {

@@ -153,6 +153,11 @@ void AdjustSharpness(uint8_t* img, uint32_t height, uint32_t width, float factor
 void InverseAffineMatrix(const double center[2], double angle, const double translate[2],
                          double scale, const double shear[2], double matrix[6]);
 
+// The PIL matrix of a kAffine step (pipeline.h) on a height x width image,
+// as F.affine computes it: the step's center, or the image's; false when
+// it is not finite (scale, shear or angle too extreme).
+bool AffineStepMatrix(const Step& step, uint32_t height, uint32_t width, double matrix[6]);
+
 // dst (height x width) = PIL's Image.transform(size, AFFINE, matrix,
 // resample, fillcolor=fill) of src (height x width), the input point of
 // output pixel (x, y) being matrix applied to (x + 0.5, y + 0.5); points

@@ -1221,18 +1221,12 @@ absl::Status SampleProcessor::Impl::Execute(const PipelineParams& p, const Sampl
                         st.interpolation, st.fill, dst);
             break;
           }
-          if (st.has_center == 0) center[0] = w * 0.5, center[1] = h * 0.5;  // F.affine's
-          const double translate[2] = {static_cast<double>(st.translate[0]),
-                                       static_cast<double>(st.translate[1])};
           double matrix[6];
-          InverseAffineMatrix(center, st.angle, translate, st.affine_scale, st.shear, matrix);
-          for (double m : matrix) {
-            if (!std::isfinite(m)) {
-              return absl::InvalidArgumentError(
-                  absl::StrCat("step ", i,
-                               " (affine): its inverse matrix is not finite (scale, shear or "
-                               "angle too extreme)"));
-            }
+          if (!AffineStepMatrix(st, h, w, matrix)) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("step ", i,
+                             " (affine): its inverse matrix is not finite (scale, shear or "
+                             "angle too extreme)"));
           }
           AffineTransform(cur, h, w, matrix, st.interpolation, st.fill, dst);
           break;
