@@ -955,6 +955,11 @@ bool AffineStepMatrix(const Step& step, uint32_t height, uint32_t width, double 
   return std::all_of(matrix, matrix + 6, [](double m) { return std::isfinite(m); });
 }
 
+void RotateStepMatrix(uint32_t height, uint32_t width, double angle, const double* center,
+                      double matrix[6]) {
+  RotateMatrix(height, width, PyMod360(angle), center, matrix);
+}
+
 void RotateImage(const uint8_t* src, uint32_t height, uint32_t width, double angle,
                  const double* center, Interpolation interpolation, const uint8_t fill[3],
                  uint8_t* dst) {

@@ -182,6 +182,13 @@ void RotateImage(const uint8_t* src, uint32_t height, uint32_t width, double ang
                  const double* center, Interpolation interpolation, const uint8_t fill[3],
                  uint8_t* dst);
 
+// The PIL matrix RotateImage samples by (angle in degrees, counter-
+// clockwise, taken mod 360 as PIL does; center nullptr: the image's), for
+// moving points with the image (boxes.h). PIL's 90/180/270 shortcuts are the
+// same map.
+void RotateStepMatrix(uint32_t height, uint32_t width, double angle, const double* center,
+                      double matrix[6]);
+
 // Label maps (segmentation masks): one value of `bpp` bytes (1, 2 or 4; any
 // other does nothing) per pixel, moved, never blended, as PIL moves a mode
 // "P", "L" or "I" image with NEAREST, which torchvision's segmentation
