@@ -21,7 +21,9 @@ bool DataRootIndexer::Unchanged(const Dataset& dataset, std::string* why) {
 }
 
 std::string DatasetKey(const std::string& name, int format, const IndexOptions& io) {
-  return absl::StrCat(format, ":", io.flags(), ":", name);
+  // COCO: the annotations are part of the identity (one images folder may
+  // have several files: train, val, a filtered copy).
+  return absl::StrCat(format, ":", io.flags(), ":", name, "\n", io.annotations);
 }
 
 absl::StatusOr<std::shared_ptr<const Dataset>> DatasetRegistry::Get(const std::string& dataset,

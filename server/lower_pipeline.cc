@@ -379,6 +379,8 @@ absl::StatusOr<image::PipelineParams> LowerPipeline(const v1::PipelineSpec& effe
   p.apply_exif = effective.apply_exif_orientation() ? 1 : 0;
   p.mask_bpp = effective.mask_dtype() == "uint16" ? 2 : 1;
   p.mask_fill = effective.mask_fill();
+  p.box_min_size = effective.box_min_size();
+  p.box_min_visibility = effective.box_min_visibility();
   if (absl::Status st = image::ValidateParams(p); !st.ok()) return st;
   return p;
 }

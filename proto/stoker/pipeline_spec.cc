@@ -120,7 +120,8 @@ constexpr absl::string_view kPresetKeyword = "pipeline";
 constexpr absl::string_view kOpsKeyword = "ops";
 constexpr absl::string_view kSpecKeywords[] = {"size",         "max_decode_pixels",
                                                "exact_decode", "apply_exif_orientation",
-                                               "mask_dtype",   "mask_fill"};
+                                               "mask_dtype",   "mask_fill",
+                                               "box_min_size", "box_min_visibility"};
 
 // ---------------------------------------------------------------------------
 // Text.
@@ -1411,6 +1412,13 @@ absl::StatusOr<PipelineSpec> Effective(const PipelineSpec& spec, uint32_t batch_
   if (s.mask_fill() > most) {
     return Bad("mask_fill ", absl::StrCat(s.mask_fill()), " does not fit mask_dtype ",
                s.mask_dtype(), " (at most ", absl::StrCat(most), ")");
+  }
+  if (!(s.box_min_size() >= 0 && s.box_min_size() <= 65500)) {
+    return Bad("box_min_size must be within 0..65500 pixels, not ", FloatText(s.box_min_size()));
+  }
+  if (!(s.box_min_visibility() >= 0 && s.box_min_visibility() <= 1)) {
+    return Bad("box_min_visibility must be within 0..1, not ",
+               FloatText(s.box_min_visibility()));
   }
   return s;
 }

@@ -913,7 +913,8 @@ TEST_CASE("keywords: unknown ones, not an object, null", "[pipeline_spec]") {
   CHECK_THAT(Error(R"({"flip": 0})"),
              Contains("unknown pipeline keyword 'flip'") &&
                  Contains("pipeline, ops, size, max_decode_pixels, exact_decode, "
-                          "apply_exif_orientation, mask_dtype, mask_fill, height, width, resize_size, scale, ratio, "
+                          "apply_exif_orientation, mask_dtype, mask_fill, box_min_size, "
+                          "box_min_visibility, height, width, resize_size, scale, ratio, "
                           "flip_prob, interpolation, antialias, dtype, layout, mean, std"));
   CHECK_THAT(Error("[1, 2]"), Contains("pipeline keywords are not a JSON object"));
   CHECK_THAT(Error("{"), Contains("pipeline keywords are not a JSON object"));
@@ -1077,6 +1078,18 @@ TEST_CASE("mask keywords: uint8 and 255 by default, uint16 allowed, a fill must 
   CHECK_THAT(Error(R"({"mask_dtype": "int8"})"),
              Contains("mask_dtype must be \"uint8\" or \"uint16\""));
   CHECK_THAT(Error(R"({"mask_fill": 256})"), Contains("mask_fill 256 does not fit mask_dtype uint8"));
+}
+
+TEST_CASE("box keywords: 0 by default, checked ranges") {
+  const PipelineSpec e = Eff("{}");
+  CHECK(e.box_min_size() == 0);
+  CHECK(e.box_min_visibility() == 0);
+  const PipelineSpec set = Eff(R"({"box_min_size": 1, "box_min_visibility": 0.25})");
+  CHECK(set.box_min_size() == 1);
+  CHECK(set.box_min_visibility() == 0.25f);
+  CHECK_THAT(Error(R"({"box_min_size": -1})"), Contains("box_min_size must be within 0..65500"));
+  CHECK_THAT(Error(R"({"box_min_visibility": 1.5})"),
+             Contains("box_min_visibility must be within 0..1, not 1.5"));
 }
 
 }  // namespace

@@ -22,6 +22,15 @@
 //               values of `mask_dtype`), after the slot's images from
 //               `mask_offset` (MaskOffset), `mask_sample_bytes` apart; the
 //               record's mask_offset/mask_bytes say where.
+//   boxes       Detection sets: each sample's boxes (float32 XYXY pixels of
+//               its output), their labels (int64) and flags (uint8, COCO's
+//               iscrowd), each kind in its own array after the masks
+//               (PlaceBoxes), `box_stride` entries a sample (the most boxes
+//               any sample of the dataset has): sample i's from entry
+//               i * box_stride, the record's box_count of them. The daemon
+//               writes a sample's input boxes there before its worker runs;
+//               the worker moves them with the image and keeps those the
+//               rules keep, in place.
 //
 // A slot's life (each arrow is one atomic store to `state`; the writer of a
 // state is the only writer of the slot's other fields while it holds it):
@@ -86,7 +95,7 @@
 namespace stoker::ring {
 
 inline constexpr uint64_t kMagic = 0x314e49524b4f5453ULL;  // "STOKRIN1"
-inline constexpr uint32_t kLayoutVersion = 2;
+inline constexpr uint32_t kLayoutVersion = 3;
 inline constexpr uint64_t kPageBytes = 4096;
 inline constexpr uint64_t kHeaderBytes = 4096;
 inline constexpr uint32_t kMaxSlots = 256;
@@ -95,6 +104,7 @@ inline constexpr uint32_t kMaxChannels = 4;
 inline constexpr uint32_t kErrorBytes = 512;
 inline constexpr uint32_t kHeartbeatPeriodMs = 100;
 inline constexpr uint32_t kWaitBuckets = 32;
+inline constexpr uint32_t kMaxBoxesPerSample = 1u << 20;
 
 // Bucket of a latency in the ring's wait histogram: 0 for under 2 us, b for
 // [2^b, 2^(b+1)) us, the last bucket open-ended.
@@ -186,7 +196,13 @@ struct RingHeader {
   uint32_t reserved4;
   uint64_t mask_offset;         // from the slot's data start
   uint64_t mask_sample_bytes;   // stride per sample (variable size: its capacity)
-  uint64_t reserved1[5];
+  // Detection sets (PlaceBoxes): entries per sample, 0 without boxes.
+  uint32_t box_stride;
+  uint32_t reserved5;
+  uint64_t box_offset;          // float32 [batch_size * box_stride][4]
+  uint64_t box_label_offset;    // int64 [batch_size * box_stride]
+  uint64_t box_flag_offset;     // uint8 [batch_size * box_stride]
+  uint64_t reserved1[1];
 
   // -- Live fields ----------------------------------------------------------
   alignas(64) std::atomic<uint32_t> daemon_state;  // DaemonState; futex word
@@ -219,6 +235,10 @@ struct SampleRecord {
   // the header's mask_dtype; a failed sample's is all fill), else 0, 0.
   uint64_t mask_offset;    // from the slot's data start
   uint64_t mask_bytes;
+  // The sample's boxes when the ring has them (<= box_stride, from entry
+  // index * box_stride of each box array; a failed sample has none).
+  uint32_t box_count;
+  uint32_t reserved;
 };
 
 struct SlotDescriptor {
@@ -245,6 +265,24 @@ inline constexpr uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) /
 // Where a slot's masks start, after `image_bytes` of images (the batch's
 // samples, or a variable-size sample's capacity).
 inline constexpr uint64_t MaskOffset(uint64_t image_bytes) { return AlignUp(image_bytes, 64); }
+
+// Where a slot's box arrays lie, from `after` (the end of its images and
+// masks): xyxy, labels, flags, each 64-byte aligned; `end` past the flags.
+struct BoxPlacement {
+  uint64_t xyxy = 0;
+  uint64_t labels = 0;
+  uint64_t flags = 0;
+  uint64_t end = 0;
+};
+inline constexpr BoxPlacement PlaceBoxes(uint64_t after, uint32_t batch_size, uint32_t stride) {
+  const uint64_t n = uint64_t{batch_size} * stride;
+  BoxPlacement p;
+  p.xyxy = AlignUp(after, 64);
+  p.labels = AlignUp(p.xyxy + 16 * n, 64);
+  p.flags = p.labels + 8 * n;
+  p.end = p.flags + n;
+  return p;
+}
 
 // The depth word: `from` in the high 48 bits, count - 1 and prev - 1 in a
 // byte each (both 1..kMaxSlots).
@@ -338,6 +376,14 @@ inline const char* ValidateHeader(const RingHeader& h, uint64_t mapped_bytes,
         h.mask_sample_bytes * h.batch_size > h.slot_bytes - h.mask_offset)
       return "masks do not fit in a slot";
   }
+  if (h.box_stride != 0) {
+    if (h.box_stride > kMaxBoxesPerSample) return "bad box stride";
+    const uint64_t n = uint64_t{h.batch_size} * h.box_stride;  // < 2^37: no overflow below
+    if (h.box_offset > h.slot_bytes || 16 * n > h.slot_bytes - h.box_offset ||
+        h.box_label_offset > h.slot_bytes || 8 * n > h.slot_bytes - h.box_label_offset ||
+        h.box_flag_offset > h.slot_bytes || n > h.slot_bytes - h.box_flag_offset)
+      return "boxes do not fit in a slot";
+  }
   return nullptr;
 }
 
@@ -370,6 +416,12 @@ inline const char* ValidateMask(const SampleRecord& r, uint64_t slot_bytes, uint
   if (r.mask_bytes != uint64_t{r.height} * r.width * MaskDTypeBytes(mask_dtype))
     return "mask size disagrees with its sample's shape";
   return nullptr;
+}
+
+// Checks one record's box count against the header's stride (0: the ring
+// has no boxes, and the record must have none).
+inline const char* ValidateBoxes(const SampleRecord& r, uint32_t box_stride) {
+  return r.box_count <= box_stride ? nullptr : "more boxes than a sample's room";
 }
 
 }  // namespace stoker::ring

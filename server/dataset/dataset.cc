@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -188,6 +189,18 @@ absl::StatusOr<std::vector<std::string>> Dataset::ExpandBraces(std::string_view 
   return out;
 }
 
+namespace {
+
+uint32_t MaxBoxes(const Dataset::Arrays& a) {
+  uint64_t most = 0;
+  for (uint64_t i = 0; i + 1 < a.box_offsets.size; ++i) {
+    most = std::max(most, a.box_offsets[i + 1] - a.box_offsets[i]);
+  }
+  return static_cast<uint32_t>(std::min<uint64_t>(most, UINT32_MAX));
+}
+
+}  // namespace
+
 absl::StatusOr<std::string> Dataset::CanonicalName(const DataRoot& root,
                                                    std::string_view user_path) {
   if (!IsPattern(user_path)) return root.Resolve(user_path);
@@ -225,12 +238,38 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::Open(const DataRoot& roo
                                                              std::string_view user_path,
                                                              DatasetFormat format,
                                                              const IndexOptions& options) {
+  if (format == DatasetFormat::kAuto && !options.annotations.empty()) {
+    format = DatasetFormat::kCoco;
+  }
   if (format == DatasetFormat::kAuto && (IsPattern(user_path) || EndsWithTar(user_path))) {
     format = DatasetFormat::kWebDataset;
   }
   std::vector<std::string> shards;
   std::string name;
-  if (format == DatasetFormat::kWebDataset) {
+  std::string annotations;  // COCO: the canonical JSON path
+  if (format == DatasetFormat::kCoco) {
+    if (options.annotations.empty()) {
+      return absl::InvalidArgumentError(
+          "a COCO dataset needs its instances JSON: give annotations= (the dataset path is the "
+          "images folder)");
+    }
+    absl::StatusOr<dataset_internal::ResolvedPath> images =
+        dataset_internal::ResolveUserPath(root, user_path);
+    if (!images.ok()) return images.status();
+    if (!images->is_dir) {
+      return absl::InvalidArgumentError(
+          Cat("'", user_path, "' is not a directory (a COCO dataset's images folder)"));
+    }
+    absl::StatusOr<dataset_internal::ResolvedPath> json =
+        dataset_internal::ResolveUserPath(root, options.annotations);
+    if (!json.ok()) return json.status();
+    if (json->is_dir) {
+      return absl::InvalidArgumentError(
+          Cat("annotations '", options.annotations, "' is a directory, not a COCO JSON file"));
+    }
+    name = std::move(images->path);
+    annotations = std::move(json->path);
+  } else if (format == DatasetFormat::kWebDataset) {
     absl::StatusOr<std::vector<std::string>> s = ResolveShards(root, user_path);
     if (!s.ok()) return s.status();
     shards = std::move(*s);
@@ -269,6 +308,9 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::Open(const DataRoot& roo
   dataset->storage_ = std::make_unique<Storage>();
   const int format_id = static_cast<int>(format);
   const uint32_t flags = options.flags();
+  // What the cache file is kept under and holds: the name, and for COCO its
+  // annotations too (one images folder may have several).
+  const std::string cache_name = annotations.empty() ? name : Cat(name, "\n", annotations);
 
   // The cache first.
   std::string cache_file;
@@ -278,9 +320,10 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::Open(const DataRoot& roo
           Cat("index cache ", options.cache_dir, " cannot be created: ", std::strerror(errno)));
     } else {
       cache_file =
-          dataset_internal::CachePath(options.cache_dir, root.path(), name, format_id, flags);
+          dataset_internal::CachePath(options.cache_dir, root.path(), cache_name, format_id, flags);
       std::string why;
-      auto mapped = dataset_internal::LoadIndex(root, cache_file, name, format_id, flags, &why);
+      auto mapped =
+          dataset_internal::LoadIndex(root, cache_file, cache_name, format_id, flags, &why);
       // A pattern's shards may be links that now point elsewhere (git-annex,
       // DVC): the cached index must be of the files the pattern names now.
       if (mapped != nullptr && format == DatasetFormat::kWebDataset &&
@@ -294,6 +337,7 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::Open(const DataRoot& roo
         d.class_names_ = mapped->class_names;
         d.warnings_ = mapped->warnings;
         d.from_cache_ = true;
+        d.max_boxes_ = MaxBoxes(d.a_);
         d.storage_->mapped = std::move(mapped);
         if (options.progress) options.progress(d.size());
         return std::shared_ptr<const Dataset>(std::move(dataset));
@@ -320,6 +364,8 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::Open(const DataRoot& roo
     status = dataset_internal::IndexImageFolder(root, name, options, &index);
   } else if (format == DatasetFormat::kManifest) {
     status = dataset_internal::IndexManifest(root, name, &index);
+  } else if (format == DatasetFormat::kCoco) {
+    status = dataset_internal::IndexCoco(root, name, annotations, &index);
   } else {
     status = dataset_internal::IndexWebDataset(root, shards, &index);
   }
@@ -331,6 +377,8 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::Open(const DataRoot& roo
             ? Cat("ImageFolder '", user_path, "' has no .jpg/.jpeg file in a class folder")
         : format == DatasetFormat::kManifest
             ? Cat("manifest '", user_path, "' lists no entry")
+        : format == DatasetFormat::kCoco
+            ? Cat("annotations '", options.annotations, "' list no image")
             : Cat("no sample with a .jpg/.jpeg member in the shards '", user_path, "'"));
   }
   if (options.progress) options.progress(index.size());
@@ -350,6 +398,10 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::Open(const DataRoot& roo
   trim(index.listed_offsets);
   trim(index.masks);
   trim(index.mask_offsets);
+  trim(index.box_offsets);
+  trim(index.boxes);
+  trim(index.box_labels);
+  trim(index.box_flags);
 
   if (!cache_file.empty()) {
     // A folder changed within the last 2 s may change again within the same
@@ -359,12 +411,14 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::Open(const DataRoot& roo
     const int64_t now_ns = WallNs();
     for (const auto& w : index.watched) racy = racy || w.mtime_ns > now_ns - 2'000'000'000;
     if (!racy) {
-      absl::Status saved = dataset_internal::SaveIndex(cache_file, name, format_id, flags, index);
+      absl::Status saved =
+          dataset_internal::SaveIndex(cache_file, cache_name, format_id, flags, index);
       if (!saved.ok()) index.warnings.push_back(Cat("index cache not written: ", saved.message()));
     }
   }
   Dataset& d = *dataset;
   d.a_ = index.arrays();
+  d.max_boxes_ = MaxBoxes(d.a_);
   d.class_names_ = index.class_names;
   for (std::string& w : index.warnings) d.warnings_.push_back(std::move(w));
   index.warnings.clear();
@@ -395,7 +449,10 @@ uint64_t Dataset::memory_bytes() const {
                    b.ranges.capacity() * sizeof(uint64_t) + b.names.capacity() +
                    b.name_offsets.capacity() * sizeof(uint64_t) + b.listed.capacity() +
                    b.listed_offsets.capacity() * sizeof(uint64_t) + b.masks.capacity() +
-                   b.mask_offsets.capacity() * sizeof(uint64_t) + name_.capacity() +
+                   b.mask_offsets.capacity() * sizeof(uint64_t) +
+                   b.box_offsets.capacity() * sizeof(uint64_t) +
+                   b.boxes.capacity() * sizeof(float) + b.box_labels.capacity() * sizeof(int64_t) +
+                   b.box_flags.capacity() + name_.capacity() +
                    class_names_.capacity() * sizeof(std::string);
   for (const std::string& name : class_names_) bytes += name.capacity();
   return bytes;

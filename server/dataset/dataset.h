@@ -63,7 +63,7 @@ class DataRoot {
 // The fd is read-only, close-on-exec and blocking; the caller closes it.
 absl::StatusOr<int> OpenBeneath(int root_fd, std::string_view relative_path);
 
-enum class DatasetFormat { kAuto = 0, kImageFolder = 1, kManifest = 2, kWebDataset = 3 };
+enum class DatasetFormat { kAuto = 0, kImageFolder = 1, kManifest = 2, kWebDataset = 3, kCoco = 4 };
 
 // How Dataset::Open indexes, and where it may keep what it indexed.
 struct IndexOptions {
@@ -84,6 +84,11 @@ struct IndexOptions {
   // Accepted and ignored: stoker 0.1 read only .jpg/.jpeg and this left the
   // other IMG_EXTENSIONS out; every one of them is read now.
   bool skip_unsupported_formats = false;
+  // COCO (kCoco, or kAuto when set): the instances JSON file (relative to
+  // the root, or absolute beneath it); the dataset path is then the folder
+  // its images' file_name values are relative to (torchvision's
+  // CocoDetection(root, annFile)). Part of the dataset's identity.
+  std::string annotations;
 
   // The options above that change what an index holds, as bits: part of
   // every key an index is kept under (the daemon's table of open datasets,
@@ -149,8 +154,24 @@ class Dataset {
   //    without either. Groups without an image are skipped. A member that
   //    runs past the end of a truncated shard is kept (it fails as a sample);
   //    a damaged header ends that shard's index (see warnings()).
-  //  - kAuto: a brace pattern or a .tar file is WebDataset, a directory an
-  //    ImageFolder, another file a manifest.
+  //  - kCoco: a COCO instances JSON (options.annotations) over an images
+  //    folder (user_path), torchvision's CocoDetection entry for entry: one
+  //    entry per image, by ascending image id; its file is the folder joined
+  //    with the image's file_name (confined like a manifest's paths: not
+  //    stat'ed, a missing file fails as a sample); label -1; its boxes the
+  //    annotations with its image_id, in file order: bbox [x, y, w, h]
+  //    becomes XYXY [x, y, x + w, y + h], category_id the box's label,
+  //    iscrowd its flag. A bbox that is not 4 numbers, or NaN, or a negative
+  //    width, is kept as it is and fails its sample when read (boxes.h), so
+  //    a bad annotation costs one counted sample, not the dataset. An
+  //    annotation naming no image is skipped with a warning. class_names()
+  //    is indexed by category id ("" where no category has that id). The
+  //    JSON may hold NaN and Infinity as Python's json module writes them.
+  //    INVALID_ARGUMENT (with the parser's words) for a file that is not
+  //    JSON or not shaped like COCO's.
+  //  - kAuto: options.annotations set is COCO; a brace pattern or a .tar
+  //    file is WebDataset, a directory an ImageFolder, another file a
+  //    manifest.
   // Every entry is confined to the root (PERMISSION_DENIED naming the entry;
   // ImageFolder files: see above). A dataset path outside the root is
   // PERMISSION_DENIED too, with the same hint (stokerd --data-root, or
@@ -193,7 +214,21 @@ class Dataset {
     if (a_.mask_offsets.size == 0) return {};
     return {a_.masks.data + a_.mask_offsets[i], a_.mask_offsets[i + 1] - a_.mask_offsets[i]};
   }
-  // ImageFolder: the class names in label order; manifest: empty.
+  // Whether entries have boxes (a detection set: COCO), entry i's box count
+  // and its boxes (XYXY float32, 4 a box), box labels and flags (iscrowd);
+  // the most any entry has.
+  bool has_boxes() const { return a_.box_offsets.size != 0; }
+  uint32_t box_count(uint64_t i) const {
+    return a_.box_offsets.size == 0
+               ? 0
+               : static_cast<uint32_t>(a_.box_offsets[i + 1] - a_.box_offsets[i]);
+  }
+  const float* box_xyxy(uint64_t i) const { return a_.boxes.data + 4 * a_.box_offsets[i]; }
+  const int64_t* box_labels(uint64_t i) const { return a_.box_labels.data + a_.box_offsets[i]; }
+  const uint8_t* box_flags(uint64_t i) const { return a_.box_flags.data + a_.box_offsets[i]; }
+  uint32_t max_boxes() const { return max_boxes_; }
+  // ImageFolder: the class names in label order; COCO: by category id;
+  // manifest: empty.
   const std::vector<std::string>& class_names() const { return class_names_; }
   // Canonical path relative to the root (a pattern: as given, normalized):
   // the dataset's identity.
@@ -247,6 +282,12 @@ class Dataset {
     // none); both empty when no entry has one.
     Span<char> masks;
     Span<uint64_t> mask_offsets;  // empty, or entries + 1 entries into masks
+    // Detection sets: entries + 1 offsets (in boxes) into the boxes (4
+    // floats each), their labels and flags; all empty without boxes.
+    Span<uint64_t> box_offsets;
+    Span<float> boxes;
+    Span<int64_t> box_labels;
+    Span<uint8_t> box_flags;
   };
   struct Storage;  // owns what Arrays points into
 
@@ -259,6 +300,7 @@ class Dataset {
   std::vector<std::string> class_names_;
   std::vector<std::string> warnings_;
   bool from_cache_ = false;
+  uint32_t max_boxes_ = 0;
   std::unique_ptr<Storage> storage_;
 };
 

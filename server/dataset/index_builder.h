@@ -49,6 +49,12 @@ struct DatasetIndex {
   // a mask (SetMask).
   std::string masks;
   std::vector<uint64_t> mask_offsets;
+  // Detection sets: see Dataset::Arrays::box_offsets. Empty unless
+  // EnableBoxes was called before the first entry.
+  std::vector<uint64_t> box_offsets;
+  std::vector<float> boxes;
+  std::vector<int64_t> box_labels;
+  std::vector<uint8_t> box_flags;
   std::vector<WatchedPath> watched;
   std::vector<std::string> warnings;
   std::function<void(uint64_t)> progress;
@@ -60,7 +66,16 @@ struct DatasetIndex {
     labels.push_back(label);
     if (!listed_offsets.empty()) listed_offsets.push_back(listed.size());
     if (!mask_offsets.empty()) mask_offsets.push_back(masks.size());
+    if (!box_offsets.empty()) box_offsets.push_back(box_labels.size());
     Tick();
+  }
+  // Every entry has boxes (maybe none): call before the first entry.
+  void EnableBoxes() { box_offsets.assign(1, 0); }
+  // Adds a box (XYXY) to the entry being added (before its EndEntry).
+  void AddBox(const float xyxy[4], int64_t label, uint8_t flag) {
+    boxes.insert(boxes.end(), xyxy, xyxy + 4);
+    box_labels.push_back(label);
+    box_flags.push_back(flag);
   }
   // Gives the entry being added (before its EndEntry) a mask, a path
   // relative to the root; the entries before it have none ("").
@@ -96,6 +111,12 @@ absl::Status IndexImageFolder(const DataRoot& root, const std::string& dir,
 // Parses the manifest at the canonical file path `file` (relative to the
 // root). See Dataset::Open.
 absl::Status IndexManifest(const DataRoot& root, const std::string& file, DatasetIndex* out);
+
+// Indexes the COCO instances JSON at the canonical file path `annotations`
+// over the images folder `images` (both relative to the root). See
+// Dataset::Open.
+absl::Status IndexCoco(const DataRoot& root, const std::string& images,
+                       const std::string& annotations, DatasetIndex* out);
 
 // Indexes the tar shards at the canonical file paths `shards`, in order.
 // See Dataset::Open.

@@ -6,7 +6,8 @@
 //   Header   magic "STKIDX1\0", version, format, flags, section table
 //   sections name | paths | offsets | entry_file | ranges | names |
 //            name_offsets | labels | class names | warnings | watched |
-//            listed | listed_offsets | masks | mask_offsets
+//            listed | listed_offsets | masks | mask_offsets | box_offsets |
+//            boxes | box_labels | box_flags
 //
 // String lists (class names, warnings) are stored as NUL-separated text.
 // `watched` lists what the index was made from, with inode, size and mtime;
@@ -39,8 +40,8 @@ namespace {
 
 constexpr char kMagic[8] = {'S', 'T', 'K', 'I', 'D', 'X', '1', '\0'};
 // 2: flags (IndexOptions::flags()) and the listed paths.
-// 3: every IMG_EXTENSIONS file listed. 4: masks.
-constexpr uint32_t kVersion = 4;
+// 3: every IMG_EXTENSIONS file listed. 4: masks. 5: boxes.
+constexpr uint32_t kVersion = 5;
 
 enum Section : uint32_t {
   kName,
@@ -58,6 +59,10 @@ enum Section : uint32_t {
   kListedOffsets,
   kMasks,
   kMaskOffsets,
+  kBoxOffsets,
+  kBoxes,
+  kBoxLabels,
+  kBoxFlags,
   kSectionCount
 };
 
@@ -164,6 +169,12 @@ Dataset::Arrays DatasetIndex::arrays() const {
     a.masks = {masks.data(), masks.size()};
     a.mask_offsets = {mask_offsets.data(), mask_offsets.size()};
   }
+  if (!box_offsets.empty()) {
+    a.box_offsets = {box_offsets.data(), box_offsets.size()};
+    a.boxes = {boxes.data(), boxes.size()};
+    a.box_labels = {box_labels.data(), box_labels.size()};
+    a.box_flags = {box_flags.data(), box_flags.size()};
+  }
   return a;
 }
 
@@ -216,6 +227,10 @@ absl::Status SaveIndex(const std::string& file, const std::string& name, int for
       {index.listed_offsets.data(), index.listed_offsets.size() * sizeof(uint64_t)},
       {index.masks.data(), index.masks.size()},
       {index.mask_offsets.data(), index.mask_offsets.size() * sizeof(uint64_t)},
+      {index.box_offsets.data(), index.box_offsets.size() * sizeof(uint64_t)},
+      {index.boxes.data(), index.boxes.size() * sizeof(float)},
+      {index.box_labels.data(), index.box_labels.size() * sizeof(int64_t)},
+      {index.box_flags.data(), index.box_flags.size()},
   };
   Header h{};
   std::memcpy(h.magic, kMagic, sizeof(kMagic));
@@ -340,6 +355,10 @@ std::unique_ptr<MappedIndex> LoadIndex(const DataRoot& root, const std::string& 
   array(kListedOffsets, &a.listed_offsets);
   a.masks = {base + h.sections[kMasks].offset, h.sections[kMasks].bytes};
   array(kMaskOffsets, &a.mask_offsets);
+  array(kBoxOffsets, &a.box_offsets);
+  array(kBoxes, &a.boxes);
+  array(kBoxLabels, &a.box_labels);
+  array(kBoxFlags, &a.box_flags);
   // The arrays must agree with one another, and every offset stay inside
   // its buffer: a damaged cache must not send a worker elsewhere.
   const uint64_t n = a.labels.size;
@@ -349,7 +368,9 @@ std::unique_ptr<MappedIndex> LoadIndex(const DataRoot& root, const std::string& 
       (tar && (a.entry_file.size != n || a.ranges.size != 2 * n || a.name_offsets.size != n + 1)) ||
       (!tar && (a.ranges.size != 0 || a.name_offsets.size > 1)) ||
       (a.listed_offsets.size != 0 && a.listed_offsets.size != n + 1) ||
-      (a.mask_offsets.size != 0 && a.mask_offsets.size != n + 1)) {
+      (a.mask_offsets.size != 0 && a.mask_offsets.size != n + 1) ||
+      (a.box_offsets.size != 0 && a.box_offsets.size != n + 1) ||
+      a.boxes.size != 4 * a.box_labels.size || a.box_flags.size != a.box_labels.size) {
     *why = Cat(file, " is inconsistent");
     return nullptr;
   }
@@ -374,8 +395,15 @@ std::unique_ptr<MappedIndex> LoadIndex(const DataRoot& root, const std::string& 
       shape_ok = false;
     }
   }
+  for (uint64_t i = 0; i + 1 < a.box_offsets.size; ++i) {
+    if (a.box_offsets[i] > a.box_offsets[i + 1]) shape_ok = false;
+  }
+  if (a.box_offsets.size != 0 && a.box_offsets[a.box_offsets.size - 1] != a.box_labels.size) {
+    shape_ok = false;
+  }
   if (!shape_ok || a.offsets[0] != 0 || (a.listed_offsets.size != 0 && a.listed_offsets[0] != 0) ||
-      (a.mask_offsets.size != 0 && a.mask_offsets[0] != 0)) {
+      (a.mask_offsets.size != 0 && a.mask_offsets[0] != 0) ||
+      (a.box_offsets.size != 0 && a.box_offsets[0] != 0)) {
     *why = Cat(file, " is inconsistent");
     return nullptr;
   }

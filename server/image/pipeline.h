@@ -221,6 +221,9 @@ struct PipelineParams {
   // in the ring (1 uint8, 2 uint16) and their fill (labels.h).
   uint32_t mask_bpp = 1;
   uint32_t mask_fill = 255;
+  // Detection sets (tasks that carry boxes): boxes.h's BoxRules.
+  float box_min_size = 0;
+  float box_min_visibility = 0;
 };
 
 // Checks every field: the op kinds and each op's parameters (sizes in

@@ -197,7 +197,8 @@ _UNSET: Any = _Unset()
 _PIPELINE_KEYWORDS = ("pipeline", "ops", "size", "resize_size", "scale", "ratio", "flip_prob",
                       "interpolation", "antialias", "dtype", "layout", "mean", "std")
 #: Pipeline keywords sent as given beside a transform too.
-_DECODE_KEYWORDS = ("exact_decode", "apply_exif_orientation", "mask_dtype", "mask_fill")
+_DECODE_KEYWORDS = ("exact_decode", "apply_exif_orientation", "mask_dtype", "mask_fill",
+                    "box_min_size", "box_min_visibility")
 #: ring_slots when neither it nor prefetch_factor is given: the daemon's
 #: default, a ring of 4 that deepens for a trainer that consumes in bursts.
 _DEFAULT_RING_SLOTS = 0
