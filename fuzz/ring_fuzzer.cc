@@ -137,6 +137,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (h.sample_bytes != 0 && u128{h.sample_bytes} * h.batch_size > h.slot_bytes) {
     Fail("samples that overflow their slot passed");
   }
+  const u128 box_entries = u128{h.batch_size} * h.box_stride;
+  if (h.box_stride != 0 && (u128{h.box_offset} + 16 * box_entries > h.slot_bytes ||
+                            u128{h.box_label_offset} + 8 * box_entries > h.slot_bytes ||
+                            u128{h.box_flag_offset} + box_entries > h.slot_bytes)) {
+    Fail("box arrays that overflow their slot passed");
+  }
   const Mapping map = Map(static_cast<size_t>(mapped));
   std::memcpy(map.base, raw, std::min(sizeof(raw), map.size));
   Touch(map, 0, ring::kHeaderBytes);
@@ -177,6 +183,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       Fail("a mask whose shape needs more (or fewer) bytes than it names passed");
     }
     if (r.mask_bytes != 0) Touch(map, last_slot + r.mask_offset, r.mask_bytes);
+    // Its boxes, as the client reads them: the first box_count entries of
+    // its place in each box array (the index any sample of the batch).
+    if (ring::ValidateBoxes(r, h.box_stride) != nullptr) continue;
+    if (r.box_count > h.box_stride) Fail("more boxes than a sample's room passed");
+    if (r.box_count != 0) {
+      const u128 first = u128{h.batch_size - 1} * h.box_stride;
+      Touch(map, last_slot + h.box_offset + 16 * first, 16 * u128{r.box_count});
+      Touch(map, last_slot + h.box_label_offset + 8 * first, 8 * u128{r.box_count});
+      Touch(map, last_slot + h.box_flag_offset + first, r.box_count);
+    }
   }
   return 0;
 }

@@ -92,7 +92,8 @@ absl::Status CheckShmBudget(uint64_t ring_bytes, const AttachLimits& limits) {
 
 absl::StatusOr<AttachPlan> PlanSession(const v1::AttachRequest& req, const RequestPlan& request,
                                        uint64_t dataset_size, const AttachLimits& limits,
-                                       bool masks) {
+                                       const SampleFields& fields) {
+  const bool masks = fields.masks;
   AttachPlan p;
   p.request = request;
   p.dataset_size = dataset_size;
@@ -139,12 +140,30 @@ absl::StatusOr<AttachPlan> PlanSession(const v1::AttachRequest& req, const Reque
     p.slot_data_bytes = p.mask_offset + p.mask_sample_bytes * req.batch_size();
     per_sample += p.mask_sample_bytes;
   }
+  if (fields.boxes) {
+    if (fields.max_boxes > ring::kMaxBoxesPerSample) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a sample of this dataset has ", fields.max_boxes, " boxes, over the ",
+          ring::kMaxBoxesPerSample, " a sample may have"));
+    }
+    if (params.apply_exif != 0) {
+      return absl::InvalidArgumentError(
+          "apply_exif_orientation with a dataset that has boxes: its boxes are in each image's "
+          "stored orientation (as COCO's tools and torchvision read them); leave "
+          "apply_exif_orientation off");
+    }
+    p.box_stride = std::max<uint32_t>(1, fields.max_boxes);
+    p.boxes = ring::PlaceBoxes(p.slot_data_bytes, req.batch_size(), p.box_stride);
+    p.slot_data_bytes = p.boxes.end;
+    per_sample += uint64_t{p.box_stride} * (16 + 8 + 1);
+  }
   p.ring_bytes = p.slot_data_bytes * slots;
   if (p.sample_bytes == 0 || image_bytes / req.batch_size() != p.sample_bytes ||
       p.ring_bytes / slots != p.slot_data_bytes || p.ring_bytes > limits.max_ring_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the ring would take ", p.ring_bytes, " bytes (", slots, " slots x ", req.batch_size(),
         " samples x ", per_sample, " bytes", masks ? " with their masks" : "",
+        fields.boxes ? " and boxes" : "",
         "), over this daemon's --max-ring-bytes of ", limits.max_ring_bytes));
   }
   if (absl::Status st = CheckShmBudget(p.ring_bytes, limits); !st.ok()) return st;
@@ -182,6 +201,8 @@ RingSpec RingSpecFor(const AttachPlan& plan, uint64_t session_number, uint32_t s
   rs.mask_dtype = plan.mask_dtype;
   rs.mask_offset = plan.mask_offset;
   rs.mask_sample_bytes = plan.mask_sample_bytes;
+  rs.box_stride = plan.box_stride;
+  rs.boxes = plan.boxes;
   rs.height = plan.params().out_height;
   rs.width = plan.params().out_width;
   rs.channels = 3;
@@ -211,6 +232,10 @@ v1::AttachResponse AttachResponseFor(const AttachPlan& plan, const Dataset& data
   ri->set_mask_dtype(plan.mask_dtype);
   ri->set_mask_offset(plan.mask_offset);
   ri->set_mask_sample_bytes(plan.mask_sample_bytes);
+  ri->set_box_stride(plan.box_stride);
+  ri->set_box_offset(plan.boxes.xyxy);
+  ri->set_box_label_offset(plan.boxes.labels);
+  ri->set_box_flag_offset(plan.boxes.flags);
   resp.set_dataset_size(dataset.size());
   resp.set_shard_size(plan.shard_size);
   resp.set_batches_per_epoch(plan.batches_per_epoch);

@@ -108,7 +108,12 @@ struct AttachPlan {
   uint32_t mask_dtype = 0;
   uint64_t mask_offset = 0;
   uint64_t mask_sample_bytes = 0;
-  uint64_t slot_data_bytes = 0;  // images, then masks
+  // Detection sets (the dataset has boxes): entries per sample in each box
+  // array (the most any sample has, at least 1; 0: none) and where the
+  // arrays lie in a slot's data (ring::PlaceBoxes, after the masks).
+  uint32_t box_stride = 0;
+  ring::BoxPlacement boxes;
+  uint64_t slot_data_bytes = 0;  // images, then masks, then boxes
   uint64_t ring_bytes = 0;       // of slot data at the first depth: slot_data_bytes * depth
 
   uint32_t batch_size() const { return sampler.batch_size; }
@@ -123,18 +128,29 @@ struct AttachPlan {
 // not fit in what the other sessions leave of limits.shm_budget_bytes.
 absl::Status CheckShmBudget(uint64_t ring_bytes, const AttachLimits& limits);
 
-// Plans a session over a dataset of `dataset_size` entries; with `masks`
-// (a segmentation set) its slots carry each sample's mask after the images.
+// What a dataset's samples carry besides their image and label.
+struct SampleFields {
+  bool masks = false;      // a segmentation set: a mask per sample
+  bool boxes = false;      // a detection set: boxes per sample
+  uint32_t max_boxes = 0;  // the most boxes a sample has
+};
+
+// Plans a session over a dataset of `dataset_size` entries; its slots carry
+// each sample's mask after the images and its boxes after those, as
+// `fields` says.
 //  - INVALID_ARGUMENT when the batch is larger than this rank's shard;
 //  - OUT_OF_RANGE for a start_batch not below the batches per epoch, or a
 //    start at or past the last epoch (with epochs != 0);
 //  - RESOURCE_EXHAUSTED when the ring would be over limits.max_ring_bytes
 //    (or its size overflows), not fit in what the other sessions leave of
 //    limits.shm_budget_bytes (the message names the budget), or not fit in
-//    limits.shm_free_bytes (the message says how to give a container more).
+//    limits.shm_free_bytes (the message says how to give a container more);
+//  - INVALID_ARGUMENT when a sample has more than ring::kMaxBoxesPerSample
+//    boxes, or for apply_exif_orientation with boxes (which are in the
+//    stored orientation).
 absl::StatusOr<AttachPlan> PlanSession(const v1::AttachRequest& req, const RequestPlan& request,
                                        uint64_t dataset_size, const AttachLimits& limits,
-                                       bool masks = false);
+                                       const SampleFields& fields = {});
 
 // The ring of a planned session: `session_number` goes into its header,
 // `shm_mode` is the shm object's permission bits.

@@ -256,6 +256,52 @@ TEST_CASE("an any-size output gives each sample its whole slot") {
   CHECK(rs.mode == 0640);
 }
 
+TEST_CASE("a detection set's slots hold each sample's room for boxes after the masks") {
+  v1::AttachRequest req = SmallRequest("list.txt", 4, 3, 0);  // 8x8 uint8 NHWC: 192 bytes
+  auto request = PlanRequest(req);
+  REQUIRE(request.ok());
+  SampleFields fields;
+  fields.masks = true;
+  fields.boxes = true;
+  fields.max_boxes = 5;
+  auto plan = PlanSession(req, *request, 10, AttachLimits{}, fields);
+  REQUIRE(plan.ok());
+  const AttachPlan& p = *plan;
+  CHECK(p.mask_offset == ring::MaskOffset(192 * 4));
+  CHECK(p.box_stride == 5);
+  const ring::BoxPlacement want = ring::PlaceBoxes(p.mask_offset + 64 * 4, 4, 5);
+  CHECK(p.boxes.xyxy == want.xyxy);
+  CHECK(p.boxes.labels == want.labels);
+  CHECK(p.boxes.flags == want.flags);
+  CHECK(p.slot_data_bytes == want.end);
+  CHECK(p.boxes.xyxy % 64 == 0);
+  CHECK(p.boxes.labels >= p.boxes.xyxy + 16 * 20);
+  CHECK(p.boxes.flags >= p.boxes.labels + 8 * 20);
+  RingSpec rs = RingSpecFor(p, 1, 0600);
+  CHECK(rs.box_stride == 5);
+  CHECK(rs.boxes.flags == p.boxes.flags);
+
+  fields.max_boxes = 0;  // a set whose images have no annotations still has a box array
+  fields.masks = false;
+  auto none = PlanSession(req, *request, 10, AttachLimits{}, fields);
+  REQUIRE(none.ok());
+  CHECK(none->box_stride == 1);
+
+  fields.max_boxes = ring::kMaxBoxesPerSample + 1;
+  auto many = PlanSession(req, *request, 10, AttachLimits{}, fields);
+  CHECK(many.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(many.status().message()).find("boxes, over the") != std::string::npos);
+
+  fields.max_boxes = 3;
+  req.mutable_pipeline()->set_apply_exif_orientation(true);
+  auto exif_request = PlanRequest(req);
+  REQUIRE(exif_request.ok());
+  auto exif = PlanSession(req, *exif_request, 10, AttachLimits{}, fields);
+  CHECK(exif.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(exif.status().message()).find("leave apply_exif_orientation off") !=
+        std::string::npos);
+}
+
 TEST_CASE("RingSpecFor and AttachResponseFor say what was planned") {
   testing::ScratchDir dir;
   auto root = DataRoot::Open(dir.path());

@@ -107,6 +107,9 @@ TEST_CASE("options that change an index, and the format asked for, are other key
   REQUIRE(reg.Get("list.txt", kManifest, io).ok());
   CHECK(indexer.opens() == 3);
   CHECK(DatasetKey("x", 2, io) == "2:1:x");
+  io.annotations = "a.json";  // COCO: one images folder, several annotation files
+  CHECK(DatasetKey("x", 4, io) == "4:1:x\na.json");
+  CHECK(DatasetKey("x", 4, io) != DatasetKey("x", 2, io));
 }
 
 TEST_CASE("concurrent requests for one dataset index it once and share it") {

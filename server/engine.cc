@@ -91,11 +91,18 @@ absl::Status NoSession(const std::string& session_id) {
 }
 
 // Entry i as ListSamples lists it: relative to the dataset's own folder (an
-// ImageFolder's root, a manifest's folder, a pattern's folder).
+// ImageFolder's root, a manifest's folder, a pattern's folder, a COCO set's
+// images folder).
 std::string ListedPath(const Dataset& ds, uint64_t i) {
   std::string p = ds.listed_path(i);  // other than ImageFolder's: relative to the data root
   if (ds.format() == DatasetFormat::kImageFolder) return p;
   const std::string_view name = ds.name();
+  if (ds.format() == DatasetFormat::kCoco) {  // the image's file_name: within the images folder
+    if (!name.empty() && p.compare(0, name.size() + 1, std::string(name) + "/") == 0) {
+      p.erase(0, name.size() + 1);
+    }
+    return p;
+  }
   const size_t slash = name.rfind('/');
   if (slash == std::string_view::npos) return p;  // a file at the data root
   if (ds.format() == DatasetFormat::kManifest) {
@@ -448,6 +455,7 @@ absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) 
   io.cache_dir = config_.index_cache;
   io.allow_empty = req.allow_empty();
   io.skip_unsupported_formats = req.skip_unsupported_formats();
+  io.annotations = req.annotations();
   auto indexed = registry_->Get(req.dataset(), req.format(), io);
   if (!indexed.ok()) return indexed.status();
   std::shared_ptr<const Dataset> ds = *std::move(indexed);
@@ -458,7 +466,11 @@ absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) 
     ShmBudgetLocked(&limits);
   }
   limits.shm_free_bytes = ShmFreeBytes();
-  auto plan = PlanSession(req, *request, ds->size(), limits, ds->has_masks());
+  SampleFields fields;
+  fields.masks = ds->has_masks();
+  fields.boxes = ds->has_boxes();
+  fields.max_boxes = ds->max_boxes();
+  auto plan = PlanSession(req, *request, ds->size(), limits, fields);
   if (!plan.ok()) return plan.status();
 
   auto s = std::make_shared<DaemonSession>();

@@ -74,6 +74,10 @@ absl::StatusOr<std::unique_ptr<RingOwner>> RingOwner::Create(const std::string& 
   h->mask_dtype = spec.mask_dtype;
   h->mask_offset = spec.mask_offset;
   h->mask_sample_bytes = spec.mask_sample_bytes;
+  h->box_stride = spec.box_stride;
+  h->box_offset = spec.boxes.xyxy;
+  h->box_label_offset = spec.boxes.labels;
+  h->box_flag_offset = spec.boxes.flags;
   h->daemon_state.store(ring::kRunning);
   h->daemon_heartbeat.store(1);
   h->depth.store(ring::PackDepth(0, depth, depth));

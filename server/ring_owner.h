@@ -25,6 +25,8 @@ struct RingSpec {
   uint32_t mask_dtype = 0;        // ring_layout.h's RingHeader mask fields
   uint64_t mask_offset = 0;
   uint64_t mask_sample_bytes = 0;
+  uint32_t box_stride = 0;        // and its box fields (0: no boxes)
+  ring::BoxPlacement boxes;
   uint32_t height = 0;
   uint32_t width = 0;
   uint32_t channels = 3;

@@ -154,6 +154,21 @@ size_t BuildTaskMsg(const DaemonSession& s, const SampleTask& t, const TaskOptio
                            (s.plan.variable_size ? 0 : s.plan.mask_sample_bytes * t.pos);
     msg->mask_out_capacity = s.plan.mask_sample_bytes;
   }
+  if (s.plan.box_stride != 0) {
+    const uint32_t n = std::min(ds.box_count(t.index), s.plan.box_stride);
+    const uint64_t first = uint64_t{s.plan.box_stride} * t.pos;
+    msg->has_boxes = 1;
+    msg->box_count = n;
+    msg->box_out_offset = slot_base + s.plan.boxes.xyxy + 16 * first;
+    msg->box_label_out_offset = slot_base + s.plan.boxes.labels + 8 * first;
+    msg->box_flag_out_offset = slot_base + s.plan.boxes.flags + first;
+    uint8_t* data = s.ring->slot_data(0);  // the data area's start
+    if (n != 0) {
+      std::memcpy(data + msg->box_out_offset, ds.box_xyxy(t.index), size_t{n} * 16);
+      std::memcpy(data + msg->box_label_out_offset, ds.box_labels(t.index), size_t{n} * 8);
+      std::memcpy(data + msg->box_flag_out_offset, ds.box_flags(t.index), n);
+    }
+  }
   msg->max_file_bytes = o.max_file_bytes;
   if (ds.has_range(t.index)) {
     msg->has_range = 1;
@@ -204,7 +219,11 @@ bool CompleteSample(DaemonSession& s, SampleTask& t, const worker::ResultMsg& r,
           ? r.mask_bytes == 0
           : r.mask_bytes == uint64_t{r.height} * r.width * ring::MaskDTypeBytes(s.plan.mask_dtype) &&
                 r.mask_bytes <= s.plan.mask_sample_bytes;
-  if (r.bytes != want || r.bytes > capacity || !mask_ok ||
+  const bool boxes_ok =
+      s.plan.box_stride == 0 ? r.boxes_kept == 0
+                             : r.boxes_kept <= std::min(s.dataset->box_count(t.index),
+                                                        s.plan.box_stride);
+  if (r.bytes != want || r.bytes > capacity || !mask_ok || !boxes_ok ||
       (!s.plan.variable_size && r.bytes != s.plan.sample_bytes)) {
     if (format != nullptr) ++format->failed;
     FailSample(s, t, "worker reported a sample size that does not fit its slot", ctx,
@@ -227,6 +246,7 @@ bool CompleteSample(DaemonSession& s, SampleTask& t, const worker::ResultMsg& r,
   o.channels = r.channels;
   o.bytes = r.bytes;
   o.mask_bytes = r.mask_bytes;
+  o.box_count = r.boxes_kept;
   o.index = t.index;
   if (o.status == ring::kSampleReplaced) ++s.samples_replaced;
   ++s.samples_produced;
@@ -321,12 +341,14 @@ void FinishBatch(DaemonSession& s, uint64_t seq) {
       if (r.bytes != 0) std::memset(data + r.offset, 0, r.bytes);
       r.mask_bytes = p.mask_dtype == 0 || p.variable_size ? 0 : p.mask_sample_bytes;
       FillMask(data + r.mask_offset, r.mask_bytes, p.mask_dtype, p.params().mask_fill);
+      r.box_count = 0;
     } else {
       r.height = o.height;
       r.width = o.width;
       r.channels = o.channels;
       r.bytes = o.bytes;
       r.mask_bytes = o.mask_bytes;
+      r.box_count = o.box_count;
     }
   }
   if (f.failed) {

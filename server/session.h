@@ -104,6 +104,7 @@ struct SampleOutcome {
   uint32_t channels = 0;
   uint64_t bytes = 0;
   uint64_t mask_bytes = 0;  // segmentation sets: the mask written
+  uint32_t box_count = 0;   // detection sets: the boxes kept
   uint64_t index = 0;
 };
 
@@ -245,7 +246,9 @@ struct TaskOptions {
 // The message that asks a worker for `t` (task_id left 0 for the caller),
 // and the bytes of it to send; 0 when the sample's path (with its mask's,
 // for a segmentation set) is too long for the message (the caller fails
-// it: "path too long").
+// it: "path too long"). For a detection set it also writes the sample's
+// input boxes into its place in the slot (every dispatch: a redone or
+// replaced sample starts from its own boxes again).
 size_t BuildTaskMsg(const DaemonSession& s, const SampleTask& t, const TaskOptions& o,
                     worker::TaskMsg* msg);
 

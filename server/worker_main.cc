@@ -23,6 +23,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/dataset/dataset.h"
+#include "server/image/boxes.h"
 #include "server/image/image_decoder.h"
 #include "server/image/labels.h"
 #include "server/image/pipeline.h"
@@ -108,6 +109,15 @@ absl::Status ReadInput(const TaskMsg& t, const Input& in, std::vector<uint8_t>* 
     ::usleep(t.simulate_latency_us);
   }
   return ReadRange(in.fd.get(), in.begin, in.length, buf);
+}
+
+// Whether a task's box arrays lie within its ring's `bytes` of data, aligned.
+bool BoxesFit(const TaskMsg& t, uint64_t bytes) {
+  const uint64_t n = t.box_count;  // < 2^32: the products below do not wrap
+  return t.box_out_offset <= bytes && 16 * n <= bytes - t.box_out_offset &&
+         t.box_label_out_offset <= bytes && 8 * n <= bytes - t.box_label_out_offset &&
+         t.box_flag_out_offset <= bytes && n <= bytes - t.box_flag_out_offset &&
+         t.box_out_offset % alignof(float) == 0 && t.box_label_out_offset % alignof(int64_t) == 0;
 }
 
 // A sample's mask (TaskMsg.mask_*): its label map, moved by the image's
@@ -321,6 +331,7 @@ int Serve() {
   std::vector<uint8_t> copy;   // a baseline copy just made
   CacheClient cache;
   MaskWriter masks;
+  std::vector<double> box_scratch;
   image::SampleSteps steps;
   auto msg_buf = std::make_unique<TaskMsg>();
   char* raw = reinterpret_cast<char*>(msg_buf.get());
@@ -383,7 +394,8 @@ int Serve() {
         if (it == rings.end() || t.out_offset > it->second.bytes ||
             t.out_capacity > it->second.bytes - t.out_offset ||
             (t.mask_path_bytes != 0 && (t.mask_out_offset > it->second.bytes ||
-                                        t.mask_out_capacity > it->second.bytes - t.mask_out_offset))) {
+                                        t.mask_out_capacity > it->second.bytes - t.mask_out_offset)) ||
+            (t.has_boxes != 0 && !BoxesFit(t, it->second.bytes))) {
           SetReason(&r, absl::StatusCode::kInternal, "task names memory outside its ring");
           if (!SendAll(&r, sizeof(r))) return 1;
           break;
@@ -462,6 +474,20 @@ int Serve() {
             uint8_t* mask_out = static_cast<uint8_t*>(it->second.map.addr()) + t.mask_out_offset;
             st = masks.Write(t, mask_path, steps, res, mask_out, &r);
             r.augment_ns += static_cast<uint64_t>(MonotonicNs() - m0);
+          }
+          if (st.ok() && t.has_boxes != 0) {
+            uint8_t* base = static_cast<uint8_t*>(it->second.map.addr());
+            image::BoxSet set;
+            set.xyxy = reinterpret_cast<float*>(base + t.box_out_offset);
+            set.labels = reinterpret_cast<int64_t*>(base + t.box_label_out_offset);
+            set.flags = base + t.box_flag_out_offset;
+            set.count = t.box_count;
+            image::BoxRules rules;
+            rules.min_size = t.params.box_min_size;
+            rules.min_visibility = t.params.box_min_visibility;
+            st = image::ApplyBoxSteps(steps, res.drawn_height, res.drawn_width, rules, &set,
+                                      &box_scratch);
+            r.boxes_kept = st.ok() ? set.count : 0;
           }
         }
         if (!st.ok()) SetReason(&r, st.code(), std::string(st.message()));

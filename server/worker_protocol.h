@@ -84,6 +84,16 @@ struct TaskMsg {
   uint32_t mask_path_bytes = 0;
   uint64_t mask_out_offset = 0;      // from the start of the ring's data area
   uint64_t mask_out_capacity = 0;
+  // Detection sets: the sample's `box_count` input boxes, which the daemon
+  // wrote at these offsets from the start of the ring's data area (XYXY
+  // float32 x 4, labels int64, flags uint8) before sending the task; the
+  // worker moves them with the image and keeps those the rules keep, in
+  // place (boxes.h); ResultMsg.boxes_kept says how many.
+  uint32_t has_boxes = 0;
+  uint32_t box_count = 0;
+  uint64_t box_out_offset = 0;
+  uint64_t box_label_out_offset = 0;
+  uint64_t box_flag_out_offset = 0;
   // The image's path then the mask's, relative to the data root; sent
   // truncated to path_bytes + mask_path_bytes.
   char path[kMaxPathBytes];
@@ -117,6 +127,8 @@ struct ResultMsg {
   uint32_t format = image::kImageFormatCount;
   uint64_t bytes = 0;
   uint64_t mask_bytes = 0;  // the mask written (height x width values), 0: none
+  uint32_t boxes_kept = 0;  // detection sets: the boxes left in place
+  uint32_t reserved_boxes = 0;
   uint64_t read_ns = 0;
   uint64_t decode_ns = 0;
   uint64_t augment_ns = 0;

@@ -201,7 +201,11 @@ AttachOptions ParseAttach(const std::string& dataset, const py::kwargs& kw) {
                                         {"image_folder", DatasetFormat::kImageFolder},
                                         {"imagefolder", DatasetFormat::kImageFolder},
                                         {"manifest", DatasetFormat::kManifest},
-                                        {"webdataset", DatasetFormat::kWebDataset}});
+                                        {"webdataset", DatasetFormat::kWebDataset},
+                                        {"coco", DatasetFormat::kCoco}});
+    } else if (key == "annotations") {
+      if (!PyUnicode_Check(v.ptr())) RaiseInvalid("annotations must be a str (a COCO JSON path)");
+      o.annotations = py::cast<std::string>(v);
     } else if (key == "pipeline_json") {
       // The keywords go to the C++ client as they are: it (through
       // stoker/pipeline_spec.h) alone knows their defaults and checks.
@@ -347,13 +351,18 @@ class PySession {
     d["sample_bytes"] = i.sample_bytes;
     d["mask_dtype"] = i.mask_dtype == 0 ? py::object(py::none())
                       : py::object(py::str(i.mask_dtype == 4 ? "uint16" : "uint8"));
+    d["box_stride"] = i.box_stride;
     d["class_names"] = i.class_names;
     d["effective_pipeline_json"] = i.effective_pipeline_json;
     return d;
   }
 
   // (images, labels, indices, planned_indices, statuses, epoch,
-  //  batch_in_epoch, sequence), and masks after them for a segmentation set
+  //  batch_in_epoch, sequence), then for a segmentation or detection set
+  //  the masks (None without), then for a detection set its boxes as
+  //  (xyxy [n, stride, 4] float32, labels [n, stride] int64, flags
+  //  [n, stride] uint8, counts [n] int32): views of the slot, sample i's
+  //  first counts[i] rows
   py::tuple Next(int64_t timeout_ms) {
     if (session_ == nullptr) Raise(g_exc.stoker_error, "the session was detached", "CANCELLED");
     // The ring hands batches out through its slots in order: batch s lies in
@@ -462,6 +471,23 @@ class PySession {
     py::array_t<int32_t> statuses(n);
     int32_t* st = statuses.mutable_data();
     for (uint32_t i = 0; i < n; ++i) st[i] = static_cast<int32_t>(batch->status(i));
+    if (batch->box_stride() != 0) {
+      const py::ssize_t stride = batch->box_stride(), nn = n;
+      py::array xyxy(py::dtype::of<float>(), {nn, stride, py::ssize_t{4}},
+                     {stride * 16, py::ssize_t{16}, py::ssize_t{4}}, batch->boxes(0), owner);
+      py::array box_labels(py::dtype::of<int64_t>(), {nn, stride}, {stride * 8, py::ssize_t{8}},
+                           batch->box_labels(0), owner);
+      py::array flags(py::dtype::of<uint8_t>(), {nn, stride}, {stride, py::ssize_t{1}},
+                      batch->box_flags(0), owner);
+      py::array_t<int32_t> counts(n);
+      int32_t* c = counts.mutable_data();
+      for (uint32_t i = 0; i < n; ++i) c[i] = static_cast<int32_t>(batch->box_count(i));
+      return py::make_tuple(std::move(images), std::move(labels), std::move(indices),
+                            std::move(planned), std::move(statuses), batch->epoch(),
+                            batch->batch_in_epoch(), batch->sequence(), std::move(masks),
+                            py::make_tuple(std::move(xyxy), std::move(box_labels),
+                                           std::move(flags), std::move(counts)));
+    }
     if (masks.is_none()) {
       return py::make_tuple(std::move(images), std::move(labels), std::move(indices),
                             std::move(planned), std::move(statuses), batch->epoch(),
@@ -818,7 +844,10 @@ PYBIND11_MODULE(_native, m) {
            "Waits for the next batch (GIL released). Returns (images, labels, indices, "
            "planned_indices, statuses, epoch, batch_in_epoch, sequence), and for a dataset "
            "with masks a ninth item, the masks: [n,H,W] uint8/uint16 over the slot, like the "
-           "images (a list for any-size outputs). `images` is one "
+           "images (a list for any-size outputs); for a dataset with boxes the ninth (None "
+           "without masks) and a tenth, (xyxy [n,S,4] float32, labels [n,S] int64, flags [n,S] "
+           "uint8, counts [n] int32) over the slot: sample i's first counts[i] rows. `images` "
+           "is one "
            "zero-copy ndarray over the ring slot ([n,H,W,3] or [n,3,H,W]) or, for the "
            "variable-size decode pipeline, a list of per-sample ndarrays; the slot returns to "
            "the daemon when the last of them is collected. Raises EndOfData after the last "

@@ -46,6 +46,8 @@ v1::DatasetFormat ToProto(DatasetFormat f) {
       return v1::DATASET_FORMAT_MANIFEST;
     case DatasetFormat::kWebDataset:
       return v1::DATASET_FORMAT_WEBDATASET;
+    case DatasetFormat::kCoco:
+      return v1::DATASET_FORMAT_COCO;
   }
   return static_cast<v1::DatasetFormat>(f);  // out of the enum: the daemon refuses it
 }
@@ -132,6 +134,22 @@ class SessionCore {
       }
       if (ri.sample_bytes() != 0) slot_data = mask_offset_ + mask_sample_bytes_ * batch_size;
     }
+    box_stride_ = ri.box_stride();
+    if (box_stride_ != 0) {
+      // The box arrays follow the masks (ring::PlaceBoxes); a variable-size
+      // ring's place is checked against its slot by ValidateHeader below.
+      boxes_ = ring::PlaceBoxes(slot_data, batch_size, box_stride_);
+      if (box_stride_ > ring::kMaxBoxesPerSample ||
+          (ri.sample_bytes() != 0 &&
+           (ri.box_offset() != boxes_.xyxy || ri.box_label_offset() != boxes_.labels ||
+            ri.box_flag_offset() != boxes_.flags))) {
+        return absl::DataLossError("the daemon's box layout is inconsistent");
+      }
+      boxes_.xyxy = ri.box_offset();
+      boxes_.labels = ri.box_label_offset();
+      boxes_.flags = ri.box_flag_offset();
+      if (ri.sample_bytes() != 0) slot_data = boxes_.end;
+    }
     if (!ring::ComputeGeometry(slots_, batch_size, slot_data, &geometry_) ||
         geometry_.total_bytes != ri.total_bytes() || geometry_.slot_bytes != ri.slot_bytes() ||
         geometry_.data_offset != ri.data_offset()) {
@@ -200,7 +218,10 @@ class SessionCore {
         snapshot.channels != r.channels() || snapshot.dtype != dtype_ ||
         snapshot.sample_bytes != sample_bytes_ || (snapshot.layout == ring::kNHWC) != nhwc_ ||
         snapshot.mask_dtype != mask_dtype_ || snapshot.mask_offset != mask_offset_ ||
-        snapshot.mask_sample_bytes != mask_sample_bytes_) {
+        snapshot.mask_sample_bytes != mask_sample_bytes_ || snapshot.box_stride != box_stride_ ||
+        (box_stride_ != 0 &&
+         (snapshot.box_offset != boxes_.xyxy || snapshot.box_label_offset != boxes_.labels ||
+          snapshot.box_flag_offset != boxes_.flags))) {
       return absl::DataLossError("ring header: the sample shape or format differs from Attach");
     }
     return absl::OkStatus();
@@ -313,6 +334,9 @@ class SessionCore {
   uint32_t mask_dtype_ = 0;
   uint64_t mask_offset_ = 0;
   uint64_t mask_sample_bytes_ = 0;
+  // Detection sets: entries per sample (0: none) and the arrays' places.
+  uint32_t box_stride_ = 0;
+  ring::BoxPlacement boxes_;
   bool nhwc_ = true;  // the session's layout (device copy: normalize needs uint8 NHWC)
   uint64_t total_batches_ = 0;
   int64_t heartbeat_timeout_ms_ = 3000;
@@ -365,6 +389,11 @@ Batch& Batch::operator=(Batch&& o) noexcept {
     mask_dtype_ = o.mask_dtype_;
     mask_offsets_ = std::move(o.mask_offsets_);
     mask_bytes_ = std::move(o.mask_bytes_);
+    box_stride_ = o.box_stride_;
+    box_offset_ = o.box_offset_;
+    box_label_offset_ = o.box_label_offset_;
+    box_flag_offset_ = o.box_flag_offset_;
+    box_counts_ = std::move(o.box_counts_);
   }
   return *this;
 }
@@ -378,6 +407,21 @@ uint64_t Batch::data_bytes() const {
 }
 
 void* Batch::sample_data(uint32_t i) const { return slot_data_ + offsets_[i]; }
+
+const float* Batch::boxes(uint32_t i) const {
+  if (box_stride_ == 0) return nullptr;
+  return reinterpret_cast<const float*>(slot_data_ + box_offset_ + 16 * (uint64_t{box_stride_} * i));
+}
+
+const int64_t* Batch::box_labels(uint32_t i) const {
+  if (box_stride_ == 0) return nullptr;
+  return reinterpret_cast<const int64_t*>(slot_data_ + box_label_offset_ +
+                                          8 * (uint64_t{box_stride_} * i));
+}
+
+const uint8_t* Batch::box_flags(uint32_t i) const {
+  return box_stride_ == 0 ? nullptr : slot_data_ + box_flag_offset_ + uint64_t{box_stride_} * i;
+}
 
 void* Batch::mask_data(uint32_t i) const {
   return mask_dtype_ == 0 ? nullptr : slot_data_ + mask_offsets_[i];
@@ -594,6 +638,11 @@ absl::StatusOr<Batch> Session::Next(int64_t timeout_ms) {
   b.mask_offsets_.assign(c.mask_dtype_ != 0 ? count : 0, 0);
   b.mask_bytes_.assign(c.mask_dtype_ != 0 ? count : 0, 0);
   b.mask_dtype_ = c.mask_dtype_;
+  b.box_stride_ = c.box_stride_;
+  b.box_offset_ = c.boxes_.xyxy;
+  b.box_label_offset_ = c.boxes_.labels;
+  b.box_flag_offset_ = c.boxes_.flags;
+  b.box_counts_.assign(c.box_stride_ != 0 ? count : 0, 0);
   for (uint32_t i = 0; i < count; ++i) {
     ring::SampleRecord r;
     std::memcpy(&r, &recs[i], sizeof(r));
@@ -611,6 +660,10 @@ absl::StatusOr<Batch> Session::Next(int64_t timeout_ms) {
       b.mask_offsets_[i] = r.mask_offset;
       b.mask_bytes_[i] = r.mask_bytes;
     }
+    if (const char* why = ring::ValidateBoxes(r, c.box_stride_)) {
+      return absl::DataLossError(absl::StrCat("ring: sample ", i, ": ", why));
+    }
+    if (c.box_stride_ != 0) b.box_counts_[i] = r.box_count;
     // Views are shaped height x width x channels(), which is 3: a record of
     // another channel count would size a view past the bytes checked above.
     if (r.channels != 3) {
@@ -667,6 +720,7 @@ absl::StatusOr<std::unique_ptr<Session>> Client::Attach(const AttachOptions& o) 
   v1::AttachRequest req;
   req.set_dataset(o.dataset);
   req.set_format(internal::ToProto(o.format));
+  req.set_annotations(o.annotations);
   // The request form goes to the daemon; Effective only checks it here, so
   // that a bad pipeline fails before any RPC, as the daemon would fail it.
   auto spec = pipeline::SpecFromKeywordsJson(o.pipeline);
@@ -738,6 +792,7 @@ absl::StatusOr<std::unique_ptr<Session>> Client::Attach(const AttachOptions& o) 
   i.slot_bytes = resp.ring().slot_bytes();
   i.sample_bytes = resp.ring().sample_bytes();
   i.mask_dtype = resp.ring().mask_dtype();
+  i.box_stride = resp.ring().box_stride();
   i.class_names.assign(resp.class_names().begin(), resp.class_names().end());
   i.effective_pipeline_json = pipeline::ToJson(resp.effective_pipeline());
   core->StartDeviceTransfer(o.register_ring_with_cuda);  // device copy

@@ -158,7 +158,7 @@ absl::Status IndexCoco(const DataRoot& root, const std::string& images,
         out->AddBox(xyxy, ann.category_id(), ann.iscrowd() != 0 ? 1 : 0);
       }
     }
-    out->EndEntry(-1);
+    out->EndEntry(id);  // the label: the image's id (the reference's target["image_id"])
   }
   int64_t most = -1;
   for (const coco::Category& c : doc.categories()) most = std::max(most, c.id());

@@ -71,7 +71,8 @@ TEST_CASE("COCO: images by id, boxes XYXY with category ids and crowd flags",
     CHECK(d.path(0) == "coco/images/a.jpg");         // id 7
     CHECK(d.path(1) == "coco/images/sub/none.jpg");  // id 9
     CHECK(d.path(2) == "coco/images/b.jpg");         // id 42, first in the file
-    CHECK(d.label(0) == -1);
+    CHECK(d.label(0) == 7);  // the image id
+    CHECK(d.label(2) == 42);
     REQUIRE(d.has_boxes());
     CHECK(d.max_boxes() == 4);
     CHECK(d.box_count(0) == 1);

@@ -158,7 +158,8 @@ class Dataset {
   //    folder (user_path), torchvision's CocoDetection entry for entry: one
   //    entry per image, by ascending image id; its file is the folder joined
   //    with the image's file_name (confined like a manifest's paths: not
-  //    stat'ed, a missing file fails as a sample); label -1; its boxes the
+  //    stat'ed, a missing file fails as a sample); its label the image's
+  //    id (what COCO's evaluation matches detections by); its boxes the
   //    annotations with its image_id, in file order: bbox [x, y, w, h]
   //    becomes XYXY [x, y, x + w, y + h], category_id the box's label,
   //    iscrowd its flag. A bbox that is not 4 numbers, or NaN, or a negative

@@ -45,7 +45,7 @@ class RpcChannel;
 // The ring's values (stoker/ring_layout.h); kUint16 for masks only.
 enum class DType { kUint8 = 1, kFloat32 = 2, kFloat16 = 3, kUint16 = 4 };
 enum class Layout { kNHWC = 1, kNCHW = 2 };
-enum class DatasetFormat { kAuto = 0, kImageFolder = 1, kManifest = 2, kWebDataset = 3 };
+enum class DatasetFormat { kAuto = 0, kImageFolder = 1, kManifest = 2, kWebDataset = 3, kCoco = 4 };
 enum class FailurePolicy { kSkip = 1, kError = 2 };
 
 // What happened to one sample of a batch.
@@ -57,9 +57,14 @@ enum class SampleStatus {
 
 struct AttachOptions {
   // The dataset, relative to the daemon's --data-root (or absolute inside
-  // it): an ImageFolder directory or a manifest file.
+  // it): an ImageFolder directory, a manifest file, WebDataset shards, or a
+  // COCO set's images folder (with `annotations`).
   std::string dataset;
   DatasetFormat format = DatasetFormat::kAuto;
+  // A COCO instances JSON (relative to the data root): the samples are its
+  // images, in `dataset`, each with its boxes (Batch::boxes). Setting it
+  // makes kAuto COCO.
+  std::string annotations;
   // The decode/augment pipeline as data: a JSON object of pipeline keywords,
   // the same ones Python's Loader and `stokerctl consume` take; their names,
   // defaults and checks are in proto/stoker/pipeline_spec.h. Empty: "{}",
@@ -121,6 +126,9 @@ struct SessionInfo {
   // Segmentation sets: the masks' ring DType (1 uint8, 4 uint16; 0: the
   // dataset has none).
   uint32_t mask_dtype = 0;
+  // Detection sets: the room for boxes a sample has in a batch (the most
+  // any sample of the dataset has); 0: the dataset has no boxes.
+  uint32_t box_stride = 0;
   uint32_t ring_slots = 0;
   uint64_t slot_bytes = 0;
   uint64_t sample_bytes = 0;       // 0 for variable-size decode
@@ -197,6 +205,19 @@ class Batch {
   uint64_t mask_bytes(uint32_t i) const { return mask_dtype_ == 0 ? 0 : mask_bytes_[i]; }
   DType mask_dtype() const { return static_cast<DType>(mask_dtype_); }
 
+  // Detection sets: sample i's box_count(i) boxes, moved with its image and
+  // kept by the pipeline's box rules (server/image/boxes.h): XYXY float32 in
+  // pixels of its output, 4 a box (boxes), their labels (COCO's category
+  // ids) and flags (1: a crowd box). A failed sample has none. The arrays
+  // of the whole batch are box_stride() entries a sample apart, from
+  // boxes(0), box_labels(0) and box_flags(0). nullptr and 0 when the
+  // session's dataset has no boxes.
+  uint32_t box_stride() const { return box_stride_; }
+  uint32_t box_count(uint32_t i) const { return box_stride_ == 0 ? 0 : box_counts_[i]; }
+  const float* boxes(uint32_t i) const;
+  const int64_t* box_labels(uint32_t i) const;
+  const uint8_t* box_flags(uint32_t i) const;
+
   const std::vector<int64_t>& labels() const { return labels_; }
   // The dataset index whose pixels were delivered (a replacement's, for a
   // replaced sample) and the one the sampler planned.
@@ -237,6 +258,9 @@ class Batch {
   std::vector<uint32_t> heights_, widths_, statuses_;
   uint32_t mask_dtype_ = 0;
   std::vector<uint64_t> mask_offsets_, mask_bytes_;
+  uint32_t box_stride_ = 0;
+  uint64_t box_offset_ = 0, box_label_offset_ = 0, box_flag_offset_ = 0;
+  std::vector<uint32_t> box_counts_;
 };
 
 // One attached session. Next() hands batches out in order. Thread-safe:

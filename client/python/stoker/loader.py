@@ -62,16 +62,23 @@ class BatchView:
             [n,H,W] moved with its images (a
             list for the variable-size pipeline; a failed sample's is all
             mask_fill), else None. `images, masks = view` then.
+        targets: for a dataset with boxes (COCO), a list of n dicts as
+            torchvision's detection reference has them ("boxes" float32
+            [k, 4] XYXY, "labels" int64 [k], "iscrowd" int64 [k],
+            "image_id"; with masks also "masks" [H, W]), else None.
+            `images, targets = view` then.
     """
 
     __slots__ = ("images", "labels", "indices", "planned_indices", "statuses", "epoch",
-                 "batch_in_epoch", "sequence", "masks")
+                 "batch_in_epoch", "sequence", "masks", "targets")
 
     def __init__(self, images: Images, labels: Any, indices: np.ndarray,
                  planned_indices: np.ndarray, statuses: np.ndarray, epoch: int,
-                 batch_in_epoch: int, sequence: int, masks: Any = None) -> None:
+                 batch_in_epoch: int, sequence: int, masks: Any = None,
+                 targets: Any = None) -> None:
         self.images = images
         self.masks = masks
+        self.targets = targets
         self.labels = labels
         self.indices = indices
         self.planned_indices = planned_indices
@@ -83,13 +90,31 @@ class BatchView:
     def __len__(self) -> int:
         return len(self.indices)
 
-    def __iter__(self):  # so that `images, labels = view` (or images, masks) works
+    def __iter__(self):  # `images, labels = view` (or images, masks / targets) works
         yield self.images
-        yield self.labels if self.masks is None else self.masks
+        yield (self.targets if self.targets is not None
+               else self.labels if self.masks is None else self.masks)
 
     def __repr__(self) -> str:
         return (f"BatchView(epoch={self.epoch}, batch_in_epoch={self.batch_in_epoch}, "
                 f"n={len(self.indices)})")
+
+
+def _targets(torch: Any, boxes: tuple, labels: np.ndarray, masks: Any) -> List[Dict[str, Any]]:
+    """A detection batch's targets, one dict per sample as torchvision's
+    detection reference builds them (copies of the slot's box arrays)."""
+    xyxy, box_labels, flags, counts = boxes
+    out = []
+    for i in range(len(counts)):
+        k = int(counts[i])
+        t = {"boxes": torch.from_numpy(xyxy[i, :k].copy()),
+             "labels": torch.from_numpy(box_labels[i, :k].copy()),
+             "iscrowd": torch.from_numpy(flags[i, :k].astype(np.int64)),
+             "image_id": int(labels[i])}
+        if masks is not None:
+            t["masks"] = masks[i]
+        out.append(t)
+    return out
 
 
 def _env_int(name: str) -> Optional[int]:
@@ -600,6 +625,20 @@ class Loader:
             loader then yields (images, masks): masks [n,H,W] moved with
             their images by the same ops (NEAREST), the labels in
             `iter_batches()`'s views.
+        annotations: a COCO instances JSON (relative to the data root);
+            `dataset` is then its images folder, as torchvision's
+            CocoDetection(root, annFile) takes them. The loader yields
+            (images, targets), targets a list of dicts as torchvision's
+            detection reference has them: "boxes" float32 [k, 4] (XYXY in
+            pixels of the output, moved with the image by the same ops),
+            "labels" int64 [k] (category ids), "iscrowd" int64 [k] and
+            "image_id" (the COCO id). A sample whose boxes are not boxes
+            (NaN, a negative width) fails as a sample, counted.
+        box_min_size, box_min_visibility: for a dataset with boxes: after
+            the ops, a box is kept when its width and height are > 0 and at
+            least box_min_size pixels (default 0; torchvision v2's
+            SanitizeBoundingBoxes uses 1) and at least box_min_visibility
+            of its area is left inside the image (default 0).
         allow_empty: ImageFolder's allow_empty: keep class folders with no
             image file as classes with no samples (otherwise attach fails
             naming them). None: False, or, for an ImageFolder object given,
@@ -653,6 +692,9 @@ class Loader:
         exact_decode: Any = _UNSET,
         mask_dtype: Any = _UNSET,
         mask_fill: Any = _UNSET,
+        annotations: Optional[Union[str, "os.PathLike[str]"]] = None,
+        box_min_size: Any = _UNSET,
+        box_min_visibility: Any = _UNSET,
         allow_empty: Optional[bool] = None,
         skip_unsupported_formats: bool = False,
         **dataloader_keywords: Any,
@@ -775,6 +817,8 @@ class Loader:
             failure_policy=failure_policy, register_ring_with_cuda=bool(register_ring),
             client_name=client_name or _default_client_name(self.rank),
             allow_empty=bool(allow_empty), skip_unsupported_formats=bool(skip_unsupported_formats))
+        if annotations is not None:
+            self._options["annotations"] = os.fspath(annotations)
         self._client: Optional[Client] = None
         self._session: Optional[_native.Session] = None
         self._info: Optional[Dict[str, Any]] = None
@@ -1410,28 +1454,38 @@ class Loader:
     def _make(self, raw: tuple, views: bool) -> Any:
         images, labels, indices, planned, statuses, epoch, batch_in_epoch, sequence = raw[:8]
         masks = raw[8] if len(raw) > 8 else None  # a segmentation set's
+        boxes = raw[9] if len(raw) > 9 else None  # a detection set's
         torch = _torch or _torch_module()
-        if masks is not None and self.batch_transform is not None:
+        if (masks is not None or boxes is not None) and self.batch_transform is not None:
             raise _native.InvalidRequestError(
-                "batch_transform (MixUp, CutMix) with a dataset that has masks: they mix the "
-                "images and their labels, not masks; drop batch_transform for segmentation")
+                "batch_transform (MixUp, CutMix) with a dataset that has masks or boxes: they "
+                "mix the images and their labels, not targets; drop batch_transform for "
+                "segmentation and detection")
         if masks is not None:
             def tensor(m: np.ndarray) -> "torch.Tensor":
                 if m.dtype == np.uint16:  # torch has no uint16 tensors: int32, a copy
                     return torch.from_numpy(m.astype(np.int32))
                 return torch.from_numpy(m.copy() if self.copy or self._pin else m)
             masks = [tensor(m) for m in masks] if isinstance(masks, list) else tensor(masks)
+        targets = None
+        if boxes is not None:  # copies: a few bytes a box, free of the slot's lease
+            targets = _targets(torch, boxes, labels, masks)
         if self._mode == "cuda":
             device_masks = None
-            if masks is not None:  # before the images: their copy ends the slot's lease
+            if masks is not None or targets is not None:
+                # Before the images: their copy ends the slot's lease.
                 index = self._device_index
                 if index is None or index == _NO_INDEX:
                     index = torch.cuda.current_device()
                 dev = torch.device("cuda", index)
                 # On the current stream, as the images' copy (a pageable
                 # source: the copy is done when .to returns).
-                device_masks = ([m.to(dev) for m in masks] if isinstance(masks, list)
-                                else masks.to(dev))
+                if masks is not None:
+                    device_masks = ([m.to(dev) for m in masks] if isinstance(masks, list)
+                                    else masks.to(dev))
+                if targets is not None:
+                    targets = [{k: (v.to(dev) if isinstance(v, torch.Tensor) else v)
+                                for k, v in t.items()} for t in targets]
             images = self._to_cuda(images)  # the ndarray's lease ends with it, after the copy
             labels = torch.from_numpy(labels).to(images.device, non_blocking=True)
             self.last_indices = indices
@@ -1440,7 +1494,9 @@ class Loader:
                 images, labels = self._transform_batch(images, labels, epoch, batch_in_epoch)
             if views:
                 return BatchView(images, labels, indices, planned, statuses, epoch,
-                                 batch_in_epoch, sequence, device_masks)
+                                 batch_in_epoch, sequence, device_masks, targets)
+            if targets is not None:
+                return images, targets
             return images, (labels if device_masks is None else device_masks)
         if isinstance(images, list):
             if self.copy:
@@ -1471,7 +1527,9 @@ class Loader:
         self._epoch = epoch
         if views:
             return BatchView(images, labels, indices, planned, statuses, epoch, batch_in_epoch,
-                             sequence, masks)
+                             sequence, masks, targets)
+        if targets is not None:
+            return images, targets
         return images, (labels if masks is None else masks)
 
     def _transform_batch(self, images: Any, labels: Any, epoch: int,

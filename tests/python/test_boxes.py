@@ -1,0 +1,294 @@
+"""Detection boxes through their image's geometry, end to end: a COCO
+instances file over PNG images (decoded exactly), served by the real daemon,
+the targets compared with torchvision's published box arithmetic.
+
+The reference: torchvision's detection reference transforms
+(references/detection/transforms.py: RandomHorizontalFlip's
+`boxes[:, [0, 2]] = width - boxes[:, [2, 0]]`, ConvertCocoPolysToMask's
+XYWH -> XYXY and clamp to the image) and its v2 box kernels
+(transforms/v2/functional: crop = shift then clamp, resize = scale, pad =
+shift, affine and rotate = the four corners through
+_get_inverse_affine_matrix(..., inverted=False) about (w/2, h/2), the box
+holding them, clamped), reproduced below in float64 from torchvision 0.14's
+own _get_inverse_affine_matrix. The random parameters are forced: each
+sample's steps are drawn by `stoker-image-tool render` for the same key.
+Boxes agree within 1e-4 px; labels and crowd flags follow their boxes."""
+
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+PIL = pytest.importorskip("PIL.Image")
+F = pytest.importorskip("torchvision.transforms.functional")
+
+
+def make_coco(root, sizes, boxes_of, missing=(), extra_annotations=()):
+    """PNG images of `sizes` (textured; the red channel names the image) and
+    instances.json: image ids 100 + k (listed in reverse), boxes_of(k, h, w)
+    -> [(x, y, w, h, category, iscrowd)]."""
+    rng = np.random.default_rng(5)
+    (root / "images").mkdir(parents=True, exist_ok=True)
+    images, anns = [], []
+    for k, (h, w) in enumerate(sizes):
+        if k not in missing:
+            img = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+            img[:, :, 0] = k * 7
+            PIL.fromarray(img).save(root / "images" / f"{k}.png")
+        images.append({"id": 100 + k, "file_name": f"{k}.png", "width": w, "height": h})
+        for (x, y, bw, bh, cat, crowd) in boxes_of(k, h, w):
+            anns.append({"id": len(anns) + 1, "image_id": 100 + k, "category_id": cat,
+                         "bbox": [x, y, bw, bh], "iscrowd": crowd, "area": bw * bh,
+                         "segmentation": [[x, y, x + bw, y, x + bw, y + bh]]})
+    anns.extend(extra_annotations)
+    doc = {"images": images[::-1], "annotations": anns,
+           "categories": [{"id": c, "name": f"c{c}"} for c in range(1, 91)]}
+    # Python's json writes NaN bare, as real pipelines that made such files do.
+    (root / "instances.json").write_text(json.dumps(doc))
+    return doc
+
+
+def random_boxes(seed):
+    def boxes_of(k, h, w):
+        rng = np.random.default_rng(seed * 1000 + k)
+        out = []
+        for _ in range(int(rng.integers(0, 9))):
+            x, y = float(rng.uniform(-5, w - 2)), float(rng.uniform(-5, h - 2))
+            bw, bh = float(rng.uniform(0.5, w / 2)), float(rng.uniform(0.5, h / 2))
+            out.append((x, y, bw, bh, int(rng.integers(1, 91)), int(rng.random() < 0.2)))
+        return out
+    return boxes_of
+
+
+def steps_of(build_dir, tmp_path, image, seed, epoch, index, keywords):
+    tool = os.path.join(build_dir, "server", "image", "stoker-image-tool")
+    steps_file = str(tmp_path / "steps.json")
+    r = subprocess.run([tool, "render", "--input", str(image), "--out", str(tmp_path / "o.raw"),
+                        "--keywords", json.dumps(keywords), "--seed", str(seed),
+                        "--epoch", str(epoch), "--index", str(index), "--steps-out", steps_file],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return json.loads(open(steps_file).read())
+
+
+def f32(v):
+    return float(np.float32(v))
+
+
+def reference_boxes(boxes, steps, h, w):
+    """boxes (n, 4) XYXY, float64, through `steps` as torchvision moves
+    BoundingBoxes; returns the boxes and the mask of those with area."""
+    b = np.array(boxes, np.float64).reshape(-1, 4)
+    b[:, [0, 2]] = b[:, [0, 2]].clip(0, w)  # ConvertCocoPolysToMask's clamp
+    b[:, [1, 3]] = b[:, [1, 3]].clip(0, h)
+    for s in steps:
+        k = s["kind"]
+        if k == "crop":
+            b -= [s["left"], s["top"], s["left"], s["top"]]
+            h, w = s["height"], s["width"]
+            b[:, [0, 2]] = b[:, [0, 2]].clip(0, w)
+            b[:, [1, 3]] = b[:, [1, 3]].clip(0, h)
+        elif k == "pad":
+            left, top, right, bottom = s["padding"]
+            b += [left, top, left, top]
+            h, w = h + top + bottom, w + left + right
+        elif k == "resize":
+            b *= [s["width"] / w, s["height"] / h, s["width"] / w, s["height"] / h]
+            h, w = s["height"], s["width"]
+        elif k == "hflip":
+            b[:, [0, 2]] = w - b[:, [2, 0]]
+        elif k == "vflip":
+            b[:, [1, 3]] = h - b[:, [3, 1]]
+        elif k in ("affine", "rotate"):
+            center = [w * 0.5, h * 0.5]
+            if k == "affine":
+                m = F._get_inverse_affine_matrix(center, f32(s["angle"]),
+                                                 [float(t) for t in s["translate"]],
+                                                 f32(s["scale"]), [float(x) for x in s["shear"]],
+                                                 inverted=False)
+            else:  # v2's rotate: affine by -angle about the center
+                m = F._get_inverse_affine_matrix(center, -f32(s["angle"]), [0.0, 0.0], 1.0,
+                                                 [0.0, 0.0], inverted=False)
+            mt = np.array([[m[0], m[3]], [m[1], m[4]], [m[2], m[5]]], np.float64)
+            pts = b[:, [[0, 1], [2, 1], [0, 3], [2, 3]]].reshape(-1, 2)
+            pts = np.concatenate([pts, np.ones((len(pts), 1))], axis=1) @ mt
+            pts = pts.reshape(-1, 4, 2)
+            b = np.concatenate([pts.min(axis=1), pts.max(axis=1)], axis=1)
+            b[:, [0, 2]] = b[:, [0, 2]].clip(0, w)
+            b[:, [1, 3]] = b[:, [1, 3]].clip(0, h)
+        # colour and erase steps: nothing
+    keep = (b[:, 2] - b[:, 0] > 0) & (b[:, 3] - b[:, 1] > 0)
+    return b, keep
+
+
+SIZES = [(48, 64), (64, 48), (50, 50), (40, 90), (72, 56), (60, 60), (45, 70), (80, 40)]
+
+GEOMETRY = [
+    {"RandomAffine": {"degrees": [-25, 25], "translate": [0.1, 0.1], "scale": [0.8, 1.2],
+                      "shear": [-8, 8, -4, 4]}},
+    {"RandomRotation": {"degrees": [-30, 30]}},
+    {"RandomCrop": {"size": [36, 40], "padding": [3, 4], "pad_if_needed": True}},
+    {"RandomVerticalFlip": {"p": 0.5}},
+    {"ColorJitter": {"brightness": 0.3}},
+    {"Resize": {"size": [32, 32]}},
+]
+
+
+@pytest.mark.parametrize("keywords", [{"size": 32}, {"ops": GEOMETRY, "size": 32}],
+                         ids=["train", "affine-rotate-crop-flip"])
+def test_boxes_move_with_their_images(stoker, daemon_factory, build_dir, tmp_path, keywords):
+    root = tmp_path / "data"
+    doc = make_coco(root, SIZES, random_boxes(1))
+    by_image = {}
+    for a in doc["annotations"]:
+        x, y, bw, bh = a["bbox"]
+        by_image.setdefault(a["image_id"], []).append(
+            ([x, y, x + bw, y + bh], a["category_id"], a["iscrowd"]))
+    d = daemon_factory(workers=2, data_root=str(root))
+    kw = {k: v for k, v in keywords.items() if k != "size"}
+    with stoker.Loader("images", socket=d.socket, batch_size=4, size=32, seed=11, epochs=2,
+                       annotations="instances.json", **kw) as ld:
+        assert ld.info["box_stride"] == max(len(v) for v in by_image.values())
+        compared = boxes_seen = 0
+        for _ in range(2):
+            for view in ld.iter_batches():
+                images, targets = view  # a detection set yields (images, targets)
+                assert targets is view.targets and len(targets) == len(view)
+                assert view.statuses.tolist() == [0] * len(view)
+                for i, index in enumerate(view.indices.tolist()):
+                    t = targets[i]
+                    assert t["image_id"] == 100 + index  # ids by ascending id: index k
+                    if "ops" not in keywords:  # (affine fill and jitter change the corner)
+                        assert int(images[i, 0, 0, 0]) == index * 7  # the sample's image
+                    given = by_image.get(100 + index, [])
+                    h, w = SIZES[index]
+                    steps = steps_of(build_dir, tmp_path, root / "images" / f"{index}.png", 11,
+                                     view.epoch, index, keywords)
+                    want, keep = reference_boxes([g[0] for g in given], steps, h, w)
+                    assert t["boxes"].dtype.is_floating_point and t["boxes"].shape[1] == 4
+                    got = t["boxes"].numpy().astype(np.float64)
+                    assert got.shape[0] == int(keep.sum()), (index, steps)
+                    assert np.abs(got - want[keep]).max(initial=0) <= 1e-4, (index, steps)
+                    assert t["labels"].tolist() == [g[1] for g, k in zip(given, keep) if k]
+                    assert t["iscrowd"].tolist() == [g[2] for g, k in zip(given, keep) if k]
+                    # Every box lies in the output image.
+                    assert (got[:, :2] >= 0).all() and (got[:, 2] <= 32).all()
+                    assert (got[:, 3] <= 32).all()
+                    compared += 1
+                    boxes_seen += got.shape[0]
+        assert compared == 2 * len(SIZES) and boxes_seen > 10
+
+
+def test_box_counts_from_none_to_thousands_and_bad_annotations(stoker, daemon_factory,
+                                                               tmp_path):
+    """0, 1 and 3000 boxes in one sample; a crowd box; a missing image; a NaN
+    box and a negative width: the bad ones are sample failures, counted and
+    named, never a refused dataset or a dead daemon."""
+    sizes = [(40, 40)] * 7
+
+    def boxes_of(k, h, w):
+        if k == 1:
+            return [(2, 3, 10, 12, 5, 1)]
+        if k == 2:
+            rng = np.random.default_rng(2)
+            return [(float(x), float(y), 3.0, 3.0, int(c), 0)
+                    for x, y, c in zip(rng.uniform(0, 36, 3000), rng.uniform(0, 36, 3000),
+                                       rng.integers(1, 91, 3000))]
+        if k == 4:
+            return [(1, 1, 5, 5, 3, 0), (float("nan"), 1, 2, 2, 3, 0)]
+        if k == 5:
+            return [(10, 10, -4, 5, 3, 0)]
+        return []
+
+    root = tmp_path / "data"
+    make_coco(root, sizes, boxes_of, missing=(3,))
+    d = daemon_factory(workers=2, data_root=str(root))
+    eval_kw = dict(pipeline="eval", size=40, resize_size=40)  # identity geometry
+    with stoker.Loader("images", socket=d.socket, batch_size=7, shuffle=False, epochs=1,
+                       annotations="instances.json", **eval_kw) as ld:
+        view = next(ld.iter_batches())
+        status = dict(zip(view.planned_indices.tolist(), view.statuses.tolist()))
+        assert status == {0: 0, 1: 0, 2: 0, 3: 1, 4: 1, 5: 1, 6: 0}
+        t = view.targets
+        by_index = {int(i): t[k] for k, i in enumerate(view.indices.tolist())}
+        assert by_index[0]["boxes"].shape == (0, 4) and by_index[6]["labels"].numel() == 0
+        assert by_index[1]["boxes"].tolist() == [[2.0, 3.0, 12.0, 15.0]]
+        assert by_index[1]["labels"].tolist() == [5] and by_index[1]["iscrowd"].tolist() == [1]
+        assert by_index[2]["boxes"].shape == (3000, 4)
+        assert len(t) == 7
+        [session] = stoker.Client(d.socket).status()["sessions"]
+        # Counted: 3, 4 and 5 (a replacement drawn from the bad ones fails again).
+        assert int(session["samples_failed"]) >= 3
+    log = d.log()
+    assert "3.png" in log  # the missing image
+    failed = [line for line in log.splitlines() if "failed:" in line]
+    assert any("box 1 (nan, 1, nan, 3) is not a box" in line for line in failed), failed
+    assert any("box 0 (10, 10, 6, 15) is not a box" in line for line in failed), failed
+    with stoker.Loader("images", socket=d.socket, batch_size=7, shuffle=False, epochs=1,
+                       annotations="instances.json", failure_policy="error", **eval_kw) as ld:
+        with pytest.raises(stoker.SampleError, match="is not a box|3.png"):
+            next(iter(ld))
+
+
+def test_exactly_once_and_resume_with_boxes(stoker, daemon_factory, tmp_path):
+    root = tmp_path / "data"
+    make_coco(root, SIZES * 2, random_boxes(2))
+    d = daemon_factory(workers=2, data_root=str(root))
+    opts = dict(socket=d.socket, batch_size=4, size=32, seed=5, annotations="instances.json")
+
+    def targets_of(view):
+        return [(int(i), t["boxes"].numpy().round(4).tolist(), t["labels"].tolist())
+                for i, t in zip(view.indices.tolist(), view.targets)]
+
+    with stoker.Loader("images", epochs=2, **opts) as ld:
+        seen = []
+        batches = []
+        for _ in range(2):
+            epoch = []
+            for view in ld.iter_batches():
+                epoch += view.indices.tolist()
+                batches.append(targets_of(view))
+            assert sorted(epoch) == list(range(len(SIZES) * 2))  # each sample once
+            seen.append(epoch)
+        assert seen[0] != seen[1]  # shuffled per epoch
+    with stoker.Loader("images", epochs=2, **opts) as ld:
+        it = ld.iter_batches()
+        for _ in range(3):
+            next(it)
+        state = ld.state_dict()
+    with stoker.Loader("images", epochs=2, **opts) as ld:
+        ld.load_state_dict(state)
+        again = [targets_of(v) for v in ld.iter_batches()]
+    assert again == batches[3:len(again) + 3]
+
+
+def test_box_rules_drop_small_and_hidden_boxes(stoker, daemon_factory, tmp_path):
+    def boxes_of(k, h, w):  # areas 4, 100 and 300 at input
+        return [(5, 5, 2, 2, 1, 0), (10, 10, 10, 10, 2, 0), (30, 0, 30, 10, 3, 0)]
+
+    root = tmp_path / "data"
+    make_coco(root, [(40, 80)] * 4, boxes_of)
+    d = daemon_factory(workers=1, data_root=str(root))
+    ops = [{"RandomCrop": {"size": [40, 40]}}]  # a 40x40 window of the 80-wide image
+    opts = dict(socket=d.socket, batch_size=4, shuffle=False, epochs=1,
+                annotations="instances.json", ops=ops, size=40)
+    with stoker.Loader("images", **opts) as ld:
+        base = next(ld.iter_batches()).targets
+    with stoker.Loader("images", box_min_size=3, box_min_visibility=0.5, **opts) as ld:
+        ruled = next(ld.iter_batches()).targets
+    area_in = {1: 4.0, 2: 100.0, 3: 300.0}
+    for b, r in zip(base, ruled):
+        want = []
+        for (x1, y1, x2, y2), label in zip(b["boxes"].tolist(), b["labels"].tolist()):
+            if x2 - x1 >= 3 and y2 - y1 >= 3 and (x2 - x1) * (y2 - y1) / area_in[label] >= 0.5:
+                want.append(label)
+        assert r["labels"].tolist() == want
+        assert 1 not in want  # 2x2: below box_min_size wherever the window fell
+    with pytest.raises(stoker.InvalidRequestError, match="box_min_visibility must be within"):
+        stoker.Loader("images", socket=d.socket, batch_size=2, annotations="instances.json",
+                      box_min_visibility=2)
+    with pytest.raises(stoker.InvalidRequestError, match="leave apply_exif_orientation off"):
+        stoker.Loader("images", socket=d.socket, batch_size=2, annotations="instances.json",
+                      apply_exif_orientation=True).info
