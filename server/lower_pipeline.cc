@@ -123,6 +123,14 @@ absl::Status LowerOp(const v1::Op& op, int i, image::OpParams* o) {
       if (!Resampling(r, o)) return NotEffective(i, "Resize needs interpolation and antialias");
       return absl::OkStatus();
     }
+    case v1::Op::kRandomResize: {
+      const auto& r = op.random_resize();
+      o->kind = image::OpKind::kRandomResize;
+      o->resize_range[0] = r.min_size();
+      o->resize_range[1] = r.max_size();
+      if (!Resampling(r, o)) return NotEffective(i, "RandomResize needs interpolation and antialias");
+      return absl::OkStatus();
+    }
     case v1::Op::kCenterCrop:
       o->kind = image::OpKind::kCenterCrop;
       if (!TwoSides(op.center_crop().size(), o)) {

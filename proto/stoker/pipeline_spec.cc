@@ -734,6 +734,19 @@ absl::Status FillOp(Op* op, const std::string& at) {  // `at`: "ops[i] Name: "
       }
       return Resampling(o, at);
     }
+    case Op::kRandomResize: {
+      v1::RandomResize* o = op->mutable_random_resize();
+      if (o->min_size() < 1 || o->min_size() > kMaxResizeSide) {
+        return Bad(at, "min_size must be within 1..", absl::StrCat(kMaxResizeSide), ", not ",
+                   absl::StrCat(o->min_size()));
+      }
+      if (o->max_size() <= o->min_size() || o->max_size() > kMaxResizeSide + 1) {
+        return Bad(at, "max_size must be within min_size + 1..", absl::StrCat(kMaxResizeSide + 1),
+                   " (the size is drawn from [min_size, max_size)), not ",
+                   absl::StrCat(o->max_size()));
+      }
+      return Resampling(o, at);
+    }
     case Op::kCenterCrop:
       return OutputSize(op->mutable_center_crop()->mutable_size(), at + "size", true);
     case Op::kRandomCrop: {
@@ -1194,6 +1207,9 @@ OutputShape ShapeOf(const PipelineSpec& s) {
           continue;
         }
         break;
+      case Op::kRandomResize:
+        shape = OutputShape{false, 0, 0, i};
+        continue;
       default:
         continue;
     }

@@ -1080,6 +1080,20 @@ TEST_CASE("mask keywords: uint8 and 255 by default, uint16 allowed, a fill must 
   CHECK_THAT(Error(R"({"mask_fill": 256})"), Contains("mask_fill 256 does not fit mask_dtype uint8"));
 }
 
+TEST_CASE("RandomResize: bilinear antialiased by default, min < max, a varying output") {
+  const PipelineSpec e = Eff(R"({"ops": [{"RandomResize": {"min_size": 256, "max_size": 1025}},
+                                          {"RandomCrop": {"size": [512]}}]})");
+  CHECK(e.ops(0).random_resize().interpolation() == "bilinear");
+  CHECK(e.ops(0).random_resize().antialias());
+  CHECK_THAT(Error(R"({"ops": [{"RandomResize": {"min_size": 5, "max_size": 5}}]})"),
+             Contains("max_size must be within min_size + 1.."));
+  CHECK_THAT(Error(R"({"ops": [{"RandomResize": {"max_size": 5}}]})"),
+             Contains("min_size must be within 1.."));
+  // Its output varies: alone it needs batch 1 (the size error names it).
+  CHECK_THAT(Error(R"({"ops": [{"RandomResize": {"min_size": 5, "max_size": 9}}]})"),
+             Contains("RandomResize"));
+}
+
 TEST_CASE("box keywords: 0 by default, checked ranges") {
   const PipelineSpec e = Eff("{}");
   CHECK(e.box_min_size() == 0);

@@ -157,6 +157,13 @@ absl::Status ValidateOp(uint32_t i, const OpParams& op) {
         return bad("max_size needs a single size and must be in size+1..65500");
       }
       return absl::OkStatus();
+    case OpKind::kRandomResize:
+      if (!InSide(op.resize_range[0]) || op.resize_range[1] <= op.resize_range[0] ||
+          op.resize_range[1] > kMaxOpSide + 1) {
+        return bad("need 1 <= min_size < max_size <= 65501");
+      }
+      if (!ValidInterpolation(op.interpolation)) return bad("unknown interpolation");
+      return absl::OkStatus();
     case OpKind::kCenterCrop:
       if (!InSide(op.height) || !InSide(op.width)) return bad("size must be in 1..65500");
       return absl::OkStatus();
@@ -563,6 +570,8 @@ const char* OpKindName(OpKind kind) {
       return "RandomResizedCrop";
     case OpKind::kResize:
       return "Resize";
+    case OpKind::kRandomResize:
+      return "RandomResize";
     case OpKind::kCenterCrop:
       return "CenterCrop";
     case OpKind::kRandomCrop:
@@ -781,6 +790,21 @@ absl::Status DrawSteps(const PipelineParams& p, uint32_t height, uint32_t width,
       case OpKind::kResize: {
         uint32_t rh, rw;
         ResizeOutputSize(h, w, op, &rh, &rw);
+        if (rh == 0 || rw == 0) {
+          return OpError(
+              i, op.kind,
+              absl::StrCat("resizing a ", w, "x", h, " image (width x height) leaves no pixels"));
+        }
+        if (rh != h || rw != w) add_resize(rh, rw, op.interpolation);
+        break;
+      }
+      case OpKind::kRandomResize: {
+        // v2's torch.randint(min_size, max_size): max excluded.
+        OpParams as_resize;
+        as_resize.height = op.resize_range[0] + static_cast<uint32_t>(rng.Below(
+                                                    op.resize_range[1] - op.resize_range[0]));
+        uint32_t rh, rw;
+        ResizeOutputSize(h, w, as_resize, &rh, &rw);
         if (rh == 0 || rw == 0) {
           return OpError(
               i, op.kind,

@@ -71,6 +71,7 @@ enum class OpKind : uint32_t {
   kTrivialAugmentWide = 21,
   kAugMix = 22,
   kRandomErasing = 23,  // on the output tensor: only after every other op
+  kRandomResize = 24,
 };
 
 // torchvision's AutoAugmentPolicy.
@@ -127,6 +128,8 @@ struct OpParams {
   uint32_t height = 0;
   uint32_t width = 0;
   uint32_t max_size = 0;      // Resize([s]): 0 = none
+  // RandomResize: the shorter side's range [min, max), max excluded.
+  uint32_t resize_range[2] = {0, 0};
   float scale[2] = {0, 0};    // RandomResizedCrop
   float ratio[2] = {0, 0};
   float p = 0;                // the flips, RandomGrayscale
@@ -404,7 +407,8 @@ struct SampleSteps {
 // is the crop's size; ColorJitter: a uniform permutation of the four
 // adjustments, then each set factor uniform in its range, in the order
 // brightness, contrast, saturation, hue; GaussianBlur: sigma uniform in its
-// range; RandomRotation: the angle; RandomAffine (get_params): the angle,
+// range; RandomResize: the shorter side, a uniform integer in [min, max);
+// RandomRotation: the angle; RandomAffine (get_params): the angle,
 // then when given the translations x then y (int(round(U(-d, d))), d =
 // translate[0] * width, translate[1] * height), the scale, the shear x then
 // (4 values) y; the Random* point ops: one U[0,1) draw against p; the

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -492,6 +493,30 @@ TEST_CASE("DrawSteps: Resize and CenterCrop follow torchvision's sizes", "[pipel
   REQUIRE(DrawSteps(WithOps({center}), 10, 8, {}, &s).ok());
   REQUIRE(s.count == 1);
   CHECK((s.steps[0].top == 2 && s.steps[0].left == 2));  // round(2.5) = 2, round(2.5) = 2
+}
+
+TEST_CASE("DrawSteps: RandomResize draws the shorter side from [min, max)", "[pipeline][draw]") {
+  OpParams rr = Op(OpKind::kRandomResize);
+  rr.resize_range[0] = 10, rr.resize_range[1] = 14;
+  rr.interpolation = Interpolation::kAntialias;
+  std::set<uint32_t> sides;
+  for (uint64_t index = 0; index < 400; ++index) {
+    SampleSteps s;
+    SampleKey key;
+    key.dataset_index = index;
+    REQUIRE(DrawSteps(WithOps({rr}), 40, 60, key, &s).ok());
+    // 40 x 60 to shorter side v: v x int(v * 60 / 40); 40 itself is never drawn.
+    REQUIRE(s.count == 1);
+    CHECK(s.steps[0].kind == StepKind::kResize);
+    CHECK(s.steps[0].width == s.steps[0].height * 60 / 40);
+    sides.insert(s.steps[0].height);
+    SampleSteps again;
+    REQUIRE(DrawSteps(WithOps({rr}), 40, 60, key, &again).ok());
+    CHECK(again.steps[0].height == s.steps[0].height);  // keyed
+  }
+  CHECK(sides == std::set<uint32_t>{10, 11, 12, 13});  // max_size excluded, as v2's
+  rr.resize_range[1] = 10;
+  CHECK_FALSE(ValidateParams(WithOps({rr})).ok());
 }
 
 TEST_CASE("DrawSteps: RandomCrop pads, then draws its offsets", "[pipeline][draw]") {

@@ -315,3 +315,29 @@ def test_sixteen_bit_masks_need_mask_dtype_uint16(stoker, daemon_factory, tmp_pa
             next(iter(ld))
     with pytest.raises(stoker.InvalidRequestError, match="mask_fill 300 does not fit"):
         stoker.Loader("seg.txt", socket=d.socket, batch_size=4, size=32, mask_fill=300)
+
+
+SEG_RECIPE = [  # references/segmentation presets' train transforms, as stoker ops
+    {"RandomResize": {"min_size": 24, "max_size": 61}},
+    {"RandomHorizontalFlip": {"p": 0.5}},
+    {"RandomCrop": {"size": [40, 40], "pad_if_needed": True}},
+]
+
+
+def test_the_segmentation_recipe_moves_masks_with_their_images(stoker, daemon_factory,
+                                                               build_dir, tmp_path):
+    root = tmp_path / "data"
+    make_seg_set(root, n=8)
+    d = daemon_factory(workers=2, data_root=str(root))
+    keywords = {"ops": SEG_RECIPE}
+    with stoker.Loader("seg.txt", socket=d.socket, batch_size=4, ops=SEG_RECIPE, seed=3,
+                       epochs=1, dtype="float32", layout="nchw") as ld:
+        padded = 0
+        for view in ld.iter_batches():
+            images, masks = view
+            assert tuple(images.shape) == (4, 3, 40, 40) and tuple(masks.shape) == (4, 40, 40)
+            for i, index in enumerate(view.indices.tolist()):
+                want = expected_mask(build_dir, tmp_path, root, index, 3, view.epoch, keywords)
+                assert np.array_equal(masks[i].numpy(), want), index
+                padded += int((want == 255).any())  # pad_if_needed's fill: "ignore"
+        assert padded > 0  # some draw was under the crop and padded
