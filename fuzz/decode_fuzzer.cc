@@ -57,6 +57,28 @@ void AddOp(uint8_t b, stoker::image::PipelineParams* p, stoker::image::Interpola
   const Interpolation affine_interp =
       (v & 8) != 0 ? Interpolation::kBilinear : Interpolation::kNearest;
   switch (k) {
+    case 0:  // the detection reference's ops (RandomIoUCrop without boxes: no crop)
+      if (v == 0) return;  // 0: no op
+      if (v % 3 == 0) {
+        op.kind = OpKind::kRandomZoomOut;
+        op.p = v / 15.0f;
+        op.side_range[0] = 1.0f, op.side_range[1] = 1.0f + (v & 3);
+        op.fill[0] = static_cast<uint8_t>(b), op.fill[1] = 1, op.fill[2] = 254;
+      } else if (v % 3 == 1) {
+        op.kind = OpKind::kRandomIoUCrop;
+        op.iou_scale[0] = 0.3f, op.iou_scale[1] = 1.0f;
+        op.iou_aspect[0] = 0.5f, op.iou_aspect[1] = 2.0f;
+        op.iou_option_count = 2;
+        op.iou_options[0] = 0.0f, op.iou_options[1] = 1.0f;
+        op.iou_trials = 1 + v;
+      } else {
+        op.kind = OpKind::kRandomPhotometricDistort;
+        op.p = v / 15.0f;
+        op.jitter_set = 0xf;
+        for (int j = 0; j < 3; ++j) op.jitter[j][0] = 0.5f, op.jitter[j][1] = 1.5f;
+        op.jitter[3][0] = -0.05f, op.jitter[3][1] = 0.05f;
+      }
+      break;
     case 1:
       op.kind = OpKind::kRandomResizedCrop;
       op.height = 1 + v * 3, op.width = 1 + v * 5;

@@ -140,6 +140,13 @@ absl::StatusOr<AttachPlan> PlanSession(const v1::AttachRequest& req, const Reque
     p.slot_data_bytes = p.mask_offset + p.mask_sample_bytes * req.batch_size();
     per_sample += p.mask_sample_bytes;
   }
+  for (uint32_t i = 0; i < params.op_count && !fields.boxes; ++i) {
+    if (params.ops[i].kind == image::OpKind::kRandomIoUCrop) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ops[", i, "] RandomIoUCrop needs each sample's boxes (it crops around them): give a "
+          "dataset with boxes (COCO: annotations=), or use RandomResizedCrop or RandomCrop"));
+    }
+  }
   if (fields.boxes) {
     if (fields.max_boxes > ring::kMaxBoxesPerSample) {
       return absl::InvalidArgumentError(absl::StrCat(

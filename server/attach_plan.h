@@ -146,8 +146,8 @@ struct SampleFields {
 //    limits.shm_budget_bytes (the message names the budget), or not fit in
 //    limits.shm_free_bytes (the message says how to give a container more);
 //  - INVALID_ARGUMENT when a sample has more than ring::kMaxBoxesPerSample
-//    boxes, or for apply_exif_orientation with boxes (which are in the
-//    stored orientation).
+//    boxes, for apply_exif_orientation with boxes (which are in the stored
+//    orientation), or for RandomIoUCrop without boxes.
 absl::StatusOr<AttachPlan> PlanSession(const v1::AttachRequest& req, const RequestPlan& request,
                                        uint64_t dataset_size, const AttachLimits& limits,
                                        const SampleFields& fields = {});

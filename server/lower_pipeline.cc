@@ -123,6 +123,43 @@ absl::Status LowerOp(const v1::Op& op, int i, image::OpParams* o) {
       if (!Resampling(r, o)) return NotEffective(i, "Resize needs interpolation and antialias");
       return absl::OkStatus();
     }
+    case v1::Op::kRandomZoomOut: {
+      const auto& r = op.random_zoom_out();
+      o->kind = image::OpKind::kRandomZoomOut;
+      if (!Fill3(r.fill(), o) || !Pair(r.side_range(), o->side_range) || !r.has_p()) {
+        return NotEffective(i, "RandomZoomOut needs 3 fills, side_range and p");
+      }
+      o->p = r.p();
+      return absl::OkStatus();
+    }
+    case v1::Op::kRandomIouCrop: {
+      const auto& r = op.random_iou_crop();
+      o->kind = image::OpKind::kRandomIoUCrop;
+      if (!r.has_min_scale() || !r.has_max_scale() || !r.has_min_aspect_ratio() ||
+          !r.has_max_aspect_ratio() || !r.has_trials() || r.sampler_options().empty() ||
+          r.sampler_options_size() > 8) {
+        return NotEffective(i, "RandomIoUCrop needs its scales, aspect ratios, options, trials");
+      }
+      o->iou_scale[0] = r.min_scale(), o->iou_scale[1] = r.max_scale();
+      o->iou_aspect[0] = r.min_aspect_ratio(), o->iou_aspect[1] = r.max_aspect_ratio();
+      o->iou_option_count = static_cast<uint32_t>(r.sampler_options_size());
+      for (int k = 0; k < r.sampler_options_size(); ++k) o->iou_options[k] = r.sampler_options(k);
+      o->iou_trials = r.trials();
+      return absl::OkStatus();
+    }
+    case v1::Op::kRandomPhotometricDistort: {
+      const auto& r = op.random_photometric_distort();
+      o->kind = image::OpKind::kRandomPhotometricDistort;
+      if (!Pair(r.brightness(), o->jitter[image::kBrightness]) ||
+          !Pair(r.contrast(), o->jitter[image::kContrast]) ||
+          !Pair(r.saturation(), o->jitter[image::kSaturation]) ||
+          !Pair(r.hue(), o->jitter[image::kHue]) || !r.has_p()) {
+        return NotEffective(i, "RandomPhotometricDistort needs its four ranges and p");
+      }
+      o->jitter_set = 0xf;
+      o->p = r.p();
+      return absl::OkStatus();
+    }
     case v1::Op::kRandomResize: {
       const auto& r = op.random_resize();
       o->kind = image::OpKind::kRandomResize;

@@ -435,6 +435,13 @@ int Serve() {
           image::SampleResult res;
           uint8_t* out = static_cast<uint8_t*>(it->second.map.addr()) + t.out_offset;
           processor.set_inputs_are_baseline_copies(baseline_copy);
+          // RandomIoUCrop draws with the sample's boxes (the daemon's input,
+          // in place until the steps move them below).
+          processor.set_boxes(
+              t.has_boxes != 0 ? reinterpret_cast<const float*>(
+                                     static_cast<uint8_t*>(it->second.map.addr()) + t.box_out_offset)
+                               : nullptr,
+              t.box_count);
           st = processor.Process(jpeg, jpeg_bytes, t.params, t.key, out, t.out_capacity, &res,
                                  &steps);
           processor.set_inputs_are_baseline_copies(false);

@@ -64,6 +64,17 @@ constexpr bool kDefaultAugMixAllOps = true;
 constexpr float kDefaultEraseScale[2] = {0.02f, 0.33f};
 constexpr float kDefaultEraseRatio[2] = {0.3f, 3.3f};
 constexpr float kDefaultEraseValue = 0;
+// The detection reference's RandomZoomOut, RandomIoUCrop and
+// RandomPhotometricDistort.
+constexpr float kDefaultZoomOutSides[2] = {1.0f, 4.0f};
+constexpr float kDefaultIoUScale[2] = {0.3f, 1.0f};
+constexpr float kDefaultIoUAspect[2] = {0.5f, 2.0f};
+constexpr float kDefaultIoUOptions[7] = {0.0f, 0.1f, 0.3f, 0.5f, 0.7f, 0.9f, 1.0f};
+constexpr uint32_t kDefaultIoUTrials = 40;
+constexpr float kDefaultDistortBrightness[2] = {0.875f, 1.125f};
+constexpr float kDefaultDistortContrast[2] = {0.5f, 1.5f};
+constexpr float kDefaultDistortSaturation[2] = {0.5f, 1.5f};
+constexpr float kDefaultDistortHue[2] = {-0.05f, 0.05f};
 constexpr absl::string_view kDefaultDType = "uint8";
 constexpr absl::string_view kDefaultUint8Layout = "nhwc";
 constexpr absl::string_view kDefaultFloatLayout = "nchw";
@@ -734,6 +745,79 @@ absl::Status FillOp(Op* op, const std::string& at) {  // `at`: "ops[i] Name: "
       }
       return Resampling(o, at);
     }
+    case Op::kRandomZoomOut: {
+      v1::RandomZoomOut* o = op->mutable_random_zoom_out();
+      if (absl::Status st = FillValues(o->mutable_fill(), at); !st.ok()) return st;
+      if (o->side_range().empty()) {
+        for (float v : kDefaultZoomOutSides) o->add_side_range(v);
+      }
+      if (o->side_range_size() != 2 || !(o->side_range(0) >= 1) ||
+          !(o->side_range(0) <= o->side_range(1)) || !(o->side_range(1) <= 16)) {
+        return Bad(at, "side_range ", ListText(o->side_range()),
+                   " must be [min, max] with 1 <= min <= max <= 16");
+      }
+      return Probability(o, kDefaultRandomP, at);
+    }
+    case Op::kRandomIouCrop: {
+      v1::RandomIoUCrop* o = op->mutable_random_iou_crop();
+      if (!o->has_min_scale()) o->set_min_scale(kDefaultIoUScale[0]);
+      if (!o->has_max_scale()) o->set_max_scale(kDefaultIoUScale[1]);
+      if (!o->has_min_aspect_ratio()) o->set_min_aspect_ratio(kDefaultIoUAspect[0]);
+      if (!o->has_max_aspect_ratio()) o->set_max_aspect_ratio(kDefaultIoUAspect[1]);
+      if (o->sampler_options().empty()) {
+        for (float v : kDefaultIoUOptions) o->add_sampler_options(v);
+      }
+      if (!o->has_trials()) o->set_trials(kDefaultIoUTrials);
+      if (!(o->min_scale() > 0 && o->min_scale() <= o->max_scale() && o->max_scale() <= 1)) {
+        return Bad(at, "need 0 < min_scale <= max_scale <= 1, not ", FloatText(o->min_scale()),
+                   " and ", FloatText(o->max_scale()));
+      }
+      if (!(o->min_aspect_ratio() > 0 && o->min_aspect_ratio() <= o->max_aspect_ratio() &&
+            std::isfinite(o->max_aspect_ratio()))) {
+        return Bad(at, "need 0 < min_aspect_ratio <= max_aspect_ratio (finite)");
+      }
+      if (o->sampler_options_size() > 8) return Bad(at, "at most 8 sampler_options");
+      for (float v : o->sampler_options()) {
+        if (!(v >= 0) || !std::isfinite(v)) {
+          return Bad(at, "sampler_options ", ListText(o->sampler_options()),
+                     " must be finite and >= 0 (>= 1: leave the image as it is)");
+        }
+      }
+      if (o->trials() < 1 || o->trials() > 1000) return Bad(at, "trials must be within 1..1000");
+      return absl::OkStatus();
+    }
+    case Op::kRandomPhotometricDistort: {
+      v1::RandomPhotometricDistort* o = op->mutable_random_photometric_distort();
+      constexpr double kInf = std::numeric_limits<double>::infinity();
+      struct Part {
+        Floats* range;
+        const float* def;
+        double center, lo, hi;
+        bool clip;
+        const char* name;
+      };
+      const Part parts[] = {
+          {o->mutable_brightness(), kDefaultDistortBrightness, 1, 0, kInf, true, "brightness"},
+          {o->mutable_contrast(), kDefaultDistortContrast, 1, 0, kInf, true, "contrast"},
+          {o->mutable_saturation(), kDefaultDistortSaturation, 1, 0, kInf, true, "saturation"},
+          {o->mutable_hue(), kDefaultDistortHue, 0, -0.5, 0.5, false, "hue"},
+      };
+      for (const Part& part : parts) {
+        if (part.range->empty()) part.range->Add(part.def, part.def + 2);
+        if (absl::Status st = JitterRange(part.range, part.center, part.lo, part.hi, part.clip,
+                                          at + part.name);
+            !st.ok()) {
+          return st;
+        }
+        // A range at its center is "not made" for ColorJitter; here it is
+        // an adjustment by that factor (the identity): keep both ends.
+        if (part.range->empty()) {
+          part.range->Add(static_cast<float>(part.center));
+          part.range->Add(static_cast<float>(part.center));
+        }
+      }
+      return Probability(o, kDefaultRandomP, at);
+    }
     case Op::kRandomResize: {
       v1::RandomResize* o = op->mutable_random_resize();
       if (o->min_size() < 1 || o->min_size() > kMaxResizeSide) {
@@ -1080,6 +1164,8 @@ uint32_t MostSteps(const Op& op) {
       return 2;  // a crop (or pad) and a resize (or crop)
     case Op::kRandomCrop:
       return 3;  // two pads and a crop
+    case Op::kRandomPhotometricDistort:
+      return 5;  // four adjustments and a channel shuffle
     case Op::kAutoAugment:
       return 2;
     case Op::kRandAugment:
@@ -1208,6 +1294,8 @@ OutputShape ShapeOf(const PipelineSpec& s) {
         }
         break;
       case Op::kRandomResize:
+      case Op::kRandomZoomOut:
+      case Op::kRandomIouCrop:
         shape = OutputShape{false, 0, 0, i};
         continue;
       default:

@@ -1094,6 +1094,32 @@ TEST_CASE("RandomResize: bilinear antialiased by default, min < max, a varying o
              Contains("RandomResize"));
 }
 
+TEST_CASE("the detection reference's ops: its defaults, checked ranges") {
+  const PipelineSpec e = Eff(R"({"ops": [{"RandomPhotometricDistort": {}}, {"RandomZoomOut": {}},
+                                          {"RandomIoUCrop": {}}, {"Resize": {"size": [300, 300]}}]})");
+  const v1::RandomPhotometricDistort& pd = e.ops(0).random_photometric_distort();
+  CHECK(std::vector<float>(pd.brightness().begin(), pd.brightness().end()) ==
+        std::vector<float>{0.875f, 1.125f});
+  CHECK(std::vector<float>(pd.hue().begin(), pd.hue().end()) == std::vector<float>{-0.05f, 0.05f});
+  CHECK(pd.p() == 0.5f);
+  const v1::RandomZoomOut& zo = e.ops(1).random_zoom_out();
+  CHECK(std::vector<uint32_t>(zo.fill().begin(), zo.fill().end()) == std::vector<uint32_t>{0, 0, 0});
+  CHECK(std::vector<float>(zo.side_range().begin(), zo.side_range().end()) ==
+        std::vector<float>{1, 4});
+  const v1::RandomIoUCrop& ic = e.ops(2).random_iou_crop();
+  CHECK(ic.min_scale() == 0.3f);
+  CHECK(ic.trials() == 40);
+  CHECK(ic.sampler_options_size() == 7);
+  CHECK_THAT(Error(R"({"ops": [{"RandomZoomOut": {"side_range": [0.5, 2]}}]})"),
+             Contains("side_range [0.5, 2] must be [min, max] with 1 <= min"));
+  CHECK_THAT(Error(R"({"ops": [{"RandomIoUCrop": {"min_scale": 0}}, {"Resize": {"size": [9, 9]}}]})"),
+             Contains("need 0 < min_scale <= max_scale <= 1"));
+  CHECK_THAT(Error(R"({"ops": [{"RandomIoUCrop": {"sampler_options": [-1]}}]})"),
+             Contains("sampler_options [-1] must be finite and >= 0"));
+  // Their output varies: a fixed-size op must follow (or batch 1).
+  CHECK_THAT(Error(R"({"ops": [{"RandomZoomOut": {}}]})"), Contains("RandomZoomOut"));
+}
+
 TEST_CASE("box keywords: 0 by default, checked ranges") {
   const PipelineSpec e = Eff("{}");
   CHECK(e.box_min_size() == 0);

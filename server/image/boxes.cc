@@ -45,25 +45,33 @@ void MapCorners(const double m[6], double* b) {
 
 double Area(const double* b) { return std::max(0.0, b[2] - b[0]) * std::max(0.0, b[3] - b[1]); }
 
-}  // namespace
+// Each box's slots in the work array: clamped, free, then alive (1 or 0).
+constexpr size_t kStride = 9;
+constexpr int kAlive = 8;
 
-absl::Status ApplyBoxSteps(const SampleSteps& steps, uint32_t height, uint32_t width,
-                           const BoxRules& rules, BoxSet* boxes, std::vector<double>* scratch) {
-  const uint32_t n = boxes->count;
-  scratch->resize(size_t{n} * 8);
+// Moves `n` boxes through `steps` in `work` (kStride doubles each, filled
+// here from `in`). strict: a box that is not one fails (else it is dead).
+absl::Status Move(const SampleSteps& steps, uint32_t height, uint32_t width, const float* in,
+                  uint32_t n, bool strict, std::vector<double>* scratch) {
+  scratch->resize(size_t{n} * kStride);
   double* work = scratch->data();
   for (uint32_t i = 0; i < n; ++i) {
-    const float* in = boxes->xyxy + size_t{i} * 4;
-    const bool finite = std::all_of(in, in + 4, [](float v) { return std::isfinite(v); });
-    if (!finite || in[2] < in[0] || in[3] < in[1]) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "box ", i, " (", in[0], ", ", in[1], ", ", in[2], ", ", in[3],
-          ") is not a box: XYXY in pixels needs finite values with x2 >= x1 and y2 >= y1"));
+    const float* b_in = in + size_t{i} * 4;
+    const bool finite = std::all_of(b_in, b_in + 4, [](float v) { return std::isfinite(v); });
+    double* b = work + size_t{i} * kStride;
+    if (!finite || b_in[2] < b_in[0] || b_in[3] < b_in[1]) {
+      if (strict) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "box ", i, " (", b_in[0], ", ", b_in[1], ", ", b_in[2], ", ", b_in[3],
+            ") is not a box: XYXY in pixels needs finite values with x2 >= x1 and y2 >= y1"));
+      }
+      std::fill(b, b + kStride, 0.0);
+      continue;
     }
-    double* b = work + size_t{i} * 8;
-    for (int k = 0; k < 4; ++k) b[k] = in[k];
+    for (int k = 0; k < 4; ++k) b[k] = b_in[k];
     Clamp(b + kClamped, width, height);
     for (int k = 0; k < 4; ++k) b[kFree + k] = b[kClamped + k];
+    b[kAlive] = 1;
   }
   double h = height, w = width;
   int mix_depth = 0;
@@ -79,8 +87,14 @@ absl::Status ApplyBoxSteps(const SampleSteps& steps, uint32_t height, uint32_t w
               "boxes: crop ", s.width, "x", s.height, " at (", s.left, ", ", s.top,
               ") is outside the ", w, "x", h, " image"));
         }
+        const double right = static_cast<double>(s.left) + s.width;
+        const double bottom = static_cast<double>(s.top) + s.height;
         for (uint32_t i = 0; i < n; ++i) {
-          double* b = work + size_t{i} * 8;
+          double* b = work + size_t{i} * kStride;
+          if (s.box_centers != 0) {  // RandomIoUCrop: centers strictly inside, or dropped
+            const double cx = 0.5 * (b[0] + b[2]), cy = 0.5 * (b[1] + b[3]);
+            if (!(s.left < cx && cx < right && s.top < cy && cy < bottom)) b[kAlive] = 0;
+          }
           for (int base : {kClamped, kFree}) {
             b[base + 0] -= s.left;
             b[base + 1] -= s.top;
@@ -95,7 +109,7 @@ absl::Status ApplyBoxSteps(const SampleSteps& steps, uint32_t height, uint32_t w
       }
       case StepKind::kPad:
         for (uint32_t i = 0; i < n; ++i) {
-          double* b = work + size_t{i} * 8;
+          double* b = work + size_t{i} * kStride;
           for (int base : {kClamped, kFree}) {
             b[base + 0] += s.pad[0];
             b[base + 1] += s.pad[1];
@@ -108,12 +122,14 @@ absl::Status ApplyBoxSteps(const SampleSteps& steps, uint32_t height, uint32_t w
         break;
       case StepKind::kResize: {
         const double sx = s.width / w, sy = s.height / h;
-        for (uint32_t i = 0; i < 2 * n; ++i) {
-          double* b = work + size_t{i} * 4;
-          b[0] *= sx;
-          b[1] *= sy;
-          b[2] *= sx;
-          b[3] *= sy;
+        for (uint32_t i = 0; i < n; ++i) {
+          for (int base : {kClamped, kFree}) {
+            double* b = work + size_t{i} * kStride + base;
+            b[0] *= sx;
+            b[1] *= sy;
+            b[2] *= sx;
+            b[3] *= sy;
+          }
         }
         h = s.height;
         w = s.width;
@@ -123,11 +139,13 @@ absl::Status ApplyBoxSteps(const SampleSteps& steps, uint32_t height, uint32_t w
       case StepKind::kVerticalFlip: {
         const int a = s.kind == StepKind::kHorizontalFlip ? 0 : 1;
         const double extent = a == 0 ? w : h;
-        for (uint32_t i = 0; i < 2 * n; ++i) {
-          double* b = work + size_t{i} * 4;
-          const double lo = b[a];
-          b[a] = extent - b[a + 2];
-          b[a + 2] = extent - lo;
+        for (uint32_t i = 0; i < n; ++i) {
+          for (int base : {kClamped, kFree}) {
+            double* b = work + size_t{i} * kStride + base;
+            const double lo = b[a];
+            b[a] = extent - b[a + 2];
+            b[a + 2] = extent - lo;
+          }
         }
         break;
       }
@@ -144,7 +162,7 @@ absl::Status ApplyBoxSteps(const SampleSteps& steps, uint32_t height, uint32_t w
           return absl::InvalidArgumentError("boxes: an affine step's matrix is not invertible");
         }
         for (uint32_t i = 0; i < n; ++i) {
-          double* b = work + size_t{i} * 8;
+          double* b = work + size_t{i} * kStride;
           MapCorners(m, b + kClamped);
           MapCorners(m, b + kFree);
           Clamp(b + kClamped, w, h);
@@ -155,9 +173,23 @@ absl::Status ApplyBoxSteps(const SampleSteps& steps, uint32_t height, uint32_t w
         break;  // colour, point and erase steps keep the geometry
     }
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ApplyBoxSteps(const SampleSteps& steps, uint32_t height, uint32_t width,
+                           const BoxRules& rules, BoxSet* boxes, std::vector<double>* scratch) {
+  const uint32_t n = boxes->count;
+  if (absl::Status st = Move(steps, height, width, boxes->xyxy, n, /*strict=*/true, scratch);
+      !st.ok()) {
+    return st;
+  }
+  const double* work = scratch->data();
   uint32_t kept = 0;
   for (uint32_t i = 0; i < n; ++i) {
-    const double* b = work + size_t{i} * 8;
+    const double* b = work + size_t{i} * kStride;
+    if (b[kAlive] == 0) continue;
     const double bw = b[2] - b[0], bh = b[3] - b[1];
     if (!(bw > 0 && bh > 0 && bw >= rules.min_size && bh >= rules.min_size)) continue;
     if (rules.min_visibility > 0) {
@@ -172,6 +204,17 @@ absl::Status ApplyBoxSteps(const SampleSteps& steps, uint32_t height, uint32_t w
   }
   boxes->count = kept;
   return absl::OkStatus();
+}
+
+void MoveBoxes(const SampleSteps& steps, uint32_t height, uint32_t width, const float* xyxy,
+               uint32_t count, std::vector<double>* out) {
+  out->clear();
+  std::vector<double> work;
+  if (!Move(steps, height, width, xyxy, count, /*strict=*/false, &work).ok()) return;
+  for (uint32_t i = 0; i < count; ++i) {
+    const double* b = work.data() + size_t{i} * kStride;
+    if (b[kAlive] != 0) out->insert(out->end(), b, b + 4);
+  }
 }
 
 }  // namespace stoker::image

@@ -6,7 +6,10 @@
 // by the steps the image was given (pipeline.h's SampleSteps, drawn once
 // for the image's size), as torchvision's detection reference transforms
 // and its v2 joint transforms move BoundingBoxes:
-//   crop            shifted by the crop's corner, then clamped to it
+//   crop            shifted by the crop's corner, then clamped to it (a
+//                   RandomIoUCrop's crop first drops the boxes whose
+//                   centers are not strictly inside it, as the detection
+//                   reference does)
 //   pad             shifted by the left and top padding (any mode)
 //   resize          scaled by new / old size on each axis
 //   hflip, vflip    mirrored: x1' = width - x2, x2' = width - x1
@@ -60,6 +63,13 @@ struct BoxSet {
 [[nodiscard]] absl::Status ApplyBoxSteps(const SampleSteps& steps, uint32_t height,
                                          uint32_t width, const BoxRules& rules, BoxSet* boxes,
                                          std::vector<double>* scratch);
+
+// The boxes `xyxy` (`count`, of a height x width image) where `steps` leave
+// them, clamped as above, without the rules: those a step dropped and those
+// that are not boxes left out; 4 doubles a box into `out`. What the ops
+// drawn so far did to the boxes, for RandomIoUCrop's draw (DrawSteps).
+void MoveBoxes(const SampleSteps& steps, uint32_t height, uint32_t width, const float* xyxy,
+               uint32_t count, std::vector<double>* out);
 
 }  // namespace stoker::image
 

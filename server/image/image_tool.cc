@@ -38,7 +38,8 @@
 //
 // Steps as JSON (--steps-out, --steps, draw): a list of objects, each with
 // "kind" (pipeline.h's StepKindName) and "op" (the index of the op that drew
-// it), and by kind: crop "top" "left" "height" "width"; resize "height"
+// it), and by kind: crop "top" "left" "height" "width" (RandomIoUCrop's also
+// "box_centers": true and "min_iou"); permute "permutation" [3]; resize "height"
 // "width" "antialias"; pad "padding" [l, t, r, b] "padding_mode" "fill"
 // [r, g, b]; color_jitter "order" (adjustment names, in order) and each
 // one's factor under its name ("brightness", "contrast", "saturation",
@@ -301,6 +302,13 @@ std::string StepsJson(const SampleSteps& steps) {
       case StepKind::kCrop:
         absl::StrAppend(&out, ",\"top\":", s.top, ",\"left\":", s.left, ",\"height\":", s.height,
                         ",\"width\":", s.width);
+        if (s.box_centers != 0) {
+          absl::StrAppend(&out, ",\"box_centers\":true,\"min_iou\":", FloatJson(s.min_iou));
+        }
+        break;
+      case StepKind::kChannelPermute:
+        absl::StrAppend(&out, ",\"permutation\":[", s.permutation[0], ",", s.permutation[1], ",",
+                        s.permutation[2], "]");
         break;
       case StepKind::kResize:
         absl::StrAppend(&out, ",\"height\":", s.height, ",\"width\":", s.width, ",\"antialias\":",
@@ -444,7 +452,7 @@ bool ParseSteps(const std::string& json, SampleSteps* steps) {
     const pb::Value* kind = get("kind");
     if (kind == nullptr) return false;
     bool known = false;
-    for (uint32_t k = 1; k <= static_cast<uint32_t>(StepKind::kErase); ++k) {
+    for (uint32_t k = 1; k <= static_cast<uint32_t>(StepKind::kChannelPermute); ++k) {
       if (kind->string_value() == StepKindName(static_cast<StepKind>(k))) {
         s.kind = static_cast<StepKind>(k);
         known = true;
@@ -459,7 +467,17 @@ bool ParseSteps(const std::string& json, SampleSteps* steps) {
       case StepKind::kCrop:
         s.top = uint(number("top")), s.left = uint(number("left"));
         s.height = uint(number("height")), s.width = uint(number("width"));
+        if (f.count("box_centers") != 0 && f.at("box_centers").bool_value()) {
+          s.box_centers = 1;
+          s.min_iou = f.count("min_iou") != 0 ? f32(f.at("min_iou").number_value()) : 0.0f;
+        }
         break;
+      case StepKind::kChannelPermute: {
+        double q[3] = {0, 1, 2};
+        numbers("permutation", 3, q);
+        for (int k = 0; k < 3; ++k) s.permutation[k] = uint(q[k]);
+        break;
+      }
       case StepKind::kResize: {
         s.height = uint(number("height")), s.width = uint(number("width"));
         const pb::Value* aa = f.count("antialias") != 0 ? &f.at("antialias") : nullptr;
@@ -668,6 +686,7 @@ struct RenderOptions {
   uint64_t index = 0;
   std::string steps_out;
   std::string steps;
+  std::string boxes;  // JSON [[x1, y1, x2, y2], ...]: the sample's boxes (RandomIoUCrop's draw)
 };
 
 int Render(const CommonOptions& common, const RenderOptions& o) {
@@ -727,6 +746,24 @@ int Render(const CommonOptions& common, const RenderOptions& o) {
     key.seed = o.seed;
     key.epoch = o.epoch;
     key.dataset_index = o.index;
+    std::vector<float> boxes;
+    if (!o.boxes.empty()) {
+      pb::Value list;
+      if (!pb::util::JsonStringToMessage(o.boxes, &list).ok() || !list.has_list_value()) {
+        std::cerr << "--boxes is not a JSON list of [x1, y1, x2, y2]\n";
+        return 1;
+      }
+      for (const pb::Value& b : list.list_value().values()) {
+        if (!b.has_list_value() || b.list_value().values_size() != 4) {
+          std::cerr << "--boxes: each box is [x1, y1, x2, y2]\n";
+          return 1;
+        }
+        for (const pb::Value& v : b.list_value().values()) {
+          boxes.push_back(static_cast<float>(v.number_value()));
+        }
+      }
+      processor.set_boxes(boxes.data(), static_cast<uint32_t>(boxes.size() / 4));
+    }
     s = processor.Process(jpeg.data(), jpeg.size(), p, key, out.get(), capacity, &result, &steps);
   }
   if (!s.ok()) {
@@ -1207,6 +1244,8 @@ int main(int argc, char** argv) {
   r->add_option("--flip", render.flip, "with --crop: flip 0|1")->check(CLI::Range(0, 1));
   r->add_option("--steps", render.steps, "run these steps (JSON) instead of drawing them");
   r->add_option("--steps-out", render.steps_out, "write the steps run (JSON) to this file");
+  r->add_option("--boxes", render.boxes,
+                "the sample's boxes, JSON [[x1, y1, x2, y2], ...] (RandomIoUCrop draws with them)");
   r->add_option("--seed", render.seed, "sample key: seed");
   r->add_option("--epoch", render.epoch, "sample key: epoch");
   r->add_option("--index", render.index, "sample key: dataset index");

@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "server/image/boxes.h"
 #include "server/image/decode_planner.h"
 #include "server/image/image_decoder.h"
 #include "server/image/jpeg_decoder.h"
@@ -115,6 +116,7 @@ bool IsPerPixel(StepKind k) {
     case StepKind::kAutocontrast:
     case StepKind::kEqualize:
     case StepKind::kInvert:
+    case StepKind::kChannelPermute:
       return true;
     default:
       return false;
@@ -155,6 +157,41 @@ absl::Status ValidateOp(uint32_t i, const OpParams& op) {
       if (op.max_size != 0 &&
           (op.width != 0 || op.max_size <= op.height || op.max_size > kMaxOpSide)) {
         return bad("max_size needs a single size and must be in size+1..65500");
+      }
+      return absl::OkStatus();
+    case OpKind::kRandomZoomOut:
+      if (!(op.p >= 0.0f && op.p <= 1.0f)) return bad("p must be in [0, 1]");
+      if (!Finite(op.side_range[0]) || !Finite(op.side_range[1]) || !(op.side_range[0] >= 1) ||
+          !(op.side_range[0] <= op.side_range[1]) || op.side_range[1] > 16) {
+        return bad("need 1 <= side_range[0] <= side_range[1] <= 16");
+      }
+      return absl::OkStatus();
+    case OpKind::kRandomIoUCrop: {
+      if (!Finite(op.iou_scale[0]) || !Finite(op.iou_scale[1]) || !(op.iou_scale[0] > 0) ||
+          !(op.iou_scale[0] <= op.iou_scale[1]) || op.iou_scale[1] > 1) {
+        return bad("need 0 < min_scale <= max_scale <= 1");
+      }
+      if (!Finite(op.iou_aspect[0]) || !Finite(op.iou_aspect[1]) || !(op.iou_aspect[0] > 0) ||
+          !(op.iou_aspect[0] <= op.iou_aspect[1])) {
+        return bad("need 0 < min_aspect_ratio <= max_aspect_ratio");
+      }
+      if (op.iou_option_count < 1 || op.iou_option_count > 8) return bad("1..8 sampler_options");
+      for (uint32_t k = 0; k < op.iou_option_count; ++k) {
+        if (!Finite(op.iou_options[k]) || op.iou_options[k] < 0) {
+          return bad("sampler_options must be >= 0");
+        }
+      }
+      if (op.iou_trials < 1 || op.iou_trials > 1000) return bad("trials must be in 1..1000");
+      return absl::OkStatus();
+    }
+    case OpKind::kRandomPhotometricDistort:
+      if (!(op.p >= 0.0f && op.p <= 1.0f)) return bad("p must be in [0, 1]");
+      for (uint32_t j = 0; j < 4; ++j) {
+        if (!Finite(op.jitter[j][0]) || !Finite(op.jitter[j][1]) ||
+            !(op.jitter[j][0] <= op.jitter[j][1]) || !JitterInRange(j, op.jitter[j][0]) ||
+            !JitterInRange(j, op.jitter[j][1])) {
+          return bad("ranges must be ordered: factors >= 0, hue within [-0.5, 0.5]");
+        }
       }
       return absl::OkStatus();
     case OpKind::kRandomResize:
@@ -328,6 +365,8 @@ uint32_t MaxOpSteps(const OpParams& op) {
       return 2;
     case OpKind::kRandomCrop:
       return 3;
+    case OpKind::kRandomPhotometricDistort:
+      return 5;  // four adjustments (contrast once) and the channel shuffle
     case OpKind::kAutoAugment:
     case OpKind::kRandAugment:
     case OpKind::kTrivialAugmentWide:
@@ -480,6 +519,13 @@ absl::Status CheckSteps(const SampleSteps& steps, uint32_t height, uint32_t widt
       case StepKind::kEqualize:
       case StepKind::kInvert:
         break;
+      case StepKind::kChannelPermute: {
+        const uint32_t* q = s.permutation;
+        if (q[0] > 2 || q[1] > 2 || q[2] > 2 || q[0] == q[1] || q[0] == q[2] || q[1] == q[2]) {
+          return StepError(i, s, "permutation must order the channels 0, 1, 2");
+        }
+        break;
+      }
       case StepKind::kMixBegin:
       case StepKind::kMixChain:
         if (!Finite(s.mix_weight) || !(s.mix_weight >= 0)) {
@@ -572,6 +618,12 @@ const char* OpKindName(OpKind kind) {
       return "Resize";
     case OpKind::kRandomResize:
       return "RandomResize";
+    case OpKind::kRandomZoomOut:
+      return "RandomZoomOut";
+    case OpKind::kRandomIoUCrop:
+      return "RandomIoUCrop";
+    case OpKind::kRandomPhotometricDistort:
+      return "RandomPhotometricDistort";
     case OpKind::kCenterCrop:
       return "CenterCrop";
     case OpKind::kRandomCrop:
@@ -662,6 +714,8 @@ const char* StepKindName(StepKind kind) {
       return "mix_end";
     case StepKind::kErase:
       return "erase";
+    case StepKind::kChannelPermute:
+      return "permute";
   }
   return "unknown";
 }
@@ -738,7 +792,8 @@ uint64_t MaxSampleBytes(const PipelineParams& p) {
 }
 
 absl::Status DrawSteps(const PipelineParams& p, uint32_t height, uint32_t width,
-                       const SampleKey& key, SampleSteps* steps) {
+                       const SampleKey& key, SampleSteps* steps, const float* boxes,
+                       uint32_t box_count) {
   steps->count = 0;
   if (height == 0 || width == 0) return absl::InvalidArgumentError("empty image");
   KeyedRng rng(key.seed, key.epoch, key.dataset_index);
@@ -874,6 +929,95 @@ absl::Status DrawSteps(const PipelineParams& p, uint32_t height, uint32_t width,
         for (uint32_t j = 0; j < 4; ++j) s.factor[j] = factor[j];
         break;
       }
+      case OpKind::kRandomZoomOut: {
+        // references/detection RandomZoomOut: applied when U < p; the canvas
+        // int(side * r) for r in side_range, the image at int(room * U).
+        if (!(rng.Uniform() < op.p)) break;
+        const double r = rng.Uniform(op.side_range[0], op.side_range[1]);
+        const auto cw = static_cast<uint64_t>(w * r), ch = static_cast<uint64_t>(h * r);
+        const auto left = static_cast<uint32_t>((cw - std::min<uint64_t>(cw, w)) * rng.Uniform());
+        const auto top = static_cast<uint32_t>((ch - std::min<uint64_t>(ch, h)) * rng.Uniform());
+        const auto right = static_cast<uint32_t>(cw > uint64_t{left} + w ? cw - left - w : 0);
+        const auto bottom = static_cast<uint32_t>(ch > uint64_t{top} + h ? ch - top - h : 0);
+        if ((left | top | right | bottom) != 0) {
+          add_pad(left, top, right, bottom, PadMode::kConstant, op.fill);
+        }
+        break;
+      }
+      case OpKind::kRandomIoUCrop: {
+        // references/detection RandomIoUCrop, its `while True` bounded: an
+        // option (>= 1: as it is), then up to `trials` crops of sides
+        // int(side * U(scale)) within the aspect range, placed at
+        // int(room * U), that hold a box center strictly inside and reach
+        // the option's IoU with one of those boxes.
+        std::vector<double> cur;
+        MoveBoxes(*steps, height, width, boxes, boxes != nullptr ? box_count : 0, &cur);
+        const size_t nb = cur.size() / 4;
+        bool done = false;
+        for (int attempt = 0; attempt < 64 && !done; ++attempt) {
+          const float min_iou = op.iou_options[rng.Below(op.iou_option_count)];
+          if (min_iou >= 1.0f) break;
+          for (uint32_t t = 0; t < op.iou_trials && !done; ++t) {
+            const auto nw = static_cast<uint32_t>(w * rng.Uniform(op.iou_scale[0], op.iou_scale[1]));
+            const auto nh = static_cast<uint32_t>(h * rng.Uniform(op.iou_scale[0], op.iou_scale[1]));
+            if (nw == 0 || nh == 0) continue;
+            const double aspect = static_cast<double>(nw) / nh;
+            if (!(aspect >= op.iou_aspect[0] && aspect <= op.iou_aspect[1])) continue;
+            const auto left = static_cast<uint32_t>((w - nw) * rng.Uniform());
+            const auto top = static_cast<uint32_t>((h - nh) * rng.Uniform());
+            const double l = left, tp = top, r = l + nw, b = tp + nh;
+            bool any = false;
+            double best = 0;
+            for (size_t k = 0; k < nb; ++k) {
+              const double* bx = cur.data() + 4 * k;
+              const double cx = 0.5 * (bx[0] + bx[2]), cy = 0.5 * (bx[1] + bx[3]);
+              if (!(l < cx && cx < r && tp < cy && cy < b)) continue;
+              any = true;
+              const double iw = std::max(0.0, std::min(bx[2], r) - std::max(bx[0], l));
+              const double ih = std::max(0.0, std::min(bx[3], b) - std::max(bx[1], tp));
+              const double inter = iw * ih;
+              const double uni = (bx[2] - bx[0]) * (bx[3] - bx[1]) + (r - l) * (b - tp) - inter;
+              best = std::max(best, uni > 0 ? inter / uni : 0.0);
+            }
+            if (!any || best < min_iou) continue;
+            add_crop(top, left, nh, nw);  // even at the whole image: boxes are filtered
+            Step& s = steps->steps[steps->count - 1];
+            s.box_centers = 1;
+            s.min_iou = min_iou;
+            done = true;
+          }
+        }
+        break;
+      }
+      case OpKind::kRandomPhotometricDistort: {
+        // references/detection RandomPhotometricDistort: seven draws first.
+        double r[7];
+        for (double& v : r) v = rng.Uniform();
+        auto adjust = [&](uint32_t j) {
+          Step& s = add(StepKind::kColorJitter);
+          s.jitter_count = 1;
+          s.jitter_order[0] = j;
+          s.factor[j] = UniformFloat(rng, op.jitter[j][0], op.jitter[j][1]);
+        };
+        if (r[0] < op.p) adjust(kBrightness);
+        const bool contrast_before = r[1] < 0.5;
+        if (contrast_before && r[2] < op.p) adjust(kContrast);
+        if (r[3] < op.p) adjust(kSaturation);
+        if (r[4] < op.p) adjust(kHue);
+        if (!contrast_before && r[5] < op.p) adjust(kContrast);
+        if (r[6] < op.p) {
+          uint32_t code = static_cast<uint32_t>(rng.Below(6));
+          uint32_t left[3] = {0, 1, 2};
+          Step& s = add(StepKind::kChannelPermute);
+          for (uint32_t k = 0, n = 3; k < 3; ++k, --n) {
+            const uint32_t pick = code % n;
+            code /= n;
+            s.permutation[k] = left[pick];
+            for (uint32_t m = pick; m + 1 < n; ++m) left[m] = left[m + 1];
+          }
+        }
+        break;
+      }
       case OpKind::kGrayscale:
         add(StepKind::kGrayscale);
         break;
@@ -972,6 +1116,9 @@ absl::Status DrawSteps(const PipelineParams& p, uint32_t height, uint32_t width,
 }
 
 struct SampleProcessor::Impl {
+  // The next draw's boxes (set_boxes; not owned).
+  const float* boxes = nullptr;
+  uint32_t box_count = 0;
   // Constant after construction: none. Everything below is scratch reused
   // between samples; it grows to the largest sample seen and stays.
   JpegDecoder decoder;
@@ -1284,6 +1431,15 @@ absl::Status SampleProcessor::Impl::Execute(const PipelineParams& p, const Sampl
         case StepKind::kInvert:
           Invert(cur, pixels);
           break;
+        case StepKind::kChannelPermute: {
+          const uint32_t* q = st.permutation;
+          for (size_t k = 0; k < pixels; ++k) {
+            uint8_t* px = cur + 3 * k;
+            const uint8_t v[3] = {px[0], px[1], px[2]};
+            px[0] = v[q[0]], px[1] = v[q[1]], px[2] = v[q[2]];
+          }
+          break;
+        }
         case StepKind::kMixBegin:
           // Chains keep the size (CheckSteps): each restarts from this copy.
           std::copy_n(cur, pixels * 3, Room(mix_start, pixels * 3));
@@ -1552,6 +1708,11 @@ void SampleProcessor::set_inputs_are_baseline_copies(bool on) {
   impl_->inputs_are_baseline_copies = on;
 }
 
+void SampleProcessor::set_boxes(const float* xyxy, uint32_t count) {
+  impl_->boxes = xyxy;
+  impl_->box_count = xyxy != nullptr ? count : 0;
+}
+
 absl::Status SampleProcessor::Process(const uint8_t* jpeg, size_t size, const PipelineParams& p,
                                       const SampleKey& key, void* out, size_t capacity,
                                       SampleResult* result, SampleSteps* drawn) {
@@ -1561,7 +1722,7 @@ absl::Status SampleProcessor::Process(const uint8_t* jpeg, size_t size, const Pi
   return im.Run(jpeg, size, p, out, result, [&](uint32_t h, uint32_t w) {
     result->drawn_height = h;
     result->drawn_width = w;
-    absl::Status s = DrawSteps(p, h, w, key, steps);
+    absl::Status s = DrawSteps(p, h, w, key, steps, im.boxes, im.box_count);
     if (!s.ok()) return s;
     return im.Execute(p, *steps, out, capacity, result);
   });

@@ -72,6 +72,11 @@ enum class OpKind : uint32_t {
   kAugMix = 22,
   kRandomErasing = 23,  // on the output tensor: only after every other op
   kRandomResize = 24,
+  // torchvision's detection reference transforms (references/detection/
+  // transforms.py; v2 has the same), for SSD-style recipes.
+  kRandomZoomOut = 25,
+  kRandomIoUCrop = 26,              // needs the sample's boxes (DrawSteps)
+  kRandomPhotometricDistort = 27,
 };
 
 // torchvision's AutoAugmentPolicy.
@@ -130,6 +135,18 @@ struct OpParams {
   uint32_t max_size = 0;      // Resize([s]): 0 = none
   // RandomResize: the shorter side's range [min, max), max excluded.
   uint32_t resize_range[2] = {0, 0};
+  // RandomZoomOut: the canvas' side ratio range (p, fill above).
+  float side_range[2] = {0, 0};
+  // RandomIoUCrop: the crop's side scale range and aspect ratio range, the
+  // minimum IoU options (>= 1: leave the image as it is) and the attempts
+  // per option.
+  float iou_scale[2] = {0, 0};
+  float iou_aspect[2] = {0, 0};
+  uint32_t iou_option_count = 0;
+  float iou_options[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  uint32_t iou_trials = 0;
+  // RandomPhotometricDistort: jitter[JitterIndex] the factor ranges (all
+  // four set), p each adjustment's (and the channel shuffle's) chance.
   float scale[2] = {0, 0};    // RandomResizedCrop
   float ratio[2] = {0, 0};
   float p = 0;                // the flips, RandomGrayscale
@@ -321,6 +338,10 @@ enum class StepKind : uint32_t {
   // normal(0, 1) from KeyedRng(noise_seed), in channel, row, column order,
   // else erase_value per channel; in the output's dtype.
   kErase = 20,
+  // RandomPhotometricDistort's channel shuffle: output channel c is input
+  // channel permutation[c] (exact: torchvision's PIL -> float -> PIL round
+  // trip gives back every byte).
+  kChannelPermute = 21,
 };
 
 // "crop", "resize", "pad", "hflip", "vflip", "color_jitter", "grayscale",
@@ -386,6 +407,11 @@ struct Step {
   // (points outside read 0).
   uint32_t tensor_kernels = 0;
   uint32_t tensor_fill = 0;
+  uint32_t permutation[3] = {0, 1, 2};  // kChannelPermute
+  // kCrop from RandomIoUCrop: boxes whose centers are not strictly inside
+  // the crop are dropped (boxes.h), and the IoU its option asked for.
+  uint32_t box_centers = 0;
+  float min_iou = 0;
 };
 
 // The most steps one sample may have; ValidateParams refuses op lists that
@@ -417,12 +443,26 @@ struct SampleSteps {
 // aspect exp(U(log ratio)), sides round(sqrt(area * aspect)) and round(
 // sqrt(area / aspect)), the first that fits (sides below H and W) placed at
 // a uniform top then left, with "random" a noise seed drawn first; no erase
-// when none fits). Pure: the same arguments give the same steps. `p` must
-// have passed ValidateParams. INVALID_ARGUMENT when an op cannot apply to
+// when none fits; the detection reference's ops as it draws them:
+// RandomZoomOut the p draw, the side ratio, then the left and top shares
+// (canvas int(side * ratio), offset int(room * share)), a constant pad;
+// RandomPhotometricDistort its seven p draws first, then each adjustment's
+// factor as it is made (brightness, contrast before or after saturation and
+// hue by the second draw), a channel shuffle a uniform permutation;
+// RandomIoUCrop an option, then per trial the two scales, the aspect check,
+// the left and top shares, and the check that a box's center lies strictly
+// inside and the most IoU of those boxes reaches the option, a crop that
+// drops the boxes whose centers are outside; an option >= 1 leaves the
+// image, as do 64 options without a crop).
+// Pure: the same arguments give the same steps. `p` must
+// have passed ValidateParams. RandomIoUCrop reads `boxes` (`box_count`
+// XYXY boxes in pixels of the height x width image, moved by the steps
+// before it; nullptr: none). INVALID_ARGUMENT when an op cannot apply to
 // the image as torchvision would raise (RandomCrop larger than the padded
 // image).
 [[nodiscard]] absl::Status DrawSteps(const PipelineParams& p, uint32_t height, uint32_t width,
-                                     const SampleKey& key, SampleSteps* steps);
+                                     const SampleKey& key, SampleSteps* steps,
+                                     const float* boxes = nullptr, uint32_t box_count = 0);
 
 // How a sample's JPEG was decoded (SampleResult::decode_path; counted per
 // session in Status). Every path gives the same pixels as kWhole at the
@@ -520,6 +560,11 @@ class SampleProcessor {
   // before the decode and returns ABORTED, and the caller decodes the
   // original instead. Off by default.
   void set_inputs_are_baseline_copies(bool on);
+
+  // The sample's boxes for the next Process's draw (RandomIoUCrop reads
+  // them: DrawSteps), `count` XYXY boxes in pixels of the decoded image;
+  // not owned, read during Process only. nullptr, 0: none.
+  void set_boxes(const float* xyxy, uint32_t count);
 
  private:
   struct Impl;

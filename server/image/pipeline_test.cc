@@ -519,6 +519,73 @@ TEST_CASE("DrawSteps: RandomResize draws the shorter side from [min, max)", "[pi
   CHECK_FALSE(ValidateParams(WithOps({rr})).ok());
 }
 
+TEST_CASE("DrawSteps: RandomIoUCrop crops around the boxes, RandomZoomOut pads within its range",
+          "[pipeline][draw]") {
+  OpParams iou = Op(OpKind::kRandomIoUCrop);
+  iou.iou_scale[0] = 0.3f, iou.iou_scale[1] = 1;
+  iou.iou_aspect[0] = 0.5f, iou.iou_aspect[1] = 2;
+  const float options[] = {0, 0.1f, 0.3f, 0.5f, 0.7f, 0.9f, 1};
+  iou.iou_option_count = 7;
+  std::copy(std::begin(options), std::end(options), iou.iou_options);
+  iou.iou_trials = 40;
+  REQUIRE(ValidateParams(WithOps({iou})).ok());
+  const std::vector<float> boxes = {10, 10, 40, 30, 60, 50, 90, 95, 5, 70, 20, 78};
+  int crops = 0;
+  for (uint64_t index = 0; index < 300; ++index) {
+    SampleKey key;
+    key.dataset_index = index;
+    SampleSteps s;
+    REQUIRE(DrawSteps(WithOps({iou}), 100, 120, key, &s, boxes.data(), 3).ok());
+    if (s.count == 0) continue;  // option 1: as it is
+    REQUIRE(s.count == 1);
+    const Step& c = s.steps[0];
+    CHECK((c.kind == StepKind::kCrop && c.box_centers == 1));
+    ++crops;
+    double best = 0;
+    bool any = false;
+    for (size_t k = 0; k < boxes.size(); k += 4) {
+      const double cx = (boxes[k] + boxes[k + 2]) / 2, cy = (boxes[k + 1] + boxes[k + 3]) / 2;
+      const double l = c.left, t = c.top, r = l + c.width, b = t + c.height;
+      if (!(l < cx && cx < r && t < cy && cy < b)) continue;
+      any = true;
+      const double iw = std::max(0.0, std::min<double>(boxes[k + 2], r) - std::max<double>(boxes[k], l));
+      const double ih =
+          std::max(0.0, std::min<double>(boxes[k + 3], b) - std::max<double>(boxes[k + 1], t));
+      const double area = double{boxes[k + 2] - boxes[k]} * (boxes[k + 3] - boxes[k + 1]);
+      best = std::max(best, iw * ih / (area + (r - l) * (b - t) - iw * ih));
+    }
+    CHECK(any);                       // a box's center lies inside
+    CHECK(best >= c.min_iou - 1e-9);  // and one of those reaches the option's IoU
+    CHECK(c.width >= 36);             // int(120 * 0.3)
+    CHECK(c.height >= 30);
+  }
+  CHECK(crops > 150);
+  // Without boxes the search finds nothing: the image stays as it is.
+  for (uint64_t index = 0; index < 20; ++index) {
+    SampleKey key;
+    key.dataset_index = index;
+    SampleSteps s;
+    REQUIRE(DrawSteps(WithOps({iou}), 100, 120, key, &s).ok());
+    CHECK(s.count == 0);
+  }
+
+  OpParams zoom = Op(OpKind::kRandomZoomOut);
+  zoom.p = 1;
+  zoom.side_range[0] = 1.5f, zoom.side_range[1] = 2;
+  zoom.fill[0] = 9;
+  for (uint64_t index = 0; index < 100; ++index) {
+    SampleKey key;
+    key.dataset_index = index;
+    SampleSteps s;
+    REQUIRE(DrawSteps(WithOps({zoom}), 100, 120, key, &s).ok());
+    REQUIRE(s.count == 1);
+    const Step& pad = s.steps[0];
+    const uint32_t cw = 120 + pad.pad[0] + pad.pad[2], ch = 100 + pad.pad[1] + pad.pad[3];
+    CHECK((cw >= 180 && cw <= 240 && ch >= 150 && ch <= 200));
+    CHECK((pad.fill[0] == 9 && pad.padding_mode == PadMode::kConstant));
+  }
+}
+
 TEST_CASE("DrawSteps: RandomCrop pads, then draws its offsets", "[pipeline][draw]") {
   OpParams crop = Op(OpKind::kRandomCrop);
   crop.height = crop.width = 32;

@@ -62,13 +62,14 @@ def random_boxes(seed):
     return boxes_of
 
 
-def steps_of(build_dir, tmp_path, image, seed, epoch, index, keywords):
+def steps_of(build_dir, tmp_path, image, seed, epoch, index, keywords, boxes=None):
     tool = os.path.join(build_dir, "server", "image", "stoker-image-tool")
     steps_file = str(tmp_path / "steps.json")
+    extra = ["--boxes", json.dumps(boxes)] if boxes is not None else []
     r = subprocess.run([tool, "render", "--input", str(image), "--out", str(tmp_path / "o.raw"),
                         "--keywords", json.dumps(keywords), "--seed", str(seed),
-                        "--epoch", str(epoch), "--index", str(index), "--steps-out", steps_file],
-                       capture_output=True, text=True, timeout=60)
+                        "--epoch", str(epoch), "--index", str(index), "--steps-out", steps_file]
+                       + extra, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     return json.loads(open(steps_file).read())
 
@@ -83,9 +84,14 @@ def reference_boxes(boxes, steps, h, w):
     b = np.array(boxes, np.float64).reshape(-1, 4)
     b[:, [0, 2]] = b[:, [0, 2]].clip(0, w)  # ConvertCocoPolysToMask's clamp
     b[:, [1, 3]] = b[:, [1, 3]].clip(0, h)
+    alive = np.ones(len(b), bool)
     for s in steps:
         k = s["kind"]
         if k == "crop":
+            if s.get("box_centers"):  # RandomIoUCrop: centers strictly inside, or dropped
+                cx, cy = (b[:, 0] + b[:, 2]) / 2, (b[:, 1] + b[:, 3]) / 2
+                right, bottom = s["left"] + s["width"], s["top"] + s["height"]
+                alive &= (s["left"] < cx) & (cx < right) & (s["top"] < cy) & (cy < bottom)
             b -= [s["left"], s["top"], s["left"], s["top"]]
             h, w = s["height"], s["width"]
             b[:, [0, 2]] = b[:, [0, 2]].clip(0, w)
@@ -119,7 +125,7 @@ def reference_boxes(boxes, steps, h, w):
             b[:, [0, 2]] = b[:, [0, 2]].clip(0, w)
             b[:, [1, 3]] = b[:, [1, 3]].clip(0, h)
         # colour and erase steps: nothing
-    keep = (b[:, 2] - b[:, 0] > 0) & (b[:, 3] - b[:, 1] > 0)
+    keep = alive & (b[:, 2] - b[:, 0] > 0) & (b[:, 3] - b[:, 1] > 0)
     return b, keep
 
 
@@ -292,3 +298,86 @@ def test_box_rules_drop_small_and_hidden_boxes(stoker, daemon_factory, tmp_path)
     with pytest.raises(stoker.InvalidRequestError, match="leave apply_exif_orientation off"):
         stoker.Loader("images", socket=d.socket, batch_size=2, annotations="instances.json",
                       apply_exif_orientation=True).info
+
+
+SSD = [  # references/detection presets' SSD train transforms, as stoker ops
+    {"RandomPhotometricDistort": {}},
+    {"RandomZoomOut": {"fill": [123, 117, 104]}},
+    {"RandomIoUCrop": {}},
+    {"RandomHorizontalFlip": {"p": 0.5}},
+    {"Resize": {"size": [48, 48]}},
+]
+
+
+def reference_image(path, steps):
+    """The steps on the PIL image with torchvision's functional ops, as the
+    detection reference's transforms run them on a PIL image."""
+    import torch
+    img = PIL.open(path).convert("RGB")
+    adjust = {"brightness": F.adjust_brightness, "contrast": F.adjust_contrast,
+              "saturation": F.adjust_saturation, "hue": F.adjust_hue}
+    for s in steps:
+        k = s["kind"]
+        if k == "color_jitter":
+            for name in s["order"]:
+                img = adjust[name](img, f32(s[name]))
+        elif k == "permute":  # RandomPhotometricDistort's PIL -> float -> PIL round trip
+            t = F.convert_image_dtype(F.pil_to_tensor(img), torch.float)
+            img = F.to_pil_image(t[s["permutation"], :, :])
+        elif k == "pad":
+            img = F.pad(img, s["padding"], fill=tuple(s["fill"]), padding_mode=s["padding_mode"])
+        elif k == "crop":
+            img = F.crop(img, s["top"], s["left"], s["height"], s["width"])
+        elif k == "hflip":
+            img = F.hflip(img)
+        elif k == "resize":
+            img = F.resize(img, [s["height"], s["width"]], antialias=s["antialias"])
+        else:
+            raise AssertionError(f"no reference for step {k}")
+    return np.array(img)
+
+
+def test_the_ssd_recipe_moves_boxes_and_pixels_as_the_reference(stoker, daemon_factory,
+                                                                 build_dir, tmp_path):
+    root = tmp_path / "data"
+    doc = make_coco(root, SIZES, random_boxes(3))
+    by_image = {}
+    for a in doc["annotations"]:
+        x, y, bw, bh = a["bbox"]
+        xyxy = [float(np.float32(x)), float(np.float32(y)), float(np.float32(x + bw)),
+                float(np.float32(y + bh))]
+        by_image.setdefault(a["image_id"], []).append((xyxy, a["category_id"], a["iscrowd"]))
+    d = daemon_factory(workers=2, data_root=str(root))
+    keywords = {"ops": SSD}
+    kinds = set()
+    with stoker.Loader("images", socket=d.socket, batch_size=4, ops=SSD, seed=4, epochs=2,
+                       annotations="instances.json") as ld:
+        for _ in range(2):
+            for view in ld.iter_batches():
+                images, targets = view
+                for i, index in enumerate(view.indices.tolist()):
+                    given = by_image.get(100 + index, [])
+                    path = root / "images" / f"{index}.png"
+                    steps = steps_of(build_dir, tmp_path, path, 4, view.epoch, index, keywords,
+                                     boxes=[g[0] for g in given])
+                    kinds |= {st["kind"] + ("/iou" if st.get("box_centers") else "")
+                              for st in steps}
+                    assert np.array_equal(images[i].numpy(), reference_image(path, steps)), steps
+                    h, w = SIZES[index]
+                    want, keep = reference_boxes([g[0] for g in given], steps, h, w)
+                    got = targets[i]["boxes"].numpy().astype(np.float64)
+                    assert got.shape[0] == int(keep.sum()), (index, steps)
+                    assert np.abs(got - want[keep]).max(initial=0) <= 1e-4, (index, steps)
+                    assert targets[i]["labels"].tolist() == [g[1] for g, k in zip(given, keep) if k]
+    # The recipe's every kind of step ran at least once over the two epochs.
+    assert {"color_jitter", "permute", "pad", "crop/iou", "resize"} <= kinds, kinds
+
+
+def test_iou_crop_needs_boxes(stoker, daemon_factory, tmp_path):
+    root = tmp_path / "data"
+    (root / "cls").mkdir(parents=True)
+    for k in range(4):
+        PIL.fromarray(np.zeros((20, 20, 3), np.uint8)).save(root / "cls" / f"{k}.png")
+    d = daemon_factory(workers=1, data_root=str(root))
+    with pytest.raises(stoker.InvalidRequestError, match="RandomIoUCrop needs each sample's boxes"):
+        stoker.Loader(".", socket=d.socket, batch_size=2, ops=SSD).info
