@@ -6,8 +6,10 @@
 # bench/SCALE.md (bench/scale.py: indexing a million entries, cold reads and
 # readahead), then bench/FORMATS.md (bench/formats.py: PNG and WebP
 # ImageFolders, each decoder's cost), then bench/AUTOTUNE.md
-# (bench/autotune.py: --workers auto against each fixed count). Options go to
-# bench/bench.py; --quick makes all four a smoke run.
+# (bench/autotune.py: --workers auto against each fixed count), then
+# bench/DETECTION.md (bench/detection.py: the segmentation and SSD recipes
+# against DataLoader with torchvision's reference transforms). Options go to
+# bench/bench.py; --quick makes all five a smoke run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -20,3 +22,4 @@ for a in "$@"; do [[ $a == --quick ]] && quick=(--quick); done
 /usr/bin/python3 bench/scale.py --build build "${quick[@]}"
 /usr/bin/python3 bench/formats.py --build build "${quick[@]}"
 /usr/bin/python3 bench/autotune.py --build build "${quick[@]}"
+/usr/bin/python3 bench/detection.py --build build "${quick[@]}"
