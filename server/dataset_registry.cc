@@ -23,6 +23,11 @@ bool DataRootIndexer::Unchanged(const Dataset& dataset, std::string* why) {
 std::string DatasetKey(const std::string& name, int format, const IndexOptions& io) {
   // COCO: the annotations are part of the identity (one images folder may
   // have several files: train, val, a filtered copy).
+  // Paired folders: the masks folder and the suffixes too.
+  if (!io.masks.empty()) {
+    return absl::StrCat(format, ":", io.flags(), ":", name, "\n", io.masks, "\n",
+                        io.image_suffix, "\n", io.mask_suffix);
+  }
   if (io.annotations.empty()) return absl::StrCat(format, ":", io.flags(), ":", name);
   return absl::StrCat(format, ":", io.flags(), ":", name, "\n", io.annotations);
 }

@@ -97,7 +97,8 @@ std::string ListedPath(const Dataset& ds, uint64_t i) {
   std::string p = ds.listed_path(i);  // other than ImageFolder's: relative to the data root
   if (ds.format() == DatasetFormat::kImageFolder) return p;
   const std::string_view name = ds.name();
-  if (ds.format() == DatasetFormat::kCoco) {  // the image's file_name: within the images folder
+  if (ds.format() == DatasetFormat::kCoco || ds.format() == DatasetFormat::kPairedFolders) {
+    // Within the images folder (COCO: the image's file_name).
     if (!name.empty() && p.compare(0, name.size() + 1, std::string(name) + "/") == 0) {
       p.erase(0, name.size() + 1);
     }
@@ -456,6 +457,9 @@ absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) 
   io.allow_empty = req.allow_empty();
   io.skip_unsupported_formats = req.skip_unsupported_formats();
   io.annotations = req.annotations();
+  io.masks = req.masks();
+  io.image_suffix = req.image_suffix();
+  io.mask_suffix = req.mask_suffix();
   auto indexed = registry_->Get(req.dataset(), req.format(), io);
   if (!indexed.ok()) return indexed.status();
   std::shared_ptr<const Dataset> ds = *std::move(indexed);

@@ -202,10 +202,15 @@ AttachOptions ParseAttach(const std::string& dataset, const py::kwargs& kw) {
                                         {"imagefolder", DatasetFormat::kImageFolder},
                                         {"manifest", DatasetFormat::kManifest},
                                         {"webdataset", DatasetFormat::kWebDataset},
-                                        {"coco", DatasetFormat::kCoco}});
+                                        {"coco", DatasetFormat::kCoco},
+                                        {"paired_folders", DatasetFormat::kPairedFolders}});
     } else if (key == "annotations") {
       if (!PyUnicode_Check(v.ptr())) RaiseInvalid("annotations must be a str (a COCO JSON path)");
       o.annotations = py::cast<std::string>(v);
+    } else if (key == "masks" || key == "image_suffix" || key == "mask_suffix") {
+      if (!PyUnicode_Check(v.ptr())) RaiseInvalid(key + " must be a str");
+      (key == "masks" ? o.masks : key == "image_suffix" ? o.image_suffix : o.mask_suffix) =
+          py::cast<std::string>(v);
     } else if (key == "pipeline_json") {
       // The keywords go to the C++ client as they are: it (through
       // stoker/pipeline_spec.h) alone knows their defaults and checks.

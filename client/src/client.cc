@@ -48,6 +48,8 @@ v1::DatasetFormat ToProto(DatasetFormat f) {
       return v1::DATASET_FORMAT_WEBDATASET;
     case DatasetFormat::kCoco:
       return v1::DATASET_FORMAT_COCO;
+    case DatasetFormat::kPairedFolders:
+      return v1::DATASET_FORMAT_PAIRED_FOLDERS;
   }
   return static_cast<v1::DatasetFormat>(f);  // out of the enum: the daemon refuses it
 }
@@ -721,6 +723,9 @@ absl::StatusOr<std::unique_ptr<Session>> Client::Attach(const AttachOptions& o) 
   req.set_dataset(o.dataset);
   req.set_format(internal::ToProto(o.format));
   req.set_annotations(o.annotations);
+  req.set_masks(o.masks);
+  req.set_image_suffix(o.image_suffix);
+  req.set_mask_suffix(o.mask_suffix);
   // The request form goes to the daemon; Effective only checks it here, so
   // that a bad pipeline fails before any RPC, as the daemon would fail it.
   auto spec = pipeline::SpecFromKeywordsJson(o.pipeline);

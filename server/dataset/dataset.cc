@@ -241,13 +241,41 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::Open(const DataRoot& roo
   if (format == DatasetFormat::kAuto && !options.annotations.empty()) {
     format = DatasetFormat::kCoco;
   }
+  if (format == DatasetFormat::kAuto && !options.masks.empty()) {
+    format = DatasetFormat::kPairedFolders;
+  }
   if (format == DatasetFormat::kAuto && (IsPattern(user_path) || EndsWithTar(user_path))) {
     format = DatasetFormat::kWebDataset;
   }
   std::vector<std::string> shards;
   std::string name;
   std::string annotations;  // COCO: the canonical JSON path
-  if (format == DatasetFormat::kCoco) {
+  std::string masks;        // paired folders: the canonical masks folder
+  if (format == DatasetFormat::kPairedFolders) {
+    if (options.masks.empty()) {
+      return absl::InvalidArgumentError(
+          "paired folders need the masks folder: give masks= (the dataset path is the images "
+          "folder)");
+    }
+    for (const std::string* s : {&options.image_suffix, &options.mask_suffix}) {
+      if (s->find('/') != std::string::npos || s->find('\0') != std::string::npos) {
+        return absl::InvalidArgumentError(
+            Cat("image_suffix and mask_suffix are the ends of file names, not paths: '", *s, "'"));
+      }
+    }
+    const std::string_view given[2] = {user_path, options.masks};
+    std::string* const resolved[2] = {&name, &masks};
+    for (int k = 0; k < 2; ++k) {
+      absl::StatusOr<dataset_internal::ResolvedPath> dir =
+          dataset_internal::ResolveUserPath(root, given[k]);
+      if (!dir.ok()) return dir.status();
+      if (!dir->is_dir) {
+        return absl::InvalidArgumentError(
+            Cat("'", given[k], "' is not a directory (paired folders: images and masks)"));
+      }
+      *resolved[k] = std::move(dir->path);
+    }
+  } else if (format == DatasetFormat::kCoco) {
     if (options.annotations.empty()) {
       return absl::InvalidArgumentError(
           "a COCO dataset needs its instances JSON: give annotations= (the dataset path is the "
@@ -310,7 +338,11 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::Open(const DataRoot& roo
   const uint32_t flags = options.flags();
   // What the cache file is kept under and holds: the name, and for COCO its
   // annotations too (one images folder may have several).
-  const std::string cache_name = annotations.empty() ? name : Cat(name, "\n", annotations);
+  const std::string cache_name =
+      format == DatasetFormat::kPairedFolders
+          ? Cat(name, "\n", masks, "\n", options.image_suffix, "\n", options.mask_suffix)
+      : annotations.empty() ? name
+                            : Cat(name, "\n", annotations);
 
   // The cache first.
   std::string cache_file;
@@ -366,6 +398,9 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::Open(const DataRoot& roo
     status = dataset_internal::IndexManifest(root, name, &index);
   } else if (format == DatasetFormat::kCoco) {
     status = dataset_internal::IndexCoco(root, name, annotations, &index);
+  } else if (format == DatasetFormat::kPairedFolders) {
+    status = dataset_internal::IndexPairedFolders(root, name, masks, options.image_suffix,
+                                                  options.mask_suffix, &index);
   } else {
     status = dataset_internal::IndexWebDataset(root, shards, &index);
   }

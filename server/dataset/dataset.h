@@ -63,7 +63,14 @@ class DataRoot {
 // The fd is read-only, close-on-exec and blocking; the caller closes it.
 absl::StatusOr<int> OpenBeneath(int root_fd, std::string_view relative_path);
 
-enum class DatasetFormat { kAuto = 0, kImageFolder = 1, kManifest = 2, kWebDataset = 3, kCoco = 4 };
+enum class DatasetFormat {
+  kAuto = 0,
+  kImageFolder = 1,
+  kManifest = 2,
+  kWebDataset = 3,
+  kCoco = 4,
+  kPairedFolders = 5,
+};
 
 // How Dataset::Open indexes, and where it may keep what it indexed.
 struct IndexOptions {
@@ -89,6 +96,14 @@ struct IndexOptions {
   // its images' file_name values are relative to (torchvision's
   // CocoDetection(root, annFile)). Part of the dataset's identity.
   std::string annotations;
+  // Paired folders (kPairedFolders, or kAuto when set): the masks folder
+  // (relative to the root); the dataset path is then the images folder.
+  // An image <key><image_suffix>.<ext> pairs with the mask
+  // <key><mask_suffix>.png (Cityscapes: "_leftImg8bit" and
+  // "_gtFine_labelIds"; VOC: both empty). Part of the dataset's identity.
+  std::string masks;
+  std::string image_suffix;
+  std::string mask_suffix;
 
   // The options above that change what an index holds, as bits: part of
   // every key an index is kept under (the daemon's table of open datasets,
@@ -170,7 +185,18 @@ class Dataset {
   //    JSON may hold NaN and Infinity as Python's json module writes them.
   //    INVALID_ARGUMENT (with the parser's words) for a file that is not
   //    JSON or not shaped like COCO's.
-  //  - kAuto: options.annotations set is COCO; a brace pattern or a .tar
+  //  - kPairedFolders: an images folder (user_path) and a masks folder
+  //    (options.masks), as VOC's JPEGImages and SegmentationClass or
+  //    Cityscapes' leftImg8bit and gtFine trees: every file beneath the
+  //    images folder named with one of IMG_EXTENSIONS and ending (before its
+  //    extension) in options.image_suffix, by path, that has its mask: the
+  //    file beneath the masks folder at the same relative path with the
+  //    image's suffix and extension replaced by options.mask_suffix + ".png".
+  //    Images without a mask are left out (a warning counts them); none
+  //    paired is FAILED_PRECONDITION naming both folders and the rule. Label
+  //    -1. Symlinked folders are not walked; symlinked files are listed.
+  //  - kAuto: options.annotations set is COCO, options.masks paired
+  //    folders; a brace pattern or a .tar
   //    file is WebDataset, a directory an ImageFolder, another file a
   //    manifest.
   // Every entry is confined to the root (PERMISSION_DENIED naming the entry;

@@ -118,6 +118,12 @@ absl::Status IndexManifest(const DataRoot& root, const std::string& file, Datase
 absl::Status IndexCoco(const DataRoot& root, const std::string& images,
                        const std::string& annotations, DatasetIndex* out);
 
+// Indexes the paired folders `images` and `masks` (canonical, relative to
+// the root). See Dataset::Open.
+absl::Status IndexPairedFolders(const DataRoot& root, const std::string& images,
+                                const std::string& masks, const std::string& image_suffix,
+                                const std::string& mask_suffix, DatasetIndex* out);
+
 // Indexes the tar shards at the canonical file paths `shards`, in order.
 // See Dataset::Open.
 absl::Status IndexWebDataset(const DataRoot& root, const std::vector<std::string>& shards,

@@ -341,3 +341,29 @@ def test_the_segmentation_recipe_moves_masks_with_their_images(stoker, daemon_fa
                 assert np.array_equal(masks[i].numpy(), want), index
                 padded += int((want == 255).any())  # pad_if_needed's fill: "ignore"
         assert padded > 0  # some draw was under the crop and padded
+
+
+def test_paired_folders_serve_what_the_manifest_does(stoker, daemon_factory, tmp_path):
+    """VOC's layout (images and masks folders matched by name) gives the same
+    samples as a manifest listing the same pairs; an image without a mask is
+    left out."""
+    root = tmp_path / "data"
+    make_seg_set(root, n=6)
+    PIL.fromarray(np.zeros((60, 80, 3), np.uint8)).save(root / "img" / "extra.png")
+    d = daemon_factory(workers=2, data_root=str(root))
+    opts = dict(socket=d.socket, batch_size=6, size=32, seed=2, epochs=1, shuffle=False)
+    with stoker.Loader("img", masks="masks", **opts) as ld:
+        paired = next(ld.iter_batches())
+        # Listed within the images folder, as ImageFolder's samples are.
+        assert [os.path.relpath(p, ld.dataset.root) for p, _ in ld.dataset.samples] == [
+            f"{k}.png" for k in range(6)]
+    (root / "pairs.txt").write_text("#columns: image\tmask\n" + "".join(
+        f"img/{k}.png\tmasks/{k}.png\n" for k in range(6)))
+    with stoker.Loader("pairs.txt", **opts) as ld:
+        listed = next(ld.iter_batches())
+    assert paired.indices.tolist() == listed.indices.tolist() == list(range(6))
+    assert np.array_equal(paired.images.numpy(), listed.images.numpy())
+    assert np.array_equal(paired.masks.numpy(), listed.masks.numpy())
+    assert "1 image(s) in 'img' have no mask" in d.log()
+    with pytest.raises(stoker.StokerError, match="has a mask in"):
+        stoker.Loader("img", masks="masks", mask_suffix="_gt", **opts).info

@@ -45,7 +45,14 @@ class RpcChannel;
 // The ring's values (stoker/ring_layout.h); kUint16 for masks only.
 enum class DType { kUint8 = 1, kFloat32 = 2, kFloat16 = 3, kUint16 = 4 };
 enum class Layout { kNHWC = 1, kNCHW = 2 };
-enum class DatasetFormat { kAuto = 0, kImageFolder = 1, kManifest = 2, kWebDataset = 3, kCoco = 4 };
+enum class DatasetFormat {
+  kAuto = 0,
+  kImageFolder = 1,
+  kManifest = 2,
+  kWebDataset = 3,
+  kCoco = 4,
+  kPairedFolders = 5,
+};
 enum class FailurePolicy { kSkip = 1, kError = 2 };
 
 // What happened to one sample of a batch.
@@ -65,6 +72,12 @@ struct AttachOptions {
   // images, in `dataset`, each with its boxes (Batch::boxes). Setting it
   // makes kAuto COCO.
   std::string annotations;
+  // Paired folders (VOC's, Cityscapes'): the masks folder, `dataset` being
+  // the images folder; an image <key><image_suffix>.<ext> pairs with the
+  // mask <key><mask_suffix>.png. Setting `masks` makes kAuto paired folders.
+  std::string masks;
+  std::string image_suffix;
+  std::string mask_suffix;
   // The decode/augment pipeline as data: a JSON object of pipeline keywords,
   // the same ones Python's Loader and `stokerctl consume` take; their names,
   // defaults and checks are in proto/stoker/pipeline_spec.h. Empty: "{}",

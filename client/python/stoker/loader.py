@@ -634,6 +634,15 @@ class Loader:
             "labels" int64 [k] (category ids), "iscrowd" int64 [k] and
             "image_id" (the COCO id). A sample whose boxes are not boxes
             (NaN, a negative width) fails as a sample, counted.
+        masks, image_suffix, mask_suffix: a masks folder beside the images
+            folder given as `dataset` (VOC's SegmentationClass beside
+            JPEGImages, Cityscapes' gtFine beside leftImg8bit): each image
+            <key><image_suffix>.<ext> pairs with the mask
+            <key><mask_suffix>.png at the same path in the masks folder
+            (Cityscapes: image_suffix="_leftImg8bit",
+            mask_suffix="_gtFine_labelIds"); images without a mask are left
+            out. The loader yields (images, masks) as for a manifest with a
+            mask column.
         box_min_size, box_min_visibility: for a dataset with boxes: after
             the ops, a box is kept when its width and height are > 0 and at
             least box_min_size pixels (default 0; torchvision v2's
@@ -693,6 +702,9 @@ class Loader:
         mask_dtype: Any = _UNSET,
         mask_fill: Any = _UNSET,
         annotations: Optional[Union[str, "os.PathLike[str]"]] = None,
+        masks: Optional[Union[str, "os.PathLike[str]"]] = None,
+        image_suffix: str = "",
+        mask_suffix: str = "",
         box_min_size: Any = _UNSET,
         box_min_visibility: Any = _UNSET,
         allow_empty: Optional[bool] = None,
@@ -819,6 +831,9 @@ class Loader:
             allow_empty=bool(allow_empty), skip_unsupported_formats=bool(skip_unsupported_formats))
         if annotations is not None:
             self._options["annotations"] = os.fspath(annotations)
+        if masks is not None:
+            self._options.update(masks=os.fspath(masks), image_suffix=image_suffix,
+                                 mask_suffix=mask_suffix)
         self._client: Optional[Client] = None
         self._session: Optional[_native.Session] = None
         self._info: Optional[Dict[str, Any]] = None

@@ -1,0 +1,138 @@
+// The paired-folders indexer: an images folder and a masks folder, an image
+// and its mask matched by their paths (see Dataset::Open, kPairedFolders).
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+#include <vector>
+
+#include "server/dataset/beneath.h"
+#include "server/dataset/dataset.h"
+#include "server/dataset/index_builder.h"
+#include "server/dataset/str_cat.h"
+#include "server/image/image_decoder.h"
+#include "server/posix.h"
+
+namespace stoker {
+namespace dataset_internal {
+namespace {
+
+constexpr size_t kMaxFiles = size_t{1} << 26;
+
+// Every regular file beneath the canonical folder `dir` (relative to the
+// root), as paths relative to `dir`. Subfolders are walked; a symlink is
+// listed when it leads to a file (the worker's open then keeps it beneath
+// the root) and not walked when it leads to a folder.
+absl::Status ListFiles(const DataRoot& root, const std::string& dir, DatasetIndex* out,
+                       std::vector<std::string>* files) {
+  std::vector<std::string> pending = {""};
+  while (!pending.empty()) {
+    const std::string rel = std::move(pending.back());
+    pending.pop_back();
+    const std::string path = rel.empty() ? dir : JoinPath(dir, rel);
+    absl::StatusOr<int> opened =
+        OpenBeneathImpl(root.fd(), path, OpenKind::kDirectory, /*use_openat2=*/true);
+    if (!opened.ok()) return opened.status();
+    UniqueFd fd(*opened);
+    out->Watch(path, fd.get(), /*is_dir=*/true);
+    DIR* d = fdopendir(fd.get());
+    if (d == nullptr) return PosixError(Cat("opendir '", path, "'"), errno);
+    (void)fd.Release();
+    std::unique_ptr<DIR, int (*)(DIR*)> closer(d, &closedir);
+    while (true) {
+      errno = 0;
+      const struct dirent* e = readdir(d);
+      if (e == nullptr) {
+        if (errno != 0) return PosixError(Cat("readdir '", path, "'"), errno);
+        break;
+      }
+      const std::string_view name = e->d_name;
+      if (name == "." || name == "..") continue;
+      const std::string child = rel.empty() ? std::string(name) : JoinPath(rel, name);
+      unsigned char type = e->d_type;
+      if (type == DT_UNKNOWN || type == DT_LNK) {
+        struct stat st;
+        if (fstatat(dirfd(d), e->d_name, &st, type == DT_LNK ? 0 : AT_SYMLINK_NOFOLLOW) != 0) {
+          continue;  // a dangling link: nothing to pair
+        }
+        if (S_ISDIR(st.st_mode) && type == DT_LNK) continue;  // linked folders are not walked
+        type = S_ISDIR(st.st_mode) ? DT_DIR : S_ISREG(st.st_mode) ? DT_REG : DT_UNKNOWN;
+      }
+      if (type == DT_DIR) {
+        pending.push_back(child);
+      } else if (type == DT_REG) {
+        if (files->size() >= kMaxFiles) {
+          return absl::ResourceExhaustedError(
+              Cat("'", dir, "' holds more than ", kMaxFiles, " files"));
+        }
+        files->push_back(child);
+      }
+    }
+  }
+  std::sort(files->begin(), files->end());
+  return absl::OkStatus();
+}
+
+// `path` less its extension (the part from the last '.' of its last name).
+std::string_view Stem(std::string_view path) {
+  const size_t slash = path.rfind('/');
+  const size_t dot = path.rfind('.');
+  if (dot == std::string_view::npos || (slash != std::string_view::npos && dot < slash)) {
+    return path;
+  }
+  return path.substr(0, dot);
+}
+
+bool EndsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+}  // namespace
+
+absl::Status IndexPairedFolders(const DataRoot& root, const std::string& images,
+                                const std::string& masks, const std::string& image_suffix,
+                                const std::string& mask_suffix, DatasetIndex* out) {
+  std::vector<std::string> image_files, mask_files;
+  if (absl::Status st = ListFiles(root, images, out, &image_files); !st.ok()) return st;
+  if (absl::Status st = ListFiles(root, masks, out, &mask_files); !st.ok()) return st;
+  const std::unordered_set<std::string> mask_set(mask_files.begin(), mask_files.end());
+  uint64_t unpaired = 0;
+  std::string first_unpaired, first_missing;
+  for (const std::string& file : image_files) {
+    if (!image::HasImageFolderExtension(file)) continue;
+    std::string_view key = Stem(file);
+    if (!EndsWith(key, image_suffix)) continue;
+    key.remove_suffix(image_suffix.size());
+    const std::string mask = Cat(key, mask_suffix, ".png");
+    if (mask_set.count(mask) == 0) {
+      if (unpaired++ == 0) first_unpaired = file, first_missing = mask;
+      continue;
+    }
+    out->paths.append(JoinPath(images, file));
+    out->SetMask(JoinPath(masks, mask));
+    out->EndEntry(-1);
+  }
+  if (unpaired != 0) {
+    out->warnings.push_back(Cat(unpaired, " image(s) in '", images, "' have no mask in '", masks,
+                                "' (the first: '", first_unpaired, "', whose mask would be '",
+                                first_missing, "'); they are left out"));
+  }
+  if (out->size() == 0) {
+    return absl::FailedPreconditionError(
+        Cat("no image in '", images, "' has a mask in '", masks, "' (an image <path><",
+            image_suffix.empty() ? "" : image_suffix, ">.<ext> pairs with the mask <path>",
+            mask_suffix, ".png; ", image_files.size(), " file(s) and ", mask_files.size(),
+            " mask file(s) seen)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace dataset_internal
+}  // namespace stoker
