@@ -153,6 +153,11 @@ size_t BuildTaskMsg(const DaemonSession& s, const SampleTask& t, const TaskOptio
     msg->mask_out_offset = slot_base + s.plan.mask_offset +
                            (s.plan.variable_size ? 0 : s.plan.mask_sample_bytes * t.pos);
     msg->mask_out_capacity = s.plan.mask_sample_bytes;
+    if (ds.has_mask_range(t.index)) {
+      msg->mask_has_range = 1;
+      msg->mask_file_offset = ds.mask_range_offset(t.index);
+      msg->mask_file_length = ds.mask_range_length(t.index);
+    }
   }
   if (s.plan.box_stride != 0) {
     const uint32_t n = std::min(ds.box_count(t.index), s.plan.box_stride);
@@ -226,8 +231,11 @@ bool CompleteSample(DaemonSession& s, SampleTask& t, const worker::ResultMsg& r,
   if (r.bytes != want || r.bytes > capacity || !mask_ok || !boxes_ok ||
       (!s.plan.variable_size && r.bytes != s.plan.sample_bytes)) {
     if (format != nullptr) ++format->failed;
-    FailSample(s, t, "worker reported a sample size that does not fit its slot", ctx,
-               "bad_result");
+    FailSample(s, t,
+               absl::StrCat("worker reported a sample (", r.bytes, " bytes, ", r.width, "x",
+                            r.height, ", mask ", r.mask_bytes, " bytes, ", r.boxes_kept,
+                            " boxes) that does not fit its slot"),
+               ctx, "bad_result");
     return true;
   }
   if (format != nullptr) {

@@ -136,8 +136,12 @@ class MaskWriter {
   absl::Status Run(const TaskMsg& t, std::string_view path, const image::SampleSteps& steps,
                    const image::SampleResult& res, uint8_t* out, ResultMsg* r) {
     Input in;
-    if (absl::Status s = OpenChecked(path, false, 0, 0, t.max_file_bytes, &in); !s.ok()) return s;
-    if (absl::Status s = ReadRange(in.fd.get(), 0, in.length, &file_); !s.ok()) return s;
+    if (absl::Status s = OpenChecked(path, t.mask_has_range != 0, t.mask_file_offset,
+                                     t.mask_file_length, t.max_file_bytes, &in);
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = ReadRange(in.fd.get(), in.begin, in.length, &file_); !s.ok()) return s;
     r->input_bytes += in.length;
     const image::ImageFormat format = image::SniffFormat(file_.data(), file_.size());
     if (decoders_.count(format) == 0) decoders_[format] = image::MakeDecoder(format);

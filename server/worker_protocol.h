@@ -84,6 +84,11 @@ struct TaskMsg {
   uint32_t mask_path_bytes = 0;
   uint64_t mask_out_offset = 0;      // from the start of the ring's data area
   uint64_t mask_out_capacity = 0;
+  // With mask_has_range: the mask is [mask_file_offset, + mask_file_length)
+  // of its file (a WebDataset shard's member).
+  uint32_t mask_has_range = 0;
+  uint64_t mask_file_offset = 0;
+  uint64_t mask_file_length = 0;
   // Detection sets: the sample's `box_count` input boxes, which the daemon
   // wrote at these offsets from the start of the ring's data area (XYXY
   // float32 x 4, labels int64, flags uint8) before sending the task; the

@@ -30,8 +30,36 @@ constexpr uint64_t kMaxAnnotationBytes = uint64_t{4} << 30;
 // class_names() is indexed by category id: ids above this leave it empty.
 constexpr int64_t kMaxCategoryId = 1 << 20;
 
-// Python's json module writes NaN, Infinity and -Infinity bare, which is not
-// JSON; protobuf's parser takes them quoted for double fields.
+// The whole file, watched for the index cache.
+absl::StatusOr<std::string> ReadAll(const DataRoot& root, const std::string& file,
+                                    DatasetIndex* out) {
+  absl::StatusOr<int> opened =
+      OpenBeneathImpl(root.fd(), file, OpenKind::kRegularFile, /*use_openat2=*/true);
+  if (!opened.ok()) return opened.status();
+  UniqueFd fd(*opened);
+  struct stat st;
+  if (fstat(fd.get(), &st) != 0) return PosixError(Cat("fstat annotations '", file, "'"), errno);
+  if (static_cast<uint64_t>(st.st_size) > kMaxAnnotationBytes) {
+    return absl::InvalidArgumentError(
+        Cat("annotations '", file, "' are ", st.st_size, " bytes, over the ",
+            kMaxAnnotationBytes, " a COCO file may have"));
+  }
+  out->Watch(file, fd.get(), /*is_dir=*/false);
+  std::string text(static_cast<size_t>(st.st_size), '\0');
+  size_t have = 0;
+  while (have < text.size()) {
+    const ssize_t n = read(fd.get(), text.data() + have, text.size() - have);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return PosixError(Cat("read annotations '", file, "'"), errno);
+    if (n == 0) break;
+    have += static_cast<size_t>(n);
+  }
+  text.resize(have);
+  return text;
+}
+
+}  // namespace
+
 std::string QuoteNonFinite(std::string text) {
   static constexpr std::string_view kWords[] = {"NaN", "Infinity", "-Infinity"};
   std::string out;
@@ -68,36 +96,6 @@ std::string QuoteNonFinite(std::string text) {
   out.append(text, copied, std::string::npos);
   return out;
 }
-
-// The whole file, watched for the index cache.
-absl::StatusOr<std::string> ReadAll(const DataRoot& root, const std::string& file,
-                                    DatasetIndex* out) {
-  absl::StatusOr<int> opened =
-      OpenBeneathImpl(root.fd(), file, OpenKind::kRegularFile, /*use_openat2=*/true);
-  if (!opened.ok()) return opened.status();
-  UniqueFd fd(*opened);
-  struct stat st;
-  if (fstat(fd.get(), &st) != 0) return PosixError(Cat("fstat annotations '", file, "'"), errno);
-  if (static_cast<uint64_t>(st.st_size) > kMaxAnnotationBytes) {
-    return absl::InvalidArgumentError(
-        Cat("annotations '", file, "' are ", st.st_size, " bytes, over the ",
-            kMaxAnnotationBytes, " a COCO file may have"));
-  }
-  out->Watch(file, fd.get(), /*is_dir=*/false);
-  std::string text(static_cast<size_t>(st.st_size), '\0');
-  size_t have = 0;
-  while (have < text.size()) {
-    const ssize_t n = read(fd.get(), text.data() + have, text.size() - have);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return PosixError(Cat("read annotations '", file, "'"), errno);
-    if (n == 0) break;
-    have += static_cast<size_t>(n);
-  }
-  text.resize(have);
-  return text;
-}
-
-}  // namespace
 
 absl::Status IndexCoco(const DataRoot& root, const std::string& images,
                        const std::string& annotations, DatasetIndex* out) {

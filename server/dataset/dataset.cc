@@ -437,6 +437,7 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::Open(const DataRoot& roo
   trim(index.boxes);
   trim(index.box_labels);
   trim(index.box_flags);
+  trim(index.mask_ranges);
 
   if (!cache_file.empty()) {
     // A folder changed within the last 2 s may change again within the same
@@ -487,7 +488,8 @@ uint64_t Dataset::memory_bytes() const {
                    b.mask_offsets.capacity() * sizeof(uint64_t) +
                    b.box_offsets.capacity() * sizeof(uint64_t) +
                    b.boxes.capacity() * sizeof(float) + b.box_labels.capacity() * sizeof(int64_t) +
-                   b.box_flags.capacity() + name_.capacity() +
+                   b.box_flags.capacity() + b.mask_ranges.capacity() * sizeof(uint64_t) +
+                   name_.capacity() +
                    class_names_.capacity() * sizeof(std::string);
   for (const std::string& name : class_names_) bytes += name.capacity();
   return bytes;

@@ -164,9 +164,16 @@ class Dataset {
   //    its file name), in shard order then member order; a sample is the
   //    group's "jpg"/"jpeg" member, else its first member keyed "png",
   //    "webp", "tif", "tiff", "bmp", "ppm" or "pgm" (decoded by its content;
-  //    a "png" beside a "jpg" is a mask, not the image), its label the integer in the group's
-  //    "cls" member or the "label" (or "cls") field of its "json" member, -1
-  //    without either. Groups without an image are skipped. A member that
+  //    a "png" beside a "jpg" is a mask, not the image), its label the
+  //    integer in the group's "cls" member or the "label" (or "cls") field
+  //    of its "json" member, -1 without either. Groups without an image are
+  //    skipped. A group's "png" beside a "jpg"/"jpeg" image, or its
+  //    "mask.png" or "seg.png" member, is the sample's mask (a segmentation
+  //    set: an entry without one then fails as a sample). A "json" member
+  //    with a "boxes" list ([[x1, y1, x2, y2], ...], pixels) makes it a
+  //    detection set: "labels" (integers, one a box; -1 without) and
+  //    "iscrowd" (0 or 1) follow them; a box that is not 4 numbers fails its
+  //    sample. A member that
   //    runs past the end of a truncated shard is kept (it fails as a sample);
   //    a damaged header ends that shard's index (see warnings()).
   //  - kCoco: a COCO instances JSON (options.annotations) over an images
@@ -236,10 +243,20 @@ class Dataset {
   int64_t label(uint64_t i) const { return a_.labels[i]; }
   // Whether entries have masks (a segmentation set), and entry i's mask
   // file relative to the root ("" for an entry without one).
-  bool has_masks() const { return a_.mask_offsets.size != 0; }
+  // WebDataset: the mask is a member of the entry's shard (mask_path(i) is
+  // path(i), the range mask_range_offset/length; length 0: no mask).
+  bool has_masks() const { return a_.mask_offsets.size != 0 || a_.mask_ranges.size != 0; }
   std::string_view mask_path(uint64_t i) const {
+    if (a_.mask_ranges.size != 0) return a_.mask_ranges[2 * i + 1] != 0 ? path(i) : "";
     if (a_.mask_offsets.size == 0) return {};
     return {a_.masks.data + a_.mask_offsets[i], a_.mask_offsets[i + 1] - a_.mask_offsets[i]};
+  }
+  bool has_mask_range(uint64_t) const { return a_.mask_ranges.size != 0; }
+  uint64_t mask_range_offset(uint64_t i) const {
+    return a_.mask_ranges.size != 0 ? a_.mask_ranges[2 * i] : 0;
+  }
+  uint64_t mask_range_length(uint64_t i) const {
+    return a_.mask_ranges.size != 0 ? a_.mask_ranges[2 * i + 1] : 0;
   }
   // Whether entries have boxes (a detection set: COCO), entry i's box count
   // and its boxes (XYXY float32, 4 a box), box labels and flags (iscrowd);
@@ -309,6 +326,9 @@ class Dataset {
     // none); both empty when no entry has one.
     Span<char> masks;
     Span<uint64_t> mask_offsets;  // empty, or entries + 1 entries into masks
+    // WebDataset segmentation sets: (offset, length) of each entry's mask
+    // member in its shard (0, 0: none); empty when no entry has one.
+    Span<uint64_t> mask_ranges;
     // Detection sets: entries + 1 offsets (in boxes) into the boxes (4
     // floats each), their labels and flags; all empty without boxes.
     Span<uint64_t> box_offsets;

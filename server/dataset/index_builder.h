@@ -51,6 +51,7 @@ struct DatasetIndex {
   std::vector<uint64_t> mask_offsets;
   // Detection sets: see Dataset::Arrays::box_offsets. Empty unless
   // EnableBoxes was called before the first entry.
+  std::vector<uint64_t> mask_ranges;  // WebDataset: see Dataset::Arrays::mask_ranges
   std::vector<uint64_t> box_offsets;
   std::vector<float> boxes;
   std::vector<int64_t> box_labels;
@@ -71,8 +72,10 @@ struct DatasetIndex {
   }
   // Every entry has boxes (maybe none): call before the first entry.
   void EnableBoxes() { box_offsets.assign(1, 0); }
-  // Adds a box (XYXY) to the entry being added (before its EndEntry).
+  // Adds a box (XYXY) to the entry being added (before its EndEntry); the
+  // first box makes the set a detection set (the entries before have none).
   void AddBox(const float xyxy[4], int64_t label, uint8_t flag) {
+    if (box_offsets.empty()) box_offsets.assign(labels.size() + 1, 0);
     boxes.insert(boxes.end(), xyxy, xyxy + 4);
     box_labels.push_back(label);
     box_flags.push_back(flag);
@@ -111,6 +114,11 @@ absl::Status IndexImageFolder(const DataRoot& root, const std::string& dir,
 // Parses the manifest at the canonical file path `file` (relative to the
 // root). See Dataset::Open.
 absl::Status IndexManifest(const DataRoot& root, const std::string& file, DatasetIndex* out);
+
+// `text` with the bare NaN, Infinity and -Infinity that Python's json module
+// writes (not JSON) quoted, as protobuf's JSON parser takes them for double
+// fields; strings are left alone.
+std::string QuoteNonFinite(std::string text);
 
 // Indexes the COCO instances JSON at the canonical file path `annotations`
 // over the images folder `images` (both relative to the root). See

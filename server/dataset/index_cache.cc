@@ -7,7 +7,7 @@
 //   sections name | paths | offsets | entry_file | ranges | names |
 //            name_offsets | labels | class names | warnings | watched |
 //            listed | listed_offsets | masks | mask_offsets | box_offsets |
-//            boxes | box_labels | box_flags
+//            boxes | box_labels | box_flags | mask_ranges
 //
 // String lists (class names, warnings) are stored as NUL-separated text.
 // `watched` lists what the index was made from, with inode, size and mtime;
@@ -40,8 +40,9 @@ namespace {
 
 constexpr char kMagic[8] = {'S', 'T', 'K', 'I', 'D', 'X', '1', '\0'};
 // 2: flags (IndexOptions::flags()) and the listed paths.
-// 3: every IMG_EXTENSIONS file listed. 4: masks. 5: boxes.
-constexpr uint32_t kVersion = 5;
+// 3: every IMG_EXTENSIONS file listed. 4: masks. 5: boxes. 6: WebDataset
+// masks and boxes.
+constexpr uint32_t kVersion = 6;
 
 enum Section : uint32_t {
   kName,
@@ -63,6 +64,7 @@ enum Section : uint32_t {
   kBoxes,
   kBoxLabels,
   kBoxFlags,
+  kMaskRanges,
   kSectionCount
 };
 
@@ -175,6 +177,7 @@ Dataset::Arrays DatasetIndex::arrays() const {
     a.box_labels = {box_labels.data(), box_labels.size()};
     a.box_flags = {box_flags.data(), box_flags.size()};
   }
+  if (!mask_ranges.empty()) a.mask_ranges = {mask_ranges.data(), mask_ranges.size()};
   return a;
 }
 
@@ -231,6 +234,7 @@ absl::Status SaveIndex(const std::string& file, const std::string& name, int for
       {index.boxes.data(), index.boxes.size() * sizeof(float)},
       {index.box_labels.data(), index.box_labels.size() * sizeof(int64_t)},
       {index.box_flags.data(), index.box_flags.size()},
+      {index.mask_ranges.data(), index.mask_ranges.size() * sizeof(uint64_t)},
   };
   Header h{};
   std::memcpy(h.magic, kMagic, sizeof(kMagic));
@@ -359,6 +363,7 @@ std::unique_ptr<MappedIndex> LoadIndex(const DataRoot& root, const std::string& 
   array(kBoxes, &a.boxes);
   array(kBoxLabels, &a.box_labels);
   array(kBoxFlags, &a.box_flags);
+  array(kMaskRanges, &a.mask_ranges);
   // The arrays must agree with one another, and every offset stay inside
   // its buffer: a damaged cache must not send a worker elsewhere.
   const uint64_t n = a.labels.size;
@@ -370,7 +375,8 @@ std::unique_ptr<MappedIndex> LoadIndex(const DataRoot& root, const std::string& 
       (a.listed_offsets.size != 0 && a.listed_offsets.size != n + 1) ||
       (a.mask_offsets.size != 0 && a.mask_offsets.size != n + 1) ||
       (a.box_offsets.size != 0 && a.box_offsets.size != n + 1) ||
-      a.boxes.size != 4 * a.box_labels.size || a.box_flags.size != a.box_labels.size) {
+      a.boxes.size != 4 * a.box_labels.size || a.box_flags.size != a.box_labels.size ||
+      (a.mask_ranges.size != 0 && a.mask_ranges.size != 2 * n)) {
     *why = Cat(file, " is inconsistent");
     return nullptr;
   }

@@ -21,6 +21,8 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "server/dataset/beneath.h"
@@ -36,6 +38,8 @@ namespace {
 constexpr uint64_t kBlock = 512;
 // Label members ("cls", "json") larger than this are not read.
 constexpr uint64_t kMaxLabelBytes = 1 << 16;
+// A .json member with boxes may be longer (40 bytes a box), up to this.
+constexpr uint64_t kMaxJsonBytes = 16 << 20;
 // Long-name and pax records larger than this end the shard's index.
 constexpr uint64_t kMaxMetaBytes = 1 << 20;
 // A member size over this is a damaged header: it ends the shard's index.
@@ -167,6 +171,43 @@ bool ParseLabel(std::string_view text, bool json, int64_t* label) {
   return false;
 }
 
+// A "json" member's "boxes" (XYXY; a box that is not 4 numbers becomes
+// NaNs, which fail its sample), "labels" and "iscrowd". False when it has
+// no "boxes" list.
+bool ParseBoxes(const std::string& text, std::vector<float>* xyxy, std::vector<int64_t>* labels,
+                std::vector<uint8_t>* flags) {
+  google::protobuf::Value doc;
+  if (!google::protobuf::util::JsonStringToMessage(QuoteNonFinite(text), &doc).ok() ||
+      !doc.has_struct_value()) {
+    return false;
+  }
+  const auto& f = doc.struct_value().fields();
+  auto boxes = f.find("boxes");
+  if (boxes == f.end() || !boxes->second.has_list_value()) return false;
+  auto list = [&f](const char* name) -> const google::protobuf::ListValue* {
+    auto it = f.find(name);
+    return it != f.end() && it->second.has_list_value() ? &it->second.list_value() : nullptr;
+  };
+  const google::protobuf::ListValue* l = list("labels");
+  const google::protobuf::ListValue* c = list("iscrowd");
+  const auto& values = boxes->second.list_value().values();
+  for (int i = 0; i < values.size(); ++i) {
+    const google::protobuf::Value& b = values[i];
+    const bool box = b.has_list_value() && b.list_value().values_size() == 4;
+    for (int k = 0; k < 4; ++k) {
+      // Not a number (NaN as Python writes it, a string, null): not a box.
+      const google::protobuf::Value* v = box ? &b.list_value().values(k) : nullptr;
+      xyxy->push_back(v != nullptr && v->has_number_value() ? static_cast<float>(v->number_value())
+                                                            : NAN);
+    }
+    labels->push_back(l != nullptr && i < l->values_size()
+                          ? static_cast<int64_t>(l->values(i).number_value())
+                          : -1);
+    flags->push_back(c != nullptr && i < c->values_size() && c->values(i).number_value() != 0);
+  }
+  return true;
+}
+
 struct Group {
   std::string key;
   bool has_image = false;
@@ -175,6 +216,15 @@ struct Group {
   std::string image_name;
   bool has_label = false;
   int64_t label = -1;
+  // Segmentation sets: the mask member (a "png" beside a "jpg", or
+  // "mask.png" / "seg.png").
+  bool has_mask = false;
+  uint64_t mask_offset = 0, mask_length = 0;
+  // Detection sets: the "json" member's boxes.
+  bool has_boxes = false;
+  std::vector<float> boxes;
+  std::vector<int64_t> box_labels;
+  std::vector<uint8_t> box_flags;
 };
 
 class ShardIndexer {
@@ -233,8 +283,29 @@ class ShardIndexer {
       group_ = Group{};
       group_.key = std::string(key);
     }
+    if (ext == "mask.png" || ext == "seg.png") {
+      group_.has_mask = true;
+      group_.mask_offset = data;
+      group_.mask_length = size;
+      return;
+    }
     if (const int rank = ImageKeyRank(ext); rank != 0) {
-      if (group_.has_image && group_.image_rank <= rank) return;  // one image per sample
+      if (group_.has_image && group_.image_rank <= rank) {
+        // A "png" beside a "jpg" image: the sample's mask.
+        if (ext == "png" && group_.image_rank == 1 && !group_.has_mask) {
+          group_.has_mask = true;
+          group_.mask_offset = data;
+          group_.mask_length = size;
+        }
+        return;  // one image per sample
+      }
+      if (group_.has_image && rank == 1 && group_.image_rank == 2 && !group_.has_mask &&
+          absl::EndsWith(group_.image_name, ".png")) {
+        // The "png" taken first is the mask of the "jpg" found after it.
+        group_.has_mask = true;
+        group_.mask_offset = group_.image_offset;
+        group_.mask_length = group_.image_length;
+      }
       group_.has_image = true;
       group_.image_rank = rank;
       group_.image_offset = data;
@@ -247,8 +318,19 @@ class ShardIndexer {
       std::string text(size, '\0');
       if (ReadAt(fd_, data, text.data(), size)) {
         group_.has_label = ParseLabel(text, ext == "json", &group_.label);
+        if (ext == "json") ReadBoxes(text);
       }
+    } else if (ext == "json" && !group_.has_boxes && size <= kMaxJsonBytes &&
+               data + size <= size_) {
+      std::string text(size, '\0');
+      if (ReadAt(fd_, data, text.data(), size)) ReadBoxes(text);
     }
+  }
+
+  void ReadBoxes(const std::string& text) {
+    if (group_.has_boxes || text.find("\"boxes\"") == std::string::npos) return;
+    group_.has_boxes =
+        ParseBoxes(text, &group_.boxes, &group_.box_labels, &group_.box_flags);
   }
 
   void Flush() {
@@ -262,7 +344,16 @@ class ShardIndexer {
       out_->ranges.push_back(group_.image_length);
       out_->names.append(group_.image_name);
       out_->name_offsets.push_back(out_->names.size());
+      if (group_.has_mask || !out_->mask_ranges.empty()) {
+        out_->mask_ranges.resize(2 * out_->labels.size(), 0);  // the entries before: none
+        out_->mask_ranges.push_back(group_.has_mask ? group_.mask_offset : 0);
+        out_->mask_ranges.push_back(group_.has_mask ? group_.mask_length : 0);
+      }
+      for (size_t b = 0; b < group_.box_labels.size(); ++b) {
+        out_->AddBox(group_.boxes.data() + 4 * b, group_.box_labels[b], group_.box_flags[b]);
+      }
       out_->labels.push_back(group_.has_label ? group_.label : -1);
+      if (!out_->box_offsets.empty()) out_->box_offsets.push_back(out_->box_labels.size());
       out_->Tick();
     }
     group_ = Group{};

@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cmath>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -181,6 +183,55 @@ TEST_CASE("WebDataset: every image key is an image; jpg first, else the first im
   CHECK(ReadRange(tmp / "root/shard.tar", d.range_offset(keys.size() + 1),
                   d.range_length(keys.size() + 1)) == "FIRST");
   CHECK(d.warnings().size() == 2);  // g without an image, n without a label
+}
+
+TEST_CASE("WebDataset: a png beside a jpg is the mask; json boxes make a detection set",
+          "[dataset][webdataset][cache]") {
+  TempDir tmp;
+  TarWriter a;
+  a.File("a.jpg", "IMAGE-A");
+  a.File("a.png", "MASK-A");
+  a.File("a.json", R"({"label": 3, "boxes": [[1, 2, 11, 22], [0, 0, 5, 5]], "labels": [7, 8],
+                     "iscrowd": [0, 1]})");
+  a.File("b.seg.png", "MASK-B");  // before its image
+  a.File("b.png", "IMAGE-B");
+  a.File("b.json", R"({"boxes": [[1, 2, 3], [NaN, 0, 1, 1]]})");
+  a.File("c.jpg", "IMAGE-C");  // no mask, no boxes
+  a.End();
+  WriteFile(tmp / "root/seg.tar", a.bytes());
+  auto root = OpenRoot(tmp / "root");
+  IndexOptions io;
+  io.cache_dir = tmp / "cache";
+  std::filesystem::last_write_time(
+      tmp / "root/seg.tar", std::filesystem::file_time_type::clock::now() - std::chrono::seconds(10));
+  for (int pass = 0; pass < 2; ++pass) {
+    auto opened = Dataset::Open(*root, "seg.tar", DatasetFormat::kAuto, io);
+    REQUIRE(opened.ok());
+    const Dataset& d = **opened;
+    CHECK(d.from_cache() == (pass == 1));
+    REQUIRE(d.size() == 3);
+    REQUIRE(d.has_masks());
+    CHECK(d.mask_path(0) == "seg.tar");
+    CHECK(ReadRange(tmp / "root/seg.tar", d.mask_range_offset(0), d.mask_range_length(0)) ==
+          "MASK-A");
+    CHECK(ReadRange(tmp / "root/seg.tar", d.range_offset(1), d.range_length(1)) == "IMAGE-B");
+    CHECK(ReadRange(tmp / "root/seg.tar", d.mask_range_offset(1), d.mask_range_length(1)) ==
+          "MASK-B");
+    CHECK(d.mask_path(2).empty());  // fails as a sample in a segmentation session
+    CHECK(d.label(0) == 3);
+    REQUIRE(d.has_boxes());
+    CHECK(d.max_boxes() == 2);
+    REQUIRE(d.box_count(0) == 2);
+    CHECK(std::vector<float>(d.box_xyxy(0), d.box_xyxy(0) + 8) ==
+          std::vector<float>{1, 2, 11, 22, 0, 0, 5, 5});
+    CHECK((d.box_labels(0)[0] == 7 && d.box_labels(0)[1] == 8));
+    CHECK((d.box_flags(0)[0] == 0 && d.box_flags(0)[1] == 1));
+    REQUIRE(d.box_count(1) == 2);
+    CHECK(std::isnan(d.box_xyxy(1)[0]));  // 3 numbers: not a box, fails its sample
+    CHECK(std::isnan(d.box_xyxy(1)[4]));
+    CHECK(d.box_labels(1)[0] == -1);
+    CHECK(d.box_count(2) == 0);
+  }
 }
 
 TEST_CASE("WebDataset: samples grouped by key, labels from .cls and .json, ranges exact",

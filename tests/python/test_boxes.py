@@ -381,3 +381,69 @@ def test_iou_crop_needs_boxes(stoker, daemon_factory, tmp_path):
     d = daemon_factory(workers=1, data_root=str(root))
     with pytest.raises(stoker.InvalidRequestError, match="RandomIoUCrop needs each sample's boxes"):
         stoker.Loader(".", socket=d.socket, batch_size=2, ops=SSD).info
+
+
+def test_webdataset_samples_carry_masks_and_boxes(stoker, daemon_factory, build_dir, tmp_path):
+    """A shard whose samples hold a jpg image, a png mask and a json with
+    boxes: both targets move with the image (the mask exactly as
+    stoker-image-tool's labels run moves it, the boxes as the reference's
+    arithmetic), and come as torchvision's detection targets with "masks"."""
+    import io
+    import tarfile
+    root = tmp_path / "data"
+    loose = tmp_path / "loose"
+    root.mkdir()
+    loose.mkdir()
+    rng = np.random.default_rng(8)
+    boxes = {}
+    with tarfile.open(root / "shard.tar", "w") as tar:
+        def add(name, data):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+            (loose / name).write_bytes(data)
+        for k in range(6):
+            h, w = SIZES[k]
+            buf = io.BytesIO()
+            PIL.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(
+                buf, "JPEG", quality=90)
+            add(f"{k:03d}.jpg", buf.getvalue())
+            buf = io.BytesIO()
+            m = ((np.arange(h)[:, None] // 5 + np.arange(w)[None, :] // 3) % 21).astype(np.uint8)
+            PIL.fromarray(m, mode="L").save(buf, "PNG")
+            add(f"{k:03d}.seg.png", buf.getvalue())
+            bx = [[float(x), float(y), float(x + 9), float(y + 7)]
+                  for x, y in zip(rng.uniform(0, w - 10, k), rng.uniform(0, h - 8, k))]
+            boxes[k] = bx
+            add(f"{k:03d}.json", json.dumps({"label": k, "boxes": bx,
+                                             "labels": list(range(k))}).encode())
+    d = daemon_factory(workers=2, data_root=str(root))
+    keywords = {"size": 32}
+    tool = os.path.join(build_dir, "server", "image", "stoker-image-tool")
+    with stoker.Loader("shard.tar", socket=d.socket, batch_size=3, size=32, seed=6,
+                       epochs=1) as ld:
+        seen = 0
+        for view in ld.iter_batches():
+            images, targets = view
+            assert view.statuses.tolist() == [0, 0, 0], d.log_tail(5)
+            for i, index in enumerate(view.indices.tolist()):
+                t = targets[i]
+                assert tuple(t["masks"].shape) == (32, 32)
+                steps = steps_of(build_dir, tmp_path, loose / f"{index:03d}.jpg", 6, view.epoch,
+                                 index, keywords, boxes=boxes[index])
+                out = str(tmp_path / "mask.raw")
+                r = subprocess.run([tool, "labels", "--input", str(loose / f"{index:03d}.seg.png"),
+                                    "--out", out, "--steps", json.dumps(steps)],
+                                   capture_output=True, text=True, timeout=60)
+                assert r.returncode == 0, r.stderr
+                want_mask = np.fromfile(out, dtype=np.uint8).reshape(32, 32)
+                assert np.array_equal(t["masks"].numpy(), want_mask)
+                h, w = SIZES[index]
+                want, keep = reference_boxes(boxes[index], steps, h, w)
+                got = t["boxes"].numpy().astype(np.float64)
+                assert got.shape[0] == int(keep.sum())
+                assert np.abs(got - want[keep]).max(initial=0) <= 1e-4
+                assert t["labels"].tolist() == [lab for lab, k in zip(range(index), keep) if k]
+                assert t["image_id"] == index  # the json's label
+                seen += 1
+        assert seen == 6
