@@ -123,6 +123,17 @@ absl::Status LowerOp(const v1::Op& op, int i, image::OpParams* o) {
       if (!Resampling(r, o)) return NotEffective(i, "Resize needs interpolation and antialias");
       return absl::OkStatus();
     }
+    case v1::Op::kRandomShortestSize: {
+      const auto& r = op.random_shortest_size();
+      o->kind = image::OpKind::kRandomShortestSize;
+      if (r.min_size().empty() || r.min_size_size() > 8 || !Resampling(r, o)) {
+        return NotEffective(i, "RandomShortestSize needs 1..8 min_size, interpolation, antialias");
+      }
+      o->shortest_count = static_cast<uint32_t>(r.min_size_size());
+      for (int k = 0; k < r.min_size_size(); ++k) o->shortest[k] = r.min_size(k);
+      o->max_size = r.has_max_size() ? r.max_size() : 0;
+      return absl::OkStatus();
+    }
     case v1::Op::kRandomZoomOut: {
       const auto& r = op.random_zoom_out();
       o->kind = image::OpKind::kRandomZoomOut;

@@ -745,6 +745,22 @@ absl::Status FillOp(Op* op, const std::string& at) {  // `at`: "ops[i] Name: "
       }
       return Resampling(o, at);
     }
+    case Op::kRandomShortestSize: {
+      v1::RandomShortestSize* o = op->mutable_random_shortest_size();
+      if (o->min_size().empty() || o->min_size_size() > 8) {
+        return Bad(at, "min_size must be 1 to 8 sizes, not ", absl::StrCat(o->min_size_size()));
+      }
+      for (uint32_t v : o->min_size()) {
+        if (v < 1 || v > kMaxResizeSide) {
+          return Bad(at, "min_size ", ListText(o->min_size()), ": each must be within 1..",
+                     absl::StrCat(kMaxResizeSide));
+        }
+      }
+      if (o->has_max_size() && (o->max_size() < 1 || o->max_size() > kMaxResizeSide)) {
+        return Bad(at, "max_size must be within 1..", absl::StrCat(kMaxResizeSide));
+      }
+      return Resampling(o, at);
+    }
     case Op::kRandomZoomOut: {
       v1::RandomZoomOut* o = op->mutable_random_zoom_out();
       if (absl::Status st = FillValues(o->mutable_fill(), at); !st.ok()) return st;
@@ -1294,6 +1310,7 @@ OutputShape ShapeOf(const PipelineSpec& s) {
         }
         break;
       case Op::kRandomResize:
+      case Op::kRandomShortestSize:
       case Op::kRandomZoomOut:
       case Op::kRandomIouCrop:
         shape = OutputShape{false, 0, 0, i};

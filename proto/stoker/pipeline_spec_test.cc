@@ -1120,6 +1120,18 @@ TEST_CASE("the detection reference's ops: its defaults, checked ranges") {
   CHECK_THAT(Error(R"({"ops": [{"RandomZoomOut": {}}]})"), Contains("RandomZoomOut"));
 }
 
+TEST_CASE("RandomShortestSize: sizes required, max_size optional, a varying output") {
+  const PipelineSpec e = Eff(R"({"ops": [{"RandomShortestSize": {"min_size": [480, 512],
+                                          "max_size": 1333}}, {"CenterCrop": {"size": [448]}}]})");
+  CHECK(e.ops(0).random_shortest_size().interpolation() == "bilinear");
+  CHECK_THAT(Error(R"({"ops": [{"RandomShortestSize": {}}]})"),
+             Contains("min_size must be 1 to 8 sizes, not 0"));
+  CHECK_THAT(Error(R"({"ops": [{"RandomShortestSize": {"min_size": [0]}}]})"),
+             Contains("min_size [0]: each must be within 1.."));
+  CHECK_THAT(Error(R"({"ops": [{"RandomShortestSize": {"min_size": [8]}}]})"),
+             Contains("RandomShortestSize"));
+}
+
 TEST_CASE("box keywords: 0 by default, checked ranges") {
   const PipelineSpec e = Eff("{}");
   CHECK(e.box_min_size() == 0);

@@ -159,6 +159,14 @@ absl::Status ValidateOp(uint32_t i, const OpParams& op) {
         return bad("max_size needs a single size and must be in size+1..65500");
       }
       return absl::OkStatus();
+    case OpKind::kRandomShortestSize:
+      if (op.shortest_count < 1 || op.shortest_count > 8) return bad("1..8 min_size values");
+      for (uint32_t k = 0; k < op.shortest_count; ++k) {
+        if (!InSide(op.shortest[k])) return bad("min_size must be in 1..65500");
+      }
+      if (op.max_size > kMaxOpSide) return bad("max_size must be in 0..65500");
+      if (!ValidInterpolation(op.interpolation)) return bad("unknown interpolation");
+      return absl::OkStatus();
     case OpKind::kRandomZoomOut:
       if (!(op.p >= 0.0f && op.p <= 1.0f)) return bad("p must be in [0, 1]");
       if (!Finite(op.side_range[0]) || !Finite(op.side_range[1]) || !(op.side_range[0] >= 1) ||
@@ -618,6 +626,8 @@ const char* OpKindName(OpKind kind) {
       return "Resize";
     case OpKind::kRandomResize:
       return "RandomResize";
+    case OpKind::kRandomShortestSize:
+      return "RandomShortestSize";
     case OpKind::kRandomZoomOut:
       return "RandomZoomOut";
     case OpKind::kRandomIoUCrop:
@@ -927,6 +937,20 @@ absl::Status DrawSteps(const PipelineParams& p, uint32_t height, uint32_t width,
           if ((op.jitter_set & (1u << order[k])) != 0) s.jitter_order[s.jitter_count++] = order[k];
         }
         for (uint32_t j = 0; j < 4; ++j) s.factor[j] = factor[j];
+        break;
+      }
+      case OpKind::kRandomShortestSize: {
+        // r = min(s / shorter, max_size / longer) in double, sides int(side * r).
+        const double s = op.shortest[rng.Below(op.shortest_count)];
+        double r = s / std::min(h, w);
+        if (op.max_size != 0) r = std::min(r, static_cast<double>(op.max_size) / std::max(h, w));
+        const auto rh = static_cast<uint32_t>(h * r), rw = static_cast<uint32_t>(w * r);
+        if (rh == 0 || rw == 0) {
+          return OpError(
+              i, op.kind,
+              absl::StrCat("resizing a ", w, "x", h, " image (width x height) leaves no pixels"));
+        }
+        if (rh != h || rw != w) add_resize(rh, rw, op.interpolation);
         break;
       }
       case OpKind::kRandomZoomOut: {

@@ -77,6 +77,7 @@ enum class OpKind : uint32_t {
   kRandomZoomOut = 25,
   kRandomIoUCrop = 26,              // needs the sample's boxes (DrawSteps)
   kRandomPhotometricDistort = 27,
+  kRandomShortestSize = 28,  // v2's and the detection reference's
 };
 
 // torchvision's AutoAugmentPolicy.
@@ -135,6 +136,10 @@ struct OpParams {
   uint32_t max_size = 0;      // Resize([s]): 0 = none
   // RandomResize: the shorter side's range [min, max), max excluded.
   uint32_t resize_range[2] = {0, 0};
+  // RandomShortestSize: the shorter side's choices (max_size above caps the
+  // longer; 0: none).
+  uint32_t shortest_count = 0;
+  uint32_t shortest[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   // RandomZoomOut: the canvas' side ratio range (p, fill above).
   float side_range[2] = {0, 0};
   // RandomIoUCrop: the crop's side scale range and aspect ratio range, the
@@ -434,6 +439,7 @@ struct SampleSteps {
 // adjustments, then each set factor uniform in its range, in the order
 // brightness, contrast, saturation, hue; GaussianBlur: sigma uniform in its
 // range; RandomResize: the shorter side, a uniform integer in [min, max);
+// RandomShortestSize: one of its sizes, uniformly;
 // RandomRotation: the angle; RandomAffine (get_params): the angle,
 // then when given the translations x then y (int(round(U(-d, d))), d =
 // translate[0] * width, translate[1] * height), the scale, the shear x then

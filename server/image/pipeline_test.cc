@@ -586,6 +586,32 @@ TEST_CASE("DrawSteps: RandomIoUCrop crops around the boxes, RandomZoomOut pads w
   }
 }
 
+TEST_CASE("DrawSteps: RandomShortestSize picks a size, caps the longer side", "[pipeline][draw]") {
+  OpParams rs = Op(OpKind::kRandomShortestSize);
+  rs.shortest_count = 3;
+  rs.shortest[0] = 480, rs.shortest[1] = 512, rs.shortest[2] = 800;
+  rs.max_size = 1000;
+  rs.interpolation = Interpolation::kAntialias;
+  REQUIRE(ValidateParams(WithOps({rs})).ok());
+  std::set<uint32_t> heights;
+  for (uint64_t index = 0; index < 200; ++index) {
+    SampleKey key;
+    key.dataset_index = index;
+    SampleSteps s;
+    REQUIRE(DrawSteps(WithOps({rs}), 375, 500, key, &s).ok());
+    REQUIRE(s.count == 1);
+    heights.insert(s.steps[0].height);
+    // torchvision: r = min(size / 375, 1000 / 500); sides int(side * r).
+    const uint32_t h = s.steps[0].height, w = s.steps[0].width;
+    const bool one_of = (h == 480 && w == 640) || (h == 512 && w == 682) ||
+                        (h == 750 && w == 1000);  // 800 capped: r = 2
+    CHECK(one_of);
+  }
+  CHECK(heights == std::set<uint32_t>{480, 512, 750});
+  rs.shortest_count = 0;
+  CHECK_FALSE(ValidateParams(WithOps({rs})).ok());
+}
+
 TEST_CASE("DrawSteps: RandomCrop pads, then draws its offsets", "[pipeline][draw]") {
   OpParams crop = Op(OpKind::kRandomCrop);
   crop.height = crop.width = 32;

@@ -447,3 +447,32 @@ def test_webdataset_samples_carry_masks_and_boxes(stoker, daemon_factory, build_
                 assert t["image_id"] == index  # the json's label
                 seen += 1
         assert seen == 6
+
+
+def test_random_shortest_size_scales_boxes_as_the_reference(stoker, daemon_factory, build_dir,
+                                                           tmp_path):
+    root = tmp_path / "data"
+    doc = make_coco(root, SIZES, random_boxes(4))
+    by_image = {}
+    for a in doc["annotations"]:
+        x, y, bw, bh = a["bbox"]
+        by_image.setdefault(a["image_id"], []).append([x, y, x + bw, y + bh])
+    ops = [{"RandomShortestSize": {"min_size": [40, 56, 72], "max_size": 90}},
+           {"CenterCrop": {"size": [36, 36]}}]
+    d = daemon_factory(workers=2, data_root=str(root))
+    with stoker.Loader("images", socket=d.socket, batch_size=4, ops=ops, seed=9, epochs=1,
+                       annotations="instances.json") as ld:
+        for view in ld.iter_batches():
+            for i, index in enumerate(view.indices.tolist()):
+                steps = steps_of(build_dir, tmp_path, root / "images" / f"{index}.png", 9,
+                                 view.epoch, index, {"ops": ops})
+                h, w = SIZES[index]
+                # torchvision: r = min(s / shorter, max_size / longer), int(side * r).
+                sizes = {(int(h * r), int(w * r)) for r in
+                         (min(s / min(h, w), 90 / max(h, w)) for s in (40, 56, 72))}
+                resized = [(s["height"], s["width"]) for s in steps if s["kind"] == "resize"]
+                assert resized[0] in sizes if resized else (h, w) in sizes
+                want, keep = reference_boxes(by_image.get(100 + index, []), steps, h, w)
+                got = view.targets[i]["boxes"].numpy().astype(np.float64)
+                assert got.shape[0] == int(keep.sum())
+                assert np.abs(got - want[keep]).max(initial=0) <= 1e-4
