@@ -319,11 +319,15 @@ class DataLoaderSource(bench.DataLoaderSource):
         return touchable(next(self.it))
 
 
-class StokerSource:
-    def __init__(self, daemon: bench.Daemon, dataset: str, batch: int, name: str,
+class StokerSource(bench.StokerSource):
+    """bench.py's stoker side with a recipe's ops (and annotations) given as
+    Loader keywords."""
+
+    def __init__(self, daemon: bench.Daemon, dataset: str, batch: int, name: str,  # noqa: D107
                  **kw: Any) -> None:
         import stoker
         self.daemon = daemon
+        self.name = name
         self.loader = stoker.Loader(dataset, socket=daemon.socket, batch_size=batch,
                                     ring_slots=bench.RING_SLOTS, drop_last=True,
                                     timeout_ms=180000, client_name=name, dtype="float32",
@@ -331,20 +335,8 @@ class StokerSource:
         self.loader.attach()
         self.it = self._stream()
 
-    def _stream(self):
-        while True:
-            yield from self.loader
-
-    def producer_cpu(self) -> float:
-        d, w = self.daemon.cpu()
-        return d + w
-
     def next(self):
         return touchable(next(self.it))
-
-    def close(self) -> None:
-        self.it.close()
-        self.loader.close()
 
 
 def touchable(batch):
@@ -420,7 +412,6 @@ def main() -> int:
                         gc.collect()
                     if config == "stoker":
                         daemon.check_alive()
-                        daemon.quiesce()
                     res["round"] = r
                     runs[recipe][config].append(res)
                     bench.log(f"round {r + 1} {recipe} {config}: {res['images_per_s']:.1f} img/s, "

@@ -242,7 +242,8 @@ TEST_CASE("a worker's failure, and a size that does not fit, fail the sample") {
   r = DecodedResult(*f.s, *t0);
   r.bytes += 1;
   REQUIRE(CompleteSample(*f.s, *t0, r, f.ctx));
-  CHECK(f.s->failures.at(2).reason == "worker reported a sample size that does not fit its slot");
+  CHECK(f.s->failures.at(2).reason ==
+        "worker reported a sample (193 bytes, 8x8, mask 0 bytes, 0 boxes) that does not fit its slot");
   // A task whose batch is gone is left alone.
   SampleTask orphan;
   orphan.seq = 99;
@@ -299,7 +300,7 @@ TEST_CASE("EndSession forgets the session's tasks and tells its client") {
   CHECK(f.s->ring->header()->daemon_state.load() == ring::kStopped);
 }
 
-TEST_CASE("a ring deepens from a batch both depths put in slot 0; full time is measured") {
+TEST_CASE("a ring deepens from a batch both depths put in slot 0, full time is measured") {
   v1::AttachRequest req = SmallRequest("list.txt", 1, 0, 1);  // ring_slots 0: may deepen
   Fixture f(req, 40);
   FakeClock clock;

@@ -170,7 +170,7 @@ TEST_CASE("Load indexes entries oldest first, removes temporaries, keeps to the 
   CHECK(cache.WritesAllowed());
 }
 
-TEST_CASE("Writes evict the least recently used entries; hits keep theirs") {
+TEST_CASE("Writes evict the least recently used entries, hits keep theirs") {
   FakeDir dir;
   TranscodeCache cache(&dir, 1000);
   REQUIRE(cache.Load().ok());
@@ -200,7 +200,7 @@ TEST_CASE("Writes evict the least recently used entries; hits keep theirs") {
   CHECK(cache.stats().bytes <= 1000);
 }
 
-TEST_CASE("A full budget of entries this run used refuses writes; old ones give way") {
+TEST_CASE("A full budget of entries this run used refuses writes, old ones give way") {
   FakeDir dir;
   dir.files[Name(1)] = {600, 1};  // left by an earlier run
   TranscodeCache cache(&dir, 1000);

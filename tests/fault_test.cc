@@ -129,7 +129,7 @@ TEST_CASE("bad files are replaced under 'skip', named under 'error', and quarant
   }
 }
 
-TEST_CASE("a worker that dies twice on one file quarantines it; the rest is delivered") {
+TEST_CASE("a worker that dies twice on one file quarantines it, the rest is delivered") {
   TempDir data;
   auto files = MakeImageFolder(data.path() + "/ds", 2, 10, 4);  // 20 samples
   fs::rename(files[7], data.path() + "/ds/class_0/poison_7.jpg");

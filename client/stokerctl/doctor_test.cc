@@ -85,7 +85,7 @@ TEST_CASE("doctor: a fed trainer is healthy, the consumer is the bound") {
   CHECK(d.sessions[0].advice.empty());
 }
 
-TEST_CASE("doctor: partly data-bound; slow storage points at readahead") {
+TEST_CASE("doctor: partly data-bound, slow storage points at readahead") {
   const auto b = Status(110, 11.5, 11000, 110, 9.0, 3, 0.5);
   // The window's read mean: (11000 * 9 - 10000 * 0.1) / 1000 = 98 ms.
   const Diagnosis d = Diagnose(Status(100, 10, 10000, 100), b, 10);
@@ -96,7 +96,7 @@ TEST_CASE("doctor: partly data-bound; slow storage points at readahead") {
   CHECK(readahead);
 }
 
-TEST_CASE("doctor: the autotuner still growing; a fixed pool; a bad-file storm") {
+TEST_CASE("doctor: the autotuner still growing, a fixed pool, a bad-file storm") {
   auto b = Status(110, 15, 12000, 130, 0.1, 3, 0.5, /*failed=*/400);
   b.mutable_autotune()->set_workers(2);
   Diagnosis d = Diagnose(Status(100, 10, 10000, 100), b, 10);

@@ -231,7 +231,7 @@ TEST_CASE("a keyword the preset has no op for, or a preset keyword beside ops", 
   CHECK_THAT(Error(R"({"pipeline": 3})"), Contains("pipeline must be a string"));
 }
 
-TEST_CASE("interpolation: bilinear only; 0.1's 'antialias' is refused by name", "[pipeline_spec]") {
+TEST_CASE("interpolation: bilinear only, 0.1's 'antialias' is refused by name", "[pipeline_spec]") {
   CHECK_THAT(Error(R"({"interpolation": "bicubic"})"),
              Contains("'bicubic' is not served") && Contains("only 'bilinear'") &&
                  Contains("antialias=false gives the plain 2-tap kind"));
@@ -740,7 +740,7 @@ TEST_CASE("sizes: limits, one value for both sides, agreement with the ops", "[p
               .size()) == std::vector<uint32_t>{20, 30});
 }
 
-TEST_CASE("Resize: [s] is the shorter side and varies the size; [h, w] fixes it; max_size",
+TEST_CASE("Resize: one size is the shorter side and varies the size, two fix it, max_size",
           "[pipeline_spec]") {
   const std::string shorter = R"({"ops": [{"Resize": {"size": 64}}]})";
   CHECK_THAT(Error(shorter, 8), Contains("the output size varies (ops[0] Resize)") &&

@@ -496,7 +496,7 @@ TEST_CASE("Manifest: malformed lines name their line", "[dataset][manifest]") {
   }
 }
 
-TEST_CASE("Manifest: #columns declares image, label and mask columns; masks survive the cache",
+TEST_CASE("Manifest: #columns declares image, label and mask columns, masks survive the cache",
           "[dataset][manifest][cache]") {
   TempDir tmp;
   tmp.Write("root/seg/list.txt",

@@ -149,7 +149,7 @@ TEST_CASE("Brace patterns expand like the shell's, zero padding kept", "[dataset
   CHECK(many->back() == "shards/train-9999.tar");
 }
 
-TEST_CASE("WebDataset: every image key is an image; jpg first, else the first image member",
+TEST_CASE("WebDataset: every image key is an image, jpg first, else the first image member",
           "[dataset][webdataset]") {
   TempDir tmp;
   TarWriter a;
@@ -185,7 +185,7 @@ TEST_CASE("WebDataset: every image key is an image; jpg first, else the first im
   CHECK(d.warnings().size() == 2);  // g without an image, n without a label
 }
 
-TEST_CASE("WebDataset: a png beside a jpg is the mask; json boxes make a detection set",
+TEST_CASE("WebDataset: a png beside a jpg is the mask, json boxes make a detection set",
           "[dataset][webdataset][cache]") {
   TempDir tmp;
   TarWriter a;

@@ -43,7 +43,7 @@ absl::Status Run(const SampleSteps& steps, uint32_t h, uint32_t w, Boxes* b, Box
   return ApplyBoxSteps(steps, h, w, rules, out, &scratch);
 }
 
-TEST_CASE("boxes: crop shifts and clamps; a box left outside is dropped with its label") {
+TEST_CASE("boxes: crop shifts and clamps, a box left outside is dropped with its label") {
   Boxes b;
   b.Add(10, 10, 30, 40, 7);
   b.Add(0, 0, 5, 5, 8, 1);      // outside the crop

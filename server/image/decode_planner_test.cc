@@ -221,7 +221,7 @@ TEST_CASE("Process: a disabled DCT scale is passed over for the next allowed one
   CHECK(at1 == at1_again);
 }
 
-TEST_CASE("SerializeCalibration round-trips; ParseCalibration refuses anything else",
+TEST_CASE("SerializeCalibration round-trips, ParseCalibration refuses anything else",
           "[decode_planner]") {
   DecodeCalibration c;
   c.costs = {{1, 1.25, 5.0}, {2, 1.5, 5.0}, {4, 1.0 / 3, 5.1}, {8, 1.75, 5.25}};

@@ -164,7 +164,7 @@ TEST_CASE("steps move label values and never make new ones") {
   CHECK(std::count(m.data.begin(), m.data.end(), 255) > 0);
 }
 
-TEST_CASE("a region lands where the crop and flip put it; flips twice are the identity") {
+TEST_CASE("a region lands where the crop and flip put it, flips twice are the identity") {
   LabelMap m = Pattern(20, 30);
   const LabelMap orig = m;
   SampleSteps steps;
@@ -189,7 +189,7 @@ TEST_CASE("a region lands where the crop and flip put it; flips twice are the id
   CHECK(twice.data == orig.data);
 }
 
-TEST_CASE("AugMix's chains leave labels alone; a crop outside the map fails") {
+TEST_CASE("AugMix's chains leave labels alone, a crop outside the map fails") {
   LabelMap m = Pattern(16, 16);
   const LabelMap orig = m;
   SampleSteps steps;

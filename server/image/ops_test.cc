@@ -460,7 +460,7 @@ TEST_CASE("Inverse affine matrix is torchvision's", "[ops][policy]") {
   CHECK((m[0] == 1 && m[1] == 0 && m[2] == 0 && m[3] == 0 && m[4] == 1 && m[5] == 0));
 }
 
-TEST_CASE("Affine identity copies; whole-pixel translations shift with fill", "[ops][policy]") {
+TEST_CASE("Affine identity copies, whole-pixel translations shift with fill", "[ops][policy]") {
   const uint32_t h = 13, w = 17;
   const std::vector<uint8_t> img = Indexed(h, w);
   const uint8_t fill[3] = {201, 202, 203};

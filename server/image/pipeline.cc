@@ -845,6 +845,16 @@ absl::Status DrawSteps(const PipelineParams& p, uint32_t height, uint32_t width,
       h = static_cast<uint32_t>(std::min<uint64_t>(uint64_t{h} + t + b, UINT32_MAX));
       w = static_cast<uint32_t>(std::min<uint64_t>(uint64_t{w} + l + r, UINT32_MAX));
     };
+    // The resizes' end: to rh x rw, nothing when that is the size already.
+    auto resize_to = [&](uint32_t rh, uint32_t rw) -> absl::Status {
+      if (rh == 0 || rw == 0) {
+        return OpError(
+            i, op.kind,
+            absl::StrCat("resizing a ", w, "x", h, " image (width x height) leaves no pixels"));
+      }
+      if (rh != h || rw != w) add_resize(rh, rw, op.interpolation);
+      return absl::OkStatus();
+    };
     switch (op.kind) {
       case OpKind::kRandomResizedCrop: {
         const CropBox box = ChooseTrainCrop(h, w, op, rng);
@@ -855,12 +865,7 @@ absl::Status DrawSteps(const PipelineParams& p, uint32_t height, uint32_t width,
       case OpKind::kResize: {
         uint32_t rh, rw;
         ResizeOutputSize(h, w, op, &rh, &rw);
-        if (rh == 0 || rw == 0) {
-          return OpError(
-              i, op.kind,
-              absl::StrCat("resizing a ", w, "x", h, " image (width x height) leaves no pixels"));
-        }
-        if (rh != h || rw != w) add_resize(rh, rw, op.interpolation);
+        if (absl::Status st = resize_to(rh, rw); !st.ok()) return st;
         break;
       }
       case OpKind::kRandomResize: {
@@ -870,12 +875,7 @@ absl::Status DrawSteps(const PipelineParams& p, uint32_t height, uint32_t width,
                                                     op.resize_range[1] - op.resize_range[0]));
         uint32_t rh, rw;
         ResizeOutputSize(h, w, as_resize, &rh, &rw);
-        if (rh == 0 || rw == 0) {
-          return OpError(
-              i, op.kind,
-              absl::StrCat("resizing a ", w, "x", h, " image (width x height) leaves no pixels"));
-        }
-        if (rh != h || rw != w) add_resize(rh, rw, op.interpolation);
+        if (absl::Status st = resize_to(rh, rw); !st.ok()) return st;
         break;
       }
       case OpKind::kCenterCrop: {
@@ -945,12 +945,7 @@ absl::Status DrawSteps(const PipelineParams& p, uint32_t height, uint32_t width,
         double r = s / std::min(h, w);
         if (op.max_size != 0) r = std::min(r, static_cast<double>(op.max_size) / std::max(h, w));
         const auto rh = static_cast<uint32_t>(h * r), rw = static_cast<uint32_t>(w * r);
-        if (rh == 0 || rw == 0) {
-          return OpError(
-              i, op.kind,
-              absl::StrCat("resizing a ", w, "x", h, " image (width x height) leaves no pixels"));
-        }
-        if (rh != h || rw != w) add_resize(rh, rw, op.interpolation);
+        if (absl::Status st = resize_to(rh, rw); !st.ok()) return st;
         break;
       }
       case OpKind::kRandomZoomOut: {

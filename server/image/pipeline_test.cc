@@ -495,7 +495,8 @@ TEST_CASE("DrawSteps: Resize and CenterCrop follow torchvision's sizes", "[pipel
   CHECK((s.steps[0].top == 2 && s.steps[0].left == 2));  // round(2.5) = 2, round(2.5) = 2
 }
 
-TEST_CASE("DrawSteps: RandomResize draws the shorter side from [min, max)", "[pipeline][draw]") {
+TEST_CASE("DrawSteps: RandomResize draws the shorter side from min_size up to max_size, excluded",
+          "[pipeline][draw]") {
   OpParams rr = Op(OpKind::kRandomResize);
   rr.resize_range[0] = 10, rr.resize_range[1] = 14;
   rr.interpolation = Interpolation::kAntialias;

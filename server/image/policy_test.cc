@@ -283,7 +283,7 @@ TEST_CASE("AugMix: markers around its chains, weights summing to 1", "[policy][d
   }
 }
 
-TEST_CASE("AugMix's chain steps run the tensor kernels; other policies' do not", "[policy][draw]") {
+TEST_CASE("AugMix's chain steps run the tensor kernels, other policies' do not", "[policy][draw]") {
   OpParams augmix = AugMixOp(10, 4, 3);
   augmix.fill[0] = 30, augmix.fill[1] = 60, augmix.fill[2] = 90;
   bool geometric = false;

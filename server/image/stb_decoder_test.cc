@@ -682,7 +682,7 @@ TEST_CASE("BMP/PNM: Truncation at every cut point fails cleanly", "[stb]") {
   }
 }
 
-TEST_CASE("BMP/PNM: Corrupt bytes never crash; successes are well formed", "[stb]") {
+TEST_CASE("BMP/PNM: Corrupt bytes never crash, successes are well formed", "[stb]") {
   // Neither format has a checksum: flipped bytes either fail cleanly or
   // decode to an image of the declared size.
   const Bytes seeds[] = {Palette(4, 40, 80).Encode(), Palette(8, 12, 81).Encode(),
