@@ -22,6 +22,9 @@ fresh stokerd is started and one stoker.Loader consumes from it:
   * auto: it starts from one worker; the warm-up lasts until no decision was
     made for 8 s (at most 60 s): the time of its last decision is its
     convergence time; then `--seconds` measured, as for the fixed counts;
+  * the order rotates each round, so a number of rounds that is a multiple
+    of the configurations gives each one every place equally often (the
+    script warns otherwise);
   * a measurement starts at an epoch's first batch and ends at an epoch's
     last, `--seconds` at least: every configuration sees the same images
     (the large photos' cost varies tenfold from one to the next).
@@ -156,6 +159,12 @@ def main() -> int:
     sets = SETS[:1] if args.quick else SETS
     cpus = os.cpu_count() or 1
     configs = [str(n) for n in range(1, cpus + 1)] + ["auto"]
+    if args.rounds % len(configs) != 0:
+        # The order rotates each round: only a multiple of the configurations
+        # gives each one every place in the order equally often (a machine
+        # that slows over a round otherwise favours some).
+        bench.log(f"!! {args.rounds} rounds over {len(configs)} configurations: the places in "
+                  f"the order are unbalanced; give a multiple of {len(configs)}")
     out_dir = os.path.join(args.out, "out")
     os.makedirs(out_dir, exist_ok=True)
     log_path = os.path.join(out_dir, "autotune-stokerd.log")
