@@ -70,28 +70,6 @@ std::string NameList(const std::vector<std::string>& names) {
   return out;
 }
 
-// Calls fn(name, d_type, dir_fd) for each entry of the directory but "." and
-// "..", in readdir order.
-template <typename Fn>
-absl::Status ForEachEntry(UniqueFd fd, std::string_view display, Fn&& fn) {
-  DIR* dir = fdopendir(fd.get());
-  if (dir == nullptr) return PosixError(Cat("opendir '", display, "'"), errno);
-  (void)fd.Release();  // owned by `dir` now
-  std::unique_ptr<DIR, int (*)(DIR*)> closer(dir, &closedir);
-  while (true) {
-    errno = 0;
-    const struct dirent* entry = readdir(dir);
-    if (entry == nullptr) {
-      if (errno != 0) return PosixError(Cat("readdir '", display, "'"), errno);
-      return absl::OkStatus();
-    }
-    std::string_view name = entry->d_name;
-    if (name == "." || name == "..") continue;
-    absl::Status status = fn(name, entry->d_type, dirfd(dir));
-    if (!status.ok()) return status;
-  }
-}
-
 enum class Kind { kSkip, kDirectory, kFile };
 
 struct Classified {

@@ -4,14 +4,20 @@
 #ifndef STOKER_SERVER_DATASET_INDEX_BUILDER_H_
 #define STOKER_SERVER_DATASET_INDEX_BUILDER_H_
 
+#include <dirent.h>
+
+#include <cerrno>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "server/dataset/dataset.h"
+#include "server/dataset/str_cat.h"
+#include "server/posix.h"
 
 namespace stoker {
 
@@ -105,6 +111,28 @@ struct DatasetIndex {
   // Views of the arrays (the WebDataset ones only when there are shards).
   Dataset::Arrays arrays() const;
 };
+
+// Calls fn(name, d_type, dir_fd) for each entry of the directory but "." and
+// "..", in readdir order (the folder indexers' one directory listing).
+template <typename Fn>
+absl::Status ForEachEntry(UniqueFd fd, std::string_view display, Fn&& fn) {
+  DIR* dir = fdopendir(fd.get());
+  if (dir == nullptr) return PosixError(Cat("opendir '", display, "'"), errno);
+  (void)fd.Release();  // owned by `dir` now
+  std::unique_ptr<DIR, int (*)(DIR*)> closer(dir, &closedir);
+  while (true) {
+    errno = 0;
+    const struct dirent* entry = readdir(dir);
+    if (entry == nullptr) {
+      if (errno != 0) return PosixError(Cat("readdir '", display, "'"), errno);
+      return absl::OkStatus();
+    }
+    std::string_view name = entry->d_name;
+    if (name == "." || name == "..") continue;
+    absl::Status status = fn(name, entry->d_type, dirfd(dir));
+    if (!status.ok()) return status;
+  }
+}
 
 // Indexes the ImageFolder tree at the canonical directory `dir` (relative to
 // the root). See Dataset::Open.

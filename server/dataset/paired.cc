@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <memory>
 #include <string>
 #include <string_view>
 #include <unordered_set>
@@ -42,39 +41,33 @@ absl::Status ListFiles(const DataRoot& root, const std::string& dir, DatasetInde
     if (!opened.ok()) return opened.status();
     UniqueFd fd(*opened);
     out->Watch(path, fd.get(), /*is_dir=*/true);
-    DIR* d = fdopendir(fd.get());
-    if (d == nullptr) return PosixError(Cat("opendir '", path, "'"), errno);
-    (void)fd.Release();
-    std::unique_ptr<DIR, int (*)(DIR*)> closer(d, &closedir);
-    while (true) {
-      errno = 0;
-      const struct dirent* e = readdir(d);
-      if (e == nullptr) {
-        if (errno != 0) return PosixError(Cat("readdir '", path, "'"), errno);
-        break;
-      }
-      const std::string_view name = e->d_name;
-      if (name == "." || name == "..") continue;
-      const std::string child = rel.empty() ? std::string(name) : JoinPath(rel, name);
-      unsigned char type = e->d_type;
-      if (type == DT_UNKNOWN || type == DT_LNK) {
-        struct stat st;
-        if (fstatat(dirfd(d), e->d_name, &st, type == DT_LNK ? 0 : AT_SYMLINK_NOFOLLOW) != 0) {
-          continue;  // a dangling link: nothing to pair
-        }
-        if (S_ISDIR(st.st_mode) && type == DT_LNK) continue;  // linked folders are not walked
-        type = S_ISDIR(st.st_mode) ? DT_DIR : S_ISREG(st.st_mode) ? DT_REG : DT_UNKNOWN;
-      }
-      if (type == DT_DIR) {
-        pending.push_back(child);
-      } else if (type == DT_REG) {
-        if (files->size() >= kMaxFiles) {
-          return absl::ResourceExhaustedError(
-              Cat("'", dir, "' holds more than ", kMaxFiles, " files"));
-        }
-        files->push_back(child);
-      }
-    }
+    absl::Status listed = ForEachEntry(
+        std::move(fd), path,
+        [&](std::string_view name, unsigned char type, int dir_fd) -> absl::Status {
+          const std::string child = rel.empty() ? std::string(name) : JoinPath(rel, name);
+          if (type == DT_UNKNOWN || type == DT_LNK) {
+            struct stat st;
+            if (fstatat(dir_fd, std::string(name).c_str(), &st,
+                        type == DT_LNK ? 0 : AT_SYMLINK_NOFOLLOW) != 0) {
+              return absl::OkStatus();  // a dangling link: nothing to pair
+            }
+            if (S_ISDIR(st.st_mode) && type == DT_LNK) {
+              return absl::OkStatus();  // linked folders are not walked
+            }
+            type = S_ISDIR(st.st_mode) ? DT_DIR : S_ISREG(st.st_mode) ? DT_REG : DT_UNKNOWN;
+          }
+          if (type == DT_DIR) {
+            pending.push_back(child);
+          } else if (type == DT_REG) {
+            if (files->size() >= kMaxFiles) {
+              return absl::ResourceExhaustedError(
+                  Cat("'", dir, "' holds more than ", kMaxFiles, " files"));
+            }
+            files->push_back(child);
+          }
+          return absl::OkStatus();
+        });
+    if (!listed.ok()) return listed;
   }
   std::sort(files->begin(), files->end());
   return absl::OkStatus();
