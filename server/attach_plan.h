@@ -117,6 +117,10 @@ struct AttachPlan {
   uint64_t ring_bytes = 0;       // of slot data at the first depth: slot_data_bytes * depth
 
   uint32_t batch_size() const { return sampler.batch_size; }
+  // Where sample `pos`'s mask lies in a slot's data (masks only).
+  uint64_t mask_offset_of(uint32_t pos) const {
+    return mask_offset + (variable_size ? 0 : mask_sample_bytes * pos);
+  }
   // The ring's slot count, and the first depth (<= slots; equal unless the
   // ring may deepen).
   uint32_t slots() const { return request.slots; }

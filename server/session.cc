@@ -150,8 +150,7 @@ size_t BuildTaskMsg(const DaemonSession& s, const SampleTask& t, const TaskOptio
     msg->out_capacity = s.plan.sample_bytes;
   }
   if (!mask.empty()) {
-    msg->mask_out_offset = slot_base + s.plan.mask_offset +
-                           (s.plan.variable_size ? 0 : s.plan.mask_sample_bytes * t.pos);
+    msg->mask_out_offset = slot_base + s.plan.mask_offset_of(t.pos);
     msg->mask_out_capacity = s.plan.mask_sample_bytes;
     if (ds.has_mask_range(t.index)) {
       msg->mask_has_range = 1;
@@ -338,7 +337,7 @@ void FinishBatch(DaemonSession& s, uint64_t seq) {
     r.label = s.dataset->label(o.index);
     r.status = o.status;
     r.offset = p.variable_size ? 0 : p.sample_bytes * i;
-    r.mask_offset = p.mask_dtype == 0 ? 0 : p.mask_offset + (p.variable_size ? 0 : p.mask_sample_bytes * i);
+    r.mask_offset = p.mask_dtype == 0 ? 0 : p.mask_offset_of(i);
     if (o.status == ring::kSampleFailed) {
       // Zeros of the output shape, so that a fixed-shape batch keeps it,
       // and a mask all fill ("ignore": the sample adds nothing to a loss).
