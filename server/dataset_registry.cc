@@ -21,15 +21,7 @@ bool DataRootIndexer::Unchanged(const Dataset& dataset, std::string* why) {
 }
 
 std::string DatasetKey(const std::string& name, int format, const IndexOptions& io) {
-  // COCO: the annotations are part of the identity (one images folder may
-  // have several files: train, val, a filtered copy).
-  // Paired folders: the masks folder and the suffixes too.
-  if (!io.masks.empty()) {
-    return absl::StrCat(format, ":", io.flags(), ":", name, "\n", io.masks, "\n",
-                        io.image_suffix, "\n", io.mask_suffix);
-  }
-  if (io.annotations.empty()) return absl::StrCat(format, ":", io.flags(), ":", name);
-  return absl::StrCat(format, ":", io.flags(), ":", name, "\n", io.annotations);
+  return absl::StrCat(format, ":", io.flags(), ":", name, io.identity());
 }
 
 absl::StatusOr<std::shared_ptr<const Dataset>> DatasetRegistry::Get(const std::string& dataset,

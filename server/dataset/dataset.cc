@@ -336,13 +336,12 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::Open(const DataRoot& roo
   dataset->storage_ = std::make_unique<Storage>();
   const int format_id = static_cast<int>(format);
   const uint32_t flags = options.flags();
-  // What the cache file is kept under and holds: the name, and for COCO its
-  // annotations too (one images folder may have several).
-  const std::string cache_name =
-      format == DatasetFormat::kPairedFolders
-          ? Cat(name, "\n", masks, "\n", options.image_suffix, "\n", options.mask_suffix)
-      : annotations.empty() ? name
-                            : Cat(name, "\n", annotations);
+  // What the cache file is kept under and holds: the name and the identity
+  // of the other files, canonical.
+  IndexOptions canonical = options;
+  canonical.annotations = annotations;
+  canonical.masks = masks;
+  const std::string cache_name = name + canonical.identity();
 
   // The cache first.
   std::string cache_file;

@@ -109,6 +109,14 @@ struct IndexOptions {
   // every key an index is kept under (the daemon's table of open datasets,
   // the cache file), so that indexes made with different options never mix.
   uint32_t flags() const { return allow_empty ? 1u : 0u; }
+  // The files beyond the dataset path that are part of its identity, as
+  // text to append to the path in those keys: paired folders' masks folder
+  // and suffixes, else COCO's annotations, else "" (one images folder may
+  // have several of either).
+  std::string identity() const {
+    if (!masks.empty()) return "\n" + masks + "\n" + image_suffix + "\n" + mask_suffix;
+    return annotations.empty() ? std::string() : "\n" + annotations;
+  }
 };
 
 // An indexed dataset: immutable, shared between sessions (shared_ptr<const>).
