@@ -269,13 +269,18 @@ class DataLoaderSource:
     with `transform` (a Compose) as the ImageFolder's transform."""
 
     def __init__(self, root: str, transform: Any, shuffle: bool) -> None:
-        from torch.utils.data import DataLoader
         from torchvision.datasets import ImageFolder
-        ds = ImageFolder(root, transform=transform)
-        self.loader = DataLoader(ds, batch_size=BATCH, num_workers=WORKERS,
+        self._start(ImageFolder(root, transform=transform), BATCH, shuffle)
+
+    def _start(self, ds: Any, batch_size: int, shuffle: bool, collate_fn: Any = None) -> None:
+        """The DataLoader every bench runs over `ds`: WORKERS persistent workers,
+        prefetch_factor DL_PREFETCH, epochs back to back, whole batches."""
+        from torch.utils.data import DataLoader
+        kw = {} if collate_fn is None else {"collate_fn": collate_fn}
+        self.loader = DataLoader(ds, batch_size=batch_size, num_workers=WORKERS,
                                  persistent_workers=True, prefetch_factor=DL_PREFETCH,
                                  sampler=CycleSampler(len(ds), shuffle=shuffle),
-                                 drop_last=True)
+                                 drop_last=True, **kw)
         self.it = iter(self.loader)  # forks the workers
 
     def producer_pids(self) -> List[int]:

@@ -307,13 +307,7 @@ def ssd_collate(batch):
 
 class DataLoaderSource(bench.DataLoaderSource):
     def __init__(self, ds, batch: int, collate=None) -> None:  # noqa: D107
-        from torch.utils.data import DataLoader
-        kw = {} if collate is None else {"collate_fn": collate}
-        self.loader = DataLoader(ds, batch_size=batch, num_workers=bench.WORKERS,
-                                 persistent_workers=True, prefetch_factor=bench.DL_PREFETCH,
-                                 sampler=bench.CycleSampler(len(ds), shuffle=True),
-                                 drop_last=True, **kw)
-        self.it = iter(self.loader)
+        self._start(ds, batch, shuffle=True, collate_fn=collate)
 
     def next(self):
         return touchable(next(self.it))

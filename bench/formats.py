@@ -245,14 +245,8 @@ class DataLoaderSource(bench.DataLoaderSource):
     prefetch_factor 2, epochs back to back) with a batch size of our own."""
 
     def __init__(self, root: str, tf: Any, batch_size: int) -> None:  # noqa: D107
-        from torch.utils.data import DataLoader
         from torchvision.datasets import ImageFolder
-        ds = ImageFolder(root, transform=tf)
-        self.loader = DataLoader(ds, batch_size=batch_size, num_workers=WORKERS,
-                                 persistent_workers=True, prefetch_factor=bench.DL_PREFETCH,
-                                 sampler=bench.CycleSampler(len(ds), shuffle=True),
-                                 drop_last=True)
-        self.it = iter(self.loader)
+        self._start(ImageFolder(root, transform=tf), batch_size, shuffle=True)
 
 
 class StokerSource(bench.StokerSource):
