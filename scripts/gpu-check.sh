@@ -144,6 +144,22 @@ with stoker.Loader("ds", socket=sys.argv[1], batch_size=256, device="cuda", dtyp
     torch.cuda.synchronize()
     print(f"RESULT|end to end into CUDA tensors (stokerd)|{n / (time.perf_counter() - t0):,.0f} "
           f"images/s, {loader.device_status['mode']}|decode-bound|INFO")
+# Images of their own sizes: one copy (and normalize) a sample, padded on the
+# device; the same batches on the CPU (normalized by the daemon) must agree.
+ops = [{"RandomShortestSize": {"min_size": [96, 128, 160], "max_size": 200}}]
+kw = dict(socket=sys.argv[1], batch_size=8, ops=ops, dtype="float32", epochs=1, seed=3,
+          pad_to_multiple=32)
+with stoker.Loader("ds", device="cuda", **kw) as g, stoker.Loader("ds", **kw) as c:
+    worst, k = 0.0, 0
+    for (xg, _), (xc, _) in zip(g, c):
+        assert xg.is_cuda and xg.shape == xc.shape, (xg.shape, xc.shape)
+        worst = max(worst, float((xg.cpu() - xc).abs().max()))
+        k += 1
+        if k == 10:
+            break
+    ok = worst <= 1e-5 and g.last_image_sizes == c.last_image_sizes
+    print(f"RESULT|any-size batches padded on the device vs CPU|{k} batches, max diff "
+          f"{worst:.2e}|<= 1e-5|{'PASS' if ok else 'FAIL'}")
 PYEOF
   grep '^RESULT|' "$OUT/e2e.log" >>"$RESULTS" || row "end to end" "failed (see $E2E)" "-" "FAIL"
   kill "$DPID" 2>/dev/null

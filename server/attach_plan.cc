@@ -12,8 +12,8 @@ namespace stoker {
 // --- The pipeline: PlanPipeline, the contract's module and the lowering
 // (proto/stoker/pipeline_spec.h, server/lower_pipeline.h). ---
 
-absl::StatusOr<PipelinePlan> PlanPipeline(const v1::PipelineSpec& spec, uint32_t batch_size) {
-  auto effective = pipeline::Effective(spec, batch_size);
+absl::StatusOr<PipelinePlan> PlanPipeline(const v1::PipelineSpec& spec) {
+  auto effective = pipeline::Effective(spec);
   if (!effective.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("pipeline: ", effective.status().message()));
   }
@@ -54,7 +54,7 @@ absl::StatusOr<RequestPlan> PlanRequest(const v1::AttachRequest& req) {
     return absl::InvalidArgumentError("unknown failure_policy");
   }
   r.policy_error = req.failure_policy() == v1::FAILURE_POLICY_ERROR;
-  auto pipeline = PlanPipeline(req.pipeline(), req.batch_size());
+  auto pipeline = PlanPipeline(req.pipeline());
   if (!pipeline.ok()) return pipeline.status();
   r.pipeline = *std::move(pipeline);
   if (req.dataset().empty()) return absl::InvalidArgumentError("dataset is empty");
@@ -133,9 +133,7 @@ absl::StatusOr<AttachPlan> PlanSession(const v1::AttachRequest& req, const Reque
   uint64_t per_sample = p.sample_bytes;  // for the message
   if (masks) {
     p.mask_dtype = params.mask_bpp == 2 ? ring::kUint16 : ring::kUint8;
-    const uint64_t pixels = p.variable_size ? params.max_decode_pixels
-                                            : uint64_t{params.out_height} * params.out_width;
-    p.mask_sample_bytes = pixels * params.mask_bpp;
+    p.mask_sample_bytes = image::MaxOutputPixels(params) * params.mask_bpp;
     p.mask_offset = ring::MaskOffset(image_bytes);
     p.slot_data_bytes = p.mask_offset + p.mask_sample_bytes * req.batch_size();
     per_sample += p.mask_sample_bytes;

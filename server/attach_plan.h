@@ -55,7 +55,7 @@ struct PipelinePlan {
 // run: pipeline::Effective (the contract's defaults and checks), lowered by
 // LowerPipeline. INVALID_ARGUMENT "pipeline: ..." (naming the keyword or the
 // op) for a spec either refuses.
-absl::StatusOr<PipelinePlan> PlanPipeline(const v1::PipelineSpec& spec, uint32_t batch_size);
+absl::StatusOr<PipelinePlan> PlanPipeline(const v1::PipelineSpec& spec);
 
 // What an AttachRequest asks, checked without its dataset.
 struct RequestPlan {
@@ -119,7 +119,7 @@ struct AttachPlan {
   uint32_t batch_size() const { return sampler.batch_size; }
   // Where sample `pos`'s mask lies in a slot's data (masks only).
   uint64_t mask_offset_of(uint32_t pos) const {
-    return mask_offset + (variable_size ? 0 : mask_sample_bytes * pos);
+    return mask_offset + mask_sample_bytes * pos;
   }
   // The ring's slot count, and the first depth (<= slots; equal unless the
   // ring may deepen).

@@ -69,7 +69,7 @@ TEST_CASE("PlanRequest refuses what needs no dataset, first fault first") {
 
 TEST_CASE("PlanPipeline fills the contract's defaults in and lowers them") {
   v1::PipelineSpec spec;  // empty: the train preset
-  auto p = PlanPipeline(spec, 32);
+  auto p = PlanPipeline(spec);
   REQUIRE(p.ok());
   CHECK(p->effective.preset() == "train");
   REQUIRE(p->effective.ops_size() == 2);
@@ -82,30 +82,26 @@ TEST_CASE("PlanPipeline fills the contract's defaults in and lowers them") {
 
   spec.set_preset("eval");
   spec.add_size(160);
-  p = PlanPipeline(spec, 32);
+  p = PlanPipeline(spec);
   REQUIRE(p.ok());
   CHECK(p->effective.preset() == "eval");
   CHECK(p->params.out_height == 160);
   // What Attach echoes is effective: planning it again changes nothing.
-  auto again = PlanPipeline(p->effective, 32);
+  auto again = PlanPipeline(p->effective);
   REQUIRE(again.ok());
   CHECK(again->effective.SerializeAsString() == p->effective.SerializeAsString());
 
-  // The decoded image's own size: batch 1 only, and a 16 Mpx cap by default.
+  // The decoded image's own size, a 16 Mpx cap by default.
   v1::PipelineSpec decode;
   decode.set_preset("decode");
-  auto refused = PlanPipeline(decode, 2);
-  REQUIRE_FALSE(refused.ok());
-  CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);
-  CHECK(refused.status().message().rfind("pipeline: the output size varies", 0) == 0);
-  p = PlanPipeline(decode, 1);
+  p = PlanPipeline(decode);
   REQUIRE(p.ok());
   CHECK(p->params.out_height == 0);
   CHECK(p->params.max_decode_pixels == 16ull << 20);
 
   v1::PipelineSpec bogus;
   bogus.set_preset("bogus");
-  auto unknown = PlanPipeline(bogus, 1);
+  auto unknown = PlanPipeline(bogus);
   CHECK(unknown.status().code() == absl::StatusCode::kInvalidArgument);
   CHECK(unknown.status().message().rfind("pipeline: ", 0) == 0);
 }

@@ -12,17 +12,17 @@
 namespace stoker {
 namespace {
 
-v1::PipelineSpec Eff(const std::string& keywords, uint32_t batch = 8) {
+v1::PipelineSpec Eff(const std::string& keywords) {
   auto r = pipeline::SpecFromKeywordsJson(keywords);
   REQUIRE(r.ok());
-  auto e = pipeline::Effective(*r, batch);
+  auto e = pipeline::Effective(*r);
   INFO(e.status().ToString());
   REQUIRE(e.ok());
   return *e;
 }
 
-image::PipelineParams Lower(const std::string& keywords, uint32_t batch = 8) {
-  auto p = LowerPipeline(Eff(keywords, batch));
+image::PipelineParams Lower(const std::string& keywords) {
+  auto p = LowerPipeline(Eff(keywords));
   INFO(keywords << ": " << p.status().ToString());
   REQUIRE(p.ok());
   return *p;
@@ -334,7 +334,7 @@ TEST_CASE("the step budget: Effective and the workers' ValidateParams count alik
   // One step more: both refuse.
   auto over = pipeline::SpecFromKeywordsJson(full + R"(, {"RandomInvert": {}}]})");
   REQUIRE(over.ok());
-  auto refused = pipeline::Effective(*over, 8);
+  auto refused = pipeline::Effective(*over);
   REQUIRE_FALSE(refused.ok());
   CHECK_THAT(std::string(refused.status().message()),
              Catch::Matchers::Contains("up to 129 steps per sample, more than the 128"));
@@ -351,19 +351,19 @@ TEST_CASE("the step budget: Effective and the workers' ValidateParams count alik
   CHECK(LowerPipeline(e).ok());
   for (int k = 0; k < 6; ++k) e.add_ops()->mutable_random_invert()->set_p(0.5f);
   CHECK(LowerPipeline(e).ok());  // 128
-  CHECK(pipeline::Effective(e, 8).ok());
+  CHECK(pipeline::Effective(e).ok());
   e.add_ops()->mutable_random_invert()->set_p(0.5f);
   CHECK_FALSE(LowerPipeline(e).ok());  // 129
-  CHECK_FALSE(pipeline::Effective(e, 8).ok());
+  CHECK_FALSE(pipeline::Effective(e).ok());
 }
 
 TEST_CASE("an any-size output lowers to 0 x 0 and a fixed decode size to itself") {
-  const image::PipelineParams any = Lower(R"({"pipeline": "decode"})", 1);
+  const image::PipelineParams any = Lower(R"({"pipeline": "decode"})");
   CHECK(any.op_count == 0);
   CHECK(any.out_height == 0);
   CHECK(any.out_width == 0);
   CHECK(any.max_decode_pixels == (16ull << 20));
-  const image::PipelineParams fixed = Lower(R"({"pipeline": "decode", "size": [48, 64]})", 4);
+  const image::PipelineParams fixed = Lower(R"({"pipeline": "decode", "size": [48, 64]})");
   CHECK(fixed.out_height == 48);
   CHECK(fixed.out_width == 64);
 }

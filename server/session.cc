@@ -142,13 +142,9 @@ size_t BuildTaskMsg(const DaemonSession& s, const SampleTask& t, const TaskOptio
   msg->mask_path_bytes = static_cast<uint32_t>(mask.size());
   msg->ring_id = s.number;
   const uint64_t slot_base = s.ring->geometry().slot_bytes * f.slot;
-  if (s.plan.variable_size) {
-    msg->out_offset = slot_base;
-    msg->out_capacity = s.ring->geometry().slot_bytes;
-  } else {
-    msg->out_offset = slot_base + s.plan.sample_bytes * t.pos;
-    msg->out_capacity = s.plan.sample_bytes;
-  }
+  // Any-size samples too have sample_bytes each: the most their ops can make.
+  msg->out_offset = slot_base + s.plan.sample_bytes * t.pos;
+  msg->out_capacity = s.plan.sample_bytes;
   if (!mask.empty()) {
     msg->mask_out_offset = slot_base + s.plan.mask_offset_of(t.pos);
     msg->mask_out_capacity = s.plan.mask_sample_bytes;
@@ -216,8 +212,7 @@ bool CompleteSample(DaemonSession& s, SampleTask& t, const worker::ResultMsg& r,
   s.augment_latency.Add(r.augment_ns);
   const uint64_t want =
       uint64_t{r.height} * r.width * r.channels * ring::DTypeBytes(s.plan.params().dtype);
-  const uint64_t capacity =
-      s.plan.variable_size ? s.ring->geometry().slot_bytes : s.plan.sample_bytes;
+  const uint64_t capacity = s.plan.sample_bytes;
   const bool mask_ok =
       s.plan.mask_dtype == 0
           ? r.mask_bytes == 0
@@ -336,7 +331,7 @@ void FinishBatch(DaemonSession& s, uint64_t seq) {
     r.dataset_index = o.index;
     r.label = s.dataset->label(o.index);
     r.status = o.status;
-    r.offset = p.variable_size ? 0 : p.sample_bytes * i;
+    r.offset = p.sample_bytes * i;
     r.mask_offset = p.mask_dtype == 0 ? 0 : p.mask_offset_of(i);
     if (o.status == ring::kSampleFailed) {
       // Zeros of the output shape, so that a fixed-shape batch keeps it,

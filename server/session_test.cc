@@ -281,6 +281,44 @@ TEST_CASE("BuildTaskMsg: the sample's place in its slot, the pipeline, the fault
   CHECK(msg2->fault == worker::kFaultHang);
 }
 
+TEST_CASE("any-size samples each have the most their ops make, in order in the slot") {
+  v1::AttachRequest req = SmallRequest("list.txt", 3, 2, 1);
+  req.mutable_pipeline()->Clear();
+  req.mutable_pipeline()->set_preset("decode");
+  req.mutable_pipeline()->set_max_decode_pixels(100);  // 300 bytes a sample
+  Fixture f(req);
+  REQUIRE(f.s->plan.variable_size);
+  REQUIRE(f.s->plan.sample_bytes == 300);
+  StartBatches(*f.s, f.ctx);
+  const uint64_t slot0 = 0;
+  const uint32_t sides[3][2] = {{5, 4}, {10, 10}, {2, 3}};
+  for (uint32_t i = 0; i < 3; ++i) {
+    SampleTask* t = f.Take();
+    auto msg = std::make_unique<worker::TaskMsg>();
+    BuildTaskMsg(*f.s, *t, TaskOptions{}, msg.get());
+    CHECK(msg->out_offset == slot0 + 300 * i);
+    CHECK(msg->out_capacity == 300);
+    worker::ResultMsg r = DecodedResult(*f.s, *t);
+    r.height = sides[i][0], r.width = sides[i][1];
+    r.bytes = uint64_t{r.height} * r.width * 3;
+    REQUIRE(CompleteSample(*f.s, *t, r, f.ctx));
+  }
+  const ring::SampleRecord* recs = ring::Records(f.s->ring->descriptor(0));
+  for (uint32_t i = 0; i < 3; ++i) {
+    CHECK(recs[i].status == ring::kSampleOk);
+    CHECK(recs[i].offset == 300 * i);
+    CHECK(recs[i].height == sides[i][0]);
+    CHECK(recs[i].bytes == uint64_t{sides[i][0]} * sides[i][1] * 3);
+  }
+  // Past its place: a failed sample, not a neighbour overwritten.
+  SampleTask* t = f.Take();
+  worker::ResultMsg r = DecodedResult(*f.s, *t);
+  r.height = 11, r.width = 10, r.bytes = 330;
+  REQUIRE(CompleteSample(*f.s, *t, r, f.ctx));
+  CHECK(f.s->failures.at(t->planned_index).reason.find("does not fit its slot") !=
+        std::string::npos);
+}
+
 TEST_CASE("EndSession forgets the session's tasks and tells its client") {
   Fixture f(SmallRequest("list.txt", 4, 2, 1));
   StartBatches(*f.s, f.ctx);

@@ -354,7 +354,7 @@ TEST_CASE("an op list attaches, and Status echoes the effective and the requeste
   CHECK(info.layout == Layout::kNCHW);  // the float default
   auto requested = pipeline::SpecFromKeywordsJson(o.pipeline);
   REQUIRE(requested.ok());
-  auto effective = pipeline::Effective(*requested, 8);
+  auto effective = pipeline::Effective(*requested);
   REQUIRE(effective.ok());
   const v1::StatusResponse st = DaemonStatus(*daemon);
   REQUIRE(st.sessions_size() == 1);

@@ -261,9 +261,9 @@ AttachOptions ParseAttach(const std::string& dataset, const py::kwargs& kw) {
 // the daemon would run it, computed here without a daemon: Python reads the
 // output a request gives (dtype, layout, mean, std, size) from this rather
 // than keeping defaults of its own.
-std::string EffectivePipelinePy(const std::string& keywords_json, uint32_t batch_size) {
+std::string EffectivePipelinePy(const std::string& keywords_json) {
   absl::StatusOr<v1::PipelineSpec> spec = pipeline::SpecFromKeywordsJson(keywords_json);
-  if (spec.ok()) spec = pipeline::Effective(*spec, batch_size);
+  if (spec.ok()) spec = pipeline::Effective(*spec);
   if (!spec.ok()) RaiseStatus(spec.status(), Where::kAttach);
   return pipeline::ToJson(*spec);
 }
@@ -640,7 +640,7 @@ Lease* LeaseOf(py::handle images) {
 
 void CopyToDevicePy(py::handle images, uint64_t stream, uint64_t dst, uint64_t dst_bytes,
                     py::handle dtype, py::handle layout, py::handle mean, py::handle std,
-                    int device, uint64_t scratch, uint64_t scratch_bytes) {
+                    int device, uint64_t scratch, uint64_t scratch_bytes, int64_t sample) {
   Lease* lease = LeaseOf(images);
   if (!lease->batch.valid()) RaiseInvalid("copy_to_device: the batch was released");
   DeviceCopyOptions o;
@@ -662,9 +662,12 @@ void CopyToDevicePy(py::handle images, uint64_t stream, uint64_t dst, uint64_t d
     // `images` (held by our caller) keeps the lease alive meanwhile. The
     // first copy of a session registers the ring: not instant.
     py::gil_scoped_release nogil;
-    st = lease->batch.CopyToDevice(reinterpret_cast<CUstream_st*>(static_cast<uintptr_t>(stream)),
-                                   reinterpret_cast<void*>(static_cast<uintptr_t>(dst)),
-                                   dst_bytes, o);
+    auto* s = reinterpret_cast<CUstream_st*>(static_cast<uintptr_t>(stream));
+    void* d = reinterpret_cast<void*>(static_cast<uintptr_t>(dst));
+    st = sample < 0 ? lease->batch.CopyToDevice(s, d, dst_bytes, o)
+                    : lease->batch.CopySampleToDevice(
+                          static_cast<uint32_t>(std::min<int64_t>(sample, UINT32_MAX)), s, d,
+                          dst_bytes, o);
   }
   if (!st.ok()) RaiseStatus(st, Where::kDevice);
 }
@@ -899,10 +902,11 @@ PYBIND11_MODULE(_native, m) {
   m.def("copy_to_device", &CopyToDevicePy, py::arg("images"), py::arg("stream"), py::arg("dst"),
         py::arg("dst_bytes"), py::arg("dtype") = "asis", py::arg("layout") = "nchw",
         py::arg("mean") = py::none(), py::arg("std") = py::none(), py::arg("device") = -1,
-        py::arg("scratch") = 0, py::arg("scratch_bytes") = 0,
+        py::arg("scratch") = 0, py::arg("scratch_bytes") = 0, py::arg("sample") = -1,
         "copy_to_device(images, stream, dst, dst_bytes, dtype='asis', layout='nchw', mean=None, "
-        "std=None, device=-1, scratch=0, scratch_bytes=0): enqueues the copy of the batch that "
-        "owns `images` (the ndarray Session.next returned) onto the CUDA stream `stream` (an int "
+        "std=None, device=-1, scratch=0, scratch_bytes=0, sample=-1): enqueues the copy of the "
+        "batch that owns `images` (the ndarray Session.next returned, or its list), or of its "
+        "sample `sample` alone (>= 0: an any-size batch goes one sample a copy), onto the CUDA stream `stream` (an int "
         "cudaStream_t, 0: the legacy default stream) into device memory at `dst` (an int "
         "pointer), normalizing on the GPU for dtype float32/float16/bfloat16 (uint8 NHWC "
         "sessions; layout 'nchw' or 'nhwc'). `scratch`: device memory of at least images.nbytes "
@@ -911,8 +915,7 @@ PYBIND11_MODULE(_native, m) {
         "Raises CudaUnavailableError (built without CUDA, no driver, no GPU), "
         "InvalidRequestError, ResourceExhaustedError, StokerError.");
   m.def("effective_pipeline", &EffectivePipelinePy, py::arg("pipeline_json"),
-        py::arg("batch_size") = 1,
-        "effective_pipeline(pipeline_json, batch_size=1) -> str: the pipeline that the JSON "
+        "effective_pipeline(pipeline_json) -> str: the pipeline that the JSON "
         "object of pipeline keywords asks for, after defaults, as the daemon would run and "
         "report it (the PipelineSpec's JSON: preset, ops, size, output, ...). Needs no daemon; "
         "raises InvalidRequestError naming a bad keyword or op.");

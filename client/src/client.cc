@@ -458,6 +458,28 @@ absl::Status Batch::CopyToDevice(CUstream_st* stream, void* dst, uint64_t dst_by
   }
   return core_->transfer_->Copy(s, stream, dst, dst_bytes, options);
 }
+
+absl::Status Batch::CopySampleToDevice(uint32_t i, CUstream_st* stream, void* dst,
+                                       uint64_t dst_bytes, const DeviceCopyOptions& options) {
+  if (core_ == nullptr) return absl::FailedPreconditionError("the batch was released");
+  if (i >= size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sample ", i, " of a batch of ", size()));
+  }
+  if (bytes_[i] == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("sample ", i, " is empty (0 x 0)"));
+  }
+  internal::DeviceTransfer::Source s;
+  s.slot = slot_;
+  s.data = slot_data_ + offsets_[i];
+  s.bytes = bytes_[i];
+  s.samples = 1;
+  s.uint8_nhwc = core_->dtype_ == ring::kUint8 && core_->nhwc_;
+  s.height = heights_[i];
+  s.width = widths_[i];
+  s.same_shape = uint64_t{s.height} * s.width * 3 == s.bytes;
+  return core_->transfer_->Copy(s, stream, dst, dst_bytes, options);
+}
 // --- end device copy ----------------------------------------------------------
 
 // ---------------------------------------------------------------------------
@@ -654,8 +676,8 @@ absl::StatusOr<Batch> Session::Next(int64_t timeout_ms) {
     if (const char* why = ring::ValidateMask(r, c.geometry_.slot_bytes, c.mask_dtype_)) {
       return absl::DataLossError(absl::StrCat("ring: sample ", i, ": ", why));
     }
-    if (c.mask_dtype_ != 0 && c.sample_bytes_ != 0 &&
-        r.mask_offset != c.mask_offset_ + c.mask_sample_bytes_ * i) {
+    if (c.mask_dtype_ != 0 && (r.mask_offset != c.mask_offset_ + c.mask_sample_bytes_ * i ||
+                               r.mask_bytes > c.mask_sample_bytes_)) {
       return absl::DataLossError(absl::StrCat("ring: sample ", i, "'s mask is not in its place"));
     }
     if (c.mask_dtype_ != 0) {
@@ -732,7 +754,7 @@ absl::StatusOr<std::unique_ptr<Session>> Client::Attach(const AttachOptions& o) 
   if (!spec.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("pipeline: ", spec.status().message()));
   }
-  if (auto e = pipeline::Effective(*spec, o.batch_size); !e.ok()) {
+  if (auto e = pipeline::Effective(*spec); !e.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("pipeline: ", e.status().message()));
   }
   *req.mutable_pipeline() = *std::move(spec);

@@ -88,7 +88,7 @@ v1::StatusResponse Busy() {
                : R"({"ops": [{"RandomCrop": {"size": 32, "padding": 4}},
                              {"RandomHorizontalFlip": {}}]})");
     REQUIRE(spec.ok());
-    auto effective = pipeline::Effective(*spec, 256);
+    auto effective = pipeline::Effective(*spec);
     REQUIRE(effective.ok());
     *x->mutable_pipeline() = *effective;
     *x->mutable_requested_pipeline() = *spec;

@@ -1441,7 +1441,7 @@ absl::StatusOr<PipelineSpec> SpecFromKeywordsJson(std::string_view keywords_json
   return spec;
 }
 
-absl::StatusOr<PipelineSpec> Effective(const PipelineSpec& spec, uint32_t batch_size) {
+absl::StatusOr<PipelineSpec> Effective(const PipelineSpec& spec) {
   PipelineSpec s = spec;
   if (!s.preset().empty() || s.ops().empty()) {
     if (s.preset().empty()) s.set_preset(std::string(kDefaultPreset));
@@ -1479,10 +1479,8 @@ absl::StatusOr<PipelineSpec> Effective(const PipelineSpec& spec, uint32_t batch_
   }
   if (absl::Status st = OutputSize(s.mutable_size(), "size", false); !st.ok()) return st;
   const OutputShape shape = ShapeOf(s);
-  const std::string maker = shape.op < 0
-                                ? std::string("the decoded image's own size")
-                                : absl::StrCat("ops[", shape.op, "] ", OpName(s.ops(shape.op)));
   if (shape.fixed) {
+    const std::string maker = absl::StrCat("ops[", shape.op, "] ", OpName(s.ops(shape.op)));
     Sizes made;
     made.Add(shape.height);
     made.Add(shape.width);
@@ -1496,10 +1494,6 @@ absl::StatusOr<PipelineSpec> Effective(const PipelineSpec& spec, uint32_t batch_
       return st;
     }
     *s.mutable_size() = made;
-  } else if (s.size().empty() && batch_size != 1) {
-    return Bad("the output size varies (", maker, ") and batch_size is ", absl::StrCat(batch_size),
-               ": add a crop, give size (every image must then come out at it), or use "
-               "batch_size 1");
   }
   if (absl::Status st = FillOutput(s.mutable_output()); !st.ok()) return st;
   for (int i = 0; i < s.ops_size(); ++i) {

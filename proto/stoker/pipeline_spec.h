@@ -109,9 +109,10 @@ absl::StatusOr<v1::PipelineSpec> SpecFromKeywordsJson(std::string_view keywords_
 
 // The spec after defaults, as the daemon runs it and reports it: the preset
 // expanded into ops (its name kept in `preset`), every op parameter and the
-// output filled in, `size` set to the output size (empty: any size), every
-// value checked. `batch_size` decides whether an any-size output is allowed
-// (batch 1 only). A spec may name a preset and hold ops only when the ops
+// output filled in, `size` set to the output size (empty: each image comes
+// out at a size of its own; a batch of them is served as it is, each sample
+// with its own height and width: clients list or pad them), every value
+// checked. A spec may name a preset and hold ops only when the ops
 // are that preset's list (op kinds in order; as Effective and the preset
 // keywords make it); otherwise it is INVALID_ARGUMENT. RandomErasing works
 // on the output tensor: only RandomErasing may follow it, its "random"
@@ -122,7 +123,7 @@ absl::StatusOr<v1::PipelineSpec> SpecFromKeywordsJson(std::string_view keywords_
 // values; RandomAffine's translate, scale and shear and the affine ops'
 // center stay empty when not given (torchvision's None).
 // Effective(Effective(s)) == Effective(s).
-absl::StatusOr<v1::PipelineSpec> Effective(const v1::PipelineSpec& spec, uint32_t batch_size);
+absl::StatusOr<v1::PipelineSpec> Effective(const v1::PipelineSpec& spec);
 
 // One line for people (stokerctl, logs): the preset's name and the op list,
 // then the output, e.g. "train: RandomResizedCrop(size=[224, 224], ...),

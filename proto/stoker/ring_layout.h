@@ -16,8 +16,10 @@
 //               ring later (see "Depth" below). The slots beyond the depth
 //               hold no pages of /dev/shm until the ring deepens into them.
 //   sample      One image's place in a slot's data: `sample_bytes` from
-//               `index * sample_bytes` (fixed shape), or anywhere the
-//               record's offset/bytes say (variable-size decode, batch 1).
+//               `index * sample_bytes` (fixed shape); for any-size outputs
+//               (height 0) the record's offset/bytes say (the daemon puts
+//               sample i at i times the most its ops can make, the header's
+//               sample_bytes then being 0).
 //   mask        Segmentation sets: a sample's label map (height x width
 //               values of `mask_dtype`), after the slot's images from
 //               `mask_offset` (MaskOffset), `mask_sample_bytes` apart; the
@@ -195,7 +197,7 @@ struct RingHeader {
   uint32_t mask_dtype;          // 0: no masks; kUint8 or kUint16
   uint32_t reserved4;
   uint64_t mask_offset;         // from the slot's data start
-  uint64_t mask_sample_bytes;   // stride per sample (variable size: its capacity)
+  uint64_t mask_sample_bytes;   // stride per sample (variable size: the most a mask takes)
   // Detection sets (PlaceBoxes): entries per sample, 0 without boxes.
   uint32_t box_stride;
   uint32_t reserved5;
@@ -263,7 +265,7 @@ static_assert(sizeof(SampleRecord) % 8 == 0);
 inline constexpr uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 // Where a slot's masks start, after `image_bytes` of images (the batch's
-// samples, or a variable-size sample's capacity).
+// samples, each at most the output's bytes).
 inline constexpr uint64_t MaskOffset(uint64_t image_bytes) { return AlignUp(image_bytes, 64); }
 
 // Where a slot's box arrays lie, from `after` (the end of its images and

@@ -277,7 +277,7 @@ bool ResolvePipeline(const CommonOptions& o, PipelineParams* p, std::string* des
   std::string json;
   if (!KeywordsJson(o, &json)) return false;
   absl::StatusOr<v1::PipelineSpec> spec = pipeline::SpecFromKeywordsJson(json);
-  if (spec.ok()) spec = pipeline::Effective(*spec, /*batch_size=*/1);
+  if (spec.ok()) spec = pipeline::Effective(*spec);
   if (!spec.ok()) {
     std::cerr << "invalid pipeline: " << spec.status().message() << "\n";
     return false;

@@ -412,9 +412,8 @@ absl::Status StepError(uint32_t index, const Step& s, absl::string_view what) {
       absl::StrCat("step ", index, " (", StepKindName(s.kind), "): ", what));
 }
 
-// Checks that each step applies to the image the steps before it make, from
-// a height x width image, and gives the final size. Every image made stays
-// within max_pixels.
+}  // namespace
+
 absl::Status CheckSteps(const SampleSteps& steps, uint32_t height, uint32_t width,
                         uint64_t max_pixels, uint32_t* out_height, uint32_t* out_width) {
   if (steps.count > kMaxSteps) return absl::InvalidArgumentError("too many steps");
@@ -577,6 +576,8 @@ absl::Status CheckSteps(const SampleSteps& steps, uint32_t height, uint32_t widt
   *out_width = static_cast<uint32_t>(w);
   return absl::OkStatus();
 }
+
+namespace {
 
 // The leading steps the decode can do itself: [crop] [resize [crop]], as
 // one resample of a decoded region. `next` is the first step left.
@@ -795,10 +796,58 @@ absl::Status ValidateParams(const PipelineParams& p) {
   return absl::OkStatus();
 }
 
+uint64_t MaxOutputPixels(const PipelineParams& p) {
+  if (p.out_height != 0) return uint64_t{p.out_height} * p.out_width;
+  // Bounds on the sides (0: none) and on the pixels, op by op.
+  uint64_t h = 0, w = 0, pixels = p.max_decode_pixels;
+  for (uint32_t i = 0; i < std::min(p.op_count, kMaxOps); ++i) {
+    const OpParams& op = p.ops[i];
+    switch (op.kind) {
+      case OpKind::kRandomResizedCrop:
+      case OpKind::kCenterCrop:
+      case OpKind::kRandomCrop:
+        h = op.height, w = op.width, pixels = h * w;
+        break;
+      case OpKind::kResize:
+      case OpKind::kRandomShortestSize: {
+        if (op.kind == OpKind::kResize && op.width != 0) {
+          h = op.height, w = op.width, pixels = h * w;
+          break;
+        }
+        // The shorter side is at most the (largest) size, the longer at
+        // most max_size; without max_size the longer side is unbounded.
+        uint64_t shorter = op.height;
+        for (uint32_t k = 0; k < op.shortest_count && k < 8; ++k) {
+          shorter = std::max<uint64_t>(shorter, op.shortest[k]);
+        }
+        h = w = op.max_size;
+        pixels = op.max_size == 0 ? p.max_decode_pixels
+                                  : std::min<uint64_t>(shorter, op.max_size) * op.max_size;
+        break;
+      }
+      case OpKind::kRandomResize:
+        h = w = 0, pixels = p.max_decode_pixels;
+        break;
+      case OpKind::kRandomZoomOut: {
+        // The canvas is int(side * r), r <= side_range[1] <= 16.
+        const double r = op.side_range[1];
+        if (h != 0) h = static_cast<uint64_t>(std::ceil(static_cast<double>(h) * r));
+        if (w != 0) w = static_cast<uint64_t>(std::ceil(static_cast<double>(w) * r));
+        pixels = std::min<uint64_t>(
+            p.max_decode_pixels,
+            static_cast<uint64_t>(std::ceil(static_cast<double>(pixels) * r * r)));
+        break;
+      }
+      default:  // the size stays (RandomIoUCrop only makes it smaller)
+        break;
+    }
+    if (h != 0 && w != 0) pixels = std::min(pixels, h * w);
+  }
+  return std::min<uint64_t>(pixels, p.max_decode_pixels);
+}
+
 uint64_t MaxSampleBytes(const PipelineParams& p) {
-  const uint64_t dsize = DtypeBytes(p.dtype);
-  if (p.out_height == 0) return p.max_decode_pixels * 3 * dsize;
-  return uint64_t{p.out_height} * p.out_width * 3 * dsize;
+  return MaxOutputPixels(p) * 3 * DtypeBytes(p.dtype);
 }
 
 absl::Status DrawSteps(const PipelineParams& p, uint32_t height, uint32_t width,

@@ -262,10 +262,16 @@ struct PipelineParams {
 // naming the op by position.
 [[nodiscard]] absl::Status ValidateParams(const PipelineParams& p);
 
-// Bytes one output sample takes: at the fixed output shape
-// out_height * out_width * 3 * the dtype's size; for any-size outputs
-// (0 x 0) max_decode_pixels * 3 * the dtype's size (no op makes an image
-// larger than max_decode_pixels). 0 for an unknown dtype.
+// The most pixels an output sample can have: out_height * out_width for a
+// fixed output shape; for any-size outputs (0 x 0) a bound from the ops (a
+// fixed-size op's size; Resize's and RandomShortestSize's max_size cap the
+// longer side, their size the shorter; RandomZoomOut grows what it is given
+// by side_range's max; RandomIoUCrop only shrinks), never over
+// max_decode_pixels (no step makes an image larger: CheckSteps).
+uint64_t MaxOutputPixels(const PipelineParams& p);
+
+// Bytes one output sample takes at most: MaxOutputPixels * 3 * the dtype's
+// size. 0 for an unknown dtype.
 uint64_t MaxSampleBytes(const PipelineParams& p);
 
 // What keys a sample's randomness: the same key gives the same pixels.
@@ -469,6 +475,14 @@ struct SampleSteps {
 [[nodiscard]] absl::Status DrawSteps(const PipelineParams& p, uint32_t height, uint32_t width,
                                      const SampleKey& key, SampleSteps* steps,
                                      const float* boxes = nullptr, uint32_t box_count = 0);
+
+// Checks that each step applies to the image the steps before it make,
+// from a height x width image, and gives the final size. INVALID_ARGUMENT
+// for a step that does not apply (a crop outside its image, ...);
+// RESOURCE_EXHAUSTED when an image made on the way has over max_pixels.
+[[nodiscard]] absl::Status CheckSteps(const SampleSteps& steps, uint32_t height, uint32_t width,
+                                      uint64_t max_pixels, uint32_t* out_height,
+                                      uint32_t* out_width);
 
 // How a sample's JPEG was decoded (SampleResult::decode_path; counted per
 // session in Status). Every path gives the same pixels as kWhole at the

@@ -1102,10 +1102,13 @@ TEST_CASE("ValidateParams checks every op", "[pipeline][ops]") {
   CHECK(ValidateParams(many).code() == absl::StatusCode::kInvalidArgument);
   const absl::Status s = ValidateParams(WithOps({crop, flip}));
   CHECK_THAT(std::string(s.message()), Catch::Contains("ops[1] RandomVerticalFlip"));
-  PipelineParams any = WithOps({crop});
+  // Any size (no out_height): the bound of the ops, else max_decode_pixels.
+  PipelineParams any = WithOps({flip});
+  any.ops[0].p = 0.5f;
   CHECK(MaxSampleBytes(any) == (4ull << 20) * 3);
   any.dtype = ring::kFloat16;
   CHECK(MaxSampleBytes(any) == (4ull << 20) * 6);
+  CHECK(MaxSampleBytes(WithOps({crop})) == 8 * 8 * 3);
 }
 
 // `count` corruptions of `good` (a few bytes changed, then truncated) run

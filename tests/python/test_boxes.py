@@ -476,3 +476,98 @@ def test_random_shortest_size_scales_boxes_as_the_reference(stoker, daemon_facto
                 got = view.targets[i]["boxes"].numpy().astype(np.float64)
                 assert got.shape[0] == int(keep.sum())
                 assert np.abs(got - want[keep]).max(initial=0) <= 1e-4
+
+
+MULTI_SCALE = [  # the detection reference's multi-scale recipe, scaled down
+    {"RandomShortestSize": {"min_size": [24, 32, 40], "max_size": 56}},
+    {"RandomHorizontalFlip": {"p": 0.5}},
+]
+
+
+def test_images_of_their_own_sizes_batch_as_lists_or_padded(stoker, daemon_factory, build_dir,
+                                                            tmp_path):
+    """RandomShortestSize leaves every image a size of its own: a COCO batch
+    is a list of them (the detection reference's collate_fn), or with
+    pad_to_multiple one zero-padded tensor (GeneralizedRCNNTransform's
+    batch_images) with each image's own size reported; boxes move as the
+    image did either way, and every sample comes once an epoch."""
+    root = tmp_path / "data"
+    doc = make_coco(root, SIZES, random_boxes(2))
+    by_image = {}
+    for a in doc["annotations"]:
+        x, y, bw, bh = a["bbox"]
+        by_image.setdefault(a["image_id"], []).append([x, y, x + bw, y + bh])
+    d = daemon_factory(workers=2, data_root=str(root))
+    opts = dict(socket=d.socket, batch_size=3, seed=4, epochs=1, ops=MULTI_SCALE,
+                annotations="instances.json", layout="nchw")
+    listed = {}
+    with stoker.Loader("images", **opts) as ld:
+        # Slots sized by the ops' bound (shorter side <= 40, longer <= 56),
+        # not by max_decode_pixels.
+        assert ld.info["height"] == 0
+        assert 3 * 40 * 56 * 3 <= ld.info["slot_bytes"] <= 3 * 40 * 56 * 3 + 8192  # pages
+        for view in ld.iter_batches():
+            images, targets = view
+            assert isinstance(images, list) and len(images) == len(view) == len(targets)
+            assert view.image_sizes == [tuple(a.shape[1:]) for a in images]
+            assert ld.last_image_sizes == view.image_sizes
+            for i, index in enumerate(view.indices.tolist()):
+                h, w = SIZES[index]
+                steps = steps_of(build_dir, tmp_path, root / "images" / f"{index}.png", 4, 0,
+                                 index, {"ops": MULTI_SCALE})
+                resize = [s for s in steps if s["kind"] == "resize"][0]
+                assert images[i].shape == (3, resize["height"], resize["width"])
+                assert min(images[i].shape[1:]) <= 40 and max(images[i].shape[1:]) <= 56
+                want, keep = reference_boxes(by_image.get(100 + index, []), steps, h, w)
+                got = targets[i]["boxes"].numpy().astype(np.float64)
+                assert got.shape[0] == int(keep.sum())
+                assert np.abs(got - want[keep]).max(initial=0) <= 1e-4
+                assert int(images[i][0].min()) == int(images[i][0].max()) == index * 7  # its own
+                listed[index] = (images[i].clone(), targets[i]["boxes"].clone())
+    assert sorted(listed) == list(range(len(SIZES)))  # each sample once
+    sizes_seen = {tuple(a.shape) for a, _ in listed.values()}
+    assert len(sizes_seen) > 2  # the sizes do vary
+
+    padded = 0
+    with stoker.Loader("images", pad_to_multiple=16, **opts) as ld:
+        for view in ld.iter_batches():
+            images, targets = view
+            n, c, hh, ww = images.shape
+            assert (n, c) == (len(view), 3) and hh % 16 == 0 and ww % 16 == 0
+            assert hh == -(-max(h for h, _ in view.image_sizes) // 16) * 16
+            assert ww == -(-max(w for _, w in view.image_sizes) // 16) * 16
+            for i, index in enumerate(view.indices.tolist()):
+                img, boxes = listed[index]
+                h, w = view.image_sizes[i]
+                assert (h, w) == tuple(img.shape[1:])
+                assert torch_equal(images[i, :, :h, :w], img)  # the same pixels, top left
+                assert int(images[i, :, h:, :].abs().sum()) == 0  # zeros below
+                assert int(images[i, :, :, w:].abs().sum()) == 0  # and to the right
+                padded += int(h < hh or w < ww)
+                assert torch_equal(targets[i]["boxes"], boxes)  # boxes are not moved by padding
+    assert padded > 0
+
+
+def torch_equal(a, b):
+    return a.shape == b.shape and bool((a == b).all())
+
+
+def test_images_of_their_own_sizes_are_refused_without_a_way_to_batch_them(stoker,
+                                                                            daemon_factory,
+                                                                            tmp_path):
+    root = tmp_path / "data"
+    make_coco(root, SIZES[:4], random_boxes(3))
+    d = daemon_factory(workers=1, data_root=str(root))
+    with pytest.raises(stoker.InvalidRequestError, match="(?s)cannot be stacked.*pad_to_multiple"):
+        stoker.Loader("images", socket=d.socket, batch_size=2, ops=MULTI_SCALE)
+    for bad in (0, True, 2.5, "32", 5000):
+        with pytest.raises(stoker.InvalidRequestError, match="pad_to_multiple must be an int"):
+            stoker.Loader("images", socket=d.socket, batch_size=2, ops=MULTI_SCALE,
+                          pad_to_multiple=bad)
+    # A fixed size pads too (to the multiple), when asked.
+    with stoker.Loader("images", socket=d.socket, batch_size=2, size=20, pad_to_multiple=8,
+                       annotations="instances.json", epochs=1, layout="nchw") as ld:
+        images, _ = next(iter(ld))
+        assert tuple(images.shape) == (2, 3, 24, 24)
+        assert ld.last_image_sizes == [(20, 20), (20, 20)]
+        assert int(images[:, :, 20:, :].abs().sum()) == 0

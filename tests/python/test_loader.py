@@ -451,7 +451,7 @@ def test_bad_requests_raise_invalid_request_and_the_daemon_keeps_serving(stoker,
     with pytest.raises(stoker.InvalidRequestError, match="pipeline.*bogus") as ei:
         client.attach("main", pipeline={"pipeline": "bogus"})
     with pytest.raises(stoker.InvalidRequestError) as ei:
-        client.attach("main", pipeline={"pipeline": "decode"}, batch_size=2)  # any size: batch 1
+        client.attach("main", pipeline={"pipeline": "decode", "max_decode_pixels": 2 ** 40})
     assert ei.value.code == "INVALID_ARGUMENT"
     with pytest.raises(stoker.InvalidRequestError, match="unknown attach option"):
         client.attach("main", batchsize=2)

@@ -367,3 +367,49 @@ def test_paired_folders_serve_what_the_manifest_does(stoker, daemon_factory, tmp
     assert "1 image(s) in 'img' have no mask" in d.log()
     with pytest.raises(stoker.StokerError, match="has a mask in"):
         stoker.Loader("img", masks="masks", mask_suffix="_gt", **opts).info
+
+
+SEG_EVAL = [  # the segmentation reference's eval preset: the shorter side, any longer
+    {"RandomResize": {"min_size": 24, "max_size": 61}},
+    {"RandomHorizontalFlip": {"p": 0.5}},
+]
+
+
+@pytest.mark.parametrize("wide", [False, True], ids=["uint8", "uint16"])
+def test_any_size_segmentation_batches_pad_as_the_reference_collates(stoker, daemon_factory,
+                                                                     build_dir, tmp_path, wide):
+    """Without a crop every image keeps a size of its own; pad_to_multiple=1
+    batches them as the segmentation reference's collate_fn (cat_list):
+    images at the top left over 0, masks over 255, each the exact mask of its
+    image's steps; the same samples one at a time are the padded ones'
+    top-left corners."""
+    root = tmp_path / "data"
+    make_seg_set(root, n=8, wide=wide)
+    d = daemon_factory(workers=2, data_root=str(root))
+    opts = dict(socket=d.socket, ops=SEG_EVAL, seed=6, epochs=1, shuffle=False, layout="nchw",
+                mask_dtype="uint16" if wide else "uint8")
+    alone = {}
+    with stoker.Loader("seg.txt", batch_size=1, **opts) as ld:
+        for view in ld.iter_batches():
+            (img,), (mask,) = view
+            alone[int(view.indices[0])] = (img.clone(), mask.clone())
+    assert len({tuple(m.shape) for _, m in alone.values()}) > 2  # the sizes vary
+    seen = []
+    with stoker.Loader("seg.txt", batch_size=4, pad_to_multiple=1, **opts) as ld:
+        for view in ld.iter_batches():
+            images, masks = view
+            hh = max(h for h, _ in view.image_sizes)
+            ww = max(w for _, w in view.image_sizes)
+            assert tuple(images.shape) == (4, 3, hh, ww) and tuple(masks.shape) == (4, hh, ww)
+            for i, index in enumerate(view.indices.tolist()):
+                h, w = view.image_sizes[i]
+                img, mask = alone[index]
+                assert tuple(mask.shape) == (h, w)
+                assert bool((images[i, :, :h, :w] == img).all())
+                want = expected_mask(build_dir, tmp_path, root, index, 6, 0, {"ops": SEG_EVAL})
+                assert np.array_equal(mask.numpy(), want), index
+                assert np.array_equal(masks[i, :h, :w].numpy(), want), index
+                assert int(images[i, :, h:].abs().sum()) + int(images[i, :, :, w:].abs().sum()) == 0
+                assert bool((masks[i, h:] == 255).all()) and bool((masks[i, :, w:] == 255).all())
+                seen.append(index)
+    assert seen == list(range(8))

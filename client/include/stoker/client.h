@@ -257,6 +257,13 @@ class Batch {
   //   INTERNAL             another CUDA error (the message has its name).
   absl::Status CopyToDevice(CUstream_st* stream, void* dst, uint64_t dst_bytes,
                             const DeviceCopyOptions& options);
+  // The same for sample i alone (height(i) x width(i), normalized on the
+  // GPU if `options` asks): how a batch of any-size images goes to the
+  // device, one copy a sample (a trainer then lists or pads them). The slot
+  // is reused only after every copy made from it completed. Errors as
+  // CopyToDevice's; INVALID_ARGUMENT for i >= size() or an empty sample.
+  absl::Status CopySampleToDevice(uint32_t i, CUstream_st* stream, void* dst, uint64_t dst_bytes,
+                                  const DeviceCopyOptions& options);
 
  private:
   friend class Session;

@@ -366,3 +366,42 @@ class RandomChoice(BatchTransform):
 
     def __repr__(self) -> str:
         return f"RandomChoice({self.transforms!r}, p={self.p})"
+
+
+def pad_to_largest(images: Sequence["torch.Tensor"], multiple: int = 1, *,
+                   channels_last: bool = False,
+                   fill: float = 0) -> Tuple["torch.Tensor", List[Tuple[int, int]]]:
+    """Images of different sizes as one tensor, as detection and segmentation
+    trainers batch them: each image at the top left of a ``fill`` canvas of
+    the largest height and width of the list, each rounded up to a multiple
+    of ``multiple`` (torchvision's GeneralizedRCNNTransform.batch_images with
+    its size_divisible; with multiple 1 and fill 255 for masks, the
+    segmentation reference's collate_fn).
+
+    Args:
+        images: tensors of one dtype and device, [C, h, w] (or [h, w, C]
+            with ``channels_last``, or [h, w] label maps).
+        multiple: the padded sides' divisor, >= 1.
+        channels_last: the tensors are [h, w, C].
+        fill: the value of the padding.
+
+    Returns:
+        ([n, C, H, W] (or [n, H, W, C], [n, H, W]), the images' own (h, w)).
+    """
+    if isinstance(multiple, bool) or int(multiple) < 1:
+        raise _native.InvalidRequestError(f"pad_to_multiple must be an int >= 1, got {multiple!r}")
+    if len(images) == 0:
+        raise _native.InvalidRequestError("pad_to_largest: no images")
+    hd, wd = (-3, -2) if channels_last and images[0].dim() == 3 else (-2, -1)
+    sizes = [(int(t.shape[hd]), int(t.shape[wd])) for t in images]
+    m = int(multiple)
+    shape = list(images[0].shape)
+    shape[hd] = -(-max(h for h, _ in sizes) // m) * m
+    shape[wd] = -(-max(w for _, w in sizes) // m) * m
+    out = images[0].new_full([len(images)] + shape, fill)
+    for i, (t, (h, w)) in enumerate(zip(images, sizes)):
+        if hd == -3:
+            out[i, :h, :w].copy_(t)
+        else:
+            out[i, ..., :h, :w].copy_(t)
+    return out, sizes

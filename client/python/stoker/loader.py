@@ -67,18 +67,22 @@ class BatchView:
             [k, 4] XYXY, "labels" int64 [k], "iscrowd" int64 [k],
             "image_id"; with masks also "masks" [H, W]), else None.
             `images, targets = view` then.
+        image_sizes: each image's own (height, width), before any padding
+            (pad_to_multiple); a failed any-size sample's is (0, 0).
     """
 
     __slots__ = ("images", "labels", "indices", "planned_indices", "statuses", "epoch",
-                 "batch_in_epoch", "sequence", "masks", "targets")
+                 "batch_in_epoch", "sequence", "masks", "targets", "image_sizes")
 
     def __init__(self, images: Images, labels: Any, indices: np.ndarray,
                  planned_indices: np.ndarray, statuses: np.ndarray, epoch: int,
                  batch_in_epoch: int, sequence: int, masks: Any = None,
-                 targets: Any = None) -> None:
+                 targets: Any = None,
+                 image_sizes: Optional[List[Tuple[int, int]]] = None) -> None:
         self.images = images
         self.masks = masks
         self.targets = targets
+        self.image_sizes = image_sizes
         self.labels = labels
         self.indices = indices
         self.planned_indices = planned_indices
@@ -517,7 +521,7 @@ class Loader:
             error naming them. It decides every pipeline argument from
             ``pipeline`` to ``std`` below: giving one of them too is an error
             naming both. Without a fixed-size crop or resize the images cannot
-            be batched: an error, unless ``batch_size=1``.
+            be stacked: see ``pad_to_multiple``.
         batch_transform: None, or a transform of whole batches applied to the
             (images, labels) of each batch before it is yielded (in
             `iter_batches` too: BatchView's images and labels are the
@@ -548,8 +552,8 @@ class Loader:
             ``transform`` (which is read into ops) or the preset's keywords.
         size: the output size, an int or (height, width): the preset's crop,
             or with ``ops`` the size every image must come out at. Each
-            image's own size (no size, no fixed-size op) needs
-            ``batch_size=1``.
+            image's own size (no size, no fixed-size op) is batched by
+            ``pad_to_multiple`` (or as a list: see there).
         resize_size: the eval preset's Resize (its shorter side).
         scale, ratio: the train preset's RandomResizedCrop ranges.
         flip_prob: the train preset's RandomHorizontalFlip probability.
@@ -648,6 +652,19 @@ class Loader:
             least box_min_size pixels (default 0; torchvision v2's
             SanitizeBoundingBoxes uses 1) and at least box_min_visibility
             of its area is left inside the image (default 0).
+        pad_to_multiple: for images whose sizes vary (RandomResize,
+            RandomShortestSize, Resize(int), no crop): each batch is one
+            tensor [n, 3, H, W], every image at its top left over zeros, H and
+            W the batch's largest height and width rounded up to a multiple
+            of this (32 as torchvision's detection models pad; 1 as its
+            segmentation reference's collate_fn, which pads the masks with
+            255: masks are padded with mask_fill). Each image's own size is in
+            ``last_image_sizes`` and BatchView.image_sizes. Without it such
+            images come as a list of tensors for a COCO set (annotations=, as
+            the detection reference's collate_fn gives them) and are refused
+            otherwise (unless batch_size=1, a list of one). Padding makes one
+            copy of the batch (on the device for device='cuda', after one
+            copy a sample).
         allow_empty: ImageFolder's allow_empty: keep class folders with no
             image file as classes with no samples (otherwise attach fails
             naming them). None: False, or, for an ImageFolder object given,
@@ -707,6 +724,7 @@ class Loader:
         mask_suffix: str = "",
         box_min_size: Any = _UNSET,
         box_min_visibility: Any = _UNSET,
+        pad_to_multiple: Optional[int] = None,
         allow_empty: Optional[bool] = None,
         skip_unsupported_formats: bool = False,
         **dataloader_keywords: Any,
@@ -777,7 +795,8 @@ class Loader:
             raise _native.InvalidRequestError(
                 f"batch_size={batch_size!r}: stoker yields batches; give an int >= 1 "
                 "(batch_size=1 for single samples)")
-        self._pipeline_request(given, batch_size, transform)
+        self._pipeline_request(given, batch_size, transform, pad_to_multiple,
+                               annotations is not None)
         self.batch_transform = batch_transform
         if epochs is not None and epochs < 1:
             raise _native.InvalidRequestError("epochs must be at least 1 (None: without end)")
@@ -858,19 +877,33 @@ class Loader:
         self._closed = False
         self.last_indices: Optional[np.ndarray] = None
         """Dataset indices of the most recently yielded batch (int64 ndarray)."""
+        self.last_image_sizes: Optional[List[Tuple[int, int]]] = None
+        """The (height, width) of each image of the most recently yielded
+        batch, before padding (pad_to_multiple)."""
 
     # ------------------------------------------------------------------
     # The pipeline
 
-    def _pipeline_request(self, given: Dict[str, Any], batch_size: int, transform: Any) -> None:
+    def _pipeline_request(self, given: Dict[str, Any], batch_size: int, transform: Any,
+                          pad_to_multiple: Optional[int], detection: bool) -> None:
         """Takes the pipeline keywords `given` (those of Loader, or what a
         transform was read into): what attach sends, and the output they give
         after defaults, from the daemon's own pipeline module run here
         (_native.effective_pipeline): no pipeline default lives in Python.
+        Then how a batch of images whose sizes vary is given: one padded
+        tensor (pad_to_multiple), a list for a detection set (annotations=,
+        as the detection reference's collate_fn), else refused.
 
         Raises InvalidRequestError naming a bad keyword or op, or saying how
         to batch images whose sizes vary.
         """
+        if pad_to_multiple is not None and (isinstance(pad_to_multiple, bool)
+                                            or not isinstance(pad_to_multiple, int)
+                                            or not 1 <= pad_to_multiple <= 4096):
+            raise _native.InvalidRequestError(
+                f"pad_to_multiple must be an int within 1..4096 (32 for torchvision's detection "
+                f"models, 1 to pad to the largest image only), got {pad_to_multiple!r}")
+        self._pad_to_multiple = pad_to_multiple
         request = dict(given)
         dtype, layout = request.get("dtype"), request.get("layout")
         self._bfloat16 = isinstance(dtype, str) and dtype.lower() in _PYTHON_DTYPES
@@ -880,22 +913,28 @@ class Loader:
         if self._channels_last:
             request["layout"] = _PYTHON_LAYOUTS[layout.lower()]
         self._request = request
-        effective = json.loads(_native.effective_pipeline(_keywords_json(request), 1))
-        if not effective.get("size") and batch_size != 1:
-            # Each image would keep a size of its own (batch_size 1 only).
+        effective = json.loads(_native.effective_pipeline(_keywords_json(request)))
+        self._mask_fill = effective.get("mask_fill", 255)
+        if (not effective.get("size") and batch_size != 1 and pad_to_multiple is None
+                and not detection):
+            # Each image keeps a size of its own: stacked, they would not fit
+            # (DataLoader's default collate raises at the first batch).
             if transform is not None:
                 raise _native.InvalidRequestError(
                     f"transform={transform!r} has no fixed-size crop or resize, so its images "
-                    f"keep their own sizes and cannot be batched (batch_size={batch_size}): add "
+                    f"keep their own sizes and cannot be stacked (batch_size={batch_size}): add "
                     "RandomResizedCrop(size) (training) or Resize(int) + CenterCrop(size) "
                     "(evaluation), or RandomCrop(size) or Resize((h, w)), to the transform, or "
-                    "use batch_size=1")
+                    "give pad_to_multiple= (each batch padded to its largest image), or use "
+                    "batch_size=1")
             raise _native.InvalidRequestError(
                 f"the pipeline {given!r} gives images of their own sizes, which cannot be "
-                f"batched (batch_size={batch_size}): use a preset with a crop ('train', "
-                "'eval'), or add a fixed-size op to ops= (RandomResizedCrop, CenterCrop, "
-                "RandomCrop, Resize([h, w])), or give size= (every image must then come out at "
-                "that size; others fail as samples), or use batch_size=1")
+                f"stacked (batch_size={batch_size}): give pad_to_multiple= (each batch padded "
+                "to its largest image, rounded up to a multiple: 32 for torchvision's "
+                "detection models, 1 for its segmentation reference), or use a preset with a "
+                "crop ('train', 'eval'), or add a fixed-size op to ops= (RandomResizedCrop, "
+                "CenterCrop, RandomCrop, Resize([h, w])), or give size= (every image must then "
+                "come out at that size; others fail as samples), or use batch_size=1")
         #: The effective pipeline of this loader's request (the preset's
         #: name, the ops, size and output after defaults), as the daemon
         #: reports it in info['effective_pipeline'] on the CPU path.
@@ -1176,54 +1215,64 @@ class Loader:
         'detail', 'copies', 'bytes', 'in_flight', ...}; None before attach."""
         return None if self._session is None else self._session.device_status
 
-    def _to_cuda(self, images: Any) -> "torch.Tensor":
+    def _to_cuda(self, images: Any) -> Any:
+        """The batch copied to the device in the layout the daemon served
+        (NHWC or NCHW), normalized there when the daemon served uint8 for it:
+        one tensor, or for a list of any-size images a list (one copy a
+        sample). The slot goes back once every copy of it completed."""
         torch = _torch or _torch_module()
         index = self._device_index
         if index is None or index == _NO_INDEX:
             index = torch.cuda.current_device()
         dev = torch.device("cuda", index)
         stream = torch.cuda.current_stream(dev)
-        src = images[0] if isinstance(images, list) else images
-        if isinstance(images, list) and len(images) != 1:
-            raise _native.InvalidRequestError(
-                "device copies of variable-size batches need batch_size=1")
-        output = self.effective_pipeline["output"]  # what the user asked for
-        if output["dtype"] == "uint8" or self._erases():
-            # Served as it is (a pipeline that erases its output is served
-            # float, normalized by the daemon: bytes copied unchanged).
-            tdtype = torch.from_numpy(np.empty(0, dtype=src.dtype)).dtype
-            out = torch.empty(src.shape, dtype=tdtype, device=dev)
-            _native.copy_to_device(images, stream.cuda_stream, out.data_ptr(),
-                                   out.numel() * out.element_size(), dtype="asis", device=index)
-            if self._bfloat16:  # the daemon served float32
-                out = out.to(torch.bfloat16)
+        if isinstance(images, list):
+            out: Any = [self._copy_to_cuda(images, a, i, dev, index, stream)
+                        for i, a in enumerate(images)]
         else:
-            n, h, w, _ = src.shape if src.ndim == 4 else (1,) + src.shape
-            dtype = "bfloat16" if self._bfloat16 else output["dtype"]
-            tdtype = {"float32": torch.float32, "float16": torch.float16,
-                      "bfloat16": torch.bfloat16}[dtype]
-            nchw = output["layout"] == "nchw"
-            out = torch.empty((n, 3, h, w) if nchw else (n, h, w, 3), dtype=tdtype, device=dev)
-            # The uint8 pixels land in scratch from torch's caching allocator:
-            # freed below, it is reused only by work ordered after ours on
-            # this stream.
-            scratch = torch.empty(src.nbytes, dtype=torch.uint8, device=dev)
-            _native.copy_to_device(images, stream.cuda_stream, out.data_ptr(),
-                                   out.numel() * out.element_size(), dtype=dtype,
-                                   layout=output["layout"], mean=output["mean"],
-                                   std=output["std"], device=index, scratch=scratch.data_ptr(),
-                                   scratch_bytes=scratch.numel())
-            del scratch
-            if src.ndim == 3:
-                out = out[0]
-        if self._channels_last and out.dim() == 4:
-            out = out.permute(0, 3, 1, 2)  # [n,3,H,W] over NHWC memory
+            out = self._copy_to_cuda(images, images, -1, dev, index, stream)
         if not self._staging_warned and self._session is not None:
             self._staging_warned = True
             st = self._session.device_status
             if st["mode"] == "staging":
                 warnings.warn(f"stoker: {st['detail']}", RuntimeWarning, stacklevel=4)
         return out
+
+    def _copy_to_cuda(self, owner: Any, src: np.ndarray, sample: int, dev: Any, index: int,
+                      stream: Any) -> "torch.Tensor":
+        """One copy: the batch `owner` (sample -1) or its sample `sample`,
+        whose host array is `src`."""
+        torch = _torch or _torch_module()
+        output = self.effective_pipeline["output"]  # what the user asked for
+        if output["dtype"] == "uint8" or self._erases():
+            # Served as it is (a pipeline that erases its output is served
+            # float, normalized by the daemon: bytes copied unchanged).
+            tdtype = torch.from_numpy(np.empty(0, dtype=src.dtype)).dtype
+            out = torch.empty(src.shape, dtype=tdtype, device=dev)
+            if out.numel() != 0:  # a failed any-size sample is 0 x 0
+                _native.copy_to_device(owner, stream.cuda_stream, out.data_ptr(),
+                                       out.numel() * out.element_size(), dtype="asis",
+                                       device=index, sample=sample)
+            return out.to(torch.bfloat16) if self._bfloat16 else out  # the daemon served float32
+        single = src.ndim == 3  # one sample, [h, w, 3] uint8
+        n, h, w, _ = (1,) + src.shape if single else src.shape
+        dtype = "bfloat16" if self._bfloat16 else output["dtype"]
+        tdtype = {"float32": torch.float32, "float16": torch.float16,
+                  "bfloat16": torch.bfloat16}[dtype]
+        nchw = output["layout"] == "nchw"
+        out = torch.empty((n, 3, h, w) if nchw else (n, h, w, 3), dtype=tdtype, device=dev)
+        if out.numel() != 0:
+            # The uint8 pixels land in scratch from torch's caching allocator:
+            # freed below, it is reused only by work ordered after ours on
+            # this stream.
+            scratch = torch.empty(src.nbytes, dtype=torch.uint8, device=dev)
+            _native.copy_to_device(owner, stream.cuda_stream, out.data_ptr(),
+                                   out.numel() * out.element_size(), dtype=dtype,
+                                   layout=output["layout"], mean=output["mean"],
+                                   std=output["std"], device=index, scratch=scratch.data_ptr(),
+                                   scratch_bytes=scratch.numel(), sample=sample)
+            del scratch
+        return out[0] if single else out
 
     def close(self) -> None:
         """Detaches the session (and stops a private daemon that no other
@@ -1485,8 +1534,8 @@ class Loader:
         targets = None
         if boxes is not None:  # copies: a few bytes a box, free of the slot's lease
             targets = _targets(torch, boxes, labels, masks)
+        nhwc = self.effective_pipeline["output"]["layout"] == "nhwc"  # as served
         if self._mode == "cuda":
-            device_masks = None
             if masks is not None or targets is not None:
                 # Before the images: their copy ends the slot's lease.
                 index = self._device_index
@@ -1496,53 +1545,52 @@ class Loader:
                 # On the current stream, as the images' copy (a pageable
                 # source: the copy is done when .to returns).
                 if masks is not None:
-                    device_masks = ([m.to(dev) for m in masks] if isinstance(masks, list)
-                                    else masks.to(dev))
+                    masks = [m.to(dev) for m in masks] if isinstance(masks, list) else masks.to(dev)
                 if targets is not None:
                     targets = [{k: (v.to(dev) if isinstance(v, torch.Tensor) else v)
                                 for k, v in t.items()} for t in targets]
             images = self._to_cuda(images)  # the ndarray's lease ends with it, after the copy
-            labels = torch.from_numpy(labels).to(images.device, non_blocking=True)
-            self.last_indices = indices
-            self._epoch = epoch
-            if self.batch_transform is not None:
-                images, labels = self._transform_batch(images, labels, epoch, batch_in_epoch)
-            if views:
-                return BatchView(images, labels, indices, planned, statuses, epoch,
-                                 batch_in_epoch, sequence, device_masks, targets)
-            if targets is not None:
-                return images, targets
-            return images, (labels if device_masks is None else device_masks)
-        if isinstance(images, list):
-            if self.copy:
-                images = [torch.from_numpy(a.copy()) for a in images]
-            else:
-                images = [torch.from_numpy(a) for a in images]
-        elif self.copy:
-            images = torch.from_numpy(images.copy())
+            labels = torch.from_numpy(labels).to(images[0].device if isinstance(images, list)
+                                                 else images.device, non_blocking=True)
         else:
-            images = torch.from_numpy(images)
-        if self._bfloat16:  # the daemon served float32
-            images = ([a.to(torch.bfloat16) for a in images] if isinstance(images, list)
-                      else images.to(torch.bfloat16))
+            if isinstance(images, list):
+                images = [torch.from_numpy(a.copy() if self.copy else a) for a in images]
+            else:
+                images = torch.from_numpy(images.copy() if self.copy else images)
+            if self._bfloat16:  # the daemon served float32
+                images = ([a.to(torch.bfloat16) for a in images] if isinstance(images, list)
+                          else images.to(torch.bfloat16))
+            labels = torch.from_numpy(labels)
+        # Each image's own size; with pad_to_multiple one tensor of them all.
+        hw = (0, 1) if nhwc else (1, 2)
+        if isinstance(images, list):
+            sizes = [(int(a.shape[hw[0]]), int(a.shape[hw[1]])) for a in images]
+        else:
+            sizes = [(int(images.shape[hw[0] + 1]), int(images.shape[hw[1] + 1]))] * len(indices)
+        if self._pad_to_multiple is not None:
+            images = _batch.pad_to_largest(list(images), self._pad_to_multiple,
+                                           channels_last=nhwc)[0]
+            if masks is not None:
+                masks = _batch.pad_to_largest(list(masks), self._pad_to_multiple,
+                                              fill=self._mask_fill)[0]
         if self._channels_last:  # the daemon served NHWC
             images = ([a.permute(2, 0, 1) for a in images] if isinstance(images, list)
                       else images.permute(0, 3, 1, 2))
-        labels = torch.from_numpy(labels)
         if self.batch_transform is not None:  # before pinning: the results are pinned
             images, labels = self._transform_batch(images, labels, epoch, batch_in_epoch)
         if self._pin:  # pin_memory=True: a pinned copy, as DataLoader's (the slot returns)
             images = ([a.pin_memory() for a in images] if isinstance(images, list)
                       else images.pin_memory())
             labels = labels.pin_memory()
-        if self._pin and masks is not None:
-            masks = ([m.pin_memory() for m in masks] if isinstance(masks, list)
-                     else masks.pin_memory())
+            if masks is not None:
+                masks = ([m.pin_memory() for m in masks] if isinstance(masks, list)
+                         else masks.pin_memory())
         self.last_indices = indices
+        self.last_image_sizes = sizes
         self._epoch = epoch
         if views:
             return BatchView(images, labels, indices, planned, statuses, epoch, batch_in_epoch,
-                             sequence, masks, targets)
+                             sequence, masks, targets, sizes)
         if targets is not None:
             return images, targets
         return images, (labels if masks is None else masks)
