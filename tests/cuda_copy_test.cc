@@ -126,6 +126,12 @@ TEST_CASE("Batch::CopyToDevice without a GPU: clear error, the session goes on",
         b->CopyToDevice(nullptr, reinterpret_cast<void*>(uintptr_t{0x1000}), 1 << 24, d);
     CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
     CHECK_THAT(std::string(s.message()), Catch::Contains(ExpectedError()));
+    // One sample a copy (any-size batches) says the same; past the batch, which.
+    s = b->CopySampleToDevice(0, nullptr, reinterpret_cast<void*>(uintptr_t{0x1000}), 1 << 24, d);
+    CHECK(s.code() == absl::StatusCode::kFailedPrecondition);
+    s = b->CopySampleToDevice(b->size(), nullptr, reinterpret_cast<void*>(uintptr_t{0x1000}),
+                              1 << 24, d);
+    CHECK(s.code() == absl::StatusCode::kInvalidArgument);
     ++batches;
   }
   CHECK(batches == 6);  // ceil(10 / 4) * 2
@@ -138,6 +144,8 @@ TEST_CASE("Batch::CopyToDevice without a GPU: clear error, the session goes on",
   Batch empty;
   DeviceCopyOptions d;
   CHECK(empty.CopyToDevice(nullptr, nullptr, 0, d).code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(empty.CopySampleToDevice(0, nullptr, nullptr, 0, d).code() ==
+        absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace
