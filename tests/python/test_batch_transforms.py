@@ -292,3 +292,30 @@ def test_cuda_gives_the_cpu_result(sb, name):
         stream.synchronize()
         assert gpu[0].is_cuda and gpu[1].is_cuda
         assert torch.equal(gpu[0].cpu(), cpu[0]) and torch.equal(gpu[1].cpu(), cpu[1])
+
+
+def test_pad_to_largest_is_the_references_batching(sb):
+    """pad_to_largest: each image at the top left of a fill canvas of the
+    largest sides rounded up to the multiple (GeneralizedRCNNTransform's
+    batch_images; the segmentation reference's cat_list with fill 255)."""
+    g = torch.Generator().manual_seed(1)
+    imgs = [torch.randint(1, 255, (3, h, w), generator=g, dtype=torch.uint8)
+            for h, w in ((5, 7), (9, 4), (0, 0), (8, 8))]  # (0, 0): a failed any-size sample
+    out, sizes = sb.pad_to_largest(imgs, 4)
+    assert tuple(out.shape) == (4, 3, 12, 8) and sizes == [(5, 7), (9, 4), (0, 0), (8, 8)]
+    for t, (h, w), o in zip(imgs, sizes, out):
+        # The reference: a zero canvas, the image copied into its top left.
+        ref = torch.zeros(3, 12, 8, dtype=torch.uint8)
+        ref[:, :h, :w].copy_(t)
+        assert torch.equal(o, ref)
+    # Channels last: [h, w, 3]; masks: [h, w] over 255, multiple 1 (cat_list).
+    out, _ = sb.pad_to_largest([t.permute(1, 2, 0) for t in imgs], 4, channels_last=True)
+    assert torch.equal(out.permute(0, 3, 1, 2), sb.pad_to_largest(imgs, 4)[0])
+    masks = [t[0] for t in imgs]
+    out, _ = sb.pad_to_largest(masks, 1, fill=255)
+    assert tuple(out.shape) == (4, 9, 8)
+    assert torch.equal(out[1, :, 4:], torch.full((9, 4), 255, dtype=torch.uint8))
+    assert torch.equal(out[0, :5, :7], masks[0]) and bool((out[0, 5:] == 255).all())
+    for bad in (0, True, -3):
+        with pytest.raises(Exception, match="pad_to_multiple must be an int"):
+            sb.pad_to_largest(imgs, bad)
