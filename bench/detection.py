@@ -31,6 +31,12 @@ The recipes, 2 workers on both sides, float32 NCHW normalized:
     model does to every image (so that both sides hand over the same
     tensors); batch 32; targets as the reference's ConvertCocoPolysToMask
     makes them (boxes XYXY clamped, degenerate ones dropped).
+  * multiscale (Faster R-CNN's): the detection reference's multiscale train
+    preset (RandomShortestSize(480..800 step 32, max_size 1333),
+    RandomHorizontalFlip, PILToTensor, ConvertImageDtype); images of their
+    own sizes, batch 4, padded to a multiple of 32 as GeneralizedRCNNTransform
+    batches them (the DataLoader in its collate_fn, stoker by
+    pad_to_multiple=32), so that both hand over one [4, 3, H, W] tensor.
 The DataLoader side's transforms are written here from the references'
 published code (references/segmentation/transforms.py and
 references/detection/transforms.py are not part of the torchvision
@@ -39,7 +45,8 @@ by bench.py's measure() (a warm-up, then --batches timed batches with the
 producers' and the consumer's CPU), medians over --rounds rounds.
 
 Nothing here asserts a timing: DETECTION.md says whether the target (stoker
-at least 3x DataLoader on both recipes) was met on this machine.
+at least 3x DataLoader on the segmentation and SSD recipes) was met on this
+machine; the multiscale row is reported beside them.
 """
 from __future__ import annotations
 
@@ -62,6 +69,9 @@ import bench  # noqa: E402  (Daemon, measure, CPU accounting, machine_info, log)
 
 SEG_BATCH = 8
 SSD_BATCH = 32
+MS_BATCH = 4
+MS_SIZES = tuple(range(480, 801, 32))
+MS_MAX = 1333
 SSD_MEAN = (123.0, 117.0, 104.0)
 STAMP = {"version": 1, "photos": 400}
 
@@ -299,6 +309,39 @@ class SsdTrain:
         return F.convert_image_dtype(F.pil_to_tensor(image), torch.float), target
 
 
+class MultiScaleTrain:
+    """references/detection presets.DetectionPresetTrain("multiscale"):
+    RandomShortestSize(480..800 step 32, max_size 1333) as v2 computes it,
+    RandomHorizontalFlip, PILToTensor, ConvertImageDtype."""
+
+    def __call__(self, image, target):
+        import torch
+        import torchvision.transforms.functional as F
+        w, h = image.size
+        s = random.choice(MS_SIZES)
+        r = min(s / min(h, w), MS_MAX / max(h, w))
+        nh, nw = int(h * r), int(w * r)
+        image = F.resize(image, [nh, nw], antialias=True)
+        target["boxes"] = target["boxes"] * torch.tensor([nw / w, nh / h, nw / w, nh / h])
+        if random.random() < 0.5:
+            image = F.hflip(image)
+            target["boxes"][:, [0, 2]] = nw - target["boxes"][:, [2, 0]]
+        return F.convert_image_dtype(F.pil_to_tensor(image), torch.float), target
+
+
+def padded_collate(batch):
+    """The detection reference's collate_fn, then GeneralizedRCNNTransform's
+    batch_images(size_divisible=32): one zero-padded tensor."""
+    import torch
+    images, targets = zip(*batch)
+    hh = -(-max(im.shape[1] for im in images) // 32) * 32
+    ww = -(-max(im.shape[2] for im in images) // 32) * 32
+    out = torch.zeros(len(images), 3, hh, ww)
+    for i, im in enumerate(images):
+        out[i, :, :im.shape[1], :im.shape[2]].copy_(im)
+    return out, list(targets)
+
+
 def ssd_collate(batch):
     import torch
     images, targets = zip(*batch)
@@ -347,7 +390,7 @@ def touchable(batch):
 # ---------------------------------------------------------------------------
 
 
-RECIPES = ("segmentation", "ssd")
+RECIPES = ("segmentation", "ssd", "multiscale")
 
 
 def source(recipe: str, config: str, base: str, data_root: str, daemon: bench.Daemon, r: int):
@@ -360,6 +403,14 @@ def source(recipe: str, config: str, base: str, data_root: str, daemon: bench.Da
                {"RandomCrop": {"size": [512], "pad_if_needed": True}}]
         return StokerSource(daemon, os.path.join(rel, "seg.txt"), SEG_BATCH, f"seg-{r}",
                             ops=ops, mean=list(bench.MEAN), std=list(bench.STD))
+    if recipe == "multiscale":
+        if config == "dl":
+            return DataLoaderSource(CocoSet(base, MultiScaleTrain()), MS_BATCH, padded_collate)
+        ops = [{"RandomShortestSize": {"min_size": list(MS_SIZES), "max_size": MS_MAX}},
+               {"RandomHorizontalFlip": {}}]
+        return StokerSource(daemon, os.path.join(rel, "images"), MS_BATCH, f"ms-{r}", ops=ops,
+                            mean=[0, 0, 0], std=[1, 1, 1], pad_to_multiple=32,
+                            annotations=os.path.join(rel, "instances.json"))
     if config == "dl":
         return DataLoaderSource(CocoSet(base, SsdTrain()), SSD_BATCH, ssd_collate)
     ops = [{"RandomPhotometricDistort": {}}, {"RandomZoomOut": {"fill": [123, 117, 104]}},
@@ -436,7 +487,8 @@ def write(path: str, raw: Dict[str, Any]) -> None:
         "|---|---|---|---|---|---|---|",
     ]
     verdicts = []
-    for recipe, batch in (("segmentation", SEG_BATCH), ("ssd", SSD_BATCH)):
+    for recipe, batch in (("segmentation", SEG_BATCH), ("ssd", SSD_BATCH),
+                          ("multiscale", MS_BATCH)):
         dl, st = runs[recipe]["dl"], runs[recipe]["stoker"]
         ratio = med(st, "images_per_s") / med(dl, "images_per_s")
         lines.append(f"| {recipe} | {batch} | {med(dl, 'images_per_s'):.1f} | "

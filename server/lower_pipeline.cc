@@ -19,6 +19,8 @@ static_assert(pipeline::kMaxSteps == image::kMaxSteps,
               "the contract's step budget and the worker's step array must agree");
 static_assert(pipeline::kMaxOps == image::kMaxOps,
               "the contract's op limit and the worker's op array must agree");
+static_assert(pipeline::kMaxShortestSizes == image::kMaxShortestSizes,
+              "RandomShortestSize's size limit of the request checks and of the workers");
 static_assert(pipeline::kMaxPolicyOps == image::kMaxPolicyOps &&
                   pipeline::kMaxAugMixWidth == image::kMaxAugMixWidth &&
                   pipeline::kMaxAugMixDepth == image::kMaxAugMixDepth &&
@@ -126,8 +128,9 @@ absl::Status LowerOp(const v1::Op& op, int i, image::OpParams* o) {
     case v1::Op::kRandomShortestSize: {
       const auto& r = op.random_shortest_size();
       o->kind = image::OpKind::kRandomShortestSize;
-      if (r.min_size().empty() || r.min_size_size() > 8 || !Resampling(r, o)) {
-        return NotEffective(i, "RandomShortestSize needs 1..8 min_size, interpolation, antialias");
+      if (r.min_size().empty() || r.min_size_size() > static_cast<int>(image::kMaxShortestSizes) ||
+          !Resampling(r, o)) {
+        return NotEffective(i, "RandomShortestSize needs 1..16 min_size, interpolation, antialias");
       }
       o->shortest_count = static_cast<uint32_t>(r.min_size_size());
       for (int k = 0; k < r.min_size_size(); ++k) o->shortest[k] = r.min_size(k);

@@ -747,8 +747,9 @@ absl::Status FillOp(Op* op, const std::string& at) {  // `at`: "ops[i] Name: "
     }
     case Op::kRandomShortestSize: {
       v1::RandomShortestSize* o = op->mutable_random_shortest_size();
-      if (o->min_size().empty() || o->min_size_size() > 8) {
-        return Bad(at, "min_size must be 1 to 8 sizes, not ", absl::StrCat(o->min_size_size()));
+      if (o->min_size().empty() || o->min_size_size() > static_cast<int>(kMaxShortestSizes)) {
+        return Bad(at, "min_size must be 1 to ", absl::StrCat(kMaxShortestSizes), " sizes, not ",
+                   absl::StrCat(o->min_size_size()));
       }
       for (uint32_t v : o->min_size()) {
         if (v < 1 || v > kMaxResizeSide) {

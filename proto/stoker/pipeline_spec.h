@@ -60,6 +60,11 @@ inline constexpr uint64_t kMaxOutputPixels = 16ull << 20;
 inline constexpr uint32_t kMaxResizeSide = 65500;
 inline constexpr uint64_t kMaxMaxDecodePixels = 1ull << 32;
 
+// RandomShortestSize's most min_size values (torchvision takes any; the
+// detection reference's multi-scale recipe has 11). image::kMaxShortestSizes
+// is the same (server/lower_pipeline.cc asserts it).
+inline constexpr uint32_t kMaxShortestSizes = 16;
+
 // The policies' counts: RandAugment's num_ops, AugMix's mixture_width and
 // chain_depth (torchvision takes any; a sample's steps are held in a fixed
 // array, image::kMaxSteps). server/lower_pipeline.cc asserts that they equal

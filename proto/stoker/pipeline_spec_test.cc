@@ -1118,7 +1118,16 @@ TEST_CASE("RandomShortestSize: sizes required, max_size optional, a varying outp
                                           "max_size": 1333}}, {"CenterCrop": {"size": [448]}}]})");
   CHECK(e.ops(0).random_shortest_size().interpolation() == "bilinear");
   CHECK_THAT(Error(R"({"ops": [{"RandomShortestSize": {}}]})"),
-             Contains("min_size must be 1 to 8 sizes, not 0"));
+             Contains("min_size must be 1 to 16 sizes, not 0"));
+  // The detection reference's multi-scale recipe: 11 sizes.
+  CHECK(Eff(R"({"ops": [{"RandomShortestSize": {"min_size": [480, 512, 544, 576, 608, 640, 672,
+            704, 736, 768, 800], "max_size": 1333}}]})")
+            .ops(0)
+            .random_shortest_size()
+            .min_size_size() == 11);
+  CHECK_THAT(Error(R"({"ops": [{"RandomShortestSize": {"min_size": [1, 2, 3, 4, 5, 6, 7, 8, 9,
+             10, 11, 12, 13, 14, 15, 16, 17]}}]})"),
+             Contains("min_size must be 1 to 16 sizes, not 17"));
   CHECK_THAT(Error(R"({"ops": [{"RandomShortestSize": {"min_size": [0]}}]})"),
              Contains("min_size [0]: each must be within 1.."));
   CHECK(Eff(R"({"ops": [{"RandomShortestSize": {"min_size": [8]}}]})").size().empty());

@@ -160,7 +160,9 @@ absl::Status ValidateOp(uint32_t i, const OpParams& op) {
       }
       return absl::OkStatus();
     case OpKind::kRandomShortestSize:
-      if (op.shortest_count < 1 || op.shortest_count > 8) return bad("1..8 min_size values");
+      if (op.shortest_count < 1 || op.shortest_count > kMaxShortestSizes) {
+        return bad(absl::StrCat("1..", kMaxShortestSizes, " min_size values"));
+      }
       for (uint32_t k = 0; k < op.shortest_count; ++k) {
         if (!InSide(op.shortest[k])) return bad("min_size must be in 1..65500");
       }
@@ -817,7 +819,7 @@ uint64_t MaxOutputPixels(const PipelineParams& p) {
         // The shorter side is at most the (largest) size, the longer at
         // most max_size; without max_size the longer side is unbounded.
         uint64_t shorter = op.height;
-        for (uint32_t k = 0; k < op.shortest_count && k < 8; ++k) {
+        for (uint32_t k = 0; k < op.shortest_count && k < kMaxShortestSizes; ++k) {
           shorter = std::max<uint64_t>(shorter, op.shortest[k]);
         }
         h = w = op.max_size;

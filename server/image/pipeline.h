@@ -139,7 +139,7 @@ struct OpParams {
   // RandomShortestSize: the shorter side's choices (max_size above caps the
   // longer; 0: none).
   uint32_t shortest_count = 0;
-  uint32_t shortest[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  uint32_t shortest[16] = {};  // kMaxShortestSizes
   // RandomZoomOut: the canvas' side ratio range (p, fill above).
   float side_range[2] = {0, 0};
   // RandomIoUCrop: the crop's side scale range and aspect ratio range, the
@@ -206,6 +206,11 @@ struct OpParams {
   uint32_t erase_random = 0;
   float erase_value[3] = {0, 0, 0};
 };
+
+// RandomShortestSize's most sizes (the detection reference's multi-scale
+// recipe has 11).
+inline constexpr uint32_t kMaxShortestSizes = 16;
+static_assert(sizeof(OpParams::shortest) / sizeof(uint32_t) == kMaxShortestSizes);
 
 // Bounds of the policies' own counts (ValidateParams).
 inline constexpr uint32_t kMaxPolicyOps = 8;    // RandAugment num_ops
