@@ -34,9 +34,11 @@ The recipes, 2 workers on both sides, float32 NCHW normalized:
   * multiscale (Faster R-CNN's): the detection reference's multiscale train
     preset (RandomShortestSize(480..800 step 32, max_size 1333),
     RandomHorizontalFlip, PILToTensor, ConvertImageDtype); images of their
-    own sizes, batch 4, padded to a multiple of 32 as GeneralizedRCNNTransform
-    batches them (the DataLoader in its collate_fn, stoker by
-    pad_to_multiple=32), so that both hand over one [4, 3, H, W] tensor.
+    own sizes, batch 4, handed over as the reference's collate_fn does (a
+    list; the model pads them, on the GPU); multiscale-padded: padded to a
+    multiple of 32 as GeneralizedRCNNTransform batches them (the DataLoader
+    in its collate_fn, in its workers; stoker by pad_to_multiple=32, in the
+    trainer's process), one [4, 3, H, W] tensor on both sides.
 The DataLoader side's transforms are written here from the references'
 published code (references/segmentation/transforms.py and
 references/detection/transforms.py are not part of the torchvision
@@ -329,6 +331,12 @@ class MultiScaleTrain:
         return F.convert_image_dtype(F.pil_to_tensor(image), torch.float), target
 
 
+def list_collate(batch):
+    """The detection reference's collate_fn: tuple(zip(*batch))."""
+    images, targets = zip(*batch)
+    return list(images), list(targets)
+
+
 def padded_collate(batch):
     """The detection reference's collate_fn, then GeneralizedRCNNTransform's
     batch_images(size_divisible=32): one zero-padded tensor."""
@@ -376,11 +384,27 @@ class StokerSource(bench.StokerSource):
         return touchable(next(self.it))
 
 
+class Listed:
+    """A list of images as bench.touch reads a batch: its count, and the last
+    element of the last image."""
+
+    def __init__(self, images) -> None:  # noqa: D107
+        self.images, self.shape = images, (len(images),)
+
+    def dim(self) -> int:
+        return 1
+
+    def __getitem__(self, _):
+        return self.images[-1].reshape(-1)[-1]
+
+
 def touchable(batch):
     """(images, the last target's last value as a 1-element tensor): what
     bench.touch reads of a batch, for masks and detection targets alike."""
     import torch
     images, targets = batch
+    if isinstance(images, list):
+        images = Listed(images)
     if isinstance(targets, list):
         last = targets[-1]["labels"]
         return images, (last[-1:] if last.numel() else torch.zeros(1))
@@ -390,7 +414,7 @@ def touchable(batch):
 # ---------------------------------------------------------------------------
 
 
-RECIPES = ("segmentation", "ssd", "multiscale")
+RECIPES = ("segmentation", "ssd", "multiscale", "multiscale-padded")
 
 
 def source(recipe: str, config: str, base: str, data_root: str, daemon: bench.Daemon, r: int):
@@ -403,13 +427,15 @@ def source(recipe: str, config: str, base: str, data_root: str, daemon: bench.Da
                {"RandomCrop": {"size": [512], "pad_if_needed": True}}]
         return StokerSource(daemon, os.path.join(rel, "seg.txt"), SEG_BATCH, f"seg-{r}",
                             ops=ops, mean=list(bench.MEAN), std=list(bench.STD))
-    if recipe == "multiscale":
+    if recipe.startswith("multiscale"):
+        padded = recipe.endswith("padded")
         if config == "dl":
-            return DataLoaderSource(CocoSet(base, MultiScaleTrain()), MS_BATCH, padded_collate)
+            return DataLoaderSource(CocoSet(base, MultiScaleTrain()), MS_BATCH,
+                                    padded_collate if padded else list_collate)
         ops = [{"RandomShortestSize": {"min_size": list(MS_SIZES), "max_size": MS_MAX}},
                {"RandomHorizontalFlip": {}}]
         return StokerSource(daemon, os.path.join(rel, "images"), MS_BATCH, f"ms-{r}", ops=ops,
-                            mean=[0, 0, 0], std=[1, 1, 1], pad_to_multiple=32,
+                            mean=[0, 0, 0], std=[1, 1, 1], pad_to_multiple=32 if padded else None,
                             annotations=os.path.join(rel, "instances.json"))
     if config == "dl":
         return DataLoaderSource(CocoSet(base, SsdTrain()), SSD_BATCH, ssd_collate)
@@ -488,7 +514,7 @@ def write(path: str, raw: Dict[str, Any]) -> None:
     ]
     verdicts = []
     for recipe, batch in (("segmentation", SEG_BATCH), ("ssd", SSD_BATCH),
-                          ("multiscale", MS_BATCH)):
+                          ("multiscale", MS_BATCH), ("multiscale-padded", MS_BATCH)):
         dl, st = runs[recipe]["dl"], runs[recipe]["stoker"]
         ratio = med(st, "images_per_s") / med(dl, "images_per_s")
         lines.append(f"| {recipe} | {batch} | {med(dl, 'images_per_s'):.1f} | "

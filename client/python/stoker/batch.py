@@ -398,10 +398,16 @@ def pad_to_largest(images: Sequence["torch.Tensor"], multiple: int = 1, *,
     shape = list(images[0].shape)
     shape[hd] = -(-max(h for h, _ in sizes) // m) * m
     shape[wd] = -(-max(w for _, w in sizes) // m) * m
-    out = images[0].new_full([len(images)] + shape, fill)
+    # Each byte written once: the image, then the margins below and beside it
+    # (a fill of the whole canvas first would write the batch twice).
+    out = images[0].new_empty([len(images)] + shape)
     for i, (t, (h, w)) in enumerate(zip(images, sizes)):
         if hd == -3:
             out[i, :h, :w].copy_(t)
+            out[i, h:].fill_(fill)
+            out[i, :h, w:].fill_(fill)
         else:
             out[i, ..., :h, :w].copy_(t)
+            out[i, ..., h:, :].fill_(fill)
+            out[i, ..., :h, w:].fill_(fill)
     return out, sizes
