@@ -50,6 +50,15 @@ def make_coco(root, sizes, boxes_of, missing=(), extra_annotations=()):
     return doc
 
 
+def xyxy_by_image(doc):
+    """{image id: [[x1, y1, x2, y2], ...]} from a COCO document's XYWH bboxes."""
+    by_image = {}
+    for a in doc["annotations"]:
+        x, y, bw, bh = a["bbox"]
+        by_image.setdefault(a["image_id"], []).append([x, y, x + bw, y + bh])
+    return by_image
+
+
 def random_boxes(seed):
     def boxes_of(k, h, w):
         rng = np.random.default_rng(seed * 1000 + k)
@@ -453,10 +462,7 @@ def test_random_shortest_size_scales_boxes_as_the_reference(stoker, daemon_facto
                                                            tmp_path):
     root = tmp_path / "data"
     doc = make_coco(root, SIZES, random_boxes(4))
-    by_image = {}
-    for a in doc["annotations"]:
-        x, y, bw, bh = a["bbox"]
-        by_image.setdefault(a["image_id"], []).append([x, y, x + bw, y + bh])
+    by_image = xyxy_by_image(doc)
     ops = [{"RandomShortestSize": {"min_size": [40, 56, 72], "max_size": 90}},
            {"CenterCrop": {"size": [36, 36]}}]
     d = daemon_factory(workers=2, data_root=str(root))
@@ -493,10 +499,7 @@ def test_images_of_their_own_sizes_batch_as_lists_or_padded(stoker, daemon_facto
     image did either way, and every sample comes once an epoch."""
     root = tmp_path / "data"
     doc = make_coco(root, SIZES, random_boxes(2))
-    by_image = {}
-    for a in doc["annotations"]:
-        x, y, bw, bh = a["bbox"]
-        by_image.setdefault(a["image_id"], []).append([x, y, x + bw, y + bh])
+    by_image = xyxy_by_image(doc)
     d = daemon_factory(workers=2, data_root=str(root))
     opts = dict(socket=d.socket, batch_size=3, seed=4, epochs=1, ops=MULTI_SCALE,
                 annotations="instances.json", layout="nchw")
