@@ -27,7 +27,11 @@
 #include <chrono>
 #include <cstdint>
 #include <limits>
+#include <cstdlib>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <new>
 #include <string>
 #include <utility>
 #include <vector>
@@ -721,6 +725,83 @@ py::array NormalizeReferencePy(const py::array_t<uint8_t, py::array::c_style>& s
 // --- end device copies -------------------------------------------------------
 
 // ---------------------------------------------------------------------------
+// Host buffers for batches made in the trainer's process (a padded batch of
+// images of their own sizes). A fresh buffer of tens of MB comes from mmap
+// and faults in each page at its first write: three times the cost of
+// copying the batch into it. Freed buffers are kept (a few, up to
+// kMaxCachedBytes) and handed out again to a request they fit within 2x.
+
+class BufferCache {
+ public:
+  static constexpr size_t kMaxCached = 4;
+  static constexpr size_t kMaxCachedBytes = size_t{1} << 30;
+
+  static BufferCache& Get() {
+    static BufferCache* cache = new BufferCache();  // leaked: capsules may outlive exit
+    return *cache;
+  }
+  // A buffer of at least `bytes` (64-byte aligned); its capacity in *got.
+  void* Take(size_t bytes, size_t* got) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      auto it = free_.lower_bound(bytes);
+      if (it != free_.end() && it->first <= 2 * bytes) {
+        void* p = it->second;
+        *got = it->first;
+        cached_bytes_ -= it->first;
+        free_.erase(it);
+        return p;
+      }
+    }
+    *got = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
+    return std::aligned_alloc(64, *got);
+  }
+  void Give(void* p, size_t capacity) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (free_.size() >= kMaxCached || cached_bytes_ + capacity > kMaxCachedBytes) {
+      // Drop the smallest kept one if this is larger, else this one.
+      if (free_.empty() || free_.begin()->first >= capacity) {
+        std::free(p);
+        return;
+      }
+      cached_bytes_ -= free_.begin()->first;
+      std::free(free_.begin()->second);
+      free_.erase(free_.begin());
+      if (cached_bytes_ + capacity > kMaxCachedBytes) {
+        std::free(p);
+        return;
+      }
+    }
+    free_.emplace(capacity, p);
+    cached_bytes_ += capacity;
+  }
+
+ private:
+  std::mutex mu_;
+  std::multimap<size_t, void*> free_;  // capacity -> buffer
+  size_t cached_bytes_ = 0;
+};
+
+struct CachedBuffer {
+  void* data;
+  size_t capacity;
+};
+
+py::array HostBufferPy(size_t bytes) {
+  size_t capacity = 0;
+  void* p = BufferCache::Get().Take(bytes, &capacity);
+  if (p == nullptr) throw std::bad_alloc();
+  auto* owner = new CachedBuffer{p, capacity};
+  py::capsule capsule(owner, [](void* o) {
+    auto* b = static_cast<CachedBuffer*>(o);
+    BufferCache::Get().Give(b->data, b->capacity);
+    delete b;
+  });
+  return py::array(py::dtype::of<uint8_t>(), {static_cast<py::ssize_t>(bytes)}, {1},
+                   static_cast<uint8_t*>(p), capsule);
+}
+
+// ---------------------------------------------------------------------------
 // Client
 
 class PyClient {
@@ -922,6 +1003,11 @@ PYBIND11_MODULE(_native, m) {
   m.def("cuda_status", &CudaStatusPy,
         "{'built_with_cuda': bool, 'device_count': int, 'error': str ('' when devices were "
         "found)}. Never raises.");
+  m.def("host_buffer", &HostBufferPy, py::arg("bytes"),
+        "host_buffer(bytes) -> uint8 ndarray: uninitialized host memory for a batch made in "
+        "this process (a padded batch), from a small cache of freed ones: pages already "
+        "faulted in. Its memory goes back to the cache when the array (and every view of it) "
+        "is gone.");
   m.def("normalize_reference", &NormalizeReferencePy, py::arg("images"), py::arg("dtype"),
         py::arg("layout") = "nchw", py::arg("mean") = py::none(), py::arg("std") = py::none(),
         "The CPU reference of the device normalize: [n,h,w,3] uint8 -> (x/255-mean)/std as "

@@ -399,8 +399,16 @@ def pad_to_largest(images: Sequence["torch.Tensor"], multiple: int = 1, *,
     shape[hd] = -(-max(h for h, _ in sizes) // m) * m
     shape[wd] = -(-max(w for _, w in sizes) // m) * m
     # Each byte written once: the image, then the margins below and beside it
-    # (a fill of the whole canvas first would write the batch twice).
-    out = images[0].new_empty([len(images)] + shape)
+    # (a fill of the whole canvas first would write the batch twice). On the
+    # CPU into a reused buffer (_native.host_buffer: no page faults).
+    shape = [len(images)] + shape
+    first = images[0]
+    if first.device.type == "cpu":
+        import torch  # noqa: PLC0415  (imported by the caller already)
+        raw = _native.host_buffer(math.prod(shape) * first.element_size())
+        out = torch.from_numpy(raw).view(first.dtype).view(shape)
+    else:
+        out = first.new_empty(shape)
     for i, (t, (h, w)) in enumerate(zip(images, sizes)):
         if hd == -3:
             out[i, :h, :w].copy_(t)
