@@ -319,3 +319,21 @@ def test_pad_to_largest_is_the_references_batching(sb):
     for bad in (0, True, -3):
         with pytest.raises(Exception, match="pad_to_multiple must be an int"):
             sb.pad_to_largest(imgs, bad)
+
+
+def test_host_buffers_are_reused_only_once_freed(stoker):
+    """_native.host_buffer: a freed buffer serves the next request it fits
+    (within 2x); one still referenced (by a view too) is never handed out."""
+    native = stoker._native
+    a = native.host_buffer(1 << 20)
+    ptr = a.ctypes.data
+    view = torch.from_numpy(a)[16:]
+    del a
+    b = native.host_buffer(1 << 20)
+    assert b.ctypes.data != ptr  # the view still holds the first
+    del view
+    c = native.host_buffer(900 << 10)
+    assert c.ctypes.data == ptr and c.nbytes == 900 << 10  # reused, its pages faulted in
+    d = native.host_buffer(100 << 10)  # far smaller than any freed one: a new buffer
+    assert d.ctypes.data not in (ptr, b.ctypes.data)
+    assert native.host_buffer(0).nbytes == 0
