@@ -914,7 +914,7 @@ class Loader:
             request["layout"] = _PYTHON_LAYOUTS[layout.lower()]
         self._request = request
         effective = json.loads(_native.effective_pipeline(_keywords_json(request)))
-        self._mask_fill = effective.get("mask_fill", 255)
+        self._mask_fill = effective["mask_fill"]  # Effective fills it in
         if (not effective.get("size") and batch_size != 1 and pad_to_multiple is None
                 and not detection):
             # Each image keeps a size of its own: stacked, they would not fit
