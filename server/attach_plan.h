@@ -99,9 +99,9 @@ struct AttachPlan {
   uint64_t total_batches = 0;      // to deliver from the start; 0: without end
   uint32_t start_epoch = 0;
   uint64_t start_global = 0;       // start_epoch * batches_per_epoch + start_batch
-  // Any-size output (batch 1): one sample fills its slot.
+  // Any-size output: each sample has its own size, within its room.
   bool variable_size = false;
-  uint64_t sample_bytes = 0;  // capacity per sample (variable: the slot's)
+  uint64_t sample_bytes = 0;  // each sample's room in a slot (image::MaxSampleBytes)
   // Segmentation sets (the dataset has masks): the masks' ring DType (0:
   // none), where they start in a slot's data (ring::MaskOffset) and their
   // stride (variable: capacity; ring_layout.h).

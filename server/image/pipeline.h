@@ -227,7 +227,8 @@ struct PipelineParams {
   uint32_t op_count = 0;
   OpParams ops[kMaxOps];
   // The output's fixed shape, which every sample must have (one that does
-  // not fails as a sample), or 0 x 0: each sample its own size (batch 1).
+  // not fails as a sample), or 0 x 0: each sample its own size (at most
+  // MaxOutputPixels).
   uint32_t out_height = 0;
   uint32_t out_width = 0;
   // No defaults here (they are proto/stoker/pipeline_spec.cc's): a
