@@ -1,4 +1,6 @@
-"""Transforms of whole batches: MixUp, CutMix and RandomChoice of them.
+"""Transforms of whole batches: MixUp, CutMix and RandomChoice of them; and
+`pad_to_largest`, how ``Loader(pad_to_multiple=...)`` batches images of
+their own sizes.
 
     import stoker
     mix = stoker.RandomChoice([stoker.MixUp(alpha=0.2, num_classes=1000),
