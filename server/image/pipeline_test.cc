@@ -431,6 +431,20 @@ PipelineParams WithOps(std::initializer_list<OpParams> ops, uint32_t out_h = 0,
   return p;
 }
 
+// DrawSteps for dataset index `index` (epoch 0) of a height x width image,
+// which must succeed; `boxes` (XYXY, 4 floats a box) as DrawSteps reads them.
+SampleSteps Drawn(const PipelineParams& p, uint32_t height, uint32_t width, uint64_t index,
+                  const std::vector<float>& boxes = {}, uint64_t seed = 0) {
+  SampleKey key;
+  key.seed = seed;
+  key.dataset_index = index;
+  SampleSteps s;
+  REQUIRE(DrawSteps(p, height, width, key, &s, boxes.empty() ? nullptr : boxes.data(),
+                    static_cast<uint32_t>(boxes.size() / 4))
+              .ok());
+  return s;
+}
+
 TEST_CASE("DrawSteps: the train preset draws what ChooseTrainCrop and ChooseFlip do",
           "[pipeline][draw]") {
   const PipelineParams p = TrainParams();
@@ -502,17 +516,13 @@ TEST_CASE("DrawSteps: RandomResize draws the shorter side from min_size up to ma
   rr.interpolation = Interpolation::kAntialias;
   std::set<uint32_t> sides;
   for (uint64_t index = 0; index < 400; ++index) {
-    SampleSteps s;
-    SampleKey key;
-    key.dataset_index = index;
-    REQUIRE(DrawSteps(WithOps({rr}), 40, 60, key, &s).ok());
+    const SampleSteps s = Drawn(WithOps({rr}), 40, 60, index);
     // 40 x 60 to shorter side v: v x int(v * 60 / 40); 40 itself is never drawn.
     REQUIRE(s.count == 1);
     CHECK(s.steps[0].kind == StepKind::kResize);
     CHECK(s.steps[0].width == s.steps[0].height * 60 / 40);
     sides.insert(s.steps[0].height);
-    SampleSteps again;
-    REQUIRE(DrawSteps(WithOps({rr}), 40, 60, key, &again).ok());
+    const SampleSteps again = Drawn(WithOps({rr}), 40, 60, index);
     CHECK(again.steps[0].height == s.steps[0].height);  // keyed
   }
   CHECK(sides == std::set<uint32_t>{10, 11, 12, 13});  // max_size excluded, as v2's
@@ -533,10 +543,7 @@ TEST_CASE("DrawSteps: RandomIoUCrop crops around the boxes, RandomZoomOut pads w
   const std::vector<float> boxes = {10, 10, 40, 30, 60, 50, 90, 95, 5, 70, 20, 78};
   int crops = 0;
   for (uint64_t index = 0; index < 300; ++index) {
-    SampleKey key;
-    key.dataset_index = index;
-    SampleSteps s;
-    REQUIRE(DrawSteps(WithOps({iou}), 100, 120, key, &s, boxes.data(), 3).ok());
+    const SampleSteps s = Drawn(WithOps({iou}), 100, 120, index, boxes);
     if (s.count == 0) continue;  // option 1: as it is
     REQUIRE(s.count == 1);
     const Step& c = s.steps[0];
@@ -563,11 +570,7 @@ TEST_CASE("DrawSteps: RandomIoUCrop crops around the boxes, RandomZoomOut pads w
   CHECK(crops > 150);
   // Without boxes the search finds nothing: the image stays as it is.
   for (uint64_t index = 0; index < 20; ++index) {
-    SampleKey key;
-    key.dataset_index = index;
-    SampleSteps s;
-    REQUIRE(DrawSteps(WithOps({iou}), 100, 120, key, &s).ok());
-    CHECK(s.count == 0);
+    CHECK(Drawn(WithOps({iou}), 100, 120, index).count == 0);
   }
 
   OpParams zoom = Op(OpKind::kRandomZoomOut);
@@ -575,10 +578,7 @@ TEST_CASE("DrawSteps: RandomIoUCrop crops around the boxes, RandomZoomOut pads w
   zoom.side_range[0] = 1.5f, zoom.side_range[1] = 2;
   zoom.fill[0] = 9;
   for (uint64_t index = 0; index < 100; ++index) {
-    SampleKey key;
-    key.dataset_index = index;
-    SampleSteps s;
-    REQUIRE(DrawSteps(WithOps({zoom}), 100, 120, key, &s).ok());
+    const SampleSteps s = Drawn(WithOps({zoom}), 100, 120, index);
     REQUIRE(s.count == 1);
     const Step& pad = s.steps[0];
     const uint32_t cw = 120 + pad.pad[0] + pad.pad[2], ch = 100 + pad.pad[1] + pad.pad[3];
@@ -596,10 +596,7 @@ TEST_CASE("DrawSteps: RandomShortestSize picks a size, caps the longer side", "[
   REQUIRE(ValidateParams(WithOps({rs})).ok());
   std::set<uint32_t> heights;
   for (uint64_t index = 0; index < 200; ++index) {
-    SampleKey key;
-    key.dataset_index = index;
-    SampleSteps s;
-    REQUIRE(DrawSteps(WithOps({rs}), 375, 500, key, &s).ok());
+    const SampleSteps s = Drawn(WithOps({rs}), 375, 500, index);
     REQUIRE(s.count == 1);
     heights.insert(s.steps[0].height);
     // torchvision: r = min(size / 375, 1000 / 500); sides int(side * r).
