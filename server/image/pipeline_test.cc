@@ -587,6 +587,68 @@ TEST_CASE("DrawSteps: RandomIoUCrop crops around the boxes, RandomZoomOut pads w
   }
 }
 
+TEST_CASE("MaxOutputPixels bounds every output the ops can make", "[pipeline][draw]") {
+  // The detection reference's multi-scale recipe: the shorter side one of
+  // 480..800, the longer at most 1333.
+  OpParams rs = Op(OpKind::kRandomShortestSize);
+  rs.shortest_count = 3;
+  rs.shortest[0] = 480, rs.shortest[1] = 640, rs.shortest[2] = 800;
+  rs.max_size = 1333;
+  rs.interpolation = Interpolation::kAntialias;
+  OpParams flip = Op(OpKind::kHorizontalFlip);
+  flip.p = 0.5f;
+  const PipelineParams ms = WithOps({rs, flip});
+  REQUIRE(ValidateParams(ms).ok());
+  CHECK(MaxOutputPixels(ms) == 800 * 1333);
+  CHECK(MaxSampleBytes(ms) == 800 * 1333 * 3);
+  // SSD's zoom out (up to 4x) and IoU crop, after a Resize(300, max_size 400).
+  OpParams resize = Op(OpKind::kResize);
+  resize.height = 300;
+  resize.max_size = 400;
+  resize.interpolation = Interpolation::kAntialias;
+  OpParams zoom = Op(OpKind::kRandomZoomOut);
+  zoom.p = 1;
+  zoom.side_range[0] = 1, zoom.side_range[1] = 4;
+  OpParams iou = Op(OpKind::kRandomIoUCrop);
+  iou.iou_scale[0] = 0.3f, iou.iou_scale[1] = 1;
+  iou.iou_aspect[0] = 0.5f, iou.iou_aspect[1] = 2;
+  iou.iou_option_count = 1;
+  iou.iou_options[0] = 2;  // >= 1: leave the image as it is
+  iou.iou_trials = 40;
+  const PipelineParams ssd = WithOps({resize, zoom, iou});
+  REQUIRE(ValidateParams(ssd).ok());
+  CHECK(MaxOutputPixels(ssd) == 300 * 400 * 16);
+  // Unbounded sides (RandomResize; Resize(int) without max_size): the cap.
+  OpParams rr = Op(OpKind::kRandomResize);
+  rr.resize_range[0] = 100, rr.resize_range[1] = 200;
+  rr.interpolation = Interpolation::kAntialias;
+  CHECK(MaxOutputPixels(WithOps({rr})) == WithOps({rr}).max_decode_pixels);
+  resize.max_size = 0;
+  CHECK(MaxOutputPixels(WithOps({resize})) == WithOps({resize}).max_decode_pixels);
+  // A crop after them fixes it again; a fixed shape is itself.
+  OpParams crop = Op(OpKind::kCenterCrop);
+  crop.height = 64, crop.width = 48;
+  CHECK(MaxOutputPixels(WithOps({rr, crop})) == 64 * 48);
+  CHECK(MaxOutputPixels(EvalParams()) == 224 * 224);
+
+  // Every drawn output of every image shape stays within the bound.
+  for (const PipelineParams* p : {&ms, &ssd}) {
+    const uint64_t bound = MaxOutputPixels(*p);
+    // (Sides whose scaled shorter side would round to 0 fail, as in torchvision.)
+    for (uint32_t h : {7u, 299u, 300u, 480u, 1333u, 2000u}) {
+      for (uint32_t w : {5u, 401u, 640u, 1334u, 1800u}) {
+        for (uint64_t index = 0; index < 8; ++index) {
+          const SampleSteps steps = Drawn(*p, h, w, index, {}, /*seed=*/5);
+          uint32_t oh = 0, ow = 0;
+          REQUIRE(CheckSteps(steps, h, w, p->max_decode_pixels, &oh, &ow).ok());
+          INFO(w << "x" << h << " -> " << ow << "x" << oh);
+          CHECK(uint64_t{oh} * ow <= bound);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("DrawSteps: RandomShortestSize picks a size, caps the longer side", "[pipeline][draw]") {
   OpParams rs = Op(OpKind::kRandomShortestSize);
   rs.shortest_count = 3;
