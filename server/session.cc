@@ -212,7 +212,6 @@ bool CompleteSample(DaemonSession& s, SampleTask& t, const worker::ResultMsg& r,
   s.augment_latency.Add(r.augment_ns);
   const uint64_t want =
       uint64_t{r.height} * r.width * r.channels * ring::DTypeBytes(s.plan.params().dtype);
-  const uint64_t capacity = s.plan.sample_bytes;
   const bool mask_ok =
       s.plan.mask_dtype == 0
           ? r.mask_bytes == 0
@@ -222,7 +221,7 @@ bool CompleteSample(DaemonSession& s, SampleTask& t, const worker::ResultMsg& r,
       s.plan.box_stride == 0 ? r.boxes_kept == 0
                              : r.boxes_kept <= std::min(s.dataset->box_count(t.index),
                                                         s.plan.box_stride);
-  if (r.bytes != want || r.bytes > capacity || !mask_ok || !boxes_ok ||
+  if (r.bytes != want || r.bytes > s.plan.sample_bytes || !mask_ok || !boxes_ok ||
       (!s.plan.variable_size && r.bytes != s.plan.sample_bytes)) {
     if (format != nullptr) ++format->failed;
     FailSample(s, t,

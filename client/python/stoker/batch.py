@@ -412,12 +412,10 @@ def pad_to_largest(images: Sequence["torch.Tensor"], multiple: int = 1, *,
     else:
         out = first.new_empty(shape)
     for i, (t, (h, w)) in enumerate(zip(images, sizes)):
-        if hd == -3:
-            out[i, :h, :w].copy_(t)
-            out[i, h:].fill_(fill)
-            out[i, :h, w:].fill_(fill)
-        else:
-            out[i, ..., :h, :w].copy_(t)
-            out[i, ..., h:, :].fill_(fill)
-            out[i, ..., :h, w:].fill_(fill)
+        o = out[i]
+        if hd == -3:  # [h, w, C]: the same slices on channels-first views
+            o, t = o.movedim(-1, 0), t.movedim(-1, 0)
+        o[..., :h, :w].copy_(t)
+        o[..., h:, :].fill_(fill)
+        o[..., :h, w:].fill_(fill)
     return out, sizes
