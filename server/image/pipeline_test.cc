@@ -587,14 +587,19 @@ TEST_CASE("DrawSteps: RandomIoUCrop crops around the boxes, RandomZoomOut pads w
   }
 }
 
+// RandomShortestSize(min_size=sizes, max_size), antialiased.
+OpParams ShortestSize(std::initializer_list<uint32_t> sizes, uint32_t max_size) {
+  OpParams rs = Op(OpKind::kRandomShortestSize);
+  for (uint32_t v : sizes) rs.shortest[rs.shortest_count++] = v;
+  rs.max_size = max_size;
+  rs.interpolation = Interpolation::kAntialias;
+  return rs;
+}
+
 TEST_CASE("MaxOutputPixels bounds every output the ops can make", "[pipeline][draw]") {
   // The detection reference's multi-scale recipe: the shorter side one of
   // 480..800, the longer at most 1333.
-  OpParams rs = Op(OpKind::kRandomShortestSize);
-  rs.shortest_count = 3;
-  rs.shortest[0] = 480, rs.shortest[1] = 640, rs.shortest[2] = 800;
-  rs.max_size = 1333;
-  rs.interpolation = Interpolation::kAntialias;
+  const OpParams rs = ShortestSize({480, 640, 800}, 1333);
   OpParams flip = Op(OpKind::kHorizontalFlip);
   flip.p = 0.5f;
   const PipelineParams ms = WithOps({rs, flip});
@@ -650,11 +655,7 @@ TEST_CASE("MaxOutputPixels bounds every output the ops can make", "[pipeline][dr
 }
 
 TEST_CASE("DrawSteps: RandomShortestSize picks a size, caps the longer side", "[pipeline][draw]") {
-  OpParams rs = Op(OpKind::kRandomShortestSize);
-  rs.shortest_count = 3;
-  rs.shortest[0] = 480, rs.shortest[1] = 512, rs.shortest[2] = 800;
-  rs.max_size = 1000;
-  rs.interpolation = Interpolation::kAntialias;
+  OpParams rs = ShortestSize({480, 512, 800}, 1000);
   REQUIRE(ValidateParams(WithOps({rs})).ok());
   std::set<uint32_t> heights;
   for (uint64_t index = 0; index < 200; ++index) {
