@@ -81,11 +81,18 @@ absl::Status MapShared(int fd, uint64_t offset, uint64_t bytes, Mapping* out, bo
 }
 
 Residency PageResidency(int fd, uint64_t offset) {
-  char byte;
-  struct iovec iov = {&byte, 1};
-  ssize_t n = ::preadv2(fd, &iov, 1, static_cast<off_t>(offset), RWF_NOWAIT);
-  if (n >= 0) return Residency::kCached;
-  return errno == EAGAIN ? Residency::kNotCached : Residency::kUnknown;
+  // Not a one-byte preadv2(RWF_NOWAIT): on a miss that starts the kernel's
+  // readahead of the page, which on fast storage is done before the call
+  // looks again, so a cold page reads as cached. mincore starts no I/O.
+  static const uint64_t kPage = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t start = offset - offset % kPage;
+  void* map = ::mmap(nullptr, kPage, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(start));
+  if (map == MAP_FAILED) return Residency::kUnknown;
+  unsigned char resident = 0;
+  const int rc = ::mincore(map, kPage, &resident);
+  ::munmap(map, kPage);
+  if (rc != 0) return Residency::kUnknown;
+  return (resident & 1) != 0 ? Residency::kCached : Residency::kNotCached;
 }
 
 bool Cached(int fd, uint64_t offset) { return PageResidency(fd, offset) != Residency::kNotCached; }

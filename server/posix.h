@@ -103,8 +103,9 @@ ssize_t ReceiveWithFd(int channel, void* buf, size_t bytes, UniqueFd* passed);
 
 int64_t MonotonicNs();
 // Whether the page holding byte `offset` of `fd` is in the page cache, asked
-// with a one-byte preadv2(RWF_NOWAIT); kUnknown where the file system cannot
-// tell (EOPNOTSUPP) or the read failed otherwise.
+// with mincore(2) on a one-page mapping, which reads nothing and so starts no
+// readahead; kUnknown where the file cannot be mapped (some file systems) or
+// mincore fails.
 enum class Residency { kCached, kNotCached, kUnknown };
 Residency PageResidency(int fd, uint64_t offset);
 // PageResidency(...) != kNotCached: true when it cannot be told.

@@ -106,8 +106,6 @@ void Prefetcher::ReadOne(const Item& item, std::vector<char>* scratch) {
   }
   const bool too_large = ok && max_file_bytes_ != 0 && length > max_file_bytes_;
   // Resident already (first and last page): nothing to read, nothing held.
-  // (Not asked of an input that will not be read: a probe of a cold page
-  // starts the kernel's own readahead of it.)
   const Residency first =
       ok && !too_large && length > 0 ? PageResidency(closer.get(), begin) : Residency::kUnknown;
   const bool warm = first == Residency::kCached &&

@@ -37,6 +37,9 @@ absl::Status ApplyWorkerSandbox() {
       // glibc's qsort (libtiff sorts its tag tables with it) asks how much
       // memory the machine has.
       "sysinfo",
+      // PageResidency, for the test-only --simulate-read-latency-us: it
+      // tells only whether pages of a file this worker has open are cached.
+      "mincore",
   };
   for (const char* name : kAllowed) {
     int nr = seccomp_syscall_resolve_name(name);

@@ -77,16 +77,13 @@ def test_doctor_without_a_daemon_exits_3(daemon):
 def test_doctor_points_at_slow_storage(stoker, daemon_factory, tmp_path_factory):
     """Cold files on a slow disk (the daemon's test-only read latency, page
     cache dropped), readahead off: read bounds the trainer."""
-    from test_readahead import cached, evict
+    from test_readahead import evict
     root = str(tmp_path_factory.mktemp("slowdisk"))
     files = make_dataset(os.path.join(root, "imgs"), classes=2, per_class=60, sizes=(48, 64),
                          seed=8)
     d = daemon_factory(workers=1, data_root=root,
                        extra_args=["--io-threads", "0", "--simulate-read-latency-us", "40000"])
     evict(root)
-    if cached(files[0][0]):
-        pytest.skip("this file system keeps the files cached (DONTNEED ignored)")
-    evict(root)  # the probe itself starts the kernel's readahead of that file
     with trainer(stoker, d.socket, 0, "uint8"):
         time.sleep(0.5)
         code, out = doctor(d, "--json")
