@@ -9,6 +9,12 @@
 #   scripts/gpu-bundle.sh                 # build/ (with CUDA) -> gpu-bundle/
 #   run(command="bash scripts/gpu-check.sh", carry=["gpu-bundle"])
 #
+# py.tar.gz holds what the device's own Python needs to build stoker._native
+# there (its pybind11 and Python headers, not Debian's: NumPy 2 needs pybind11
+# >= 2.12): the static libraries of the C++ client and the headers that
+# client/python/stoker_native.cc includes beyond pybind11, Python and the
+# standard library. scripts/gpu-check.sh compiles and links it against lib/.
+#
 # Each bin/ entry is a shell script that runs the real binary (libexec/)
 # through the bundled loader with the bundled libraries first, then
 # $LD_LIBRARY_PATH and the usual driver folders (for libcuda.so.1, which
@@ -69,14 +75,34 @@ EOF
   chmod +x "$OUT/bin/$name"
 done
 
-/usr/bin/python3 scripts/make_dataset.py "$OUT/data/ds" --classes 4 --per-class 100 \
+# The Python module's ingredients (see the top).
+PY=$(mktemp -d)
+mkdir -p "$PY/include" "$PY/lib"
+c++ -std=c++20 -M -I client/src -I client/include -I proto -I "$BUILD/proto/gen" \
+  -isystem "$(/usr/bin/python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])')" \
+  client/python/stoker_native.cc | tr ' \\' '\n\n' |
+  sed -n -e "s|^/usr/include/\(absl/.*\)|/usr/include \1|p" \
+    -e "s|^/usr/include/\(google/.*\)|/usr/include \1|p" \
+    -e "s|^$BUILD/proto/gen/\(.*\)|$BUILD/proto/gen \1|p" | sort -u |
+  while read -r dir rel; do
+    mkdir -p "$PY/include/$(dirname "$rel")"
+    cp "$dir/$rel" "$PY/include/$rel"
+  done
+for a in client/libstoker_client.a proto/libstoker_pipeline_spec.a proto/libstoker_proto.a \
+  client/libstoker_cuda.a; do
+  strip -g -o "$PY/lib/$(basename "$a")" "$BUILD/$a"
+done
+tar -C "$PY" -czf "$OUT/py.tar.gz" include lib
+rm -rf "$PY"
+
+/usr/bin/python3 scripts/make_dataset.py "$OUT/data/ds" --classes 4 --per-class 80 \
   --min-size 256 --max-size 400 >/dev/null
 git -C "$ROOT" rev-parse --short HEAD >"$OUT/COMMIT" 2>/dev/null || echo unknown >"$OUT/COMMIT"
 
 # It must run here, with nothing but the bundle.
 "$OUT/bin/stokerd" --version >/dev/null
 mb=$(du -sm "$OUT" | cut -f1)
-echo "gpu-bundle: $OUT ($mb MiB: $(ls "$OUT/lib" | wc -l) libraries, 400 JPEGs)"
+echo "gpu-bundle: $OUT ($mb MiB: $(ls "$OUT/lib" | wc -l) libraries, 320 JPEGs, py.tar.gz)"
 if ((mb > LIMIT_MB)); then
   echo "gpu-bundle: over $LIMIT_MB MiB, too big to carry" >&2
   exit 1

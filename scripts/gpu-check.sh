@@ -18,8 +18,10 @@
 #     scripts/gpu-bundle.sh makes here (stokerd, its worker, stoker-gpu-feed
 #     and their Debian libraries and loader; the device tool carries it), the
 #     fp16 feed rate against the daemon's CPU-only rate, and the device data
-#     against the CPU reference; and through the Python loader if
-#     STOKER_BUILD_DIR points at a full build usable there.
+#     against the CPU reference; then stoker.Loader(device='cuda') through
+#     the same daemon, with stoker._native built there for that machine's
+#     Python from the bundle's py.tar.gz (tests/gpu_check_loader.py: rate,
+#     device normalize and padding vs the CPU, MixUp/CutMix on CUDA vs CPU).
 #
 # Prints a short table last. Exit status: 0 all passed, 1 a check failed,
 # 2 no CUDA device (or no nvcc). Bounded: well under 8 minutes.
@@ -43,6 +45,49 @@ row() { echo "RESULT|$1|$2|$3|$4" >>"$RESULTS"; }
 json_field() { sed -n "s/.*\"$1\":\"\{0,1\}\([A-Za-z0-9._-]*\).*/\1/p"; }
 # wait_socket PATH: up to 10 s for a daemon's socket to appear.
 wait_socket() { for _ in $(seq 100); do [[ -S $1 ]] && return 0; sleep 0.1; done; return 1; }
+
+# python_loader BUNDLE SOCKET BATCH: builds stoker._native for this machine's
+# Python (its pybind11 and headers, the bundle's py.tar.gz: the client's static
+# libraries and the headers it needs; the bundle's Debian libraries but not its
+# glibc or libstdc++, found through the module's RPATH), then runs
+# tests/gpu_check_loader.py against the daemon at SOCKET.
+python_loader() {
+  local g=$1 sock=$2 batch=$3 x=$OUT/py
+  if [[ ! -f $g/py.tar.gz ]] || ! "$PY" -c 'import torch, pybind11' 2>/dev/null; then
+    row "Loader(device='cuda')" "skipped: no py.tar.gz in the bundle, or no torch/pybind11" "-" "SKIP"
+    return 0
+  fi
+  note "stoker._native for $("$PY" --version) (pybind11 $("$PY" -c 'import pybind11; print(pybind11.__version__)'))"
+  rm -rf "$x" && mkdir -p "$x/so" "$x/python/stoker" && tar -C "$x" -xzf "$g/py.tar.gz"
+  local f
+  for f in "$g"/lib/*; do
+    case $(basename "$f") in
+      ld-linux* | libc.so* | libm.so* | libdl.so* | librt.so* | libpthread.so* | libstdc++* | libgcc_s*) ;;
+      *) ln -s "$f" "$x/so/" ;;
+    esac
+  done
+  cp "$ROOT"/client/python/stoker/*.py "$x/python/stoker/"
+  local cuda ext
+  cuda=$(dirname "$(dirname "$(readlink -f "$NVCC")")")
+  ext=$("$PY" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+  if ! timeout 300 "${CXX:-c++}" -O2 -std=c++20 -fPIC -shared -fvisibility=hidden -pthread \
+    -I "$ROOT/client/src" -I "$ROOT/client/include" -I "$ROOT/proto" -I "$x/include" \
+    -isystem "$("$PY" -c 'import pybind11; print(pybind11.get_include())')" \
+    -isystem "$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')" \
+    "$ROOT/client/python/stoker_native.cc" -o "$x/python/stoker/_native$ext" \
+    -Wl,--start-group "$x"/lib/*.a -Wl,--end-group -Wl,--as-needed "$x"/so/*.so* \
+    -L "$cuda/lib64" -L "$cuda/targets/x86_64-linux/lib" -lcudart_static -ldl -lrt \
+    -Wl,--disable-new-dtags,-rpath,"$x/so"; then
+    row "Loader(device='cuda')" "building stoker._native failed (see above)" "-" "FAIL"
+    return 1
+  fi
+  timeout 240 env PYTHONPATH="$x/python" PYTHONUNBUFFERED=1 "$PY" \
+    "$ROOT/tests/gpu_check_loader.py" "$sock" ds "$batch" ${GPU_CHECK_STAND_IN:+--stand-in} | tee "$OUT/loader.log"
+  local rc=${PIPESTATUS[0]}
+  grep '^RESULT|' "$OUT/loader.log" >>"$RESULTS"
+  ((rc == 124)) && row "Loader(device='cuda')" "timed out after 240 s" "-" "FAIL"
+  ((rc == 0))
+}
 
 table() {
   echo
@@ -114,60 +159,6 @@ else
   row "torch interop" "no torch for $PY" "-" "SKIP"
 fi
 
-# --- optional: end to end through the daemon --------------------------------
-B=${STOKER_BUILD_DIR:-}
-if [[ -n $B && -x $B/server/stokerd && -d $B/python/stoker ]]; then
-  note "end to end through stokerd ($B)"
-  E2E=$(mktemp -d /tmp/stkgpu.XXXX)
-  timeout 120 "$PY" "$ROOT/scripts/make_dataset.py" "$E2E/data/ds" --classes 4 \
-    --per-class 300 >/dev/null 2>&1
-  "$B/server/stokerd" --socket "$E2E/s.sock" --data-root "$E2E/data" \
-    --workers "$(nproc)" >"$E2E/stokerd.log" 2>&1 &
-  DPID=$!
-  wait_socket "$E2E/s.sock"
-  timeout 180 env PYTHONPATH="$B/python" "$PY" - "$E2E/s.sock" <<'PYEOF' | tee "$OUT/e2e.log"
-import sys, time, torch, stoker
-with stoker.Loader("ds", socket=sys.argv[1], batch_size=256, device="cuda", dtype="float16",
-                   epochs=None, timeout_ms=60000) as loader:
-    conv = torch.nn.Conv2d(3, 16, 3, stride=4).cuda().half()
-    it, n, t0 = iter(loader), 0, None
-    for i in range(30):
-        try:
-            x, y = next(it)
-        except StopIteration:
-            it = iter(loader); x, y = next(it)
-        conv(x).float().mean()
-        if i == 4:
-            torch.cuda.synchronize(); t0 = time.perf_counter(); n = 0
-        elif i > 4:
-            n += x.shape[0]
-    torch.cuda.synchronize()
-    print(f"RESULT|end to end into CUDA tensors (stokerd)|{n / (time.perf_counter() - t0):,.0f} "
-          f"images/s, {loader.device_status['mode']}|decode-bound|INFO")
-# Images of their own sizes: one copy (and normalize) a sample, padded on the
-# device; the same batches on the CPU (normalized by the daemon) must agree.
-ops = [{"RandomShortestSize": {"min_size": [96, 128, 160], "max_size": 200}}]
-kw = dict(socket=sys.argv[1], batch_size=8, ops=ops, dtype="float32", epochs=1, seed=3,
-          pad_to_multiple=32)
-with stoker.Loader("ds", device="cuda", **kw) as g, stoker.Loader("ds", **kw) as c:
-    worst, k = 0.0, 0
-    for (xg, _), (xc, _) in zip(g, c):
-        assert xg.is_cuda and xg.shape == xc.shape, (xg.shape, xc.shape)
-        worst = max(worst, float((xg.cpu() - xc).abs().max()))
-        k += 1
-        if k == 10:
-            break
-    ok = worst <= 1e-5 and g.last_image_sizes == c.last_image_sizes
-    print(f"RESULT|any-size batches padded on the device vs CPU|{k} batches, max diff "
-          f"{worst:.2e}|<= 1e-5|{'PASS' if ok else 'FAIL'}")
-PYEOF
-  grep '^RESULT|' "$OUT/e2e.log" >>"$RESULTS" || row "end to end" "failed (see $E2E)" "-" "FAIL"
-  kill "$DPID" 2>/dev/null
-  wait "$DPID" 2>/dev/null
-else
-  row "end to end, Python (stokerd)" "skipped: needs a full build (gRPC, Python 3.11); set STOKER_BUILD_DIR" "-" "SKIP"
-fi
-
 # --- end to end through the bundled daemon (scripts/gpu-bundle.sh) ---------
 # The daemon and stoker-gpu-feed (C++ client) from a bundle built on Debian
 # 12 with its own libraries and loader: this machine needs none of them.
@@ -193,8 +184,6 @@ if [[ -x $G/bin/stokerd && -x $G/bin/stoker-gpu-feed ]]; then
   feed=$(timeout 150 "$G/bin/stoker-gpu-feed" --socket "$E2B/s.sock" --dataset ds \
     --batch-size "$FB" --seconds 20 --warmup 5 --dtype float16 2>>"$E2B/stokerd.log" | tail -1)
   frc=$?
-  kill "$GPID" 2>/dev/null
-  wait "$GPID" 2>/dev/null
   echo "cpu only: $cpu"
   echo "into GPU: $feed"
   if [[ -z $cpu_rate || -z $feed ]]; then
@@ -221,6 +210,9 @@ if [[ -x $G/bin/stokerd && -x $G/bin/stoker-gpu-feed ]]; then
     fi
     [[ $verdict == PASS && $mode == registered ]] || status=1
   fi
+  python_loader "$G" "$E2B/s.sock" "$FB" || status=1
+  kill "$GPID" 2>/dev/null
+  wait "$GPID" 2>/dev/null
 else
   row "end to end, bundled stokerd" "skipped: no $G (make it with scripts/gpu-bundle.sh)" "-" "SKIP"
 fi
