@@ -43,8 +43,12 @@ note() { echo "==> $*"; }
 row() { echo "RESULT|$1|$2|$3|$4" >>"$RESULTS"; }
 # json_field KEY <<<'{"KEY":value,...}': a number or a plain string value.
 json_field() { sed -n "s/.*\"$1\":\"\{0,1\}\([A-Za-z0-9._-]*\).*/\1/p"; }
-# wait_socket PATH: up to 10 s for a daemon's socket to appear.
-wait_socket() { for _ in $(seq 100); do [[ -S $1 ]] && return 0; sleep 0.1; done; return 1; }
+# wait_serving STOKERCTL SOCKET: up to 20 s for a daemon to be SERVING (it
+# listens, and refuses attaches as "starting", while it calibrates its decode).
+wait_serving() {
+  for _ in $(seq 200); do "$1" health --socket "$2" >/dev/null 2>&1 && return 0; sleep 0.1; done
+  return 1
+}
 
 # python_loader BUNDLE SOCKET BATCH: builds stoker._native for this machine's
 # Python (its pybind11 and headers, the bundle's py.tar.gz: the client's static
@@ -94,8 +98,9 @@ table() {
   echo "stoker GPU check ($(($(date +%s) - START)) s)"
   printf '%-48s %-58s %-22s %s\n' "check" "value" "target" "status"
   printf '%-48s %-58s %-22s %s\n' "-----" "-----" "------" "------"
-  while IFS='|' read -r _ name value target status; do
-    printf '%-48s %-58s %-22s %s\n' "$name" "$value" "$target" "$status"
+  local name value target verdict
+  while IFS='|' read -r _ name value target verdict; do
+    printf '%-48s %-58s %-22s %s\n' "$name" "$value" "$target" "$verdict"
   done < <(grep '^RESULT|' "$RESULTS")
 }
 
@@ -176,7 +181,7 @@ if [[ -x $G/bin/stokerd && -x $G/bin/stoker-gpu-feed ]]; then
   "$G/bin/stokerd" --socket "$E2B/s.sock" --data-root "$G/data" --workers "$W" \
     --index-cache "$E2B/index" --worker-binary "$G/bin/stoker-worker" >"$E2B/stokerd.log" 2>&1 &
   GPID=$!
-  wait_socket "$E2B/s.sock"
+  wait_serving "$G/bin/stokerctl" "$E2B/s.sock" || row "bundled stokerd" "not SERVING after 20 s" "-" "FAIL"
   # CPU only first: what the daemon's decode gives this machine (about 5 s).
   cpu=$(timeout 120 "$G/bin/stokerctl" consume --socket "$E2B/s.sock" --dataset ds \
     --batch-size "$FB" --epochs $((15 * W)) --json 2>>"$E2B/stokerd.log" | tail -1)
