@@ -44,7 +44,8 @@ row() { echo "RESULT|$1|$2|$3|$4" >>"$RESULTS"; }
 # json_field KEY <<<'{"KEY":value,...}': a number or a plain string value.
 json_field() { sed -n "s/.*\"$1\":\"\{0,1\}\([A-Za-z0-9._-]*\).*/\1/p"; }
 # wait_serving STOKERCTL SOCKET: up to 20 s for a daemon to be SERVING (it
-# listens, and refuses attaches as "starting", while it calibrates its decode).
+# listens while it calibrates its decode and spawns its workers; the CPU-only
+# rate must not count that time).
 wait_serving() {
   for _ in $(seq 200); do "$1" health --socket "$2" >/dev/null 2>&1 && return 0; sleep 0.1; done
   return 1

@@ -443,6 +443,9 @@ absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) 
     // Refused early, before any indexing; asked again when the session is
     // added (Attaches that pass here together must not all get in).
     absl::MutexLock l(&mu_);
+    mu_.AwaitWithTimeout(
+        absl::Condition(+[](std::string* state) { return *state != "starting"; }, &state_),
+        kStartWait);
     if (absl::Status room = RoomForSessionLocked(); !room.ok()) return room;
   }
   auto request = PlanRequest(req);

@@ -63,6 +63,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "server/clock.h"
 #include "server/attach_plan.h"
 #include "server/autotuner.h"
@@ -118,8 +119,14 @@ class Engine {
   // Drain() if needed, then stops workers and threads. Idempotent.
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 
+  // A session (v1::Stoker.Attach). While the engine is still starting (the
+  // socket listens before the calibration and the workers are done) it
+  // waits for it, up to kStartWait, as a trainer started beside its sidecar
+  // expects; UNAVAILABLE once it drains or stops, or if it is still starting
+  // then.
   [[nodiscard]] absl::StatusOr<v1::AttachResponse> Attach(const v1::AttachRequest& req)
       ABSL_LOCKS_EXCLUDED(mu_);
+  static constexpr absl::Duration kStartWait = absl::Seconds(60);
   [[nodiscard]] absl::Status Detach(const std::string& session_id, const std::string& why)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Serves one KeepAlive stream: sends events through `send` until the

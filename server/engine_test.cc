@@ -7,9 +7,11 @@
 #include "server/engine.h"
 
 #include <algorithm>
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "server/fake_launcher.h"
@@ -23,7 +25,7 @@ using namespace std::chrono_literals;
 
 struct Fixture {
   explicit Fixture(FakeLauncher::Script script = nullptr, uint32_t entries = 12,
-                   const image::DecodeCalibration* calibration = nullptr)
+                   const image::DecodeCalibration* calibration = nullptr, bool start = true)
       : fake(std::move(script)) {
     testing::WriteManifest(dir.path(), "list.txt", static_cast<int>(entries));
     DaemonConfig config;
@@ -34,7 +36,7 @@ struct Fixture {
     config.readahead_bytes = 1 << 20;    // readahead on (of files that do not exist)
     config.io_threads = 2;
     engine = std::make_unique<Engine>(config, EngineEnv{&fake, nullptr, calibration});
-    REQUIRE(engine->Start().ok());
+    if (start) REQUIRE(engine->Start().ok());
   }
   ~Fixture() { engine->Stop(); }
 
@@ -194,6 +196,33 @@ TEST_CASE("Attach refuses what the plan refuses, and Stop ends every session") {
   CHECK(f.engine->state() == "stopped");
   CHECK(f.client->header()->daemon_state.load() == ring::kStopped);
   CHECK(f.engine->Attach(req).status().code() == absl::StatusCode::kUnavailable);
+}
+
+TEST_CASE("an Attach that comes while the engine starts waits for it, and one that comes while it stops is refused") {
+  Fixture f(nullptr, 12, nullptr, /*start=*/false);
+  std::atomic<bool> returned{false};
+  absl::StatusOr<v1::AttachResponse> early = absl::UnknownError("not yet");
+  std::thread trainer([&] {
+    early = f.engine->Attach(testing::SmallRequest("list.txt", 4, 2, 1));
+    returned = true;
+  });
+  std::this_thread::sleep_for(200ms);  // long enough for a refusal to have come back
+  CHECK_FALSE(returned.load());
+  CHECK(f.engine->state() == "starting");
+  REQUIRE(f.engine->Start().ok());
+  trainer.join();
+  REQUIRE(early.ok());
+  CHECK(early->dataset_size() == 12);
+
+  Fixture g(nullptr, 12, nullptr, /*start=*/false);
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(100ms);
+    g.engine->Stop();
+  });
+  auto refused = g.engine->Attach(testing::SmallRequest("list.txt", 4, 2, 1));
+  stopper.join();
+  CHECK(refused.status().code() == absl::StatusCode::kUnavailable);
+  CHECK(refused.status().message() == "stokerd is stopped");
 }
 
 TEST_CASE("the start-up calibration's disabled scales reach every task, and Status shows them") {
