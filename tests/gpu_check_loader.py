@@ -14,11 +14,13 @@ device's own Python.
      batch_transform= on CUDA vs on the CPU, same seed: the same mixes.
 
 Prints RESULT|name|value|target|status lines; exit 1 if a check failed.
-Usage: gpu_check_loader.py SOCKET DATASET BATCH [--stand-in]
+Usage: gpu_check_loader.py SOCKET DATASET BATCH [--stand-in] [--seconds S]
   --stand-in: CPU tensors for 'cuda' (a dry run of this script's logic on a
-  machine without a GPU; its figures mean nothing).
+  machine without a GPU: tests/python/test_gpu_check_script.py; its rates
+  mean nothing). --seconds: each rate's timed window (default 8).
 """
 
+import argparse
 import hashlib  # noqa: F401  (before stoker: ssl and hashlib load this Python's own
 import ssl  # noqa: F401      libcrypto, not the bundle's Debian one)
 import sys
@@ -26,16 +28,10 @@ import time
 
 import torch
 
+import gpu_check_report
 import stoker
+from gpu_check_report import result
 
-FAILED = 0
-
-
-def result(name, value, target, status):
-    global FAILED
-    print(f"RESULT|{name}|{value}|{target}|{status}", flush=True)
-    if status == "FAIL":
-        FAILED += 1
 
 
 def forever(loader):
@@ -79,8 +75,14 @@ def pairs(socket, dataset, device, n, **kw):
 
 
 def main():
-    socket, dataset, batch = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    stand_in = "--stand-in" in sys.argv
+    ap = argparse.ArgumentParser()
+    ap.add_argument("socket")
+    ap.add_argument("dataset")
+    ap.add_argument("batch", type=int)
+    ap.add_argument("--stand-in", action="store_true")
+    ap.add_argument("--seconds", type=float, default=8)
+    args = ap.parse_args()
+    socket, dataset, batch, stand_in = args.socket, args.dataset, args.batch, args.stand_in
     if not stand_in and not torch.cuda.is_available():
         result("Loader(device='cuda')", "torch.cuda.is_available() is False", "-", "SKIP")
         return 0
@@ -92,8 +94,8 @@ def main():
     model = torch.nn.Conv2d(3, 16, 3, stride=4).to(device)
     model = model.half() if not stand_in else model.float()
     step = model if not stand_in else (lambda x: model(x.float()))
-    cpu, _ = rate(socket, dataset, batch, None, 8)
-    gpu, mode = rate(socket, dataset, batch, loader_device, 8, step)
+    cpu, _ = rate(socket, dataset, batch, None, args.seconds)
+    gpu, mode = rate(socket, dataset, batch, loader_device, args.seconds, step)
     share = 100 * gpu / cpu
     result(f"Loader(device='cuda') fp16 + model step, batch {batch}",
            f"{gpu:,.0f} images/s = {share:.0f}% of CPU-only ({cpu:,.0f}/s); {mode}",
@@ -154,7 +156,7 @@ def main():
     result("Loader(batch_transform=RandomChoice(MixUp, CutMix)) CUDA vs CPU",
            f"{k} batches, same soft labels: {same}, max image diff {worst:.2e}",
            "same labels, <= 1e-6", "PASS" if same and worst <= 1e-6 and k else "FAIL")
-    return 1 if FAILED else 0
+    return 1 if gpu_check_report.failed else 0
 
 
 if __name__ == "__main__":

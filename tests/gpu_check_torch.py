@@ -20,23 +20,18 @@ import os
 import sys
 import time
 
+import gpu_check_report
+from gpu_check_report import result
+
 try:
     import numpy as np
     import torch
 except ImportError as e:  # pragma: no cover
-    print(f"RESULT|torch interop|{e}|-|SKIP")
+    result("torch interop", e, "-", "SKIP")
     sys.exit(0)
 
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
-FAILED = 0
-
-
-def result(name, value, target, status):
-    global FAILED
-    print(f"RESULT|{name}|{value}|{target}|{status}", flush=True)
-    if status == "FAIL":
-        FAILED += 1
 
 
 def main():
@@ -152,7 +147,7 @@ def main():
            f"{batches * n / dt:,.0f} images/s ({dt / batches * 1e3:.2f} ms/batch)",
            "> CPU decode rate", "INFO")
     lib.stoker_gc_free(copier)
-    return 1 if FAILED else 0
+    return 1 if gpu_check_report.failed else 0
 
 
 if __name__ == "__main__":
