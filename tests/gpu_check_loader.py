@@ -33,7 +33,6 @@ import stoker
 from gpu_check_report import result
 
 
-
 def forever(loader):
     """The loader's batches, epoch after epoch (each iter() is one epoch)."""
     while True:
@@ -61,6 +60,11 @@ def rate(socket, dataset, batch, device, seconds, model=None):
             torch.cuda.synchronize()
         mode = loader.device_status["mode"] if device is not None else "cpu"
         return n / (time.perf_counter() - t0), mode
+
+
+def max_diff(on_device, on_cpu):
+    """The largest absolute difference between a device batch and a CPU one."""
+    return float((on_device.cpu() - on_cpu).abs().max())
 
 
 def pairs(socket, dataset, device, n, **kw):
@@ -106,7 +110,7 @@ def main():
     for xg, yg, xc, yc, _ in pairs(socket, dataset, loader_device, 6, batch_size=32,
                                    dtype="float32"):
         same &= xg.device.type == device and bool(torch.equal(yg.cpu(), yc))
-        worst = max(worst, float((xg.cpu() - xc).abs().max()))
+        worst = max(worst, max_diff(xg, xc))
     result("Loader float32 on the device vs normalized by the daemon",
            f"6 batches of 32, max diff {worst:.2e}", "<= 1e-6, same labels",
            "PASS" if same and worst <= 1e-6 else "FAIL")
@@ -117,7 +121,7 @@ def main():
     for xg, _, xc, _, sizes_equal in pairs(socket, dataset, loader_device, 10, batch_size=8,
                                            ops=ops, dtype="float32", pad_to_multiple=32):
         same &= xg.shape == xc.shape and sizes_equal
-        worst = max(worst, float((xg.cpu() - xc).abs().max()))
+        worst = max(worst, max_diff(xg, xc))
         k += 1
     result("any-size batches padded on the device vs CPU",
            f"{k} batches, max diff {worst:.2e}", "<= 1e-6, same shapes",
@@ -151,7 +155,7 @@ def main():
         same &= xg.device.type == device and yg.shape == (16, 4)
         # The soft labels carry lambda: equal draws give equal labels.
         same &= bool(torch.equal(yg.cpu(), yc))
-        worst = max(worst, float((xg.cpu() - xc).abs().max()))
+        worst = max(worst, max_diff(xg, xc))
         k += 1
     result("Loader(batch_transform=RandomChoice(MixUp, CutMix)) CUDA vs CPU",
            f"{k} batches, same soft labels: {same}, max image diff {worst:.2e}",
