@@ -31,7 +31,7 @@ RUN apt-get update -q \
       g++ make cmake ninja-build pkg-config ccache \
       libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc \
       libjpeg62-turbo-dev libturbojpeg0-dev libspdlog-dev libcli11-dev catch2 libseccomp-dev \
-      libspng-dev libwebp-dev libtiff-dev libstb-dev libmicrohttpd-dev \
+      libspng-dev libdeflate-dev libwebp-dev libtiff-dev libstb-dev libmicrohttpd-dev \
  && rm -rf /var/lib/apt/lists/*
 
 # Only the folders CMake reads, so that edits to docs, scripts, examples or
@@ -62,15 +62,15 @@ RUN --mount=type=cache,target=/ccache,id=stoker-ccache \
 # ---------------------------------------------------------------------------
 # Runtime stage: the three executables and the Debian runtime libraries they
 # link (ldd: gRPC++ and gRPC core with abseil, re2, c-ares and OpenSSL;
-# protobuf; libjpeg-turbo, libspng, libwebp, libtiff, stb: the image formats;
-# spdlog with fmt; libseccomp; libmicrohttpd for --metrics-addr), plus tini
-# as PID 1.
+# protobuf; libjpeg-turbo, libspng + libdeflate, libwebp, libtiff, stb: the
+# image formats; spdlog with fmt; libseccomp; libmicrohttpd for
+# --metrics-addr), plus tini as PID 1.
 FROM debian:bookworm-slim
 
 RUN apt-get update -q \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
       libgrpc++1.51 libgrpc29 libprotobuf32 libabsl20220623 \
-      libjpeg62-turbo libspng0 libwebp7 libwebpdemux2 libtiff6 libstb0 \
+      libjpeg62-turbo libspng0 libdeflate0 libwebp7 libwebpdemux2 libtiff6 libstb0 \
       libspdlog1.10 libfmt9 libseccomp2 libmicrohttpd12 tini \
  && rm -rf /var/lib/apt/lists/*
 

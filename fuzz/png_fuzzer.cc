@@ -13,7 +13,10 @@
 // them). Invariants: a header has a non-zero size within the cap and a mode;
 // errors are INVALID_ARGUMENT or RESOURCE_EXHAUSTED only; when the whole
 // decode succeeds the region's does too (it reads less of the file) and its
-// pixels are the whole decode's, byte for byte.
+// pixels are the whole decode's, byte for byte. And the decoder's two paths
+// (png_decoder.h) agree: libspng's row by row path alone gives the same
+// status (code and message) and the same pixels, for the header, the whole
+// image and the region.
 
 #include <cstddef>
 #include <cstdint>
@@ -81,10 +84,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
 
   auto decoder = stoker::image::MakePngDecoder();
+  auto rows_only = stoker::image::MakePngDecoder(
+      {stoker::image::PngDecoderOptions::Path::kRowByRow});
   stoker::image::DecodeLimits limits;
   limits.max_pixels = kMaxPixels;
-  stoker::image::ImageHeader h;
+  stoker::image::ImageHeader h, h2;
   absl::Status s = decoder->ReadHeader(data, size, limits, &h);
+  if (rows_only->ReadHeader(data, size, limits, &h2) != s) Fail("the paths' headers differ");
   if (!s.ok()) {
     CheckError(s);
     return 0;
@@ -109,6 +115,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const absl::Status whole_status =
       decoder->Decode(DecodeRegion{0, 0, h.height, h.width}, whole.data(), size_t{h.width} * 3);
   if (!whole_status.ok()) CheckError(whole_status);
+  {
+    std::vector<uint8_t> other(whole.size());
+    if (rows_only->Decode(DecodeRegion{0, 0, h.height, h.width}, other.data(),
+                          size_t{h.width} * 3) != whole_status ||
+        (whole_status.ok() && other != whole)) {
+      Fail("the row by row path decodes the whole image otherwise");
+    }
+  }
 
   DecodeRegion r;
   r.top = q[0] % h.height;
@@ -117,6 +131,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   r.width = 1 + q[3] % (h.width - r.left);
   std::vector<uint8_t> part(size_t{r.width} * r.height * 3);
   s = decoder->Decode(r, part.data(), size_t{r.width} * 3);
+  {
+    std::vector<uint8_t> other(part.size());
+    if (rows_only->Decode(r, other.data(), size_t{r.width} * 3) != s ||
+        (s.ok() && other != part)) {
+      Fail("the row by row path decodes the region otherwise");
+    }
+  }
   if (!s.ok()) {
     CheckError(s);
     if (whole_status.ok()) Fail("a region failed where the whole image decoded");

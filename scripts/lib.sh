@@ -5,7 +5,7 @@ STOKER_PACKAGES=(
   build-essential cmake ninja-build pkg-config ccache
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libjpeg62-turbo-dev libturbojpeg0-dev libjpeg-turbo-progs
-  libspng-dev libwebp-dev libtiff-dev libstb-dev webp libtiff-tools libmicrohttpd-dev
+  libspng-dev libdeflate-dev libwebp-dev libtiff-dev libstb-dev webp libtiff-tools libmicrohttpd-dev
   libspdlog-dev libcli11-dev catch2 pybind11-dev libseccomp-dev
   python3 python3-dev python3-pytest python3-numpy python3-pil
   python3-pip python3-venv python3-setuptools python3-wheel

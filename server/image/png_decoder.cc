@@ -1,7 +1,7 @@
 #include "server/image/png_decoder.h"
 
+#include <libdeflate.h>
 #include <spng.h>
-#include <zlib.h>
 
 #include <array>
 #include <cstring>
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "server/image/png_unfilter.h"
 
 namespace stoker::image {
 namespace {
@@ -21,6 +22,11 @@ constexpr uint32_t kPngMax = 0x7FFFFFFF;  // of chunk lengths, widths, heights
 // and all of text, iCCP, eXIf and sPLT together.
 constexpr size_t kChunkSizeLimit = size_t{2} << 20;
 constexpr size_t kChunkCacheLimit = size_t{16} << 20;
+// The whole-buffer path's bound on the inflated image (filter bytes
+// included): larger images take libspng's row by row path. Buffers over
+// kKeepBytes are freed at the next ReadHeader, not kept for the next file.
+constexpr size_t kWholeBufferMaxBytes = size_t{64} << 20;
+constexpr size_t kKeepBytes = size_t{8} << 20;
 
 constexpr uint32_t kAdam7XStart[7] = {0, 4, 0, 2, 0, 1, 0};
 constexpr uint32_t kAdam7XDelta[7] = {8, 8, 4, 4, 2, 2, 1};
@@ -54,16 +60,23 @@ std::string TypeName(const uint8_t* type) {
   return std::string(reinterpret_cast<const char*>(type), 4);
 }
 
-uint32_t Crc32(const uint8_t* p, size_t n) {
-  return static_cast<uint32_t>(crc32(0, p, static_cast<uInt>(n)));  // chunks are < 2^31 bytes
-}
+// zlib's CRC-32, computed by libdeflate (several times faster).
+uint32_t Crc32(const uint8_t* p, size_t n) { return libdeflate_crc32(0, p, n); }
+
+// A critical chunk: its type's first letter is upper case.
+bool IsCritical(const uint8_t* type) { return (type[0] & 0x20) == 0; }
 
 struct SpngFree {
   void operator()(spng_ctx* ctx) const { spng_ctx_free(ctx); }
 };
 
+struct InflaterFree {
+  void operator()(libdeflate_decompressor* d) const { libdeflate_free_decompressor(d); }
+};
+
 class PngDecoder final : public ImageDecoder {
  public:
+  explicit PngDecoder(PngDecoderOptions::Path path) : path_(path) {}
   absl::Status ReadHeader(const uint8_t* data, size_t size, const DecodeLimits& limits,
                           ImageHeader* header) override;
   absl::Status Decode(const DecodeRegion& region, uint8_t* out, size_t stride) override;
@@ -74,12 +87,20 @@ class PngDecoder final : public ImageDecoder {
   absl::Status Open();
   absl::Status SpngError(int err) const;
   absl::Status DecodeRows(const DecodeRegion& region, uint8_t* out, size_t stride);
+  // The whole-buffer path (png_decoder.h): inflates the image data in one
+  // call (once per ReadHeader) and restores rows up to `bottom`. False when
+  // the file is not one it takes or anything is amiss: libspng's path then
+  // decodes (and judges) the file, so this path never decides an error.
+  bool InflateWhole(uint32_t bottom);
+  void EmitRow(const uint8_t* scanline, const DecodeRegion& region, uint8_t* dst) const;
   void Convert(const uint8_t* scanline, uint32_t k, uint32_t n, uint8_t* dst, size_t step) const;
   // Convert's label-map counterpart (DecodeLabels): px_ bytes a value.
   void ConvertLabels(const uint8_t* scanline, uint32_t k, uint32_t n, uint8_t* dst,
                      size_t step) const;
 
+  const PngDecoderOptions::Path path_;
   std::unique_ptr<spng_ctx, SpngFree> ctx_;
+  std::unique_ptr<libdeflate_decompressor, InflaterFree> inflater_;
   bool ready_ = false;     // ReadHeader succeeded
   bool ctx_used_ = false;  // ctx_ has decoded: Decode needs a new one
   const uint8_t* data_ = nullptr;
@@ -89,6 +110,17 @@ class PngDecoder final : public ImageDecoder {
   bool interlaced_ = false;
   std::array<uint8_t, 256 * 3> lut_{};  // gray <= 8 bit and palette: sample -> RGB
   std::vector<uint8_t> row_;
+  // The IDAT chunks' data (WalkChunks), whether they form one run with
+  // nothing but IEND after them, and the whole-buffer path's state:
+  // the inflated rows (filter byte + scanline each), how many of them are
+  // restored, and whether inflating failed for this file.
+  std::vector<std::pair<size_t, uint32_t>> idat_;
+  bool idat_plain_ = false;
+  std::vector<uint8_t> idat_data_;
+  std::vector<uint8_t> raw_;
+  size_t scanline_bytes_ = 0;
+  uint32_t rows_restored_ = 0;
+  bool inflated_ = false, inflate_failed_ = false;
   // What DecodeRows writes: RGB (3 bytes a pixel), or labels (1 or 2).
   bool labels_ = false;
   size_t px_ = 3;
@@ -116,7 +148,9 @@ absl::Status PngDecoder::WalkChunks(const uint8_t* data, size_t size, uint64_t m
         absl::StrCat("PNG: invalid image size ", width_, "x", height_));
   }
   if (absl::Status s = CheckPixelCap("PNG", width_, height_, max_pixels); !s.ok()) return s;
-  bool seen_idat = false;
+  bool seen_idat = false, after_idat = false;
+  idat_.clear();
+  idat_plain_ = true;
   int64_t fctl_seq = -1;
   size_t pos = 8;
   for (;;) {
@@ -146,7 +180,16 @@ absl::Status PngDecoder::WalkChunks(const uint8_t* data, size_t size, uint64_t m
       size_ = pos + 12;
       return absl::OkStatus();
     }
-    if (IsType(type, "IDAT")) seen_idat = true;
+    if (IsType(type, "IDAT")) {
+      if (after_idat) idat_plain_ = false;  // a second run
+      seen_idat = true;
+      idat_.emplace_back(pos + 8, length);
+    } else if (seen_idat && !IsType(type, "IEND")) {
+      // libspng reads what follows the image data only on a whole decode:
+      // the whole-buffer path leaves such files to it.
+      after_idat = true;
+      idat_plain_ = false;
+    }
     if (!seen_idat && IsType(type, "acTL") && length < 8) {
       return absl::InvalidArgumentError("PNG: truncated acTL chunk (APNG)");
     }
@@ -197,6 +240,9 @@ absl::Status PngDecoder::Open() {
   if (!err) err = spng_set_png_buffer(ctx, data_, size_);
   spng_ihdr ihdr;
   if (!err) err = spng_get_ihdr(ctx, &ihdr);
+  // Every chunk before the image data, parsed and judged now (libspng would
+  // otherwise read them lazily, at its first decode call).
+  if (!err) err = spng_decode_chunks(ctx);
   if (err) return SpngError(err);
   depth_ = ihdr.bit_depth;
   color_type_ = ihdr.color_type;
@@ -227,6 +273,10 @@ absl::Status PngDecoder::ReadHeader(const uint8_t* data, size_t size, const Deco
   ctx_.reset();
   data_ = data;
   size_ = 0;
+  inflated_ = inflate_failed_ = false;
+  rows_restored_ = 0;
+  if (raw_.capacity() > kKeepBytes) std::vector<uint8_t>().swap(raw_);
+  if (idat_data_.capacity() > kKeepBytes) std::vector<uint8_t>().swap(idat_data_);
   absl::Status s;
   try {
     s = WalkChunks(data, size, limits.max_pixels);
@@ -343,7 +393,84 @@ absl::Status PngDecoder::DecodeLabels(uint8_t* out, uint32_t* bpp) {
   return s;
 }
 
+bool PngDecoder::InflateWhole(uint32_t bottom) {
+  if (path_ == PngDecoderOptions::Path::kRowByRow || inflate_failed_ || interlaced_ || depth_ > 8 || !idat_plain_ ||
+      idat_.empty()) {
+    return false;
+  }
+  const size_t channels = color_type_ == SPNG_COLOR_TYPE_TRUECOLOR         ? 3
+                          : color_type_ == SPNG_COLOR_TYPE_TRUECOLOR_ALPHA ? 4
+                          : color_type_ == SPNG_COLOR_TYPE_GRAYSCALE_ALPHA ? 2
+                                                                           : 1;
+  const size_t line = (size_t{width_} * channels * depth_ + 7) / 8;
+  if (!inflated_) {
+    inflate_failed_ = true;  // until it succeeds
+    if (uint64_t{height_} * (line + 1) > kWholeBufferMaxBytes) return false;
+    const size_t raw_bytes = size_t{height_} * (line + 1);
+    if (inflater_ == nullptr) inflater_.reset(libdeflate_alloc_decompressor());
+    if (inflater_ == nullptr) return false;
+    const uint8_t* in = data_ + idat_[0].first;
+    size_t in_bytes = idat_[0].second;
+    if (idat_.size() > 1) {
+      in_bytes = 0;
+      for (const auto& [offset, length] : idat_) in_bytes += length;
+      idat_data_.resize(in_bytes);
+      uint8_t* p = idat_data_.data();
+      for (const auto& [offset, length] : idat_) {
+        std::memcpy(p, data_ + offset, length);
+        p += length;
+      }
+      in = idat_data_.data();
+    }
+    raw_.resize(raw_bytes);
+    size_t in_used = 0, out_used = 0;
+    // Only a stream that ends exactly at the last row and at the end of the
+    // image data, with a good Adler-32, is taken.
+    if (libdeflate_zlib_decompress_ex(inflater_.get(), in, in_bytes, raw_.data(), raw_bytes,
+                                      &in_used, &out_used) != LIBDEFLATE_SUCCESS ||
+        in_used != in_bytes || out_used != raw_bytes) {
+      return false;
+    }
+    // libspng reads a row ahead: a bad filter type fails even a region
+    // above it there. So the file is taken only if every row's is valid.
+    for (uint32_t y = 0; y < height_; ++y) {
+      if (raw_[size_t{y} * (line + 1)] > 4) return false;
+    }
+    scanline_bytes_ = line;
+    inflated_ = true;
+    inflate_failed_ = false;
+  }
+  const size_t bpp = std::max<size_t>(1, channels * depth_ / 8);
+  for (; rows_restored_ < bottom; ++rows_restored_) {
+    uint8_t* row = raw_.data() + size_t{rows_restored_} * (line + 1);
+    const uint8_t* prev = rows_restored_ == 0 ? nullptr : row - line;
+    if (!UnfilterRow(row[0], row + 1, prev, line, bpp)) {
+      inflate_failed_ = true;
+      return false;
+    }
+  }
+  return true;
+}
+
+void PngDecoder::EmitRow(const uint8_t* scanline, const DecodeRegion& region, uint8_t* dst) const {
+  if (labels_) {
+    ConvertLabels(scanline, region.left, region.width, dst, px_);
+  } else {
+    Convert(scanline, region.left, region.width, dst, 3);
+  }
+}
+
 absl::Status PngDecoder::DecodeRows(const DecodeRegion& region, uint8_t* out, size_t stride) {
+  if (InflateWhole(region.top + region.height)) {
+    for (uint32_t y = 0; y < region.height; ++y) {
+      EmitRow(raw_.data() + size_t{region.top + y} * (scanline_bytes_ + 1) + 1, region,
+              out + size_t{y} * stride);
+    }
+    return absl::OkStatus();
+  }
+  if (path_ == PngDecoderOptions::Path::kWholeBufferOnly) {
+    return absl::UnimplementedError("PNG: not taken by the whole-buffer path");
+  }
   spng_ctx* ctx = ctx_.get();
   ctx_used_ = true;
   int err = spng_decode_image(ctx, nullptr, 0, SPNG_FMT_PNG, SPNG_DECODE_PROGRESSIVE);
@@ -415,6 +542,8 @@ absl::Status PngDecoder::Decode(const DecodeRegion& region, uint8_t* out, size_t
 
 }  // namespace
 
-std::unique_ptr<ImageDecoder> MakePngDecoder() { return std::make_unique<PngDecoder>(); }
+std::unique_ptr<ImageDecoder> MakePngDecoder(const PngDecoderOptions& options) {
+  return std::make_unique<PngDecoder>(options.path);
+}
 
 }  // namespace stoker::image

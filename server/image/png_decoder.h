@@ -36,12 +36,31 @@
 // the animation; the other frames' chunks (fcTL, fdAT) are CRC-checked and
 // skipped, never inflated.
 //
-// Regions. Decode stops reading the file after the last scanline the region
-// needs: for a non-interlaced file the rows below the region are not
-// inflated; for an interlaced one the first six passes are decoded whole (a
-// region's pixels are in all of them) and the seventh stops after the
-// region. Every pixel is converted straight into `out`: no whole-image
-// buffer, for any region or file. Pixels are those of the whole decode.
+// Two paths, the same pixels:
+//   - The whole-buffer path, for non-interlaced files of 8 bits a sample or
+//     fewer whose inflated image data is at most 64 MiB (nearly every photo,
+//     mask and CIFAR-style file): libdeflate (Debian's libdeflate, already a
+//     dependency of libtiff) inflates all the IDAT data in one call, about
+//     twice zlib's speed, and png_unfilter.h restores the rows, up to the
+//     region's last one only. It takes only a stream that inflates to
+//     exactly the image's rows, ends at the end of the image data and has a
+//     good Adler-32, with a valid filter type on every row, in a file whose
+//     IDAT chunks form one run followed by IEND alone (libspng judges the
+//     chunks after the image data only on a whole decode, and reads a row
+//     ahead). Anything else, it hands the file to the row by row path,
+//     which then decodes it and decides any error: this path never fails
+//     a file itself, and both paths fail the same files. Memory: a copy
+//     of the image data when it spans several IDAT chunks, and its
+//     inflated rows (at most 64 MiB; buffers over 8 MiB are freed at the
+//     next ReadHeader). A second Decode after one ReadHeader reuses the
+//     inflated rows.
+//   - The row by row path (libspng, all other files, and any file the first
+//     path passes on): Decode stops reading the file after the last
+//     scanline the region needs: for a non-interlaced file the rows below
+//     the region are not inflated; for an interlaced one the first six
+//     passes are decoded whole (a region's pixels are in all of them) and
+//     the seventh stops after the region. No whole-image buffer.
+// Pixels are those of the whole decode, for any region, on either path.
 //
 // What fails (all before any pixel allocation when the header says so):
 //   INVALID_ARGUMENT    not a PNG; a chunk past the end of the file
@@ -58,7 +77,8 @@
 //                       chunks libspng keeps (text, iCCP, eXIf, sPLT) over
 //                       16 MiB together, or one compressed text/profile
 //                       inflating past 2 MiB; out of memory.
-//   UNIMPLEMENTED       nothing: every PNG colour type and bit depth is read.
+//   UNIMPLEMENTED       nothing: every PNG colour type and bit depth is read
+//                       (only Path::kWholeBufferOnly, a test mode, uses it).
 // Invalid ancillary chunks (a bad tIME, a tRNS of the wrong length...) are
 // skipped, as libspng's non-strict mode does and as PIL mostly does.
 //
@@ -66,8 +86,8 @@
 //   - CRCs. Every chunk's CRC is checked, IDAT's and those after the image
 //     data included; PIL checks only the chunks before the first IDAT. A
 //     file with a wrong CRC is corrupt: a sample failure beats silently
-//     training on damaged pixels. ReadHeader checks them all (zlib's crc32,
-//     a few percent of a decode), so a region decode that stops early
+//     training on damaged pixels. ReadHeader checks them all (libdeflate's
+//     CRC-32, about 1% of a decode), so a region decode that stops early
 //     fails a damaged file as a whole decode does.
 //   - IEND. The file must hold a well-formed IEND chunk (length 0, its CRC)
 //     after a chain of whole chunks; PIL decodes a file cut anywhere after
@@ -96,9 +116,21 @@
 
 namespace stoker::image {
 
+struct PngDecoderOptions {
+  enum class Path {
+    kAuto,             // the whole-buffer path where it takes the file, else
+                       // the row by row path (above): what stoker runs
+    kRowByRow,         // libspng's path for every file
+    kWholeBufferOnly,  // a file (or a region's rows) that path does not take
+                       // is UNIMPLEMENTED "PNG: not taken by the whole-buffer
+                       // path": tests and the fuzzer see which path ran
+  };
+  Path path = Path::kAuto;
+};
+
 // A new PNG decoder (above). Decode may be called several times after one
 // ReadHeader (each decodes the file again, from its start).
-std::unique_ptr<ImageDecoder> MakePngDecoder();
+std::unique_ptr<ImageDecoder> MakePngDecoder(const PngDecoderOptions& options = {});
 
 }  // namespace stoker::image
 
