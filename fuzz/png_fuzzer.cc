@@ -84,8 +84,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
 
   auto decoder = stoker::image::MakePngDecoder();
-  auto rows_only = stoker::image::MakePngDecoder(
-      {stoker::image::PngDecoderOptions::Path::kRowByRow});
+  auto rows_only =
+      stoker::image::MakePngDecoder({stoker::image::PngDecoderOptions::Path::kRowByRow});
   stoker::image::DecodeLimits limits;
   limits.max_pixels = kMaxPixels;
   stoker::image::ImageHeader h, h2;
@@ -133,8 +133,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   s = decoder->Decode(r, part.data(), size_t{r.width} * 3);
   {
     std::vector<uint8_t> other(part.size());
-    if (rows_only->Decode(r, other.data(), size_t{r.width} * 3) != s ||
-        (s.ok() && other != part)) {
+    if (rows_only->Decode(r, other.data(), size_t{r.width} * 3) != s || (s.ok() && other != part)) {
       Fail("the row by row path decodes the region otherwise");
     }
   }

@@ -93,6 +93,13 @@ class PngDecoder final : public ImageDecoder {
   // decodes (and judges) the file, so this path never decides an error.
   bool InflateWhole(uint32_t bottom);
   void EmitRow(const uint8_t* scanline, const DecodeRegion& region, uint8_t* dst) const;
+  // Samples a pixel: 3 (RGB), 4 (RGBA), 2 (gray + alpha) or 1.
+  size_t Channels() const {
+    return color_type_ == SPNG_COLOR_TYPE_TRUECOLOR         ? 3
+           : color_type_ == SPNG_COLOR_TYPE_TRUECOLOR_ALPHA ? 4
+           : color_type_ == SPNG_COLOR_TYPE_GRAYSCALE_ALPHA ? 2
+                                                            : 1;
+  }
   void Convert(const uint8_t* scanline, uint32_t k, uint32_t n, uint8_t* dst, size_t step) const;
   // Convert's label-map counterpart (DecodeLabels): px_ bytes a value.
   void ConvertLabels(const uint8_t* scanline, uint32_t k, uint32_t n, uint8_t* dst,
@@ -313,10 +320,7 @@ void PngDecoder::Convert(const uint8_t* scanline, uint32_t k, uint32_t n, uint8_
     }
     return;
   }
-  const size_t channels = color_type_ == SPNG_COLOR_TYPE_TRUECOLOR         ? 3
-                          : color_type_ == SPNG_COLOR_TYPE_TRUECOLOR_ALPHA ? 4
-                          : color_type_ == SPNG_COLOR_TYPE_GRAYSCALE_ALPHA ? 2
-                                                                           : 1;
+  const size_t channels = Channels();
   const bool color = channels >= 3;
   if (depth_ == 8) {
     if (channels == 1) {  // gray or palette
@@ -352,9 +356,8 @@ void PngDecoder::ConvertLabels(const uint8_t* scanline, uint32_t k, uint32_t n, 
   if (depth_ < 8) {
     const uint32_t per_byte = 8 / depth_, mask = (1u << depth_) - 1;
     // "P" keeps the index; "1" is 0/1; 2- and 4-bit "L" are scaled to 0..255.
-    const uint32_t scale = color_type_ == SPNG_COLOR_TYPE_INDEXED || depth_ == 1
-                               ? 1
-                               : 255 / ((1u << depth_) - 1);
+    const uint32_t scale =
+        color_type_ == SPNG_COLOR_TYPE_INDEXED || depth_ == 1 ? 1 : 255 / ((1u << depth_) - 1);
     for (size_t i = k; i < end; ++i, dst += step) {
       const uint32_t shift = 8 - depth_ * (1 + i % per_byte);
       *dst = static_cast<uint8_t>(((scanline[i / per_byte] >> shift) & mask) * scale);
@@ -374,9 +377,9 @@ absl::Status PngDecoder::DecodeLabels(uint8_t* out, uint32_t* bpp) {
   }
   if (color_type_ != SPNG_COLOR_TYPE_GRAYSCALE && color_type_ != SPNG_COLOR_TYPE_INDEXED) {
     static constexpr const char* kModes[7] = {"L", "", "RGB", "P", "LA", "", "RGBA"};
-    return absl::UnimplementedError(absl::StrCat(
-        "PNG: a mask must be a single-channel image (gray or palette), this one is ",
-        kModes[color_type_ % 7]));
+    return absl::UnimplementedError(
+        absl::StrCat("PNG: a mask must be a single-channel image (gray or palette), this one is ",
+                     kModes[color_type_ % 7]));
   }
   labels_ = true;
   px_ = depth_ == 16 ? 2 : 1;
@@ -394,14 +397,11 @@ absl::Status PngDecoder::DecodeLabels(uint8_t* out, uint32_t* bpp) {
 }
 
 bool PngDecoder::InflateWhole(uint32_t bottom) {
-  if (path_ == PngDecoderOptions::Path::kRowByRow || inflate_failed_ || interlaced_ || depth_ > 8 || !idat_plain_ ||
-      idat_.empty()) {
+  if (path_ == PngDecoderOptions::Path::kRowByRow || inflate_failed_ || interlaced_ || depth_ > 8 ||
+      !idat_plain_ || idat_.empty()) {
     return false;
   }
-  const size_t channels = color_type_ == SPNG_COLOR_TYPE_TRUECOLOR         ? 3
-                          : color_type_ == SPNG_COLOR_TYPE_TRUECOLOR_ALPHA ? 4
-                          : color_type_ == SPNG_COLOR_TYPE_GRAYSCALE_ALPHA ? 2
-                                                                           : 1;
+  const size_t channels = Channels();
   const size_t line = (size_t{width_} * channels * depth_ + 7) / 8;
   if (!inflated_) {
     inflate_failed_ = true;  // until it succeeds
@@ -475,10 +475,7 @@ absl::Status PngDecoder::DecodeRows(const DecodeRegion& region, uint8_t* out, si
   ctx_used_ = true;
   int err = spng_decode_image(ctx, nullptr, 0, SPNG_FMT_PNG, SPNG_DECODE_PROGRESSIVE);
   if (err) return SpngError(err);
-  const size_t channels = color_type_ == SPNG_COLOR_TYPE_TRUECOLOR         ? 3
-                          : color_type_ == SPNG_COLOR_TYPE_TRUECOLOR_ALPHA ? 4
-                          : color_type_ == SPNG_COLOR_TYPE_GRAYSCALE_ALPHA ? 2
-                                                                           : 1;
+  const size_t channels = Channels();
   row_.resize((size_t{width_} * channels * depth_ + 7) / 8);
   int last_pass = 0;
   if (interlaced_) {

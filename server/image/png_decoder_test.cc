@@ -729,8 +729,7 @@ TEST_CASE("PNG: the whole-buffer path takes plain files and gives the row by row
                                       {0, w / 2, (h + 1) / 2, (w + 1) / 2}};
       for (const DecodeRegion& r : regions) {
         INFO("type " << int{m.color_type} << " depth " << int{m.depth} << " " << w << "x" << h
-                     << " region " << r.top << "," << r.left << " " << r.height << "x"
-                     << r.width);
+                     << " region " << r.top << "," << r.left << " " << r.height << "x" << r.width);
         const Outcome whole = Run(Path::kWholeBufferOnly, png, r);
         const Outcome rows = Run(Path::kRowByRow, png, r);
         REQUIRE(whole.status.ok());
@@ -779,29 +778,45 @@ TEST_CASE("PNG: what the whole-buffer path passes on, the row by row path decode
       {"16-bit samples", Encode(RandomSource(w, h, 2, 16, false, 4)), {}, false},
       {"bytes after the zlib stream", FromZlib(w, h, 8, 2, junk), {}, false},
       {"a bad Adler-32", FromZlib(w, h, 8, 2, bad_adler), {}, false},
-      {"a stream that inflates past the last row", FromZlib(w, h, 8, 2, Zlib(RandomRaw(w, h + 3, 1))),
-       {}, false},
-      {"a stream that ends before the last row",
-       FromZlib(w, h, 8, 2, Zlib(Bytes(raw.begin(), raw.end() - 40))), {}, false},
-      {"a filter type of 5 in row 6, whole image", FromZlib(w, h, 8, 2, Zlib(bad_filter)), {},
+      {"a stream that inflates past the last row",
+       FromZlib(w, h, 8, 2, Zlib(RandomRaw(w, h + 3, 1))),
+       {},
        false},
-      {"a filter type of 5 in row 6, rows above it", FromZlib(w, h, 8, 2, Zlib(bad_filter)),
-       {1, 2, 5, 10}, false},
+      {"a stream that ends before the last row",
+       FromZlib(w, h, 8, 2, Zlib(Bytes(raw.begin(), raw.end() - 40))),
+       {},
+       false},
+      {"a filter type of 5 in row 6, whole image",
+       FromZlib(w, h, 8, 2, Zlib(bad_filter)),
+       {},
+       false},
+      {"a filter type of 5 in row 6, rows above it",
+       FromZlib(w, h, 8, 2, Zlib(bad_filter)),
+       {1, 2, 5, 10},
+       false},
       {"IDAT in two runs",
        Concat({kSig, Ihdr(w, h, 8, 2), Chunk("IDAT", half1), Chunk("tEXt", {'k', 0, 'v'}),
                Chunk("IDAT", half2), Chunk("IEND", {})}),
-       {}, false},
+       {},
+       false},
       {"a critical chunk after IDAT",
-       InsertBefore(FromZlib(w, h, 8, 2, z), "IEND", Chunk("PLTE", {1, 2, 3})), {}, false},
+       InsertBefore(FromZlib(w, h, 8, 2, z), "IEND", Chunk("PLTE", {1, 2, 3})),
+       {},
+       false},
       {"an ancillary chunk after IDAT",
-       InsertBefore(FromZlib(w, h, 8, 2, z), "IEND", Chunk("tEXt", {'k', 0, 'v'})), {}, false},
+       InsertBefore(FromZlib(w, h, 8, 2, z), "IEND", Chunk("tEXt", {'k', 0, 'v'})),
+       {},
+       false},
       {"a huge text chunk after IDAT",
-       InsertBefore(FromZlib(w, h, 8, 2, z), "IEND", Chunk("tEXt", [] {
-                      Bytes t = {'k', 0};
-                      t.resize(20 << 20, 'x');
-                      return t;
-                    }())),
-       {}, false},
+       InsertBefore(FromZlib(w, h, 8, 2, z), "IEND",
+                    Chunk("tEXt",
+                          [] {
+                            Bytes t = {'k', 0};
+                            t.resize(20 << 20, 'x');
+                            return t;
+                          }())),
+       {},
+       false},
       {"the plain file", FromZlib(w, h, 8, 2, z), {}, true},
       {"the plain file, a region", FromZlib(w, h, 8, 2, z), {3, 4, 2, 7}, true},
   };
