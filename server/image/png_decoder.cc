@@ -63,9 +63,6 @@ std::string TypeName(const uint8_t* type) {
 // zlib's CRC-32, computed by libdeflate (several times faster).
 uint32_t Crc32(const uint8_t* p, size_t n) { return libdeflate_crc32(0, p, n); }
 
-// A critical chunk: its type's first letter is upper case.
-bool IsCritical(const uint8_t* type) { return (type[0] & 0x20) == 0; }
-
 struct SpngFree {
   void operator()(spng_ctx* ctx) const { spng_ctx_free(ctx); }
 };
