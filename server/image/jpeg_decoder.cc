@@ -9,12 +9,14 @@
 #include <csetjmp>
 #include <cstdio>
 #include <cstring>
+#include <numeric>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "server/image/exif.h"
+#include "server/image/jpeg_restart.h"
 #include "server/image/libjpeg_glue.h"
 
 namespace stoker::image {
@@ -284,13 +286,22 @@ struct JpegDecoder::State {
   size_t size = 0;
   std::vector<JpegScan> scans;  // ListScans of the current file
   size_t scans_end = 0;         // where its EOI ends
-  std::vector<uint8_t> copy;    // the file without the scans not needed
+  std::vector<uint8_t> copy;    // the file without the scans or intervals not needed
+  bool seek_restarts = true;    // JpegDecoderOptions::seek_restart_intervals
+  int scale_num = 8;            // of the last Start
+  uint32_t row_offset = 0;      // the copy's first row in the whole image's (Window)
+  RestartLayout restarts;       // of the current file (Window)
 
   // ScanSelection::kNeeded at 1/8 (see Start). 1: started on the copy; 0:
   // not applicable or the copy failed, and the original file is back at
   // the state ReadHeader left it in; -1: the original could not be re-read
   // (err says why).
   int StartOnNeededScans();
+  // Window on a cut copy of a file with restart markers: 1 started, cropped
+  // and skipped on the copy; 0 not applicable or the copy failed, and the
+  // original is started again at scale_num, as Start left it; -1 the
+  // original could not be restarted (err says why).
+  int WindowOnRestartIntervals(uint32_t* x, uint32_t* w, uint32_t y);
   // Re-reads the original file's header after an attempt on the copy.
   int Restore();
   // A fresh libjpeg object: no table of an earlier file (or of the copy).
@@ -352,8 +363,59 @@ int JpegDecoder::State::StartOnNeededScans() {
   return Restore();
 }
 
-JpegDecoder::JpegDecoder() : state_(std::make_unique<State>()) {
+int JpegDecoder::State::WindowOnRestartIntervals(uint32_t* x, uint32_t* w, uint32_t y) {
+  jpeg_decompress_struct& c = cinfo;
+  if (!IndexRestartIntervals(data, size, &restarts)) return 0;
+  const RestartLayout& l = restarts;
+  if (l.width != c.image_width || l.height != c.image_height) return 0;
+  const auto num = static_cast<uint32_t>(scale_num);
+  const uint32_t mw = l.mcu_width * num / 8, mh = l.mcu_height * num / 8;  // output pixels
+  // One MCU of margin from every cut edge: fancy upsampling reads across it.
+  uint32_t row0 = y / mh;
+  row0 = row0 > 0 ? row0 - 1 : 0;
+  const uint32_t aligned = l.interval / std::gcd(l.interval, l.mcus_per_row);
+  row0 = row0 / aligned * aligned;  // an MCU row that starts an interval
+  uint32_t col0 = 0, col1 = l.mcus_per_row;
+  if (ColumnsSeekable(l)) {
+    const uint32_t k = l.interval;
+    col0 = *x / mw;
+    col0 = (col0 > 0 ? col0 - 1 : 0) / k * k;
+    const uint64_t end = ((uint64_t{*x} + *w + mw - 1) / mw + 1 + k - 1) / k * k;
+    col1 = end >= l.mcus_per_row ? l.mcus_per_row : static_cast<uint32_t>(end);
+  }
+  if (row0 == 0 && col0 == 0 && col1 == l.mcus_per_row) return 0;  // nothing left out
+  uint32_t cut_w = 0, cut_h = 0;
+  if (!CutToRestartWindow(data, l, row0, col0, col1, &copy, &cut_w, &cut_h)) return 0;
+  const uint32_t col_offset = col0 * mw, rows = y - row0 * mh;
+  jpeg_abort_decompress(&c);
+  err.pub.num_warnings = 0;
+  int header_result = 0;
+  if (TryReadHeader(&c, &err, copy.data(), copy.size(), 0, &header_result) &&
+      header_result == JPEG_HEADER_OK) {
+    SetOutputParams(c, channels, scale_num, true);
+    if (TryStart(&c, &err) && c.output_components == channels &&
+        c.output_width == (uint64_t{cut_w} * num + 7) / 8 &&
+        c.output_height == (uint64_t{cut_h} * num + 7) / 8) {
+      JDIMENSION jx = *x - col_offset, jw = *w, skipped = 0;
+      bool ok = jx + jw <= c.output_width;
+      if (ok && (jx > 0 || jw < c.output_width)) ok = TryCrop(&c, &err, &jx, &jw) != 0;
+      if (ok && rows > 0) ok = TrySkip(&c, &err, rows, &skipped) != 0 && skipped == rows;
+      if (ok && err.pub.num_warnings == 0) {
+        *x = jx + col_offset;
+        *w = jw;
+        row_offset = row0 * mh;
+        return 1;
+      }
+    }
+  }
+  if (Restore() < 0) return -1;
+  SetOutputParams(c, channels, scale_num, true);
+  return TryStart(&c, &err) ? 0 : -1;
+}
+
+JpegDecoder::JpegDecoder(const JpegDecoderOptions& options) : state_(std::make_unique<State>()) {
   State& s = *state_;
+  s.seek_restarts = options.seek_restart_intervals;
   std::memset(&s.cinfo, 0, sizeof(s.cinfo));
   libjpeg::InstallHandlers(&s.err, &s.progress);
   s.cinfo.err = &s.err.pub;
@@ -372,7 +434,9 @@ void JpegDecoder::Abort() {
 
 int JpegDecoder::warnings() const { return static_cast<int>(state_->err.pub.num_warnings); }
 
-uint32_t JpegDecoder::next_row() const { return state_->cinfo.output_scanline; }
+uint32_t JpegDecoder::next_row() const {
+  return state_->cinfo.output_scanline + state_->row_offset;
+}
 
 absl::Status JpegDecoder::ReadHeader(const uint8_t* data, size_t size, const DecodeLimits& limits,
                                      JpegHeader* header) {
@@ -396,6 +460,7 @@ absl::Status JpegDecoder::ReadHeader(const uint8_t* data, size_t size, const Dec
   s.data = data;
   s.size = size;
   s.active = true;
+  s.row_offset = 0;
   int header_result = 0;
   if (!TryReadHeader(&s.cinfo, &s.err, data, size, limits.read_exif ? 1 : 0, &header_result)) {
     Abort();
@@ -436,6 +501,8 @@ absl::Status JpegDecoder::Start(int scale_num, DecodeInfo* info, ScanSelection s
   if (scale_num < 1 || scale_num > 8) return absl::InvalidArgumentError("scale_num not in 1..8");
   jpeg_decompress_struct& c = s.cinfo;
   info->skipped_scans = false;
+  s.scale_num = scale_num;
+  s.row_offset = 0;
   if (scans == ScanSelection::kNeeded && scale_num == 1 && c.progressive_mode && !c.arith_code) {
     const int started = s.StartOnNeededScans();
     if (started < 0) {
@@ -472,6 +539,30 @@ absl::Status JpegDecoder::CropColumns(uint32_t* x, uint32_t* w) {
   *x = jx;
   *w = jw;
   return absl::OkStatus();
+}
+
+absl::Status JpegDecoder::Window(uint32_t* x, uint32_t* w, uint32_t y, bool* seeked) {
+  State& s = *state_;
+  if (!s.active) return absl::FailedPreconditionError("Window without Start");
+  *seeked = false;
+  const jpeg_decompress_struct& c = s.cinfo;
+  const bool crop = *x > 0 || *w < c.output_width;
+  if (s.seek_restarts && (crop || y > 0) && c.restart_interval > 0 && !c.progressive_mode &&
+      !c.arith_code && c.output_scanline == 0 && s.row_offset == 0) {
+    const int r = s.WindowOnRestartIntervals(x, w, y);
+    if (r < 0) {
+      Abort();
+      return ErrorStatus(s.err);
+    }
+    if (r == 1) {
+      *seeked = true;
+      return absl::OkStatus();
+    }
+  }
+  if (crop) {
+    if (absl::Status st = CropColumns(x, w); !st.ok()) return st;
+  }
+  return y > 0 ? SkipRows(y) : absl::OkStatus();
 }
 
 absl::Status JpegDecoder::SkipRows(uint32_t rows) {

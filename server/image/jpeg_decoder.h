@@ -12,8 +12,9 @@
 // Usage per image (the object is reused across images):
 //   1. ReadHeader(data, size, limits, &header)   caps checked here
 //   2. Start(scale_num, &info[, scans])           DCT scaling scale_num/8
-//   3. optional CropColumns(&x, &w)               widened to an iMCU boundary
-//   4. optional SkipRows(n)
+//   3. optional Window(&x, &w, y, &seeked)        columns and first row; or
+//      optional CropColumns(&x, &w)               widened to an iMCU boundary
+//      optional SkipRows(n)
 //   5. ReadRows(...) until done
 //   6. Finish() (reads up to EOI) or Stop() (stops early; checks the file
 //      is not truncated)
@@ -83,9 +84,15 @@ struct JpegScan {
 [[nodiscard]] bool ListScans(const uint8_t* data, size_t size, uint32_t max_scans,
                              std::vector<JpegScan>* scans);
 
+struct JpegDecoderOptions {
+  // Window may leave out the restart intervals a window does not need
+  // (below). Off: it always crops and skips (tests compare the two).
+  bool seek_restart_intervals = true;
+};
+
 class JpegDecoder {
  public:
-  JpegDecoder();
+  explicit JpegDecoder(const JpegDecoderOptions& options = {});
   ~JpegDecoder();
   JpegDecoder(const JpegDecoder&) = delete;
   JpegDecoder& operator=(const JpegDecoder&) = delete;
@@ -125,6 +132,26 @@ class JpegDecoder {
   // Restricts the columns decoded to [*x, *x + *w); libjpeg widens the
   // range to an iMCU boundary and the actual range is written back.
   [[nodiscard]] absl::Status CropColumns(uint32_t* x, uint32_t* w);
+
+  // Restricts decoding to columns [*x, *x + *w) (widened as CropColumns
+  // widens them, the actual range written back) and rows from y on (the
+  // next row read is y): CropColumns when the columns are not all of them,
+  // then SkipRows(y). Right after Start, in output pixels at its scale.
+  //
+  // On a baseline file with restart markers (jpeg_restart.h), it instead
+  // decodes a cut copy of the file holding only the restart intervals from
+  // one MCU above the window down, and, when the interval divides an MCU
+  // row, only those from one MCU beside it: libjpeg would entropy-decode
+  // every MCU above and beside the window. *seeked says so. The rows and
+  // columns read are the whole file's, bit for bit, and next_row() counts
+  // in the whole image. When the file is not one jpeg_restart.h indexes, or
+  // nothing would be left out, or libjpeg refuses the copy (error or
+  // warning) at its start, crop or skip, the original is decoded as above:
+  // errors are then the original's. Once reading, damage inside an interval
+  // the copy leaves out is not seen (as rows below a window are never read
+  // on either path); warnings() counts those of the copy. The copy lives in
+  // a buffer of this object, reused between images.
+  [[nodiscard]] absl::Status Window(uint32_t* x, uint32_t* w, uint32_t y, bool* seeked);
 
   [[nodiscard]] absl::Status SkipRows(uint32_t rows);
 

@@ -1617,12 +1617,11 @@ absl::Status SampleProcessor::Impl::DecodeFused(const PipelineParams& p, const F
     x0 = left;
   }
   t0 = NowNs();
-  if (x0 > 0 || width < info.width) {
-    s = decoder.CropColumns(&x0, &width);  // may widen to an iMCU boundary
-  }
-  if (s.ok() && y0 > 0) s = decoder.SkipRows(y0);
+  bool seeked = false;  // columns may widen to an iMCU boundary
+  s = decoder.Window(&x0, &width, y0, &seeked);
   decode_ns += NowNs() - t0;
   if (!s.ok()) return s;
+  if (seeked) decode_path = DecodePath::kRestartWindow;
 
   if (uint64_t{plan_x.out_size} * (y1 - y0) > p.max_decode_pixels) {
     return absl::ResourceExhaustedError(
@@ -1763,6 +1762,8 @@ const char* DecodePathName(DecodePath path) {
       return "whole";
     case DecodePath::kDcScans:
       return "dc_scans";
+    case DecodePath::kRestartWindow:
+      return "restart_window";
     case DecodePath::kBaseline:
       return "baseline";
   }

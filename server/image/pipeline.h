@@ -500,11 +500,15 @@ enum class DecodePath : uint32_t {
                   // whose reduced IDCT is larger than 1x1)
   kBaseline = 2,  // the worker decoded the transcode cache's baseline copy
                   // of a progressive file (set by the worker, not here)
+  kRestartWindow = 3,  // baseline file with restart markers: only the restart
+                       // intervals the crop's rows and columns need
+                       // (JpegDecoder::Window)
 };
-inline constexpr uint32_t kDecodePathCount = 3;
+inline constexpr uint32_t kDecodePathCount = 4;
 
 // The name of a path in Status (DecodePathStatus.path), stokerctl and
-// stoker-image-tool: "whole", "dc_scans", "baseline"; "unknown" out of range.
+// stoker-image-tool: "whole", "dc_scans", "baseline", "restart_window";
+// "unknown" out of range.
 const char* DecodePathName(DecodePath path);
 
 struct SampleResult {

@@ -96,6 +96,7 @@ std::vector<uint8_t> EncodeJpeg(const std::vector<uint8_t>& pixels, uint32_t hei
   cinfo.optimize_coding = options.optimize ? TRUE : FALSE;
   cinfo.arith_code = options.arithmetic ? TRUE : FALSE;
   cinfo.restart_in_rows = options.restart_rows;
+  if (options.restart_mcus != 0) cinfo.restart_interval = options.restart_mcus;
   jpeg_start_compress(&cinfo, TRUE);
   if (!options.app1.empty()) {
     jpeg_write_marker(&cinfo, JPEG_APP0 + 1, options.app1.data(),

@@ -149,7 +149,7 @@ def test_copies_of_progressive_files_only_and_same_pixels(daemon_factory, folder
     assert tc["hit_rate"] == pytest.approx(0.5)
     paths2 = _paths(st2["sessions"][0])
     assert paths2["baseline"] == len(progressive)
-    assert set(paths2) == {"whole", "dc_scans", "baseline"}
+    assert set(paths2) == {"whole", "dc_scans", "baseline", "restart_window"}
     text = d.ctl("status")
     assert text.returncode == 0
     assert "transcode cache" in text.stdout and "hit rate 50.0%" in text.stdout
