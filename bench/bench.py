@@ -643,14 +643,16 @@ def run_perf(build: str, files: str, pipeline: str, seconds: float,
 
 def restart_check(build: str, restart: Dict[str, Any], seconds: float,
                   repeats: int) -> Dict[str, Any]:
-    """The same baseline files without and with restart markers (one per MCU
-    row): the loop's decode time for a full decode and for a train crop, both
-    --exact (no DCT scaling: what skipping rows and columns saves alone),
-    `repeats` interleaved runs each, medians in ms per image."""
+    """The same baseline files without restart markers, with one per MCU row
+    and with one every 4 MCUs: the loop's decode time for a full decode and
+    for a train crop, both --exact (no DCT scaling: what skipping rows and
+    columns saves alone), `repeats` interleaved runs each, medians in ms per
+    image; and how many crops took the restart_window path."""
     cases = [("full", "decode", (0, 0)), ("crop", "train", (224, 224))]
     raw: Dict[str, List[float]] = {}
+    seeked: Dict[str, int] = {}
     for _ in range(repeats):
-        for sub in ("plain", "rst"):
+        for sub in [s for s in ("plain", "rst", "rst4b") if s in restart]:
             for name, pipeline, size in cases:
                 # The decode pipeline refuses images over max_decode_pixels
                 # (16 MP by default); the set has photos up to 20 MP.
@@ -658,7 +660,12 @@ def restart_check(build: str, restart: Dict[str, Any], seconds: float,
                              extra=["--exact", "--keywords", '{"max_decode_pixels": 67108864}'],
                              size=size)
                 raw.setdefault(f"{sub}_{name}", []).append(r["decode_ms"])
-    out = {k: statistics.median(v) for k, v in raw.items()}
+                if name == "crop":
+                    w = r["paths"].get("restart_window", {}).get("images", 0)
+                    seeked[sub] = seeked.get(sub, 0) + w
+                    seeked[f"{sub}_of"] = seeked.get(f"{sub}_of", 0) + r["images"]
+    out: Dict[str, Any] = {k: statistics.median(v) for k, v in raw.items()}
+    out["seeked"] = seeked
     out["files"] = restart["stats"]["files"]
     out["mean_mp"] = restart["stats"]["mean_mp"]
     return out
@@ -1609,33 +1616,42 @@ def write_restart(a: Callable[[str], None], r: Optional[Dict[str, Any]]) -> None
     a("### Restart markers and what skipping rows and columns saves")
     a("")
     a(f"{r['files']} of the large baseline files (mean {r['mean_mp']:.1f} MP) re-coded by "
-      "`jpegtran -optimize` without and with `-restart 1` (a restart marker every MCU row; the "
-      "same coefficients). stoker's loop, `--exact` (no DCT scaling), decode time per image by "
-      "its own timers (medians):")
+      "`jpegtran -optimize` without restart markers, with `-restart 1` (a marker every MCU "
+      "row) and with `-restart 4B` (a marker every 4 MCUs, as hardware encoders place them); "
+      "the same coefficients. stoker's loop, `--exact` (no DCT scaling), decode time per "
+      "image by its own timers (medians); the last column counts the train crops that took "
+      "the `restart_window` path:")
     a("")
-    a("| file | full decode, ms | train crop (RandomResizedCrop), ms | crop / full |")
-    a("|---|---|---|---|")
-    for sub, title in (("plain", "no restart markers"), ("rst", "restart marker every MCU row")):
+    a("| file | full decode, ms | train crop (RandomResizedCrop), ms | crop / full | "
+      "crops on restart_window |")
+    a("|---|---|---|---|---|")
+    seeked = r.get("seeked", {})
+    for sub, title in (("plain", "no restart markers"), ("rst", "restart marker every MCU row"),
+                       ("rst4b", "restart marker every 4 MCUs")):
+        if f"{sub}_full" not in r:
+            continue
         f, c = r[f"{sub}_full"], r[f"{sub}_crop"]
-        a(f"| {title} | {f:.1f} | {c:.1f} | {c / f * 100:.0f}% |")
+        n, of = seeked.get(sub, 0), seeked.get(f"{sub}_of", 0)
+        a(f"| {title} | {f:.1f} | {c:.1f} | {c / f * 100:.0f}% | "
+          f"{100 * n / of if of else 0:.0f}% |")
     a("")
     a("What libjpeg-turbo 2.1.5 does (jdapistd.c, jdcoefct.c): `jpeg_skip_scanlines` on a "
       "single-scan (baseline) file still Huffman-decodes every MCU of the skipped iMCU rows "
       "(`decode_mcu(cinfo, NULL)`, coefficients discarded) and leaves out only their "
       "dequantization, IDCT, upsampling and color conversion; rows after the crop's last one "
       "are not read at all (stoker stops there). `jpeg_crop_scanline` still entropy-decodes "
-      "every MCU of each row it reads (`decompress_onepass` loops over all of the row's MCUs) "
-      "and runs the IDCT only on the crop's columns. Neither ever uses restart markers to "
-      "jump: the entropy decoder only resynchronizes at each marker in turn, so a file with "
-      f"restart markers decodes no faster, whatever the crop (here: a crop "
-      f"{r['rst_crop']:.1f} ms with markers vs {r['plain_crop']:.1f} without, a full decode "
-      f"{r['rst_full']:.1f} vs {r['plain_full']:.1f}). On progressive (multi-scan) "
-      "files every scan of the whole image is entropy-decoded in `jpeg_start_decompress` "
-      "into the coefficient buffer, before any row is skipped or cropped: skipping saves "
-      "only the IDCT and what follows. What is left is to seek from restart marker to "
-      "restart marker (found by scanning the bytes for FF Dn, no Huffman decoding) above "
-      "and beside the crop, resetting the DC predictions at each: exact, and possible "
-      "only where the file has restart markers.")
+      "every MCU of each row it reads and runs the IDCT only on the crop's columns. Neither "
+      "uses restart markers to jump. stoker does (`JpegDecoder::Window`, "
+      "server/image/jpeg_restart.h): on a file with restart markers it finds each "
+      "interval by its marker, without Huffman decoding, and decodes a cut copy holding only "
+      "the intervals from one MCU row above the crop down and, when the interval divides an "
+      "MCU row, only those from one MCU column beside it, bit-equal to the whole file inside "
+      "the crop. With a marker every MCU row only the rows above the crop are left out; with "
+      "one every 4 MCUs the columns beside it too. On progressive (multi-scan) files every "
+      "scan of the whole image is entropy-decoded in `jpeg_start_decompress` into the "
+      "coefficient buffer, before any row is skipped or cropped: skipping saves only the "
+      "IDCT and what follows (stoker's answers there are the DC scans at 1/8 and the "
+      "transcode cache).")
     a("")
 
 

@@ -21,9 +21,10 @@
   file; one in six carries an EXIF orientation (3, 6 or 8).
 * large_baseline/, large_progressive/: the same files as large/, split by
   coding (hard links, same class folders), for rows per coding.
-* restart/plain/, restart/rst/: 12 of large/'s baseline files re-coded by
-  jpegtran, without and with a restart marker every MCU row (-restart 1),
-  the same coefficients: what skipping rows or columns saves.
+* restart/plain/, restart/rst/, restart/rst4b/: 12 of large/'s baseline files
+  re-coded by jpegtran, without restart markers, with one every MCU row
+  (-restart 1) and with one every 4 MCUs (-restart 4B), the same
+  coefficients: what skipping rows or columns saves.
 * manifest_1m.tsv / manifest_100.tsv: manifests ("relative/path<TAB>label"
   per line) of 1,000,000 and 100 entries that cycle over imagenet_like's files.
 
@@ -298,16 +299,17 @@ def _split_by_coding(src: Dict[str, Any], root: str, views: Dict[str, str]) -> D
 
 def _restart_pair(src: Dict[str, Any], root: str, folder: str, n: int = 12) -> Dict[str, Any]:
     """n baseline files of `root` re-coded by jpegtran (same coefficients,
-    -optimize) into folder/plain/ and, with a restart marker every MCU row,
-    folder/rst/."""
-    params = dict(src["params"], view="restart", n=n)
+    -optimize) into folder/plain/, with a restart marker every MCU row into
+    folder/rst/, and every 4 MCUs (as hardware encoders place them) into
+    folder/rst4b/."""
+    params = dict(src["params"], view="restart", n=n, variants=3)
     stamp = os.path.join(folder, ".stamp.json")
     old = _read_stamp(stamp)
     if old.get("params") != params:
         shutil.rmtree(folder, ignore_errors=True)
         picked = [rel for rel, f in sorted(src["files"].items())
                   if f["coding"] == "baseline"][:n]
-        for sub, extra in (("plain", []), ("rst", ["-restart", "1"])):
+        for sub, extra in (("plain", []), ("rst", ["-restart", "1"]), ("rst4b", ["-restart", "4B"])):
             os.makedirs(os.path.join(folder, sub), exist_ok=True)
             for i, rel in enumerate(picked):
                 subprocess.run(["jpegtran", "-optimize", "-copy", "none", *extra, "-outfile",
@@ -319,7 +321,8 @@ def _restart_pair(src: Dict[str, Any], root: str, folder: str, n: int = 12) -> D
         with open(stamp, "w") as fh:
             json.dump(old, fh, indent=1)
     return dict(path=folder, plain=os.path.join(folder, "plain"),
-                rst=os.path.join(folder, "rst"), stats=old["stats"])
+                rst=os.path.join(folder, "rst"), rst4b=os.path.join(folder, "rst4b"),
+                stats=old["stats"])
 
 
 def _write_manifest(path: str, files: List[str], labels: List[int], entries: int) -> None:
