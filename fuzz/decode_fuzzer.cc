@@ -16,6 +16,9 @@
 // The output goes to a buffer of exactly the capacity the daemon would give
 // (so that ASan sees any write past it); a success must describe a sample
 // that fits it. Caps are small (4 Mpx) so that each input stays fast.
+// And JpegDecoder::Window with restart-interval seeking against without it,
+// on a window and scale made from [1..7]: when the plain crop and skip read
+// the rows, seeking reads them too, the same bytes.
 
 #include <algorithm>
 #include <cstddef>
@@ -25,6 +28,7 @@
 #include <map>
 #include <vector>
 
+#include "server/image/jpeg_decoder.h"
 #include "server/image/pipeline.h"
 #include "stoker/ring_layout.h"
 
@@ -209,6 +213,48 @@ void AddOp(uint8_t b, stoker::image::PipelineParams* p, stoker::image::Interpola
 
 }  // namespace
 
+// Window (x, w, y) at a scale, then up to 64 rows: their bytes in the
+// window's columns, or an error.
+absl::Status ReadWindow(stoker::image::JpegDecoder* d, const uint8_t* data, size_t size,
+                        const uint8_t* q, std::vector<uint8_t>* px) {
+  stoker::image::DecodeLimits limits;
+  limits.max_pixels = kMaxDecodePixels;
+  limits.read_exif = false;
+  stoker::image::JpegHeader h;
+  stoker::image::DecodeInfo info;
+  absl::Status s = d->ReadHeader(data, size, limits, &h);
+  if (s.ok()) s = d->Start(1 << (q[1] % 4), &info);
+  if (!s.ok()) return s;
+  const uint32_t x = q[2] * info.width / 256, y = q[4] * info.height / 256;
+  const uint32_t w = 1 + q[5] * (info.width - x - 1) / 255;
+  const uint32_t y1 = std::min(info.height, y + 1 + q[6] % 64);
+  uint32_t wx = x, ww = w;
+  bool seeked = false;
+  s = d->Window(&wx, &ww, y, &seeked);
+  if (!s.ok()) return s;
+  if (wx > x || wx + ww < x + w || d->next_row() != y) Fail("Window lost the window");
+  std::vector<uint8_t> row(size_t{ww} * info.channels);
+  for (uint32_t i = y; i < y1; ++i) {
+    uint8_t* p = row.data();
+    uint32_t got = 0;
+    s = d->ReadRows(&p, 1, &got);
+    if (!s.ok()) return s;
+    if (got != 1) Fail("ReadRows gave no row");
+    const uint8_t* from = row.data() + size_t{x - wx} * info.channels;
+    px->insert(px->end(), from, from + size_t{w} * info.channels);
+  }
+  return y1 < info.height ? d->Stop() : d->Finish();
+}
+
+void CheckRestartWindows(const uint8_t* data, size_t size, const uint8_t* q) {
+  static stoker::image::JpegDecoder seeking;
+  static stoker::image::JpegDecoder plain(stoker::image::JpegDecoderOptions{false});
+  std::vector<uint8_t> a, b;
+  const absl::Status sb = ReadWindow(&plain, data, size, q, &b);
+  const absl::Status sa = ReadWindow(&seeking, data, size, q, &a);
+  if (sb.ok() && (!sa.ok() || a != b)) Fail("restart seeking read a window otherwise");
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using stoker::image::Interpolation;
   using stoker::image::OpKind;
@@ -216,6 +262,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint8_t* q = data;
   data += kParamBytes;
   size -= kParamBytes;
+
+  CheckRestartWindows(data, size, q);
 
   stoker::image::PipelineParams p;
   const int mode = q[0] % 6;
