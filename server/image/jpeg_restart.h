@@ -74,8 +74,7 @@ inline bool ColumnsSeekable(const RestartLayout& l) {
 // False (out unspecified) when the arguments break these rules.
 [[nodiscard]] bool CutToRestartWindow(const uint8_t* data, const RestartLayout& layout,
                                       uint32_t row0, uint32_t col0, uint32_t col1,
-                                      std::vector<uint8_t>* out, uint32_t* width,
-                                      uint32_t* height);
+                                      std::vector<uint8_t>* out, uint32_t* width, uint32_t* height);
 
 }  // namespace stoker::image
 

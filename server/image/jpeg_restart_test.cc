@@ -64,9 +64,9 @@ struct Layout {
 TEST_CASE("restart windows: the rows and columns read are the whole file's, on every layout",
           "[restart]") {
   const Layout layouts[] = {
-      {3, 420, 1, 0}, {3, 420, 0, 1},  {3, 420, 0, 3},  {3, 420, 2, 0}, {3, 444, 1, 0},
-      {3, 444, 0, 2}, {3, 422, 0, 1},  {3, 422, 1, 0},  {3, 440, 1, 0}, {3, 440, 0, 5},
-      {1, 444, 1, 0}, {1, 444, 0, 4},  {4, 444, 1, 0},  {4, 420, 0, 1}, {3, 420, 0, 7},
+      {3, 420, 1, 0}, {3, 420, 0, 1}, {3, 420, 0, 3}, {3, 420, 2, 0}, {3, 444, 1, 0},
+      {3, 444, 0, 2}, {3, 422, 0, 1}, {3, 422, 1, 0}, {3, 440, 1, 0}, {3, 440, 0, 5},
+      {1, 444, 1, 0}, {1, 444, 0, 4}, {4, 444, 1, 0}, {4, 420, 0, 1}, {3, 420, 0, 7},
   };
   JpegDecoder seeking, plain(JpegDecoderOptions{false});
   std::mt19937 rng(11);
@@ -77,8 +77,7 @@ TEST_CASE("restart windows: the rows and columns read are the whole file's, on e
       o.subsampling = lay.subsampling;
       o.restart_rows = lay.restart_rows;
       o.restart_mcus = lay.restart_mcus;
-      const Bytes jpeg =
-          EncodeJpeg(MakePhoto(h, w, lay.channels, rng()), h, w, lay.channels, o);
+      const Bytes jpeg = EncodeJpeg(MakePhoto(h, w, lay.channels, rng()), h, w, lay.channels, o);
       RestartLayout index;
       REQUIRE(IndexRestartIntervals(jpeg.data(), jpeg.size(), &index));
       for (int scale : {1, 2, 4, 8}) {
@@ -87,8 +86,8 @@ TEST_CASE("restart windows: the rows and columns read are the whole file's, on e
           const uint32_t x = rng() % ow, y = rng() % oh;
           const uint32_t cw = 1 + rng() % (ow - x);
           const uint32_t y1 = y + 1 + rng() % (oh - y);
-          CAPTURE(lay.channels, lay.subsampling, lay.restart_rows, lay.restart_mcus, h, w, scale,
-                  x, cw, y, y1);
+          CAPTURE(lay.channels, lay.subsampling, lay.restart_rows, lay.restart_mcus, h, w, scale, x,
+                  cw, y, y1);
           const Rows a = ReadWindow(&seeking, jpeg, scale, x, cw, y, y1);
           const Rows b = ReadWindow(&plain, jpeg, scale, x, cw, y, y1);
           REQUIRE(a.status.ok());

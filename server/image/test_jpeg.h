@@ -30,11 +30,11 @@ struct EncodeOptions {
   std::vector<ScanSpec> scans;  // when not empty: this script (progressive)
   bool optimize = false;        // optimized Huffman tables
   bool arithmetic = false;
-  int restart_rows = 0;       // restart interval in MCU rows, 0 = none
-  unsigned restart_mcus = 0;  // restart interval in MCUs (over restart_rows), 0 = none
-  bool cmyk_as_ycck = false;  // 4 channels: store as YCCK instead of CMYK
-  std::vector<uint8_t> app1;  // written as an APP1 marker when not empty
-  bool store_rgb = false;     // 3 channels stored as RGB (Adobe transform 0), not YCbCr
+  int restart_rows = 0;          // restart interval in MCU rows, 0 = none
+  unsigned restart_mcus = 0;     // restart interval in MCUs (over restart_rows), 0 = none
+  bool cmyk_as_ycck = false;     // 4 channels: store as YCCK instead of CMYK
+  std::vector<uint8_t> app1;     // written as an APP1 marker when not empty
+  bool store_rgb = false;        // 3 channels stored as RGB (Adobe transform 0), not YCbCr
   int every_h = 0, every_v = 0;  // when set: every component sampled h x v
 };
 
