@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "server/image/exif.h"
+#include "server/image/jpeg_markers.h"
 #include "server/image/jpeg_restart.h"
 #include "server/image/libjpeg_glue.h"
 
@@ -98,8 +99,6 @@ bool HasEoi(const uint8_t* p, size_t n) {
   return false;
 }
 
-uint32_t Be16(const uint8_t* p) { return (uint32_t{p[0]} << 8) | p[1]; }
-
 // Whether each Huffman table (DC 0-3, AC 0-3) is defined, as its last DHT
 // left it, and would pass the checks libjpeg makes when a scan first uses
 // it (jdhuff.c jpeg_make_d_derived_tbl): a scan left out must not hide an
@@ -153,10 +152,8 @@ bool ParseProgressive(const uint8_t* data, size_t size, uint32_t max_scans,
   size_t pos = 2;
   for (;;) {
     const size_t start = pos;
-    if (pos >= size || data[pos] != 0xFF) return false;
-    while (pos < size && data[pos] == 0xFF) ++pos;  // fill bytes
-    if (pos >= size) return false;
-    const uint8_t code = data[pos++];
+    const int code = ReadMarker(data, size, &pos);
+    if (code < 0) return false;
     if (code == 0xD9) {  // EOI
       if (scans->empty()) return false;
       for (int c = 0; c < frame_components; ++c) {
@@ -170,12 +167,9 @@ bool ParseProgressive(const uint8_t* data, size_t size, uint32_t max_scans,
     const bool table = code == 0xC4 || code == 0xDB || code == 0xDD;  // DHT DQT DRI
     const bool app_or_com = (code >= 0xE0 && code <= 0xEF) || code == 0xFE;
     if (!table && !app_or_com && code != 0xC2 && code != 0xDA) return false;
-    if (size - pos < 2) return false;
-    const uint32_t len = Be16(data + pos);
-    if (len < 2 || len > size - pos) return false;
-    const uint8_t* seg = data + pos + 2;
-    const uint32_t n = len - 2;
-    pos += len;
+    const uint8_t* seg = nullptr;
+    uint32_t n = 0;
+    if (!ReadSegment(data, size, &pos, &seg, &n)) return false;
     if (code == 0xC4 && !tables.Define(seg, n)) return false;
     if (table || app_or_com) continue;
     if (code == 0xC2) {  // SOF2: progressive, Huffman-coded
@@ -238,20 +232,15 @@ bool ParseProgressive(const uint8_t* data, size_t size, uint32_t max_scans,
     if (scans->size() >= max_scans) return false;
     // The entropy-coded data: up to the first marker other than a stuffed
     // zero (FF00) or a restart marker; FF fill bytes may precede either.
-    size_t i = pos;
+    size_t end_at = 0, code_at = 0;
     for (;;) {
-      const void* ff = i < size ? std::memchr(data + i, 0xFF, size - i) : nullptr;
-      if (ff == nullptr) return false;  // truncated
-      i = static_cast<size_t>(static_cast<const uint8_t*>(ff) - data);
-      size_t j = i + 1;
-      while (j < size && data[j] == 0xFF) ++j;
-      if (j >= size) return false;
-      if (data[j] != 0 && (data[j] < 0xD0 || data[j] > 0xD7)) break;
-      i = j + 1;
+      if (!NextMarkerInData(data, size, pos, &end_at, &code_at)) return false;  // truncated
+      if (!IsRestartMarker(data[code_at])) break;
+      pos = code_at + 1;
     }
-    scan.bytes = i - start;
+    scan.bytes = end_at - start;
     scans->push_back(scan);
-    pos = i;
+    pos = end_at;
   }
 }
 

@@ -2,10 +2,10 @@
 
 #include <cstring>
 
+#include "server/image/jpeg_markers.h"
+
 namespace stoker::image {
 namespace {
-
-uint32_t Be16(const uint8_t* p) { return (uint32_t{p[0]} << 8) | p[1]; }
 
 void PutBe16(uint8_t* p, uint32_t v) {
   p[0] = static_cast<uint8_t>(v >> 8);
@@ -19,15 +19,11 @@ bool ParseHeader(const uint8_t* d, size_t n, RestartLayout* l) {
   int components = 0;
   uint32_t max_h = 0, max_v = 0;
   for (;;) {
-    if (pos >= n || d[pos] != 0xFF) return false;
-    while (pos < n && d[pos] == 0xFF) ++pos;  // fill bytes
-    if (pos >= n) return false;
-    const uint8_t marker = d[pos++];
-    if (n - pos < 2) return false;
-    const uint32_t length = Be16(d + pos);
-    if (length < 2 || length > n - pos) return false;
-    const uint8_t* seg = d + pos + 2;
-    const uint32_t seg_len = length - 2;
+    const int marker = ReadMarker(d, n, &pos);
+    const uint8_t* seg = nullptr;
+    uint32_t seg_len = 0;
+    if (marker < 0 || !ReadSegment(d, n, &pos, &seg, &seg_len)) return false;
+    const size_t seg_at = static_cast<size_t>(seg - d);
     switch (marker) {
       case 0xC0:  // SOF0 baseline
       case 0xC1:  // SOF1 extended sequential, Huffman
@@ -37,8 +33,8 @@ bool ParseHeader(const uint8_t* d, size_t n, RestartLayout* l) {
         l->height = Be16(seg + 1);
         l->width = Be16(seg + 3);
         if (l->height == 0 || l->width == 0) return false;
-        l->height_at = pos + 3;
-        l->width_at = pos + 5;
+        l->height_at = seg_at + 1;
+        l->width_at = seg_at + 3;
         for (int c = 0; c < components; ++c) {
           const uint32_t h = seg[6 + 3 * c + 1] >> 4, v = seg[6 + 3 * c + 1] & 15;
           if (h < 1 || h > 4 || v < 1 || v > 4) return false;
@@ -57,7 +53,7 @@ bool ParseHeader(const uint8_t* d, size_t n, RestartLayout* l) {
         }
         const uint8_t* tail = seg + 1 + 2 * components;
         if (tail[0] != 0 || tail[1] != 63 || tail[2] != 0) return false;
-        l->data_start = pos + length;
+        l->data_start = pos;
         // A single-component scan is not interleaved: its MCU is one block.
         l->mcu_width = components == 1 ? 8 : 8 * max_h;
         l->mcu_height = components == 1 ? 8 : 8 * max_v;
@@ -71,7 +67,6 @@ bool ParseHeader(const uint8_t* d, size_t n, RestartLayout* l) {
         if (marker < 0xE0 || marker > 0xEF) return false;  // APPn only
         break;
     }
-    pos += length;
   }
 }
 
@@ -91,20 +86,11 @@ bool IndexRestartIntervals(const uint8_t* data, size_t size, RestartLayout* layo
   l.starts.reserve(intervals);
   l.ends.reserve(intervals);
   l.starts.push_back(l.data_start);
-  size_t i = l.data_start;
+  size_t i = l.data_start, at = 0, k = 0;
   for (;;) {
-    const void* ff = i < size ? std::memchr(data + i, 0xFF, size - i) : nullptr;
-    if (ff == nullptr) return false;  // no EOI
-    const size_t at = static_cast<size_t>(static_cast<const uint8_t*>(ff) - data);
-    size_t k = at + 1;
-    while (k < size && data[k] == 0xFF) ++k;
-    if (k >= size) return false;
+    if (!NextMarkerInData(data, size, i, &at, &k)) return false;  // no EOI
     const uint8_t b = data[k];
-    if (b == 0x00) {  // a stuffed FF
-      i = k + 1;
-      continue;
-    }
-    if (b >= 0xD0 && b <= 0xD7) {
+    if (IsRestartMarker(b)) {
       if (l.starts.size() == intervals || b - 0xD0u != l.ends.size() % 8) return false;
       l.ends.push_back(at);
       l.starts.push_back(k + 1);
