@@ -97,6 +97,8 @@ class PngDecoder final : public ImageDecoder {
            : color_type_ == SPNG_COLOR_TYPE_GRAYSCALE_ALPHA ? 2
                                                             : 1;
   }
+  // Bytes of one scanline, its filter byte not counted.
+  size_t ScanlineBytes() const { return (size_t{width_} * Channels() * depth_ + 7) / 8; }
   void Convert(const uint8_t* scanline, uint32_t k, uint32_t n, uint8_t* dst, size_t step) const;
   // Convert's label-map counterpart (DecodeLabels): px_ bytes a value.
   void ConvertLabels(const uint8_t* scanline, uint32_t k, uint32_t n, uint8_t* dst,
@@ -122,7 +124,6 @@ class PngDecoder final : public ImageDecoder {
   bool idat_plain_ = false;
   std::vector<uint8_t> idat_data_;
   std::vector<uint8_t> raw_;
-  size_t scanline_bytes_ = 0;
   uint32_t rows_restored_ = 0;
   bool inflated_ = false, inflate_failed_ = false;
   // What DecodeRows writes: RGB (3 bytes a pixel), or labels (1 or 2).
@@ -398,8 +399,7 @@ bool PngDecoder::InflateWhole(uint32_t bottom) {
       !idat_plain_ || idat_.empty()) {
     return false;
   }
-  const size_t channels = Channels();
-  const size_t line = (size_t{width_} * channels * depth_ + 7) / 8;
+  const size_t line = ScanlineBytes();
   if (!inflated_) {
     inflate_failed_ = true;  // until it succeeds
     if (uint64_t{height_} * (line + 1) > kWholeBufferMaxBytes) return false;
@@ -433,11 +433,10 @@ bool PngDecoder::InflateWhole(uint32_t bottom) {
     for (uint32_t y = 0; y < height_; ++y) {
       if (raw_[size_t{y} * (line + 1)] > 4) return false;
     }
-    scanline_bytes_ = line;
     inflated_ = true;
     inflate_failed_ = false;
   }
-  const size_t bpp = std::max<size_t>(1, channels * depth_ / 8);
+  const size_t bpp = std::max<size_t>(1, Channels() * depth_ / 8);
   for (; rows_restored_ < bottom; ++rows_restored_) {
     uint8_t* row = raw_.data() + size_t{rows_restored_} * (line + 1);
     const uint8_t* prev = rows_restored_ == 0 ? nullptr : row - line;
@@ -459,8 +458,9 @@ void PngDecoder::EmitRow(const uint8_t* scanline, const DecodeRegion& region, ui
 
 absl::Status PngDecoder::DecodeRows(const DecodeRegion& region, uint8_t* out, size_t stride) {
   if (InflateWhole(region.top + region.height)) {
+    const size_t row_bytes = ScanlineBytes() + 1;  // filter byte + scanline
     for (uint32_t y = 0; y < region.height; ++y) {
-      EmitRow(raw_.data() + size_t{region.top + y} * (scanline_bytes_ + 1) + 1, region,
+      EmitRow(raw_.data() + size_t{region.top + y} * row_bytes + 1, region,
               out + size_t{y} * stride);
     }
     return absl::OkStatus();
@@ -472,8 +472,7 @@ absl::Status PngDecoder::DecodeRows(const DecodeRegion& region, uint8_t* out, si
   ctx_used_ = true;
   int err = spng_decode_image(ctx, nullptr, 0, SPNG_FMT_PNG, SPNG_DECODE_PROGRESSIVE);
   if (err) return SpngError(err);
-  const size_t channels = Channels();
-  row_.resize((size_t{width_} * channels * depth_ + 7) / 8);
+  row_.resize(ScanlineBytes());
   int last_pass = 0;
   if (interlaced_) {
     for (int p = 0; p < 7; ++p) {

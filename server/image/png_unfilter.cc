@@ -134,25 +134,18 @@ void FirstRow(uint8_t filter, uint8_t* row, size_t n) {
   }
 }
 
+// Filter 1..4 (UnfilterRow sorts out the others).
 template <size_t BPP>
 void Unfilter(uint8_t filter, uint8_t* row, const uint8_t* prev, size_t n) {
   if (prev == nullptr) return FirstRow<BPP>(filter, row, n);
 #if defined(__SSE2__)
-  // Rows of whole pixels only (n is a multiple of BPP for 8-bit samples).
+  // Rows of whole pixels only (n is a multiple of BPP for 8-bit samples);
+  // Up has no chain and vectorizes as it is.
   if constexpr (BPP == 3 || BPP == 4) {
-    if (n % BPP == 0) {
-      switch (filter) {
-        case 1:
-          return SubPixels<BPP>(row, n);
-        case 2:
-          return Up(row, prev, n);
-        case 3:
-          return AveragePixels<BPP>(row, prev, n);
-        case 4:
-          return PaethPixels<BPP>(row, prev, n);
-        default:
-          return;
-      }
+    if (n % BPP == 0 && filter != 2) {
+      if (filter == 1) return SubPixels<BPP>(row, n);
+      if (filter == 3) return AveragePixels<BPP>(row, prev, n);
+      return PaethPixels<BPP>(row, prev, n);
     }
   }
 #endif
@@ -173,30 +166,13 @@ void Unfilter(uint8_t filter, uint8_t* row, const uint8_t* prev, size_t n) {
 }  // namespace
 
 bool UnfilterRow(uint8_t filter, uint8_t* row, const uint8_t* prev, size_t n, size_t bpp) {
+  using Kernel = void (*)(uint8_t, uint8_t*, const uint8_t*, size_t);
+  static constexpr Kernel kByBpp[9] = {nullptr, Unfilter<1>, Unfilter<2>, Unfilter<3>, Unfilter<4>,
+                                       nullptr, Unfilter<6>, nullptr,     Unfilter<8>};
   if (filter > 4) return false;
   if (filter == 0) return true;
-  switch (bpp) {
-    case 1:
-      Unfilter<1>(filter, row, prev, n);
-      break;
-    case 2:
-      Unfilter<2>(filter, row, prev, n);
-      break;
-    case 3:
-      Unfilter<3>(filter, row, prev, n);
-      break;
-    case 4:
-      Unfilter<4>(filter, row, prev, n);
-      break;
-    case 6:
-      Unfilter<6>(filter, row, prev, n);
-      break;
-    case 8:
-      Unfilter<8>(filter, row, prev, n);
-      break;
-    default:
-      return false;
-  }
+  if (bpp >= 9 || kByBpp[bpp] == nullptr) return false;
+  kByBpp[bpp](filter, row, prev, n);
   return true;
 }
 
