@@ -678,8 +678,6 @@ inline void Fill(uint8_t* d, const uint8_t fill[3]) {
   d[0] = fill[0], d[1] = fill[1], d[2] = fill[2];
 }
 
-inline void CopyPx(uint8_t* d, const uint8_t* s) { d[0] = s[0], d[1] = s[1], d[2] = s[2]; }
-
 // The NEAREST engines below read a source of sh x sw pixels and write a
 // destination of dh x dw, kBpp bytes a pixel (RGB images 3, label maps 1,
 // 2 or 4); PIL's Image.transform and Image.resize(NEAREST) run them.
@@ -789,8 +787,51 @@ void AffineNearest(const NearestGeometry& g, const double m[6]) {
 // each output pixel's source point computed afresh (no accumulation), in
 // Pillow's order; the 2x2 neighbours clipped to the image, interpolated in
 // double along x then y, truncated.
+// The whole-pixel offsets (dx, dy) when `m` only moves the image by whole
+// pixels (input point = output point + (dx, dy)): then every point the
+// bilinear engine samples falls on a pixel center, both interpolation
+// weights are 0, and its result is that pixel or the fill. torchvision's
+// TranslateX/Y of the policies pass whole pixels (int(magnitude)).
+bool WholePixelShift(const double m[6], uint32_t height, uint32_t width, int64_t* dx, int64_t* dy) {
+  if (m[0] != 1.0 || m[1] != 0.0 || m[3] != 0.0 || m[4] != 1.0) return false;
+  const double lx = width, ly = height;
+  if (!(std::abs(m[2]) <= lx && std::abs(m[5]) <= ly)) {
+    return false;  // the engine fills everything; not worth a path
+  }
+  if (std::floor(m[2]) != m[2] || std::floor(m[5]) != m[5]) return false;
+  *dx = static_cast<int64_t>(m[2]);
+  *dy = static_cast<int64_t>(m[5]);
+  return true;
+}
+
+// dst(x, y) = src(x + dx, y + dy) where that is inside, else fill.
+void ShiftCopy(const uint8_t* src, uint32_t height, uint32_t width, int64_t dx, int64_t dy,
+               const uint8_t fill[3], uint8_t* dst) {
+  const int64_t w = width, h = height;
+  const size_t row = size_t{width} * 3;
+  // Output columns [x0, x1) read the source; the rest are fill.
+  const int64_t x0 = std::clamp<int64_t>(-dx, 0, w), x1 = std::clamp<int64_t>(w - dx, x0, w);
+  for (int64_t y = 0; y < h; ++y) {
+    uint8_t* d = dst + static_cast<size_t>(y) * row;
+    const int64_t sy = y + dy;
+    if (sy < 0 || sy >= h) {
+      for (int64_t x = 0; x < w; ++x) Fill(d + 3 * x, fill);
+      continue;
+    }
+    for (int64_t x = 0; x < x0; ++x) Fill(d + 3 * x, fill);
+    std::memcpy(d + 3 * x0, src + static_cast<size_t>(sy) * row + 3 * (x0 + dx),
+                static_cast<size_t>(x1 - x0) * 3);
+    for (int64_t x = x1; x < w; ++x) Fill(d + 3 * x, fill);
+  }
+}
+
 void BilinearAffine(const uint8_t* src, uint32_t height, uint32_t width, const double m[6],
                     const uint8_t fill[3], uint8_t* dst) {
+  int64_t shift_x = 0, shift_y = 0;
+  if (WholePixelShift(m, height, width, &shift_x, &shift_y)) {
+    ShiftCopy(src, height, width, shift_x, shift_y, fill, dst);
+    return;
+  }
   const double w = width, h = height;
   const int64_t last_x = int64_t{width} - 1, last_y = int64_t{height} - 1;
   const size_t row = size_t{width} * 3;

@@ -31,7 +31,6 @@ constexpr size_t kKeepBytes = size_t{8} << 20;
 constexpr uint32_t kAdam7XStart[7] = {0, 4, 0, 2, 0, 1, 0};
 constexpr uint32_t kAdam7XDelta[7] = {8, 8, 4, 4, 2, 2, 1};
 constexpr uint32_t kAdam7YStart[7] = {0, 0, 4, 0, 2, 0, 1};
-constexpr uint32_t kAdam7YDelta[7] = {8, 8, 8, 4, 4, 2, 2};
 
 uint32_t Be32(const uint8_t* p) {
   return uint32_t{p[0]} << 24 | uint32_t{p[1]} << 16 | uint32_t{p[2]} << 8 | p[3];
