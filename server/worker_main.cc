@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/dataset/dataset.h"
 #include "server/image/boxes.h"
+#include "server/image/decode_memory.h"
 #include "server/image/image_decoder.h"
 #include "server/image/labels.h"
 #include "server/image/pipeline.h"
@@ -531,6 +532,7 @@ int main(int argc, char** argv) {
   }
   ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
   ::signal(SIGPIPE, SIG_IGN);
+  stoker::image::KeepDecoderMemory();
   // A crashing worker is replaced; a core file of it helps no one.
   struct rlimit no_core = {0, 0};
   ::setrlimit(RLIMIT_CORE, &no_core);

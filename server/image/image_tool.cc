@@ -88,6 +88,7 @@
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
+#include "server/image/decode_memory.h"
 #include "server/image/image_decoder.h"
 #include "server/image/jpeg_decoder.h"
 #include "server/image/labels.h"
@@ -1231,6 +1232,8 @@ int main(int argc, char** argv) {
   using stoker::image::DrawOptions;
   using stoker::image::OpCostOptions;
   using stoker::image::RenderOptions;
+  // As the daemon's workers do: the bench loop is compared with them.
+  stoker::image::KeepDecoderMemory();
   CLI::App app{"stoker-image-tool: the stoker image pipeline without the daemon"};
   app.require_subcommand(1);
 
