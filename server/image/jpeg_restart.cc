@@ -1,7 +1,5 @@
 #include "server/image/jpeg_restart.h"
 
-#include <cstring>
-
 #include "server/image/jpeg_markers.h"
 
 namespace stoker::image {

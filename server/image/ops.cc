@@ -783,15 +783,11 @@ void AffineNearest(const NearestGeometry& g, const double m[6]) {
   }
 }
 
-// ImagingGenericTransform with affine_transform and bilinear_filter32RGB:
-// each output pixel's source point computed afresh (no accumulation), in
-// Pillow's order; the 2x2 neighbours clipped to the image, interpolated in
-// double along x then y, truncated.
 // The whole-pixel offsets (dx, dy) when `m` only moves the image by whole
-// pixels (input point = output point + (dx, dy)): then every point the
-// bilinear engine samples falls on a pixel center, both interpolation
-// weights are 0, and its result is that pixel or the fill. torchvision's
-// TranslateX/Y of the policies pass whole pixels (int(magnitude)).
+// pixels (input point = output point + (dx, dy)). Then every engine's
+// result is that pixel or the fill: NEAREST's point lands inside the pixel,
+// BILINEAR's on its center with both weights 0. torchvision's TranslateX/Y
+// of the policies pass whole pixels (int(magnitude)).
 bool WholePixelShift(const double m[6], uint32_t height, uint32_t width, int64_t* dx, int64_t* dy) {
   if (m[0] != 1.0 || m[1] != 0.0 || m[3] != 0.0 || m[4] != 1.0) return false;
   const double lx = width, ly = height;
@@ -825,13 +821,12 @@ void ShiftCopy(const uint8_t* src, uint32_t height, uint32_t width, int64_t dx, 
   }
 }
 
+// ImagingGenericTransform with affine_transform and bilinear_filter32RGB:
+// each output pixel's source point computed afresh (no accumulation), in
+// Pillow's order; the 2x2 neighbours clipped to the image, interpolated in
+// double along x then y, truncated.
 void BilinearAffine(const uint8_t* src, uint32_t height, uint32_t width, const double m[6],
                     const uint8_t fill[3], uint8_t* dst) {
-  int64_t shift_x = 0, shift_y = 0;
-  if (WholePixelShift(m, height, width, &shift_x, &shift_y)) {
-    ShiftCopy(src, height, width, shift_x, shift_y, fill, dst);
-    return;
-  }
   const double w = width, h = height;
   const int64_t last_x = int64_t{width} - 1, last_y = int64_t{height} - 1;
   const size_t row = size_t{width} * 3;
@@ -905,6 +900,11 @@ void InverseAffineMatrix(const double center[2], double angle, const double tran
 void AffineTransform(const uint8_t* src, uint32_t height, uint32_t width, const double matrix[6],
                      Interpolation interpolation, const uint8_t fill[3], uint8_t* dst) {
   if (height == 0 || width == 0) return;
+  int64_t shift_x = 0, shift_y = 0;
+  if (WholePixelShift(matrix, height, width, &shift_x, &shift_y)) {
+    ShiftCopy(src, height, width, shift_x, shift_y, fill, dst);
+    return;
+  }
   if (interpolation != Interpolation::kNearest) {
     BilinearAffine(src, height, width, matrix, fill, dst);
     return;

@@ -167,8 +167,10 @@ bool AffineStepMatrix(const Step& step, uint32_t height, uint32_t width, double 
 // corners map within 2^15, else doubles accumulated; kBilinear (Pillow's
 // generic engine) computes each point afresh, clips the 2x2 neighbours to
 // the image, interpolates in double along x then y and truncates (any
-// interpolation but kNearest is taken as kBilinear). src and dst may not
-// overlap.
+// interpolation but kNearest is taken as kBilinear). A whole-pixel
+// translation (a matrix of 1, 0, dx, 0, 1, dy, |dx| and |dy| at most the
+// size) is a shifted copy with fill, the result of either engine there. src
+// and dst may not overlap.
 void AffineTransform(const uint8_t* src, uint32_t height, uint32_t width, const double matrix[6],
                      Interpolation interpolation, const uint8_t fill[3], uint8_t* dst);
 

@@ -471,8 +471,8 @@ TEST_CASE("Affine identity copies, whole-pixel translations shift with fill", "[
     AffineTransform(img.data(), h, w, id, interp, fill, out.data());
     CHECK(out == img);
     // F.affine(translate=[tx, ty]): output (x, y) = input (x - tx, y - ty).
-    // Shifts of the image's size or more leave only fill (BILINEAR's whole-
-    // pixel shortcut takes those up to the size; past it, the engine).
+    // Shifts of the image's size or more leave only fill (the whole-pixel
+    // shortcut takes those up to the size; past it, the engines).
     for (auto [tx, ty] :
          {std::pair{3, -2}, std::pair{-5, 4}, std::pair{0, 7}, std::pair{16, -12},
           std::pair{-17, 0}, std::pair{0, 13}, std::pair{18, 1}, std::pair{-2, -14}}) {
