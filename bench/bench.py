@@ -1236,6 +1236,18 @@ def verdict(ok: bool) -> str:
     return "**met**" if ok else "**missed**"
 
 
+def against(value: float, goal: float) -> str:
+    """A target of at least `goal`: met, or missed by how much."""
+    return verdict(value >= goal) + ("" if value >= goal else
+                                     f" by {(1 - value / goal) * 100:.0f}%")
+
+
+def ratio_against(ratio: float, lo: float, hi: float, cpu_ratio: float, goal: float) -> str:
+    """A ratio target, in images/s (with its paired min-max) and per CPU second."""
+    return (f"{ratio:.2f}x [{lo:.2f}-{hi:.2f}] — {against(ratio, goal)}. Per CPU second: "
+            f"{cpu_ratio:.2f}x ({'met' if cpu_ratio >= goal else 'missed'})")
+
+
 def write_results(path: str, info: Dict[str, str], args: argparse.Namespace,
                   ds: Dict[str, Any], summaries: Dict[str, Dict[str, Dict[str, Any]]],
                   overhead: Dict[str, Any], mem: Dict[str, Any], elapsed_s: float,
@@ -1413,31 +1425,24 @@ def write_results(path: str, info: Dict[str, str], args: argparse.Namespace,
     ov = overhead["float32"]["median_us"]
     g_max = max(g) / 1024
     for ds_label, s, goal in (("ImageNet-like", tr_s, 4), ("large photos", tr_l, 8)):
-        miss = "" if s["ratio"] >= goal else f" by {(1 - s['ratio'] / goal) * 100:.0f}%"
         a(f"- Train ratio vs DataLoader >= {goal}x on {ds_label} (f32 NCHW): "
-          f"{s['ratio']:.2f}x [{s['ratio_min']:.2f}-{s['ratio_max']:.2f}] — "
-          f"{verdict(s['ratio'] >= goal)}{miss}. Per CPU second: {s['cpu_ratio']:.2f}x "
-          f"({'met' if s['cpu_ratio'] >= goal else 'missed'}).")
+          + ratio_against(s["ratio"], s["ratio_min"], s["ratio_max"], s["cpu_ratio"], goal)
+          + ".")
     a("- Daemon >= 90% of single-thread loop x 2 workers (wall clock): "
       + "; ".join(f"{n} {lab}: {e * 100:.0f}% ({verdict(e >= 0.9)})" for n, lab, e in eff_all)
       + ". Per CPU second (daemon, its workers and the consumer vs the loop): "
       + "; ".join(f"{n} {s[dk]['label']}: {s[dk]['cpu_efficiency'] * 100:.0f}%"
                   for n, s in summaries.items() for dk, _ in EFFICIENCY) + ".")
     for r in recipes.values():
-        miss = "" if r["ratio"] >= 4 else f" by {(1 - r['ratio'] / 4) * 100:.0f}%"
         a(f"- Recipe {r['title']}: ratio vs DataLoader >= 4x on ImageNet-like: "
-          f"{r['ratio']:.2f}x [{r['ratio_min']:.2f}-{r['ratio_max']:.2f}] — "
-          f"{verdict(r['ratio'] >= 4)}{miss}. Per CPU second: {r['cpu_ratio']:.2f}x "
-          f"({'met' if r['cpu_ratio'] >= 4 else 'missed'}). Its per-sample ops "
-          f"({r['left_out']}) add <= 25% to the CPU per image (stoker's loop): "
-          f"{fmt_added(r)} — {verdict(r['added'] <= 0.25)}.")
+          + ratio_against(r["ratio"], r["ratio_min"], r["ratio_max"], r["cpu_ratio"], 4)
+          + f". Its per-sample ops ({r['left_out']}) add <= 25% to the CPU per image "
+          f"(stoker's loop): {fmt_added(r)} — {verdict(r['added'] <= 0.25)}.")
         if "tc_ratio" in r:
-            t = r["tc_ratio"]
-            miss = "" if t >= 4 else f" by {(1 - t / 4) * 100:.0f}%"
             a(f"- Recipe {r['title']}, with --transcode-cache (epoch 2 on): ratio vs DataLoader "
-              f">= 4x on ImageNet-like: {t:.2f}x [{r['tc_ratio_min']:.2f}-"
-              f"{r['tc_ratio_max']:.2f}] — {verdict(t >= 4)}{miss}. Per CPU second: "
-              f"{r['tc_cpu_ratio']:.2f}x ({'met' if r['tc_cpu_ratio'] >= 4 else 'missed'}).")
+              ">= 4x on ImageNet-like: "
+              + ratio_against(r["tc_ratio"], r["tc_ratio_min"], r["tc_ratio_max"],
+                              r["tc_cpu_ratio"], 4) + ".")
     if "large progressive" in summaries:
         for line in coding_targets(summaries, ds):
             a(f"- {line}")
@@ -1490,16 +1495,24 @@ def coding_targets(summaries: Dict[str, Any], ds: Dict[str, Any]) -> List[str]:
                            "--transcode-cache).")
                 continue
             r = mix[key]["ratio"]
-            miss = "" if r >= goal else f" by {(1 - r / goal) * 100:.0f}%"
             out.append(f"Large photos ({share * 100:.0f}% progressive), {pipeline} f32 >= "
-                       f"{goal:g}x DataLoader, {what}: {r:.2f}x — {verdict(r >= goal)}{miss} "
+                       f"{goal:g}x DataLoader, {what}: {r:.2f}x — {against(r, goal)} "
                        f"(per CPU second {mix[key]['cpu_ratio']:.2f}x).")
     r = loop_vs_pil(prog)
-    miss = "" if r >= 5 else f" by {(1 - r / 5) * 100:.0f}%"
     out.append(f"Progressive files alone, eval, stoker's loop (1 thread) >= 5x faster than PIL's "
                f"full decode per image: {r:.2f}x ({1000 / prog['tool_eval_f32']['median']:.0f} "
-               f"vs {1000 / prog['pil_decode']['median']:.0f} ms) — {verdict(r >= 5)}{miss}.")
+               f"vs {1000 / prog['pil_decode']['median']:.0f} ms) — {against(r, 5)}.")
     return out
+
+
+def epoch_costs(e: Dict[str, Any], digits: int, why_epoch1: str) -> str:
+    """One set's epoch times from first_epochs(): without a cache, then the
+    cache's first (`why_epoch1` says what it does) and second epochs, with
+    their change against the first."""
+    n0, c1, c2 = (e[k]["seconds"] for k in ("no_cache", "tc_epoch1", "tc_epoch2"))
+    return (f"without a cache {n0:.{digits}f} s; with the cache, epoch 1 {c1:.{digits}f} s "
+            f"({(c1 / n0 - 1) * 100:+.0f}%{why_epoch1}), epoch 2 {c2:.{digits}f} s "
+            f"({(c2 / n0 - 1) * 100:+.0f}%)")
 
 
 def write_coding(a: Callable[[str], None], summaries: Dict[str, Any], ds: Dict[str, Any],
@@ -1559,13 +1572,10 @@ def write_coding(a: Callable[[str], None], summaries: Dict[str, Any], ds: Dict[s
     a("")
     epochs = raw.get("epochs") or {}
     for key, e in epochs.items():
-        c1, c2, n0 = e["tc_epoch1"], e["tc_epoch2"], e["no_cache"]
-        a(f"- {key.replace('_', ' ')}, one eval epoch (batch 16, one session, {c1['images']} "
-          f"images): without a cache {n0['seconds']:.1f} s; with the cache, epoch 1 "
-          f"{c1['seconds']:.1f} s ({(c1['seconds'] / n0['seconds'] - 1) * 100:+.0f}%"
-          + (": the workers write the copies" if "progressive" in key else
-             ": nothing to copy") + f"), epoch 2 {c2['seconds']:.1f} s "
-          f"({(c2['seconds'] / n0['seconds'] - 1) * 100:+.0f}%).")
+        a(f"- {key.replace('_', ' ')}, one eval epoch (batch 16, one session, "
+          f"{e['tc_epoch1']['images']} images): "
+          + epoch_costs(e, 1, ": the workers write the copies" if "progressive" in key else
+                        ": nothing to copy") + ".")
     tcs = (raw.get("tc_status_end") or {}).get("transcode_cache")
     if isinstance(tcs, dict):
         g = lambda k: float(tcs.get(k, 0) or 0)  # noqa: E731  (uint64s come as strings)
@@ -1755,14 +1765,11 @@ def write_recipes(a: Callable[[str], None], recipes: Dict[str, Dict[str, Any]],
               f"[{r['tc_ratio_min']:.2f}-{r['tc_ratio_max']:.2f}] | {r['tc_cpu_ratio']:.2f} | "
               f"{r['tc_cpu_ms']:.2f} |")
         a("")
-    e = raw_epochs or {}
-    if e:
-        c1, c2, n0 = e["tc_epoch1"], e["tc_epoch2"], e["no_cache"]
-        a(f"What the cache costs on this set, one eval epoch each (batch 16, {c1['images']} "
-          f"images): without a cache {n0['seconds']:.2f} s; with it, epoch 1 "
-          f"{c1['seconds']:.2f} s ({(c1['seconds'] / n0['seconds'] - 1) * 100:+.0f}%: the "
-          f"workers write the copies of the progressive files), epoch 2 {c2['seconds']:.2f} s "
-          f"({(c2['seconds'] / n0['seconds'] - 1) * 100:+.0f}%).")
+    if raw_epochs:
+        a(f"What the cache costs on this set, one eval epoch each (batch 16, "
+          f"{raw_epochs['tc_epoch1']['images']} images): "
+          + epoch_costs(raw_epochs, 2, ": the workers write the copies of the progressive "
+                        "files") + ".")
         a("")
     for r in recipes.values():
         a(f"- {r['title']}: the DataLoader needs {r['dl_cpu_ms']:.2f} CPU-ms per image "
