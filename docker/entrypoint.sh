@@ -10,7 +10,6 @@
 #   STOKER_RESERVE_CPUS --reserve-cpus (default 0: the trainers run in containers of
 #                                       their own, on CPUs that are not this one's)
 #   STOKER_SOCKET_MODE  --socket-mode  (e.g. 0660, for a trainer with another UID in our group)
-#   STOKER_SHM_MODE     --shm-mode     (e.g. 0660, likewise)
 #   STOKER_LOG_LEVEL    --log-level
 #   STOKER_LOG_JSON=1   --log-json
 #   STOKER_INDEX_CACHE  --index-cache  (the image: /var/cache/stoker; "" for none)
@@ -44,9 +43,6 @@ if [ "${STOKER_LOG_JSON:-0}" = 1 ] && ! given --log-json "$@"; then
 fi
 if [ -n "${STOKER_LOG_LEVEL:-}" ] && ! given --log-level "$@"; then
   set -- --log-level "$STOKER_LOG_LEVEL" "$@"
-fi
-if [ -n "${STOKER_SHM_MODE:-}" ] && ! given --shm-mode "$@"; then
-  set -- --shm-mode "$STOKER_SHM_MODE" "$@"
 fi
 if [ -n "${STOKER_SOCKET_MODE:-}" ] && ! given --socket-mode "$@"; then
   set -- --socket-mode "$STOKER_SOCKET_MODE" "$@"

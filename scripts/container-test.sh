@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The sidecar image end to end: builds the top-level Dockerfile, starts stokerd
 # in a container over a small generated dataset, consumes one epoch from a
-# second container of the same image that shares the socket folder and
-# /dev/shm, and checks health, the HEALTHCHECK, the non-root user and a clean
-# SIGTERM shutdown (exit 0, no rings, no socket left).
+# second container of the same image that shares only the socket folder, and
+# checks health, the HEALTHCHECK, the non-root user, a clean SIGTERM shutdown
+# (exit 0, nothing in /dev/shm, no socket left), that a 1 MB /dev/shm does not
+# limit the rings and that --shm-budget-mb does.
 #
 #   scripts/container-test.sh        (from anywhere; needs podman or a Docker engine)
 #
@@ -52,7 +53,7 @@ cleanup() {
   # One at a time: podman 4.3 removes none of several names when one is missing.
   local c rm_flags=(-f)
   [[ $engine == podman ]] && rm_flags+=(-t 0)
-  for c in "$sidecar" "$sidecar-ipc" "$id-client"; do
+  for c in "$sidecar" "$sidecar-small" "$sidecar-budget" "$id-client"; do
     "$engine" rm "${rm_flags[@]}" "$c" >/dev/null 2>&1 || true
   done
   if [[ $built == 1 && ${STOKER_KEEP:-0} != 1 ]]; then
@@ -100,18 +101,15 @@ echo "    image size: $((size / 1000000)) MB"
   fail "the image has no HEALTHCHECK running stokerctl health"
 echo "    HEALTHCHECK recorded"
 
-# --- a dataset, a socket folder and a shared /dev/shm ---
-# /dev/shm of both containers is one host folder, on the host's tmpfs where
-# there is one, so the test can look for rings left behind after the daemon has
-# gone. Its name must not start with "stoker-" (a daemon's stale-ring sweep).
-shm_parent=/dev/shm
-[[ -d $shm_parent && -w $shm_parent ]] || shm_parent=${TMPDIR:-/tmp}
-work=$(mktemp -d "$shm_parent/ctest-stoker.XXXXXX")
+# --- a dataset and a socket folder ---
+# The containers share only the socket folder: rings are memfds whose fds
+# the trainer receives over the ring socket, so no /dev/shm is shared.
+work=$(mktemp -d "${TMPDIR:-/tmp}/ctest-stoker.XXXXXX")
 chmod 0755 "$work"
-mkdir -p "$work/data" "$work/sock" "$work/shm"
-# The containers run as uid 10001: the folders they write are world-writable
+mkdir -p "$work/data" "$work/sock"
+# The containers run as uid 10001: the folder they write is world-writable
 # and sticky, like /tmp (a test; see docker/README.md for real deployments).
-chmod 1777 "$work/sock" "$work/shm"
+chmod 1777 "$work/sock"
 classes=3
 per_class=20
 n=$((classes * per_class))
@@ -119,7 +117,7 @@ n=$((classes * per_class))
   --min-size 64 --max-size 160 >/dev/null
 chmod -R a+rX "$work/data"
 
-mounts=(-v "$work/sock:/run/stoker" -v "$work/shm:/dev/shm")
+mounts=(-v "$work/sock:/run/stoker")
 # Run the sidecar as Kubernetes would (docker/k8s-pod.yaml): read-only root,
 # no capabilities, no privilege escalation.
 hardening=(--read-only --cap-drop ALL --security-opt no-new-privileges)
@@ -159,7 +157,8 @@ procs=$("$engine" exec "$sidecar" sh -c 'cat /proc/[0-9]*/comm 2>/dev/null' | so
 echo "    every process runs as uid 10001:$procs"
 
 # --- a client in a second container of the same image ---
-echo "==> consuming one epoch from a client container"
+# With a /dev/shm of its own, as every container has by default.
+echo "==> consuming one epoch from a client container (its own /dev/shm)"
 out=$("$engine" run --rm --name "$id-client" --no-healthcheck --read-only --cap-drop ALL "${mounts[@]}" \
   "$image" stokerctl consume --dataset ds --pipeline train --size 64 --batch-size 16 \
   --epochs 1 --json) || fail "stokerctl consume failed: $out"
@@ -175,28 +174,31 @@ status=$("$engine" exec "$sidecar" stokerctl status --json) || fail "stokerctl s
 grep -q 'data_root[^,]*"/data' <<<"$status" || fail "status does not show data_root /data: $status"
 
 # --- SIGTERM, with a session attached ---
-# A client that would consume forever; its ring must appear in the shared
-# /dev/shm folder, owner-only and owned by 10001.
+# A client that would consume forever; its ring is a memfd that stokerd
+# holds, named in no /dev/shm, and both sockets are owner-only (10001).
 echo "==> stopping the sidecar (SIGTERM) under an attached client"
 "$engine" run -d --name "$id-client" --no-healthcheck --read-only --cap-drop ALL "${mounts[@]}" \
   "$image" stokerctl consume --dataset ds --pipeline train --size 64 --batch-size 16 \
   --epochs 0 --json >/dev/null || fail "cannot start the endless client"
 deadline=$(($(date +%s) + 30))
-until ring=$(find "$work/shm" -mindepth 1 -name 'stoker-*' | head -1) && [[ -n $ring ]]; do
-  (($(date +%s) < deadline)) || fail "no ring appeared in the shared /dev/shm folder"
+until ring=$("$engine" exec "$sidecar" sh -c \
+  'for f in /proc/[0-9]*/fd/*; do readlink "$f"; done 2>/dev/null | grep -m1 "^/memfd:stoker-"') &&
+  [[ -n $ring ]]; do
+  (($(date +%s) < deadline)) || fail "no ring (memfd) appeared in stokerd"
   sleep 0.2
 done
-perm=$("$engine" exec "$sidecar" stat -c '%a %u' "/dev/shm/$(basename "$ring")")
-[[ $perm == "600 10001" ]] || fail "ring $ring has mode/owner $perm, want 600 10001"
-echo "    ring $(basename "$ring") in the shared /dev/shm: mode 0600, uid 10001"
+named=$("$engine" exec "$sidecar" sh -c 'ls /dev/shm' | tr '\n' ' ')
+[[ -z $named ]] || fail "the sidecar's /dev/shm holds: $named"
+perm=$(stat -c '%a %u' "$work/sock/stoker.sock.ring")
+[[ $perm == "600 10001" ]] || fail "the ring socket has mode/owner $perm, want 600 10001"
+echo "    ring ${ring%% *} held by stokerd, nothing in /dev/shm; ring socket mode 0600, uid 10001"
 "$engine" stop -t 30 "$sidecar" >/dev/null 2>"$work/stop.err" || { cat "$work/stop.err" >&2; fail "stop failed"; }
 code=$("$engine" inspect --format '{{.State.ExitCode}}' "$sidecar")
 [[ $code == 0 ]] || fail "the sidecar exited with $code, want 0"
 "$engine" logs "$sidecar" 2>&1 | grep -q 'stokerd stopped' || fail "no 'stokerd stopped' in the logs"
-left=$(find "$work/shm" -mindepth 1 -name 'stoker-*' | tr '\n' ' ')
-[[ -z $left ]] || fail "shared memory left behind: $left"
 [[ ! -e $work/sock/stoker.sock ]] || fail "the socket was left behind"
-echo "    exit code 0, no rings left in /dev/shm, socket removed"
+[[ ! -e $work/sock/stoker.sock.ring ]] || fail "the ring socket was left behind"
+echo "    exit code 0, both sockets removed"
 # The attached client learns that the daemon has gone, and ends.
 deadline=$(($(date +%s) + 30))
 while [[ $("$engine" inspect --format '{{.State.Running}}' "$id-client") == true ]]; do
@@ -207,34 +209,46 @@ echo "    the attached client ended (exit $("$engine" inspect --format '{{.State
   "$("$engine" logs "$id-client" 2>&1 | tail -1)"
 logs_from=""
 
-# --- the other way to share /dev/shm: the sidecar's IPC namespace ---
-# As docker/compose.yaml does (ipc: shareable + ipc: "service:stoker"), with a
-# /dev/shm of 16 MB: a ring of 4 x 32 x 224x224x3 = 19.3 MB is refused with a
-# message naming the size, a small one fits.
-echo "==> sharing the sidecar's IPC namespace (--ipc=shareable, --shm-size 16m)"
+# --- Docker's small /dev/shm no longer limits the rings ---
+# A sidecar with a 1 MB /dev/shm serves a 19.3 MB ring (4 x 32 x 224x224x3):
+# rings are memory, not /dev/shm files. Its --shm-budget-mb still holds them:
+# at 16 MiB the same ring is refused, naming the flag.
+echo "==> a 1 MB /dev/shm (--shm-size 1m) and the ring budget"
 rm -rf "$work/sock" && mkdir "$work/sock" && chmod 1777 "$work/sock"
-"$engine" run -d --name "$sidecar-ipc" "${hardening[@]}" --ipc=shareable --shm-size 16m \
+"$engine" run -d --name "$sidecar-small" "${hardening[@]}" --shm-size 1m \
   -v "$work/sock:/run/stoker" -v "$work/data:/data:ro" -e STOKER_WORKERS=2 "$image" \
   >/dev/null 2>"$work/run.err" || { cat "$work/run.err" >&2; fail "cannot start the sidecar"; }
-logs_from=$sidecar-ipc
+logs_from=$sidecar-small
 deadline=$(($(date +%s) + 60))
-until "$engine" exec "$sidecar-ipc" stokerctl health >/dev/null 2>&1; do
+until "$engine" exec "$sidecar-small" stokerctl health >/dev/null 2>&1; do
   (($(date +%s) < deadline)) || fail "the sidecar is not SERVING after 60 s"
   sleep 0.5
 done
-client=("$engine" run --rm --no-healthcheck --read-only --cap-drop ALL --ipc "container:$sidecar-ipc"
+client=("$engine" run --rm --no-healthcheck --read-only --cap-drop ALL
   -v "$work/sock:/run/stoker" "$image" stokerctl consume --dataset ds --epochs 1 --json)
-if big=$("${client[@]}" --size 224 --batch-size 32 2>&1); then
-  fail "a 19.3 MB ring fitted in a 16 MB /dev/shm: $big"
-fi
-grep -q 'larger /dev/shm' <<<"$big" || fail "the refusal does not say what to do: $big"
-echo "    too big a ring: ${big#stokerctl: }"
-out=$("${client[@]}" --size 64 --batch-size 16) || fail "stokerctl consume failed: $out"
+out=$("${client[@]}" --size 224 --batch-size 32) || fail "a 19.3 MB ring with a 1 MB /dev/shm: $out"
 samples=$(sed -n 's/.*"samples":\([0-9]*\).*/\1/p' <<<"$out")
-[[ $samples == "$n" ]] || fail "consumed $samples samples through the IPC namespace, want $n"
-echo "    $out"
-"$engine" stop -t 30 "$sidecar-ipc" >/dev/null 2>"$work/stop.err" || { cat "$work/stop.err" >&2; fail "stop failed"; }
-code=$("$engine" inspect --format '{{.State.ExitCode}}' "$sidecar-ipc")
+[[ $samples == "$n" ]] || fail "consumed $samples samples, want $n"
+echo "    a 19.3 MB ring beside a 1 MB /dev/shm: $out"
+"$engine" stop -t 30 "$sidecar-small" >/dev/null 2>"$work/stop.err" || { cat "$work/stop.err" >&2; fail "stop failed"; }
+code=$("$engine" inspect --format '{{.State.ExitCode}}' "$sidecar-small")
 [[ $code == 0 ]] || fail "the sidecar exited with $code, want 0"
-echo "    exit code 0"
+rm -rf "$work/sock" && mkdir "$work/sock" && chmod 1777 "$work/sock"
+"$engine" run -d --name "$sidecar-budget" "${hardening[@]}" \
+  -v "$work/sock:/run/stoker" -v "$work/data:/data:ro" -e STOKER_WORKERS=2 "$image" \
+  --shm-budget-mb 16 >/dev/null 2>"$work/run.err" ||
+  { cat "$work/run.err" >&2; fail "cannot start the sidecar"; }
+logs_from=$sidecar-budget
+deadline=$(($(date +%s) + 60))
+until "$engine" exec "$sidecar-budget" stokerctl health >/dev/null 2>&1; do
+  (($(date +%s) < deadline)) || fail "the sidecar is not SERVING after 60 s"
+  sleep 0.5
+done
+if big=$("${client[@]}" --size 224 --batch-size 32 2>&1); then
+  fail "a 19.3 MB ring fitted a 16 MiB --shm-budget-mb: $big"
+fi
+grep -q 'shm-budget-mb' <<<"$big" || fail "the refusal does not say what to do: $big"
+echo "    too big for the budget: ${big#stokerctl: }"
+"$engine" stop -t 30 "$sidecar-budget" >/dev/null 2>"$work/stop.err" || { cat "$work/stop.err" >&2; fail "stop failed"; }
+echo "    exit code $("$engine" inspect --format '{{.State.ExitCode}}' "$sidecar-budget")"
 logs_from=""

@@ -76,7 +76,7 @@ absl::Status CheckShmBudget(uint64_t ring_bytes, const AttachLimits& limits) {
   if (ring_bytes <= left) return absl::OkStatus();
   const std::string budget =
       limits.shm_budget_default
-          ? absl::StrFormat("shared-memory budget of %.1f MiB (75%% of /dev/shm's free space "
+          ? absl::StrFormat("ring memory budget of %.1f MiB (half the memory available to it "
                             "when it started)",
                             limits.shm_budget_bytes / 1048576.0)
           : absl::StrFormat("--shm-budget-mb of %.1f MiB", limits.shm_budget_bytes / 1048576.0);
@@ -86,7 +86,7 @@ absl::Status CheckShmBudget(uint64_t ring_bytes, const AttachLimits& limits) {
       ring_bytes / 1048576.0, budget, left / 1048576.0, limits.sessions,
       limits.shm_used_bytes / 1048576.0,
       limits.shm_budget_default
-          ? "give the container a larger /dev/shm (e.g. --shm-size) or set --shm-budget-mb"
+          ? "give the daemon (its container) more memory or set --shm-budget-mb"
           : "raise --shm-budget-mb"));
 }
 
@@ -104,10 +104,12 @@ absl::StatusOr<AttachPlan> PlanSession(const v1::AttachRequest& req, const Reque
   p.sampler.batch_size = req.batch_size();
   p.sampler.drop_last = req.drop_last();
   p.shard_size = ShardSize(dataset_size, p.sampler);
-  if (req.batch_size() > p.shard_size) {
+  // Without drop_last a shard smaller than one batch is one partial batch,
+  // as DataLoader gives it; with drop_last it would be no batch at all.
+  if (req.batch_size() > p.shard_size && req.drop_last()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "batch_size ", req.batch_size(), " is larger than this rank's shard of the dataset (",
-        p.shard_size, " of ", dataset_size, " samples)"));
+        p.shard_size, " of ", dataset_size, " samples), so drop_last leaves no batch"));
   }
   p.batches_per_epoch = BatchesPerEpoch(dataset_size, p.sampler);
   p.start_epoch = req.start_epoch();
@@ -182,17 +184,20 @@ absl::StatusOr<AttachPlan> PlanSession(const v1::AttachRequest& req, const Reque
   }
   if (limits.shm_free_bytes.has_value()) {
     const uint64_t free_bytes = *limits.shm_free_bytes;
-    if (p.ring_bytes + (1u << 20) > free_bytes) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "the ring needs ", p.ring_bytes, " bytes of /dev/shm but only ", free_bytes,
-          " are free: give the container a larger /dev/shm (e.g. --shm-size) or use fewer "
-          "ring_slots or a smaller batch"));
+    if (p.ring_bytes + kMemoryHeadroomBytes > free_bytes) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "the ring needs %.1f MiB of memory and %.1f MiB are available, of which stokerd "
+          "leaves %.0f MiB free (so %.1f MiB may go to a ring): give the daemon (its "
+          "container) more memory, or use fewer ring_slots or a smaller batch",
+          p.ring_bytes / 1048576.0, free_bytes / 1048576.0, kMemoryHeadroomBytes / 1048576.0,
+          free_bytes > kMemoryHeadroomBytes ? (free_bytes - kMemoryHeadroomBytes) / 1048576.0
+                                            : 0.0));
     }
   }
   return p;
 }
 
-RingSpec RingSpecFor(const AttachPlan& plan, uint64_t session_number, uint32_t shm_mode) {
+RingSpec RingSpecFor(const AttachPlan& plan, uint64_t session_number) {
   RingSpec rs;
   rs.slot_count = plan.slots();
   rs.depth = plan.depth();
@@ -216,17 +221,18 @@ RingSpec RingSpecFor(const AttachPlan& plan, uint64_t session_number, uint32_t s
   rs.session_number = session_number;
   rs.batches_per_epoch = plan.batches_per_epoch;
   rs.total_batches = plan.total_batches;
-  rs.mode = shm_mode;
   return rs;
 }
 
 v1::AttachResponse AttachResponseFor(const AttachPlan& plan, const Dataset& dataset,
-                                     const std::string& session_id, const std::string& shm_name,
-                                     const ring::Geometry& g, uint32_t heartbeat_timeout_ms) {
+                                     const std::string& session_id, const std::string& ring_name,
+                                     const std::string& ring_token, const ring::Geometry& g,
+                                     uint32_t heartbeat_timeout_ms) {
   v1::AttachResponse resp;
   resp.set_session_id(session_id);
   auto* ri = resp.mutable_ring();
-  ri->set_shm_name(shm_name);
+  ri->set_ring_name(ring_name);
+  ri->set_ring_token(ring_token);
   ri->set_total_bytes(g.total_bytes);
   ri->set_slot_count(plan.slots());
   ri->set_slot_bytes(g.slot_bytes);

@@ -10,7 +10,8 @@
 //   2. The engine finds or indexes the dataset (server/dataset_registry.h).
 //   3. PlanSession(req, request_plan, dataset_size, limits): the shard, the
 //      epoch's batches, the start position, the ring's bytes against the
-//      daemon's --max-ring-bytes and the free bytes of /dev/shm.
+//      daemon's --max-ring-bytes and the memory available
+//      (server/memory_available.h).
 //   4. RingSpecFor(plan, ...) lays out the ring; AttachResponseFor(...) says
 //      what was planned to the client.
 
@@ -73,18 +74,21 @@ struct RequestPlan {
 // one over kMaxDatasetBytes, an unknown dataset format; in that order.
 absl::StatusOr<RequestPlan> PlanRequest(const v1::AttachRequest& req);
 
+// What an Attach leaves of the memory available to the daemon.
+inline constexpr uint64_t kMemoryHeadroomBytes = uint64_t{64} << 20;
+
 // The daemon's limits on one session.
 struct AttachLimits {
   // --max-ring-bytes.
   uint64_t max_ring_bytes = 4ull << 30;
-  // Free bytes of /dev/shm (statvfs); nullopt when unknown: not checked.
-  // The ring must leave 1 MiB of it free.
+  // Memory available for a ring (memory_available.h); nullopt when unknown:
+  // not checked. The ring must leave kMemoryHeadroomBytes of it free.
   std::optional<uint64_t> shm_free_bytes;
   // --shm-budget, shared by all sessions: the whole, and what the other
   // sessions' rings hold of it. budget 0: not checked.
   uint64_t shm_budget_bytes = 0;
   uint64_t shm_used_bytes = 0;
-  // The budget is the default (a share of /dev/shm), not --shm-budget-mb.
+  // The budget is the default (a share of the memory), not --shm-budget-mb.
   bool shm_budget_default = false;
   uint32_t sessions = 0;  // holding shm_used_bytes
 };
@@ -142,13 +146,14 @@ struct SampleFields {
 // Plans a session over a dataset of `dataset_size` entries; its slots carry
 // each sample's mask after the images and its boxes after those, as
 // `fields` says.
-//  - INVALID_ARGUMENT when the batch is larger than this rank's shard;
+//  - INVALID_ARGUMENT when drop_last and the batch is larger than this rank's shard;
 //  - OUT_OF_RANGE for a start_batch not below the batches per epoch, or a
 //    start at or past the last epoch (with epochs != 0);
 //  - RESOURCE_EXHAUSTED when the ring would be over limits.max_ring_bytes
 //    (or its size overflows), not fit in what the other sessions leave of
 //    limits.shm_budget_bytes (the message names the budget), or not fit in
-//    limits.shm_free_bytes (the message says how to give a container more);
+//    limits.shm_free_bytes less kMemoryHeadroomBytes (the message names
+//    both, and how to give the daemon more);
 //  - INVALID_ARGUMENT when a sample has more than ring::kMaxBoxesPerSample
 //    boxes, for apply_exif_orientation with boxes (which are in the stored
 //    orientation), or for RandomIoUCrop without boxes.
@@ -156,15 +161,16 @@ absl::StatusOr<AttachPlan> PlanSession(const v1::AttachRequest& req, const Reque
                                        uint64_t dataset_size, const AttachLimits& limits,
                                        const SampleFields& fields = {});
 
-// The ring of a planned session: `session_number` goes into its header,
-// `shm_mode` is the shm object's permission bits.
-RingSpec RingSpecFor(const AttachPlan& plan, uint64_t session_number, uint32_t shm_mode);
+// The ring of a planned session: `session_number` goes into its header.
+RingSpec RingSpecFor(const AttachPlan& plan, uint64_t session_number);
 
-// What the client is told of its session: the ring (`shm_name`, `geometry`
-// as created), the dataset's size and classes, the shard and batches, the
+// What the client is told of its session: the ring (its label `ring_name`,
+// the `ring_token` that the ring socket exchanges for its fd, `geometry` as
+// created), the dataset's size and classes, the shard and batches, the
 // output shape and the effective pipeline.
 v1::AttachResponse AttachResponseFor(const AttachPlan& plan, const Dataset& dataset,
-                                     const std::string& session_id, const std::string& shm_name,
+                                     const std::string& session_id, const std::string& ring_name,
+                                     const std::string& ring_token,
                                      const ring::Geometry& geometry,
                                      uint32_t heartbeat_timeout_ms);
 

@@ -162,13 +162,17 @@ TEST_CASE("PlanSession: the shard, the epoch's batches, where delivery starts an
 
   req.set_start_epoch(0);
   req.set_batch_size(11);
+  req.set_drop_last(false);  // one partial batch, as DataLoader
+  CHECK(MustPlan(req, 10).batches_per_epoch == 1);
+  req.set_drop_last(true);
   absl::Status st = PlanError(req, 10);
   CHECK(st.code() == absl::StatusCode::kInvalidArgument);
   CHECK(st.message() ==
-        "batch_size 11 is larger than this rank's shard of the dataset (10 of 10 samples)");
+        "batch_size 11 is larger than this rank's shard of the dataset (10 of 10 samples), so "
+        "drop_last leaves no batch");
 }
 
-TEST_CASE("PlanSession holds the ring to --max-ring-bytes and the free /dev/shm") {
+TEST_CASE("PlanSession holds the ring to --max-ring-bytes and the memory available") {
   v1::AttachRequest req = SmallRequest("list.txt", 4, 2);
   AttachLimits limits;
   limits.max_ring_bytes = 192 * 4 * 2;
@@ -179,11 +183,16 @@ TEST_CASE("PlanSession holds the ring to --max-ring-bytes and the free /dev/shm"
   CHECK(st.message().find("over this daemon's --max-ring-bytes") != absl::string_view::npos);
 
   limits.max_ring_bytes = 1ull << 30;
-  limits.shm_free_bytes = (1u << 20) + 192 * 4 * 2 - 1;
+  limits.shm_free_bytes = kMemoryHeadroomBytes + 192 * 4 * 2 - 1;
   st = PlanError(req, 10, limits);
   CHECK(st.code() == absl::StatusCode::kResourceExhausted);
-  CHECK(st.message().find("give the container a larger /dev/shm") != absl::string_view::npos);
-  limits.shm_free_bytes = (1u << 20) + 192 * 4 * 2;
+  // The message says why a ring smaller than what is free does not fit.
+  INFO(st.message());
+  CHECK(st.message().find("and 64.0 MiB are available, of which stokerd leaves 64 MiB free") !=
+        absl::string_view::npos);
+  CHECK(st.message().find("give the daemon (its container) more memory") !=
+        absl::string_view::npos);
+  limits.shm_free_bytes = kMemoryHeadroomBytes + 192 * 4 * 2;
   CHECK(PlanError(req, 10, limits).ok());
 }
 
@@ -200,10 +209,10 @@ TEST_CASE("PlanSession keeps all sessions' rings within the shm budget") {
   CHECK(st.message().find("--shm-budget-mb of 0.0 MiB has 0.0 MiB left (3 other session(s)") !=
         absl::string_view::npos);
   CHECK(st.message().find("raise --shm-budget-mb") != absl::string_view::npos);
-  limits.shm_budget_default = true;  // a share of /dev/shm: the fix is a larger one
+  limits.shm_budget_default = true;  // a share of the memory: the fix is more of it
   st = PlanError(req, 10, limits);
-  CHECK(st.message().find("75% of /dev/shm's free space") != absl::string_view::npos);
-  CHECK(st.message().find("give the container a larger /dev/shm") != absl::string_view::npos);
+  CHECK(st.message().find("half the memory available to it") != absl::string_view::npos);
+  CHECK(st.message().find("more memory or set --shm-budget-mb") != absl::string_view::npos);
   limits.shm_budget_default = false;
   limits.shm_used_bytes = 20000;  // over already (a budget lowered by a restart): no underflow
   CHECK(CheckShmBudget(1, limits).code() == absl::StatusCode::kResourceExhausted);
@@ -219,7 +228,7 @@ TEST_CASE("a ring that may deepen has only the slots --max-ring-bytes and the bu
   CHECK(p.depth() == kDefaultSlots);
   CHECK(p.slots() == kMaxAdaptiveSlots);
   CHECK(p.ring_bytes == 768 * kDefaultSlots);  // what it holds at first
-  RingSpec rs = RingSpecFor(p, 1, 0600);
+  RingSpec rs = RingSpecFor(p, 1);
   CHECK(rs.slot_count == kMaxAdaptiveSlots);
   CHECK(rs.depth == kDefaultSlots);
   limits.max_ring_bytes = 768 * 10;  // 8 slots fit, 16 do not: doubling stops at 8
@@ -244,12 +253,11 @@ TEST_CASE("an any-size output gives each sample its whole slot") {
   AttachPlan p = MustPlan(req, 10);
   CHECK(p.variable_size);
   CHECK(p.sample_bytes == 3000);
-  RingSpec rs = RingSpecFor(p, 7, 0640);
+  RingSpec rs = RingSpecFor(p, 7);
   CHECK(rs.variable_bytes == 3000);
   CHECK(rs.sample_bytes == 0);
   CHECK(rs.height == 0);
   CHECK(rs.session_number == 7);
-  CHECK(rs.mode == 0640);
 }
 
 TEST_CASE("a detection set's slots hold each sample's room for boxes after the masks") {
@@ -273,7 +281,7 @@ TEST_CASE("a detection set's slots hold each sample's room for boxes after the m
   CHECK(p.boxes.xyxy % 64 == 0);
   CHECK(p.boxes.labels >= p.boxes.xyxy + 16 * 20);
   CHECK(p.boxes.flags >= p.boxes.labels + 8 * 20);
-  RingSpec rs = RingSpecFor(p, 1, 0600);
+  RingSpec rs = RingSpecFor(p, 1);
   CHECK(rs.box_stride == 5);
   CHECK(rs.boxes.flags == p.boxes.flags);
 
@@ -306,7 +314,7 @@ TEST_CASE("RingSpecFor and AttachResponseFor say what was planned") {
   REQUIRE(ds != nullptr);
   v1::AttachRequest req = SmallRequest("list.txt", 4, 3, 2);
   AttachPlan p = MustPlan(req, ds->size());
-  RingSpec rs = RingSpecFor(p, 5, 0600);
+  RingSpec rs = RingSpecFor(p, 5);
   CHECK(rs.slot_count == 3);
   CHECK(rs.batch_size == 4);
   CHECK(rs.sample_bytes == 192);
@@ -316,9 +324,12 @@ TEST_CASE("RingSpecFor and AttachResponseFor say what was planned") {
   CHECK(rs.total_batches == 6);
   ring::Geometry g;
   REQUIRE(ring::ComputeGeometry(3, 4, 192 * 4, &g));
-  v1::AttachResponse resp = AttachResponseFor(p, *ds, "tag-5", "/stoker-x", g, 3000);
+  v1::AttachResponse resp =
+      AttachResponseFor(p, *ds, "tag-5", "memfd:stoker-x", "0123456789abcdef0123456789abcdef", g,
+                        3000);
   CHECK(resp.session_id() == "tag-5");
-  CHECK(resp.ring().shm_name() == "/stoker-x");
+  CHECK(resp.ring().ring_name() == "memfd:stoker-x");
+  CHECK(resp.ring().ring_token() == "0123456789abcdef0123456789abcdef");
   CHECK(resp.ring().slot_count() == 3);
   CHECK(resp.ring().slot_bytes() == g.slot_bytes);
   CHECK(resp.ring().sample_bytes() == 192);

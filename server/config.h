@@ -40,15 +40,15 @@ struct DaemonConfig {
   double cpu_budget = 0;
   // The worker executable. Empty: stoker-worker beside stokerd.
   std::string worker_binary;
-  // Permission bits of the socket and of each ring's shm object.
+  // Permission bits of the socket and of the ring socket beside it (rings
+  // are memfds, handed only to the client that attached: no bits of their own).
   uint32_t socket_mode = 0600;
-  uint32_t shm_mode = 0600;
   // Attached sessions at most.
   uint32_t max_sessions = 64;
   // Bytes of shared memory one session's ring may take (4 GiB).
   uint64_t max_ring_bytes = 4ull << 30;
-  // Bytes of shared memory all sessions' rings may take together. 0: 75% of
-  // /dev/shm's free space when the daemon starts.
+  // Bytes of memory all sessions' rings may take together. 0: half the
+  // memory available when the daemon starts (server/memory_available.h).
   uint64_t shm_budget_bytes = 0;
   // Tasks sent to a worker before its results come back (hides the
   // round-trip; each is redone if the worker dies).

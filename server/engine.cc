@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +15,8 @@
 #include "absl/strings/str_format.h"
 #include "server/attach_plan.h"
 #include "server/liveness.h"
+#include "server/memory_available.h"
+#include "server/ring_handover.h"
 #include "server/ring_owner.h"
 #include "server/status_export.h"
 #include "server/worker_protocol.h"
@@ -68,11 +69,9 @@ absl::Status WritePrivateFile(const std::string& path, const std::string& text) 
 }
 
 
-// Free bytes of /dev/shm; nullopt when statvfs cannot tell.
-std::optional<uint64_t> ShmFreeBytes() {
-  struct statvfs vfs;
-  if (::statvfs("/dev/shm", &vfs) != 0) return std::nullopt;
-  return uint64_t{vfs.f_bavail} * vfs.f_frsize;
+// Memory a new ring may take (rings are memfds: memory_available.h).
+std::optional<uint64_t> RingMemoryAvailable() {
+  return MemoryAvailableBytes(SystemMemoryTexts());
 }
 
 // ListSamples' page: the default and the largest.
@@ -198,12 +197,10 @@ absl::Status Engine::Start() {
     }
   }
   shm_budget_bytes_ = config_.shm_budget_bytes;
-  if (shm_budget_bytes_ == 0) shm_budget_bytes_ = ShmFreeBytes().value_or(0) / 4 * 3;
+  if (shm_budget_bytes_ == 0) shm_budget_bytes_ = RingMemoryAvailable().value_or(0) / 2;
   shm_tag_ = absl::StrFormat(
       "%08x", static_cast<uint32_t>(std::hash<std::string>{}(
                   absl::StrCat(config_.socket_path, ":", ::getuid()))));
-  int swept = SweepStaleRings(shm_tag_);
-  if (swept > 0) spdlog::info("swept {} stale shared-memory ring(s) of an earlier daemon", swept);
   if (config_.decode_calibration) {
     // CPU time, not env_.clock (a test's may be scripted): see
     // decode_planner.h. `seconds` is then CPU seconds of this thread.
@@ -298,7 +295,7 @@ void Engine::ShmBudgetLocked(AttachLimits* limits) const {
   limits->shm_budget_default = config_.shm_budget_bytes == 0;
   limits->shm_used_bytes = 0;
   for (const auto& [id, s] : sessions_) {
-    // What the ring holds of /dev/shm: its first depth's data until Attach
+    // What the ring holds of memory: its first depth's data until Attach
     // made it, then every slot it committed.
     limits->shm_used_bytes += s->ring != nullptr ? s->ring->geometry().slot_bytes *
                                                        s->ring->committed_slots()
@@ -472,7 +469,7 @@ absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) 
     absl::MutexLock l(&mu_);
     ShmBudgetLocked(&limits);
   }
-  limits.shm_free_bytes = ShmFreeBytes();
+  limits.shm_free_bytes = RingMemoryAvailable();
   SampleFields fields;
   fields.masks = ds->has_masks();
   fields.boxes = ds->has_boxes();
@@ -484,21 +481,20 @@ absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) 
   s->req = req;
   s->dataset = ds;
   s->plan = *std::move(plan);
-  // The ring is made outside mu_: reserving gigabytes of /dev/shm takes a
+  // The ring is made outside mu_: reserving gigabytes of memory takes a
   // while, and mu_ also serves the dispatcher, the heartbeats and Status.
   {
     absl::MutexLock l(&mu_);
     s->number = next_session_number_++;
   }
   s->id = absl::StrFormat("%s-%d", shm_tag_, s->number);
-  const std::string shm_name =
-      absl::StrFormat("/stoker-%s-%d-%d", shm_tag_, ::getpid(), s->number);
-  auto ring = RingOwner::Create(shm_name, RingSpecFor(s->plan, s->number, config_.shm_mode));
+  auto ring = RingOwner::Create(absl::StrCat("stoker-", s->id), RingSpecFor(s->plan, s->number));
   if (!ring.ok()) return ring.status();
   s->ring = std::move(*ring);
+  s->ring_token = NewRingToken();
 
   absl::ReleasableMutexLock l(&mu_);
-  // (Refused now, the ring is unlinked as s goes.)
+  // (Refused now, the ring goes with s.)
   if (absl::Status room = RoomForSessionLocked(); !room.ok()) return room;
   // Again under mu_: Attaches that planned together must not all get in.
   ShmBudgetLocked(&limits);
@@ -515,16 +511,31 @@ absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) 
 
   const ring::Geometry& g = s->ring->geometry();
   v1::AttachResponse resp =
-      AttachResponseFor(s->plan, *ds, s->id, shm_name, g, config_.heartbeat_timeout_ms);
+      AttachResponseFor(s->plan, *ds, s->id, s->ring->name(), s->ring_token, g,
+                        config_.heartbeat_timeout_ms);
   spdlog::info(
       "session {} attached: client '{}' pid {}, dataset {} ({} samples), pipeline {}, batch {}, "
       "rank {}/{}, {} slots of {} bytes, ring {}",
       s->id, req.client_name(), req.client_pid(), ds->name(), ds->size(),
       pipeline::Describe(s->plan.request.pipeline.effective), req.batch_size(), req.rank(),
-      s->plan.sampler.world_size, s->plan.slots(), g.slot_bytes, shm_name);
+      s->plan.sampler.world_size, s->plan.slots(), g.slot_bytes, s->ring->name());
   l.Release();
   poller_.Wake();
   return resp;
+}
+
+absl::StatusOr<UniqueFd> Engine::RingFd(std::string_view token) {
+  absl::MutexLock l(&mu_);
+  for (const auto& [id, s] : sessions_) {
+    if (s->ended || s->ring_token.size() != token.size()) continue;
+    unsigned char diff = 0;  // the same time whatever the first differing character
+    for (size_t i = 0; i < token.size(); ++i) diff |= s->ring_token[i] ^ token[i];
+    if (diff != 0) continue;
+    UniqueFd fd(::fcntl(s->ring->fd(), F_DUPFD_CLOEXEC, 0));
+    if (!fd.valid()) return PosixError("dup ring fd", errno);
+    return fd;
+  }
+  return absl::NotFoundError("no attached session has that ring token (it ended, or never was)");
 }
 
 absl::Status Engine::Detach(const std::string& session_id, const std::string& why) {
@@ -559,7 +570,7 @@ void Engine::FinalizeRemoved(std::vector<std::shared_ptr<DaemonSession>>& remove
     if (s->watcher != nullptr) s->watcher->Stop();
     absl::MutexLock l(&mu_);
     s->filling.clear();
-    s->ring.reset();  // unmaps and unlinks
+    s->ring.reset();  // unmaps and closes
   }
   removed.clear();
 }
@@ -773,10 +784,6 @@ void Engine::TickerLoop() {
       for (const auto& id : v.stale) {
         ++sessions_reclaimed_;
         RemoveSessionLocked(id, kWhyNoKeepAlive, &removed);
-      }
-      for (const auto& id : v.truncated) {
-        spdlog::error("session {}: its ring was truncated by another process", id);
-        RemoveSessionLocked(id, kWhyTruncated, &removed);
       }
       WaitableMutex lock{&mu_};
       cv_.wait_for(lock, std::chrono::milliseconds(ring::kHeartbeatPeriodMs),

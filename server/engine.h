@@ -109,7 +109,7 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Opens the data root, sweeps stale rings, times the decode at each DCT
+  // Opens the data root, times the decode at each DCT
   // scale (--decode-calibration, before any session: every session gets the
   // same disabled scales), starts the workers and threads.
   [[nodiscard]] absl::Status Start() ABSL_LOCKS_EXCLUDED(mu_);
@@ -127,6 +127,9 @@ class Engine {
   [[nodiscard]] absl::StatusOr<v1::AttachResponse> Attach(const v1::AttachRequest& req)
       ABSL_LOCKS_EXCLUDED(mu_);
   static constexpr absl::Duration kStartWait = absl::Seconds(60);
+  // The ring socket's lookup (ring_handover.h): a duplicate of the fd of
+  // the ring of the session whose ring token this is; NOT_FOUND otherwise.
+  [[nodiscard]] absl::StatusOr<UniqueFd> RingFd(std::string_view token) ABSL_LOCKS_EXCLUDED(mu_);
   [[nodiscard]] absl::Status Detach(const std::string& session_id, const std::string& why)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Serves one KeepAlive stream: sends events through `send` until the
@@ -197,7 +200,7 @@ class Engine {
   // Constant after Start().
   DaemonConfig config_;
   std::string shm_tag_;
-  uint64_t shm_budget_bytes_ = 0;  // --shm-budget-mb, or 75% of /dev/shm's free space
+  uint64_t shm_budget_bytes_ = 0;  // --shm-budget-mb, or half the memory available
   std::unique_ptr<DataRoot> data_root_;
   std::unique_ptr<DataRootIndexer> indexer_;
   std::unique_ptr<DatasetRegistry> registry_;  // thread-safe (its own lock)

@@ -44,7 +44,9 @@ struct Fixture {
   v1::AttachResponse Attach(const v1::AttachRequest& req) {
     auto resp = engine->Attach(req);
     REQUIRE(resp.ok());
-    auto c = testing::RingClient::Open(resp->ring().shm_name(), resp->ring().total_bytes());
+    auto fd = engine->RingFd(resp->ring().ring_token());  // the ring socket's lookup
+    REQUIRE(fd.ok());
+    auto c = testing::RingClient::Open(*std::move(fd), resp->ring().total_bytes());
     REQUIRE(c.ok());
     client = *std::move(c);
     return *resp;
@@ -187,8 +189,9 @@ TEST_CASE("under the error policy a failing sample fails its batch") {
 TEST_CASE("Attach refuses what the plan refuses, and Stop ends every session") {
   Fixture f;
   v1::AttachRequest req = testing::SmallRequest("list.txt", 13, 2, 1);
+  req.set_drop_last(true);
   auto r = f.engine->Attach(req);
-  CHECK(r.status().code() == absl::StatusCode::kInvalidArgument);  // batch > shard
+  CHECK(r.status().code() == absl::StatusCode::kInvalidArgument);  // batch > shard: no batch
   req = testing::SmallRequest("missing.txt", 4);
   CHECK(f.engine->Attach(req).status().code() == absl::StatusCode::kNotFound);
   const v1::AttachResponse resp = f.Attach(testing::SmallRequest("list.txt", 4, 2, 0));

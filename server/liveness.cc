@@ -32,10 +32,6 @@ TickVerdict Tick(const std::map<std::string, std::shared_ptr<DaemonSession>>& se
                  uint32_t keepalive_grace_ms) {
   TickVerdict v;
   for (auto& [id, s] : sessions) {
-    if (s->ring->Truncated()) {
-      v.truncated.push_back(id);
-      continue;
-    }
     s->ring->header()->daemon_heartbeat.fetch_add(1, std::memory_order_release);
     s->rate_window.emplace_back(now, s->samples_produced);
     while (s->rate_window.size() > 2 && now - s->rate_window.front().first > kRateWindowNs) {

@@ -9,9 +9,8 @@
 //   - Keepalive reclaim: a session whose KeepAlive stream has been closed
 //     for longer than --keepalive-grace-ms is reclaimed (its client died
 //     without detaching); a stream that closes while open reclaims at once.
-//   - Ring truncation: a ring cut short by another process (the client maps
-//     it read-write) ends its session (server/truncation_guard.h absorbs the
-//     faults until then).
+//   (A ring cannot be cut short under the daemon: it is sealed against
+//   shrinking, ring_owner.h.)
 // Tick decides; the engine removes the sessions it names, with the reasons
 // below, under its lock.
 
@@ -35,9 +34,6 @@ namespace stoker {
 // the tests see it.
 inline constexpr char kWhyNoKeepAlive[] = "no KeepAlive stream from the client; reclaimed";
 inline constexpr char kWhyStreamClosed[] = "client went away (its KeepAlive stream closed)";
-inline constexpr char kWhyTruncated[] =
-    "its shared-memory ring was truncated by another process (the trainer?); the session "
-    "cannot go on";
 
 // A thread that calls `wake` each time the futex word `release_count`
 // changes (checking at least every 200 ms). The word (in a ring's header)
@@ -63,18 +59,16 @@ class ReleaseWatcher {
 
 // The sessions one tick found gone, by id (the engine removes them).
 struct TickVerdict {
-  std::vector<std::string> stale;      // keepalive grace passed: kWhyNoKeepAlive
-  std::vector<std::string> truncated;  // ring cut short: kWhyTruncated
+  std::vector<std::string> stale;  // keepalive grace passed: kWhyNoKeepAlive
 };
 
 // Rate samples kept: the last 10 s (and always two).
 inline constexpr int64_t kRateWindowNs = 10'000'000'000LL;
 
 // One heartbeat over `sessions` at `now_ns` (under the engine's lock): each
-// ring not truncated gets its heartbeat bumped and a rate sample
+// ring gets its heartbeat bumped and a rate sample
 // (DaemonSession::rate_window); a session whose KeepAlive stream has been closed
-// for over `keepalive_grace_ms` is stale. A truncated ring's session is
-// named only as truncated.
+// for over `keepalive_grace_ms` is stale.
 TickVerdict Tick(const std::map<std::string, std::shared_ptr<DaemonSession>>& sessions,
                  int64_t now_ns, uint32_t keepalive_grace_ms);
 

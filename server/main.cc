@@ -97,8 +97,9 @@ int main(int argc, char** argv) {
   app.add_option("--max-ring-bytes", c.max_ring_bytes, "shared memory per session at most");
   double shm_budget_mb = 0;
   app.add_option("--shm-budget-mb", shm_budget_mb,
-                 "shared memory all sessions' rings may take together, in MiB (0: 75% of "
-                 "/dev/shm's free space at start-up); an Attach past it is refused")
+                 "memory all sessions' rings may take together, in MiB (0: half the memory "
+                 "available at start-up, the cgroup's limit included); an Attach past it is "
+                 "refused")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--worker-queue-depth", c.worker_queue_depth,
                  "tasks queued per worker (hides the round trip)");
@@ -121,8 +122,6 @@ int main(int argc, char** argv) {
   app.add_option("--drain-timeout-ms", c.drain_timeout_ms,
                  "on SIGTERM, wait at most this long for in-flight batches");
   app.add_option("--socket-mode", c.socket_mode, "permission bits of the socket (octal)")
-      ->transform([](std::string s) { return std::to_string(std::stoul(s, nullptr, 8)); });
-  app.add_option("--shm-mode", c.shm_mode, "permission bits of the rings (octal)")
       ->transform([](std::string s) { return std::to_string(std::stoul(s, nullptr, 8)); });
   std::string decode_calibration = c.decode_calibration ? "on" : "off";
   app.add_option("--decode-calibration", decode_calibration,

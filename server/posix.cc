@@ -10,7 +10,6 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "server/truncation_guard.h"
 
 namespace stoker {
 
@@ -50,19 +49,10 @@ void UniqueFd::Reset(int fd) {
 }
 
 void Mapping::Reset() {
-  truncation_guard::Forget(std::exchange(watch_, -1));
   if (addr_ != nullptr) ::munmap(addr_, bytes_);
   addr_ = nullptr;
   bytes_ = 0;
 }
-
-void Mapping::WatchTruncation() {
-  if (addr_ == nullptr || watch_ >= 0) return;
-  truncation_guard::Install();
-  watch_ = truncation_guard::Watch(addr_, bytes_);
-}
-
-bool Mapping::truncated() const { return truncation_guard::Lost(watch_); }
 
 absl::Status MapShared(int fd, uint64_t offset, uint64_t bytes, Mapping* out, bool populate,
                        uint64_t populate_bytes) {

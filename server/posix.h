@@ -49,15 +49,12 @@ class Mapping {
   Mapping(void* addr, size_t bytes) : addr_(addr), bytes_(bytes) {}
   ~Mapping() { Reset(); }
   Mapping(Mapping&& o) noexcept
-      : addr_(std::exchange(o.addr_, nullptr)),
-        bytes_(std::exchange(o.bytes_, 0)),
-        watch_(std::exchange(o.watch_, -1)) {}
+      : addr_(std::exchange(o.addr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
   Mapping& operator=(Mapping&& o) noexcept {
     if (this != &o) {
       Reset();
       addr_ = std::exchange(o.addr_, nullptr);
       bytes_ = std::exchange(o.bytes_, 0);
-      watch_ = std::exchange(o.watch_, -1);
     }
     return *this;
   }
@@ -68,21 +65,14 @@ class Mapping {
   size_t bytes() const { return bytes_; }
   void Reset();
 
-  // Shared memory that another process may truncate (server/truncation_guard.h):
-  // a SIGBUS in this mapping no longer kills the process; truncated() says
-  // that one was absorbed. Installs the process's SIGBUS handler.
-  void WatchTruncation();
-  bool truncated() const;
-
  private:
   void* addr_ = nullptr;
   size_t bytes_ = 0;
-  int watch_ = -1;
 };
 
 // mmap(fd, offset, bytes) shared, read-write. `populate`: fault in the
 // first `populate_bytes` now (all when 0), MAP_POPULATE: a ring's slots
-// beyond its depth are holes in /dev/shm, and faulting them in would
+// beyond its depth are holes in its memory, and faulting them in would
 // allocate them.
 absl::Status MapShared(int fd, uint64_t offset, uint64_t bytes, Mapping* out,
                        bool populate = false, uint64_t populate_bytes = 0);

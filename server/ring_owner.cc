@@ -26,32 +26,29 @@ absl::StatusOr<std::unique_ptr<RingOwner>> RingOwner::Create(const std::string& 
     return absl::InvalidArgumentError("ring sizes out of range");
   }
   auto ring = std::unique_ptr<RingOwner>(new RingOwner());
-  ring->name_ = name;
+  ring->name_ = "memfd:" + name;
   ring->geometry_ = g;
-  int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, spec.mode);
-  if (fd < 0) return PosixError("shm_open " + name, errno);
+  int fd = ::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return PosixError("memfd_create " + name, errno);
   ring->fd_.Reset(fd);
-  ::fchmod(fd, spec.mode);  // shm_open's mode is filtered by the umask
   const uint32_t depth = spec.depth == 0 ? spec.slot_count : spec.depth;
   if (depth > spec.slot_count) return absl::InvalidArgumentError("ring depth over its slots");
-  // posix_fallocate reserves the pages now, so a full /dev/shm fails here
+  // posix_fallocate reserves the pages now, so a lack of memory fails here
   // with ENOSPC instead of killing a worker with SIGBUS later. The slots
-  // beyond the depth stay a hole until Commit.
+  // beyond the depth stay a hole until Commit. The seals keep anyone
+  // holding the fd (the client maps it read-write) from cutting it short.
   const uint64_t reserve = g.data_offset + g.slot_bytes * depth;
-  int rc = ::ftruncate(fd, static_cast<off_t>(g.total_bytes)) == 0
+  int rc = ::ftruncate(fd, static_cast<off_t>(g.total_bytes)) == 0 &&
+                   ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0
                ? ::posix_fallocate(fd, 0, static_cast<off_t>(reserve))
                : errno;
   if (rc != 0) {
-    ::shm_unlink(name.c_str());
-    return PosixError(absl::StrCat("reserving ", reserve, " bytes of /dev/shm for ", name), rc);
+    return PosixError(absl::StrCat("reserving ", reserve, " bytes of shared memory for ", name),
+                      rc);
   }
   ring->committed_slots_ = depth;
   absl::Status st = MapShared(fd, 0, g.total_bytes, &ring->map_);
-  if (!st.ok()) {
-    ::shm_unlink(name.c_str());
-    return st;
-  }
-  ring->map_.WatchTruncation();
+  if (!st.ok()) return st;
   auto* h = ring->header();
   h->version = ring::kLayoutVersion;
   h->header_bytes = ring::kHeaderBytes;
@@ -100,45 +97,13 @@ absl::Status RingOwner::Commit(uint32_t slots) {
   const uint64_t len = geometry_.slot_bytes * (slots - committed_slots_);
   int rc = ::posix_fallocate(fd_.get(), static_cast<off_t>(from), static_cast<off_t>(len));
   if (rc != 0) {
-    return PosixError(absl::StrCat("reserving ", len, " more bytes of /dev/shm for ", name_), rc);
+    return PosixError(absl::StrCat("reserving ", len, " more bytes of shared memory for ", name_),
+                      rc);
   }
   committed_slots_ = slots;
   return absl::OkStatus();
 }
 
-bool RingOwner::Truncated() const {
-  if (map_.truncated()) return true;
-  struct stat st;
-  return ::fstat(fd_.get(), &st) == 0 && static_cast<uint64_t>(st.st_size) < geometry_.total_bytes;
-}
-
-RingOwner::~RingOwner() {
-  if (!name_.empty() && fd_.valid()) ::shm_unlink(name_.c_str());
-}
-
-int SweepStaleRings(const std::string& tag) {
-  const std::string prefix = absl::StrCat("stoker-", tag, "-");
-  DIR* dir = ::opendir("/dev/shm");
-  if (dir == nullptr) return 0;
-  int removed = 0;
-  const uid_t uid = ::getuid();
-  while (struct dirent* e = ::readdir(dir)) {
-    const std::string n = e->d_name;
-    if (n.compare(0, prefix.size(), prefix) != 0) continue;
-    // The rest is "<pid>-<session>".
-    int pid = 0;
-    const std::string rest = n.substr(prefix.size());
-    if (!absl::SimpleAtoi(rest.substr(0, rest.find('-')), &pid)) continue;
-    struct stat st;
-    if (::fstatat(::dirfd(dir), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || st.st_uid != uid) {
-      continue;
-    }
-    bool alive = pid != ::getpid() && (::kill(pid, 0) == 0 || errno == EPERM);
-    if (alive) continue;
-    if (::shm_unlink(absl::StrCat("/", n).c_str()) == 0) ++removed;
-  }
-  ::closedir(dir);
-  return removed;
-}
+RingOwner::~RingOwner() = default;
 
 }  // namespace stoker

@@ -1,6 +1,7 @@
 // The daemon's side of a session's shared-memory ring (layout and protocol:
-// proto/stoker/ring_layout.h). Creates the shm object owner-only, lays out
-// the header, and removes the object when destroyed.
+// proto/stoker/ring_layout.h). Creates the ring as a sealed memfd, named in
+// no file system, and lays out the header. The memory goes when the last
+// process holding or mapping it lets go: no death can leak it.
 
 #ifndef STOKER_SERVER_RING_OWNER_H_
 #define STOKER_SERVER_RING_OWNER_H_
@@ -35,9 +36,8 @@ struct RingSpec {
   uint64_t session_number = 0;
   uint64_t batches_per_epoch = 0;
   uint64_t total_batches = 0;
-  uint32_t mode = 0600;          // permission bits of the shm object
   // The ring's first depth (ring_layout.h, "Depth"): 0 for slot_count. Only
-  // the first `depth` slots' data is reserved in /dev/shm at creation; the
+  // the first `depth` slots' data is reserved in memory at creation; the
   // rest is reserved by Commit when the ring deepens.
   uint32_t depth = 0;
 };
@@ -46,12 +46,15 @@ struct RingSpec {
 // other threads and processes touch through header().
 class RingOwner {
  public:
-  // Creates `name` (must start with '/'), sized and laid out per `spec`.
+  // Creates a ring labelled `name` (a memfd's name: for /proc/PID/maps and
+  // logs), sized and laid out per `spec`. Errors: INVALID_ARGUMENT for sizes
+  // out of range, RESOURCE_EXHAUSTED when its memory cannot be reserved.
   static absl::StatusOr<std::unique_ptr<RingOwner>> Create(const std::string& name,
                                                            const RingSpec& spec);
-  // Unmaps and shm_unlinks.
+  // Unmaps and closes; the memory goes once no other process holds it.
   ~RingOwner();
 
+  // "memfd:<name>".
   const std::string& name() const { return name_; }
   const ring::Geometry& geometry() const { return geometry_; }
   int fd() const { return fd_.get(); }
@@ -63,22 +66,17 @@ class RingOwner {
     return static_cast<uint8_t*>(map_.addr()) + geometry_.data_offset +
            geometry_.slot_bytes * slot;
   }
-  // Slots whose data pages are reserved in /dev/shm (the first ones), and
-  // the bytes of /dev/shm the ring holds: header, descriptors and those.
+  // Slots whose data pages are reserved (the first ones), and the bytes of
+  // memory the ring holds: header, descriptors and those.
   uint32_t committed_slots() const { return committed_slots_; }
   uint64_t committed_bytes() const {
     return geometry_.data_offset + geometry_.slot_bytes * committed_slots_;
   }
-  // Reserves the data of the first `slots` slots (posix_fallocate, so a full
-  // /dev/shm fails here, not with a worker's SIGBUS). Pages once reserved
+  // Reserves the data of the first `slots` slots (posix_fallocate, so a lack
+  // of memory fails here, not with a worker's SIGBUS). Pages once reserved
   // stay until the ring goes: a client may have pinned them for DMA. Errors:
   // INVALID_ARGUMENT for more than slot_count, RESOURCE_EXHAUSTED (ENOSPC).
   absl::Status Commit(uint32_t slots);
-
-  // Whether another process (the client maps the ring read-write) has cut
-  // the ring short. The daemon's accesses to a cut ring land on private zero
-  // pages instead of killing it (truncation_guard.h); the session must end.
-  bool Truncated() const;
 
  private:
   RingOwner() = default;
@@ -88,11 +86,6 @@ class RingOwner {
   Mapping map_;
   uint32_t committed_slots_ = 0;
 };
-
-// Removes shm objects named "/stoker-<tag>-<pid>-*" that belong to this uid
-// and whose daemon pid is no longer alive (or is our own pid: a restarted
-// container daemon often gets the same pid). Returns how many it removed.
-int SweepStaleRings(const std::string& tag);
 
 }  // namespace stoker
 

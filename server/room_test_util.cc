@@ -68,8 +68,8 @@ absl::StatusOr<std::shared_ptr<DaemonSession>> MakeSession(std::shared_ptr<const
   s->number = number;
   static std::atomic<int> counter{0};
   s->id = absl::StrCat("room-", number);
-  const std::string name = absl::StrCat("/stoker-roomtest-", ::getpid(), "-", counter++);
-  auto ring = RingOwner::Create(name, RingSpecFor(s->plan, number, 0600));
+  const std::string name = absl::StrCat("stoker-roomtest-", ::getpid(), "-", counter++);
+  auto ring = RingOwner::Create(name, RingSpecFor(s->plan, number));
   if (!ring.ok()) return ring.status();
   s->ring = *std::move(ring);
   InitSession(*s, MonotonicNs());
@@ -86,11 +86,11 @@ worker::ResultMsg DecodedResult(const DaemonSession& s, const SampleTask& t) {
   return r;
 }
 
-absl::StatusOr<std::unique_ptr<RingClient>> RingClient::Open(const std::string& shm_name,
+absl::StatusOr<std::unique_ptr<RingClient>> RingClient::Open(UniqueFd fd,
                                                              uint64_t total_bytes) {
   std::unique_ptr<RingClient> c(new RingClient());
-  c->fd_.Reset(::shm_open(shm_name.c_str(), O_RDWR | O_CLOEXEC, 0));
-  if (!c->fd_.valid()) return PosixError("shm_open " + shm_name, errno);
+  c->fd_ = std::move(fd);
+  if (!c->fd_.valid()) return absl::InvalidArgumentError("no ring fd");
   if (absl::Status st = MapShared(c->fd_.get(), 0, total_bytes, &c->map_); !st.ok()) return st;
   const ring::RingHeader* h = c->header();
   c->slots_ = h->slot_count;

@@ -52,12 +52,11 @@ absl::StatusOr<std::shared_ptr<DaemonSession>> MakeSession(std::shared_ptr<const
 // A decoded worker result for `t` of session `s`: the output shape.
 worker::ResultMsg DecodedResult(const DaemonSession& s, const SampleTask& t);
 
-// The client's view of a ring: maps it by name, leases and frees slots.
+// The client's view of a ring: maps it, leases and frees slots.
 class RingClient {
  public:
-  // Maps the ring named `shm_name` of `total_bytes`.
-  static absl::StatusOr<std::unique_ptr<RingClient>> Open(const std::string& shm_name,
-                                                          uint64_t total_bytes);
+  // Maps the ring of `total_bytes` whose fd is `fd` (taken over).
+  static absl::StatusOr<std::unique_ptr<RingClient>> Open(UniqueFd fd, uint64_t total_bytes);
   ring::RingHeader* header() const { return static_cast<ring::RingHeader*>(map_.addr()); }
   ring::SlotDescriptor* descriptor(uint32_t slot) const;
   const uint8_t* slot_data(uint32_t slot) const;

@@ -1,5 +1,6 @@
 #include "server/service.h"
 
+
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -122,9 +123,13 @@ bool SocketAnswers(const std::string& path) {
 
 absl::Status Server::Start() {
   if (config_.socket_path.empty()) return absl::InvalidArgumentError("--socket is required");
-  if (config_.socket_path.size() >= sizeof(sockaddr_un::sun_path)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("socket path is longer than ", sizeof(sockaddr_un::sun_path) - 1, " bytes"));
+  const std::string ring_socket = config_.socket_path + ring::kRingSocketSuffix;
+  if (ring_socket.size() >= sizeof(sockaddr_un::sun_path)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "socket path is longer than ",
+        sizeof(sockaddr_un::sun_path) - sizeof(ring::kRingSocketSuffix), " bytes (the ring socket ",
+        "beside it, <socket>", ring::kRingSocketSuffix, ", must fit in ",
+        sizeof(sockaddr_un::sun_path) - 1, ")"));
   }
   struct stat st;
   if (::lstat(config_.socket_path.c_str(), &st) == 0) {
@@ -165,6 +170,16 @@ absl::Status Server::Start() {
                                                config_.status_addr));
   }
   ::chmod(config_.socket_path.c_str(), config_.socket_mode);
+  auto handover = RingHandover::Start(ring_socket, config_.socket_mode,
+                                      [this](std::string_view t) { return engine_.RingFd(t); });
+  if (!handover.ok()) {
+    grpc_->Shutdown();
+    grpc_->Wait();
+    grpc_.reset();
+    ::unlink(config_.socket_path.c_str());
+    return handover.status();
+  }
+  handover_ = std::move(*handover);
   // NOT_SERVING until the engine and its workers are up.
   auto* health = grpc_->GetHealthCheckService();
   health->SetServingStatus(false);
@@ -215,6 +230,7 @@ void Server::Stop() {
     grpc_->Wait();
   }
   engine_.Stop();
+  handover_.reset();  // removes the ring socket
   if (grpc_ != nullptr) ::unlink(config_.socket_path.c_str());
   spdlog::info("stokerd stopped");
 }

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "server/ring_handover.h"
 #include "server/engine.h"
 #include "stoker/v1/stoker.grpc.pb.h"
 
@@ -39,7 +40,9 @@ class StokerService final : public v1::Stoker::Service {
 };
 
 // stokerd's server: the engine plus gRPC (the Stoker service, the standard
-// health service and reflection) on a Unix socket, and optionally on a TCP
+// health service and reflection) on a Unix socket, the ring socket beside it
+// (<socket>.ring, ring_handover.h: where clients get their rings' fds), and
+// optionally on a TCP
 // address for status and health only (Attach, Detach, KeepAlive and
 // ListSamples are refused there: a ring is only reachable on the same host).
 class Server {
@@ -61,6 +64,7 @@ class Server {
   StokerService service_;
   std::unique_ptr<grpc::Server> grpc_;
   std::unique_ptr<MetricsServer> metrics_;  // --metrics-addr
+  std::unique_ptr<RingHandover> handover_;
   bool stopped_ = false;
 };
 

@@ -141,6 +141,7 @@ struct DaemonSession {
   std::shared_ptr<const Dataset> dataset;
   AttachPlan plan;
   std::unique_ptr<RingOwner> ring;
+  std::string ring_token;  // what the ring socket takes for the ring's fd
   int64_t created_ns = 0;
   // Declared after `ring`: destroyed, and so joined, before it.
   std::unique_ptr<ReleaseWatcher> watcher;

@@ -346,7 +346,8 @@ TEST_CASE("a ring deepens from a batch both depths put in slot 0, full time is m
   REQUIRE(f.s->plan.depth() == 4);
   REQUIRE(f.s->plan.slots() == 16);
   CHECK(f.s->ring->committed_slots() == 4);
-  auto client = testing::RingClient::Open(f.s->ring->name(), f.s->ring->geometry().total_bytes);
+  auto client = testing::RingClient::Open(UniqueFd(::dup(f.s->ring->fd())),
+                                          f.s->ring->geometry().total_bytes);
   REQUIRE(client.ok());
   auto decode_all = [&] {
     while (!f.s->queue.empty()) f.Decode(f.Take());

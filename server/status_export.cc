@@ -143,7 +143,7 @@ void ExportSession(const DaemonSession& s, int64_t now, bool include_failures,
   ss->set_ring_bytes(s.ring->committed_bytes());
   ss->set_ring_depth(ring::DepthCount(s.depth_word));
   if (s.depth_policy != nullptr) ss->set_ring_depth_reason(s.depth_policy->reason());
-  ss->set_shm_name(s.ring->name());
+  ss->set_ring_name(s.ring->name());
   if (s.rate_window.size() >= 2) {
     const auto& a = s.rate_window.front();
     const auto& b = s.rate_window.back();

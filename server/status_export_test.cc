@@ -59,7 +59,7 @@ TEST_CASE("ExportSession reports a session's progress, ring and failures") {
   CHECK(ss.ring_filling() == 2);
   CHECK(ss.ring_leased() == 0);
   CHECK(ss.ring_bytes() == s.ring->geometry().total_bytes);
-  CHECK(ss.shm_name() == s.ring->name());
+  CHECK(ss.ring_name() == s.ring->name());
   CHECK(ss.images_per_second() == Approx(50.0));
   CHECK(ss.uptime_seconds() == Approx(5.0));
   CHECK(ss.failures_size() == 0);

@@ -367,9 +367,6 @@ int Serve() {
                  .ok()) {
           return 3;
         }
-        // The client can truncate the ring; a write into the cut-off part
-        // must not kill this worker (and count a crash against the file).
-        rm.map.WatchTruncation();
         rm.bytes = m.data_bytes;
         rings[m.ring_id] = std::move(rm);
         break;

@@ -194,20 +194,28 @@ TEST_CASE("a client killed with SIGKILL has its session and ring reclaimed withi
   argv.push_back(nullptr);
   pid_t pid;
   REQUIRE(::posix_spawn(&pid, STOKERCTL_PATH, nullptr, nullptr, argv.data(), environ) == 0);
-  std::string shm;
+  // The ring is a memfd ("memfd:stoker-<session>"): reclaimed, the daemon
+  // no longer maps it.
+  std::string ring;
+  auto daemon_maps_ring = [&] {
+    std::ifstream maps("/proc/" + std::to_string(daemon->pid()) + "/maps");
+    std::string text((std::istreambuf_iterator<char>(maps)), std::istreambuf_iterator<char>());
+    return text.find("/" + ring + " ") != std::string::npos;
+  };
   REQUIRE(WaitFor(
       [&] {
         auto js = (*client)->StatusJson();
         if (!js.ok()) return false;
-        auto at = js->find("\"shm_name\":\"");
+        auto at = js->find("\"ring_name\":\"");
         if (at == std::string::npos) return false;
-        at += 12;
-        shm = "/dev/shm" + js->substr(at, js->find('"', at) - at);
+        at += 13;
+        ring = js->substr(at, js->find('"', at) - at);
         return JsonInts(*js, "batches_consumed").size() == 1 &&
                JsonInts(*js, "batches_consumed")[0] > 2;
       },
       std::chrono::seconds(20)));
-  CHECK(fs::exists(shm));
+  CHECK(ring.rfind("memfd:stoker-", 0) == 0);
+  CHECK(daemon_maps_ring());
   REQUIRE(::kill(pid, SIGKILL) == 0);
   int st;
   ::waitpid(pid, &st, 0);
@@ -215,7 +223,7 @@ TEST_CASE("a client killed with SIGKILL has its session and ring reclaimed withi
   CHECK(WaitFor(
       [&] {
         auto js = (*client)->StatusJson();
-        return js.ok() && js->find("\"sessions\":[]") != std::string::npos && !fs::exists(shm);
+        return js.ok() && js->find("\"sessions\":[]") != std::string::npos && !daemon_maps_ring();
       },
       // Under a half second when the machine is idle; seen over 5 s once
       // with a build and the Python suite running beside it on 2 cores.

@@ -6,6 +6,7 @@
 // each refusal is the lie's doing.
 
 #include <grpcpp/grpcpp.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -16,6 +17,8 @@
 #include <string>
 #include <thread>
 
+#include "absl/strings/match.h"
+#include "server/ring_handover.h"
 #include "server/ring_owner.h"
 #include "stoker/client.h"
 #include "stoker/ring_layout.h"
@@ -57,14 +60,15 @@ class FakeStoker final : public v1::Stoker::Service {
     spec.batches_per_epoch = 50;
     spec.total_batches = 50;
     const std::string name =
-        "/stoker-test-lying-" + std::to_string(::getpid()) + "-" + std::to_string(++n_);
+        "stoker-test-lying-" + std::to_string(::getpid()) + "-" + std::to_string(++n_);
     auto r = RingOwner::Create(name, spec);
     if (!r.ok()) return grpc::Status(grpc::StatusCode::INTERNAL, std::string(r.status().message()));
     ring_ = std::move(*r);
     const ring::Geometry& g = ring_->geometry();
     resp->set_session_id("fake-" + std::to_string(n_));
     auto* ri = resp->mutable_ring();
-    ri->set_shm_name(name);
+    ri->set_ring_name(ring_->name());
+    ri->set_ring_token(token_);
     ri->set_total_bytes(g.total_bytes);
     ri->set_slot_count(kSlots);
     ri->set_slot_bytes(g.slot_bytes);
@@ -116,20 +120,39 @@ class FakeStoker final : public v1::Stoker::Service {
 
   void Stop() { stop_.store(true); }
 
+  // The ring socket's lookup: the ring's fd, or with `unsealed` a copy of
+  // the ring in memory that is not sealed against shrinking.
+  absl::StatusOr<UniqueFd> RingFd(std::string_view token, bool unsealed) {
+    if (token != token_ || ring_ == nullptr) return absl::NotFoundError("no such ring");
+    if (!unsealed) return UniqueFd(::dup(ring_->fd()));
+    const uint64_t bytes = ring_->geometry().total_bytes;
+    UniqueFd copy(::memfd_create("unsealed", MFD_CLOEXEC));
+    if (!copy.valid() || ::ftruncate(copy.get(), static_cast<off_t>(bytes)) != 0 ||
+        !WriteAll(copy.get(), ring_->header(), bytes)) {
+      return absl::InternalError("cannot copy the ring");
+    }
+    return copy;
+  }
+
  private:
   Lie lie_;
   bool variable_;
   int n_ = 0;
+  const std::string token_ = NewRingToken();
   std::unique_ptr<RingOwner> ring_;
   std::atomic<bool> stop_{false};
 };
 
 // Serves a FakeStoker with `lie` and attaches to it; returns the first batch
 // (or the refusal of the Attach or of Next).
-absl::Status AttachAndTake(Lie lie, bool variable = false) {
+absl::Status AttachAndTake(Lie lie, bool variable = false, bool unsealed = false) {
   TempDir dir;
   const std::string socket = dir.path() + "/fake.sock";
   FakeStoker service(std::move(lie), variable);
+  auto handover = RingHandover::Start(
+      socket + ring::kRingSocketSuffix, 0600,
+      [&](std::string_view t) { return service.RingFd(t, unsealed); });
+  REQUIRE(handover.ok());
   grpc::ServerBuilder b;
   b.AddListeningPort("unix:" + socket, grpc::InsecureServerCredentials());
   b.RegisterService(&service);
@@ -165,6 +188,14 @@ absl::Status AttachAndTake(Lie lie, bool variable = false) {
 TEST_CASE("a lying daemon: the honest fake attaches and delivers") {
   CHECK(AttachAndTake([](v1::AttachResponse*, RingOwner*) {}).ok());
   CHECK(AttachAndTake([](v1::AttachResponse*, RingOwner*) {}, /*variable=*/true).ok());
+}
+
+TEST_CASE("a lying daemon: a ring not sealed against shrinking is refused") {
+  // Such a daemon could cut the ring short under the client's mapping.
+  absl::Status st = AttachAndTake([](v1::AttachResponse*, RingOwner*) {}, false, true);
+  INFO(st.ToString());
+  CHECK(absl::IsDataLoss(st));
+  CHECK(absl::StrContains(st.message(), "not sealed"));
 }
 
 TEST_CASE("a lying daemon: a shape in Attach that is not the sample size is refused") {

@@ -341,7 +341,7 @@ class PySession {
     const SessionInfo& i = session_->info();
     py::dict d;
     d["session_id"] = i.session_id;
-    d["shm_name"] = i.shm_name;
+    d["ring_name"] = i.ring_name;
     d["dataset_size"] = i.dataset_size;
     d["shard_size"] = i.shard_size;
     d["batches_per_epoch"] = i.batches_per_epoch;

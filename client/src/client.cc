@@ -1,8 +1,11 @@
 #include "stoker/client.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -35,6 +38,69 @@ int64_t NowNs() {
 }
 
 int64_t NowMs() { return NowNs() / 1000000; }
+
+// The handover (ring_layout.h): the ring's fd for its token, from the ring
+// socket beside the daemon's socket.
+absl::StatusOr<int> ReceiveRing(const std::string& daemon_socket, const std::string& token) {
+  const std::string path = daemon_socket + ring::kRingSocketSuffix;
+  auto fail = [&](const std::string& what, int err) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot get the ring from stokerd's ring socket ", path, ": ", what,
+        err != 0 ? absl::StrCat(": ", std::strerror(err)) : std::string(),
+        " (the trainer must reach the daemon's socket folder, as a user its socket mode lets "
+        "in)"));
+  };
+  sockaddr_un addr{};
+  if (path.size() >= sizeof(addr.sun_path)) return fail("the path is too long", 0);
+  if (token.size() != ring::kRingTokenChars) {
+    return absl::DataLossError("the daemon's ring token is not 32 characters");
+  }
+  int s = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (s < 0) return fail("socket", errno);
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{s};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  if (::connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    return fail("connect", errno);
+  }
+  if (::send(s, token.data(), token.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(token.size())) {
+    return fail("send", errno);
+  }
+  pollfd p = {s, POLLIN, 0};
+  int ready;
+  while ((ready = ::poll(&p, 1, static_cast<int>(ring::kHandoverTimeoutMs))) < 0 && errno == EINTR) {
+  }
+  if (ready == 0) return fail(absl::StrCat("no answer within ", ring::kHandoverTimeoutMs, " ms"), 0);
+  char reply[512];
+  struct iovec iov = {reply, sizeof(reply)};
+  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))];
+  struct msghdr mh = {};
+  mh.msg_iov = &iov;
+  mh.msg_iovlen = 1;
+  mh.msg_control = control;
+  mh.msg_controllen = sizeof(control);
+  ssize_t n;
+  while ((n = ::recvmsg(s, &mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR) {
+  }
+  if (n <= 0) return fail("no answer", n < 0 ? errno : 0);
+  int fd = -1;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c != nullptr; c = CMSG_NXTHDR(&mh, c)) {
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+        c->cmsg_len == CMSG_LEN(sizeof(int))) {
+      std::memcpy(&fd, CMSG_DATA(c), sizeof(int));
+    }
+  }
+  if (reply[0] == ring::kHandoverOk && fd >= 0) return fd;
+  if (fd >= 0) ::close(fd);
+  if (reply[0] == ring::kHandoverRefused) {
+    return absl::UnavailableError(absl::StrCat("stokerd's ring socket refused the ring: ",
+                                               std::string(reply + 1, static_cast<size_t>(n) - 1)));
+  }
+  return absl::DataLossError("stokerd's ring socket answered out of protocol");
+}
 
 v1::DatasetFormat ToProto(DatasetFormat f) {
   switch (f) {
@@ -113,7 +179,8 @@ class SessionCore {
   // slot the parent still reads, a Next would take the parent's batches.
   bool Forked() const { return ::getpid() != owner_pid_; }
 
-  absl::Status Map(const v1::AttachResponse& r, uint32_t batch_size) {
+  absl::Status Map(const v1::AttachResponse& r, uint32_t batch_size,
+                   const std::string& daemon_socket) {
     const v1::RingInfo& ri = r.ring();
     slots_ = ri.slot_count();
     batch_size_ = batch_size;
@@ -182,16 +249,20 @@ class SessionCore {
     }
     total_batches_ = r.total_batches();
     heartbeat_timeout_ms_ = r.heartbeat_timeout_ms() != 0 ? r.heartbeat_timeout_ms() : 3000;
-    int fd = ::shm_open(ri.shm_name().c_str(), O_RDWR | O_CLOEXEC, 0);
-    if (fd < 0) {
-      return absl::UnavailableError(absl::StrCat(
-          "cannot open the ring ", ri.shm_name(), ": ", std::strerror(errno),
-          " (the trainer and stokerd must share /dev/shm and run as the same user)"));
-    }
+    absl::StatusOr<int> received = ReceiveRing(daemon_socket, ri.ring_token());
+    if (!received.ok()) return received.status();
+    const int fd = *received;
+    // Sealed against shrinking (ring_owner.h), or a daemon could cut the
+    // ring short under our mapping and kill us with SIGBUS.
     struct stat st;
+    const int seals = ::fcntl(fd, F_GET_SEALS);
+    if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
+      ::close(fd);
+      return absl::DataLossError("the ring's memory is not sealed against shrinking");
+    }
     if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < geometry_.total_bytes) {
       ::close(fd);
-      return absl::DataLossError("the ring's shm object is smaller than its layout");
+      return absl::DataLossError("the ring's memory is smaller than its layout");
     }
     void* p = ::mmap(nullptr, geometry_.total_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
@@ -735,6 +806,11 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& addre
   auto c = std::unique_ptr<Client>(new Client());
   c->rpc_ = std::make_shared<internal::RpcChannel>(std::move(channel));
   c->options_ = options;
+  if (absl::StartsWith(target, "unix://")) {
+    c->socket_path_ = target.substr(7);
+  } else if (absl::StartsWith(target, "unix:")) {
+    c->socket_path_ = target.substr(5);
+  }
   return c;
 }
 
@@ -787,7 +863,7 @@ absl::StatusOr<std::unique_ptr<Session>> Client::Attach(const AttachOptions& o) 
   // take longer than the daemon's grace for a session without one.
   core->rpc_timeout_ms_ = options_.rpc_timeout_ms;
   core->StartKeepAlive(rpc_, resp.session_id());
-  absl::Status ms = core->Map(resp, o.batch_size);
+  absl::Status ms = core->Map(resp, o.batch_size, socket_path_);
   if (ms.ok()) core->mapped_.store(true, std::memory_order_release);
   if (!ms.ok()) {
     core->stopping_.store(true);
@@ -802,7 +878,7 @@ absl::StatusOr<std::unique_ptr<Session>> Client::Attach(const AttachOptions& o) 
   }
   SessionInfo& i = session->info_;
   i.session_id = resp.session_id();
-  i.shm_name = resp.ring().shm_name();
+  i.ring_name = resp.ring().ring_name();
   i.dataset_size = resp.dataset_size();
   i.shard_size = resp.shard_size();
   i.batches_per_epoch = resp.batches_per_epoch();

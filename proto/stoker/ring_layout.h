@@ -3,9 +3,12 @@
 // nothing else defines where bytes lie in the ring.
 //
 // Glossary
-//   ring        One POSIX shm object per session, "/stoker-<tag>-<pid>-<n>",
-//               created by the daemon with mode 0600, removed at Detach, at
-//               reclaim, at shutdown, or by the next daemon's sweep.
+//   ring        One anonymous shared-memory file per session (memfd_create,
+//               sealed against shrinking), named in no file system: it
+//               lives while a process holds it or maps it, so no death
+//               leaves it behind, no other user can predict, squat or open
+//               it, and /dev/shm's size does not limit it. The client gets
+//               its fd over the daemon's ring socket (the handover below).
 //   slot        Room for one batch: a SlotDescriptor in the descriptor area
 //               and `slot_bytes` of page-aligned data in the data area.
 //   sequence    The session's batch counter, 0, 1, 2, ... Batch n lives in
@@ -14,7 +17,7 @@
 //   depth       How many of the ring's slot_count slots batches cycle
 //               through: slot_count, or fewer when the daemon may deepen the
 //               ring later (see "Depth" below). The slots beyond the depth
-//               hold no pages of /dev/shm until the ring deepens into them.
+//               hold no pages of memory until the ring deepens into them.
 //   sample      One image's place in a slot's data: `sample_bytes` from
 //               `index * sample_bytes` (fixed shape); for any-size outputs
 //               (height 0) the record's offset/bytes say (the daemon puts
@@ -83,6 +86,20 @@
 //   - The client adds the time each Next waited to `client_wait_ns` and
 //     `client_wait_hist`, which the daemon reports as the data stall.
 //
+// The handover (how the client gets the ring's fd):
+//   i.   Attach answers with the ring's geometry and a `ring_token`: 32 hex
+//        characters from getrandom, known to the attaching client alone.
+//   ii.  The client connects a SOCK_SEQPACKET socket to the ring socket: its
+//        own path to the daemon's gRPC socket plus kRingSocketSuffix
+//        (created beside it, with the same permission bits).
+//   iii. It sends one message: the token. The daemon answers one message:
+//        kHandoverOk with the ring's fd as SCM_RIGHTS ancillary data, or
+//        kHandoverRefused followed by the reason (an unknown or ended
+//        session), without an fd. The client maps the fd, closes it, and
+//        validates the header (below) before trusting a byte.
+//   iv.  A client that gets no answer within kHandoverTimeoutMs gives up
+//        with an error naming the ring socket.
+//
 // Every multi-byte field is little-endian host order; the daemon and the
 // client share a host. All sizes and offsets are in bytes.
 
@@ -97,7 +114,7 @@
 namespace stoker::ring {
 
 inline constexpr uint64_t kMagic = 0x314e49524b4f5453ULL;  // "STOKRIN1"
-inline constexpr uint32_t kLayoutVersion = 3;
+inline constexpr uint32_t kLayoutVersion = 4;  // 4: memfd rings, handed over
 inline constexpr uint64_t kPageBytes = 4096;
 inline constexpr uint64_t kHeaderBytes = 4096;
 inline constexpr uint32_t kMaxSlots = 256;
@@ -107,6 +124,12 @@ inline constexpr uint32_t kErrorBytes = 512;
 inline constexpr uint32_t kHeartbeatPeriodMs = 100;
 inline constexpr uint32_t kWaitBuckets = 32;
 inline constexpr uint32_t kMaxBoxesPerSample = 1u << 20;
+// The handover (see above).
+inline constexpr char kRingSocketSuffix[] = ".ring";
+inline constexpr uint32_t kRingTokenChars = 32;
+inline constexpr char kHandoverOk = 'K';
+inline constexpr char kHandoverRefused = 'R';
+inline constexpr uint32_t kHandoverTimeoutMs = 5000;
 
 // Bucket of a latency in the ring's wait histogram: 0 for under 2 us, b for
 // [2^b, 2^(b+1)) us, the last bucket open-ended.
@@ -175,7 +198,7 @@ struct RingHeader {
   uint64_t magic;
   uint32_t version;
   uint32_t header_bytes;        // == kHeaderBytes
-  uint64_t total_bytes;         // size of the shm object
+  uint64_t total_bytes;         // size of the ring's memory
   uint64_t descriptor_offset;   // page aligned
   uint64_t descriptor_stride;   // bytes per SlotDescriptor incl. its records
   uint64_t data_offset;         // page aligned

@@ -253,10 +253,37 @@ def make_dataset_fixture():
 
 
 def stoker_shm_objects() -> List[str]:
+    """Names in /dev/shm a stokerd could have made (rings are memfds now,
+    named nowhere: this stays empty)."""
     try:
         return sorted(f for f in os.listdir("/dev/shm") if f.startswith("stoker-"))
     except FileNotFoundError:
         return []
+
+
+def ring_mapping(ring_name: str, pid: str = "self") -> Optional[Tuple[int, int]]:
+    """(start, end) of a process's mapping of the ring labelled `ring_name`
+    ("memfd:stoker-<session>"), or None."""
+    with open(f"/proc/{pid}/maps") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) >= 6 and parts[5] == "/" + ring_name:
+                lo, hi = parts[0].split("-")
+                return int(lo, 16), int(hi, 16)
+    return None
+
+
+def ring_fd_path(pid: int, ring_name: str) -> Optional[str]:
+    """/proc/PID/fd/N of the daemon's fd of the ring `ring_name`, or None
+    (os.stat through it reads the memfd's size and allocated blocks)."""
+    fds = f"/proc/{pid}/fd"
+    for n in os.listdir(fds):
+        try:
+            if os.readlink(os.path.join(fds, n)).startswith("/" + ring_name + " "):
+                return os.path.join(fds, n)
+        except OSError:
+            pass
+    return None
 
 
 def _children(pid: int) -> List[int]:

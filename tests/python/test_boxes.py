@@ -287,7 +287,7 @@ def test_box_rules_drop_small_and_hidden_boxes(stoker, daemon_factory, tmp_path)
     make_coco(root, [(40, 80)] * 4, boxes_of)
     d = daemon_factory(workers=1, data_root=str(root))
     ops = [{"RandomCrop": {"size": [40, 40]}}]  # a 40x40 window of the 80-wide image
-    opts = dict(socket=d.socket, batch_size=4, shuffle=False, epochs=1,
+    opts = dict(socket=d.socket, batch_size=4, shuffle=False, epochs=1, seed=0,
                 annotations="instances.json", ops=ops, size=40)
     with stoker.Loader("images", **opts) as ld:
         base = next(ld.iter_batches()).targets

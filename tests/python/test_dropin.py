@@ -501,6 +501,7 @@ def test_a_distributed_sampler_is_read_and_its_set_epoch_followed(stoker, served
         assert ([x.indices.tolist() for x in a.iter_batches()]
                 == [x.indices.tolist() for x in b.iter_batches()])
     with pytest.raises(stoker.InvalidRequestError, match="(?s)sampler.*shuffle"):
-        stoker.Loader(ds, sampler=RandomSampler(ds), socket="/nonexistent.sock")
+        stoker.Loader(ds, sampler=RandomSampler(ds, replacement=True),
+                      socket="/nonexistent.sock")
     with pytest.raises(stoker.InvalidRequestError, match="disagree"):
         stoker.Loader(ds, sampler=sampler, world_size=4, socket="/nonexistent.sock")

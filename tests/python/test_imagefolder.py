@@ -271,7 +271,8 @@ def test_a_private_daemon_names_data_root_and_data_root_fixes_it(stoker, data, m
     monkeypatch.delenv("STOKER_SOCKET", raising=False)
     ds = os.path.join(data["root"], "classlink")
     with pytest.raises(stoker.InvalidRequestError, match=r"Loader\(data_root=\.\.\.\)"):
-        stoker.Loader(ds, batch_size=1, size=24, num_workers=1, epochs=1).attach()
+        stoker.Loader(ds, batch_size=1, size=24, num_workers=1, epochs=1,
+                      data_root=ds).attach()
     with stoker.Loader(ds, batch_size=1, size=24, num_workers=1, epochs=1,
                        data_root=data["top"]) as ld:
         assert sorted(int(y) for _, labels in ld for y in labels) == [0, 1]

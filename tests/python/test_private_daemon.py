@@ -16,7 +16,7 @@ import textwrap
 
 import pytest
 
-from conftest import make_dataset, stoker_shm_objects, wait_until
+from conftest import make_dataset, ring_fd_path, ring_mapping, stoker_shm_objects, wait_until
 
 pytest.importorskip("torch")
 
@@ -60,7 +60,8 @@ def test_loader_without_socket_starts_and_stops_a_private_daemon(stoker, no_sock
     assert os.stat(d.socket).st_mode & 0o777 == 0o600
     pid = d.proc.pid
     cfg = stoker.Client(d.socket).status()["config"]
-    assert cfg["data_root"] == os.path.realpath(small_set) and cfg["workers"] == 1
+    # Without data_root=, "/": the daemon reads what this user can (issue 34).
+    assert cfg["data_root"] == "/" and cfg["workers"] == 1
     a.close()
     assert _alive(pid)  # b still uses it
     b.close()
@@ -70,6 +71,7 @@ def test_loader_without_socket_starts_and_stops_a_private_daemon(stoker, no_sock
 
 
 def test_a_killed_trainer_leaves_nothing_behind(build_dir, no_socket_env, small_set):
+    shm_before = stoker_shm_objects()
     script = textwrap.dedent(f"""
         import sys, time
         sys.path.insert(0, {os.path.join(build_dir, "python")!r})
@@ -79,7 +81,7 @@ def test_a_killed_trainer_leaves_nothing_behind(build_dir, no_socket_env, small_
         it = iter(ld)
         next(it)
         (d,) = _private.running()
-        print(d.proc.pid, d.socket, ld.info["shm_name"], flush=True)
+        print(d.proc.pid, d.socket, ld.info["ring_name"], flush=True)
         time.sleep(600)
     """)
     p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
@@ -87,14 +89,16 @@ def test_a_killed_trainer_leaves_nothing_behind(build_dir, no_socket_env, small_
     try:
         line = p.stdout.readline().split()
         assert len(line) == 3, f"the trainer did not start: {line}"
-        pid, sock, shm = int(line[0]), line[1], line[2].lstrip("/")
-        assert _alive(pid) and os.path.exists(sock) and shm in stoker_shm_objects()
+        pid, sock, ring = int(line[0]), line[1], line[2]
+        # The ring is a memfd the daemon holds, named in no file system.
+        assert _alive(pid) and os.path.exists(sock) and ring_fd_path(pid, ring) is not None
+        assert stoker_shm_objects() == shm_before
         p.send_signal(signal.SIGKILL)
         p.wait(timeout=10)
         # The daemon sees its parent gone, drains and removes its ring and socket.
         wait_until(lambda: not _alive(pid), 20, "the private daemon to exit")
-        assert not os.path.exists(sock)
-        assert shm not in stoker_shm_objects()
+        assert not os.path.exists(sock) and not os.path.exists(sock + ".ring")
+        assert stoker_shm_objects() == shm_before
     finally:
         if p.poll() is None:
             p.kill()
@@ -157,9 +161,61 @@ def test_a_loader_collected_while_a_daemon_starts_releases_its_own(stoker, no_so
     assert d.proc is None and _private.running() == []
 
 
-def test_data_root_widens_a_private_daemon_for_a_symlink_farm(stoker, no_socket_env, tmp_path):
+def test_a_private_daemon_killed_by_the_oom_killer_leaves_no_ring_behind(stoker, no_socket_env,
+                                                                          small_set):
+    """SIGKILL, as the OOM killer sends it: the daemon cannot clean up, yet its
+    rings, memfds named nowhere, leave nothing in /dev/shm; the trainer holds
+    its mapping (and reads the batch it has) until it lets go, and gets a
+    clear error for the next."""
+    from stoker import _private
+    shm_before = stoker_shm_objects()
+    ld = stoker.Loader(small_set, batch_size=4, size=32, num_workers=1, epochs=None)
+    it = iter(ld)
+    images, _ = next(it)
+    (d,) = _private.running()
+    ring = ld.info["ring_name"]
+    assert ring.startswith("memfd:stoker-") and ring_mapping(ring) is not None
+    assert ring_fd_path(d.proc.pid, ring) is not None
+    os.kill(d.proc.pid, signal.SIGKILL)
+    d.proc.wait(timeout=10)
+    assert stoker_shm_objects() == shm_before
+    assert float(images.float().sum()) >= 0  # still readable
+    del images  # (batches made before the kill may still come; none may be held)
+    with pytest.raises(stoker.DaemonUnavailableError):
+        for _ in range(50):
+            next(it)
+    ld.close()
+    assert stoker_shm_objects() == shm_before
+
+
+def test_names_squatted_in_dev_shm_block_no_attach(stoker, daemon_factory, tmp_path):
+    """Another user could create /dev/shm/stoker-* names in advance, as the
+    rings were once named there; rings are memfds now, so no name can block
+    an attach."""
+    d = daemon_factory(workers=1)
+    make_dataset(os.path.join(d.data_root, "imgs"), classes=2, per_class=4, seed=3)
+    squatted = []
+    for tag in ("", d.pid):
+        for n in range(1, 6):
+            path = f"/dev/shm/stoker-{tag or 'x'}-{d.pid}-{n}"
+            with open(path, "w"):
+                pass
+            squatted.append(path)
+    try:
+        for _ in range(5):
+            with stoker.Loader("imgs", socket=d.socket, batch_size=4, size=32,
+                               epochs=1) as ld:
+                assert sum(len(y) for _, y in ld) == 8
+    finally:
+        for p in squatted:
+            os.unlink(p)
+
+
+def test_a_symlink_farm_works_with_a_private_daemon_and_data_root_confines_it(
+        stoker, no_socket_env, tmp_path):
     # An ImageFolder whose files are links into a pool beside it (git-annex,
-    # DVC, a subset of ImageNet made of links).
+    # DVC, a subset of ImageNet made of links): the private daemon reads
+    # what its user can, so it needs no data_root= (issue 34).
     pool = tmp_path / "pool"
     make_dataset(str(pool), classes=2, per_class=3, sizes=(40, 80), seed=33)
     farm = tmp_path / "farm"
@@ -167,15 +223,17 @@ def test_data_root_widens_a_private_daemon_for_a_symlink_farm(stoker, no_socket_
         os.makedirs(farm / cls)
         for name in sorted(os.listdir(pool / cls)):
             os.symlink(os.path.join("..", "..", "pool", cls, name), farm / cls / name)
-    with pytest.raises(stoker.InvalidRequestError, match="data root"):
-        next(iter(stoker.Loader(str(farm), batch_size=2, size=32, num_workers=1)))
+    with stoker.Loader(str(farm), batch_size=2, size=32, num_workers=1, epochs=1) as ld:
+        assert sum(len(labels) for _, labels in ld) == 6
     with stoker.Loader(str(farm), batch_size=2, size=32, num_workers=1, epochs=1,
                        data_root=str(tmp_path)) as ld:
         assert sum(len(labels) for _, labels in ld) == 6
+    # data_root= confines it: the links lead out of the farm.
+    with pytest.raises(stoker.InvalidRequestError, match="data root"):
+        next(iter(stoker.Loader(str(farm), batch_size=2, size=32, num_workers=1,
+                                data_root=str(farm))))
     with pytest.raises(stoker.InvalidRequestError, match="beneath"):
         stoker.Loader(str(farm), batch_size=2, data_root=str(pool)).attach()
-    with pytest.raises(stoker.InvalidRequestError, match="sidecar"):
-        stoker.Loader(str(farm), socket="/nonexistent.sock", data_root=str(tmp_path))
 
 
 def test_private_daemons_share_the_cpus_among_local_ranks(monkeypatch):

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import make_dataset, wait_until
+from conftest import make_dataset, ring_fd_path, wait_until
 
 BATCH = 16
 PER_EPOCH = 160  # 10 batches
@@ -62,7 +62,7 @@ def test_a_bursty_trainer_gets_a_deeper_ring_and_every_sample_once(stoker, daemo
         first = next(loader.iter_batches())  # the workers have mapped the ring
         del first
         st = session_status(stoker, d)
-        allocated = os.stat("/dev/shm" + st["shm_name"]).st_blocks * 512
+        allocated = os.stat(ring_fd_path(d.pid, st["ring_name"])).st_blocks * 512
         assert allocated <= int(st["ring_bytes"]) < info["slot_bytes"] * 5
 
         def deep():
@@ -76,9 +76,9 @@ def test_a_bursty_trainer_gets_a_deeper_ring_and_every_sample_once(stoker, daemo
         # A deeper ring holds more of /dev/shm: its depth's slots, not all 16.
         assert info["slot_bytes"] * st["ring_depth"] < int(st["ring_bytes"])
         assert int(st["ring_bytes"]) < info["slot_bytes"] * (st["ring_depth"] + 1)
-        # ... and /dev/shm agrees: the slots beyond the depth are holes, which
-        # neither the workers nor the client fault in.
-        allocated = os.stat("/dev/shm" + st["shm_name"]).st_blocks * 512
+        # ... and the ring's memory agrees: the slots beyond the depth are
+        # holes, which neither the workers nor the client fault in.
+        allocated = os.stat(ring_fd_path(d.pid, st["ring_name"])).st_blocks * 512
         assert info["slot_bytes"] * st["ring_depth"] < allocated <= int(st["ring_bytes"])
         # Through the change: each whole epoch is a permutation of the dataset.
         epochs.update(bursty(stoker, d, loader, lambda: False, 3))

@@ -144,26 +144,36 @@ def test_four_sessions_share_the_workers_fairly_and_a_slow_one_holds_back_only_i
 
 
 _TRUNCATING_TRAINER = r"""
-import os, sys, time
+import errno, os, sys
 import stoker
 c = stoker.Client(sys.argv[1])
 s = c.attach(sys.argv[2], batch_size=64, pipeline={"size": 64}, epochs=0,
              client_name="truncating-trainer")
-# While the workers fill the ring: cut it to nothing. This process must not
-# touch its mapping again (it would fault, as stokerd would have).
-fd = os.open("/dev/shm" + s.info["shm_name"], os.O_RDWR)
-os.ftruncate(fd, 0)
-print("truncated", flush=True)
-time.sleep(float(sys.argv[3]))
+# The ring's memory, through the mapping this process holds (a memfd is named
+# nowhere else), opened read-write: cutting it short must be refused.
+with open("/proc/self/maps") as f:
+    span = next(l.split()[0] for l in f if l.split()[5:6] == ["/" + s.info["ring_name"]])
+try:
+    fd = os.open("/proc/self/map_files/" + span, os.O_RDWR)
+except PermissionError:
+    print("skip: map_files needs CAP_SYS_ADMIN", flush=True)
+    sys.exit(0)
+for size in (0, 4096):
+    try:
+        os.ftruncate(fd, size)
+        print("truncated", flush=True)
+    except OSError as e:
+        print("refused" if e.errno == errno.EPERM else f"error {e}", flush=True)
+b = s.next(30000)
+print("next", b[0].shape, flush=True)
 """
 
 
-def test_a_trainer_that_truncates_its_ring_ends_only_its_own_session(
-        stoker, daemon_factory, many_data, build_dir):
-    """A ring is mapped read-write by its client, which can ftruncate it. The
-    daemon's and workers' stores into the cut-off pages must end that session
-    with a reason, not kill stokerd (every session) or a worker (a crash
-    counted against a good file)."""
+def test_a_trainer_cannot_cut_its_ring_short(stoker, daemon_factory, many_data, build_dir):
+    """A ring is mapped read-write by its client. It is a memfd sealed against
+    shrinking, so a trainer (a bug, or an attacker sharing the daemon) cannot
+    ftruncate it under the daemon and its workers, whose stores would fault;
+    the session goes on, and so do the others."""
     d = daemon_factory(workers=2, data_root=many_data)
     ds = os.path.join(many_data, "set")
     with stoker.Loader(ds, socket=d.socket, batch_size=4, size=32, seed=1, epochs=None,
@@ -171,19 +181,17 @@ def test_a_trainer_that_truncates_its_ring_ends_only_its_own_session(
         it = iter(ld)
         next(it)
         env = dict(os.environ, PYTHONPATH=os.path.join(build_dir, "python"))
-        for _attempt in range(2):
-            child = subprocess.run([sys.executable, "-c", _TRUNCATING_TRAINER, d.socket, ds, "2"],
-                                   env=env, capture_output=True, text=True, timeout=60)
-            assert child.returncode == 0 and "truncated" in child.stdout, child.stderr
-            assert d.proc.poll() is None, f"stokerd died\n{d.log_tail()}"
-        log = d.log()
-        assert log.count("its shared-memory ring was truncated by another process") == 2, \
-            d.log_tail()
+        child = subprocess.run([sys.executable, "-c", _TRUNCATING_TRAINER, d.socket, ds],
+                               env=env, capture_output=True, text=True, timeout=60)
+        assert child.returncode == 0, child.stderr
+        if child.stdout.startswith("skip"):
+            pytest.skip(child.stdout.strip())
+        assert child.stdout.split("\n")[:3] == ["refused", "refused", "next (64, 64, 64, 3)"], \
+            child.stdout
+        assert d.proc.poll() is None, f"stokerd died\n{d.log_tail()}"
         st = json.loads(d.ctl("status", "--json").stdout)
-        assert [s["client_name"] for s in st["sessions"]] == ["bystander"]
         for w in st["workers"]:
             assert int(w.get("crashes", 0)) == 0 and int(w.get("restarts", 0)) == 0, w
-        # The other trainer goes on.
         for _ in range(20):
             images, _labels = next(it)
             assert images.shape == (4, 32, 32, 3)

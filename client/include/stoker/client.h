@@ -123,7 +123,9 @@ struct AttachOptions {
 // What the daemon said at Attach, after defaults.
 struct SessionInfo {
   std::string session_id;
-  std::string shm_name;
+  // The ring's label ("memfd:stoker-<session>", as /proc/PID/maps shows it);
+  // the ring is named in no file system.
+  std::string ring_name;
   uint64_t dataset_size = 0;
   uint64_t shard_size = 0;         // this rank's samples per epoch
   uint64_t batches_per_epoch = 0;
@@ -377,6 +379,7 @@ class Client {
   Client() = default;
   std::shared_ptr<internal::RpcChannel> rpc_;
   ClientOptions options_;
+  std::string socket_path_;  // the daemon's Unix socket; the ring socket is beside it
 };
 
 }  // namespace stoker

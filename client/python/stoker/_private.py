@@ -87,10 +87,10 @@ def rank_cpu_share() -> Optional[float]:
 
 
 def data_root_for(dataset: str, data_root: Optional[str] = None) -> Tuple[str, str]:
-    """(data_root, dataset) for a private daemon: a folder is its own data
-    root; a manifest's or a shard pattern's is the folder it lies in.
-    `data_root` widens it (files that are links into another folder, manifest
-    entries with ``..``); the dataset must lie beneath it."""
+    """(data_root, dataset) for a private daemon. Without `data_root` the root
+    is "/": the daemon runs as this user and reads only what the user can, so
+    links into other trees, ``..`` entries and annotation files anywhere all
+    resolve. `data_root` confines it; the dataset must lie beneath it."""
     if "{" in dataset:  # WebDataset shards: "dir/train-{0000..0099}.tar"
         head, _, tail = dataset.partition("{")
         folder = os.path.realpath(os.path.dirname(head) or ".")
@@ -105,7 +105,9 @@ def data_root_for(dataset: str, data_root: Optional[str] = None) -> Tuple[str, s
             root = os.path.dirname(path)
         else:
             raise _native.InvalidRequestError(f"dataset {dataset!r} does not exist")
-    if data_root is not None:
+    if data_root is None:
+        root = "/"
+    else:
         wide = os.path.realpath(os.fspath(data_root))
         if not os.path.isdir(wide):
             raise _native.InvalidRequestError(f"data_root {data_root!r} is not a folder")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import gc
 import json
+import logging
 import os
+import signal
 import sys
 import threading
 import warnings
@@ -26,10 +28,41 @@ _torch = None  # imported on first use: `import stoker` does not pay for torch
 def _torch_module():
     global _torch
     if _torch is None:
-        import torch  # noqa: PLC0415
+        with _interrupts_deferred():
+            import torch  # noqa: PLC0415
 
         _torch = torch
     return _torch
+
+
+class _interrupts_deferred:
+    """Holds Ctrl-C back for the duration of a block that must not be cut in
+    two: a KeyboardInterrupt inside a first ``import torch`` leaves torch
+    half-imported for good (``name '_C' is not defined`` at the next import).
+    On the main thread, SIGINT's Python handler is swapped for one that only
+    notes it; the interrupt is raised (or the handler called) when the block
+    ends. (Masking the signal would not do: any other thread may take it.)"""
+
+    def __enter__(self) -> "_interrupts_deferred":
+        self._caught: List[Any] = []
+        self._old: Any = None
+        if threading.current_thread() is threading.main_thread():
+            try:
+                self._old = signal.signal(signal.SIGINT,
+                                          lambda *a: self._caught.append(a))
+            except ValueError:  # not the main interpreter
+                self._old = None
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._old is None:
+            return
+        signal.signal(signal.SIGINT, self._old)
+        if self._caught and exc[0] is None:
+            if self._old is signal.default_int_handler:
+                raise KeyboardInterrupt
+            if callable(self._old):
+                self._old(*self._caught[0])
 
 
 Images = Union["torch.Tensor", List["torch.Tensor"]]  # noqa: F821
@@ -235,9 +268,10 @@ _DEFAULT_RING_SLOTS = 0
 #: DataLoader keywords that stoker cannot honour: (the value that means
 #: "not used", so that it is accepted, and the stoker way).
 _DATALOADER_ONLY: Dict[str, Tuple[Any, str]] = {
-    "sampler": (None, "the daemon samples each epoch (a torch DistributedSampler is read: its "
-                "rank, num_replicas, shuffle, seed and set_epoch): use shuffle= and seed= for "
-                "the order and rank=/world_size= to shard it"),
+    "sampler": (None, "the daemon samples each epoch (torch's RandomSampler and "
+                "SequentialSampler are read as shuffle=True / False, a DistributedSampler as "
+                "its rank, num_replicas, shuffle, seed and set_epoch): use shuffle= and seed= "
+                "for the order and rank=/world_size= to shard it"),
     "batch_sampler": (None, "the daemon makes the batches: use batch_size= and drop_last="),
     "collate_fn": (None, "batches come from the ring already collated, (images, labels) "
                    "tensors (iter_batches() adds indices and statuses); no collate_fn runs. "
@@ -259,6 +293,39 @@ _DATALOADER_ONLY: Dict[str, Tuple[Any, str]] = {
 def _is_distributed_sampler(sampler: Any) -> bool:
     return any(c.__name__ == "DistributedSampler" and c.__module__.startswith("torch.")
                for c in type(sampler).__mro__) and hasattr(sampler, "epoch")
+
+
+def _plain_sampler_shuffle(sampler: Any, dataset: Any) -> Optional[bool]:
+    """torch's RandomSampler -> True, SequentialSampler -> False (what torch's
+    own reference scripts pass without DDP): the same orders as shuffle=.
+    None for any other sampler. A RandomSampler that draws with replacement
+    or another number of samples, or one over another dataset, is refused
+    by name: the daemon serves each sample once per epoch."""
+    names = [c.__name__ for c in type(sampler).__mro__
+             if c.__module__.startswith("torch.utils.data")]
+    if not names or names[0] not in ("RandomSampler", "SequentialSampler"):
+        return None
+    kind = names[0]
+    source = getattr(sampler, "data_source", dataset)
+    if source is not dataset:
+        raise _native.InvalidRequestError(
+            f"sampler={kind}(...) samples another dataset than the one given to the Loader")
+    if kind == "SequentialSampler":
+        return False
+    if getattr(sampler, "replacement", False):
+        raise _native.InvalidRequestError(
+            "sampler=RandomSampler(replacement=True) cannot be honoured: the daemon serves "
+            "every sample exactly once per epoch; use shuffle=True")
+    if getattr(sampler, "_num_samples", None) is not None:
+        raise _native.InvalidRequestError(
+            f"sampler=RandomSampler(num_samples={sampler._num_samples}) cannot be honoured: "
+            "the daemon serves every sample exactly once per epoch; use shuffle=True (a "
+            "subset: a manifest of those files)")
+    if getattr(sampler, "generator", None) is not None:
+        raise _native.InvalidRequestError(
+            "sampler=RandomSampler(generator=...) cannot be honoured: the order is drawn from "
+            "seed= and the epoch; give seed= instead")
+    return True
 
 
 def _refuse_dataloader_keywords(keywords: Dict[str, Any]) -> None:
@@ -570,7 +637,15 @@ class Loader:
         mean, std: per RGB channel, 3 values or 1 for all.
         seed: the order of epoch e is a permutation from (seed, e); a sample's
             augmentation is keyed by (seed, epoch, index): the same seed gives
-            the same batches whatever the daemon's worker count.
+            the same batches whatever the daemon's worker count, and
+            `load_state_dict` resumes exactly. None (the default), as
+            DataLoader's RandomSampler: one seed drawn from torch's global
+            RNG at the first attach, so ``torch.manual_seed`` reproduces a
+            run and an unseeded run differs from process to process (a
+            resumed run does not replay the first run's epoch 0); with more
+            than one rank, 0, as DistributedSampler's default (every rank
+            must shard the same permutation). `state_dict` records the seed
+            in use.
         epochs: epochs to serve; None: without end.
         rank, world_size: the global rank and world size, DistributedSampler's:
             each rank reads a disjoint 1/world_size of every epoch. None:
@@ -601,11 +676,16 @@ class Loader:
             less one; 0, DataLoader's "in the main process", means one: the
             daemon always decodes). A sidecar daemon has its own
             ``--workers``; then this is ignored.
-        data_root: the folder a private daemon may read beneath (None: the
-            dataset's folder, or the folder of its manifest or shards). Give a
-            wider one when the dataset's files are links into another folder
-            or its manifest names ``../`` paths. A sidecar has its own
-            ``--data-root``; then this is refused.
+        data_root: the folder a private daemon may read beneath. None: any
+            file this process's user may read (the private daemon runs as
+            that user, on an owner-only socket), so a dataset of links into
+            another tree, a manifest naming ``../`` paths and an
+            ``annotations=`` or ``masks=`` path anywhere all work; paths are
+            relative to the working folder. Give one to confine the daemon.
+            With a sidecar (``socket=`` or ``$STOKER_SOCKET``), which has its
+            own ``--data-root``: accepted when that root holds this folder
+            (the dataset is then sent as its absolute path; said once at
+            info level), refused naming both roots when it does not.
         pin_memory: DataLoader's: each CPU batch is copied into page-locked
             memory (``tensor.pin_memory()``) for faster, asynchronous copies to
             the GPU; the copy frees the ring slot at once. Without CUDA, one
@@ -694,7 +774,7 @@ class Loader:
         layout: Any = _UNSET,
         mean: Any = _UNSET,
         std: Any = _UNSET,
-        seed: int = 0,
+        seed: Optional[int] = None,
         epochs: Optional[int] = None,
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
@@ -739,7 +819,10 @@ class Loader:
         # shuffle/seed, and its set_epoch is followed (_follow_sampler).
         self._sampler = dataloader_keywords.pop("sampler", None)
         if self._sampler is not None:
-            if not _is_distributed_sampler(self._sampler):
+            order = _plain_sampler_shuffle(self._sampler, dataset)
+            if order is not None:  # RandomSampler / SequentialSampler: an order, nothing more
+                shuffle, self._sampler = order, None
+            elif not _is_distributed_sampler(self._sampler):
                 dataloader_keywords["sampler"], self._sampler = self._sampler, None  # refused
             else:
                 sm = self._sampler
@@ -813,10 +896,8 @@ class Loader:
         self.socket: Optional[str] = (os.fspath(socket) if socket
                                       else os.environ.get(SOCKET_ENV) or None)
         self._private_wanted = self.socket is None
-        if data_root is not None and not self._private_wanted:
-            raise _native.InvalidRequestError(
-                "data_root is for a private daemon; a sidecar stokerd has its own --data-root")
         self._private_root: Optional[str] = None if data_root is None else os.fspath(data_root)
+        self._sidecar_root_said = False
         self._private: Optional[_private.PrivateDaemon] = None
         self._private_path = ""  # the dataset as the private daemon sees it
         if num_workers is not None and int(num_workers) < 0:
@@ -841,8 +922,13 @@ class Loader:
         self._device_index: Optional[int] = _parse_device(device)
         self._mode = "cpu"  # 'cpu', 'cuda' or 'cpu_fallback'; set at attach
         self._staging_warned = False
+        # seed=None: drawn from torch's global RNG at the first attach
+        # (_draw_seed), unless sharded across ranks.
+        if seed is None and self.world_size > 1:
+            seed = 0
+        self._seed_known = seed is not None
         self._options: Dict[str, Any] = dict(
-            batch_size=batch_size, seed=seed, shuffle=bool(shuffle),
+            batch_size=batch_size, seed=0 if seed is None else int(seed), shuffle=bool(shuffle),
             epochs=0 if epochs is None else epochs, rank=self.rank,
             world_size=self.world_size, drop_last=bool(drop_last), ring_slots=ring_slots,
             failure_policy=failure_policy, register_ring_with_cuda=bool(register_ring),
@@ -857,7 +943,10 @@ class Loader:
         self._session: Optional[_native.Session] = None
         self._info: Optional[Dict[str, Any]] = None
         self._bpe = 0  # batches per epoch
-        self._next_global = 0  # the global batch number the session delivers next
+        # The global batch number the session began at; the one it delivers
+        # next is this plus the native session's count (_next_global), which
+        # no interrupt can get out of step with what the ring handed out.
+        self._session_origin = 0
         # Where the next iteration begins: an epoch is left only once all its
         # batches were yielded (an iteration stopped early is served again).
         self._next_epoch = 0
@@ -1054,6 +1143,8 @@ class Loader:
             # yields nothing).
             start_epoch, start_batch = self.epochs - 1, 0
         self._mode = self._resolve_mode()
+        if not self._seed_known:
+            self._draw_seed()
         dataset = self.dataset_path
         if self._private_wanted:
             if self._private is None:
@@ -1064,9 +1155,18 @@ class Loader:
             dataset = self._private_path
         if self._client is None:
             self._client = Client(self.socket)
+        options = dict(self._options)
+        if self._private_wanted:
+            # Paths the caller named are the caller's: relative to the working
+            # folder (the private daemon's root is "/" or data_root).
+            for key in ("annotations", "masks"):
+                if key in options and os.path.exists(options[key]):
+                    options[key] = os.path.abspath(options[key])
+        elif self._private_root is not None:
+            dataset = self._sidecar_dataset()
         self._session = self._client.attach(dataset, pipeline=self._daemon_request(),
                                             start_epoch=start_epoch, start_batch=start_batch,
-                                            **self._options)
+                                            **options)
         info = self._session.info
         try:
             info["effective_pipeline"] = json.loads(info.pop("effective_pipeline_json") or "{}")
@@ -1074,7 +1174,7 @@ class Loader:
             info["effective_pipeline"] = {}
         self._info = info
         self._bpe = info["batches_per_epoch"]
-        self._next_global = start_epoch * self._bpe + start_batch
+        self._session_origin = start_epoch * self._bpe + start_batch
         try:
             self._check_token_dataset_size()
             self._check_dataset_object()
@@ -1083,6 +1183,39 @@ class Loader:
             self.close()
             raise
         return self
+
+    def _sidecar_dataset(self) -> str:
+        """data_root= given while a sidecar serves: the dataset as the sidecar
+        should read it, if its --data-root holds data_root; else refused
+        naming both roots."""
+        assert self._client is not None and self._private_root is not None
+        theirs = str(self._client.status().get("config", {}).get("data_root") or "")
+        ours = os.path.realpath(self._private_root)
+        if not theirs or os.path.commonpath([os.path.realpath(theirs), ours]) != \
+                os.path.realpath(theirs):
+            raise _native.InvalidRequestError(
+                f"data_root={self._private_root!r} is for a private daemon, and this loader "
+                f"attaches to the stokerd at {self.socket!r}, whose --data-root is "
+                f"{theirs or '(unknown)'!r} and does not hold {ours!r}: start that stokerd "
+                "with a --data-root that holds it, or drop data_root= and give the dataset "
+                "relative to the sidecar's root")
+        path = self.dataset_path
+        if not os.path.isabs(path) and os.path.exists(path):
+            path = os.path.abspath(path)
+        if not self._sidecar_root_said:
+            self._sidecar_root_said = True
+            logging.getLogger("stoker").info(
+                "stoker.Loader: data_root=%r is served by the sidecar stokerd at %s, whose "
+                "--data-root %r holds it; reading %r", self._private_root, self.socket,
+                theirs, path)
+        return path
+
+    def _draw_seed(self) -> None:
+        """seed=None: one seed from torch's global RNG, drawn as RandomSampler
+        draws its own (a 63-bit int64)."""
+        torch = _torch or _torch_module()
+        self._options["seed"] = int(torch.empty((), dtype=torch.int64).random_().item())
+        self._seed_known = True
 
     def _check_dataset_object(self) -> None:
         """Once attached: the daemon must see the dataset an ImageFolder given
@@ -1140,6 +1273,8 @@ class Loader:
         iteration began. Ranks iterate in step, so rank 0's token restores
         every rank.
         """
+        if not self._seed_known:
+            self._draw_seed()  # the token must name the seed the run will use
         if self._in_epoch is not None and self._live_iterator() is not None:
             epoch, batch = self._in_epoch
         else:
@@ -1177,6 +1312,7 @@ class Loader:
         if int(state["seed"]) != o["seed"] and self._session is not None:
             self._drop_session()  # the order depends on the seed: attach anew
         o["seed"] = int(state["seed"])
+        self._seed_known = True
         with self._lock:
             self._next_epoch, self._resume_batch = epoch, batch
             self._epoch = epoch
@@ -1494,26 +1630,23 @@ class Loader:
                 return self._session.next(self.timeout_ms)
         return self._session.next(self.timeout_ms)
 
+    @property
+    def _next_global(self) -> int:
+        """The global batch number the session delivers next. Counted by the
+        native session: a Ctrl-C that lands after it handed a batch out and
+        before Python got it (the batch is lost with its lease) still counts
+        it, so the next iteration sees it must reattach (_begin_epoch)."""
+        s = self._session
+        return self._session_origin + (0 if s is None else int(s.delivered))
+
     def _next_raw(self) -> tuple:
         assert self._session is not None
         try:
-            raw = self._wait()
+            return self._wait()
         except _native.RingExhaustedError:
             # Leases may be held only by garbage cycles: collect and retry once.
             gc.collect()
-            raw = self._next_retry()
-        except _native.SampleError:
-            self._next_global += 1  # the failed batch was consumed
-            raise
-        self._next_global += 1
-        return raw
-
-    def _next_retry(self) -> tuple:
-        try:
             return self._wait()
-        except _native.SampleError:
-            self._next_global += 1
-            raise
 
     def _make(self, raw: tuple, views: bool) -> Any:
         images, labels, indices, planned, statuses, epoch, batch_in_epoch, sequence = raw[:8]
