@@ -92,15 +92,17 @@ LABEL org.opencontainers.image.title="stokerd" \
       io.stoker.socket="/run/stoker/stoker.sock" \
       io.stoker.data-root="/data" \
       io.stoker.user="10001:10001" \
-      io.stoker.shm-size="/dev/shm shared with the trainer, at least ring_slots x batch x H x W x 3 bytes per session (uint8): 4 x 256 x 224x224x3 = 154 MB; Docker's default 64 MB is too small (--shm-size)"
+      io.stoker.ring-memory="each session's ring is this container's memory (a memfd handed over the socket folder; no /dev/shm is shared): ring_slots x batch x H x W x 3 bytes per session (uint8), 4 x 256 x 224x224x3 = 154 MB"
 
 # stokerctl reads STOKER_SOCKET too, so `docker exec stoker stokerctl status` works.
 ENV STOKER_SOCKET=/run/stoker/stoker.sock \
     STOKER_DATA_ROOT=/data \
     STOKER_WORKERS=auto \
-    STOKER_INDEX_CACHE=/var/cache/stoker
+    STOKER_INDEX_CACHE=/var/cache/stoker \
+    STOKER_TRANSCODE_CACHE=/var/cache/stoker/transcode
 
-# /var/cache/stoker: dataset indexes, kept across restarts when it is a volume.
+# /var/cache/stoker: dataset indexes and the transcode cache's baseline copies
+# (transcode/), kept across restarts when it is a volume.
 VOLUME ["/run/stoker", "/data", "/var/cache/stoker"]
 USER 10001:10001
 WORKDIR /run/stoker

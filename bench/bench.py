@@ -119,6 +119,8 @@ class Daemon:
         cmd = [os.path.join(build, "server", "stokerd"), "--socket", self.socket,
                "--data-root", data_root, "--workers", str(workers), "--log-level", "info",
                *(extra or [])]
+        if not any(a.startswith("--transcode-cache") for a in extra or []):
+            cmd += ["--transcode-cache", "off"]  # the cache daemon is measured on its own
         with open(log_path, "ab") as lf:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=lf, stderr=lf)
         self.pid = self.proc.pid

@@ -13,6 +13,7 @@
 #   STOKER_LOG_LEVEL    --log-level
 #   STOKER_LOG_JSON=1   --log-json
 #   STOKER_INDEX_CACHE  --index-cache  (the image: /var/cache/stoker; "" for none)
+#   STOKER_TRANSCODE_CACHE --transcode-cache (the image: /var/cache/stoker/transcode; off for none)
 #
 # A flag given as an argument wins over the variable (stokerd refuses a flag
 # given twice, so the default is then left out). Arguments that do not start
@@ -35,6 +36,9 @@ given() {
 }
 
 # Prepended in reverse, so the command line reads in the order of the table.
+if [ -n "${STOKER_TRANSCODE_CACHE+set}" ] && ! given --transcode-cache "$@"; then
+  set -- --transcode-cache "$STOKER_TRANSCODE_CACHE" "$@"
+fi
 if [ -n "${STOKER_INDEX_CACHE+set}" ] && ! given --index-cache "$@"; then
   set -- --index-cache "$STOKER_INDEX_CACHE" "$@"
 fi

@@ -22,10 +22,12 @@ struct DaemonConfig {
   // Where dataset indexes are cached (see IndexOptions). Empty: none.
   std::string index_cache;
   // The transcode cache's folder (server/transcode_cache.h): baseline copies
-  // of the progressive files read. Empty: none. Created 0700.
+  // of the progressive files read. Empty: none. Created 0700. stokerd's
+  // default: the user's cache folder (main.cc).
   std::string transcode_cache;
-  // The bytes its copies may take at most (4 GiB).
-  uint64_t transcode_cache_bytes = 4ull << 30;
+  // The bytes its copies may take at most. 0: 4 GiB, and at most a quarter
+  // of its file system's free space when the daemon starts.
+  uint64_t transcode_cache_bytes = 0;
   // Decode/augment worker processes. 0: auto (server/autotuner.h): from 1,
   // grown while a trainer waits for data and it helps, shrunk when the
   // workers idle, within the CPU budget less the trainers' reserve.

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -68,6 +69,17 @@ absl::Status WritePrivateFile(const std::string& path, const std::string& text) 
   return absl::OkStatus();
 }
 
+
+// The transcode cache's budget when none is given: 4 GiB, and at most a
+// quarter of its file system's free space now.
+uint64_t DefaultTranscodeBudget(int dir_fd) {
+  uint64_t budget = uint64_t{4} << 30;
+  struct statvfs vfs;
+  if (::fstatvfs(dir_fd, &vfs) == 0) {
+    budget = std::min<uint64_t>(budget, uint64_t{vfs.f_bavail} * vfs.f_frsize / 4);
+  }
+  return budget;
+}
 
 // Memory a new ring may take (rings are memfds: memory_available.h).
 std::optional<uint64_t> RingMemoryAvailable() {
@@ -179,8 +191,11 @@ absl::Status Engine::Start() {
     if (fd.ok()) {
       transcode_cache_fd_ = UniqueFd(*fd);
       transcode_cache_dir_ = PosixCacheDir(transcode_cache_fd_.get());
-      transcode_cache_ = std::make_unique<TranscodeCache>(transcode_cache_dir_.get(),
-                                                          config_.transcode_cache_bytes);
+      if (config_.transcode_cache_bytes == 0) {
+        config_.transcode_cache_bytes = DefaultTranscodeBudget(transcode_cache_fd_.get());
+      }
+      transcode_cache_ = std::make_unique<TranscodeCache>(
+          transcode_cache_dir_.get(), config_.transcode_cache_bytes, clock_);
       if (absl::Status st = transcode_cache_->Load(); !st.ok()) fd = st;
     }
     if (!fd.ok()) {
@@ -561,6 +576,9 @@ void Engine::RemoveSessionLocked(const std::string& id, const std::string& why,
   m.ring_id = s->number;
   pool_->SendAll(&m, sizeof(m), -1);
   EndSession(*s, why, batch_, &in_flight_);
+  v1::SessionStatus final_status;
+  ExportSession(*s, clock_->NowNs(), false, &final_status);
+  dataset_totals_.Retire(final_status);
   removed->push_back(s);
   cv_.notify_all();
 }
@@ -689,10 +707,17 @@ void Engine::OnResultLocked(uint32_t w, const worker::ResultMsg& r) {
     cr.key = CacheKey{r.cache_key_hi, r.cache_key_lo};
     cr.entry_bytes = r.cache_entry_bytes;
     cr.bytes_written = r.cache_bytes_written;
-    cr.write_failed = r.cache_write_failed != 0;
+    cr.write_errno = static_cast<int>(r.cache_write_errno);
     cr.temp_left = r.cache_temp_left != 0;
     cr.transcode_ns = r.transcode_ns;
-    transcode_cache_->OnReport(cr);
+    if (transcode_cache_->OnReport(cr)) {
+      const TranscodeCache::Stats cs = transcode_cache_->stats();
+      spdlog::warn(
+          "transcode cache {}: writing a copy failed: {}; no copies are made for {} s (files it "
+          "cannot keep are decoded from their originals, not re-coded), then it tries again",
+          config_.transcode_cache, cs.writes_paused_reason,
+          (cs.writes_paused_until_ns - clock_->NowNs() + 999'999'999) / 1'000'000'000);
+    }
   }
   auto it = in_flight_.find(r.task_id);
   if (it == in_flight_.end()) return;  // its session is gone
@@ -809,7 +834,8 @@ v1::StatusResponse Engine::GetStatus(bool include_failures, bool include_dataset
   r.set_worker_restarts_total(pool_ != nullptr ? pool_->restarts_total() : 0);
   ExportReadahead(prefetch_.get(), config_, r.mutable_readahead());
   if (transcode_cache_ != nullptr) {
-    ExportTranscodeCache(transcode_cache_->stats(), config_, r.mutable_transcode_cache());
+    ExportTranscodeCache(transcode_cache_->stats(), config_, clock_->NowNs(),
+                         r.mutable_transcode_cache());
   }
   if (config_.decode_calibration) {
     ExportDecodeCalibration(decode_calibration_, decode_calibration_source_,
@@ -826,6 +852,7 @@ v1::StatusResponse Engine::GetStatus(bool include_failures, bool include_dataset
     ExportAutotuneLocked(r.mutable_autotune());
   }
   for (auto& [id, s] : sessions_) ExportSession(*s, now, include_failures, r.add_sessions());
+  dataset_totals_.Export(r.sessions(), r.mutable_dataset_totals());
   if (include_dataset_failures) ExportDatasetFailures(failure_memory_, &r);
   return r;
 }

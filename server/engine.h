@@ -71,6 +71,7 @@
 #include "server/cpu_budget.h"
 #include "server/dataset/dataset.h"
 #include "server/dataset_registry.h"
+#include "server/dataset_totals.h"
 #include "server/failure_memory.h"
 #include "server/image/decode_planner.h"
 #include "server/prefetch.h"
@@ -238,6 +239,7 @@ class Engine {
   // Failures by dataset, beyond the sessions that hit them (bounds:
   // server/failure_memory.h).
   FailureMemory failure_memory_ ABSL_GUARDED_BY(mu_);
+  DatasetTotals dataset_totals_ ABSL_GUARDED_BY(mu_);  // per-dataset counters that only grow
   uint64_t next_session_number_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t next_task_id_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t sessions_total_ ABSL_GUARDED_BY(mu_) = 0;

@@ -47,8 +47,10 @@ int main(int argc, char** argv) {
   stoker::DaemonConfig c;
   if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg == '/') {
     c.index_cache = std::string(xdg) + "/stoker/index";
+    c.transcode_cache = std::string(xdg) + "/stoker/transcode";
   } else if (const char* home = std::getenv("HOME"); home != nullptr && *home == '/') {
     c.index_cache = std::string(home) + "/.cache/stoker/index";
+    c.transcode_cache = std::string(home) + "/.cache/stoker/transcode";
   }
   CLI::App app{"stokerd: decodes and augments JPEG datasets into shared-memory rings"};
   app.set_version_flag("--version", std::string(STOKER_VERSION));
@@ -60,12 +62,13 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--transcode-cache", c.transcode_cache,
                  "keep lossless baseline copies of progressive JPEGs in this folder (created "
-                 "0700; later epochs decode the copies, 2-3x faster); off by default");
-  double transcode_cache_mb = static_cast<double>(c.transcode_cache_bytes >> 20);
-  app.add_option("--transcode-cache-mb", transcode_cache_mb,
-                 "the transcode cache's copies take at most this many MiB (a fraction is fine)")
-      ->check(CLI::NonNegativeNumber)
+                 "0700; later epochs decode the copies, 2-3x faster); 'off' (or '') for none")
       ->capture_default_str();
+  double transcode_cache_mb = 0;
+  app.add_option("--transcode-cache-mb", transcode_cache_mb,
+                 "the transcode cache's copies take at most this many MiB (a fraction is fine; "
+                 "0: 4096, and at most a quarter of its file system's free space at start-up)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--metrics-addr", c.metrics_addr,
                  "serve Prometheus metrics at http://HOST:PORT/metrics (e.g. 0.0.0.0:9464)");
   app.add_option("--status-addr", c.status_addr,
@@ -146,6 +149,7 @@ int main(int argc, char** argv) {
   c.readahead_bytes = readahead_mb << 20;
   c.shm_budget_bytes = static_cast<uint64_t>(shm_budget_mb * 1048576.0);
   c.decode_calibration = decode_calibration == "on";
+  if (c.transcode_cache == "off") c.transcode_cache.clear();
   c.transcode_cache_bytes = static_cast<uint64_t>(transcode_cache_mb * 1048576.0);
 
   auto logger = spdlog::stderr_logger_mt("stokerd");

@@ -167,6 +167,45 @@ std::string RenderMetrics(const v1::StatusResponse& st) {
                absl::StrCat(labels[i], ",reason=\"", Escape(reason), "\""), count);
     }
   }
+  // Daemon-wide, per dataset: they only grow (server/dataset_totals.h).
+  struct Total {
+    const char* name;
+    const char* help;
+    double (*get)(const v1::DatasetTotals&);
+  };
+  static const Total kPerDataset[] = {
+      {"dataset_sessions_total", "Sessions attached to the dataset.",
+       [](const v1::DatasetTotals& t) { return double(t.sessions()); }},
+      {"dataset_samples_delivered_total", "Samples of the dataset decoded into rings.",
+       [](const v1::DatasetTotals& t) { return double(t.samples_delivered()); }},
+      {"dataset_samples_replaced_total", "Samples delivered in place of a failed one.",
+       [](const v1::DatasetTotals& t) { return double(t.samples_replaced()); }},
+      {"dataset_batches_delivered_total", "Batches of the dataset made ready.",
+       [](const v1::DatasetTotals& t) { return double(t.batches_delivered()); }},
+      {"dataset_bytes_read_total", "Bytes of the dataset the workers read.",
+       [](const v1::DatasetTotals& t) { return double(t.bytes_read()); }},
+      {"dataset_decode_seconds_total", "The workers' decode time on the dataset.",
+       [](const v1::DatasetTotals& t) { return t.decode_seconds(); }},
+  };
+  for (const Total& c : kPerDataset) {
+    w.Family(c.name, "counter", c.help);
+    for (const v1::DatasetTotals& t : st.dataset_totals()) {
+      w.Sample(c.name, absl::StrCat("dataset=\"", Escape(t.dataset()), "\""), c.get(t));
+    }
+  }
+  w.Family("dataset_samples_failed_total", "counter",
+           "Sample failures of the dataset by reason (each try counts).");
+  for (const v1::DatasetTotals& t : st.dataset_totals()) {
+    std::vector<std::pair<std::string, uint64_t>> by(t.failed_by_reason().begin(),
+                                                     t.failed_by_reason().end());
+    std::sort(by.begin(), by.end());
+    for (const auto& [reason, count] : by) {
+      w.Sample("dataset_samples_failed_total",
+               absl::StrCat("dataset=\"", Escape(t.dataset()), "\",reason=\"", Escape(reason),
+                            "\""),
+               count);
+    }
+  }
   w.Family("trainer_wait_seconds", "histogram",
            "The trainer's wait for each batch (the data stall), per batch.");
   for (int i = 0; i < n; ++i) w.Histogram("trainer_wait_seconds", labels[i], st.sessions(i).client_wait());

@@ -9,7 +9,13 @@
 //               batches_produced_total, batches_consumed_total,
 //               bytes_read_total, trainer_wait_seconds_total (the data
 //               stall), worker_restarts_total, sessions_attached_total,
-//               sessions_reclaimed_total, readahead_bytes_read_total
+//               sessions_reclaimed_total, readahead_bytes_read_total;
+//               daemon-wide per dataset (label dataset; they only grow, ended
+//               sessions included: StatusResponse.dataset_totals):
+//               dataset_sessions_total, dataset_samples_delivered_total,
+//               dataset_samples_replaced_total, dataset_samples_failed_total
+//               {reason}, dataset_batches_delivered_total,
+//               dataset_bytes_read_total, dataset_decode_seconds_total
 //   gauges      up (1), info{version}, sessions, workers (active),
 //               workers_max (what the autotuner may use now), cpu_budget,
 //               shm_budget_bytes, shm_used_bytes,

@@ -24,7 +24,7 @@ void ExportReadahead(const Prefetcher* prefetch, const DaemonConfig& config,
 }
 
 void ExportTranscodeCache(const TranscodeCache::Stats& st, const DaemonConfig& config,
-                          v1::TranscodeCacheStatus* tc) {
+                          int64_t now_ns, v1::TranscodeCacheStatus* tc) {
   tc->set_dir(config.transcode_cache);
   tc->set_budget_bytes(st.budget_bytes);
   tc->set_bytes(st.bytes);
@@ -41,6 +41,11 @@ void ExportTranscodeCache(const TranscodeCache::Stats& st, const DaemonConfig& c
   tc->set_evictions(st.evictions);
   tc->set_loaded_entries(st.loaded_entries);
   tc->set_transcode_seconds(st.transcode_ns / 1e9);
+  tc->set_write_pauses(st.write_pauses);
+  tc->set_writes_paused_reason(st.writes_paused_reason);
+  if (st.writes_paused_until_ns > now_ns) {
+    tc->set_writes_resume_in_seconds((st.writes_paused_until_ns - now_ns) / 1e9);
+  }
 }
 
 void ExportDecodeCalibration(const image::DecodeCalibration& cal, const std::string& source,

@@ -31,9 +31,10 @@ inline constexpr size_t kMaxFailuresListed = 1000;
 void ExportReadahead(const Prefetcher* prefetch, const DaemonConfig& config,
                      v1::ReadaheadStatus* out);
 
-// The transcode cache's settings and counters.
+// The transcode cache's settings and counters (`now_ns` on the engine's
+// clock, for how long writes stay paused).
 void ExportTranscodeCache(const TranscodeCache::Stats& stats, const DaemonConfig& config,
-                          v1::TranscodeCacheStatus* out);
+                          int64_t now_ns, v1::TranscodeCacheStatus* out);
 
 // The start-up calibration of the DCT scales: one DecodeScaleCost per scale
 // measured, in its order, `disabled` from cal.disabled_dct_scales.

@@ -283,7 +283,8 @@ absl::StatusOr<int> OpenCacheDirectory(const std::string& path) {
 
 std::unique_ptr<CacheDir> PosixCacheDir(int dir_fd) { return std::make_unique<PosixDir>(dir_fd); }
 
-TranscodeCache::TranscodeCache(CacheDir* dir, uint64_t budget_bytes) : dir_(dir) {
+TranscodeCache::TranscodeCache(CacheDir* dir, uint64_t budget_bytes, Clock* clock)
+    : dir_(dir), clock_(clock != nullptr ? clock : SystemClock()) {
   stats_.budget_bytes = budget_bytes;
 }
 
@@ -312,6 +313,7 @@ absl::Status TranscodeCache::Load() {
 
 bool TranscodeCache::WritesAllowed() const {
   absl::MutexLock l(&mu_);
+  if (clock_->NowNs() < stats_.writes_paused_until_ns) return false;
   if (!lru_.empty() && !lru_.front().used) return true;
   const uint64_t typical = lru_.empty() ? 0 : stats_.bytes / lru_.size();
   return stats_.bytes + typical < stats_.budget_bytes;
@@ -345,8 +347,9 @@ void TranscodeCache::EvictLocked() {
   }
 }
 
-void TranscodeCache::OnReport(const CacheReport& r) {
-  if (r.event == kCacheNone) return;
+bool TranscodeCache::OnReport(const CacheReport& r) {
+  if (r.event == kCacheNone) return false;
+  bool paused = false;
   const std::string name = CacheEntryName(r.key);
   absl::MutexLock l(&mu_);
   stats_.transcode_ns += r.transcode_ns;
@@ -369,8 +372,9 @@ void TranscodeCache::OnReport(const CacheReport& r) {
         stats_.bytes_written += r.bytes_written;
         TouchLocked(name, r.bytes_written);
         EvictLocked();
-      } else if (r.write_failed) {
+      } else if (r.write_errno != 0) {
         ++stats_.write_failures;
+        paused = PauseWritesLocked(r.write_errno);
       } else {
         ++stats_.writes_refused;
       }
@@ -380,11 +384,30 @@ void TranscodeCache::OnReport(const CacheReport& r) {
       break;
   }
   stats_.entries = lru_.size();
+  return paused;
+}
+
+bool TranscodeCache::PauseWritesLocked(int err) {
+  const int64_t now = clock_->NowNs();
+  if (now < stats_.writes_paused_until_ns) return false;  // in-flight writes of the same pause
+  const int64_t pause = next_pause_ns_;
+  next_pause_ns_ = std::min(kMaxWritePauseNs, 2 * next_pause_ns_);
+  stats_.writes_paused_until_ns = now + pause;
+  const char* name = ::strerrorname_np(err);
+  stats_.writes_paused_reason =
+      absl::StrCat(std::strerror(err), " (", name != nullptr ? name : "errno", ")");
+  ++stats_.write_pauses;
+  return true;
 }
 
 TranscodeCache::Stats TranscodeCache::stats() const {
   absl::MutexLock l(&mu_);
-  return stats_;
+  Stats st = stats_;
+  if (clock_->NowNs() >= st.writes_paused_until_ns) {  // writes are back on
+    st.writes_paused_until_ns = 0;
+    st.writes_paused_reason.clear();
+  }
+  return st;
 }
 
 }  // namespace stoker

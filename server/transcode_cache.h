@@ -55,6 +55,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "server/clock.h"
 
 namespace stoker {
 
@@ -142,7 +143,7 @@ struct CacheReport {
   CacheKey key;
   uint64_t entry_bytes = 0;    // kCacheHit: the entry's size
   uint64_t bytes_written = 0;  // kCacheMiss: the copy written (0: none)
-  bool write_failed = false;   // kCacheMiss: writing the copy failed
+  int write_errno = 0;         // kCacheMiss: writing the copy failed, with this errno
   bool temp_left = false;      // the failed write left CacheTempName(key)
   uint64_t transcode_ns = 0;   // re-coding the original (0: none)
 };
@@ -181,6 +182,12 @@ class TranscodeCache {
     uint64_t writes = 0;
     uint64_t bytes_written = 0;
     uint64_t write_failures = 0;  // writing a copy failed (EACCES, ENOSPC, ...)
+    uint64_t write_pauses = 0;    // times a failed write turned writes off for a while
+    // While writes are off after a failed write: why ("No space left on
+    // device (ENOSPC)"), and when they come back on (the clock's ns). Empty
+    // and 0 while writes are on.
+    std::string writes_paused_reason;
+    int64_t writes_paused_until_ns = 0;
     uint64_t writes_refused = 0;  // misses not written: no room in the budget, or another
                                   // worker was writing the same entry
     uint64_t bad_entries = 0;
@@ -189,15 +196,24 @@ class TranscodeCache {
     uint64_t transcode_ns = 0;    // the workers' re-coding time, all told
   };
 
-  // `dir` is borrowed and must outlive this.
-  TranscodeCache(CacheDir* dir, uint64_t budget_bytes);
+  // A write that fails (a full disk, a quota, a read-only folder) turns
+  // writes off for this long, doubled at each failure in a row up to
+  // kMaxWritePauseNs: while they are off no worker re-codes a file it could
+  // not keep, so a cache that cannot grow is never slower than none.
+  static constexpr int64_t kWritePauseNs = 60'000'000'000;
+  static constexpr int64_t kMaxWritePauseNs = 3600'000'000'000;
+
+  // `dir` and `clock` are borrowed and must outlive this (clock: nullptr
+  // for the system's).
+  TranscodeCache(CacheDir* dir, uint64_t budget_bytes, Clock* clock = nullptr);
 
   // Indexes DIR: entries by name (oldest mtime least recently used),
   // temporaries removed, other files left alone; then evicts down to the
   // budget. Errors: the listing's.
   absl::Status Load() ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Whether the next task may write a copy: while one more entry of the
+  // Whether the next task may write a copy: never while writes are paused
+  // (kWritePauseNs); else while one more entry of the
   // mean size fits in the budget, or while the least recently used entry
   // has not been used since Load (an earlier run's, which may be evicted).
   // So entries this run uses are not pushed out by new ones (only by a
@@ -209,8 +225,10 @@ class TranscodeCache {
   // A worker's report: counts it, touches or indexes the entry, deletes a
   // bad entry or a temporary left behind, and after a write evicts least
   // recently used entries until the bytes are within the budget (an entry
-  // larger than the whole budget goes at once).
-  void OnReport(const CacheReport& r) ABSL_LOCKS_EXCLUDED(mu_);
+  // larger than the whole budget goes at once). A failed write pauses
+  // writes; true when this report began a pause (the caller logs it once,
+  // with stats().writes_paused_reason).
+  bool OnReport(const CacheReport& r) ABSL_LOCKS_EXCLUDED(mu_);
 
   Stats stats() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -225,9 +243,12 @@ class TranscodeCache {
   void TouchLocked(const std::string& name, uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RemoveLocked(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EvictLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool PauseWritesLocked(int err) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   CacheDir* const dir_;
+  Clock* const clock_;
   mutable absl::Mutex mu_;
+  int64_t next_pause_ns_ ABSL_GUARDED_BY(mu_) = kWritePauseNs;
   Lru lru_ ABSL_GUARDED_BY(mu_);
   std::unordered_map<std::string, Lru::iterator> by_name_ ABSL_GUARDED_BY(mu_);
   Stats stats_ ABSL_GUARDED_BY(mu_);

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -231,7 +232,7 @@ TEST_CASE("Bad entries and failed writes are deleted and counted") {
   CacheReport failed;
   failed.event = kCacheMiss;
   failed.key = Key(2);
-  failed.write_failed = true;
+  failed.write_errno = EACCES;
   failed.temp_left = true;
   dir.files[CacheTempName(Key(2))] = {10, 0};
   cache.OnReport(failed);
@@ -243,6 +244,46 @@ TEST_CASE("Bad entries and failed writes are deleted and counted") {
   CHECK(st.write_failures == 1);
   CHECK(st.entries == 1);
   CHECK(st.bytes == 200);
+}
+
+TEST_CASE("A write that fails (a full disk) pauses writes, longer each time, and says why") {
+  FakeDir dir;
+  FakeClock clock;
+  TranscodeCache cache(&dir, 1 << 30, &clock);
+  REQUIRE(cache.Load().ok());
+  CHECK(cache.WritesAllowed());
+  CacheReport full;
+  full.event = kCacheMiss;
+  full.key = Key(3);
+  full.write_errno = ENOSPC;
+  CHECK(cache.OnReport(full));  // begins a pause: the caller logs it
+  CHECK_FALSE(cache.OnReport(full));  // another in-flight write of the same pause: counted only
+  CHECK_FALSE(cache.WritesAllowed());  // no file is re-coded that cannot be kept
+  TranscodeCache::Stats st = cache.stats();
+  CHECK(st.write_failures == 2);
+  CHECK(st.write_pauses == 1);
+  CHECK(st.writes_paused_reason == "No space left on device (ENOSPC)");
+  CHECK(st.writes_paused_until_ns == clock.NowNs() + TranscodeCache::kWritePauseNs);
+  clock.AdvanceMs(TranscodeCache::kWritePauseNs / 1'000'000 - 1);
+  CHECK_FALSE(cache.WritesAllowed());
+  clock.AdvanceMs(1);
+  CHECK(cache.WritesAllowed());  // tries again
+  CHECK(cache.stats().writes_paused_reason.empty());
+  // Still full: a pause twice as long.
+  full.write_errno = EDQUOT;
+  CHECK(cache.OnReport(full));
+  st = cache.stats();
+  CHECK(st.writes_paused_until_ns == clock.NowNs() + 2 * TranscodeCache::kWritePauseNs);
+  CHECK(st.writes_paused_reason == "Disk quota exceeded (EDQUOT)");
+  // Hits go on while writes are off.
+  cache.OnReport(Hit(9, 100));
+  CHECK(cache.stats().hits == 1);
+  // Pauses never grow past the cap.
+  for (int i = 0; i < 12; ++i) {
+    clock.AdvanceMs(TranscodeCache::kMaxWritePauseNs / 1'000'000);
+    cache.OnReport(full);
+  }
+  CHECK(cache.stats().writes_paused_until_ns == clock.NowNs() + TranscodeCache::kMaxWritePauseNs);
 }
 
 TEST_CASE("OpenCacheDirectory makes an owner-only folder and the real one lists it") {

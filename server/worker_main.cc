@@ -293,17 +293,20 @@ class CacheClient {
     if (!fd.valid()) {
       // EEXIST: another worker is writing this entry (or a crashed one left
       // its temporary, removed at the next start-up).
-      r->cache_write_failed = errno != EEXIST;
+      r->cache_write_errno = errno != EEXIST ? static_cast<uint32_t>(errno) : 0;
       return true;
     }
-    bool ok = stoker::WriteAll(fd.get(), envelope_.data(), envelope_.size());
-    ok = (::close(fd.Release()) == 0) && ok;
-    ok = ok && ::renameat(kTranscodeCacheFd, temp.c_str(), kTranscodeCacheFd,
-                          CacheEntryName(key_).c_str()) == 0;
-    if (ok) {
+    int err = 0;
+    if (!stoker::WriteAll(fd.get(), envelope_.data(), envelope_.size())) err = errno;
+    if (::close(fd.Release()) != 0 && err == 0) err = errno;
+    if (err == 0 && ::renameat(kTranscodeCacheFd, temp.c_str(), kTranscodeCacheFd,
+                               CacheEntryName(key_).c_str()) != 0) {
+      err = errno;
+    }
+    if (err == 0) {
       r->cache_bytes_written = envelope_.size();
     } else {
-      r->cache_write_failed = 1;
+      r->cache_write_errno = static_cast<uint32_t>(err != 0 ? err : EIO);
       r->cache_temp_left = 1;
     }
     r->transcode_ns = static_cast<uint64_t>(MonotonicNs() - t0);  // and the write

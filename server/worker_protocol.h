@@ -148,7 +148,7 @@ struct ResultMsg {
   uint64_t cache_key_lo = 0;
   uint64_t cache_entry_bytes = 0;
   uint64_t cache_bytes_written = 0;
-  uint32_t cache_write_failed = 0;
+  uint32_t cache_write_errno = 0;  // writing the copy failed: its errno (0: it did not)
   uint32_t cache_temp_left = 0;
   uint64_t transcode_ns = 0;  // re-coding the file and writing its entry
   uint64_t input_bytes = 0;   // of the file, member or cache copy read

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -79,6 +80,12 @@ std::unique_ptr<Daemon> Daemon::Start(const std::string& data_root, const Option
                                    std::to_string(o.workers), "--log-level", "debug",
                                    // a cache of its own: never the user's ~/.cache
                                    "--index-cache", d->dir_.path() + "/index"};
+  // The transcode cache is on by default (in ~/.cache): off unless asked.
+  if (std::none_of(o.extra_args.begin(), o.extra_args.end(), [](const std::string& a) {
+        return a.rfind("--transcode-cache", 0) == 0;
+      })) {
+    args.insert(args.end(), {"--transcode-cache", "off"});
+  }
   args.insert(args.end(), o.extra_args.begin(), o.extra_args.end());
   // Flags for every test daemon, from the environment: scripts/sanitize.sh
   // passes --no-worker-sandbox (ASan's longjmp hook needs sigaltstack, which

@@ -256,6 +256,12 @@ std::string RenderStatus(const v1::StatusResponse& s, size_t width) {
          absl::StrCat("refused ", tc.writes_refused())},
         width);
     out += "\n";
+    if (!tc.writes_paused_reason().empty()) {
+      out += absl::StrFormat(
+          "  transcode cache writes paused: %s; back on in %.0f s (files it cannot keep are "
+          "decoded from their originals)\n",
+          tc.writes_paused_reason(), tc.writes_resume_in_seconds());
+    }
   }
   if (s.has_autotune()) {
     const v1::AutotuneStatus& at = s.autotune();

@@ -38,6 +38,10 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import pytest
+
+# The transcode cache is on by default, in ~/.cache: the private daemons of
+# the tests run without it unless a test sets this itself.
+os.environ.setdefault("STOKER_TRANSCODE_CACHE", "off")
 from PIL import Image
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -346,6 +350,9 @@ class Daemon:
         if not any(a.startswith("--index-cache") for a in self.extra_args):
             # A cache of its own (kept across restarts): never the user's ~/.cache.
             cmd += ["--index-cache", os.path.join(self.workdir, "index")]
+        if not any(a.startswith("--transcode-cache") for a in self.extra_args):
+            # The cache is on by default (in ~/.cache): tests that want it say so.
+            cmd += ["--transcode-cache", "off"]
         if not any(a.startswith("--decode-calibration") for a in self.extra_args):
             # Measured afresh per daemon it could differ between two daemons
             # a test compares; tests/python/test_decode_calibration.py turns it on.

@@ -72,10 +72,28 @@ def test_metrics_equal_the_status(stoker, daemon_factory):
         r'^stoker_stage_seconds_bucket\{[^}]*stage="decode",le="[^"]+"\} (\S+)$', text, re.M)]
     assert buckets == sorted(buckets) and buckets[-1] == decodes
 
-    # After the session: its series are gone, the daemon's stay.
+    # The daemon-wide totals per dataset equal the session's while it runs.
+    ds = {"dataset": s["dataset"]}
+    assert value(text, "stoker_dataset_samples_delivered_total", **ds) == int(s["samples_produced"])
+    assert value(text, "stoker_dataset_samples_failed_total", reason="unimplemented", **ds) == 1
+
+    # After the session: its series are gone, the daemon's stay, and the
+    # dataset's totals keep what it did.
     after = scrape(port)
     assert "stoker_samples_delivered_total{" not in after
     assert value(after, "stoker_sessions_attached_total") == 1
+    assert value(after, "stoker_dataset_samples_delivered_total", **ds) == int(s["samples_produced"])
+    assert value(after, "stoker_dataset_samples_replaced_total", **ds) == 2
+    assert value(after, "stoker_dataset_sessions_total", **ds) == 1
+    assert value(after, "stoker_dataset_bytes_read_total", **ds) == int(s["bytes_read"])
+    assert value(after, "stoker_dataset_decode_seconds_total", **ds) > 0
+    # A second session adds to them: they only grow (rate() over a day works).
+    with stoker.Loader("imgs", socket=d.socket, batch_size=4, size=32, epochs=1) as ld:
+        assert sum(len(y) for _, y in ld) == 24
+    again = scrape(port)
+    assert (value(again, "stoker_dataset_samples_delivered_total", **ds)
+            == 2 * int(s["samples_produced"]))
+    assert value(again, "stoker_dataset_sessions_total", **ds) == 2
     with pytest.raises(urllib.error.HTTPError) as e:
         scrape(port, "/")
     assert e.value.code == 404

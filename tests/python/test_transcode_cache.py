@@ -256,7 +256,12 @@ def test_unwritable_cache_costs_only_the_cache(daemon_factory, folder, reference
     os.rmdir(cache_dir)
     assert _epoch(stoker, d) == reference
     tc = _cache(d)
-    assert tc["write_failures"] == len(progressive) and tc["writes"] == 0
+    # The first failure turns writes off (the ones already in flight fail
+    # too): the other files are decoded from their originals, not re-coded.
+    assert 1 <= tc["write_failures"] < len(progressive) and tc["writes"] == 0
+    assert tc["write_failures"] + tc["writes_refused"] == tc["misses"] == len(progressive)
+    assert tc["write_pauses"] == 1
+    assert tc["writes_paused_reason"] == "No such file or directory (ENOENT)"
     assert tc["entries"] == 0
     if os.geteuid() != 0:
         ro = os.path.join(tmp_short, "ro")
@@ -265,6 +270,81 @@ def test_unwritable_cache_costs_only_the_cache(daemon_factory, folder, reference
                             extra_args=["--transcode-cache", ro])
         assert _epoch(stoker, d2) == reference
         assert _cache(d2)["write_failures"] == len(progressive)
+
+
+def test_a_full_disk_turns_writes_off_for_a_while_never_slower_than_no_cache(
+        daemon_factory, folder, reference, stoker, tmp_short):
+    """A cache folder on a file system with room for a few copies at most: the
+    first ENOSPC turns writes off (logged once, with the reason, named in the
+    status), and no later epoch re-codes a file it cannot keep."""
+    _, progressive = folder
+    mnt = os.path.join(tmp_short, "small")
+    os.mkdir(mnt)
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48k,mode=0700", "tmpfs", mnt],
+                      capture_output=True).returncode != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    try:
+        cache_dir = os.path.join(mnt, "cache")
+        # A budget the disk cannot hold (a disk others fill up after start-up;
+        # without --transcode-cache-mb the budget is a quarter of its free space).
+        d = daemon_factory(workers=2, extra_args=["--transcode-cache", cache_dir,
+                                                  "--transcode-cache-mb", "64"])
+        _dataset(d, folder)
+        assert _epoch(stoker, d) == reference
+        first = _cache(d)
+        assert first["write_pauses"] == 1 and first["write_failures"] >= 1
+        assert first["writes_paused_reason"] == "No space left on device (ENOSPC)"
+        assert 0 < float(first["writes_resume_in_seconds"]) <= 60
+        assert first["misses"] == len(progressive)
+        for _ in range(2):
+            assert _epoch(stoker, d) == reference
+        later = _cache(d)
+        # Writes stayed off: no more failures, and no file was re-coded again
+        # (the re-coding time did not grow: each later miss decoded the original).
+        assert later["write_failures"] == first["write_failures"]
+        assert float(later["transcode_seconds"]) == float(first["transcode_seconds"])
+        assert later["misses"] - first["misses"] == 2 * (len(progressive) - first["entries"])
+        log = d.log()
+        assert log.count("writing a copy failed") == 1, d.log_tail()
+        assert "No space left on device (ENOSPC)" in log
+        st = d.ctl("status").stdout
+        assert "transcode cache writes paused: No space left on device (ENOSPC)" in st
+    finally:
+        for dd in list(daemon_factory.daemons):
+            dd.stop()
+        subprocess.run(["umount", mnt], check=False)
+
+
+def test_the_cache_is_on_by_default_in_the_users_cache_folder(stoker, folder, monkeypatch,
+                                                               tmp_short):
+    """stokerd's default (and so the private daemon's): HOME/.cache/stoker/
+    transcode, within 4 GiB and a quarter of its file system's free space;
+    STOKER_TRANSCODE_CACHE=off (stokerd --transcode-cache off) refuses it."""
+    pytest.importorskip("torch")
+    root, progressive = folder
+    home = os.path.join(tmp_short, "home")
+    os.mkdir(home)
+    monkeypatch.delenv("STOKER_SOCKET", raising=False)
+    monkeypatch.delenv("STOKER_TRANSCODE_CACHE", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HOME", home)
+    ld = stoker.Loader(root, batch_size=BATCH, pipeline="eval", size=48, num_workers=1,
+                       epochs=1, shuffle=False)
+    try:
+        assert sum(len(labels) for _, labels in ld) == 16
+        tc = stoker.Client(ld.socket).status()["transcode_cache"]
+    finally:
+        ld.close()
+    cache_dir = os.path.join(home, ".cache", "stoker", "transcode")
+    assert tc["dir"] == cache_dir
+    free = os.statvfs(cache_dir).f_bavail * os.statvfs(cache_dir).f_frsize
+    assert 0 < int(tc["budget_bytes"]) <= min(4 << 30, free // 4 + (64 << 20))
+    assert len(_entries(cache_dir)) == len(progressive)
+    monkeypatch.setenv("STOKER_TRANSCODE_CACHE", "off")
+    with stoker.Loader(root, batch_size=BATCH, pipeline="eval", size=48, num_workers=1,
+                       epochs=1) as ld:
+        ld.attach()
+        assert "transcode_cache" not in stoker.Client(ld.socket).status()
 
 
 def test_private_daemon_keeps_a_cache_when_asked(stoker, folder, monkeypatch, tmp_short):

@@ -29,7 +29,8 @@ from . import _native
 #: Names the stokerd executable explicitly (overrides the search below).
 STOKERD_ENV = "STOKERD"
 #: A folder: private daemons keep baseline copies of progressive JPEGs there
-#: (stokerd --transcode-cache), bounded by $STOKER_TRANSCODE_CACHE_MB MiB.
+#: (stokerd --transcode-cache; unset: stokerd's default, the user's cache
+#: folder; "off": none), bounded by $STOKER_TRANSCODE_CACHE_MB MiB.
 TRANSCODE_CACHE_ENV = "STOKER_TRANSCODE_CACHE"
 TRANSCODE_CACHE_MB_ENV = "STOKER_TRANSCODE_CACHE_MB"
 
@@ -145,11 +146,12 @@ class PrivateDaemon:
         share = rank_cpu_share() if self.workers == "auto" else None
         if share is not None:
             cmd += ["--cpu-budget", f"{share:g}"]
-        # stokerd --transcode-cache (README "Transcode cache"): off unless asked.
+        # stokerd --transcode-cache (README "Transcode cache"): on by default,
+        # in the user's cache folder.
         if os.environ.get(TRANSCODE_CACHE_ENV):
             cmd += ["--transcode-cache", os.environ[TRANSCODE_CACHE_ENV]]
-            if os.environ.get(TRANSCODE_CACHE_MB_ENV):
-                cmd += ["--transcode-cache-mb", os.environ[TRANSCODE_CACHE_MB_ENV]]
+        if os.environ.get(TRANSCODE_CACHE_MB_ENV):
+            cmd += ["--transcode-cache-mb", os.environ[TRANSCODE_CACHE_MB_ENV]]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE, close_fds=True,
                                      start_new_session=True)  # Ctrl-C reaches the trainer only
