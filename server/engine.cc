@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "server/attach_plan.h"
+#include "server/display_name.h"
 #include "server/liveness.h"
 #include "server/memory_available.h"
 #include "server/ring_handover.h"
@@ -628,7 +629,7 @@ absl::Status Engine::KeepAlive(const std::string& session_id,
     if (ended) {
       v1::SessionEvent e;
       e.set_kind(v1::SessionEvent::KIND_ENDED);
-      e.set_message(reason);
+      e.set_message(DisplayName(reason));
       send(e);
       return absl::OkStatus();
     }

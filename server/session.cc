@@ -7,6 +7,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "server/dataset/sampler.h"
+#include "server/display_name.h"
 #include "server/liveness.h"
 #include "spdlog/spdlog.h"
 #include "stoker/ring_futex.h"
@@ -293,8 +294,9 @@ void FailSample(DaemonSession& s, SampleTask& t, const std::string& reason, Batc
     f.error = absl::StrCat("sample ", t.index, " (", path, ") failed: ", reason);
     v1::SessionEvent e;
     e.set_kind(v1::SessionEvent::KIND_SAMPLE_FAILED);
-    e.set_message(f.error);
-    e.set_path(path);
+    e.set_message(DisplayName(f.error));
+    e.set_path(DisplayName(path));
+    if (e.path() != path) e.set_path_bytes(path);
     e.set_dataset_index(t.index);
     s.events.push_back(std::move(e));
     if (ctx.on_event) ctx.on_event();

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "server/display_name.h"
 #include "server/latency.h"
 
 namespace stoker {
@@ -22,6 +23,17 @@ void ExportReadahead(const Prefetcher* prefetch, const DaemonConfig& config,
   ra->set_window_bytes(st.window_bytes);
   ra->set_window_bytes_max(st.window_bytes_max);
 }
+
+namespace {
+
+// A file-system name in a status: its display form, and its bytes when the
+// two differ (server/display_name.h).
+void SetName(const std::string& name, std::string* display, std::string* bytes) {
+  *display = DisplayName(name);
+  if (*display != name) *bytes = name;
+}
+
+}  // namespace
 
 void ExportTranscodeCache(const TranscodeCache::Stats& st, const DaemonConfig& config,
                           int64_t now_ns, v1::TranscodeCacheStatus* tc) {
@@ -114,7 +126,7 @@ void ExportSession(const DaemonSession& s, int64_t now, bool include_failures,
   ss->set_client_pid(s.req.client_pid());
   ss->set_rank(s.plan.sampler.rank);
   ss->set_world_size(s.plan.sampler.world_size);
-  ss->set_dataset(s.dataset->name());
+  SetName(s.dataset->name(), ss->mutable_dataset(), ss->mutable_dataset_bytes());
   *ss->mutable_pipeline() = s.plan.request.pipeline.effective;
   *ss->mutable_requested_pipeline() = s.req.pipeline();
   ss->set_batch_size(s.plan.sampler.batch_size);
@@ -183,8 +195,8 @@ void ExportSession(const DaemonSession& s, int64_t now, bool include_failures,
     for (const auto& [index, f] : s.failures) {
       if (n++ >= kMaxFailuresListed) break;
       auto* fr = ss->add_failures();
-      fr->set_path(f.path);
-      fr->set_reason(f.reason);
+      SetName(f.path, fr->mutable_path(), fr->mutable_path_bytes());
+      fr->set_reason(DisplayName(f.reason));
       fr->set_count(f.count);
       fr->set_dataset_index(index);
     }
@@ -194,7 +206,7 @@ void ExportSession(const DaemonSession& s, int64_t now, bool include_failures,
 void ExportDatasetFailures(const FailureMemory& memory, v1::StatusResponse* r) {
   for (const DatasetFailureLog& d : memory.datasets()) {
     auto* df = r->add_dataset_failures();
-    df->set_dataset(d.dataset);
+    SetName(d.dataset, df->mutable_dataset(), df->mutable_dataset_bytes());
     df->set_samples_failed(d.samples_failed);
     df->set_failures_not_kept(d.failures_not_kept);
     std::vector<const std::pair<const std::string, FailureEntry>*> order;
@@ -204,8 +216,8 @@ void ExportDatasetFailures(const FailureMemory& memory, v1::StatusResponse* r) {
               [](const auto* a, const auto* b) { return a->second.index < b->second.index; });
     for (const auto* kv : order) {
       auto* fr = df->add_failures();
-      fr->set_path(kv->first);
-      fr->set_reason(kv->second.reason);
+      SetName(kv->first, fr->mutable_path(), fr->mutable_path_bytes());
+      fr->set_reason(DisplayName(kv->second.reason));
       fr->set_count(kv->second.count);
       fr->set_dataset_index(kv->second.index);
     }

@@ -103,8 +103,12 @@ PyObject* ExceptionFor(const absl::Status& s, Where where) {
 // Sets the Python error for `s` (with `.code`) and throws so pybind11 lets
 // it propagate. Needs the GIL.
 [[noreturn]] void Raise(PyObject* type, const std::string& message, const std::string& code) {
-  py::object inst = py::reinterpret_steal<py::object>(
-      PyObject_CallFunction(type, "s#", message.data(), static_cast<Py_ssize_t>(message.size())));
+  // A message may quote a file name that is not UTF-8: its bytes as \xNN.
+  py::object text = py::reinterpret_steal<py::object>(PyUnicode_DecodeUTF8(
+      message.data(), static_cast<Py_ssize_t>(message.size()), "backslashreplace"));
+  if (!text) throw py::error_already_set();
+  py::object inst =
+      py::reinterpret_steal<py::object>(PyObject_CallFunctionObjArgs(type, text.ptr(), nullptr));
   if (!inst) throw py::error_already_set();
   py::setattr(inst, "code", py::str(code));
   PyErr_SetObject(type, inst.ptr());
@@ -191,6 +195,16 @@ Layout ToLayout(py::handle v) {
   return static_cast<Layout>(l);  // client.h's values are the ring's
 }
 
+// A file-system name given as str (encoded as os.fsencode does: surrogates
+// back to their bytes) or bytes.
+std::string FsName(py::handle v, const std::string& what) {
+  if (PyBytes_Check(v.ptr())) return py::cast<std::string>(v);
+  if (!PyUnicode_Check(v.ptr())) RaiseInvalid(what + " must be a str or bytes (a path)");
+  py::object b = py::reinterpret_steal<py::object>(PyUnicode_EncodeFSDefault(v.ptr()));
+  if (!b) throw py::error_already_set();
+  return py::cast<std::string>(b);
+}
+
 AttachOptions ParseAttach(const std::string& dataset, const py::kwargs& kw) {
   AttachOptions o;
   o.dataset = dataset;
@@ -209,12 +223,10 @@ AttachOptions ParseAttach(const std::string& dataset, const py::kwargs& kw) {
                                         {"coco", DatasetFormat::kCoco},
                                         {"paired_folders", DatasetFormat::kPairedFolders}});
     } else if (key == "annotations") {
-      if (!PyUnicode_Check(v.ptr())) RaiseInvalid("annotations must be a str (a COCO JSON path)");
-      o.annotations = py::cast<std::string>(v);
+      o.annotations = FsName(v, "annotations (a COCO JSON path)");
     } else if (key == "masks" || key == "image_suffix" || key == "mask_suffix") {
-      if (!PyUnicode_Check(v.ptr())) RaiseInvalid(key + " must be a str");
       (key == "masks" ? o.masks : key == "image_suffix" ? o.image_suffix : o.mask_suffix) =
-          py::cast<std::string>(v);
+          FsName(v, key);
     } else if (key == "pipeline_json") {
       // The keywords go to the C++ client as they are: it (through
       // stoker/pipeline_spec.h) alone knows their defaults and checks.
@@ -361,7 +373,14 @@ class PySession {
     d["mask_dtype"] = i.mask_dtype == 0 ? py::object(py::none())
                       : py::object(py::str(i.mask_dtype == 4 ? "uint16" : "uint8"));
     d["box_stride"] = i.box_stride;
-    d["class_names"] = i.class_names;
+    // File-system names: bytes, decoded as os.fsdecode does (a name that is
+    // not UTF-8 keeps its bytes as surrogates, as os.listdir gives it).
+    py::list classes;
+    for (const std::string& c : i.class_names) {
+      classes.append(py::reinterpret_steal<py::object>(
+          PyUnicode_DecodeFSDefaultAndSize(c.data(), static_cast<Py_ssize_t>(c.size()))));
+    }
+    d["class_names"] = classes;
     d["effective_pipeline_json"] = i.effective_pipeline_json;
     return d;
   }
@@ -825,8 +844,8 @@ class PyClient {
     }
   }
 
-  std::unique_ptr<PySession> Attach(const std::string& dataset, const py::kwargs& kw) {
-    AttachOptions o = ParseAttach(dataset, kw);
+  std::unique_ptr<PySession> Attach(const py::object& dataset, const py::kwargs& kw) {
+    AttachOptions o = ParseAttach(FsName(dataset, "dataset"), kw);
     absl::StatusOr<std::unique_ptr<Session>> s;
     {
       py::gil_scoped_release nogil;

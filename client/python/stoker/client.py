@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 from typing import Any, Dict, Mapping, Optional, Union
@@ -10,6 +11,26 @@ from . import _native
 
 #: The environment variable naming the daemon's socket when none is given.
 SOCKET_ENV = "STOKER_SOCKET"
+
+
+def _exact_names(status: Dict[str, Any]) -> None:
+    """File-system names that are not UTF-8 come in the status as a display
+    form (their bad bytes as \\xNN) beside their bytes (base64 in JSON): the
+    name becomes the str os.fsdecode makes of the bytes, as os.listdir and
+    torchvision give it (os.fsencode gives the bytes back)."""
+    def fix(obj: Dict[str, Any], key: str) -> None:
+        raw = obj.pop(key + "_bytes", None)
+        if raw:  # (JSON gives every field: "" when the name is UTF-8)
+            obj[key] = os.fsdecode(base64.b64decode(raw))
+
+    for s in status.get("sessions", ()):
+        fix(s, "dataset")
+        for f in s.get("failures", ()):
+            fix(f, "path")
+    for d in status.get("dataset_failures", ()):
+        fix(d, "dataset")
+        for f in d.get("failures", ()):
+            fix(f, "path")
 
 
 def resolve_socket(socket: Optional[str]) -> str:
@@ -49,6 +70,7 @@ class Client:
         when the daemon cannot be reached.
         """
         d = json.loads(self._native.status_json(include_failures))
+        _exact_names(d)
         cfg = d.get("config_json")
         if cfg:
             try:
