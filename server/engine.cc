@@ -411,7 +411,8 @@ void Engine::DeepenRingsLocked(int64_t now_ns) {
       continue;
     }
     if (absl::Status st = s->ring->Commit(want); !st.ok()) {
-      spdlog::warn("session {}: ring stays at {} batches: {}", id, from, std::string(st.message()));
+      s->depth_policy->Failed(want, std::string(st.message()), now_ns);
+      spdlog::warn("session {}: {}", id, s->depth_policy->reason());
       continue;
     }
     if (!SetDepth(*s, want)) continue;  // the client is behind a change: next tick

@@ -156,7 +156,7 @@ std::string RenderMetrics(const v1::StatusResponse& st) {
     for (int i = 0; i < n; ++i) w.Sample(c.name, labels[i], c.get(st.sessions(i)));
   }
   w.Family("samples_failed_total", "counter",
-           "Sample failures by reason (each try counts; see SessionStatus.failed_by_reason).");
+           "Planned samples that failed, by reason (see SessionStatus.failed_by_reason).");
   for (int i = 0; i < n; ++i) {
     // Sorted by reason: a map's order is unspecified.
     std::vector<std::pair<std::string, uint64_t>> by(st.sessions(i).failed_by_reason().begin(),
@@ -194,7 +194,7 @@ std::string RenderMetrics(const v1::StatusResponse& st) {
     }
   }
   w.Family("dataset_samples_failed_total", "counter",
-           "Sample failures of the dataset by reason (each try counts).");
+           "Planned samples of the dataset that failed, by reason.");
   for (const v1::DatasetTotals& t : st.dataset_totals()) {
     std::vector<std::pair<std::string, uint64_t>> by(t.failed_by_reason().begin(),
                                                      t.failed_by_reason().end());

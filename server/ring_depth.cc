@@ -46,6 +46,13 @@ uint32_t RingDepthPolicy::Observe(const RingDepthSample& s, uint32_t room) {
   return want;
 }
 
+void RingDepthPolicy::Failed(uint32_t wanted, const std::string& why, int64_t now_ns) {
+  reason_ = absl::StrFormat("deepening %u -> %u batches failed: %s; the ring stays at %u",
+                            depth_, wanted, why, depth_);
+  bursty_windows_ = 0;
+  hold_until_ns_ = now_ns + kDepthDwellNs;
+}
+
 void RingDepthPolicy::Deepened(uint32_t depth, int64_t now_ns) {
   depth_ = depth;
   bursty_windows_ = 0;

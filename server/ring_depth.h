@@ -52,6 +52,10 @@ class RingDepthPolicy {
   // for this ring now. The caller says Deepened() once it has moved.
   uint32_t Observe(const RingDepthSample& s, uint32_t room);
   void Deepened(uint32_t depth, int64_t now_ns);
+  // The deepening Observe asked for could not be made (its memory could not
+  // be reserved: `why`): the reason says so, and the policy holds off as
+  // after a change (kDepthDwellNs) before it asks again.
+  void Failed(uint32_t wanted, const std::string& why, int64_t now_ns);
 
   uint32_t depth() const { return depth_; }
   uint32_t max_depth() const { return max_depth_; }

@@ -148,6 +148,33 @@ TEST_CASE("the ring deepens only as far as its slots and the budget allow") {
   }
 }
 
+TEST_CASE("a deepening that cannot be reserved (ENOSPC) is said so, and tried again later") {
+  RingDepthPolicy p(4, 16);
+  // Two bursty windows: the policy asks for 8.
+  RingDepthSample x;
+  CHECK(p.Observe(x, 64) == 0);  // the first window starts
+  uint32_t want = 0;
+  for (int i = 1; i <= 2 && want == 0; ++i) {
+    x.now_ns = i * kDepthWindowNs;
+    x.wait_ns += kDepthWindowNs / 5;  // waited 20%
+    x.full_ns += kDepthWindowNs / 5;  // and full 20% of the time
+    want = p.Observe(x, 64);
+  }
+  REQUIRE(want == 8);
+  CHECK(p.reason().find("4 -> 8 batches of prefetch") != std::string::npos);
+  p.Failed(8, "reserving 1234 more bytes of shared memory: No space left on device", x.now_ns);
+  // The reason no longer announces what did not happen.
+  CHECK(p.reason() ==
+        "deepening 4 -> 8 batches failed: reserving 1234 more bytes of shared memory: No space "
+        "left on device; the ring stays at 4");
+  CHECK(p.depth() == 4);
+  // It holds off for the dwell, then may ask again.
+  x.now_ns += kDepthWindowNs;
+  x.wait_ns += kDepthWindowNs / 5;
+  x.full_ns += kDepthWindowNs / 5;
+  CHECK(p.Observe(x, 64) == 0);
+}
+
 // The depth protocol: batches n go to SlotOf(word, n); the daemon changes
 // the word as RingDepth's rules say. Every batch's slot was last held by a
 // batch at least the first depth before it (so a client holding fewer than

@@ -259,18 +259,27 @@ bool CompleteSample(DaemonSession& s, SampleTask& t, const worker::ResultMsg& r,
 
 void FailSample(DaemonSession& s, SampleTask& t, const std::string& reason, BatchContext& ctx,
                 const std::string& kind) {
-  ++s.failed_by_kind[kind];
   BatchFill& f = s.filling[t.seq];
   const std::string path = s.dataset->display(t.index);
+  // Counted once where the trainer sees it (the planned sample, replaced or
+  // failed); a replacement that fails too is a replacement failure, and its
+  // file is known bad from then on (listed, never chosen again).
+  const bool planned = t.replacements == 0;
   FailureRecord& rec = s.failures[t.index];
-  if (rec.count++ == 0) {
+  if (rec.path.empty()) {
     rec.path = path;
     rec.reason = reason;
     spdlog::warn("session {}: sample {} ({}) failed: {}", s.id, t.index, path, reason);
   }
-  ctx.failure_memory->Remember(s.dataset->name(), t.index, path, reason);
-  ++s.samples_failed;
-  ++ctx.samples_failed_total;
+  if (planned) {
+    ++rec.count;
+    ++s.failed_by_kind[kind];
+    ++s.samples_failed;
+    ++ctx.samples_failed_total;
+    ctx.failure_memory->Remember(s.dataset->name(), t.index, path, reason);
+  } else {
+    ++s.replacement_failures;
+  }
   const uint64_t shard_size = s.plan.shard_size;
   if (!s.plan.request.policy_error && t.replacements < kMaxReplacements) {
     // Replace it by the next sample of the shard not known to be bad: the

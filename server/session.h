@@ -155,8 +155,9 @@ struct DaemonSession {
   uint64_t batches_produced = 0;
   uint64_t batches_consumed = 0;
   uint64_t samples_produced = 0;
-  uint64_t samples_failed = 0;
+  uint64_t samples_failed = 0;  // planned samples that failed (replaced or not)
   uint64_t samples_replaced = 0;
+  uint64_t replacement_failures = 0;  // replacements that failed too (tried again)
   uint32_t current_epoch = 0;
   std::map<uint64_t, FailureRecord> failures;  // by dataset index
   std::deque<v1::SessionEvent> events;  // for the KeepAlive stream
@@ -179,7 +180,7 @@ struct DaemonSession {
   uint64_t transcode_ns = 0;
   // The ring's client_wait_ns at the autotuner's last tick.
   uint64_t tuned_wait_ns = 0;
-  // Failed samples by FailSample's `kind` (each try counts).
+  // Failed planned samples by FailSample's `kind`.
   std::map<std::string, uint64_t> failed_by_kind;
   // Bytes of input the workers read for this session (files, members, or
   // transcode cache copies).
@@ -259,7 +260,10 @@ size_t BuildTaskMsg(const DaemonSession& s, const SampleTask& t, const TaskOptio
 bool CompleteSample(DaemonSession& s, SampleTask& t, const worker::ResultMsg& r, BatchContext& ctx);
 
 // `t` failed for `reason` (step 3): remembered (session and daemon), then
-// replaced and queued again at the front, or failed for good. `kind` is the
+// replaced and queued again at the front, or failed for good. Counted (the
+// session's samples_failed, the file's count, failed_by_kind, the daemon's
+// memory) once per planned sample, where the trainer sees it; a failed
+// replacement counts in replacement_failures only. `kind` is the
 // reason's class, counted per session (DaemonSession::failed_by_kind; the
 // metrics' `reason` label): the worker's status code in lower case
 // ("data_loss", "invalid_argument", ...), "worker_crash", "bad_result",

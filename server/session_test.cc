@@ -148,15 +148,21 @@ TEST_CASE("skip policy: a failed sample is replaced from its shard and the batch
   CHECK(recs[1].dataset_index == 3);
   CHECK(recs[1].label == 0);  // 3 % 3
   CHECK(recs[1].bytes == 192);
-  CHECK(f.s->samples_failed == 2);
+  // Counted once, as the trainer sees it: one sample replaced. The failed
+  // replacement is counted apart, and its file is known bad from now on.
+  CHECK(f.s->samples_failed == 1);
   CHECK(f.s->samples_replaced == 1);
-  CHECK(f.ctx.samples_failed_total == 2);
+  CHECK(f.s->replacement_failures == 1);
+  CHECK(f.ctx.samples_failed_total == 1);
   REQUIRE(f.s->failures.count(1) == 1);
   CHECK(f.s->failures.at(1).reason == "corrupt");
+  CHECK(f.s->failures.at(1).count == 1);
   CHECK(f.s->failures.at(2).reason == "also corrupt");
+  CHECK(f.s->failures.at(2).count == 0);  // not planned here: a replacement's try
+  CHECK(f.s->failed_by_kind.at("other") == 1);
   REQUIRE(f.memory.datasets().size() == 1);
   CHECK(f.memory.datasets().front().dataset == "list.txt");
-  CHECK(f.memory.datasets().front().samples_failed == 2);
+  CHECK(f.memory.datasets().front().samples_failed == 1);
   CHECK(f.events == 0);  // events are for the error policy
 }
 

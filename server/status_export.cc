@@ -135,6 +135,7 @@ void ExportSession(const DaemonSession& s, int64_t now, bool include_failures,
   ss->set_batches_consumed(std::min(consumed, s.batches_produced));
   ss->set_samples_produced(s.samples_produced);
   ss->set_samples_failed(s.samples_failed);
+  ss->set_replacement_failures(s.replacement_failures);
   ss->set_samples_replaced(s.samples_replaced);
   ss->set_current_epoch(s.current_epoch);
   ss->set_ring_slots(s.plan.slots());

@@ -309,6 +309,15 @@ WorkerDeath WorkerPool::Bury(uint32_t id, const std::string& cause, bool shuttin
 std::vector<uint32_t> WorkerPool::Supervise(bool shutting_down) {
   std::vector<uint32_t> started;
   const int64_t now = clock_->NowNs();
+  // The daemon did not run for a while (SIGSTOP, a frozen container, a
+  // starved host): the workers' silence over that time is not theirs.
+  const int64_t gap = last_supervise_ns_ == 0 ? 0 : now - last_supervise_ns_;
+  last_supervise_ns_ = now;
+  if (gap > kStalledNs) {
+    spdlog::info("stokerd did not run for {} ms (stopped?); the workers' task clocks move on",
+                 gap / 1000000);
+    for (auto& wp : workers_) wp->last_progress_ns += gap;
+  }
   for (auto& wp : workers_) {
     WorkerSlot& w = *wp;
     if (!w.dead && !w.in_flight.empty() && !w.hung &&

@@ -191,7 +191,9 @@ class WorkerPool {
   // says what it held. `shutting_down`: not logged, no restart counted. A
   // retiring worker's death retires its slot (not logged, not restarted).
   WorkerDeath Bury(uint32_t id, const std::string& cause, bool shutting_down);
-  // Kills workers with no progress for task_timeout_ms; asks retiring
+  // Kills workers with no progress for task_timeout_ms (not counting time
+  // the daemon itself did not run: a gap of over kStalledNs between two
+  // calls, as after SIGSTOP, is added to every worker's clock); asks retiring
   // workers that hold no task to exit; unless `shutting_down`, starts dead
   // slots whose time has come. Returns the ids started (the caller tells
   // them the rings).
@@ -212,6 +214,10 @@ class WorkerPool {
   Clock* const clock_;
   Poller* const poller_;
   const uint32_t task_timeout_ms_;
+  // Supervise runs every loop (at least every 50 ms): a longer gap is the
+  // daemon's own.
+  static constexpr int64_t kStalledNs = 2'000'000'000;
+  int64_t last_supervise_ns_ = 0;
   std::vector<std::unique_ptr<WorkerSlot>> workers_;
   uint64_t restarts_total_ = 0;
 };

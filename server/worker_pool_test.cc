@@ -166,6 +166,30 @@ TEST_CASE("a worker with no progress for task_timeout_ms is killed, and it is it
   CHECK(f.fake.launches() == 3);
 }
 
+TEST_CASE("time the daemon itself did not run (SIGSTOP) is not a worker's lack of progress") {
+  Fixture f([](uint32_t, const worker::TaskMsg&, const std::string& path) {
+    FakeLauncher::Reply r;
+    if (path == "slow.jpg") r.act = FakeLauncher::Act::kHang;
+    return r;
+  });
+  f.Send(0, 3, "slow.jpg");
+  REQUIRE(f.fake.WaitFor([&] { return f.fake.tasks_of(0).size() == 1; }, 10s));
+  CHECK(f.pool.Supervise(false).empty());
+  f.clock.AdvanceMs(40000);  // stopped for 40 s, then continued
+  CHECK(f.pool.Supervise(false).empty());
+  CHECK_FALSE(f.pool.worker(0).hung);
+  // Running again, the limit counts from there: at 1 s of the worker's own
+  // silence (in steps, as the loop runs), it is hung.
+  for (int i = 0; i < 10; ++i) {
+    f.clock.AdvanceMs(100);
+    f.pool.Supervise(false);
+  }
+  CHECK_FALSE(f.pool.worker(0).hung);
+  f.clock.AdvanceMs(1);
+  f.pool.Supervise(false);
+  CHECK(f.pool.worker(0).hung);
+}
+
 TEST_CASE("respawn: a worker dying young waits 500 ms, a failed start retries after 1 s") {
   Fixture f;
   REQUIRE(f.fake.KillFromOutside(0));
