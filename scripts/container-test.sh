@@ -214,16 +214,27 @@ logs_from=""
 # rings are memory, not /dev/shm files. Its --shm-budget-mb still holds them:
 # at 16 MiB the same ring is refused, naming the flag.
 echo "==> a 1 MB /dev/shm (--shm-size 1m) and the ring budget"
-rm -rf "$work/sock" && mkdir "$work/sock" && chmod 1777 "$work/sock"
-"$engine" run -d --name "$sidecar-small" "${hardening[@]}" --shm-size 1m \
-  -v "$work/sock:/run/stoker" -v "$work/data:/data:ro" -e STOKER_WORKERS=2 "$image" \
-  >/dev/null 2>"$work/run.err" || { cat "$work/run.err" >&2; fail "cannot start the sidecar"; }
-logs_from=$sidecar-small
-deadline=$(($(date +%s) + 60))
-until "$engine" exec "$sidecar-small" stokerctl health >/dev/null 2>&1; do
-  (($(date +%s) < deadline)) || fail "the sidecar is not SERVING after 60 s"
-  sleep 0.5
-done
+# start_serving NAME [ENGINE ARGS...] -- [STOKERD ARGS...]: a sidecar on a
+# fresh socket folder, SERVING.
+start_serving() {
+  local name=$1 engine_args=() daemon_args=()
+  shift
+  while (($#)) && [[ $1 != -- ]]; do engine_args+=("$1"); shift; done
+  (($#)) && shift
+  daemon_args=("$@")
+  rm -rf "$work/sock" && mkdir "$work/sock" && chmod 1777 "$work/sock"
+  "$engine" run -d --name "$name" "${hardening[@]}" "${engine_args[@]}" \
+    -v "$work/sock:/run/stoker" -v "$work/data:/data:ro" -e STOKER_WORKERS=2 "$image" \
+    "${daemon_args[@]}" >/dev/null 2>"$work/run.err" ||
+    { cat "$work/run.err" >&2; fail "cannot start the sidecar"; }
+  logs_from=$name
+  local deadline=$(($(date +%s) + 60))
+  until "$engine" exec "$name" stokerctl health >/dev/null 2>&1; do
+    (($(date +%s) < deadline)) || fail "the sidecar is not SERVING after 60 s"
+    sleep 0.5
+  done
+}
+start_serving "$sidecar-small" --shm-size 1m
 client=("$engine" run --rm --no-healthcheck --read-only --cap-drop ALL
   -v "$work/sock:/run/stoker" "$image" stokerctl consume --dataset ds --epochs 1 --json)
 out=$("${client[@]}" --size 224 --batch-size 32) || fail "a 19.3 MB ring with a 1 MB /dev/shm: $out"
@@ -233,17 +244,7 @@ echo "    a 19.3 MB ring beside a 1 MB /dev/shm: $out"
 "$engine" stop -t 30 "$sidecar-small" >/dev/null 2>"$work/stop.err" || { cat "$work/stop.err" >&2; fail "stop failed"; }
 code=$("$engine" inspect --format '{{.State.ExitCode}}' "$sidecar-small")
 [[ $code == 0 ]] || fail "the sidecar exited with $code, want 0"
-rm -rf "$work/sock" && mkdir "$work/sock" && chmod 1777 "$work/sock"
-"$engine" run -d --name "$sidecar-budget" "${hardening[@]}" \
-  -v "$work/sock:/run/stoker" -v "$work/data:/data:ro" -e STOKER_WORKERS=2 "$image" \
-  --shm-budget-mb 16 >/dev/null 2>"$work/run.err" ||
-  { cat "$work/run.err" >&2; fail "cannot start the sidecar"; }
-logs_from=$sidecar-budget
-deadline=$(($(date +%s) + 60))
-until "$engine" exec "$sidecar-budget" stokerctl health >/dev/null 2>&1; do
-  (($(date +%s) < deadline)) || fail "the sidecar is not SERVING after 60 s"
-  sleep 0.5
-done
+start_serving "$sidecar-budget" -- --shm-budget-mb 16
 if big=$("${client[@]}" --size 224 --batch-size 32 2>&1); then
   fail "a 19.3 MB ring fitted a 16 MiB --shm-budget-mb: $big"
 fi

@@ -504,10 +504,12 @@ int Serve() {
         }
         if (!st.ok()) SetReason(&r, st.code(), std::string(st.message()));
         if (!SendAll(&r, sizeof(r))) return 1;
-        // Keep the read buffer from pinning a huge file's memory forever.
+        // Keep the read buffers from pinning a huge file's memory forever,
+        // nor the working buffers a huge image's.
         for (auto* b : {&input, &entry, &copy}) {
           if (b->capacity() > (64u << 20)) std::vector<uint8_t>().swap(*b);
         }
+        processor.TrimBuffers(image::kKeepFreeBytes);
         break;
       }
       default:

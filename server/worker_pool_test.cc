@@ -21,6 +21,15 @@ namespace {
 using testing::FakeLauncher;
 using namespace std::chrono_literals;
 
+// A fake worker script: every task answered, but the one of `path` hangs.
+FakeLauncher::Script HangOn(std::string path) {
+  return [path](uint32_t, const worker::TaskMsg&, const std::string& p) {
+    FakeLauncher::Reply r;
+    if (p == path) r.act = FakeLauncher::Act::kHang;
+    return r;
+  };
+}
+
 // What a pool test needs: fake workers, the clock, the poller, the pool.
 struct Fixture {
   explicit Fixture(FakeLauncher::Script script = nullptr, uint32_t workers = 2)
@@ -117,11 +126,7 @@ TEST_CASE("crash attribution: a worker that crashes names the sample it was on")
 }
 
 TEST_CASE("crash attribution: a worker killed from outside does not blame its sample") {
-  Fixture f([](uint32_t, const worker::TaskMsg&, const std::string& path) {
-    FakeLauncher::Reply r;
-    if (path == "slow.jpg") r.act = FakeLauncher::Act::kHang;
-    return r;
-  });
+  Fixture f(HangOn("slow.jpg"));
   f.Send(1, 7, "slow.jpg");
   REQUIRE(f.fake.WaitFor([&] { return f.fake.tasks_of(1).size() == 1; }, 10s));
   REQUIRE(f.fake.KillFromOutside(1));
@@ -141,11 +146,7 @@ TEST_CASE("crash attribution: a worker killed from outside does not blame its sa
 }
 
 TEST_CASE("a worker with no progress for task_timeout_ms is killed, and it is its fault") {
-  Fixture f([](uint32_t, const worker::TaskMsg&, const std::string& path) {
-    FakeLauncher::Reply r;
-    if (path == "slow.jpg") r.act = FakeLauncher::Act::kHang;
-    return r;
-  });
+  Fixture f(HangOn("slow.jpg"));
   f.Send(0, 3, "slow.jpg");
   REQUIRE(f.fake.WaitFor([&] { return f.fake.tasks_of(0).size() == 1; }, 10s));
   f.clock.AdvanceMs(1000);
@@ -167,11 +168,7 @@ TEST_CASE("a worker with no progress for task_timeout_ms is killed, and it is it
 }
 
 TEST_CASE("time the daemon itself did not run (SIGSTOP) is not a worker's lack of progress") {
-  Fixture f([](uint32_t, const worker::TaskMsg&, const std::string& path) {
-    FakeLauncher::Reply r;
-    if (path == "slow.jpg") r.act = FakeLauncher::Act::kHang;
-    return r;
-  });
+  Fixture f(HangOn("slow.jpg"));
   f.Send(0, 3, "slow.jpg");
   REQUIRE(f.fake.WaitFor([&] { return f.fake.tasks_of(0).size() == 1; }, 10s));
   CHECK(f.pool.Supervise(false).empty());

@@ -1779,6 +1779,34 @@ void SampleProcessor::set_inputs_are_baseline_copies(bool on) {
   impl_->inputs_are_baseline_copies = on;
 }
 
+bool SampleProcessor::TrimBuffers(size_t max_bytes) {
+  Impl& m = *impl_;
+  bool big = false;
+  auto trim = [&](auto& v) {
+    if (v.capacity() * sizeof(v[0]) > max_bytes) {
+      std::decay_t<decltype(v)>().swap(v);
+      big = true;
+    }
+  };
+  trim(m.chunk);
+  trim(m.region);
+  trim(m.row_ptrs);
+  trim(m.rgb_row);
+  trim(m.hpass);
+  trim(m.image);
+  trim(m.spare);
+  trim(m.acc);
+  trim(m.blur);
+  trim(m.scratch8);
+  trim(m.mix_start);
+  trim(m.mix_acc);
+  if (big) {
+    for (auto& d : m.decoders) d.reset();  // made again on first use
+    m.other = nullptr;
+  }
+  return big;
+}
+
 void SampleProcessor::set_boxes(const float* xyxy, uint32_t count) {
   impl_->boxes = xyxy;
   impl_->box_count = xyxy != nullptr ? count : 0;

@@ -596,6 +596,12 @@ class SampleProcessor {
   // not owned, read during Process only. nullptr, 0: none.
   void set_boxes(const float* xyxy, uint32_t count);
 
+  // Gives back the working buffers larger than `max_bytes` (they grow to
+  // the largest sample seen and stay: a 64 Mpx PNG left 190 MB), and the
+  // other formats' decoders with theirs when any was. Between samples only.
+  // True when it gave something back.
+  bool TrimBuffers(size_t max_bytes);
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
