@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <new>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
