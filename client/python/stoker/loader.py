@@ -897,7 +897,8 @@ class Loader:
                                       else os.environ.get(SOCKET_ENV) or None)
         self._private_wanted = self.socket is None
         self._private_root: Optional[str] = None if data_root is None else os.fspath(data_root)
-        self._sidecar_root_said = False
+        # data_root= with a sidecar: the dataset as it reads it, once checked.
+        self._sidecar_path: Optional[str] = None
         self._private: Optional[_private.PrivateDaemon] = None
         self._private_path = ""  # the dataset as the private daemon sees it
         if num_workers is not None and int(num_workers) < 0:
@@ -1187,7 +1188,9 @@ class Loader:
     def _sidecar_dataset(self) -> str:
         """data_root= given while a sidecar serves: the dataset as the sidecar
         should read it, if its --data-root holds data_root; else refused
-        naming both roots."""
+        naming both roots. Asked of the sidecar once (reattaches reuse it)."""
+        if self._sidecar_path is not None:
+            return self._sidecar_path
         assert self._client is not None and self._private_root is not None
         theirs = str(self._client.status().get("config", {}).get("data_root") or "")
         ours = os.path.realpath(self._private_root)
@@ -1202,12 +1205,10 @@ class Loader:
         path = self.dataset_path
         if not os.path.isabs(path) and os.path.exists(path):
             path = os.path.abspath(path)
-        if not self._sidecar_root_said:
-            self._sidecar_root_said = True
-            logging.getLogger("stoker").info(
-                "stoker.Loader: data_root=%r is served by the sidecar stokerd at %s, whose "
-                "--data-root %r holds it; reading %r", self._private_root, self.socket,
-                theirs, path)
+        logging.getLogger("stoker").info(
+            "stoker.Loader: data_root=%r is served by the sidecar stokerd at %s, whose "
+            "--data-root %r holds it; reading %r", self._private_root, self.socket, theirs, path)
+        self._sidecar_path = path
         return path
 
     def _draw_seed(self) -> None:
