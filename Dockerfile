@@ -40,8 +40,12 @@ RUN apt-get update -q \
 WORKDIR /src
 COPY CMakeLists.txt ./
 COPY proto proto
+COPY common common
+COPY pipeline pipeline
 COPY server server
 COPY client client
+COPY tools tools
+COPY testing testing
 COPY tests tests
 
 # The compiler cache lives in a build-cache mount (BuildKit, buildah), so a
@@ -54,9 +58,9 @@ RUN --mount=type=cache,target=/ccache,id=stoker-ccache \
       -DSTOKER_PYTHON=OFF -DSTOKER_CUDA=OFF \
  && cmake --build build -j "$(nproc)" --target stokerd stoker-worker stokerctl \
  && mkdir -p /out \
- && strip -o /out/stokerd build/server/stokerd \
- && strip -o /out/stoker-worker build/server/stoker-worker \
- && strip -o /out/stokerctl build/client/stokerctl \
+ && strip -o /out/stokerd build/bin/stokerd \
+ && strip -o /out/stoker-worker build/bin/stoker-worker \
+ && strip -o /out/stokerctl build/bin/stokerctl \
  && rm -rf build
 
 # ---------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
-EXECUTABLES = {"stokerd": "server", "stoker-worker": "server", "stokerctl": "client"}
+EXECUTABLES = {"stokerd": "bin", "stoker-worker": "bin", "stokerctl": "bin"}
 
 
 class CMakeExtension(Extension):

@@ -116,7 +116,7 @@ class Daemon:
         self.dir = tempfile.mkdtemp(prefix="stkbench", dir="/tmp")
         self.socket = os.path.join(self.dir, "s.sock")
         self.log_path = log_path
-        cmd = [os.path.join(build, "server", "stokerd"), "--socket", self.socket,
+        cmd = [os.path.join(build, "bin", "stokerd"), "--socket", self.socket,
                "--data-root", data_root, "--workers", str(workers), "--log-level", "info",
                *(extra or [])]
         if not any(a.startswith("--transcode-cache") for a in extra or []):
@@ -389,7 +389,7 @@ def run_tool(build: str, files: str, pipeline: str, dtype: str, layout: str,
     spec = (["--keywords", json.dumps(keywords)] if keywords is not None else
             ["--pipeline", pipeline, "--size", str(size[0]), str(size[1]), "--dtype", dtype,
              "--layout", layout])
-    cmd = [*(prefix or []), os.path.join(build, "server", "image", "stoker-image-tool"), "bench",
+    cmd = [*(prefix or []), os.path.join(build, "bin", "stoker-image-tool"), "bench",
            "--files", files, *spec, "--threads", str(threads), "--seconds", str(seconds),
            "--ring-mb", str(ring_mb), *(extra or [])]
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -479,7 +479,7 @@ def run_pil(files: str, seconds: float) -> Dict[str, float]:
 
 def transcode_supported(build: str) -> bool:
     """Whether this stokerd has --transcode-cache (issue 17)."""
-    return "--transcode-cache" in _cmd([os.path.join(build, "server", "stokerd"), "--help"])
+    return "--transcode-cache" in _cmd([os.path.join(build, "bin", "stokerd"), "--help"])
 
 
 def status_fields(st: Dict[str, Any], words=("transcode", "decode_path", "dct", "path")) -> Dict:
@@ -677,7 +677,7 @@ def run_opcost(build: str, path: str, seconds: float) -> Dict[str, Any]:
     """`stoker-image-tool opcost` on one file: each op's augment cost in µs
     per 224x224 image (median over interleaved runs of the op's steps less
     the baseline resize; decode excluded), `seconds` per op."""
-    cmd = [os.path.join(build, "server", "image", "stoker-image-tool"), "opcost", "--input", path,
+    cmd = [os.path.join(build, "bin", "stoker-image-tool"), "opcost", "--input", path,
            "--size", "224", "--seconds", str(seconds)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds * 40 + 120)
     if r.returncode != 0:
@@ -1122,7 +1122,7 @@ def machine_info(build: str) -> Dict[str, str]:
         cpu=cpu, cores=str(os.cpu_count()), memory=f"{mem_gb:.0f} GiB",
         kernel=platform.release(), os=_cmd(["sh", "-c", ". /etc/os-release; echo $PRETTY_NAME"]),
         python=platform.python_version(), stoker=stoker.__version__,
-        stokerd=_cmd([os.path.join(build, "server", "stokerd"), "--version"]),
+        stokerd=_cmd([os.path.join(build, "bin", "stokerd"), "--version"]),
         torch=torch.__version__, torchvision=torchvision.__version__, PIL=PIL.__version__,
         pil_jpeg=f"{pil_jpeg}{' (libjpeg-turbo)' if turbo else ''}", numpy=numpy.__version__,
         libjpeg_turbo=_cmd(["dpkg-query", "-W", "-f=${Version}", "libjpeg62-turbo"]),
@@ -1680,7 +1680,7 @@ def write_restart(a: Callable[[str], None], r: Optional[Dict[str, Any]]) -> None
       "are not read at all (stoker stops there). `jpeg_crop_scanline` still entropy-decodes "
       "every MCU of each row it reads and runs the IDCT only on the crop's columns. Neither "
       "uses restart markers to jump. stoker does (`JpegDecoder::Window`, "
-      "server/image/jpeg_restart.h): on a file with restart markers it finds each "
+      "server/image/decode/jpeg_restart.h): on a file with restart markers it finds each "
       "interval by its marker, without Huffman decoding, and decodes a cut copy holding only "
       "the intervals from one MCU row above the crop down and, when the interval divides an "
       "MCU row, only those from one MCU column beside it, bit-equal to the whole file inside "

@@ -56,7 +56,7 @@ class Daemon:
         self.dir = tempfile.mkdtemp(prefix="stkscale", dir="/tmp")
         self.socket = os.path.join(self.dir, "s.sock")
         self.log_path = os.path.join(self.dir, "stokerd.log")
-        cmd = [os.path.join(build, "server", "stokerd"), "--socket", self.socket,
+        cmd = [os.path.join(build, "bin", "stokerd"), "--socket", self.socket,
                "--data-root", root, "--log-level", "info", "--transcode-cache", "off"] + args
         with open(self.log_path, "ab") as lf:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=lf, stderr=lf)

@@ -28,7 +28,7 @@
 #include <map>
 #include <vector>
 
-#include "server/image/jpeg_decoder.h"
+#include "server/image/decode/jpeg_decoder.h"
 #include "server/image/pipeline.h"
 #include "stoker/ring_layout.h"
 

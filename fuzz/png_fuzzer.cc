@@ -1,4 +1,4 @@
-// libFuzzer target: the PNG decoder alone (server/image/png_decoder.h) on
+// libFuzzer target: the PNG decoder alone (server/image/decode/png_decoder.h) on
 // arbitrary bytes, as the pipeline calls it: ReadHeader, then Decode of the
 // whole image and of a region.
 //
@@ -25,7 +25,7 @@
 #include <cstring>
 #include <vector>
 
-#include "server/image/png_decoder.h"
+#include "server/image/decode/png_decoder.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// libFuzzer target: the BMP and PNM decoders (server/image/stb_decoder.h)
+// libFuzzer target: the BMP and PNM decoders (server/image/decode/stb_decoder.h)
 // alone, on arbitrary bytes.
 //
 // Input: 4 bytes of parameters, then the file ('B' first: the BMP decoder,
@@ -20,7 +20,7 @@
 #include <cstring>
 #include <vector>
 
-#include "server/image/stb_decoder.h"
+#include "server/image/decode/stb_decoder.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// libFuzzer target: the TIFF decoder (server/image/tiff_decoder.h) alone, on
+// libFuzzer target: the TIFF decoder (server/image/decode/tiff_decoder.h) alone, on
 // arbitrary bytes: ReadHeader, Decode of the whole image, then Decode of a
 // region derived from the first bytes of the input, with one decoder object
 // reused across inputs (as a worker reuses it). Caps are small (4 Mpx) so
@@ -17,7 +17,7 @@
 #include <cstring>
 #include <vector>
 
-#include "server/image/tiff_decoder.h"
+#include "server/image/decode/tiff_decoder.h"
 
 namespace {
 

@@ -15,7 +15,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "server/image/webp_decoder.h"
+#include "server/image/decode/webp_decoder.h"
 
 namespace {
 

@@ -23,15 +23,15 @@ echo "==> making a sample dataset (400 JPEGs in 4 classes)"
 
 workers=$(nproc)
 echo "==> starting stokerd with $workers workers"
-build/server/stokerd --socket "$work/stoker.sock" --data-root "$work/data" \
+build/bin/stokerd --socket "$work/stoker.sock" --data-root "$work/data" \
   --workers "$workers" 2>"$work/stokerd.log" &
 daemon_pid=$!
 for _ in $(seq 1 200); do
-  build/client/stokerctl health --socket "$work/stoker.sock" >/dev/null 2>&1 && break
+  build/bin/stokerctl health --socket "$work/stoker.sock" >/dev/null 2>&1 && break
   kill -0 "$daemon_pid" 2>/dev/null || { cat "$work/stokerd.log"; exit 1; }
   sleep 0.05
 done
-build/client/stokerctl health --socket "$work/stoker.sock"
+build/bin/stokerctl health --socket "$work/stoker.sock"
 
 echo "==> feeding the Python loader for 2 epochs"
 PYTHONPATH=build/python /usr/bin/python3 examples/consume.py \

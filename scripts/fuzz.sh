@@ -26,7 +26,8 @@ targets=(decode ring tar png webp tiff stb)
 cmake --build "$dir" -j "$(nproc)" --target "${targets[@]/#/stoker_fuzz_}"
 
 rm -rf "$dir/seeds"
-/usr/bin/python3 fuzz/make_seeds.py "$dir/seeds"
+echo "==> replaying every target's seeds (ctest -L fuzz)"
+ctest --test-dir "$dir" -L fuzz --output-on-failure
 mkdir -p "$dir/artifacts"
 
 status=0
@@ -40,7 +41,7 @@ for t in "${targets[@]}"; do
   # New inputs go to the first folder; the seeds are read only.
   if ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1} \
       UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} \
-      "$dir/fuzz/stoker_fuzz_$t" "$corpus" "$dir/seeds/$t" "${extra[@]}" \
+      "$dir/bin/stoker_fuzz_$t" "$corpus" "$dir/seeds/$t" "${extra[@]}" \
       -max_total_time="$secs" -timeout=30 -rss_limit_mb=4096 -print_final_stats=1 \
       -artifact_prefix="$dir/artifacts/$t-" >"$log" 2>&1; then
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")

@@ -29,15 +29,15 @@ LIMIT_MB=60 # the device tool carries 64 MiB in all
 source scripts/lib.sh
 stoker_ensure_packages
 stoker_build "$BUILD" >/dev/null
-if [[ ! -x $BUILD/bench/stoker-gpu-feed ]]; then
+if [[ ! -x $BUILD/bin/stoker-gpu-feed ]]; then
   echo "gpu-bundle: $BUILD has no stoker-gpu-feed: it needs a CUDA toolkit at configure time" >&2
   exit 1
 fi
 
 rm -rf "$OUT"
 mkdir -p "$OUT/bin" "$OUT/libexec" "$OUT/lib" "$OUT/data"
-bins=("$BUILD/server/stokerd" "$BUILD/server/stoker-worker" "$BUILD/client/stokerctl"
-  "$BUILD/bench/stoker-gpu-feed")
+bins=("$BUILD/bin/stokerd" "$BUILD/bin/stoker-worker" "$BUILD/bin/stokerctl"
+  "$BUILD/bin/stoker-gpu-feed")
 for b in "${bins[@]}"; do
   strip --strip-unneeded -o "$OUT/libexec/$(basename "$b")" "$b"
 done
@@ -78,7 +78,7 @@ done
 # The Python module's ingredients (see the top).
 PY=$(mktemp -d)
 mkdir -p "$PY/include" "$PY/lib"
-c++ -std=c++20 -M -I client/src -I client/include -I proto -I "$BUILD/proto/gen" \
+c++ -std=c++20 -M -I . -I client/src -I client/include -I proto -I "$BUILD/proto/gen" \
   -isystem "$(/usr/bin/python3 -c 'import sysconfig; print(sysconfig.get_paths()["include"])')" \
   client/python/stoker_native.cc | tr ' \\' '\n\n' |
   sed -n -e "s|^/usr/include/\(absl/.*\)|/usr/include \1|p" \
@@ -88,7 +88,7 @@ c++ -std=c++20 -M -I client/src -I client/include -I proto -I "$BUILD/proto/gen"
     mkdir -p "$PY/include/$(dirname "$rel")"
     cp "$dir/$rel" "$PY/include/$rel"
   done
-for a in client/libstoker_client.a proto/libstoker_pipeline_spec.a proto/libstoker_proto.a \
+for a in client/libstoker_client.a common/libstoker_common.a pipeline/libstoker_pipeline_spec.a proto/libstoker_proto.a \
   client/libstoker_cuda.a; do
   strip -g -o "$PY/lib/$(basename "$a")" "$BUILD/$a"
 done

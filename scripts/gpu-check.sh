@@ -76,7 +76,7 @@ python_loader() {
   cuda=$(dirname "$(dirname "$(readlink -f "$NVCC")")")
   ext=$("$PY" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
   if ! timeout 300 "${CXX:-c++}" -O2 -std=c++20 -fPIC -shared -fvisibility=hidden -pthread \
-    -I "$ROOT/client/src" -I "$ROOT/client/include" -I "$ROOT/proto" -I "$x/include" \
+    -I "$ROOT" -I "$ROOT/client/src" -I "$ROOT/client/include" -I "$ROOT/proto" -I "$x/include" \
     -isystem "$("$PY" -c 'import pybind11; print(pybind11.get_include())')" \
     -isystem "$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')" \
     "$ROOT/client/python/stoker_native.cc" -o "$x/python/stoker/_native$ext" \

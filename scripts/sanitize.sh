@@ -9,7 +9,7 @@
 #
 # Leak checking is on (detect_leaks=1). The test daemons run their workers
 # with --no-worker-sandbox (STOKER_TEST_DAEMON_ARGS, read by
-# tests/daemon_harness.cc and tests/python/conftest.py): on every longjmp out
+# testing/daemon_harness.cc and tests/python/conftest.py): on every longjmp out
 # of libjpeg (each corrupt file) ASan calls sigaltstack, which the workers'
 # seccomp filter denies, and ASan then aborts the worker.
 set -euo pipefail

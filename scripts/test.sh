@@ -8,7 +8,7 @@ source scripts/lib.sh
 stoker_ensure_packages
 echo "==> building into build/"
 stoker_build build -DSTOKER_WERROR=ON
-# --- lock annotations (issue 14): clang's -Wthread-safety over server/*.cc, no codegen (~1 min) ---
+# --- lock annotations (issue 14): clang's -Wthread-safety over server/, common/, pipeline/, no codegen ---
 scripts/thread-safety.sh build
 # --- end lock annotations ---
 echo "==> running the tests"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Checks the server's lock annotations (absl's ABSL_GUARDED_BY and friends on
-# the engine's mutex and the dataset registry's) with clang's thread-safety
-# analysis: every server/*.cc is compiled with -fsyntax-only -Wthread-safety
+# Checks the lock annotations (absl's ABSL_GUARDED_BY and friends on the
+# engine's mutex and the dataset registry's) with clang's thread-safety
+# analysis: every .cc under server/ (all its folders), common/ and
+# pipeline/, tests aside, is compiled with -fsyntax-only -Wthread-safety
 # -Werror (no code generated), using the include paths and defines CMake
 # wrote into the build's compile_commands.json (gcc's warning flags are left
 # out: clang's analysis is what is asked here). Needs a configured and built
@@ -24,14 +25,15 @@ if [[ ! -f $dir/compile_commands.json ]]; then
   exit 1
 fi
 t0=$SECONDS
-/usr/bin/python3 - "$dir/compile_commands.json" "$PWD/server" "$clang" "$(nproc)" <<'PY'
+/usr/bin/python3 - "$dir/compile_commands.json" "$PWD" "$clang" "$(nproc)" <<'PY'
 import concurrent.futures, json, os, shlex, subprocess, sys
 
-db, server, clang, jobs = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+db, root, clang, jobs = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+folders = tuple(os.path.join(root, d) + os.sep for d in ("server", "common", "pipeline"))
 units = {}
 for e in json.load(open(db)):
     f = os.path.normpath(os.path.join(e["directory"], e["file"]))
-    if os.path.dirname(f) != server or f in units:
+    if not f.startswith(folders) or not f.endswith(".cc") or f.endswith("_test.cc") or f in units:
         continue
     args = e["arguments"] if "arguments" in e else shlex.split(e["command"])
     keep, i = [], 1
@@ -45,9 +47,10 @@ for e in json.load(open(db)):
             keep.append(a)
         i += 1
     units[f] = (e["directory"], keep)
-if len(units) < 10:
-    sys.exit(f"thread-safety.sh: only {len(units)} server sources in {db}")
-print(f"==> clang thread-safety analysis over {len(units)} server sources ({clang})", flush=True)
+if len(units) < 50:
+    sys.exit(f"thread-safety.sh: only {len(units)} sources of server/, common/, pipeline/ in {db}")
+print(f"==> clang thread-safety analysis over {len(units)} sources of server/, common/, "
+      f"pipeline/ ({clang})", flush=True)
 
 def check(item):
     f, (cwd, flags) = item

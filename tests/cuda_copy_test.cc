@@ -14,7 +14,7 @@
 #include "cuda_transfer.h"
 #include "stoker/client.h"
 #include "stoker/cuda.h"
-#include "tests/daemon_harness.h"
+#include "testing/daemon_harness.h"
 
 #ifndef STOKER_HAVE_CUDA
 #error "the build defines STOKER_HAVE_CUDA to 0 or 1"

@@ -213,7 +213,7 @@ TEST_CASE("normalize reference: every dtype and layout", "[cuda][normalize]") {
 }
 
 TEST_CASE("normalize formula matches the daemon's float pipeline formula", "[cuda][normalize]") {
-  // server/image/transform.cc: lut[c][v] = (v / 255.0f - mean[c]) / std[c].
+  // server/image/ops/transform.cc: lut[c][v] = (v / 255.0f - mean[c]) / std[c].
   const float mean = 0.485f, sd = 0.229f;
   for (int v = 0; v < 256; ++v) {
     REQUIRE(NormalizeValue(static_cast<uint8_t>(v), mean, sd) ==

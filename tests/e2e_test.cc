@@ -17,11 +17,11 @@
 #include <set>
 #include <thread>
 
-#include "server/image/test_jpeg.h"
+#include "testing/test_jpeg.h"
 #include "stoker/client.h"
-#include "stoker/pipeline_spec.h"
+#include "pipeline/pipeline_spec.h"
 #include "stoker/v1/stoker.grpc.pb.h"
-#include "tests/daemon_harness.h"
+#include "testing/daemon_harness.h"
 
 namespace stoker::testing {
 namespace {

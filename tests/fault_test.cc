@@ -16,7 +16,7 @@
 #include <set>
 
 #include "stoker/client.h"
-#include "tests/daemon_harness.h"
+#include "testing/daemon_harness.h"
 
 extern char** environ;
 

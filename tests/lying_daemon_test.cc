@@ -18,12 +18,12 @@
 #include <thread>
 
 #include "absl/strings/match.h"
-#include "server/ring_handover.h"
-#include "server/ring_owner.h"
+#include "server/engine/ring_handover.h"
+#include "server/engine/ring_owner.h"
 #include "stoker/client.h"
 #include "stoker/ring_layout.h"
 #include "stoker/v1/stoker.grpc.pb.h"
-#include "tests/daemon_harness.h"
+#include "testing/daemon_harness.h"
 
 namespace stoker {
 namespace {

@@ -38,7 +38,7 @@
 
 #include "stoker/client.h"
 #include "stoker/cuda.h"  // device copies
-#include "stoker/pipeline_spec.h"  // the pipeline keywords' one definition
+#include "pipeline/pipeline_spec.h"  // the pipeline keywords' one definition
 #include "cuda_normalize.h"  // device copies: the CPU reference (client/src)
 
 namespace py = pybind11;

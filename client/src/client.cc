@@ -21,7 +21,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
-#include "stoker/pipeline_spec.h"
+#include "pipeline/pipeline_spec.h"
 #include "stoker/ring_futex.h"
 #include "stoker/ring_layout.h"
 #include "stoker/v1/stoker.grpc.pb.h"

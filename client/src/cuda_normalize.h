@@ -11,7 +11,7 @@
 // (division included: nvcc's default -prec-div=true; --use_fast_math would
 // break it and is refused below), so the kernel's output is bit-identical to
 // NormalizeReference, and equal to the daemon's float32 pipeline
-// (server/image/transform.cc computes the same expression in the same order,
+// (server/image/ops/transform.cc computes the same expression in the same order,
 // torchvision's ToTensor + Normalize order). The conversions round to nearest
 // even, as __float2half_rn / __float2bfloat16_rn do (the GPU check verifies
 // that against the CUDA intrinsics for every float bit pattern).

@@ -15,7 +15,7 @@
 
 #include "server/dataset/dataset.h"
 #include "server/dataset/str_cat.h"
-#include "server/posix.h"
+#include "common/posix.h"
 
 namespace stoker {
 namespace dataset_internal {

@@ -12,8 +12,8 @@
 #include <string>
 
 #include "server/dataset/dataset.h"
-#include "server/dataset/test_util.h"
-#include "server/posix.h"
+#include "testing/dataset_test_util.h"
+#include "common/posix.h"
 
 namespace stoker {
 namespace {

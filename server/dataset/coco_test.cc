@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "server/dataset/dataset.h"
-#include "server/dataset/test_util.h"
+#include "testing/dataset_test_util.h"
 
 namespace stoker {
 namespace {

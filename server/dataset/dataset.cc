@@ -17,7 +17,7 @@
 #include "server/dataset/beneath.h"
 #include "server/dataset/index_builder.h"
 #include "server/dataset/str_cat.h"
-#include "server/posix.h"
+#include "common/posix.h"
 
 namespace stoker {
 

@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "server/dataset/test_util.h"
+#include "testing/dataset_test_util.h"
 
 namespace stoker {
 namespace {

@@ -34,8 +34,8 @@
 #include "server/dataset/dataset.h"
 #include "server/dataset/index_builder.h"
 #include "server/dataset/str_cat.h"
-#include "server/image/image_decoder.h"
-#include "server/posix.h"
+#include "server/image/decode/image_decoder.h"
+#include "common/posix.h"
 
 namespace stoker {
 namespace dataset_internal {

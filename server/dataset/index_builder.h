@@ -17,7 +17,7 @@
 #include "absl/status/status.h"
 #include "server/dataset/dataset.h"
 #include "server/dataset/str_cat.h"
-#include "server/posix.h"
+#include "common/posix.h"
 
 namespace stoker {
 

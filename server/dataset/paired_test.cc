@@ -5,7 +5,7 @@
 #include <string>
 
 #include "server/dataset/dataset.h"
-#include "server/dataset/test_util.h"
+#include "testing/dataset_test_util.h"
 
 namespace stoker {
 namespace {

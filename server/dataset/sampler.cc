@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "server/image/rng.h"
+#include "server/image/ops/rng.h"
 
 namespace stoker {
 namespace {

@@ -11,7 +11,7 @@
 // batch of each epoch is dropped (DataLoader's drop_last).
 //
 // The permutation (shuffle = true) is Fisher-Yates driven by
-// KeyedRng(seed, epoch, ~0) from server/image/rng.h (the third word keeps it
+// KeyedRng(seed, epoch, ~0) from server/image/ops/rng.h (the third word keeps it
 // apart from the per-sample augmentation streams), starting from the identity:
 //   for i = n-1 down to 1: j = rng.Below(i + 1); swap(perm[i], perm[j])
 // so any implementation (a test, a Python reference) can reproduce it.

@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "server/image/rng.h"
+#include "server/image/ops/rng.h"
 
 namespace stoker {
 namespace {

@@ -29,7 +29,7 @@
 #include "server/dataset/dataset.h"
 #include "server/dataset/index_builder.h"
 #include "server/dataset/str_cat.h"
-#include "server/posix.h"
+#include "common/posix.h"
 
 namespace stoker {
 namespace dataset_internal {

@@ -5,7 +5,7 @@
 // Glossary
 //   op     one torchvision transform with all its parameters (OpParams), as
 //          the daemon lowers an effective stoker.v1.PipelineSpec
-//          (server/lower_pipeline.h)
+//          (pipeline/lower_pipeline.h)
 //   step   what an op does to one sample, its randomness drawn (Step): a
 //          crop box, a resize target, pad amounts, a flip, jitter factors
 //   fused  leading steps the decode does itself: only the region they read
@@ -34,7 +34,7 @@
 #include <memory>
 
 #include "absl/status/status.h"
-#include "server/image/image_decoder.h"
+#include "server/image/decode/image_decoder.h"
 
 namespace stoker::image {
 
@@ -111,7 +111,7 @@ enum JitterIndex : uint32_t { kBrightness = 0, kContrast = 1, kSaturation = 2, k
 
 inline constexpr uint32_t kMaxOps = 16;
 // The limits the workers hold every pipeline to. The request checks
-// (proto/stoker/pipeline_spec.h) have the same; server/lower_pipeline.cc
+// (pipeline/pipeline_spec.h) have the same; pipeline/lower_pipeline.cc
 // asserts that they agree.
 inline constexpr uint32_t kMaxOutputSide = 8192;
 inline constexpr uint64_t kMaxOutputPixels = 16ull << 20;
@@ -123,7 +123,7 @@ inline constexpr uint64_t kMaxDecodePixelsLimit = 1ull << 32;
 const char* OpKindName(OpKind kind);
 
 // One op with every parameter after defaults (the daemon lowers an
-// effective stoker.v1.PipelineSpec into these: server/lower_pipeline.h).
+// effective stoker.v1.PipelineSpec into these: pipeline/lower_pipeline.h).
 // Plain-old-data; the fields an op does not use stay zero.
 struct OpParams {
   OpKind kind = OpKind::kNone;
@@ -231,7 +231,7 @@ struct PipelineParams {
   // MaxOutputPixels).
   uint32_t out_height = 0;
   uint32_t out_width = 0;
-  // No defaults here (they are proto/stoker/pipeline_spec.cc's): a
+  // No defaults here (they are pipeline/pipeline_spec.cc's): a
   // PipelineParams left as constructed fails ValidateParams (dtype 0,
   // max_decode_pixels 0), and mean/std start as the identity.
   uint32_t dtype = 0;          // ring::DType: uint8 / float32 / float16

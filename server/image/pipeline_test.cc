@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "server/image/ops.h"
-#include "server/image/rng.h"
-#include "server/image/test_jpeg.h"
-#include "server/image/test_params.h"
-#include "server/image/transform.h"
+#include "server/image/ops/ops.h"
+#include "server/image/ops/rng.h"
+#include "testing/test_jpeg.h"
+#include "testing/test_params.h"
+#include "server/image/ops/transform.h"
 #include "stoker/ring_layout.h"
 
 namespace stoker::image {

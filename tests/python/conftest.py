@@ -65,9 +65,9 @@ def find_build_dir() -> str:
 
 
 def _missing_binaries(build: str) -> List[str]:
-    need = [os.path.join(build, "server", "stokerd"),
-            os.path.join(build, "server", "stoker-worker"),
-            os.path.join(build, "client", "stokerctl")]
+    need = [os.path.join(build, "bin", "stokerd"),
+            os.path.join(build, "bin", "stoker-worker"),
+            os.path.join(build, "bin", "stokerctl")]
     missing = [p for p in need if not os.access(p, os.X_OK)]
     pkg = os.path.join(build, "python", "stoker")
     if not os.path.isdir(pkg) or not any(f.startswith("_native") for f in os.listdir(pkg)):
@@ -336,8 +336,8 @@ class Daemon:
         self.extra_args = list(extra_args)
         self.socket = os.path.join(workdir, "s.sock")
         self.log_path = os.path.join(workdir, "stokerd.log")
-        self.stokerd = os.path.join(build_dir, "server", "stokerd")
-        self.stokerctl = os.path.join(build_dir, "client", "stokerctl")
+        self.stokerd = os.path.join(build_dir, "bin", "stokerd")
+        self.stokerctl = os.path.join(build_dir, "bin", "stokerctl")
         self.proc: Optional[subprocess.Popen] = None
         self.pid = 0
         self.stopped = False

@@ -18,7 +18,7 @@ import numpy as np
 REPO = pathlib.Path(__file__).resolve().parents[2]
 BUILD = pathlib.Path(os.environ.get("STOKER_BUILD_DIR", REPO / "build"))
 TOOL = pathlib.Path(os.environ.get("STOKER_DECODE_TOOL") or
-                    BUILD / "server" / "image" / "stoker-image-tool")
+                    BUILD / "bin" / "stoker-image-tool")
 
 
 def tool_available() -> bool:

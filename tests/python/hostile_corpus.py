@@ -32,7 +32,7 @@ from PIL import Image
 CJPEG = shutil.which("cjpeg")
 JPEGTRAN = shutil.which("jpegtran")
 
-# The decoder's scan cap (server/image/jpeg_decoder.h, DecodeLimits::max_scans).
+# The decoder's scan cap (server/image/decode/jpeg_decoder.h, DecodeLimits::max_scans).
 MAX_SCANS = 1000
 
 

@@ -4,7 +4,7 @@ torchvision's AugMix.forward turns a PIL image into a uint8 tensor and runs
 _apply_op on that tensor, so its chain ops are functional_tensor's kernels
 (grid_sample affine and rotate, float32 _blend, ...), not PIL's. stoker's
 AugMix marks its chain steps "tensor": true and runs its Tensor* kernels
-(server/image/ops.h). Checked here, each exactly where torch runs its
+(server/image/ops/ops.h). Checked here, each exactly where torch runs its
 vectorized kernels, else within the bound of MAX_DIFFERING / MAX_MEAN_ERROR:
 
   - every tensor kernel against torchvision.transforms.functional on the

@@ -2,7 +2,7 @@
 step (a sleep per batch, no CPU) on the real daemon, its real workers and
 shared memory. The autotuner's rules themselves, convergence within 10% of
 the best fixed pool, oscillation, bad-file storms and slow disks, are tested
-against a modelled daemon in server/autotuner_test.cc; here: that the daemon
+against a modelled daemon in server/engine/autotuner_test.cc; here: that the daemon
 measures, decides and resizes its pool as those rules say, and reports it."""
 
 import os
@@ -78,7 +78,7 @@ def test_a_starved_trainer_gets_more_workers_up_to_the_budget(stoker, daemon_fac
     assert "workers 1 -> 2: a trainer waited for data" in d.log()
     # Kept where the second worker raised the rate; undone, saying so, where
     # it did not (a machine whose other core is busy: its rate is measured,
-    # not assumed). server/autotuner_test.cc covers both on a model.
+    # not assumed). server/engine/autotuner_test.cc covers both on a model.
     if at["workers"] == 1:
         undo = at["decisions"][1]
         assert undo["from_workers"] == 2 and undo["to_workers"] == 1

@@ -72,7 +72,7 @@ def random_boxes(seed):
 
 
 def steps_of(build_dir, tmp_path, image, seed, epoch, index, keywords, boxes=None):
-    tool = os.path.join(build_dir, "server", "image", "stoker-image-tool")
+    tool = os.path.join(build_dir, "bin", "stoker-image-tool")
     steps_file = str(tmp_path / "steps.json")
     extra = ["--boxes", json.dumps(boxes)] if boxes is not None else []
     r = subprocess.run([tool, "render", "--input", str(image), "--out", str(tmp_path / "o.raw"),
@@ -428,7 +428,7 @@ def test_webdataset_samples_carry_masks_and_boxes(stoker, daemon_factory, build_
                                              "labels": list(range(k))}).encode())
     d = daemon_factory(workers=2, data_root=str(root))
     keywords = {"size": 32}
-    tool = os.path.join(build_dir, "server", "image", "stoker-image-tool")
+    tool = os.path.join(build_dir, "bin", "stoker-image-tool")
     with stoker.Loader("shard.tar", socket=d.socket, batch_size=3, size=32, seed=6,
                        epochs=1) as ld:
         seen = 0

@@ -1,4 +1,4 @@
-"""stoker's BMP and PNM decoders (server/image/stb_decoder.h) against PIL 9.4.
+"""stoker's BMP and PNM decoders (server/image/decode/stb_decoder.h) against PIL 9.4.
 
 BMP: PIL-written modes 1, L, P, RGB, RGBA, and files written here by
 write_bmp (PIL cannot write them): 1/4/8-bit palettes (short palettes, odd

@@ -1,4 +1,4 @@
-"""stoker's TIFF decoder (server/image/tiff_decoder.h) against PIL 9.4.
+"""stoker's TIFF decoder (server/image/decode/tiff_decoder.h) against PIL 9.4.
 
 Every mode PIL opens TIFF files as (1, L at 2/4/8 bits, I;16 / I;16B, LA, P
 at 1/2/4/8 bits, PA, RGB / RGBA / RGBX / premultiplied RGBA at 8 and 16

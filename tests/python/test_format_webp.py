@@ -1,4 +1,4 @@
-"""WebP decode (server/image/webp_decoder.h) against PIL, byte for byte:
+"""WebP decode (server/image/decode/webp_decoder.h) against PIL, byte for byte:
 lossy, lossless, with alpha, animated (the first frame), written by PIL and
 by libwebp's command-line tools; and hostile files that must fail cleanly."""
 

@@ -33,7 +33,7 @@ import textured_corpus  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 BUILD = pathlib.Path(os.environ.get("STOKER_BUILD_DIR", REPO / "build"))
-TOOL = BUILD / "server" / "image" / "stoker-image-tool"
+TOOL = BUILD / "bin" / "stoker-image-tool"
 
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)

@@ -3,7 +3,7 @@ reference transforms (references/segmentation/transforms.py: RandomResize,
 RandomHorizontalFlip, RandomCrop with pad_if_smaller's fill 255,
 CenterCrop) and v2's joint handling of masks (affine and rotate with
 NEAREST and the mask's fill), with the random parameters forced: the same
-steps run through `stoker-image-tool labels` (server/image/labels.h) and
+steps run through `stoker-image-tool labels` (server/image/ops/labels.h) and
 through torchvision's functional ops on the PIL mask. Masks equal exactly.
 
 The masks are what segmentation sets hold: VOC-style palette PNGs (21
@@ -74,7 +74,7 @@ MAKERS = {"palette": palette_mask, "gray16": gray16_mask, "gray4": gray4_mask,
 
 def run_tool(build_dir, tmp_path, mask_path, steps, fill=255):
     out = str(tmp_path / "out.raw")
-    r = subprocess.run([os.path.join(build_dir, "server", "image", "stoker-image-tool"), "labels",
+    r = subprocess.run([os.path.join(build_dir, "bin", "stoker-image-tool"), "labels",
                         "--input", mask_path, "--out", out, "--steps", json.dumps(steps),
                         "--fill", str(fill)], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
@@ -192,7 +192,7 @@ def test_colour_masks_and_other_formats_are_refused_clearly(build_dir, tmp_path)
     path = str(tmp_path / "rgb.png")
     PIL.fromarray(np.zeros((8, 8, 3), np.uint8)).save(path)
     out = str(tmp_path / "o.raw")
-    tool = os.path.join(build_dir, "server", "image", "stoker-image-tool")
+    tool = os.path.join(build_dir, "bin", "stoker-image-tool")
     r = subprocess.run([tool, "labels", "--input", path, "--out", out], capture_output=True,
                        text=True)
     assert r.returncode == 1 and "single-channel" in r.stderr and "RGB" in r.stderr
@@ -232,7 +232,7 @@ def make_seg_set(root, n=12, size=(60, 80), wide=False):
 def expected_mask(build_dir, tmp_path, root, index, seed, epoch, keywords, fill=255):
     """The mask the daemon must deliver for a sample: the image's steps
     (drawn by stoker-image-tool render for the same key) run on its mask."""
-    tool = os.path.join(build_dir, "server", "image", "stoker-image-tool")
+    tool = os.path.join(build_dir, "bin", "stoker-image-tool")
     steps_file = str(tmp_path / "steps.json")
     r = subprocess.run([tool, "render", "--input", str(root / "img" / f"{index}.png"),
                         "--out", str(tmp_path / "img.raw"), "--keywords", json.dumps(keywords),

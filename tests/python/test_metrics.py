@@ -101,7 +101,7 @@ def test_metrics_equal_the_status(stoker, daemon_factory):
 
 def test_a_bad_metrics_address_is_refused_with_the_fix(build_dir, tmp_short):
     import subprocess
-    r = subprocess.run([os.path.join(build_dir, "server", "stokerd"), "--socket",
+    r = subprocess.run([os.path.join(build_dir, "bin", "stokerd"), "--socket",
                         os.path.join(tmp_short, "s.sock"), "--data-root", tmp_short,
                         "--metrics-addr", "9464"], capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "HOST:PORT" in r.stderr

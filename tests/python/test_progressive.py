@@ -2,7 +2,7 @@
 
 At scale 1/8 libjpeg's 1x1 inverse DCT reads only the DC coefficient, so
 the decoder leaves out the AC scans of the components that use it
-(server/image/jpeg_decoder.h, ScanSelection::kNeeded; pipeline.h
+(server/image/decode/jpeg_decoder.h, ScanSelection::kNeeded; pipeline.h
 DecodePath::kDcScans). The pixels must be those of the whole file, bit for
 bit. Files written the ways real ones are: PIL (progressive=True,
 optimize=True, each subsampling; gray; CMYK), cjpeg -progressive and
@@ -31,7 +31,7 @@ from PIL import Image  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 BUILD = pathlib.Path(os.environ.get("STOKER_BUILD_DIR", REPO / "build"))
-TOOL = BUILD / "server" / "image" / "stoker-image-tool"
+TOOL = BUILD / "bin" / "stoker-image-tool"
 
 pytestmark = pytest.mark.skipif(not TOOL.exists(), reason=f"{TOOL} not built")
 

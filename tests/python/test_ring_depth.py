@@ -1,8 +1,8 @@
 """A ring that deepens for a trainer that consumes in bursts, on the real
 daemon, its workers and shared memory. The policy itself (when to deepen, by
 how much, the budget's share, the dwell) is tested against a modelled
-session in server/ring_depth_test.cc, and the depth protocol (which slot each
-batch takes across a change) in server/session_test.cc; here: that the daemon
+session in server/engine/ring_depth_test.cc, and the depth protocol (which slot each
+batch takes across a change) in server/engine/session_test.cc; here: that the daemon
 measures a real trainer, deepens its real ring without losing or repeating a
 sample, reports it, and keeps within the shared-memory budget."""
 

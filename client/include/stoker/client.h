@@ -80,7 +80,7 @@ struct AttachOptions {
   std::string mask_suffix;
   // The decode/augment pipeline as data: a JSON object of pipeline keywords,
   // the same ones Python's Loader and `stokerctl consume` take; their names,
-  // defaults and checks are in proto/stoker/pipeline_spec.h. Empty: "{}",
+  // defaults and checks are in pipeline/pipeline_spec.h. Empty: "{}",
   // the train preset at 224x224, uint8 NHWC. For example
   //   {"pipeline": "eval", "size": 160, "dtype": "float32"}
   //   {"ops": [{"RandomCrop": {"size": [32], "padding": [4]}},
@@ -149,7 +149,7 @@ struct SessionInfo {
   uint64_t sample_bytes = 0;       // 0 for variable-size decode
   std::vector<std::string> class_names;
   // The pipeline the daemon runs, every default filled in: the effective
-  // stoker.v1.PipelineSpec as JSON (proto/stoker/pipeline_spec.h's ToJson:
+  // stoker.v1.PipelineSpec as JSON (pipeline/pipeline_spec.h's ToJson:
   // snake_case fields, torchvision's op names), e.g.
   //   {"preset":"train","ops":[{"RandomResizedCrop":{"size":[224,224],...}},
   //    ...],"size":[224,224],"output":{"dtype":"uint8","layout":"nhwc",...},...}
@@ -221,7 +221,7 @@ class Batch {
   DType mask_dtype() const { return static_cast<DType>(mask_dtype_); }
 
   // Detection sets: sample i's box_count(i) boxes, moved with its image and
-  // kept by the pipeline's box rules (server/image/boxes.h): XYXY float32 in
+  // kept by the pipeline's box rules (server/image/ops/boxes.h): XYXY float32 in
   // pixels of its output, 4 a box (boxes), their labels (COCO's category
   // ids) and flags (1: a crowd box). A failed sample has none. The arrays
   // of the whole batch are box_stride() entries a sample apart, from

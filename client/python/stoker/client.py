@@ -92,7 +92,7 @@ class Client:
         """A raw session (numpy, no torch): see `stoker.Session.next`.
 
         Args:
-            pipeline: the pipeline keywords (proto/stoker/pipeline_spec.h), a
+            pipeline: the pipeline keywords (pipeline/pipeline_spec.h), a
                 dict such as ``{"pipeline": "eval", "size": 32, "dtype":
                 "float32"}`` or ``{"ops": [{"RandomCrop": {"size": [32]}}]}``,
                 or that object as JSON text. None: ``{}``, the train preset at

@@ -254,7 +254,7 @@ _UNSET: Any = _Unset()
 #: Loader's pipeline keywords that a transform decides (giving one beside
 #: transform= is an error), in the order errors name them. Each one given is
 #: sent to the daemon as given, in the keyword JSON of
-#: proto/stoker/pipeline_spec.h, which alone holds their defaults and checks;
+#: pipeline/pipeline_spec.h, which alone holds their defaults and checks;
 #: one not given is not sent.
 _PIPELINE_KEYWORDS = ("pipeline", "ops", "size", "resize_size", "scale", "ratio", "flip_prob",
                       "interpolation", "antialias", "dtype", "layout", "mean", "std")
@@ -606,7 +606,7 @@ class Loader:
         The pipeline arguments, from ``pipeline`` to ``std`` and
         ``exact_decode``, ``apply_exif_orientation``: each one given is sent
         to the daemon as given; one not given is not sent, and the daemon's
-        pipeline module (proto/stoker/pipeline_spec.h, the one place that
+        pipeline module (pipeline/pipeline_spec.h, the one place that
         holds the defaults and the checks) decides it. `effective_pipeline`
         shows the result, before attach.
 

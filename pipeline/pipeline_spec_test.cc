@@ -1,0 +1,1149 @@
+// The pipeline contract (pipeline_spec.h): keywords, presets, every default,
+// every check, idempotence, JSON and Describe. Pure; no daemon.
+
+#include "pipeline/pipeline_spec.h"
+
+#include <google/protobuf/util/message_differencer.h>
+
+#include <catch2/catch.hpp>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "stoker/ring_layout.h"
+
+namespace stoker::pipeline {
+namespace {
+
+using google::protobuf::util::MessageDifferencer;
+using v1::PipelineSpec;
+
+PipelineSpec Request(const std::string& keywords) {
+  auto s = SpecFromKeywordsJson(keywords);
+  INFO(keywords << ": " << s.status().ToString());
+  REQUIRE(s.ok());
+  return *s;
+}
+
+PipelineSpec Eff(const std::string& keywords) {
+  auto e = Effective(Request(keywords));
+  INFO(keywords << ": " << e.status().ToString());
+  REQUIRE(e.ok());
+  return *e;
+}
+
+// The message of the error the keywords give, from SpecFromKeywordsJson or
+// else from Effective (which must then fail).
+std::string Error(const std::string& keywords) {
+  absl::StatusOr<PipelineSpec> s = SpecFromKeywordsJson(keywords);
+  if (s.ok()) s = Effective(*s);
+  INFO(keywords);
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.status().code() == absl::StatusCode::kInvalidArgument);
+  return std::string(s.status().message());
+}
+
+std::vector<uint32_t> U(const google::protobuf::RepeatedField<uint32_t>& r) {
+  return {r.begin(), r.end()};
+}
+std::vector<float> F(const google::protobuf::RepeatedField<float>& r) {
+  return {r.begin(), r.end()};
+}
+
+bool Same(const PipelineSpec& a, const PipelineSpec& b) {
+  INFO(ToJson(a) << "\n" << ToJson(b));
+  return MessageDifferencer::Equals(a, b);
+}
+
+using Catch::Matchers::Contains;
+
+TEST_CASE("the train preset is the default, with torchvision's defaults", "[pipeline_spec]") {
+  for (const char* kw : {"", "{}", " ", R"({"pipeline": "train"})"}) {
+    const PipelineSpec e = Eff(kw);
+    CHECK(e.preset() == "train");
+    REQUIRE(e.ops_size() == 2);
+    REQUIRE(e.ops(0).has_random_resized_crop());
+    const auto& rrc = e.ops(0).random_resized_crop();
+    CHECK(U(rrc.size()) == std::vector<uint32_t>{224, 224});
+    CHECK(F(rrc.scale()) == std::vector<float>{0.08f, 1.0f});
+    CHECK(F(rrc.ratio()) == std::vector<float>{3.0f / 4.0f, 4.0f / 3.0f});
+    CHECK(rrc.interpolation() == "bilinear");
+    CHECK(rrc.has_antialias());
+    CHECK(rrc.antialias());
+    REQUIRE(e.ops(1).has_random_horizontal_flip());
+    CHECK(e.ops(1).random_horizontal_flip().has_p());
+    CHECK(e.ops(1).random_horizontal_flip().p() == 0.5f);
+    CHECK(U(e.size()) == std::vector<uint32_t>{224, 224});
+    CHECK(e.output().dtype() == "uint8");
+    CHECK(e.output().layout() == "nhwc");
+    CHECK(F(e.output().mean()) == std::vector<float>{0.485f, 0.456f, 0.406f});
+    CHECK(F(e.output().std()) == std::vector<float>{0.229f, 0.224f, 0.225f});
+    CHECK(e.max_decode_pixels() == (64ull << 20));
+    CHECK_FALSE(e.exact_decode());
+    CHECK_FALSE(e.apply_exif_orientation());
+  }
+  const PipelineSpec small = Eff(R"({"size": 32})");
+  CHECK(U(small.ops(0).random_resized_crop().size()) == std::vector<uint32_t>{32, 32});
+  CHECK(U(small.size()) == std::vector<uint32_t>{32, 32});
+  const PipelineSpec hw = Eff(R"({"height": 48, "width": 64})");
+  CHECK(U(hw.size()) == std::vector<uint32_t>{48, 64});
+  CHECK(U(hw.ops(0).random_resized_crop().size()) == std::vector<uint32_t>{48, 64});
+}
+
+TEST_CASE("the eval preset: Resize(round(256 * min(size) / 224)) + CenterCrop(size)",
+          "[pipeline_spec]") {
+  const PipelineSpec e = Eff(R"({"pipeline": "eval"})");
+  CHECK(e.preset() == "eval");
+  REQUIRE(e.ops_size() == 2);
+  REQUIRE(e.ops(0).has_resize());
+  CHECK(U(e.ops(0).resize().size()) == std::vector<uint32_t>{256});
+  CHECK_FALSE(e.ops(0).resize().has_max_size());
+  CHECK(e.ops(0).resize().interpolation() == "bilinear");
+  CHECK(e.ops(0).resize().antialias());
+  REQUIRE(e.ops(1).has_center_crop());
+  CHECK(U(e.ops(1).center_crop().size()) == std::vector<uint32_t>{224, 224});
+  CHECK(U(e.size()) == std::vector<uint32_t>{224, 224});
+  // 256 * 160 / 224 = 182.86; the shorter side of [160, 200] counts.
+  CHECK(U(Eff(R"({"pipeline": "eval", "size": 160})").ops(0).resize().size()) ==
+        std::vector<uint32_t>{183});
+  const PipelineSpec wide = Eff(R"({"pipeline": "eval", "size": [200, 160]})");
+  CHECK(U(wide.ops(0).resize().size()) == std::vector<uint32_t>{183});
+  CHECK(U(wide.ops(1).center_crop().size()) == std::vector<uint32_t>{200, 160});
+  CHECK(U(Eff(R"({"pipeline": "eval", "size": 32, "resize_size": 40})").ops(0).resize().size()) ==
+        std::vector<uint32_t>{40});
+  // The preset's size may come from its crop: Resize follows it.
+  auto spec = SpecFromJson(R"({"preset": "eval", "ops": [{"Resize": {}},
+                                                      {"CenterCrop": {"size": [160]}}]})");
+  REQUIRE(spec.ok());
+  auto e2 = Effective(*spec);
+  REQUIRE(e2.ok());
+  CHECK(U(e2->ops(0).resize().size()) == std::vector<uint32_t>{183});
+  CHECK(U(e2->size()) == std::vector<uint32_t>{160, 160});
+  spec->mutable_ops(1)->mutable_center_crop()->add_size(9000);
+  e2 = Effective(*spec);
+  REQUIRE_FALSE(e2.ok());
+  CHECK_THAT(std::string(e2.status().message()),
+             Contains("ops[1] CenterCrop: size [160, 9000]: each side must be within 1..8192"));
+}
+
+TEST_CASE("the decode preset: no op, each image its own size", "[pipeline_spec]") {
+  const PipelineSpec any = Eff(R"({"pipeline": "decode"})");
+  CHECK(any.preset() == "decode");
+  CHECK(any.ops_size() == 0);
+  CHECK(any.size().empty());
+  CHECK(any.max_decode_pixels() == (16ull << 20));
+  const PipelineSpec fixed = Eff(R"({"pipeline": "decode", "size": [64, 48]})");
+  CHECK(U(fixed.size()) == std::vector<uint32_t>{64, 48});
+  CHECK(fixed.max_decode_pixels() == (64ull << 20));
+  CHECK(Eff(R"({"pipeline": "decode", "max_decode_pixels": 1000})").max_decode_pixels() == 1000);
+  // An empty op list is this preset, not the default one.
+  CHECK(Request(R"({"ops": []})").preset() == "decode");
+  CHECK(Eff(R"({"ops": [], "size": 16})").preset() == "decode");
+  CHECK(Eff(R"({"ops": [], "size": 16})").ops().empty());
+}
+
+TEST_CASE("the request form holds only what the keywords say", "[pipeline_spec]") {
+  CHECK(Same(Request("{}"), PipelineSpec()));
+  const PipelineSpec eval = Request(R"({"pipeline": "eval", "size": 160, "dtype": "float32"})");
+  CHECK(eval.preset() == "eval");
+  CHECK(eval.ops_size() == 0);
+  CHECK(U(eval.size()) == std::vector<uint32_t>{160});
+  CHECK(eval.output().dtype() == "float32");
+  CHECK(eval.output().layout().empty());
+  CHECK(eval.output().mean().empty());
+  CHECK(eval.max_decode_pixels() == 0);
+  // A preset keyword: the preset's list, that parameter set, nothing else.
+  const PipelineSpec noflip = Request(R"({"flip_prob": 0, "size": 64})");
+  CHECK(noflip.preset() == "train");
+  REQUIRE(noflip.ops_size() == 2);
+  CHECK(noflip.ops(0).has_random_resized_crop());
+  CHECK(noflip.ops(0).random_resized_crop().size().empty());
+  CHECK(noflip.ops(0).random_resized_crop().scale().empty());
+  CHECK_FALSE(noflip.ops(0).random_resized_crop().has_antialias());
+  CHECK(noflip.ops(1).random_horizontal_flip().has_p());
+  CHECK(noflip.ops(1).random_horizontal_flip().p() == 0.0f);
+  CHECK(U(noflip.size()) == std::vector<uint32_t>{64});
+  const PipelineSpec resized = Request(R"({"pipeline": "eval", "resize_size": 300})");
+  REQUIRE(resized.ops_size() == 2);
+  CHECK(U(resized.ops(0).resize().size()) == std::vector<uint32_t>{300});
+  CHECK(resized.ops(1).center_crop().size().empty());
+  const PipelineSpec hw = Request(R"({"height": 10, "width": 20})");
+  CHECK(U(hw.size()) == std::vector<uint32_t>{10, 20});
+}
+
+TEST_CASE("a keyword given as null is not given", "[pipeline_spec]") {
+  CHECK(Same(Request(R"({"ops": null, "pipeline": null, "interpolation": null,
+                         "resize_size": null, "dtype": null, "size": null})"),
+             PipelineSpec()));
+  CHECK(Same(Request(R"({"pipeline": null, "ops": [{"CenterCrop": {"size": 8}}]})"),
+             Request(R"({"ops": [{"CenterCrop": {"size": 8}}]})")));
+}
+
+TEST_CASE("the output's limits hold whichever op makes it", "[pipeline_spec]") {
+  CHECK_THAT(Error(R"({"ops": [{"Resize": {"size": [9000, 9000]}}]})"),
+             Contains("the output of ops[0] Resize") && Contains("within 1..8192"));
+  CHECK(U(Eff(R"({"ops": [{"Resize": {"size": [9000]}}, {"CenterCrop": {"size": 64}}]})").size()) ==
+        std::vector<uint32_t>{64, 64});
+  CHECK_THAT(Error(R"({"size": 4096, "max_decode_pixels": 1000})"),
+             Contains("max_decode_pixels 1000 is below the output's [4096, 4096]"));
+}
+
+TEST_CASE("keyword overrides of a preset's ops", "[pipeline_spec]") {
+  const PipelineSpec t = Eff(
+      R"({"scale": [0.5, 1], "ratio": [1, 2], "flip_prob": 0.25, "antialias": false,
+          "interpolation": "bilinear", "size": 96})");
+  CHECK(t.preset() == "train");
+  const auto& rrc = t.ops(0).random_resized_crop();
+  CHECK(F(rrc.scale()) == std::vector<float>{0.5f, 1.0f});
+  CHECK(F(rrc.ratio()) == std::vector<float>{1.0f, 2.0f});
+  CHECK_FALSE(rrc.antialias());
+  CHECK(U(rrc.size()) == std::vector<uint32_t>{96, 96});
+  CHECK(t.ops(1).random_horizontal_flip().p() == 0.25f);
+  const PipelineSpec e = Eff(R"({"pipeline": "eval", "antialias": false, "resize_size": 250})");
+  CHECK(e.preset() == "eval");
+  CHECK_FALSE(e.ops(0).resize().antialias());
+  CHECK(U(e.ops(0).resize().size()) == std::vector<uint32_t>{250});
+  CHECK(U(e.ops(1).center_crop().size()) == std::vector<uint32_t>{224, 224});
+  CHECK(Eff(R"({"flip_prob": 0})").ops(1).random_horizontal_flip().p() == 0.0f);
+}
+
+TEST_CASE("a keyword the preset has no op for, or a preset keyword beside ops", "[pipeline_spec]") {
+  CHECK_THAT(Error(R"({"pipeline": "eval", "scale": [0.5, 1]})"),
+             Contains("scale") && Contains("'eval'") && Contains("train preset"));
+  CHECK_THAT(Error(R"({"resize_size": 256})"),
+             Contains("resize_size") && Contains("'train'") && Contains("eval preset"));
+  CHECK_THAT(Error(R"({"pipeline": "decode", "flip_prob": 0})"),
+             Contains("flip_prob") && Contains("'decode'"));
+  CHECK_THAT(Error(R"({"pipeline": "decode", "interpolation": "bilinear"})"),
+             Contains("interpolation") && Contains("'decode'") && Contains("train preset") &&
+                 Contains("eval preset"));
+  CHECK_THAT(Error(R"({"ops": [{"CenterCrop": {"size": 8}}], "scale": [0.5, 1]})"),
+             Contains("scale beside ops"));
+  CHECK_THAT(Error(R"({"ops": [{"CenterCrop": {"size": 8}}], "pipeline": "train"})"),
+             Contains("pipeline and ops both given"));
+  CHECK_THAT(Error(R"({"pipeline": "fancy"})"),
+             Contains("unknown pipeline 'fancy'") && Contains("train, eval, decode"));
+  CHECK_THAT(Error(R"({"pipeline": "fancy", "scale": [0.5, 1]})"),
+             Contains("unknown pipeline 'fancy'"));
+  CHECK_THAT(Error(R"({"pipeline": 3})"), Contains("pipeline must be a string"));
+}
+
+TEST_CASE("interpolation: bilinear only, 0.1's 'antialias' is refused by name", "[pipeline_spec]") {
+  CHECK_THAT(Error(R"({"interpolation": "bicubic"})"),
+             Contains("'bicubic' is not served") && Contains("only 'bilinear'") &&
+                 Contains("antialias=false gives the plain 2-tap kind"));
+  CHECK_THAT(Error(R"({"interpolation": "antialias"})"),
+             Contains("drop it") && Contains("default"));
+  CHECK_THAT(Error(R"({"ops": [{"Resize": {"size": 8, "interpolation": "nearest"}}]})"),
+             Contains("ops[0] Resize: interpolation 'nearest' is not served"));
+}
+
+TEST_CASE("a preset and ops in one spec: only the preset's own list", "[pipeline_spec]") {
+  PipelineSpec s;
+  s.set_preset("train");
+  s.add_ops()->mutable_center_crop()->add_size(8);
+  auto e = Effective(s);
+  REQUIRE_FALSE(e.ok());
+  CHECK_THAT(std::string(e.status().message()),
+             Contains("'train' and ops both given") &&
+                 Contains("RandomResizedCrop, RandomHorizontalFlip"));
+  PipelineSpec own;
+  own.set_preset("train");
+  own.add_ops()->mutable_random_resized_crop()->add_size(64);
+  own.add_ops()->mutable_random_horizontal_flip()->set_p(0);
+  e = Effective(own);
+  REQUIRE(e.ok());
+  CHECK(e->preset() == "train");
+  CHECK(U(e->size()) == std::vector<uint32_t>{64, 64});
+}
+
+TEST_CASE("an op list: every op's defaults", "[pipeline_spec]") {
+  const PipelineSpec e = Eff(R"({"ops": [
+      {"RandomCrop": {"size": 32, "padding": 4}},
+      {"RandomHorizontalFlip": {}},
+      {"RandomVerticalFlip": null},
+      {"ColorJitter": {"brightness": 0.4, "hue": 0.1}},
+      {"RandomGrayscale": {}},
+      {"Grayscale": {"num_output_channels": 3}},
+      {"GaussianBlur": {"kernel_size": 3}}],
+    "dtype": "float32"})");
+  CHECK(e.preset().empty());
+  REQUIRE(e.ops_size() == 7);
+  const auto& rc = e.ops(0).random_crop();
+  CHECK(U(rc.size()) == std::vector<uint32_t>{32, 32});
+  CHECK(U(rc.padding()) == std::vector<uint32_t>{4, 4, 4, 4});
+  CHECK(U(rc.fill()) == std::vector<uint32_t>{0, 0, 0});
+  CHECK(rc.padding_mode() == "constant");
+  CHECK_FALSE(rc.pad_if_needed());
+  CHECK(e.ops(1).random_horizontal_flip().p() == 0.5f);
+  CHECK(e.ops(2).random_vertical_flip().p() == 0.5f);
+  const auto& cj = e.ops(3).color_jitter();
+  REQUIRE(cj.brightness_size() == 2);
+  CHECK(cj.brightness(0) == Approx(0.6).epsilon(1e-6));
+  CHECK(cj.brightness(1) == Approx(1.4).epsilon(1e-6));
+  CHECK(cj.contrast().empty());
+  CHECK(cj.saturation().empty());
+  REQUIRE(cj.hue_size() == 2);
+  CHECK(cj.hue(0) == Approx(-0.1).epsilon(1e-6));
+  CHECK(cj.hue(1) == Approx(0.1).epsilon(1e-6));
+  CHECK(e.ops(4).random_grayscale().p() == 0.1f);
+  CHECK(e.ops(5).grayscale().num_output_channels() == 3);
+  const auto& gb = e.ops(6).gaussian_blur();
+  CHECK(U(gb.kernel_size()) == std::vector<uint32_t>{3, 3});
+  CHECK(F(gb.sigma()) == std::vector<float>{0.1f, 2.0f});
+  CHECK(U(e.size()) == std::vector<uint32_t>{32, 32});
+  CHECK(e.output().dtype() == "float32");
+  CHECK(e.output().layout() == "nchw");
+  CHECK(e.max_decode_pixels() == (64ull << 20));
+  // A single op object is a list of one.
+  CHECK(Eff(R"({"ops": {"CenterCrop": {"size": [8, 9]}}})").ops_size() == 1);
+}
+
+TEST_CASE("the affine ops, policies and RandomErasing: torchvision's defaults", "[pipeline_spec]") {
+  const PipelineSpec e = Eff(R"({"ops": [
+      {"RandomRotation": {"degrees": 30}},
+      {"RandomAffine": {"degrees": [-10, 20]}},
+      {"RandomPosterize": {"bits": 2}},
+      {"RandomSolarize": {"threshold": 192.5}},
+      {"RandomAdjustSharpness": {"sharpness_factor": 0}},
+      {"RandomAutocontrast": {}}, {"RandomEqualize": {}}, {"RandomInvert": {}},
+      {"AutoAugment": {}}, {"RandAugment": {}}, {"TrivialAugmentWide": {}}, {"AugMix": {}},
+      {"CenterCrop": {"size": 16}},
+      {"RandomErasing": {}}],
+    "dtype": "float32"})");
+  REQUIRE(e.ops_size() == 14);
+  const auto& rr = e.ops(0).random_rotation();
+  CHECK(F(rr.degrees()) == std::vector<float>{-30, 30});
+  CHECK(rr.interpolation() == "nearest");
+  CHECK(rr.has_expand());
+  CHECK_FALSE(rr.expand());
+  CHECK(rr.center().empty());  // the image's center
+  CHECK(U(rr.fill()) == std::vector<uint32_t>{0, 0, 0});
+  const auto& ra = e.ops(1).random_affine();
+  CHECK(F(ra.degrees()) == std::vector<float>{-10, 20});
+  CHECK(ra.translate().empty());  // none, as torchvision's None
+  CHECK(ra.scale().empty());
+  CHECK(ra.shear().empty());
+  CHECK(ra.interpolation() == "nearest");
+  CHECK(ra.center().empty());
+  CHECK(U(ra.fill()) == std::vector<uint32_t>{0, 0, 0});
+  CHECK(e.ops(2).random_posterize().bits() == 2);
+  CHECK(e.ops(2).random_posterize().p() == 0.5f);
+  CHECK(e.ops(3).random_solarize().threshold() == 192.5f);
+  CHECK(e.ops(3).random_solarize().p() == 0.5f);
+  CHECK(e.ops(4).random_adjust_sharpness().has_sharpness_factor());
+  CHECK(e.ops(4).random_adjust_sharpness().sharpness_factor() == 0);
+  CHECK(e.ops(4).random_adjust_sharpness().p() == 0.5f);
+  CHECK(e.ops(5).random_autocontrast().p() == 0.5f);
+  CHECK(e.ops(6).random_equalize().p() == 0.5f);
+  CHECK(e.ops(7).random_invert().p() == 0.5f);
+  const auto& aa = e.ops(8).auto_augment();
+  CHECK(aa.policy() == "imagenet");
+  CHECK(aa.interpolation() == "nearest");
+  CHECK(U(aa.fill()) == std::vector<uint32_t>{0, 0, 0});
+  const auto& ra2 = e.ops(9).rand_augment();
+  CHECK(ra2.num_ops() == 2);
+  CHECK(ra2.magnitude() == 9);
+  CHECK(ra2.num_magnitude_bins() == 31);
+  CHECK(ra2.interpolation() == "nearest");
+  CHECK(U(ra2.fill()) == std::vector<uint32_t>{0, 0, 0});
+  const auto& ta = e.ops(10).trivial_augment_wide();
+  CHECK(ta.num_magnitude_bins() == 31);
+  CHECK(ta.interpolation() == "nearest");
+  CHECK(U(ta.fill()) == std::vector<uint32_t>{0, 0, 0});
+  const auto& am = e.ops(11).aug_mix();
+  CHECK(am.severity() == 3);
+  CHECK(am.mixture_width() == 3);
+  CHECK(am.chain_depth() == -1);
+  CHECK(am.alpha() == 1.0f);
+  CHECK(am.has_all_ops());
+  CHECK(am.all_ops());
+  CHECK(am.interpolation() == "bilinear");  // AugMix's own default
+  CHECK(U(am.fill()) == std::vector<uint32_t>{0, 0, 0});
+  const auto& re = e.ops(13).random_erasing();
+  CHECK(re.p() == 0.5f);
+  CHECK(F(re.scale()) == std::vector<float>{0.02f, 0.33f});
+  CHECK(F(re.ratio()) == std::vector<float>{0.3f, 3.3f});
+  CHECK(F(re.value()) == std::vector<float>{0, 0, 0});
+  CHECK_FALSE(re.value_random());
+  CHECK(U(e.size()) == std::vector<uint32_t>{16, 16});
+  // None of them changes the size: without a crop the output varies.
+  CHECK(Eff(R"({"ops": [{"RandomRotation": {"degrees": 3}}, {"AugMix": {}}]})").size().empty());
+  CHECK(U(Eff(R"({"ops": [{"CenterCrop": {"size": [8, 6]}}, {"RandomAffine": {"degrees": 1}},
+                          {"TrivialAugmentWide": {}}]})")
+              .size()) == std::vector<uint32_t>{8, 6});
+}
+
+TEST_CASE("RandomRotation and RandomAffine: angles, translate, scale, shear, center",
+          "[pipeline_spec]") {
+  const std::string rot = R"({"ops": [{"CenterCrop": {"size": 8}}, {"RandomRotation": {)";
+  const std::string aff = R"({"ops": [{"CenterCrop": {"size": 8}}, {"RandomAffine": {)";
+  CHECK(F(Eff(rot + R"("degrees": [5, 5]}}]})").ops(1).random_rotation().degrees()) ==
+        std::vector<float>{5, 5});
+  CHECK(F(Eff(rot + R"("degrees": 0}}]})").ops(1).random_rotation().degrees()) ==
+        std::vector<float>{0, 0});
+  CHECK_THAT(Error(rot + "}}]}"), Contains("ops[1] RandomRotation: degrees is required"));
+  CHECK_THAT(Error(rot + R"("degrees": -3}}]})"),
+             Contains("ops[1] RandomRotation: If degrees is a single number, it must be "
+                      "positive"));
+  CHECK_THAT(Error(rot + R"("degrees": [1, 2, 3]}}]})"),
+             Contains("degrees should be a sequence of length 2"));
+  CHECK_THAT(Error(rot + R"("degrees": [5, -5]}}]})"),
+             Contains("degrees [5, -5] must be ranges [min, max] with min <= max"));
+  CHECK_THAT(Error(rot + R"("degrees": "NaN"}}]})"), Contains("must be finite"));
+  CHECK_THAT(Error(rot + R"("degrees": 5, "expand": true}}]})"),
+             Contains("ops[1] RandomRotation: expand=true is not served") &&
+                 Contains("larger than the input"));
+  CHECK(Eff(rot + R"("degrees": 5, "expand": false}}]})").ops(1).random_rotation().has_expand());
+  CHECK_THAT(Error(rot + R"("degrees": 5, "center": [1]}}]})"),
+             Contains("center should be a sequence of length 2"));
+  CHECK_THAT(Error(rot + R"("degrees": 5, "interpolation": "bicubic"}}]})"),
+             Contains("ops[1] RandomRotation: interpolation 'bicubic' is not served: use "
+                      "'nearest' or 'bilinear'"));
+  CHECK_THAT(Error(rot + R"("degrees": 5, "fill": [1, 2]}}]})"),
+             Contains("fill must be 1 value or 3"));
+  CHECK_THAT(Error(rot + R"("degrees": 5, "fill": 256}}]})"), Contains("within 0..255"));
+  CHECK_THAT(Error(rot + R"("degrees": 5, "fill": -1}}]})"),
+             Contains("fill must be a whole number >= 0"));
+  CHECK_THAT(Error(rot + R"("degrees": 5, "expnad": false}}]})"),
+             Contains("unknown parameter 'expnad'; RandomRotation takes degrees, interpolation, "
+                      "expand, center, fill"));
+
+  // Shear as torchvision's get_params reads it: [s] and [min, max] draw x
+  // only (2 values), 4 values draw x then y.
+  CHECK(F(Eff(aff + R"("degrees": 0, "shear": 7}}]})").ops(1).random_affine().shear()) ==
+        std::vector<float>{-7, 7});
+  CHECK(F(Eff(aff + R"("degrees": 0, "shear": [1, 2]}}]})").ops(1).random_affine().shear()) ==
+        std::vector<float>{1, 2});
+  CHECK(F(Eff(aff + R"("degrees": 0, "shear": [1, 2, 3, 4]}}]})").ops(1).random_affine().shear()) ==
+        std::vector<float>{1, 2, 3, 4});
+  CHECK_THAT(Error(aff + R"("degrees": 0, "shear": [1, 2, 3]}}]})"),
+             Contains("shear should be a sequence of length 2 or 4"));
+  CHECK_THAT(Error(aff + R"("degrees": 0, "shear": -1}}]})"),
+             Contains("If shear is a single number, it must be positive"));
+  CHECK_THAT(Error(aff + R"("degrees": 0, "shear": [1, 2, 4, 3]}}]})"), Contains("min <= max"));
+  CHECK_THAT(Error(aff + R"("shear": 1}}]})"),
+             Contains("ops[1] RandomAffine: degrees is required"));
+  CHECK_THAT(Error(aff + R"("degrees": 0, "translate": [0.5, 1.5]}}]})"),
+             Contains("translation values should be between 0 and 1"));
+  CHECK_THAT(Error(aff + R"("degrees": 0, "translate": 0.5}}]})"),
+             Contains("translate should be a sequence of length 2"));
+  CHECK(
+      F(Eff(aff + R"("degrees": 0, "translate": [0, 1]}}]})").ops(1).random_affine().translate()) ==
+      std::vector<float>{0, 1});
+  CHECK_THAT(Error(aff + R"("degrees": 0, "scale": [0, 1]}}]})"),
+             Contains("scale values should be positive"));
+  CHECK_THAT(Error(aff + R"("degrees": 0, "scale": [1]}}]})"),
+             Contains("scale should be a sequence of length 2"));
+  CHECK_THAT(Error(aff + R"("degrees": 0, "scale": [1.2, 1.1]}}]})"), Contains("min <= max"));
+  CHECK_THAT(Error(aff + R"("degrees": 0, "interpolation": "bilinear", "center": [1, 2, 3]}}]})"),
+             Contains("center should be a sequence of length 2"));
+  CHECK_THAT(Error(aff + R"("degrees": 0, "interpolation": "antialias"}}]})"),
+             Contains("interpolation 'antialias' is not served"));
+  CHECK(Eff(aff + R"("degrees": 0, "interpolation": "bilinear", "fill": [4, 5, 6]}}]})")
+            .ops(1)
+            .random_affine()
+            .interpolation() == "bilinear");
+}
+
+TEST_CASE("RandomPosterize, RandomSolarize, RandomAdjustSharpness and the p-only ops",
+          "[pipeline_spec]") {
+  const std::string at = R"({"ops": [{"CenterCrop": {"size": 8}}, )";
+  CHECK(Eff(at + R"({"RandomPosterize": {"bits": 0}}]})").ops(1).random_posterize().bits() == 0);
+  CHECK(Eff(at + R"({"RandomPosterize": {"bits": 8, "p": 1}}]})").ops(1).random_posterize().p() ==
+        1.0f);
+  CHECK_THAT(Error(at + R"({"RandomPosterize": {}}]})"),
+             Contains("ops[1] RandomPosterize: bits is required"));
+  CHECK_THAT(Error(at + R"({"RandomPosterize": {"bits": 9}}]})"),
+             Contains("ops[1] RandomPosterize: The number of bits should be between 0 and 8. "
+                      "Got 9"));
+  CHECK_THAT(Error(at + R"({"RandomPosterize": {"bits": 4, "p": 1.5}}]})"),
+             Contains("ops[1] RandomPosterize: p must be within [0, 1], not 1.5"));
+  CHECK_THAT(Error(at + R"({"RandomSolarize": {}}]})"),
+             Contains("ops[1] RandomSolarize: threshold is required"));
+  CHECK_THAT(Error(at + R"({"RandomSolarize": {"threshold": "Infinity"}}]})"),
+             Contains("threshold must be finite"));
+  CHECK(
+      Eff(at + R"({"RandomSolarize": {"threshold": -3}}]})").ops(1).random_solarize().threshold() ==
+      -3.0f);  // every value inverts, as PIL's does
+  CHECK_THAT(Error(at + R"({"RandomAdjustSharpness": {"p": 0.5}}]})"),
+             Contains("ops[1] RandomAdjustSharpness: sharpness_factor is required"));
+  CHECK_THAT(Error(at + R"({"RandomAdjustSharpness": {"sharpness_factor": -0.5}}]})"),
+             Contains("sharpness_factor (-0.5) is not non-negative"));
+  CHECK_THAT(Error(at + R"({"RandomAutocontrast": {"p": -0.1}}]})"),
+             Contains("ops[1] RandomAutocontrast: p must be within [0, 1]"));
+  CHECK_THAT(Error(at + R"({"RandomEqualize": {"p": 2}}]})"),
+             Contains("ops[1] RandomEqualize: p must be within [0, 1]"));
+  CHECK_THAT(Error(at + R"({"RandomInvert": {"p": "NaN"}}]})"),
+             Contains("ops[1] RandomInvert: p must be within [0, 1]"));
+  CHECK_THAT(Error(at + R"({"RandomInvert": {"bits": 1}}]})"),
+             Contains("unknown parameter 'bits'; RandomInvert takes p"));
+}
+
+TEST_CASE("the policies: AutoAugment, RandAugment, TrivialAugmentWide, AugMix", "[pipeline_spec]") {
+  const std::string at = R"({"ops": [{"CenterCrop": {"size": 8}}, )";
+  for (const char* policy : {"imagenet", "cifar10", "svhn"}) {
+    CHECK(Eff(at + R"({"AutoAugment": {"policy": ")" + policy + R"("}}]})")
+              .ops(1)
+              .auto_augment()
+              .policy() == policy);
+  }
+  CHECK_THAT(Error(at + R"({"AutoAugment": {"policy": "IMAGENET"}}]})"),
+             Contains("ops[1] AutoAugment: policy 'IMAGENET' is not a valid AutoAugmentPolicy: "
+                      "use imagenet, cifar10, svhn"));
+  CHECK_THAT(Error(at + R"({"AutoAugment": {"interpolation": "bicubic"}}]})"),
+             Contains("ops[1] AutoAugment: interpolation 'bicubic' is not served"));
+  CHECK_THAT(Error(at + R"({"AutoAugment": {"fill": [1, 2, 300]}}]})"), Contains("within 0..255"));
+  CHECK(U(Eff(at + R"({"AutoAugment": {"fill": 128}}]})").ops(1).auto_augment().fill()) ==
+        std::vector<uint32_t>{128, 128, 128});
+
+  CHECK(Eff(at + R"({"RandAugment": {"num_ops": 0}}]})").ops(1).rand_augment().num_ops() == 0);
+  CHECK(Eff(at + R"({"RandAugment": {"num_ops": 8}}]})").ops(1).rand_augment().num_ops() == 8);
+  CHECK_THAT(Error(at + R"({"RandAugment": {"num_ops": 9}}]})"),
+             Contains("ops[1] RandAugment: num_ops must be at most 8 (stoker's limit), not 9"));
+  CHECK_THAT(Error(at + R"({"RandAugment": {"magnitude": 31}}]})"),
+             Contains("ops[1] RandAugment: magnitude 31 must be below num_magnitude_bins 31"));
+  CHECK_THAT(Error(at + R"({"RandAugment": {"num_magnitude_bins": 9}}]})"),
+             Contains("magnitude 9 must be below num_magnitude_bins 9"));
+  CHECK_THAT(Error(at + R"({"TrivialAugmentWide": {"num_magnitude_bins": 32769}}]})"),
+             Contains("num_magnitude_bins must be at most 32768"));
+  CHECK(Eff(at + R"({"TrivialAugmentWide": {"num_magnitude_bins": 32768}}]})")
+            .ops(1)
+            .trivial_augment_wide()
+            .num_magnitude_bins() == 32768);
+  CHECK(Eff(at + R"({"RandAugment": {"magnitude": 0, "num_magnitude_bins": 2}}]})")
+            .ops(1)
+            .rand_augment()
+            .num_magnitude_bins() == 2);
+  CHECK_THAT(Error(at + R"({"RandAugment": {"magnitude": 0, "num_magnitude_bins": 1}}]})"),
+             Contains("num_magnitude_bins must be at least 2"));
+  CHECK_THAT(Error(at + R"({"RandAugment": {"num_ops": -1}}]})"),
+             Contains("num_ops must be a whole number >= 0, not -1"));
+
+  CHECK(Eff(at + R"({"TrivialAugmentWide": {"num_magnitude_bins": 2}}]})")
+            .ops(1)
+            .trivial_augment_wide()
+            .num_magnitude_bins() == 2);
+  CHECK_THAT(Error(at + R"({"TrivialAugmentWide": {"num_magnitude_bins": 0}}]})"),
+             Contains("ops[1] TrivialAugmentWide: num_magnitude_bins must be at least 2"));
+  CHECK_THAT(Error(at + R"({"TrivialAugmentWide": {"magnitude": 3}}]})"),
+             Contains("unknown parameter 'magnitude'; TrivialAugmentWide takes "
+                      "num_magnitude_bins, interpolation, fill"));
+
+  for (int severity : {1, 10}) {
+    CHECK(Eff(at + R"({"AugMix": {"severity": )" + std::to_string(severity) + "}}]}")
+              .ops(1)
+              .aug_mix()
+              .severity() == static_cast<uint32_t>(severity));
+  }
+  CHECK_THAT(Error(at + R"({"AugMix": {"severity": 11}}]})"),
+             Contains("ops[1] AugMix: The severity must be between [1, 10]. Got 11 instead."));
+  CHECK_THAT(Error(at + R"({"AugMix": {"severity": 0}}]})"),
+             Contains("The severity must be between [1, 10]. Got 0 instead."));
+  CHECK_THAT(Error(at + R"({"AugMix": {"mixture_width": 0}}]})"),
+             Contains("mixture_width must be within 1..8 (stoker's limit), not 0"));
+  CHECK_THAT(Error(at + R"({"AugMix": {"mixture_width": 9}}]})"),
+             Contains("mixture_width must be within 1..8"));
+  CHECK(Eff(at + R"({"AugMix": {"mixture_width": 8, "chain_depth": 8}}]})")
+            .ops(1)
+            .aug_mix()
+            .chain_depth() == 8);
+  CHECK(Eff(at + R"({"AugMix": {"chain_depth": 1}}]})").ops(1).aug_mix().chain_depth() == 1);
+  // torchvision draws the depth for any chain_depth <= 0: the effective form is -1.
+  for (const char* depth : {"0", "-2"}) {
+    CHECK(Eff(at + R"({"AugMix": {"chain_depth": )" + depth + "}}]}").ops(1).aug_mix().chain_depth() ==
+          -1);
+  }
+  CHECK_THAT(Error(at + R"({"AugMix": {"chain_depth": 9}}]})"),
+             Contains("chain_depth must be <= 0 (each chain's depth drawn from 1..3) or within "
+                      "1..8 (stoker's limit), not 9"));
+  CHECK_THAT(Error(at + R"({"AugMix": {"chain_depth": 1.5}}]})"),
+             Contains("chain_depth must be a whole number, not 1.5"));
+  CHECK_THAT(Error(at + R"({"AugMix": {"alpha": 0}}]})"), Contains("alpha must be positive"));
+  CHECK_THAT(Error(at + R"({"AugMix": {"alpha": "Infinity"}}]})"),
+             Contains("alpha must be positive and finite"));
+  CHECK_THAT(Error(at + R"({"AugMix": {"all_ops": 1}}]})"), Contains("must be true or false"));
+  CHECK(
+      Eff(at + R"({"AugMix": {"interpolation": "nearest"}}]})").ops(1).aug_mix().interpolation() ==
+      "nearest");
+  // The steps a sample's ops can make are bounded (kMaxSteps): AugMix makes
+  // up to 2 + mixture_width * (1 + depth).
+  CHECK_THAT(Error(at + R"({"AugMix": {"mixture_width": 8, "chain_depth": 8}},
+                           {"AugMix": {"mixture_width": 8, "chain_depth": 8}}]})"),
+             Contains("ops: these ops can make up to 150 steps per sample, more than the 128"));
+  CHECK_THAT(Error(at + R"({"AugMix": {"interpolation": "box"}}]})"),
+             Contains("ops[1] AugMix: interpolation 'box' is not served: use 'nearest' or "
+                      "'bilinear'"));
+}
+
+TEST_CASE("RandomErasing: checks, 'random', placement after every other op, dtype rules",
+          "[pipeline_spec]") {
+  const std::string at = R"({"ops": [{"CenterCrop": {"size": 8}}, {"RandomErasing": )";
+  const std::string f32 = R"(}], "dtype": "float32"})";
+  // "random": value_random; the request holds it as the bool.
+  const PipelineSpec r = Request(at + R"({"value": "random"})" + f32);
+  CHECK(r.ops(1).random_erasing().value_random());
+  CHECK(r.ops(1).random_erasing().value().empty());
+  const PipelineSpec e = Eff(at + R"({"value": "random", "p": 1})" + f32);
+  CHECK(e.ops(1).random_erasing().value_random());
+  CHECK(e.ops(1).random_erasing().value().empty());
+  CHECK(e.ops(1).random_erasing().p() == 1.0f);
+  CHECK(Eff(at + R"({"value_random": true})" + f32).ops(1).random_erasing().value_random());
+  CHECK_THAT(Error(at + R"({"value": "noise"})" + f32),
+             Contains("ops[1] RandomErasing: value: If value is str, it should be 'random', not "
+                      "'noise'"));
+  CHECK_THAT(Error(at + R"({"value": [1], "value_random": true})" + f32),
+             Contains("value [1] and value_random both given"));
+  // Values in the output's units: normalized for floats (any finite value).
+  CHECK(F(Eff(at + R"({"value": -1.5})" + f32).ops(1).random_erasing().value()) ==
+        std::vector<float>{-1.5f, -1.5f, -1.5f});
+  CHECK(F(Eff(at + R"({"value": [0.5, -1, 2]})" + f32).ops(1).random_erasing().value()) ==
+        std::vector<float>{0.5f, -1, 2});
+  CHECK_THAT(Error(at + R"({"value": [1, 2]})" + f32),
+             Contains("If value is a sequence, it should have either a single value or 3"));
+  CHECK_THAT(Error(at + R"({"value": "NaN"})" + f32), Contains("If value is str"));
+  CHECK_THAT(Error(at + R"({"value": ["NaN"]})" + f32), Contains("must be finite"));
+  // uint8 outputs: whole values 0..255; "random" refused.
+  CHECK(F(Eff(at + R"({"value": [255, 0, 7]}}]})").ops(1).random_erasing().value()) ==
+        std::vector<float>{255, 0, 7});
+  CHECK_THAT(Error(at + R"({"value": "random"}}]})"),
+             Contains("ops[1] RandomErasing: value 'random' with a uint8 output") &&
+                 Contains("use a float dtype"));
+  CHECK_THAT(Error(at + R"({"value": 256}}]})"),
+             Contains("ops[1] RandomErasing: value [256, 256, 256] with a uint8 output: each "
+                      "value must be a whole number within 0..255"));
+  CHECK_THAT(Error(at + R"({"value": 0.5}}]})"), Contains("whole number within 0..255"));
+  CHECK_THAT(Error(at + R"({"value": -1}}]})"), Contains("whole number within 0..255"));
+  // torchvision's checks.
+  CHECK_THAT(Error(at + R"({"p": 1.5})" + f32),
+             Contains("ops[1] RandomErasing: p 1.5: Random erasing probability should be "
+                      "between 0 and 1"));
+  CHECK_THAT(Error(at + R"({"scale": [0.5, 1.5]})" + f32),
+             Contains("Scale should be between 0 and 1"));
+  CHECK_THAT(Error(at + R"({"scale": [-0.1, 0.5]})" + f32),
+             Contains("Scale should be between 0 and 1"));
+  CHECK_THAT(Error(at + R"({"scale": [0.5, 0.1]})" + f32), Contains("min <= max"));
+  CHECK_THAT(Error(at + R"({"scale": 0.5})" + f32), Contains("scale must be [min, max]"));
+  CHECK(F(Eff(at + R"({"scale": [0, 1]})" + f32).ops(1).random_erasing().scale()) ==
+        std::vector<float>{0, 1});
+  CHECK_THAT(Error(at + R"({"ratio": [0, 1]})" + f32),
+             Contains("ops[1] RandomErasing: ratio [0, 1] must be finite with 0 < min <= max"));
+  CHECK_THAT(Error(at + R"({"ratio": [2, 1]})" + f32), Contains("0 < min <= max"));
+  // Placement: nothing but RandomErasing after it.
+  CHECK(Eff(R"({"ops": [{"CenterCrop": {"size": 8}}, {"RandomErasing": {}},
+                        {"RandomErasing": {"p": 1}}]})")
+            .ops_size() == 3);
+  CHECK(Eff(R"({"ops": [{"RandomErasing": {}}], "size": 8})").ops_size() == 1);
+  CHECK_THAT(Error(R"({"ops": [{"CenterCrop": {"size": 8}}, {"RandomErasing": {}},
+                              {"RandomErasing": {}}, {"RandomHorizontalFlip": {}}]})"),
+             Contains("ops[3] RandomHorizontalFlip after ops[1] RandomErasing: RandomErasing "
+                      "works on the output tensor (torchvision's runs after ToTensor() and "
+                      "Normalize()), so it must come after every other op"));
+  CHECK_THAT(Error(R"({"ops": [{"RandomErasing": {}}, {"CenterCrop": {"size": 8}}]})"),
+             Contains("ops[1] CenterCrop after ops[0] RandomErasing"));
+}
+
+TEST_CASE("RandomCrop: padding and fill normalized as torchvision reads them", "[pipeline_spec]") {
+  auto crop = [](const std::string& params) {
+    return Eff(R"({"ops": [{"RandomCrop": {"size": 8, )" + params + "}}]}").ops(0).random_crop();
+  };
+  CHECK(U(crop(R"("padding": [1, 2])").padding()) == std::vector<uint32_t>{1, 2, 1, 2});
+  CHECK(U(crop(R"("padding": [1, 2, 3, 4])").padding()) == std::vector<uint32_t>{1, 2, 3, 4});
+  CHECK(U(crop(R"("fill": 7)").fill()) == std::vector<uint32_t>{7, 7, 7});
+  CHECK(U(crop(R"("fill": [1, 2, 3])").fill()) == std::vector<uint32_t>{1, 2, 3});
+  CHECK(crop(R"("pad_if_needed": true)").pad_if_needed());
+  for (const char* mode : {"constant", "edge", "reflect", "symmetric"}) {
+    CHECK(crop(absl::StrCat(R"("padding_mode": ")", mode, "\"")).padding_mode() == mode);
+  }
+  const std::string at = R"({"ops": [{"RandomCrop": {"size": 8, )";
+  CHECK_THAT(Error(at + R"("padding": [1, 2, 3]}}]})"),
+             Contains("ops[0] RandomCrop: padding must be 1, 2 or 4 values"));
+  CHECK_THAT(Error(at + R"("padding": 65501}}]})"), Contains("each side must be at most 65500"));
+  CHECK_THAT(Error(at + R"("padding": -1}}]})"),
+             Contains("ops[0] RandomCrop: padding must be a whole number >= 0, not -1"));
+  CHECK_THAT(Error(at + R"("fill": [1, 2]}}]})"), Contains("fill must be 1 value or 3"));
+  CHECK_THAT(Error(at + R"("fill": 256}}]})"), Contains("within 0..255"));
+  CHECK_THAT(Error(at + R"("padding_mode": "wrap"}}]})"),
+             Contains("'wrap'") && Contains("constant, edge, reflect, symmetric"));
+  CHECK_THAT(Error(at + R"("pad_if_needed": 1}}]})"), Contains("must be true or false"));
+  CHECK_THAT(Error(R"({"ops": [{"RandomCrop": {}}]})"),
+             Contains("ops[0] RandomCrop: size is required"));
+}
+
+TEST_CASE("op lists: unknown ops and parameters, types, the op limit", "[pipeline_spec]") {
+  CHECK_THAT(Error(R"({"ops": [{"CenterCrop": {"size": 8}}, {"RandomPerspective": {}}]})"),
+             Contains("ops[1]: unknown op 'RandomPerspective'") &&
+                 Contains("RandomResizedCrop, Resize, CenterCrop, RandomCrop, "
+                          "RandomHorizontalFlip, RandomVerticalFlip, ColorJitter, Grayscale, "
+                          "RandomGrayscale, GaussianBlur, RandomRotation, RandomAffine, "
+                          "RandomPosterize, RandomSolarize, RandomAdjustSharpness, "
+                          "RandomAutocontrast, RandomEqualize, RandomInvert, AutoAugment, "
+                          "RandAugment, TrivialAugmentWide, AugMix, RandomErasing"));
+  CHECK_THAT(Error(R"({"ops": [{"RandomCrop": {"size": 8, "paddin": 4}}]})"),
+             Contains("ops[0] RandomCrop: unknown parameter 'paddin'") &&
+                 Contains("RandomCrop takes size, padding, pad_if_needed, fill, padding_mode"));
+  CHECK_THAT(Error(R"({"ops": [{"CenterCrop": {"size": 8}, "Resize": {"size": 8}}]})"),
+             Contains("ops[0]: an op is an object with one key"));
+  CHECK_THAT(Error(R"({"ops": [{}]})"), Contains("ops[0]: an op is an object with one key"));
+  CHECK_THAT(Error(R"({"ops": [{"CenterCrop": {"size": 8.5}}]})"),
+             Contains("ops[0] CenterCrop: size must be a whole number >= 0, not 8.5"));
+  CHECK_THAT(Error(R"({"ops": [{"CenterCrop": {"size": "8"}}]})"),
+             Contains("ops[0] CenterCrop: size must be a whole number"));
+  CHECK_THAT(Error(R"({"ops": [{"CenterCrop": 8}]})"),
+             Contains("ops[0] CenterCrop must be an object"));
+  CHECK_THAT(Error(R"({"ops": [{"CenterCrop": {"size": [[8]]}}]})"),
+             Contains("must hold values, not lists"));
+  CHECK_THAT(Error(R"({"ops": [{"RandomHorizontalFlip": {"p": [0.5]}}]})"),
+             Contains("ops[0] RandomHorizontalFlip: p takes one value"));
+  CHECK_THAT(Error(R"({"ops": 3})"), Contains("ops must be an object"));
+  std::string many = R"({"ops": [)";
+  for (int i = 0; i < 17; ++i)
+    many += std::string(i ? "," : "") + R"({"RandomHorizontalFlip": {}})";
+  many += R"(], "size": 8})";
+  CHECK_THAT(Error(many), Contains("17 ops, more than the 16"));
+  static_assert(kMaxOps == 16);
+  // An op with no kind (only possible in a spec, not in JSON).
+  PipelineSpec s;
+  s.add_ops();
+  auto e = Effective(s);
+  REQUIRE_FALSE(e.ok());
+  CHECK_THAT(std::string(e.status().message()), Contains("ops[0]: no op set"));
+}
+
+TEST_CASE("sizes: limits, one value for both sides, agreement with the ops", "[pipeline_spec]") {
+  CHECK_THAT(Error(R"({"size": 0})"), Contains("size [0, 0]: each side must be within 1..8192"));
+  CHECK_THAT(Error(R"({"size": 8193})"), Contains("within 1..8192"));
+  CHECK_THAT(Error(R"({"size": [4096, 4097]})"), Contains("more than 16777216 pixels"));
+  CHECK(U(Eff(R"({"size": [4096, 4096]})").size()) == std::vector<uint32_t>{4096, 4096});
+  CHECK_THAT(Error(R"({"size": [1, 2, 3]})"), Contains("size must be 1 value or 2"));
+  CHECK_THAT(Error(R"({"ops": [{"CenterCrop": {"size": [8, 9, 10]}}]})"),
+             Contains("ops[0] CenterCrop: size must be 1 value or 2"));
+  CHECK_THAT(Error(R"({"ops": [{"CenterCrop": {"size": 9000}}]})"),
+             Contains("ops[0] CenterCrop: size [9000, 9000]: each side must be within 1..8192"));
+  CHECK_THAT(Error(R"({"ops": [{"CenterCrop": {"size": 8}}], "size": 9})"),
+             Contains("size [9, 9] disagrees with the output of ops[0] CenterCrop, [8, 8]"));
+  CHECK(U(Eff(R"({"ops": [{"CenterCrop": {"size": 8}}], "size": [8, 8]})").size()) ==
+        std::vector<uint32_t>{8, 8});
+  CHECK_THAT(Error(R"({"pipeline": "eval", "size": [224, 224], "ops": []})"),
+             Contains("pipeline and ops both given"));
+  CHECK_THAT(Error(R"({"height": 8})"), Contains("height given without width"));
+  CHECK_THAT(Error(R"({"height": 8, "width": 8, "size": 8})"),
+             Contains("height/width and size both given"));
+  CHECK_THAT(Error(R"({"height": [8], "width": 8})"), Contains("height must be a whole number"));
+  CHECK_THAT(Error(R"({"size": "big"})"), Contains("size must be a whole number >= 0, not 'big'"));
+  // The last op that fixes the size decides it.
+  CHECK(U(Eff(R"({"ops": [{"CenterCrop": {"size": 100}}, {"RandomCrop": {"size": [20, 30]}}]})")
+              .size()) == std::vector<uint32_t>{20, 30});
+}
+
+TEST_CASE("Resize: one size is the shorter side and varies the size, two fix it, max_size",
+          "[pipeline_spec]") {
+  const std::string shorter = R"({"ops": [{"Resize": {"size": 64}}]})";
+  const PipelineSpec any = Eff(shorter);
+  CHECK(U(any.ops(0).resize().size()) == std::vector<uint32_t>{64});
+  CHECK(any.size().empty());
+  CHECK(any.max_decode_pixels() == (16ull << 20));
+  const PipelineSpec given = Eff(R"({"ops": [{"Resize": {"size": 64}}], "size": [64, 80]})");
+  CHECK(U(given.size()) == std::vector<uint32_t>{64, 80});
+  const PipelineSpec both = Eff(R"({"ops": [{"Resize": {"size": [30, 40]}}]})");
+  CHECK(U(both.ops(0).resize().size()) == std::vector<uint32_t>{30, 40});
+  CHECK(U(both.size()) == std::vector<uint32_t>{30, 40});
+  // A crop after it fixes the size again.
+  CHECK(U(Eff(R"({"ops": [{"Resize": {"size": 64}}, {"CenterCrop": {"size": 56}}]})").size()) ==
+        std::vector<uint32_t>{56, 56});
+  // Sides up to 65500 in the middle of a list.
+  CHECK(Eff(R"({"ops": [{"Resize": {"size": 65500}}, {"CenterCrop": {"size": 8}}]})").ops_size() ==
+        2);
+  CHECK_THAT(Error(R"({"ops": [{"Resize": {"size": 65501}}], "size": 8})"),
+             Contains("ops[0] Resize: size [65501]: each side must be within 1..65500"));
+  CHECK_THAT(Error(R"({"ops": [{"Resize": {"size": [1, 2, 3]}}], "size": 8})"),
+             Contains("ops[0] Resize: size must be [shorter side] or [height, width]"));
+  CHECK_THAT(Error(R"({"ops": [{"Resize": {}}], "size": 8})"),
+             Contains("ops[0] Resize: size is required"));
+  CHECK_THAT(Error(R"({"ops": [{"Resize": {"size": 64, "max_size": 65501}}], "size": 8})"),
+             Contains("ops[0] Resize: max_size must be at most 65500"));
+  const PipelineSpec capped =
+      Eff(R"({"ops": [{"Resize": {"size": 64, "max_size": 100}}], "size": 64})");
+  CHECK(capped.ops(0).resize().max_size() == 100);
+  CHECK_THAT(Error(R"({"ops": [{"Resize": {"size": [64, 64], "max_size": 100}}]})"),
+             Contains("max_size should only be passed if size specifies the length of the "
+                      "smaller edge"));
+  CHECK_THAT(Error(R"({"ops": [{"Resize": {"size": 64, "max_size": 64}}], "size": 8})"),
+             Contains("max_size = 64 must be strictly greater than the requested size for the "
+                      "smaller edge size = 64"));
+}
+
+TEST_CASE("RandomResizedCrop's scale and ratio", "[pipeline_spec]") {
+  CHECK_THAT(Error(R"({"scale": [0, 1]})"),
+             Contains("ops[0] RandomResizedCrop: scale [0, 1] must be finite with 0 < min <= max"));
+  CHECK_THAT(Error(R"({"scale": [0.5, 0.25]})"), Contains("0 < min <= max"));
+  CHECK_THAT(Error(R"({"ratio": [1, "Infinity"]})"),
+             Contains("ratio [1, Infinity] must be finite"));
+  CHECK_THAT(Error(R"({"ratio": ["NaN", 1]})"), Contains("must be finite"));
+  CHECK_THAT(Error(R"({"scale": 0.5})"), Contains("scale must be [min, max], not 1 values"));
+  CHECK_THAT(Error(R"({"scale": [0.1, 1e40]})"), Contains("scale is out of range"));
+  CHECK_THAT(Error(R"({"scale": ["a", 1]})"), Contains("scale must be a number, not 'a'"));
+}
+
+TEST_CASE("probabilities", "[pipeline_spec]") {
+  for (const char* op : {"RandomHorizontalFlip", "RandomVerticalFlip", "RandomGrayscale"}) {
+    const std::string at = absl::StrCat(R"({"size": 8, "ops": [{")", op, R"(": {"p": )");
+    CHECK_THAT(Error(at + "1.5}}]}"),
+               Contains(absl::StrCat("ops[0] ", op, ": p must be within [0, 1], not 1.5")));
+    CHECK_THAT(Error(at + "-0.1}}]}"), Contains("p must be within [0, 1]"));
+    CHECK_THAT(Error(at + R"("NaN"}}]})"), Contains("p must be within [0, 1], not NaN"));
+  }
+  CHECK(
+      Eff(R"({"size": 8, "ops": [{"RandomGrayscale": {"p": 1}}]})").ops(0).random_grayscale().p() ==
+      1);
+  CHECK(Eff(R"({"size": 8, "ops": [{"RandomVerticalFlip": {"p": 0}}]})")
+            .ops(0)
+            .random_vertical_flip()
+            .has_p());
+}
+
+TEST_CASE("ColorJitter: ranges as torchvision's _check_input makes them", "[pipeline_spec]") {
+  auto jitter = [](const std::string& params) {
+    return Eff(R"({"size": 8, "ops": [{"ColorJitter": {)" + params + "}}]}").ops(0).color_jitter();
+  };
+  const auto big = jitter(R"("brightness": 1.5, "contrast": [0.2, 1.8], "saturation": 0.5)");
+  CHECK(F(big.brightness()) == std::vector<float>{0.0f, 2.5f});  // clipped at 0
+  CHECK(F(big.contrast()) == std::vector<float>{0.2f, 1.8f});
+  CHECK(F(big.saturation()) == std::vector<float>{0.5f, 1.5f});
+  CHECK(big.hue().empty());
+  CHECK(F(jitter(R"("hue": [-0.5, 0.25])").hue()) == std::vector<float>{-0.5f, 0.25f});
+  CHECK(F(jitter(R"("hue": 0.5)").hue()) == std::vector<float>{-0.5f, 0.5f});
+  // "Not made": [1, 1], 0, hue [0, 0]; unset.
+  const auto none = jitter(R"("brightness": 0, "contrast": [1, 1], "hue": [0, 0])");
+  CHECK(none.brightness().empty());
+  CHECK(none.contrast().empty());
+  CHECK(none.hue().empty());
+  CHECK(jitter("").saturation().empty());
+  const std::string at = R"({"size": 8, "ops": [{"ColorJitter": {)";
+  CHECK_THAT(Error(at + R"("brightness": -0.1}}]})"),
+             Contains("ops[0] ColorJitter: brightness is a single number, so it must be >= 0"));
+  CHECK_THAT(Error(at + R"("hue": 0.6}}]})"),
+             Contains("ops[0] ColorJitter: hue [-0.6, 0.6] must be a range [min, max] within "
+                      "[-0.5, 0.5]"));
+  CHECK_THAT(Error(at + R"("hue": [-0.6, 0.1]}}]})"), Contains("within [-0.5, 0.5]"));
+  CHECK_THAT(Error(at + R"("hue": -0.1}}]})"),
+             Contains("hue is a single number, so it must be >= 0"));
+  CHECK_THAT(Error(at + R"("contrast": [-0.1, 1]}}]})"),
+             Contains("contrast [-0.1, 1] must be a range [min, max] within [0, inf]"));
+  CHECK_THAT(Error(at + R"("saturation": [1.5, 0.5]}}]})"), Contains("saturation [1.5, 0.5]"));
+  CHECK_THAT(Error(at + R"("saturation": [1, 2, 3]}}]})"),
+             Contains("saturation must be 1 value or 2"));
+  CHECK_THAT(Error(at + R"("brightness": [1, "Infinity"]}}]})"), Contains("must be finite"));
+}
+
+TEST_CASE("Grayscale: 3 channels only, torchvision's default of 1 refused by name",
+          "[pipeline_spec]") {
+  CHECK_THAT(Error(R"({"size": 8, "ops": [{"RandomHorizontalFlip": {}}, {"Grayscale": {}}]})"),
+             Contains("ops[1] Grayscale(num_output_channels=1): stoker's samples have 3 "
+                      "channels; use Grayscale(num_output_channels=3)"));
+  CHECK_THAT(Error(R"({"size": 8, "ops": [{"Grayscale": {"num_output_channels": 1}}]})"),
+             Contains("Grayscale(num_output_channels=1): stoker's samples have 3 channels"));
+  CHECK_THAT(Error(R"({"size": 8, "ops": [{"Grayscale": {"num_output_channels": 2}}]})"),
+             Contains("ops[0] Grayscale: num_output_channels must be 3"));
+}
+
+TEST_CASE("GaussianBlur: odd positive kernels, sigma", "[pipeline_spec]") {
+  auto blur = [](const std::string& params) {
+    return Eff(R"({"size": 8, "ops": [{"GaussianBlur": {)" + params + "}}]}")
+        .ops(0)
+        .gaussian_blur();
+  };
+  CHECK(U(blur(R"("kernel_size": [3, 5])").kernel_size()) == std::vector<uint32_t>{3, 5});
+  CHECK(F(blur(R"("kernel_size": 1, "sigma": 1.5)").sigma()) == std::vector<float>{1.5f, 1.5f});
+  CHECK(F(blur(R"("kernel_size": 1, "sigma": [0.5, 3])").sigma()) ==
+        std::vector<float>{0.5f, 3.0f});
+  const std::string at = R"({"size": 8, "ops": [{"GaussianBlur": {)";
+  CHECK_THAT(Error(at + "}}]}"), Contains("ops[0] GaussianBlur: kernel_size is required"));
+  CHECK_THAT(
+      Error(at + R"("kernel_size": 4}}]})"),
+      Contains("kernel_size [4, 4]: kernel size value should be an odd and positive number"));
+  CHECK_THAT(Error(at + R"("kernel_size": [3, 0]}}]})"), Contains("odd and positive"));
+  CHECK_THAT(Error(at + R"("kernel_size": [3, 3, 3]}}]})"),
+             Contains("kernel_size should be a single number or a list of 2"));
+  CHECK_THAT(Error(at + R"("kernel_size": 3, "sigma": 0}}]})"),
+             Contains("sigma is a single number, so it must be positive"));
+  CHECK_THAT(Error(at + R"("kernel_size": 3, "sigma": [2, 1]}}]})"),
+             Contains("sigma [2, 1] must be finite with 0 < min <= max"));
+  CHECK_THAT(Error(at + R"("kernel_size": 3, "sigma": [0, 1]}}]})"), Contains("0 < min <= max"));
+  CHECK_THAT(Error(at + R"("kernel_size": 3, "sigma": [1, 2, 3]}}]})"),
+             Contains("sigma should be a single number or a list of 2"));
+}
+
+TEST_CASE("the output: dtype, layout by dtype, mean and std", "[pipeline_spec]") {
+  CHECK(Eff(R"({"dtype": "float16"})").output().layout() == "nchw");
+  CHECK(Eff(R"({"dtype": "float32", "layout": "nhwc"})").output().layout() == "nhwc");
+  CHECK(Eff(R"({"layout": "nchw"})").output().layout() == "nchw");
+  const v1::Output o = Eff(R"({"dtype": "float32", "mean": 0.5, "std": [1, 2, 3]})").output();
+  CHECK(F(o.mean()) == std::vector<float>{0.5f, 0.5f, 0.5f});
+  CHECK(F(o.std()) == std::vector<float>{1, 2, 3});
+  CHECK_THAT(Error(R"({"dtype": "int8"})"),
+             Contains("dtype 'int8' is unknown: use uint8, float32, float16"));
+  CHECK_THAT(Error(R"({"dtype": "Float32"})"), Contains("dtype 'Float32' is unknown"));
+  CHECK_THAT(Error(R"({"layout": "chw"})"), Contains("layout 'chw' is unknown: use nhwc, nchw"));
+  CHECK_THAT(Error(R"({"mean": [0.5, 0.5]})"), Contains("mean must be 1 value or 3"));
+  CHECK_THAT(Error(R"({"std": 0})"), Contains("std [0, 0, 0] must not hold 0"));
+  CHECK_THAT(Error(R"({"std": [1, 0, 1]})"), Contains("must not hold 0"));
+  CHECK_THAT(Error(R"({"mean": [0, "NaN", 0]})"), Contains("mean [0, NaN, 0] must be finite"));
+}
+
+TEST_CASE("max_decode_pixels, exact_decode, apply_exif_orientation", "[pipeline_spec]") {
+  CHECK(Eff(R"({"max_decode_pixels": 4294967296})").max_decode_pixels() == (1ull << 32));
+  CHECK(Eff(R"({"max_decode_pixels": "100000"})").max_decode_pixels() == 100000);
+  CHECK_THAT(Error(R"({"max_decode_pixels": 4294967297})"),
+             Contains("max_decode_pixels must be within 1..4294967296"));
+  CHECK_THAT(Error(R"({"max_decode_pixels": -1})"), Contains("max_decode_pixels must be a whole"));
+  const PipelineSpec e = Eff(R"({"exact_decode": true, "apply_exif_orientation": true})");
+  CHECK(e.exact_decode());
+  CHECK(e.apply_exif_orientation());
+  CHECK_THAT(Error(R"({"exact_decode": 1})"), Contains("exact_decode must be true or false"));
+}
+
+TEST_CASE("keywords: unknown ones, not an object, null", "[pipeline_spec]") {
+  CHECK_THAT(Error(R"({"flip": 0})"),
+             Contains("unknown pipeline keyword 'flip'") &&
+                 Contains("pipeline, ops, size, max_decode_pixels, exact_decode, "
+                          "apply_exif_orientation, mask_dtype, mask_fill, box_min_size, "
+                          "box_min_visibility, height, width, resize_size, scale, ratio, "
+                          "flip_prob, interpolation, antialias, dtype, layout, mean, std"));
+  CHECK_THAT(Error("[1, 2]"), Contains("pipeline keywords are not a JSON object"));
+  CHECK_THAT(Error("{"), Contains("pipeline keywords are not a JSON object"));
+  CHECK(Same(Request(R"({"dtype": null, "size": null})"), PipelineSpec()));
+}
+
+// Keyword sets that cover every op and preset, for the properties below.
+const char* const kRequests[] = {
+    "{}",
+    R"({"pipeline": "eval", "size": [160, 192], "dtype": "float16"})",
+    R"({"pipeline": "eval", "resize_size": 300, "antialias": false})",
+    R"({"scale": [0.25, 1], "flip_prob": 0, "size": 32, "exact_decode": true})",
+    R"({"pipeline": "decode", "size": 64, "apply_exif_orientation": true})",
+    R"({"ops": [{"RandomCrop": {"size": 32, "padding": [4, 2], "fill": 9,
+                                "padding_mode": "reflect", "pad_if_needed": true}},
+                {"RandomHorizontalFlip": {"p": 0.3}}, {"RandomVerticalFlip": {}},
+                {"ColorJitter": {"brightness": 0.4, "contrast": 0.4, "saturation": [0.5, 1.5],
+                                 "hue": 0.1}},
+                {"Grayscale": {"num_output_channels": 3}}, {"RandomGrayscale": {"p": 0.2}},
+                {"GaussianBlur": {"kernel_size": [3, 5], "sigma": [0.5, 1]}}],
+        "dtype": "float32", "mean": 0.5, "std": 0.25})",
+    R"({"ops": [{"Resize": {"size": 64, "max_size": 80, "antialias": false}},
+                {"CenterCrop": {"size": [56, 48]}}, {"RandomResizedCrop": {"size": 24,
+                 "scale": [0.5, 0.75], "ratio": [0.9, 1.1]}}]})",
+    R"({"ops": [{"Resize": {"size": [30, 40]}}], "max_decode_pixels": 123456})",
+    R"({"ops": [{"RandomRotation": {"degrees": [-5, 10], "interpolation": "bilinear",
+                                    "center": [3.5, 4], "fill": [1, 2, 3]}},
+                {"RandomAffine": {"degrees": 15, "translate": [0.1, 0.2], "scale": [0.9, 1.1],
+                                  "shear": 5, "fill": 7}},
+                {"RandomAffine": {"degrees": 0, "shear": [-1, 1, -2, 2], "center": [0, 0]}},
+                {"RandomPosterize": {"bits": 4}}, {"RandomSolarize": {"threshold": 128}},
+                {"RandomAdjustSharpness": {"sharpness_factor": 2}},
+                {"RandomAutocontrast": {}}, {"RandomEqualize": {"p": 0.1}},
+                {"RandomInvert": {}}, {"CenterCrop": {"size": 32}},
+                {"RandomErasing": {"value": "random"}}, {"RandomErasing": {"value": [1, 2, 3]}}],
+        "dtype": "float16"})",
+    R"({"ops": [{"RandomResizedCrop": {"size": 176}}, {"AutoAugment": {"policy": "svhn"}},
+                {"RandAugment": {"num_ops": 3, "magnitude": 5, "num_magnitude_bins": 11,
+                                 "interpolation": "bilinear", "fill": [1, 2, 3]}},
+                {"TrivialAugmentWide": {}}, {"AugMix": {"chain_depth": 2, "all_ops": false}},
+                {"RandomErasing": {"p": 0.1, "value": 9}}]})",
+};
+
+TEST_CASE("Effective is idempotent, and ToJson/SpecFromJson round-trips", "[pipeline_spec]") {
+  for (const char* kw : kRequests) {
+    INFO(kw);
+    const PipelineSpec e = Eff(kw);
+    auto again = Effective(e);
+    REQUIRE(again.ok());
+    CHECK(Same(*again, e));
+    auto parsed = SpecFromJson(ToJson(e));
+    REQUIRE(parsed.ok());
+    CHECK(Same(*parsed, e));
+    auto reparsed = Effective(*parsed);
+    REQUIRE(reparsed.ok());
+    CHECK(Same(*reparsed, e));
+    // The request form round-trips too, and gives the same effective spec.
+    const PipelineSpec r = Request(kw);
+    auto r2 = SpecFromJson(ToJson(r));
+    REQUIRE(r2.ok());
+    CHECK(Same(*r2, r));
+  }
+  const PipelineSpec any = Eff(R"({"pipeline": "decode"})");
+  auto again = Effective(any);
+  REQUIRE(again.ok());
+  CHECK(Same(*again, any));
+}
+
+TEST_CASE("ToJson: the proto's names, torchvision's op names, shortest floats", "[pipeline_spec]") {
+  CHECK(ToJson(Eff("{}")) ==
+        R"({"preset":"train","ops":[{"RandomResizedCrop":{"size":[224,224],"scale":[0.08,1],)"
+        R"("ratio":[0.75,1.3333334],"interpolation":"bilinear","antialias":true}},)"
+        R"({"RandomHorizontalFlip":{"p":0.5}}],"size":[224,224],"output":{"dtype":"uint8",)"
+        R"("layout":"nhwc","mean":[0.485,0.456,0.406],"std":[0.229,0.224,0.225]},)"
+        R"("max_decode_pixels":67108864,"mask_dtype":"uint8","mask_fill":255})");
+  CHECK(ToJson(PipelineSpec()) == "{}");
+  CHECK(
+      ToJson(Request(R"({"ops": [{"GaussianBlur": {"kernel_size": 3}}], "exact_decode": true})")) ==
+      R"({"ops":[{"GaussianBlur":{"kernel_size":[3]}}],"exact_decode":true})");
+  PipelineSpec odd;
+  odd.set_preset("a\"b\\\n");
+  CHECK(ToJson(odd) == R"({"preset":"a\"b\\\u000a"})");
+  auto back = SpecFromJson(ToJson(odd));
+  REQUIRE(back.ok());
+  CHECK(back->preset() == odd.preset());
+  // The JSON mapping's other spellings read too.
+  auto camel = SpecFromJson(R"({"ops": [{"random_crop": {"size": [8], "padIfNeeded": true}}],
+                                "maxDecodePixels": "77"})");
+  REQUIRE(camel.ok());
+  CHECK(camel->ops(0).random_crop().pad_if_needed());
+  CHECK(camel->max_decode_pixels() == 77);
+  // The new ops: a negative chain_depth, value_random, policy names.
+  const PipelineSpec policies = Eff(R"({"ops": [{"CenterCrop": {"size": 8}},
+      {"AutoAugment": {"policy": "cifar10"}}, {"AugMix": {"severity": 2}},
+      {"RandomErasing": {"value": "random", "p": 0.25}}], "dtype": "float16"})");
+  CHECK(ToJson(policies) ==
+        R"({"ops":[{"CenterCrop":{"size":[8,8]}},{"AutoAugment":{"policy":"cifar10",)"
+        R"("interpolation":"nearest","fill":[0,0,0]}},{"AugMix":{"severity":2,"mixture_width":3,)"
+        R"("chain_depth":-1,"alpha":1,"all_ops":true,"interpolation":"bilinear",)"
+        R"("fill":[0,0,0]}},{"RandomErasing":{"p":0.25,"scale":[0.02,0.33],"ratio":[0.3,3.3],)"
+        R"("value_random":true}}],"size":[8,8],"output":{"dtype":"float16","layout":"nchw",)"
+        R"("mean":[0.485,0.456,0.406],"std":[0.229,0.224,0.225]},"max_decode_pixels":67108864,"mask_dtype":"uint8","mask_fill":255})");
+  auto camel2 = SpecFromJson(R"({"ops": [{"aug_mix": {"chainDepth": -1, "mixtureWidth": 2}},
+                                          {"random_erasing": {"valueRandom": true}}]})");
+  REQUIRE(camel2.ok());
+  CHECK(camel2->ops(0).aug_mix().chain_depth() == -1);
+  CHECK(camel2->ops(0).aug_mix().mixture_width() == 2);
+  CHECK(camel2->ops(1).random_erasing().value_random());
+  auto bad = SpecFromJson(R"({"kind": 1})");
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(std::string(bad.status().message()),
+             Contains("unknown field 'kind'; PipelineSpec takes preset, ops, size, output"));
+}
+
+TEST_CASE("Describe: one line, the preset or the ops, then the output", "[pipeline_spec]") {
+  CHECK(Describe(Eff("{}")) ==
+        "train: RandomResizedCrop(size=[224, 224], scale=[0.08, 1], ratio=[0.75, 1.3333334], "
+        "interpolation=bilinear, antialias=true), RandomHorizontalFlip(p=0.5) -> 224x224 uint8 "
+        "nhwc");
+  CHECK(Describe(Eff(R"({"pipeline": "decode", "exact_decode": true})")) ==
+        "decode -> any size uint8 nhwc, exact_decode");
+  CHECK(Describe(Eff(R"({"ops": [{"CenterCrop": {"size": [8, 6]}}], "dtype": "float32",
+                         "max_decode_pixels": 1000, "apply_exif_orientation": true})")) ==
+        "CenterCrop(size=[8, 6]) -> 8x6 float32 nchw mean=[0.485, 0.456, 0.406] "
+        "std=[0.229, 0.224, 0.225], max_decode_pixels=1000, apply_exif_orientation");
+  CHECK(Describe(Eff(R"({"ops": [{"CenterCrop": {"size": 8}}, {"RandomAffine": {"degrees": 5,
+                         "shear": 2}}, {"AugMix": {}}, {"RandomErasing": {"value": "random"}}],
+                         "dtype": "float32", "mean": 0, "std": 1})")) ==
+        "CenterCrop(size=[8, 8]), RandomAffine(degrees=[-5, 5], shear=[-2, 2], "
+        "interpolation=nearest, fill=[0, 0, 0]), AugMix(severity=3, mixture_width=3, "
+        "chain_depth=-1, alpha=1, all_ops=true, interpolation=bilinear, fill=[0, 0, 0]), "
+        "RandomErasing(p=0.5, scale=[0.02, 0.33], ratio=[0.3, 3.3], value_random=true) -> 8x8 "
+        "float32 nchw mean=[0, 0, 0] std=[1, 1, 1]");
+  // A request: what it says.
+  CHECK(Describe(PipelineSpec()) == "train ->");
+  CHECK(Describe(Request(R"({"pipeline": "eval", "size": 160})")) == "eval -> 160");
+}
+
+TEST_CASE("dtype and layout names are the ring's enums", "[pipeline_spec]") {
+  CHECK(DTypeFromName("uint8") == ring::kUint8);
+  CHECK(DTypeFromName("float32") == ring::kFloat32);
+  CHECK(DTypeFromName("float16") == ring::kFloat16);
+  CHECK(DTypeFromName("bfloat16") == 0);
+  CHECK(DTypeName(ring::kFloat16) == "float16");
+  CHECK(DTypeName(99).empty());
+  CHECK(LayoutFromName("nhwc") == ring::kNHWC);
+  CHECK(LayoutFromName("nchw") == ring::kNCHW);
+  CHECK(LayoutFromName("NCHW") == 0);
+  CHECK(LayoutName(ring::kNCHW) == "nchw");
+  CHECK(LayoutName(0).empty());
+}
+
+TEST_CASE("mask keywords: uint8 and 255 by default, uint16 allowed, a fill must fit") {
+  const PipelineSpec e = Eff("{}");
+  CHECK(e.mask_dtype() == "uint8");
+  CHECK(e.mask_fill() == 255);
+  const PipelineSpec wide = Eff(R"({"mask_dtype": "uint16", "mask_fill": 65535})");
+  CHECK(wide.mask_dtype() == "uint16");
+  CHECK(wide.mask_fill() == 65535);
+  CHECK(Eff(R"({"mask_fill": 0})").mask_fill() == 0);  // 0 given is not "unset"
+  CHECK_THAT(Error(R"({"mask_dtype": "int8"})"),
+             Contains("mask_dtype must be \"uint8\" or \"uint16\""));
+  CHECK_THAT(Error(R"({"mask_fill": 256})"), Contains("mask_fill 256 does not fit mask_dtype uint8"));
+}
+
+TEST_CASE("RandomResize: bilinear antialiased by default, min < max, a varying output") {
+  const PipelineSpec e = Eff(R"({"ops": [{"RandomResize": {"min_size": 256, "max_size": 1025}},
+                                          {"RandomCrop": {"size": [512]}}]})");
+  CHECK(e.ops(0).random_resize().interpolation() == "bilinear");
+  CHECK(e.ops(0).random_resize().antialias());
+  CHECK_THAT(Error(R"({"ops": [{"RandomResize": {"min_size": 5, "max_size": 5}}]})"),
+             Contains("max_size must be within min_size + 1.."));
+  CHECK_THAT(Error(R"({"ops": [{"RandomResize": {"max_size": 5}}]})"),
+             Contains("min_size must be within 1.."));
+  // Its output varies.
+  CHECK(Eff(R"({"ops": [{"RandomResize": {"min_size": 5, "max_size": 9}}]})").size().empty());
+}
+
+TEST_CASE("the detection reference's ops: its defaults, checked ranges") {
+  const PipelineSpec e = Eff(R"({"ops": [{"RandomPhotometricDistort": {}}, {"RandomZoomOut": {}},
+                                          {"RandomIoUCrop": {}}, {"Resize": {"size": [300, 300]}}]})");
+  const v1::RandomPhotometricDistort& pd = e.ops(0).random_photometric_distort();
+  CHECK(std::vector<float>(pd.brightness().begin(), pd.brightness().end()) ==
+        std::vector<float>{0.875f, 1.125f});
+  CHECK(std::vector<float>(pd.hue().begin(), pd.hue().end()) == std::vector<float>{-0.05f, 0.05f});
+  CHECK(pd.p() == 0.5f);
+  const v1::RandomZoomOut& zo = e.ops(1).random_zoom_out();
+  CHECK(std::vector<uint32_t>(zo.fill().begin(), zo.fill().end()) == std::vector<uint32_t>{0, 0, 0});
+  CHECK(std::vector<float>(zo.side_range().begin(), zo.side_range().end()) ==
+        std::vector<float>{1, 4});
+  const v1::RandomIoUCrop& ic = e.ops(2).random_iou_crop();
+  CHECK(ic.min_scale() == 0.3f);
+  CHECK(ic.trials() == 40);
+  CHECK(ic.sampler_options_size() == 7);
+  CHECK_THAT(Error(R"({"ops": [{"RandomZoomOut": {"side_range": [0.5, 2]}}]})"),
+             Contains("side_range [0.5, 2] must be [min, max] with 1 <= min"));
+  CHECK_THAT(Error(R"({"ops": [{"RandomIoUCrop": {"min_scale": 0}}, {"Resize": {"size": [9, 9]}}]})"),
+             Contains("need 0 < min_scale <= max_scale <= 1"));
+  CHECK_THAT(Error(R"({"ops": [{"RandomIoUCrop": {"sampler_options": [-1]}}]})"),
+             Contains("sampler_options [-1] must be finite and >= 0"));
+  // Their output varies.
+  CHECK(Eff(R"({"ops": [{"RandomZoomOut": {}}]})").size().empty());
+}
+
+TEST_CASE("RandomShortestSize: sizes required, max_size optional, a varying output") {
+  const PipelineSpec e = Eff(R"({"ops": [{"RandomShortestSize": {"min_size": [480, 512],
+                                          "max_size": 1333}}, {"CenterCrop": {"size": [448]}}]})");
+  CHECK(e.ops(0).random_shortest_size().interpolation() == "bilinear");
+  CHECK_THAT(Error(R"({"ops": [{"RandomShortestSize": {}}]})"),
+             Contains("min_size must be 1 to 16 sizes, not 0"));
+  // The detection reference's multi-scale recipe: 11 sizes.
+  CHECK(Eff(R"({"ops": [{"RandomShortestSize": {"min_size": [480, 512, 544, 576, 608, 640, 672,
+            704, 736, 768, 800], "max_size": 1333}}]})")
+            .ops(0)
+            .random_shortest_size()
+            .min_size_size() == 11);
+  CHECK_THAT(Error(R"({"ops": [{"RandomShortestSize": {"min_size": [1, 2, 3, 4, 5, 6, 7, 8, 9,
+             10, 11, 12, 13, 14, 15, 16, 17]}}]})"),
+             Contains("min_size must be 1 to 16 sizes, not 17"));
+  CHECK_THAT(Error(R"({"ops": [{"RandomShortestSize": {"min_size": [0]}}]})"),
+             Contains("min_size [0]: each must be within 1.."));
+  CHECK(Eff(R"({"ops": [{"RandomShortestSize": {"min_size": [8]}}]})").size().empty());
+}
+
+TEST_CASE("box keywords: 0 by default, checked ranges") {
+  const PipelineSpec e = Eff("{}");
+  CHECK(e.box_min_size() == 0);
+  CHECK(e.box_min_visibility() == 0);
+  const PipelineSpec set = Eff(R"({"box_min_size": 1, "box_min_visibility": 0.25})");
+  CHECK(set.box_min_size() == 1);
+  CHECK(set.box_min_visibility() == 0.25f);
+  CHECK_THAT(Error(R"({"box_min_size": -1})"), Contains("box_min_size must be within 0..65500"));
+  CHECK_THAT(Error(R"({"box_min_visibility": 1.5})"),
+             Contains("box_min_visibility must be within 0..1, not 1.5"));
+}
+
+}  // namespace
+}  // namespace stoker::pipeline

@@ -1,0 +1,263 @@
+#include "server/engine/attach_plan.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "pipeline/lower_pipeline.h"
+#include "pipeline/pipeline_spec.h"
+
+namespace stoker {
+
+// --- The pipeline: PlanPipeline, the contract's module and the lowering
+// (pipeline/pipeline_spec.h, pipeline/lower_pipeline.h). ---
+
+absl::StatusOr<PipelinePlan> PlanPipeline(const v1::PipelineSpec& spec) {
+  auto effective = pipeline::Effective(spec);
+  if (!effective.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("pipeline: ", effective.status().message()));
+  }
+  auto params = LowerPipeline(*effective);
+  if (!params.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("pipeline: ", params.status().message()));
+  }
+  PipelinePlan p;
+  p.params = *params;
+  p.effective = *std::move(effective);
+  return p;
+}
+
+// --- The rest of the plan. ---
+
+absl::StatusOr<RequestPlan> PlanRequest(const v1::AttachRequest& req) {
+  if (req.batch_size() == 0) return absl::InvalidArgumentError("batch_size must be at least 1");
+  if (req.batch_size() > ring::kMaxBatchSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch_size ", req.batch_size(), " is over the limit of ",
+                     ring::kMaxBatchSize));
+  }
+  RequestPlan r;
+  r.world_size = req.world_size() == 0 ? 1 : req.world_size();
+  if (req.rank() >= r.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", req.rank(), " is not below world_size ", r.world_size));
+  }
+  r.depth = req.ring_slots() == 0 ? kDefaultSlots : req.ring_slots();
+  r.slots = req.ring_slots() == 0 ? kMaxAdaptiveSlots : req.ring_slots();
+  if (r.depth < 2 || r.slots > kMaxSlotsPerSession) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ring_slots must be within 2..", kMaxSlotsPerSession));
+  }
+  if (req.failure_policy() != v1::FAILURE_POLICY_UNSPECIFIED &&
+      req.failure_policy() != v1::FAILURE_POLICY_SKIP &&
+      req.failure_policy() != v1::FAILURE_POLICY_ERROR) {
+    return absl::InvalidArgumentError("unknown failure_policy");
+  }
+  r.policy_error = req.failure_policy() == v1::FAILURE_POLICY_ERROR;
+  auto pipeline = PlanPipeline(req.pipeline());
+  if (!pipeline.ok()) return pipeline.status();
+  r.pipeline = *std::move(pipeline);
+  if (req.dataset().empty()) return absl::InvalidArgumentError("dataset is empty");
+  if (req.dataset().size() > kMaxDatasetBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("dataset is ", req.dataset().size(),
+                                                   " bytes long, over the limit of ",
+                                                   kMaxDatasetBytes));
+  }
+  if (!v1::DatasetFormat_IsValid(req.format())) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown dataset format ", req.format()));
+  }
+  return r;
+}
+
+absl::Status CheckShmBudget(uint64_t ring_bytes, const AttachLimits& limits) {
+  if (limits.shm_budget_bytes == 0) return absl::OkStatus();
+  const uint64_t left =
+      limits.shm_used_bytes >= limits.shm_budget_bytes ? 0 : limits.shm_budget_bytes - limits.shm_used_bytes;
+  if (ring_bytes <= left) return absl::OkStatus();
+  const std::string budget =
+      limits.shm_budget_default
+          ? absl::StrFormat("ring memory budget of %.1f MiB (half the memory available to it "
+                            "when it started)",
+                            limits.shm_budget_bytes / 1048576.0)
+          : absl::StrFormat("--shm-budget-mb of %.1f MiB", limits.shm_budget_bytes / 1048576.0);
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "the ring needs %.1f MiB of shared memory but stokerd's %s has %.1f MiB left (%d other "
+      "session(s) hold %.1f MiB): %s, or ask for fewer ring_slots or a smaller batch or output",
+      ring_bytes / 1048576.0, budget, left / 1048576.0, limits.sessions,
+      limits.shm_used_bytes / 1048576.0,
+      limits.shm_budget_default
+          ? "give the daemon (its container) more memory or set --shm-budget-mb"
+          : "raise --shm-budget-mb"));
+}
+
+absl::StatusOr<AttachPlan> PlanSession(const v1::AttachRequest& req, const RequestPlan& request,
+                                       uint64_t dataset_size, const AttachLimits& limits,
+                                       const SampleFields& fields) {
+  const bool masks = fields.masks;
+  AttachPlan p;
+  p.request = request;
+  p.dataset_size = dataset_size;
+  p.sampler.seed = req.seed();
+  p.sampler.shuffle = req.shuffle();
+  p.sampler.rank = req.rank();
+  p.sampler.world_size = request.world_size;
+  p.sampler.batch_size = req.batch_size();
+  p.sampler.drop_last = req.drop_last();
+  p.shard_size = ShardSize(dataset_size, p.sampler);
+  // Without drop_last a shard smaller than one batch is one partial batch,
+  // as DataLoader gives it; with drop_last it would be no batch at all.
+  if (req.batch_size() > p.shard_size && req.drop_last()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "batch_size ", req.batch_size(), " is larger than this rank's shard of the dataset (",
+        p.shard_size, " of ", dataset_size, " samples), so drop_last leaves no batch"));
+  }
+  p.batches_per_epoch = BatchesPerEpoch(dataset_size, p.sampler);
+  p.start_epoch = req.start_epoch();
+  p.start_global = uint64_t{req.start_epoch()} * p.batches_per_epoch + req.start_batch();
+  if (req.start_batch() >= p.batches_per_epoch) {
+    return absl::OutOfRangeError(absl::StrCat("start_batch ", req.start_batch(),
+                                              " is not below the batches per epoch, ",
+                                              p.batches_per_epoch));
+  }
+  if (req.epochs() != 0) {
+    uint64_t end = uint64_t{req.epochs()} * p.batches_per_epoch;
+    if (p.start_global >= end) {
+      return absl::OutOfRangeError("the start position is at or past the last epoch");
+    }
+    p.total_batches = end - p.start_global;
+  }
+  const image::PipelineParams& params = p.params();
+  const uint32_t slots = request.depth;
+  p.variable_size = params.out_height == 0;
+  p.sample_bytes = image::MaxSampleBytes(params);
+  const uint64_t image_bytes = p.sample_bytes * req.batch_size();
+  p.slot_data_bytes = image_bytes;
+  uint64_t per_sample = p.sample_bytes;  // for the message
+  if (masks) {
+    p.mask_dtype = params.mask_bpp == 2 ? ring::kUint16 : ring::kUint8;
+    p.mask_sample_bytes = image::MaxOutputPixels(params) * params.mask_bpp;
+    p.mask_offset = ring::MaskOffset(image_bytes);
+    p.slot_data_bytes = p.mask_offset + p.mask_sample_bytes * req.batch_size();
+    per_sample += p.mask_sample_bytes;
+  }
+  for (uint32_t i = 0; i < params.op_count && !fields.boxes; ++i) {
+    if (params.ops[i].kind == image::OpKind::kRandomIoUCrop) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ops[", i, "] RandomIoUCrop needs each sample's boxes (it crops around them): give a "
+          "dataset with boxes (COCO: annotations=), or use RandomResizedCrop or RandomCrop"));
+    }
+  }
+  if (fields.boxes) {
+    if (fields.max_boxes > ring::kMaxBoxesPerSample) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a sample of this dataset has ", fields.max_boxes, " boxes, over the ",
+          ring::kMaxBoxesPerSample, " a sample may have"));
+    }
+    if (params.apply_exif != 0) {
+      return absl::InvalidArgumentError(
+          "apply_exif_orientation with a dataset that has boxes: its boxes are in each image's "
+          "stored orientation (as COCO's tools and torchvision read them); leave "
+          "apply_exif_orientation off");
+    }
+    p.box_stride = std::max<uint32_t>(1, fields.max_boxes);
+    p.boxes = ring::PlaceBoxes(p.slot_data_bytes, req.batch_size(), p.box_stride);
+    p.slot_data_bytes = p.boxes.end;
+    per_sample += uint64_t{p.box_stride} * (16 + 8 + 1);
+  }
+  p.ring_bytes = p.slot_data_bytes * slots;
+  if (p.sample_bytes == 0 || image_bytes / req.batch_size() != p.sample_bytes ||
+      p.ring_bytes / slots != p.slot_data_bytes || p.ring_bytes > limits.max_ring_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the ring would take ", p.ring_bytes, " bytes (", slots, " slots x ", req.batch_size(),
+        " samples x ", per_sample, " bytes", masks ? " with their masks" : "",
+        fields.boxes ? " and boxes" : "",
+        "), over this daemon's --max-ring-bytes of ", limits.max_ring_bytes));
+  }
+  if (absl::Status st = CheckShmBudget(p.ring_bytes, limits); !st.ok()) return st;
+  // A ring that may deepen has only the slots that could ever fit: doubling
+  // the depth within --max-ring-bytes and the budget.
+  const uint64_t slot_data = p.slot_data_bytes;
+  uint64_t cap = limits.max_ring_bytes;
+  if (limits.shm_budget_bytes != 0) cap = std::min(cap, limits.shm_budget_bytes);
+  while (p.request.slots > p.request.depth && slot_data * p.request.slots > cap) {
+    p.request.slots = std::max(p.request.depth, p.request.slots / 2);
+  }
+  if (limits.shm_free_bytes.has_value()) {
+    const uint64_t free_bytes = *limits.shm_free_bytes;
+    if (p.ring_bytes + kMemoryHeadroomBytes > free_bytes) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "the ring needs %.1f MiB of memory and %.1f MiB are available, of which stokerd "
+          "leaves %.0f MiB free (so %.1f MiB may go to a ring): give the daemon (its "
+          "container) more memory, or use fewer ring_slots or a smaller batch",
+          p.ring_bytes / 1048576.0, free_bytes / 1048576.0, kMemoryHeadroomBytes / 1048576.0,
+          free_bytes > kMemoryHeadroomBytes ? (free_bytes - kMemoryHeadroomBytes) / 1048576.0
+                                            : 0.0));
+    }
+  }
+  return p;
+}
+
+RingSpec RingSpecFor(const AttachPlan& plan, uint64_t session_number) {
+  RingSpec rs;
+  rs.slot_count = plan.slots();
+  rs.depth = plan.depth();
+  rs.batch_size = plan.batch_size();
+  if (plan.variable_size) {
+    rs.variable_bytes = plan.sample_bytes;
+  } else {
+    rs.sample_bytes = plan.sample_bytes;
+  }
+  rs.slot_data_bytes = plan.slot_data_bytes;
+  rs.mask_dtype = plan.mask_dtype;
+  rs.mask_offset = plan.mask_offset;
+  rs.mask_sample_bytes = plan.mask_sample_bytes;
+  rs.box_stride = plan.box_stride;
+  rs.boxes = plan.boxes;
+  rs.height = plan.params().out_height;
+  rs.width = plan.params().out_width;
+  rs.channels = 3;
+  rs.dtype = plan.params().dtype;
+  rs.layout = plan.params().layout;
+  rs.session_number = session_number;
+  rs.batches_per_epoch = plan.batches_per_epoch;
+  rs.total_batches = plan.total_batches;
+  return rs;
+}
+
+v1::AttachResponse AttachResponseFor(const AttachPlan& plan, const Dataset& dataset,
+                                     const std::string& session_id, const std::string& ring_name,
+                                     const std::string& ring_token, const ring::Geometry& g,
+                                     uint32_t heartbeat_timeout_ms) {
+  v1::AttachResponse resp;
+  resp.set_session_id(session_id);
+  auto* ri = resp.mutable_ring();
+  ri->set_ring_name(ring_name);
+  ri->set_ring_token(ring_token);
+  ri->set_total_bytes(g.total_bytes);
+  ri->set_slot_count(plan.slots());
+  ri->set_slot_bytes(g.slot_bytes);
+  ri->set_sample_bytes(plan.variable_size ? 0 : plan.sample_bytes);
+  ri->set_layout_version(ring::kLayoutVersion);
+  ri->set_data_offset(g.data_offset);
+  ri->set_descriptor_offset(g.descriptor_offset);
+  ri->set_mask_dtype(plan.mask_dtype);
+  ri->set_mask_offset(plan.mask_offset);
+  ri->set_mask_sample_bytes(plan.mask_sample_bytes);
+  ri->set_box_stride(plan.box_stride);
+  ri->set_box_offset(plan.boxes.xyxy);
+  ri->set_box_label_offset(plan.boxes.labels);
+  ri->set_box_flag_offset(plan.boxes.flags);
+  resp.set_dataset_size(dataset.size());
+  resp.set_shard_size(plan.shard_size);
+  resp.set_batches_per_epoch(plan.batches_per_epoch);
+  resp.set_total_batches(plan.total_batches);
+  for (const auto& c : dataset.class_names()) resp.add_class_names(c);
+  resp.set_height(plan.params().out_height);
+  resp.set_width(plan.params().out_width);
+  resp.set_channels(3);
+  *resp.mutable_effective_pipeline() = plan.request.pipeline.effective;
+  resp.set_heartbeat_timeout_ms(heartbeat_timeout_ms);
+  return resp;
+}
+
+}  // namespace stoker

@@ -1,0 +1,179 @@
+// Attach planning: from an AttachRequest, the dataset it names and the
+// daemon's limits to the plan of a session: the pipeline the workers run,
+// the sampler, the ring's geometry and where delivery starts and ends.
+// Pure functions of their arguments (no clock, no file system, no lock):
+// thread-safe, and testable with a dataset size alone.
+//
+// Engine::Attach asks in this order, and reports the first fault it meets:
+//   1. PlanRequest(req): what needs no dataset (batch size, rank, ring
+//      slots, failure policy, the pipeline, the dataset's name and format).
+//   2. The engine finds or indexes the dataset (server/engine/dataset_registry.h).
+//   3. PlanSession(req, request_plan, dataset_size, limits): the shard, the
+//      epoch's batches, the start position, the ring's bytes against the
+//      daemon's --max-ring-bytes and the memory available
+//      (common/memory_available.h).
+//   4. RingSpecFor(plan, ...) lays out the ring; AttachResponseFor(...) says
+//      what was planned to the client.
+
+#ifndef STOKER_SERVER_ENGINE_ATTACH_PLAN_H_
+#define STOKER_SERVER_ENGINE_ATTACH_PLAN_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "server/dataset/dataset.h"
+#include "server/dataset/sampler.h"
+#include "server/image/pipeline.h"
+#include "server/engine/ring_owner.h"
+#include "stoker/ring_layout.h"
+#include "stoker/v1/stoker.pb.h"
+
+namespace stoker {
+
+// Ring slots when the request says 0, and the most a session may have.
+inline constexpr uint32_t kDefaultSlots = 4;
+inline constexpr uint32_t kMaxSlotsPerSession = 64;
+// A request that leaves ring_slots at 0 gets a ring of kDefaultSlots that
+// may deepen (server/engine/ring_depth.h) up to this many slots, within
+// --max-ring-bytes and the shared-memory budget.
+inline constexpr uint32_t kMaxAdaptiveSlots = 16;
+// A dataset path longer than this is refused (it could not name a file).
+inline constexpr size_t kMaxDatasetBytes = 4096;
+
+// The pipeline of one session, as the workers run it and as the client and
+// the status page are told it.
+struct PipelinePlan {
+  // What crosses the socket to the workers with every task.
+  image::PipelineParams params;
+  // Every default filled in (pipeline::Effective): AttachResponse.
+  // effective_pipeline and SessionStatus.pipeline.
+  v1::PipelineSpec effective;
+};
+
+// Where Attach turns the requested v1::PipelineSpec into what the workers
+// run: pipeline::Effective (the contract's defaults and checks), lowered by
+// LowerPipeline. INVALID_ARGUMENT "pipeline: ..." (naming the keyword or the
+// op) for a spec either refuses.
+absl::StatusOr<PipelinePlan> PlanPipeline(const v1::PipelineSpec& spec);
+
+// What an AttachRequest asks, checked without its dataset.
+struct RequestPlan {
+  uint32_t world_size = 1;  // the request's, 0 taken as 1
+  // The ring's first depth, and its slots (more when it may deepen).
+  uint32_t depth = kDefaultSlots;
+  uint32_t slots = kDefaultSlots;
+  bool policy_error = false;  // FAILURE_POLICY_ERROR (else skip)
+  PipelinePlan pipeline;
+};
+
+// INVALID_ARGUMENT for a batch_size of 0 or over ring::kMaxBatchSize, a rank
+// not below world_size, ring_slots outside 2..kMaxSlotsPerSession, an unknown
+// failure policy, a pipeline PlanPipeline refuses, an empty dataset name or
+// one over kMaxDatasetBytes, an unknown dataset format; in that order.
+absl::StatusOr<RequestPlan> PlanRequest(const v1::AttachRequest& req);
+
+// What an Attach leaves of the memory available to the daemon.
+inline constexpr uint64_t kMemoryHeadroomBytes = uint64_t{64} << 20;
+
+// The daemon's limits on one session.
+struct AttachLimits {
+  // --max-ring-bytes.
+  uint64_t max_ring_bytes = 4ull << 30;
+  // Memory available for a ring (memory_available.h); nullopt when unknown:
+  // not checked. The ring must leave kMemoryHeadroomBytes of it free.
+  std::optional<uint64_t> shm_free_bytes;
+  // --shm-budget, shared by all sessions: the whole, and what the other
+  // sessions' rings hold of it. budget 0: not checked.
+  uint64_t shm_budget_bytes = 0;
+  uint64_t shm_used_bytes = 0;
+  // The budget is the default (a share of the memory), not --shm-budget-mb.
+  bool shm_budget_default = false;
+  uint32_t sessions = 0;  // holding shm_used_bytes
+};
+
+// A session's plan: everything Attach decides before it makes the ring.
+struct AttachPlan {
+  RequestPlan request;
+  SamplerOptions sampler;
+  uint64_t dataset_size = 0;
+  uint64_t shard_size = 0;         // samples per epoch for this rank
+  uint64_t batches_per_epoch = 0;  // for this rank
+  uint64_t total_batches = 0;      // to deliver from the start; 0: without end
+  uint32_t start_epoch = 0;
+  uint64_t start_global = 0;       // start_epoch * batches_per_epoch + start_batch
+  // Any-size output: each sample has its own size, within its room.
+  bool variable_size = false;
+  uint64_t sample_bytes = 0;  // each sample's room in a slot (image::MaxSampleBytes)
+  // Segmentation sets (the dataset has masks): the masks' ring DType (0:
+  // none), where they start in a slot's data (ring::MaskOffset) and their
+  // stride (variable: capacity; ring_layout.h).
+  uint32_t mask_dtype = 0;
+  uint64_t mask_offset = 0;
+  uint64_t mask_sample_bytes = 0;
+  // Detection sets (the dataset has boxes): entries per sample in each box
+  // array (the most any sample has, at least 1; 0: none) and where the
+  // arrays lie in a slot's data (ring::PlaceBoxes, after the masks).
+  uint32_t box_stride = 0;
+  ring::BoxPlacement boxes;
+  uint64_t slot_data_bytes = 0;  // images, then masks, then boxes
+  uint64_t ring_bytes = 0;       // of slot data at the first depth: slot_data_bytes * depth
+
+  uint32_t batch_size() const { return sampler.batch_size; }
+  // Where sample `pos`'s mask lies in a slot's data (masks only).
+  uint64_t mask_offset_of(uint32_t pos) const {
+    return mask_offset + mask_sample_bytes * pos;
+  }
+  // The ring's slot count, and the first depth (<= slots; equal unless the
+  // ring may deepen).
+  uint32_t slots() const { return request.slots; }
+  uint32_t depth() const { return request.depth; }
+  const image::PipelineParams& params() const { return request.pipeline.params; }
+};
+
+// RESOURCE_EXHAUSTED (naming --shm-budget) when a ring of `ring_bytes` does
+// not fit in what the other sessions leave of limits.shm_budget_bytes.
+absl::Status CheckShmBudget(uint64_t ring_bytes, const AttachLimits& limits);
+
+// What a dataset's samples carry besides their image and label.
+struct SampleFields {
+  bool masks = false;      // a segmentation set: a mask per sample
+  bool boxes = false;      // a detection set: boxes per sample
+  uint32_t max_boxes = 0;  // the most boxes a sample has
+};
+
+// Plans a session over a dataset of `dataset_size` entries; its slots carry
+// each sample's mask after the images and its boxes after those, as
+// `fields` says.
+//  - INVALID_ARGUMENT when drop_last and the batch is larger than this rank's shard;
+//  - OUT_OF_RANGE for a start_batch not below the batches per epoch, or a
+//    start at or past the last epoch (with epochs != 0);
+//  - RESOURCE_EXHAUSTED when the ring would be over limits.max_ring_bytes
+//    (or its size overflows), not fit in what the other sessions leave of
+//    limits.shm_budget_bytes (the message names the budget), or not fit in
+//    limits.shm_free_bytes less kMemoryHeadroomBytes (the message names
+//    both, and how to give the daemon more);
+//  - INVALID_ARGUMENT when a sample has more than ring::kMaxBoxesPerSample
+//    boxes, for apply_exif_orientation with boxes (which are in the stored
+//    orientation), or for RandomIoUCrop without boxes.
+absl::StatusOr<AttachPlan> PlanSession(const v1::AttachRequest& req, const RequestPlan& request,
+                                       uint64_t dataset_size, const AttachLimits& limits,
+                                       const SampleFields& fields = {});
+
+// The ring of a planned session: `session_number` goes into its header.
+RingSpec RingSpecFor(const AttachPlan& plan, uint64_t session_number);
+
+// What the client is told of its session: the ring (its label `ring_name`,
+// the `ring_token` that the ring socket exchanges for its fd, `geometry` as
+// created), the dataset's size and classes, the shard and batches, the
+// output shape and the effective pipeline.
+v1::AttachResponse AttachResponseFor(const AttachPlan& plan, const Dataset& dataset,
+                                     const std::string& session_id, const std::string& ring_name,
+                                     const std::string& ring_token,
+                                     const ring::Geometry& geometry,
+                                     uint32_t heartbeat_timeout_ms);
+
+}  // namespace stoker
+
+#endif  // STOKER_SERVER_ENGINE_ATTACH_PLAN_H_

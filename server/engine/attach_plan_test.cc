@@ -1,0 +1,349 @@
+// Attach planning: request checks in order, the pipeline's defaults, the
+// shard and start position, the ring's limits, what the client is told.
+
+#include "server/engine/attach_plan.h"
+
+#include <catch2/catch.hpp>
+
+#include "testing/room_test_util.h"
+
+namespace stoker {
+namespace {
+
+using testing::SmallRequest;
+
+std::string RequestError(const v1::AttachRequest& req) {
+  auto r = PlanRequest(req);
+  return r.ok() ? "ok" : std::string(r.status().message());
+}
+
+TEST_CASE("PlanRequest refuses what needs no dataset, first fault first") {
+  v1::AttachRequest req = SmallRequest("list.txt", 4);
+  CHECK(RequestError(req) == "ok");
+
+  v1::AttachRequest r = req;
+  r.set_batch_size(0);
+  r.set_rank(5);  // also wrong, but asked later
+  CHECK(RequestError(r) == "batch_size must be at least 1");
+  r = req;
+  r.set_batch_size(ring::kMaxBatchSize + 1);
+  CHECK(RequestError(r).find("is over the limit of") != std::string::npos);
+  r = req;
+  r.set_world_size(2);
+  r.set_rank(2);
+  CHECK(RequestError(r) == "rank 2 is not below world_size 2");
+  r = req;
+  r.set_rank(1);  // world_size 0 is 1
+  CHECK(RequestError(r) == "rank 1 is not below world_size 1");
+  r = req;
+  r.set_ring_slots(1);
+  CHECK(RequestError(r) == "ring_slots must be within 2..64");
+  r.set_ring_slots(kMaxSlotsPerSession + 1);
+  CHECK(RequestError(r) == "ring_slots must be within 2..64");
+  r = req;
+  r.set_failure_policy(static_cast<v1::FailurePolicy>(77));
+  CHECK(RequestError(r) == "unknown failure_policy");
+  r = req;
+  r.mutable_pipeline()->set_preset("bogus");
+  r.set_dataset("");  // also wrong, but asked later
+  CHECK(RequestError(r).rfind("pipeline: ", 0) == 0);
+  r = req;
+  r.set_dataset("");
+  CHECK(RequestError(r) == "dataset is empty");
+  r.set_dataset(std::string(kMaxDatasetBytes + 1, 'a'));
+  CHECK(RequestError(r).find("over the limit of 4096") != std::string::npos);
+  r = req;
+  r.set_format(static_cast<v1::DatasetFormat>(42));
+  CHECK(RequestError(r) == "unknown dataset format 42");
+
+  r = req;
+  r.set_ring_slots(0);
+  r.set_failure_policy(v1::FAILURE_POLICY_ERROR);
+  auto plan = PlanRequest(r);
+  REQUIRE(plan.ok());
+  CHECK(plan->depth == kDefaultSlots);  // ring_slots 0: a ring that may deepen
+  CHECK(plan->slots == kMaxAdaptiveSlots);
+  CHECK(plan->world_size == 1);
+  CHECK(plan->policy_error);
+}
+
+TEST_CASE("PlanPipeline fills the contract's defaults in and lowers them") {
+  v1::PipelineSpec spec;  // empty: the train preset
+  auto p = PlanPipeline(spec);
+  REQUIRE(p.ok());
+  CHECK(p->effective.preset() == "train");
+  REQUIRE(p->effective.ops_size() == 2);
+  CHECK(p->effective.size_size() == 2);
+  CHECK(p->params.op_count == 2);
+  CHECK(p->params.out_height == 224);
+  CHECK(p->params.out_width == 224);
+  CHECK(p->params.dtype == ring::kUint8);
+  CHECK(p->params.layout == ring::kNHWC);
+
+  spec.set_preset("eval");
+  spec.add_size(160);
+  p = PlanPipeline(spec);
+  REQUIRE(p.ok());
+  CHECK(p->effective.preset() == "eval");
+  CHECK(p->params.out_height == 160);
+  // What Attach echoes is effective: planning it again changes nothing.
+  auto again = PlanPipeline(p->effective);
+  REQUIRE(again.ok());
+  CHECK(again->effective.SerializeAsString() == p->effective.SerializeAsString());
+
+  // The decoded image's own size, a 16 Mpx cap by default.
+  v1::PipelineSpec decode;
+  decode.set_preset("decode");
+  p = PlanPipeline(decode);
+  REQUIRE(p.ok());
+  CHECK(p->params.out_height == 0);
+  CHECK(p->params.max_decode_pixels == 16ull << 20);
+
+  v1::PipelineSpec bogus;
+  bogus.set_preset("bogus");
+  auto unknown = PlanPipeline(bogus);
+  CHECK(unknown.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(unknown.status().message().rfind("pipeline: ", 0) == 0);
+}
+
+AttachPlan MustPlan(const v1::AttachRequest& req, uint64_t n, AttachLimits limits = {}) {
+  auto request = PlanRequest(req);
+  REQUIRE(request.ok());
+  auto plan = PlanSession(req, *request, n, limits);
+  REQUIRE(plan.ok());
+  return *plan;
+}
+
+absl::Status PlanError(const v1::AttachRequest& req, uint64_t n, AttachLimits limits = {}) {
+  auto request = PlanRequest(req);
+  REQUIRE(request.ok());
+  return PlanSession(req, *request, n, limits).status();
+}
+
+TEST_CASE("PlanSession: the shard, the epoch's batches, where delivery starts and ends") {
+  v1::AttachRequest req = SmallRequest("list.txt", 4, 3, 0);
+  AttachPlan p = MustPlan(req, 10);
+  CHECK(p.shard_size == 10);
+  CHECK(p.batches_per_epoch == 3);  // 4 + 4 + 2
+  CHECK(p.total_batches == 0);      // without end
+  CHECK(p.start_global == 0);
+  CHECK(p.sample_bytes == 8 * 8 * 3);
+  CHECK(p.ring_bytes == 8 * 8 * 3 * 4 * 3);
+  CHECK_FALSE(p.variable_size);
+
+  req.set_drop_last(true);
+  CHECK(MustPlan(req, 10).batches_per_epoch == 2);
+  req.set_drop_last(false);
+
+  // Two ranks: ceil(10 / 2) each.
+  req.set_world_size(2);
+  req.set_rank(1);
+  p = MustPlan(req, 10);
+  CHECK(p.shard_size == 5);
+  CHECK(p.batches_per_epoch == 2);
+  CHECK(p.sampler.rank == 1);
+  CHECK(p.sampler.world_size == 2);
+  req.set_world_size(0);
+  req.set_rank(0);
+
+  // Resume: epoch 2, batch 1 of 3 epochs.
+  req.set_epochs(3);
+  req.set_start_epoch(2);
+  req.set_start_batch(1);
+  p = MustPlan(req, 10);
+  CHECK(p.start_global == 2 * 3 + 1);
+  CHECK(p.start_epoch == 2);
+  CHECK(p.total_batches == 2);
+  req.set_start_batch(3);
+  CHECK(PlanError(req, 10).code() == absl::StatusCode::kOutOfRange);
+  req.set_start_batch(0);
+  req.set_start_epoch(3);
+  CHECK(PlanError(req, 10).message() == "the start position is at or past the last epoch");
+
+  req.set_start_epoch(0);
+  req.set_batch_size(11);
+  req.set_drop_last(false);  // one partial batch, as DataLoader
+  CHECK(MustPlan(req, 10).batches_per_epoch == 1);
+  req.set_drop_last(true);
+  absl::Status st = PlanError(req, 10);
+  CHECK(st.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(st.message() ==
+        "batch_size 11 is larger than this rank's shard of the dataset (10 of 10 samples), so "
+        "drop_last leaves no batch");
+}
+
+TEST_CASE("PlanSession holds the ring to --max-ring-bytes and the memory available") {
+  v1::AttachRequest req = SmallRequest("list.txt", 4, 2);
+  AttachLimits limits;
+  limits.max_ring_bytes = 192 * 4 * 2;
+  CHECK(PlanError(req, 10, limits).ok());
+  limits.max_ring_bytes -= 1;
+  absl::Status st = PlanError(req, 10, limits);
+  CHECK(st.code() == absl::StatusCode::kResourceExhausted);
+  CHECK(st.message().find("over this daemon's --max-ring-bytes") != absl::string_view::npos);
+
+  limits.max_ring_bytes = 1ull << 30;
+  limits.shm_free_bytes = kMemoryHeadroomBytes + 192 * 4 * 2 - 1;
+  st = PlanError(req, 10, limits);
+  CHECK(st.code() == absl::StatusCode::kResourceExhausted);
+  // The message says why a ring smaller than what is free does not fit.
+  INFO(st.message());
+  CHECK(st.message().find("and 64.0 MiB are available, of which stokerd leaves 64 MiB free") !=
+        absl::string_view::npos);
+  CHECK(st.message().find("give the daemon (its container) more memory") !=
+        absl::string_view::npos);
+  limits.shm_free_bytes = kMemoryHeadroomBytes + 192 * 4 * 2;
+  CHECK(PlanError(req, 10, limits).ok());
+}
+
+TEST_CASE("PlanSession keeps all sessions' rings within the shm budget") {
+  v1::AttachRequest req = SmallRequest("list.txt", 4, 2);  // a ring of 192 * 4 * 2 bytes
+  AttachLimits limits;
+  limits.shm_budget_bytes = 10000;
+  limits.shm_used_bytes = 10000 - 192 * 8;
+  limits.sessions = 3;
+  CHECK(PlanError(req, 10, limits).ok());
+  limits.shm_used_bytes += 1;
+  absl::Status st = PlanError(req, 10, limits);
+  CHECK(st.code() == absl::StatusCode::kResourceExhausted);
+  CHECK(st.message().find("--shm-budget-mb of 0.0 MiB has 0.0 MiB left (3 other session(s)") !=
+        absl::string_view::npos);
+  CHECK(st.message().find("raise --shm-budget-mb") != absl::string_view::npos);
+  limits.shm_budget_default = true;  // a share of the memory: the fix is more of it
+  st = PlanError(req, 10, limits);
+  CHECK(st.message().find("half the memory available to it") != absl::string_view::npos);
+  CHECK(st.message().find("more memory or set --shm-budget-mb") != absl::string_view::npos);
+  limits.shm_budget_default = false;
+  limits.shm_used_bytes = 20000;  // over already (a budget lowered by a restart): no underflow
+  CHECK(CheckShmBudget(1, limits).code() == absl::StatusCode::kResourceExhausted);
+  limits.shm_budget_bytes = 0;  // unchecked
+  CHECK(CheckShmBudget(uint64_t{1} << 40, limits).ok());
+}
+
+TEST_CASE("a ring that may deepen has only the slots --max-ring-bytes and the budget allow") {
+  v1::AttachRequest req = SmallRequest("list.txt", 4, 2);  // 768 bytes a slot
+  req.set_ring_slots(0);
+  AttachLimits limits;
+  AttachPlan p = MustPlan(req, 10, limits);
+  CHECK(p.depth() == kDefaultSlots);
+  CHECK(p.slots() == kMaxAdaptiveSlots);
+  CHECK(p.ring_bytes == 768 * kDefaultSlots);  // what it holds at first
+  RingSpec rs = RingSpecFor(p, 1);
+  CHECK(rs.slot_count == kMaxAdaptiveSlots);
+  CHECK(rs.depth == kDefaultSlots);
+  limits.max_ring_bytes = 768 * 10;  // 8 slots fit, 16 do not: doubling stops at 8
+  CHECK(MustPlan(req, 10, limits).slots() == 8);
+  limits.max_ring_bytes = 1 << 30;
+  limits.shm_budget_bytes = 768 * 5;  // the base fits, no deeper
+  p = MustPlan(req, 10, limits);
+  CHECK(p.slots() == kDefaultSlots);
+  CHECK(p.depth() == kDefaultSlots);
+  req.set_ring_slots(6);  // asked for: fixed
+  limits = AttachLimits{};
+  p = MustPlan(req, 10, limits);
+  CHECK(p.slots() == 6);
+  CHECK(p.depth() == 6);
+}
+
+TEST_CASE("an any-size output gives each sample its whole slot") {
+  v1::AttachRequest req = SmallRequest("list.txt", 1, 2);
+  req.mutable_pipeline()->set_preset("decode");
+  req.mutable_pipeline()->clear_size();
+  req.mutable_pipeline()->set_max_decode_pixels(1000);
+  AttachPlan p = MustPlan(req, 10);
+  CHECK(p.variable_size);
+  CHECK(p.sample_bytes == 3000);
+  RingSpec rs = RingSpecFor(p, 7);
+  CHECK(rs.variable_bytes == 3000);
+  CHECK(rs.sample_bytes == 0);
+  CHECK(rs.height == 0);
+  CHECK(rs.session_number == 7);
+}
+
+TEST_CASE("a detection set's slots hold each sample's room for boxes after the masks") {
+  v1::AttachRequest req = SmallRequest("list.txt", 4, 3, 0);  // 8x8 uint8 NHWC: 192 bytes
+  auto request = PlanRequest(req);
+  REQUIRE(request.ok());
+  SampleFields fields;
+  fields.masks = true;
+  fields.boxes = true;
+  fields.max_boxes = 5;
+  auto plan = PlanSession(req, *request, 10, AttachLimits{}, fields);
+  REQUIRE(plan.ok());
+  const AttachPlan& p = *plan;
+  CHECK(p.mask_offset == ring::MaskOffset(192 * 4));
+  CHECK(p.box_stride == 5);
+  const ring::BoxPlacement want = ring::PlaceBoxes(p.mask_offset + 64 * 4, 4, 5);
+  CHECK(p.boxes.xyxy == want.xyxy);
+  CHECK(p.boxes.labels == want.labels);
+  CHECK(p.boxes.flags == want.flags);
+  CHECK(p.slot_data_bytes == want.end);
+  CHECK(p.boxes.xyxy % 64 == 0);
+  CHECK(p.boxes.labels >= p.boxes.xyxy + 16 * 20);
+  CHECK(p.boxes.flags >= p.boxes.labels + 8 * 20);
+  RingSpec rs = RingSpecFor(p, 1);
+  CHECK(rs.box_stride == 5);
+  CHECK(rs.boxes.flags == p.boxes.flags);
+
+  fields.max_boxes = 0;  // a set whose images have no annotations still has a box array
+  fields.masks = false;
+  auto none = PlanSession(req, *request, 10, AttachLimits{}, fields);
+  REQUIRE(none.ok());
+  CHECK(none->box_stride == 1);
+
+  fields.max_boxes = ring::kMaxBoxesPerSample + 1;
+  auto many = PlanSession(req, *request, 10, AttachLimits{}, fields);
+  CHECK(many.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(many.status().message()).find("boxes, over the") != std::string::npos);
+
+  fields.max_boxes = 3;
+  req.mutable_pipeline()->set_apply_exif_orientation(true);
+  auto exif_request = PlanRequest(req);
+  REQUIRE(exif_request.ok());
+  auto exif = PlanSession(req, *exif_request, 10, AttachLimits{}, fields);
+  CHECK(exif.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(exif.status().message()).find("leave apply_exif_orientation off") !=
+        std::string::npos);
+}
+
+TEST_CASE("RingSpecFor and AttachResponseFor say what was planned") {
+  testing::ScratchDir dir;
+  auto root = DataRoot::Open(dir.path());
+  REQUIRE(root.ok());
+  auto ds = testing::ManifestDataset(**root, dir.path(), "list.txt", 10);
+  REQUIRE(ds != nullptr);
+  v1::AttachRequest req = SmallRequest("list.txt", 4, 3, 2);
+  AttachPlan p = MustPlan(req, ds->size());
+  RingSpec rs = RingSpecFor(p, 5);
+  CHECK(rs.slot_count == 3);
+  CHECK(rs.batch_size == 4);
+  CHECK(rs.sample_bytes == 192);
+  CHECK(rs.height == 8);
+  CHECK(rs.width == 8);
+  CHECK(rs.batches_per_epoch == 3);
+  CHECK(rs.total_batches == 6);
+  ring::Geometry g;
+  REQUIRE(ring::ComputeGeometry(3, 4, 192 * 4, &g));
+  v1::AttachResponse resp =
+      AttachResponseFor(p, *ds, "tag-5", "memfd:stoker-x", "0123456789abcdef0123456789abcdef", g,
+                        3000);
+  CHECK(resp.session_id() == "tag-5");
+  CHECK(resp.ring().ring_name() == "memfd:stoker-x");
+  CHECK(resp.ring().ring_token() == "0123456789abcdef0123456789abcdef");
+  CHECK(resp.ring().slot_count() == 3);
+  CHECK(resp.ring().slot_bytes() == g.slot_bytes);
+  CHECK(resp.ring().sample_bytes() == 192);
+  CHECK(resp.ring().layout_version() == ring::kLayoutVersion);
+  CHECK(resp.dataset_size() == 10);
+  CHECK(resp.shard_size() == 10);
+  CHECK(resp.batches_per_epoch() == 3);
+  CHECK(resp.total_batches() == 6);
+  CHECK(resp.height() == 8);
+  CHECK(resp.channels() == 3);
+  CHECK(resp.effective_pipeline().preset() == "eval");
+  CHECK(resp.effective_pipeline().ops_size() == 2);  // Resize, CenterCrop
+  CHECK(resp.heartbeat_timeout_ms() == 3000);
+}
+
+}  // namespace
+}  // namespace stoker

@@ -1,0 +1,1484 @@
+// Built with -ffp-contract=off (CMakeLists.txt): Pillow computes its blend
+// as separate float32 multiplies and adds, and a fused multiply-add rounds
+// once instead of twice, which changes the truncated result of some pixels.
+
+#include "server/image/ops/ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numbers>
+
+#include "proto/stoker/ring_layout.h"
+#include "server/image/ops/policy.h"
+#include "server/image/ops/rng.h"
+#include "server/image/ops/transform.h"
+
+namespace stoker::image {
+namespace {
+
+// One channel of PIL's ImagingBlend(degenerate, image, alpha): in float32,
+// d + alpha * (x - d), clipped to [0, 255] and truncated.
+inline uint8_t Blend(int d, int x, float alpha) {
+  const float v = static_cast<float>(d) + alpha * static_cast<float>(x - d);
+  if (v <= 0.0f) return 0;
+  if (v >= 255.0f) return 255;
+  return static_cast<uint8_t>(v);
+}
+
+// Blend against one grey level for every channel value, as a table.
+void BlendTable(int degenerate, float alpha, uint8_t table[256]) {
+  for (int v = 0; v < 256; ++v) table[v] = Blend(degenerate, v, alpha);
+}
+
+void ApplyTable(uint8_t* img, size_t bytes, const uint8_t table[256]) {
+  for (size_t i = 0; i < bytes; ++i) img[i] = table[img[i]];
+}
+
+// numpy.pad's index for position i (may be negative or >= n) of an axis of
+// n pixels.
+int64_t PadIndex(int64_t i, int64_t n, PadMode mode) {
+  if (i >= 0 && i < n) return i;
+  switch (mode) {
+    case PadMode::kEdge:
+      return i < 0 ? 0 : n - 1;
+    case PadMode::kReflect: {
+      if (n == 1) return 0;  // numpy extends a 1-pixel axis as edge
+      const int64_t period = 2 * (n - 1);
+      int64_t m = i % period;
+      if (m < 0) m += period;
+      return m < n ? m : period - m;
+    }
+    case PadMode::kSymmetric: {
+      const int64_t period = 2 * n;
+      int64_t m = i % period;
+      if (m < 0) m += period;
+      return m < n ? m : period - 1 - m;
+    }
+    case PadMode::kConstant:
+      break;
+  }
+  return -1;
+}
+
+// Python's and C's round() for x >= 0 (half away from zero), exactly:
+// x - trunc(x) is exact.
+inline int RoundHalfUp(double x) {
+  const auto t = static_cast<int>(x);
+  return t + (x - static_cast<double>(t) >= 0.5 ? 1 : 0);
+}
+
+// Pillow's RGB <-> HSV conversions (Convert.c rgb2hsv / hsv2rgb) and
+// torchvision's hue shift between them. Pillow's locals are float but its
+// literals (2.0, 6.0, 255.0) double: each expression is evaluated in double
+// and rounded to float where it is assigned; kept exactly so. The parts that
+// depend on one or two bytes only are tables, built once.
+class HueTables {
+ public:
+  static const HueTables& Get() {
+    static const HueTables tables;
+    return tables;
+  }
+
+  // H of an RGB pixel that is not grey (max != min), as the byte Pillow
+  // stores. cr = max - min. One of the two quotients Pillow divides is the
+  // minimum channel's, (max - min) / cr == 1 exactly: only the other one is
+  // divided here.
+  static uint8_t HueByte(uint8_t r, uint8_t g, uint8_t b, uint8_t maxc, uint8_t minc) {
+    const float cr = static_cast<float>(maxc - minc);
+    auto q = [&](uint8_t c) { return c == minc ? 1.0f : static_cast<float>(maxc - c) / cr; };
+    float h;
+    if (r == maxc) {
+      h = q(b) - q(g);
+    } else if (g == maxc) {
+      h = static_cast<float>(2.0 + static_cast<double>(q(r)) - static_cast<double>(q(b)));
+    } else {
+      h = static_cast<float>(4.0 + static_cast<double>(q(g)) - static_cast<double>(q(r)));
+    }
+    // fmod(h / 6.0 + 1.0, 1.0): the argument lies in [5/6, 11/6), where the
+    // subtraction is exact.
+    double x = static_cast<double>(h) / 6.0 + 1.0;
+    if (x >= 1.0) x -= 1.0;
+    const float hf = static_cast<float>(x);
+    const int hi = static_cast<int>(static_cast<double>(hf) * 255.0);
+    return static_cast<uint8_t>(hi < 0 ? 0 : hi > 255 ? 255 : hi);
+  }
+
+  // The S byte of a pixel with max `maxc` and max - min = cr (> 0).
+  uint8_t Saturation(uint8_t maxc, uint8_t cr) const { return sat_[maxc][cr]; }
+
+  // hsv2rgb of (h, s, v), s > 0.
+  void ToRgb(uint8_t h, uint8_t s, uint8_t v, uint8_t* rgb) const {
+    const float f = f_[h];
+    const float fs = fs_[s];
+    const double fv = static_cast<double>(static_cast<float>(v));
+    const uint8_t up = p_[s][v];
+    const int q = RoundHalfUp(fv * (1.0 - static_cast<double>(fs * f)));
+    const int t = RoundHalfUp(fv * (1.0 - static_cast<double>(fs) * one_minus_f_[h]));
+    const auto uq = static_cast<uint8_t>(q > 255 ? 255 : q);
+    const auto ut = static_cast<uint8_t>(t > 255 ? 255 : t);
+    switch (sector_[h]) {
+      case 0:
+        rgb[0] = v, rgb[1] = ut, rgb[2] = up;
+        break;
+      case 1:
+        rgb[0] = uq, rgb[1] = v, rgb[2] = up;
+        break;
+      case 2:
+        rgb[0] = up, rgb[1] = v, rgb[2] = ut;
+        break;
+      case 3:
+        rgb[0] = up, rgb[1] = uq, rgb[2] = v;
+        break;
+      case 4:
+        rgb[0] = ut, rgb[1] = up, rgb[2] = v;
+        break;
+      default:
+        rgb[0] = v, rgb[1] = up, rgb[2] = uq;
+        break;
+    }
+  }
+
+ private:
+  HueTables() {
+    for (int maxc = 1; maxc < 256; ++maxc) {
+      for (int cr = 1; cr <= maxc; ++cr) {
+        const float sf = static_cast<float>(cr) / static_cast<float>(maxc);
+        const int si = static_cast<int>(static_cast<double>(sf) * 255.0);
+        sat_[maxc][cr] = static_cast<uint8_t>(si < 0 ? 0 : si > 255 ? 255 : si);
+      }
+    }
+    for (int h = 0; h < 256; ++h) {
+      const double h6 = static_cast<double>(static_cast<float>(h)) * 6.0 / 255.0;
+      const int i = static_cast<int>(std::floor(h6));
+      f_[h] = static_cast<float>(h6 - static_cast<double>(static_cast<float>(i)));
+      one_minus_f_[h] = 1.0 - static_cast<double>(f_[h]);
+      sector_[h] = static_cast<uint8_t>(i % 6);
+    }
+    for (int s = 0; s < 256; ++s) {
+      fs_[s] = static_cast<float>(static_cast<double>(static_cast<float>(s)) / 255.0);
+      for (int v = 0; v < 256; ++v) {
+        const int p = RoundHalfUp(static_cast<double>(static_cast<float>(v)) *
+                                  (1.0 - static_cast<double>(fs_[s])));
+        p_[s][v] = static_cast<uint8_t>(p > 255 ? 255 : p);
+      }
+    }
+  }
+
+  uint8_t sat_[256][256] = {};
+  float f_[256];
+  double one_minus_f_[256];
+  uint8_t sector_[256];
+  float fs_[256];
+  uint8_t p_[256][256];
+};
+
+}  // namespace
+
+void CropImage(const uint8_t* src, uint32_t src_width, const CropBox& box, uint8_t* dst) {
+  const size_t row = size_t{box.width} * 3;
+  for (uint32_t y = 0; y < box.height; ++y) {
+    std::memcpy(dst + y * row, src + (size_t{box.top + y} * src_width + box.left) * 3, row);
+  }
+}
+
+void PadImage(const uint8_t* src, uint32_t height, uint32_t width, const uint32_t pad[4],
+              PadMode mode, const uint8_t fill[3], uint8_t* dst) {
+  const uint32_t left = pad[0], top = pad[1];
+  const uint32_t out_h = height + pad[1] + pad[3];
+  const uint32_t out_w = width + pad[0] + pad[2];
+  const size_t out_row = size_t{out_w} * 3;
+  for (uint32_t y = 0; y < out_h; ++y) {
+    uint8_t* d = dst + y * out_row;
+    const int64_t sy = PadIndex(int64_t{y} - top, height, mode);
+    if (sy < 0) {  // constant: a whole row of fill
+      for (uint32_t x = 0; x < out_w; ++x) std::memcpy(d + 3 * x, fill, 3);
+      continue;
+    }
+    const uint8_t* s = src + static_cast<size_t>(sy) * width * 3;
+    for (uint32_t x = 0; x < left; ++x) {
+      const int64_t sx = PadIndex(int64_t{x} - left, width, mode);
+      std::memcpy(d + 3 * x, sx < 0 ? fill : s + 3 * sx, 3);
+    }
+    std::memcpy(d + size_t{left} * 3, s, size_t{width} * 3);
+    for (uint32_t x = left + width; x < out_w; ++x) {
+      const int64_t sx = PadIndex(int64_t{x} - left, width, mode);
+      std::memcpy(d + 3 * x, sx < 0 ? fill : s + 3 * sx, 3);
+    }
+  }
+}
+
+void PadLabels(const uint8_t* src, uint32_t height, uint32_t width, uint32_t bpp,
+               const uint32_t pad[4], PadMode mode, const uint8_t* fill, uint8_t* dst) {
+  const uint32_t left = pad[0], top = pad[1];
+  const uint32_t out_h = height + pad[1] + pad[3];
+  const uint32_t out_w = width + pad[0] + pad[2];
+  const size_t out_row = size_t{out_w} * bpp;
+  for (uint32_t y = 0; y < out_h; ++y) {
+    uint8_t* d = dst + y * out_row;
+    const int64_t sy = PadIndex(int64_t{y} - top, height, mode);
+    const uint8_t* s = sy < 0 ? nullptr : src + static_cast<size_t>(sy) * width * bpp;
+    for (uint32_t x = 0; x < out_w; ++x) {
+      const int64_t sx = s == nullptr ? -1 : PadIndex(int64_t{x} - left, width, mode);
+      std::memcpy(d + size_t{bpp} * x, sx < 0 ? fill : s + size_t{bpp} * sx, bpp);
+    }
+  }
+}
+
+void FlipHorizontal(uint8_t* img, uint32_t height, uint32_t width) {
+  for (uint32_t y = 0; y < height; ++y) {
+    uint8_t* row = img + size_t{y} * width * 3;
+    for (uint32_t a = 0, b = width - 1; a < b; ++a, --b) {
+      for (int c = 0; c < 3; ++c) std::swap(row[3 * a + c], row[3 * b + c]);
+    }
+  }
+}
+
+void FlipVertical(uint8_t* img, uint32_t height, uint32_t width) {
+  const size_t row = size_t{width} * 3;
+  for (uint32_t a = 0, b = height - 1; a < b && height > 0; ++a, --b) {
+    std::swap_ranges(img + a * row, img + (a + 1) * row, img + b * row);
+  }
+}
+
+void ToGrayscale(uint8_t* img, size_t pixels) {
+  for (size_t i = 0; i < pixels; ++i) {
+    uint8_t* px = img + 3 * i;
+    const uint8_t l = Luma(px[0], px[1], px[2]);
+    px[0] = px[1] = px[2] = l;
+  }
+}
+
+void AdjustBrightness(uint8_t* img, size_t pixels, float factor) {
+  uint8_t table[256];
+  BlendTable(0, factor, table);
+  ApplyTable(img, pixels * 3, table);
+}
+
+void AdjustContrast(uint8_t* img, size_t pixels, float factor) {
+  uint64_t sum = 0;
+  for (size_t i = 0; i < pixels; ++i) {
+    const uint8_t* px = img + 3 * i;
+    sum += Luma(px[0], px[1], px[2]);
+  }
+  // ImageStat's mean of the L image (a double), rounded as int(mean + 0.5).
+  const double mean = pixels > 0 ? static_cast<double>(sum) / static_cast<double>(pixels) : 0.0;
+  const int grey = static_cast<int>(mean + 0.5);
+  uint8_t table[256];
+  BlendTable(grey, factor, table);
+  ApplyTable(img, pixels * 3, table);
+}
+
+void AdjustSaturation(uint8_t* img, size_t pixels, float factor) {
+  for (size_t i = 0; i < pixels; ++i) {
+    uint8_t* px = img + 3 * i;
+    const int l = Luma(px[0], px[1], px[2]);
+    px[0] = Blend(l, px[0], factor);
+    px[1] = Blend(l, px[1], factor);
+    px[2] = Blend(l, px[2], factor);
+  }
+}
+
+void AdjustHue(uint8_t* img, size_t pixels, float hue) {
+  // np.uint8(hue_factor * 255): the double product truncated toward zero,
+  // then taken modulo 256.
+  const auto shift =
+      static_cast<uint8_t>(static_cast<int>(static_cast<double>(hue) * 255.0) & 0xff);
+  const HueTables& t = HueTables::Get();
+  for (size_t i = 0; i < pixels; ++i) {
+    uint8_t* px = img + 3 * i;
+    const uint8_t r = px[0], g = px[1], b = px[2];
+    const uint8_t maxc = std::max(r, std::max(g, b));
+    const uint8_t minc = std::min(r, std::min(g, b));
+    // Grey: H = S = 0, and hsv2rgb gives (v, v, v) back for S = 0.
+    if (maxc == minc) continue;
+    const uint8_t s = t.Saturation(maxc, static_cast<uint8_t>(maxc - minc));
+    const auto h = static_cast<uint8_t>(HueTables::HueByte(r, g, b, maxc, minc) + shift);
+    if (s == 0) {
+      px[0] = px[1] = px[2] = maxc;
+      continue;
+    }
+    t.ToRgb(h, s, maxc, px);
+  }
+}
+
+void ColorJitter(uint8_t* img, size_t pixels, const Step& step) {
+  for (uint32_t k = 0; k < step.jitter_count && k < 4; ++k) {
+    const uint32_t j = step.jitter_order[k];
+    // _apply_op's ratio, 1.0 + magnitude in double, for a policy's tensor
+    // step (its float factor has lost the magnitude's low bits).
+    const double ratio = step.from_policy != 0 ? 1.0 + static_cast<double>(step.aug_magnitude)
+                                               : static_cast<double>(step.factor[j]);
+    switch (j) {
+      case kBrightness:
+        // float32(ratio) * x either way.
+        AdjustBrightness(img, pixels, step.factor[j]);
+        break;
+      case kContrast:
+        if (step.tensor_kernels != 0) {
+          TensorAdjustContrast(img, pixels, ratio);
+        } else {
+          AdjustContrast(img, pixels, step.factor[j]);
+        }
+        break;
+      case kSaturation:
+        if (step.tensor_kernels != 0) {
+          TensorAdjustSaturation(img, pixels, ratio);
+        } else {
+          AdjustSaturation(img, pixels, step.factor[j]);
+        }
+        break;
+      case kHue:
+        AdjustHue(img, pixels, step.factor[j]);
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+void GaussianKernel(uint32_t k, float sigma, float* kernel) {
+  // torch.linspace(-half, half, k) in float32: start + i * step, with the
+  // second half computed from the end (end - (k - 1 - i) * step), as
+  // torch's linspace kernel does.
+  const float half = static_cast<float>(k - 1) * 0.5f;
+  const float step = k > 1 ? (half - -half) / static_cast<float>(k - 1) : 0.0f;
+  float sum = 0.0f;
+  for (uint32_t i = 0; i < k; ++i) {
+    const float x = i < k / 2 ? -half + step * static_cast<float>(i)
+                              : half - step * static_cast<float>(k - 1 - i);
+    const float t = x / sigma;
+    kernel[i] = std::exp(-0.5f * (t * t));
+    sum += kernel[i];
+  }
+  for (uint32_t i = 0; i < k; ++i) kernel[i] /= sum;
+}
+
+size_t GaussianBlurScratch(uint32_t height, uint32_t width, uint32_t kernel_x, uint32_t kernel_y) {
+  return size_t{height} * width * 3        // horizontal pass
+         + (size_t{width} + kernel_x) * 3  // one padded input row
+         + size_t{width} * 3               // one output row's sums
+         + kernel_x + kernel_y;
+}
+
+namespace {
+
+constexpr uint32_t kMaxTapsPerPass = 32;
+
+// 4 floats (one SSE register); arithmetic on it is element-wise, in the
+// order written, with no contraction (see the top).
+typedef float Floats4 __attribute__((vector_size(16)));
+
+inline Floats4 Load4(const float* p) {
+  Floats4 v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+// out[i] = (first ? 0 : out[i]) + sum over t of k[t] * src(t)[i], for i < n,
+// the terms added in tap order (what a one-tap-at-a-time loop gives, bit for
+// bit): 32 outputs stay in registers across the taps. src(t) returns tap
+// t's input row.
+template <typename Source>
+void SumTaps(Source src, const float* k, uint32_t taps, size_t n, bool first,
+             float* __restrict out) {
+  constexpr size_t kLanes = 4, kRegs = 8, kBlock = kLanes * kRegs;
+  size_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    Floats4 a[kRegs] = {};
+    if (!first) {
+#pragma GCC unroll 8
+      for (size_t r = 0; r < kRegs; ++r) a[r] = Load4(out + i + r * kLanes);
+    }
+    for (uint32_t t = 0; t < taps; ++t) {
+      const float* p = src(t) + i;
+      const Floats4 kt = {k[t], k[t], k[t], k[t]};
+#pragma GCC unroll 8
+      for (size_t r = 0; r < kRegs; ++r) a[r] += kt * Load4(p + r * kLanes);
+    }
+    std::memcpy(out + i, a, sizeof(a));
+  }
+  for (; i < n; ++i) {
+    float acc = first ? 0.0f : out[i];
+    for (uint32_t t = 0; t < taps; ++t) acc += k[t] * src(t)[i];
+    out[i] = acc;
+  }
+}
+
+}  // namespace
+
+void GaussianBlur(const uint8_t* src, uint32_t height, uint32_t width, uint32_t kernel_x,
+                  uint32_t kernel_y, float sigma, float* scratch, uint8_t* dst) {
+  const size_t row = size_t{width} * 3;
+  const uint32_t rx = kernel_x / 2, ry = kernel_y / 2;
+  float* const pass = scratch;
+  float* const padded = pass + size_t{height} * row;
+  float* const sums = padded + (size_t{width} + kernel_x) * 3;
+  float* const kx = sums + row;
+  float* const ky = kx + kernel_x;
+  GaussianKernel(kernel_x, sigma, kx);
+  GaussianKernel(kernel_y, sigma, ky);
+  // Each output value sums its taps in kernel order, one axis then the
+  // other; the loops run over a whole row per tap so that they vectorize.
+  for (uint32_t y = 0; y < height; ++y) {
+    const uint8_t* s = src + y * row;
+    for (uint32_t x = 0; x < rx; ++x) {  // the reflected edges
+      const int64_t l = PadIndex(int64_t{x} - rx, width, PadMode::kReflect);
+      const int64_t r = PadIndex(int64_t{width} + x, width, PadMode::kReflect);
+      for (int c = 0; c < 3; ++c) {
+        padded[3 * x + c] = s[3 * l + c];
+        padded[3 * (size_t{rx} + width + x) + c] = s[3 * r + c];
+      }
+    }
+    float* __restrict mid = padded + 3 * size_t{rx};
+    for (size_t i = 0; i < row; ++i) mid[i] = s[i];
+    for (uint32_t t0 = 0; t0 < kernel_x; t0 += kMaxTapsPerPass) {
+      SumTaps([&](uint32_t t) { return padded + 3 * size_t{t0 + t}; }, kx + t0,
+              std::min(kMaxTapsPerPass, kernel_x - t0), row, t0 == 0, pass + y * row);
+    }
+  }
+  const float* rows[kMaxTapsPerPass];
+  for (uint32_t y = 0; y < height; ++y) {
+    // The rows of each group of taps, reflected at the top and bottom.
+    for (uint32_t t0 = 0; t0 < kernel_y; t0 += kMaxTapsPerPass) {
+      const uint32_t n = std::min(kMaxTapsPerPass, kernel_y - t0);
+      for (uint32_t t = 0; t < n; ++t) {
+        const int64_t sy = PadIndex(int64_t{y} + t0 + t - ry, height, PadMode::kReflect);
+        rows[t] = pass + static_cast<size_t>(sy) * row;
+      }
+      SumTaps([&](uint32_t t) { return rows[t]; }, ky + t0, n, row, t0 == 0, sums);
+    }
+    const float* __restrict acc = sums;
+    uint8_t* __restrict d = dst + y * row;
+    for (size_t i = 0; i < row; ++i) {
+      // torch.round (half to even): adding and taking away 1.5 * 2^23 rounds
+      // to an integer in the current (to nearest even) mode. The sums are
+      // >= 0 (weights and pixels are), and at most 255 plus the kernel's
+      // rounding, which rounds to 255.
+      const float rounded = (acc[i] + 0x1.8p23f) - 0x1.8p23f;
+      const int v = static_cast<int>(rounded);
+      d[i] = static_cast<uint8_t>(v < 255 ? v : 255);
+    }
+  }
+}
+
+// --- The ops of the augmentation policies ---
+
+void ApplyLut(uint8_t* img, size_t pixels, const uint8_t lut[256]) {
+  ApplyTable(img, pixels * 3, lut);
+}
+
+void Posterize(uint8_t* img, size_t pixels, uint32_t bits) {
+  // A mask rather than the table: the loop vectorizes.
+  const auto mask = static_cast<uint8_t>(~((1u << (8 - std::min(bits, 8u))) - 1u) & 0xffu);
+  for (size_t i = 0; i < pixels * 3; ++i) img[i] = static_cast<uint8_t>(img[i] & mask);
+}
+
+void Solarize(uint8_t* img, size_t pixels, double threshold) {
+  // v < threshold for integers v is v < first, the least integer in
+  // [0, 256] that is not below it: one compare per byte, vectorized.
+  int first = 0;
+  while (first < 256 && static_cast<double>(first) < threshold) ++first;
+  for (size_t i = 0; i < pixels * 3; ++i) {
+    const int v = img[i];
+    img[i] = static_cast<uint8_t>(v < first ? v : 255 - v);
+  }
+}
+
+void Invert(uint8_t* img, size_t pixels) {
+  for (size_t i = 0; i < pixels * 3; ++i) img[i] = static_cast<uint8_t>(255 - img[i]);
+}
+
+namespace {
+
+// The 256-bin histograms of the three channels (64-bit: a decode may
+// reach 2^32 pixels).
+void Histograms(const uint8_t* img, size_t pixels, uint64_t hist[3][256]) {
+  std::memset(hist, 0, sizeof(uint64_t) * 3 * 256);
+  for (size_t i = 0; i < pixels; ++i) {
+    const uint8_t* px = img + 3 * i;
+    ++hist[0][px[0]];
+    ++hist[1][px[1]];
+    ++hist[2][px[2]];
+  }
+}
+
+// One table per channel, applied to the pixels.
+void ApplyChannelTables(uint8_t* img, size_t pixels, const uint8_t lut[3][256]) {
+  for (size_t i = 0; i < pixels; ++i) {
+    uint8_t* px = img + 3 * i;
+    px[0] = lut[0][px[0]];
+    px[1] = lut[1][px[1]];
+    px[2] = lut[2][px[2]];
+  }
+}
+
+}  // namespace
+
+void Autocontrast(uint8_t* img, size_t pixels) {
+  uint64_t hist[3][256];
+  Histograms(img, pixels, hist);
+  uint8_t lut[3][256];
+  for (int c = 0; c < 3; ++c) {
+    int lo = 0, hi = 255;
+    while (lo < 256 && hist[c][lo] == 0) ++lo;
+    while (hi >= 0 && hist[c][hi] == 0) --hi;
+    if (hi <= lo) {
+      for (int v = 0; v < 256; ++v) lut[c][v] = static_cast<uint8_t>(v);
+      continue;
+    }
+    const double scale = 255.0 / static_cast<double>(hi - lo);
+    const double offset = static_cast<double>(-lo) * scale;
+    for (int v = 0; v < 256; ++v) {
+      const int t = static_cast<int>(static_cast<double>(v) * scale + offset);
+      lut[c][v] = static_cast<uint8_t>(t < 0 ? 0 : t > 255 ? 255 : t);
+    }
+  }
+  ApplyChannelTables(img, pixels, lut);
+}
+
+void Equalize(uint8_t* img, size_t pixels) {
+  uint64_t hist[3][256];
+  Histograms(img, pixels, hist);
+  uint8_t lut[3][256];
+  for (int c = 0; c < 3; ++c) {
+    uint64_t total = 0, last = 0;
+    int used = 0;
+    for (int v = 0; v < 256; ++v) {
+      if (hist[c][v] == 0) continue;
+      total += hist[c][v];
+      last = hist[c][v];
+      ++used;
+    }
+    const uint64_t step = used > 1 ? (total - last) / 255 : 0;
+    if (step == 0) {
+      for (int v = 0; v < 256; ++v) lut[c][v] = static_cast<uint8_t>(v);
+      continue;
+    }
+    // PIL's list may hold 256 past the last value; Image.point clips it.
+    uint64_t n = step / 2;
+    for (int v = 0; v < 256; ++v) {
+      const uint64_t t = n / step;
+      lut[c][v] = static_cast<uint8_t>(t > 255 ? 255 : t);
+      n += hist[c][v];
+    }
+  }
+  ApplyChannelTables(img, pixels, lut);
+}
+
+namespace {
+
+typedef float Floats4S __attribute__((vector_size(16)));
+typedef int32_t Ints4S __attribute__((vector_size(16)));
+
+// Pillow's clip8 then (UINT8) of 4 floats, as ints: the same values as its
+// branches, element-wise.
+inline Ints4S Clip8(Floats4S v) {
+  const Floats4S zero = {0, 0, 0, 0}, top = {255, 255, 255, 255};
+  v = v < zero ? zero : v;
+  v = v > top ? top : v;
+  return __builtin_convertvector(v, Ints4S);
+}
+
+inline Floats4S LoadFloats4(const float* p) {
+  Floats4S v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+// Bytes [first, end) of one inner row of AdjustSharpness: `rows` are the
+// row above, the row and the row below (the originals), `out` the row to
+// write. Converted to float a chunk at a time on the stack; each lane is one
+// byte's float32 computation in Pillow's order (no reassociation).
+void SharpenRow(const uint8_t* const rows[3], size_t first, size_t end, float factor,
+                uint8_t* out) {
+  constexpr size_t kChunk = 256;
+  float in[3][kChunk + 8];
+  int32_t res[kChunk];
+  const float k1 = 1.0f / 13.0f, k5 = 5.0f / 13.0f;  // _imaging.c's kernel / divisor
+  const Floats4S vk1 = {k1, k1, k1, k1}, vk5 = {k5, k5, k5, k5};
+  const Floats4S vf = {factor, factor, factor, factor};
+  for (size_t i0 = first; i0 < end; i0 += kChunk) {
+    const size_t n = std::min(kChunk, end - i0);
+    const size_t n4 = (n + 3) & ~size_t{3};  // lanes past n read zeros, unused
+    for (int r = 0; r < 3; ++r) {
+      const uint8_t* s = rows[r] + i0 - 3;
+      for (size_t k = 0; k < n + 6; ++k) in[r][k] = s[k];
+      for (size_t k = n + 6; k < n4 + 6; ++k) in[r][k] = 0.0f;
+    }
+    for (size_t k = 0; k < n4; k += 4) {
+      // 0.5, then the row below, this row, the row above, each row's three
+      // products summed left to right.
+      Floats4S ss = {0.5f, 0.5f, 0.5f, 0.5f};
+      ss += LoadFloats4(in[2] + k) * vk1 + LoadFloats4(in[2] + k + 3) * vk1 +
+            LoadFloats4(in[2] + k + 6) * vk1;
+      ss += LoadFloats4(in[1] + k) * vk1 + LoadFloats4(in[1] + k + 3) * vk5 +
+            LoadFloats4(in[1] + k + 6) * vk1;
+      ss += LoadFloats4(in[0] + k) * vk1 + LoadFloats4(in[0] + k + 3) * vk1 +
+            LoadFloats4(in[0] + k + 6) * vk1;
+      const Ints4S smooth = Clip8(ss);
+      // Blend(smooth, image, factor): d + factor * (x - d) in float32; x - d
+      // is exact in float.
+      const Floats4S d = __builtin_convertvector(smooth, Floats4S);
+      const Floats4S v = d + vf * (LoadFloats4(in[1] + k + 3) - d);
+      const Ints4S r = Clip8(v);
+      std::memcpy(res + k, &r, sizeof(r));
+    }
+    for (size_t k = 0; k < n; ++k) out[i0 + k] = static_cast<uint8_t>(res[k]);
+  }
+}
+
+}  // namespace
+
+void AdjustSharpness(uint8_t* img, uint32_t height, uint32_t width, float factor,
+                     uint8_t* scratch) {
+  // Pillow returns a copy when the image is smaller than the kernel, and
+  // copies the outer ring of pixels: Blend(x, x, f) == x, so both stay.
+  if (height < 3 || width < 3 || factor == 1.0f) return;
+  const size_t row = size_t{width} * 3;
+  std::memcpy(scratch, img, size_t{height} * row);
+  for (uint32_t y = 1; y + 1 < height; ++y) {
+    const uint8_t* mid = scratch + y * row;
+    const uint8_t* const rows[3] = {mid - row, mid, mid + row};
+    SharpenRow(rows, 3, row - 3, factor, img + y * row);
+  }
+}
+
+namespace {
+
+constexpr double kDegToRad = std::numbers::pi / 180.0;  // CPython's math.radians factor
+
+// Python's round(x, 15): x correctly rounded to 15 decimals, read back.
+// glibc's printf and strtod both round exactly, as CPython's dtoa does.
+double Round15(double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.15f", x);
+  return std::strtod(buf, nullptr);
+}
+
+// Python's x % 360.0 (the result takes the divisor's sign).
+double PyMod360(double x) {
+  double m = std::fmod(x, 360.0);
+  if (m != 0.0) {
+    if (m < 0.0) m += 360.0;
+  } else {
+    m = 0.0;
+  }
+  return m;
+}
+
+// Geometry.c's FLOOR for the values it is given (|v| < 2^31).
+inline int64_t PilFloor(double v) {
+  return v < 0.0 ? static_cast<int64_t>(std::floor(v)) : static_cast<int64_t>(v);
+}
+
+inline void Fill(uint8_t* d, const uint8_t fill[3]) {
+  d[0] = fill[0], d[1] = fill[1], d[2] = fill[2];
+}
+
+// The NEAREST engines below read a source of sh x sw pixels and write a
+// destination of dh x dw, kBpp bytes a pixel (RGB images 3, label maps 1,
+// 2 or 4); PIL's Image.transform and Image.resize(NEAREST) run them.
+struct NearestGeometry {
+  const uint8_t* src;
+  uint32_t sh, sw;
+  uint8_t* dst;
+  uint32_t dh, dw;
+  const uint8_t* fill;  // kBpp bytes
+};
+
+// Geometry.c's ImagingScaleAffine (NEAREST, m1 == m3 == 0): positions
+// accumulated from the first pixel center.
+template <size_t kBpp>
+void ScaleNearest(const NearestGeometry& g, const double m[6]) {
+  const double w = g.sw, h = g.sh;
+  double yo = m[5] + m[4] * 0.5;
+  const double xo0 = m[2] + m[0] * 0.5;
+  for (uint32_t y = 0; y < g.dh; ++y, yo += m[4]) {
+    uint8_t* d = g.dst + size_t{y} * g.dw * kBpp;
+    if (!(yo >= 0.0 && yo < h)) {  // COORD(v) < 0 or >= ysize, NaN too
+      for (uint32_t x = 0; x < g.dw; ++x) std::memcpy(d + kBpp * x, g.fill, kBpp);
+      continue;
+    }
+    const uint8_t* s = g.src + static_cast<size_t>(yo) * g.sw * kBpp;
+    double xo = xo0;
+    for (uint32_t x = 0; x < g.dw; ++x, xo += m[0]) {
+      if (xo >= 0.0 && xo < w) {
+        std::memcpy(d + kBpp * x, s + kBpp * static_cast<size_t>(xo), kBpp);
+      } else {
+        std::memcpy(d + kBpp * x, g.fill, kBpp);
+      }
+    }
+  }
+}
+
+// Geometry.c's check_fixed for one corner.
+inline bool FitsFixed(const double m[6], double x, double y) {
+  return std::fabs(x * m[0] + y * m[1] + m[2]) < 32768.0 &&
+         std::fabs(x * m[3] + y * m[4] + m[5]) < 32768.0;
+}
+
+// Geometry.c's affine_fixed (NEAREST, 16.16 fixed point, incremental).
+template <size_t kBpp>
+void FixedNearest(const NearestGeometry& g, const double m[6]) {
+  auto fix = [](double v) { return PilFloor(v * 65536.0 + 0.5); };
+  const int64_t a0 = fix(m[0]), a1 = fix(m[1]), a3 = fix(m[3]), a4 = fix(m[4]);
+  int64_t a2 = fix(m[2] + m[0] * 0.5 + m[1] * 0.5);
+  int64_t a5 = fix(m[5] + m[3] * 0.5 + m[4] * 0.5);
+  const int64_t w = g.sw, h = g.sh;
+  for (uint32_t y = 0; y < g.dh; ++y, a2 += a1, a5 += a4) {
+    uint8_t* d = g.dst + size_t{y} * g.dw * kBpp;
+    int64_t xx = a2, yy = a5;
+    for (uint32_t x = 0; x < g.dw; ++x, xx += a0, yy += a3) {
+      const int64_t xi = xx >> 16, yi = yy >> 16;
+      if (xi >= 0 && xi < w && yi >= 0 && yi < h) {
+        std::memcpy(d + kBpp * x,
+                    g.src + (static_cast<size_t>(yi) * g.sw + static_cast<size_t>(xi)) * kBpp,
+                    kBpp);
+      } else {
+        std::memcpy(d + kBpp * x, g.fill, kBpp);
+      }
+    }
+  }
+}
+
+// The rest of ImagingTransformAffine (NEAREST, doubles, incremental): only
+// when a corner maps 2^15 pixels or more away.
+template <size_t kBpp>
+void FloatNearest(const NearestGeometry& g, const double m[6]) {
+  const double w = g.sw, h = g.sh;
+  double xo = m[2] + m[1] * 0.5 + m[0] * 0.5;
+  double yo = m[5] + m[4] * 0.5 + m[3] * 0.5;
+  for (uint32_t y = 0; y < g.dh; ++y, xo += m[1], yo += m[4]) {
+    uint8_t* d = g.dst + size_t{y} * g.dw * kBpp;
+    double xx = xo, yy = yo;
+    for (uint32_t x = 0; x < g.dw; ++x, xx += m[0], yy += m[3]) {
+      if (xx >= 0.0 && xx < w && yy >= 0.0 && yy < h) {
+        std::memcpy(d + kBpp * x,
+                    g.src + (static_cast<size_t>(yy) * g.sw + static_cast<size_t>(xx)) * kBpp,
+                    kBpp);
+      } else {
+        std::memcpy(d + kBpp * x, g.fill, kBpp);
+      }
+    }
+  }
+}
+
+// ImagingTransformAffine's choice of engine for NEAREST (the output's
+// corners decide fixed point).
+template <size_t kBpp>
+void AffineNearest(const NearestGeometry& g, const double m[6]) {
+  if (g.dh == 0 || g.dw == 0) return;
+  if (m[1] == 0.0 && m[3] == 0.0) {
+    ScaleNearest<kBpp>(g, m);
+    return;
+  }
+  const double w = g.dw, h = g.dh;
+  if (FitsFixed(m, 0, 0) && FitsFixed(m, w, h) && FitsFixed(m, 0, h) && FitsFixed(m, w, 0)) {
+    FixedNearest<kBpp>(g, m);
+  } else {
+    FloatNearest<kBpp>(g, m);
+  }
+}
+
+// The whole-pixel offsets (dx, dy) when `m` only moves the image by whole
+// pixels (input point = output point + (dx, dy)). Then every engine's
+// result is that pixel or the fill: NEAREST's point lands inside the pixel,
+// BILINEAR's on its center with both weights 0. torchvision's TranslateX/Y
+// of the policies pass whole pixels (int(magnitude)).
+bool WholePixelShift(const double m[6], uint32_t height, uint32_t width, int64_t* dx, int64_t* dy) {
+  if (m[0] != 1.0 || m[1] != 0.0 || m[3] != 0.0 || m[4] != 1.0) return false;
+  const double lx = width, ly = height;
+  if (!(std::abs(m[2]) <= lx && std::abs(m[5]) <= ly)) {
+    return false;  // the engine fills everything; not worth a path
+  }
+  if (std::floor(m[2]) != m[2] || std::floor(m[5]) != m[5]) return false;
+  *dx = static_cast<int64_t>(m[2]);
+  *dy = static_cast<int64_t>(m[5]);
+  return true;
+}
+
+// dst(x, y) = src(x + dx, y + dy) where that is inside, else fill.
+void ShiftCopy(const uint8_t* src, uint32_t height, uint32_t width, int64_t dx, int64_t dy,
+               const uint8_t fill[3], uint8_t* dst) {
+  const int64_t w = width, h = height;
+  const size_t row = size_t{width} * 3;
+  // Output columns [x0, x1) read the source; the rest are fill.
+  const int64_t x0 = std::clamp<int64_t>(-dx, 0, w), x1 = std::clamp<int64_t>(w - dx, x0, w);
+  for (int64_t y = 0; y < h; ++y) {
+    uint8_t* d = dst + static_cast<size_t>(y) * row;
+    const int64_t sy = y + dy;
+    if (sy < 0 || sy >= h) {
+      for (int64_t x = 0; x < w; ++x) Fill(d + 3 * x, fill);
+      continue;
+    }
+    for (int64_t x = 0; x < x0; ++x) Fill(d + 3 * x, fill);
+    std::memcpy(d + 3 * x0, src + static_cast<size_t>(sy) * row + 3 * (x0 + dx),
+                static_cast<size_t>(x1 - x0) * 3);
+    for (int64_t x = x1; x < w; ++x) Fill(d + 3 * x, fill);
+  }
+}
+
+// ImagingGenericTransform with affine_transform and bilinear_filter32RGB:
+// each output pixel's source point computed afresh (no accumulation), in
+// Pillow's order; the 2x2 neighbours clipped to the image, interpolated in
+// double along x then y, truncated.
+void BilinearAffine(const uint8_t* src, uint32_t height, uint32_t width, const double m[6],
+                    const uint8_t fill[3], uint8_t* dst) {
+  const double w = width, h = height;
+  const int64_t last_x = int64_t{width} - 1, last_y = int64_t{height} - 1;
+  const size_t row = size_t{width} * 3;
+  for (uint32_t y = 0; y < height; ++y) {
+    uint8_t* d = dst + y * row;
+    const double yin = static_cast<double>(y) + 0.5;
+    const double row_x = m[1] * yin, row_y = m[4] * yin;
+    double xin = 0.5;  // x + 0.5, exact
+    for (uint32_t x = 0; x < width; ++x, xin += 1.0, d += 3) {
+      double sx = m[0] * xin + row_x + m[2];
+      double sy = m[3] * xin + row_y + m[5];
+      if (!(sx >= 0.0 && sx < w && sy >= 0.0 && sy < h)) {
+        Fill(d, fill);
+        continue;
+      }
+      sx -= 0.5;
+      sy -= 0.5;
+      // FLOOR of values >= -0.5.
+      const int64_t ix = sx < 0.0 ? -1 : static_cast<int64_t>(sx);
+      const int64_t iy = sy < 0.0 ? -1 : static_cast<int64_t>(sy);
+      const double dx = sx - static_cast<double>(ix), dy = sy - static_cast<double>(iy);
+      const uint8_t *p00, *p01, *p10, *p11;
+      if (ix >= 0 && ix < last_x && iy >= 0 && iy < last_y) {
+        p00 = src + static_cast<size_t>(iy) * row + static_cast<size_t>(ix) * 3;
+        p01 = p00 + 3;
+        p10 = p00 + row;
+        p11 = p10 + 3;
+      } else {
+        // XCLIP / YCLIP; past the last row Pillow uses the first row's
+        // value for both (v2 = v1).
+        const size_t x0 = static_cast<size_t>(std::clamp<int64_t>(ix, 0, last_x)) * 3;
+        const size_t x1 = static_cast<size_t>(std::clamp<int64_t>(ix + 1, 0, last_x)) * 3;
+        const uint8_t* r0 = src + static_cast<size_t>(std::clamp<int64_t>(iy, 0, last_y)) * row;
+        const uint8_t* r1 = iy + 1 <= last_y ? src + static_cast<size_t>(iy + 1) * row : r0;
+        p00 = r0 + x0, p01 = r0 + x1, p10 = r1 + x0, p11 = r1 + x1;
+      }
+      for (int c = 0; c < 3; ++c) {
+        const double v1 = p00[c] + (p01[c] - p00[c]) * dx;
+        const double v2 = p10[c] + (p11[c] - p10[c]) * dx;
+        d[c] = static_cast<uint8_t>(v1 + (v2 - v1) * dy);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void InverseAffineMatrix(const double center[2], double angle, const double translate[2],
+                         double scale, const double shear[2], double matrix[6]) {
+  const double rot = angle * kDegToRad;
+  const double sx = shear[0] * kDegToRad;
+  const double sy = shear[1] * kDegToRad;
+  const double cx = center[0], cy = center[1];
+  const double tx = translate[0], ty = translate[1];
+  const double a = std::cos(rot - sy) / std::cos(sy);
+  const double b = -std::cos(rot - sy) * std::tan(sx) / std::cos(sy) - std::sin(rot);
+  const double c = std::sin(rot - sy) / std::cos(sy);
+  const double d = -std::sin(rot - sy) * std::tan(sx) / std::cos(sy) + std::cos(rot);
+  matrix[0] = d / scale;
+  matrix[1] = -b / scale;
+  matrix[2] = 0.0 / scale;
+  matrix[3] = -c / scale;
+  matrix[4] = a / scale;
+  matrix[5] = 0.0 / scale;
+  matrix[2] += matrix[0] * (-cx - tx) + matrix[1] * (-cy - ty);
+  matrix[5] += matrix[3] * (-cx - tx) + matrix[4] * (-cy - ty);
+  matrix[2] += cx;
+  matrix[5] += cy;
+}
+
+void AffineTransform(const uint8_t* src, uint32_t height, uint32_t width, const double matrix[6],
+                     Interpolation interpolation, const uint8_t fill[3], uint8_t* dst) {
+  if (height == 0 || width == 0) return;
+  int64_t shift_x = 0, shift_y = 0;
+  if (WholePixelShift(matrix, height, width, &shift_x, &shift_y)) {
+    ShiftCopy(src, height, width, shift_x, shift_y, fill, dst);
+    return;
+  }
+  if (interpolation != Interpolation::kNearest) {
+    BilinearAffine(src, height, width, matrix, fill, dst);
+    return;
+  }
+  AffineNearest<3>({src, height, width, dst, height, width, fill}, matrix);
+}
+
+namespace {
+
+// PIL's Image.rotate shortcuts (no center given): 0 a copy, 180 a
+// transpose, 90 and 270 a transpose on square images. True when it was one
+// (dst written); `angle` already taken mod 360.
+template <size_t kBpp>
+bool RotateTranspose(const uint8_t* src, uint32_t height, uint32_t width, double angle,
+                     const double* center, uint8_t* dst) {
+  if (center != nullptr) return false;
+  const size_t row = size_t{width} * kBpp;
+  if (angle == 0.0) {
+    std::memcpy(dst, src, size_t{height} * row);
+    return true;
+  }
+  if (angle == 180.0) {
+    for (uint32_t y = 0; y < height; ++y) {
+      const uint8_t* s = src + size_t{height - 1 - y} * row;
+      uint8_t* d = dst + y * row;
+      for (uint32_t x = 0; x < width; ++x) {
+        std::memcpy(d + kBpp * x, s + kBpp * size_t{width - 1 - x}, kBpp);
+      }
+    }
+    return true;
+  }
+  if ((angle == 90.0 || angle == 270.0) && width == height) {
+    const uint32_t n = width;
+    for (uint32_t r = 0; r < n; ++r) {
+      uint8_t* d = dst + r * row;
+      for (uint32_t c = 0; c < n; ++c) {
+        // ROTATE_90 (counter-clockwise): dst(r, c) = src(c, n-1-r);
+        // ROTATE_270: dst(r, c) = src(n-1-c, r).
+        const size_t s = angle == 90.0 ? size_t{c} * n + (n - 1 - r) : size_t{n - 1 - c} * n + r;
+        std::memcpy(d + kBpp * c, src + kBpp * s, kBpp);
+      }
+    }
+    return true;
+  }
+  return false;
+}
+
+// Image.rotate's matrix (angle already mod 360), rounded to 15 digits.
+void RotateMatrix(uint32_t height, uint32_t width, double angle, const double* center,
+                  double m[6]) {
+  const double cx = center != nullptr ? center[0] : width / 2.0;
+  const double cy = center != nullptr ? center[1] : height / 2.0;
+  const double rad = -(angle * kDegToRad);
+  m[0] = Round15(std::cos(rad));
+  m[1] = Round15(std::sin(rad));
+  m[2] = 0.0;
+  m[3] = Round15(-std::sin(rad));
+  m[4] = Round15(std::cos(rad));
+  m[5] = 0.0;
+  const double x = -cx, y = -cy;
+  m[2] = m[0] * x + m[1] * y + m[2];
+  m[5] = m[3] * x + m[4] * y + m[5];
+  m[2] += cx;
+  m[5] += cy;
+}
+
+template <size_t kBpp>
+void LabelsNearest(const NearestGeometry& g, const double m[6]) {
+  AffineNearest<kBpp>(g, m);
+}
+
+void LabelsAffine(const NearestGeometry& g, uint32_t bpp, const double m[6]) {
+  switch (bpp) {
+    case 1: return LabelsNearest<1>(g, m);
+    case 2: return LabelsNearest<2>(g, m);
+    case 4: return LabelsNearest<4>(g, m);
+    default: return;
+  }
+}
+
+}  // namespace
+
+bool AffineStepMatrix(const Step& step, uint32_t height, uint32_t width, double matrix[6]) {
+  const double center[2] = {step.has_center != 0 ? step.center[0] : width * 0.5,
+                            step.has_center != 0 ? step.center[1] : height * 0.5};
+  const double translate[2] = {static_cast<double>(step.translate[0]),
+                               static_cast<double>(step.translate[1])};
+  InverseAffineMatrix(center, step.angle, translate, step.affine_scale, step.shear, matrix);
+  return std::all_of(matrix, matrix + 6, [](double m) { return std::isfinite(m); });
+}
+
+void RotateStepMatrix(uint32_t height, uint32_t width, double angle, const double* center,
+                      double matrix[6]) {
+  RotateMatrix(height, width, PyMod360(angle), center, matrix);
+}
+
+void RotateImage(const uint8_t* src, uint32_t height, uint32_t width, double angle,
+                 const double* center, Interpolation interpolation, const uint8_t fill[3],
+                 uint8_t* dst) {
+  angle = PyMod360(angle);
+  if (RotateTranspose<3>(src, height, width, angle, center, dst)) return;
+  double m[6];
+  RotateMatrix(height, width, angle, center, m);
+  AffineTransform(src, height, width, m, interpolation, fill, dst);
+}
+
+void ResizeLabels(const uint8_t* src, uint32_t src_height, uint32_t src_width, uint32_t bpp,
+                  uint8_t* dst, uint32_t height, uint32_t width) {
+  if (height == src_height && width == src_width) {
+    std::memcpy(dst, src, size_t{height} * width * bpp);
+    return;
+  }
+  const double m[6] = {static_cast<double>(src_width) / width, 0.0, 0.0,
+                       0.0, static_cast<double>(src_height) / height, 0.0};
+  const uint8_t zero[4] = {0, 0, 0, 0};  // never read: every point is inside
+  LabelsAffine({src, src_height, src_width, dst, height, width, zero}, bpp, m);
+}
+
+void AffineLabels(const uint8_t* src, uint32_t height, uint32_t width, uint32_t bpp,
+                  const double matrix[6], const uint8_t* fill, uint8_t* dst) {
+  LabelsAffine({src, height, width, dst, height, width, fill}, bpp, matrix);
+}
+
+void RotateLabels(const uint8_t* src, uint32_t height, uint32_t width, uint32_t bpp, double angle,
+                  const double* center, const uint8_t* fill, uint8_t* dst) {
+  angle = PyMod360(angle);
+  bool done = false;
+  switch (bpp) {
+    case 1: done = RotateTranspose<1>(src, height, width, angle, center, dst); break;
+    case 2: done = RotateTranspose<2>(src, height, width, angle, center, dst); break;
+    case 4: done = RotateTranspose<4>(src, height, width, angle, center, dst); break;
+    default: return;
+  }
+  if (done) return;
+  double m[6];
+  RotateMatrix(height, width, angle, center, m);
+  AffineLabels(src, height, width, bpp, m, fill, dst);
+}
+
+void MixStart(const uint8_t* img, size_t pixels, float weight, float* acc) {
+  for (size_t i = 0; i < pixels * 3; ++i) acc[i] = weight * static_cast<float>(img[i]);
+}
+
+void MixAdd(const uint8_t* img, size_t pixels, float weight, float* acc) {
+  for (size_t i = 0; i < pixels * 3; ++i) acc[i] += weight * static_cast<float>(img[i]);
+}
+
+void MixFinish(const float* acc, size_t pixels, uint8_t* img) {
+  for (size_t i = 0; i < pixels * 3; ++i) {
+    img[i] = static_cast<uint8_t>(static_cast<int>(std::min(std::max(acc[i], 0.0f), 255.0f)));
+  }
+}
+
+namespace {
+
+// The box's normal(0, 1) noise in [c][y][x] order, written through `put(c,
+// y, x, v)` (ops.h gives the recipe).
+template <typename Put>
+void EraseNoise(const Step& step, Put put) {
+  KeyedRng rng(step.noise_seed);
+  constexpr double kTwoPi = 2.0 * std::numbers::pi;
+  float spare = 0.0f;
+  bool has_spare = false;
+  for (uint32_t c = 0; c < 3; ++c) {
+    for (uint32_t y = 0; y < step.height; ++y) {
+      for (uint32_t x = 0; x < step.width; ++x) {
+        float z;
+        if (has_spare) {
+          z = spare;
+          has_spare = false;
+        } else {
+          // float32 log / sqrt / sin / cos: half the cost of double's.
+          const double u1 = rng.Uniform(), u2 = rng.Uniform();
+          const float r = std::sqrt(-2.0f * std::log(static_cast<float>(1.0 - u1)));
+          const auto a = static_cast<float>(kTwoPi * u2);
+          z = r * std::cos(a);
+          spare = r * std::sin(a);
+          has_spare = true;
+        }
+        put(c, y, x, z);
+      }
+    }
+  }
+}
+
+// The box set to one value per channel, row by row.
+template <typename T>
+void EraseConstant(T* out, uint32_t out_height, uint32_t out_width, bool nchw, const Step& step,
+                   const T value[3]) {
+  for (uint32_t y = step.top; y < step.top + step.height; ++y) {
+    if (nchw) {
+      for (uint32_t c = 0; c < 3; ++c) {
+        T* row = out + (size_t{c} * out_height + y) * out_width + step.left;
+        std::fill(row, row + step.width, value[c]);
+      }
+    } else {
+      T* px = out + (size_t{y} * out_width + step.left) * 3;
+      for (uint32_t x = 0; x < step.width; ++x, px += 3) {
+        px[0] = value[0], px[1] = value[1], px[2] = value[2];
+      }
+    }
+  }
+}
+
+// torch's uint8 of a value: truncated toward zero, clamped here.
+inline uint8_t ToUint8(float v) {
+  return v <= 0.0f ? 0 : v >= 255.0f ? 255 : static_cast<uint8_t>(v);
+}
+
+}  // namespace
+
+void EraseOutput(void* out, uint32_t out_height, uint32_t out_width, uint32_t dtype,
+                 uint32_t layout, const Step& step) {
+  const bool nchw = layout == ring::kNCHW;
+  const size_t plane = size_t{out_height} * out_width;
+  auto index = [&](uint32_t c, uint32_t y, uint32_t x) {
+    const size_t py = size_t{step.top} + y, px = size_t{step.left} + x;
+    return nchw ? c * plane + py * out_width + px : (py * out_width + px) * 3 + c;
+  };
+  const float* v = step.erase_value;
+  switch (dtype) {
+    case ring::kUint8: {
+      auto* o = static_cast<uint8_t*>(out);
+      if (step.erase_random == 0) {
+        const uint8_t value[3] = {ToUint8(v[0]), ToUint8(v[1]), ToUint8(v[2])};
+        EraseConstant(o, out_height, out_width, nchw, step, value);
+      } else {
+        EraseNoise(step, [&](uint32_t c, uint32_t y, uint32_t x, float z) {
+          o[index(c, y, x)] = ToUint8(z);
+        });
+      }
+      break;
+    }
+    case ring::kFloat32: {
+      auto* o = static_cast<float*>(out);
+      if (step.erase_random == 0) {
+        EraseConstant(o, out_height, out_width, nchw, step, v);
+      } else {
+        EraseNoise(step,
+                   [&](uint32_t c, uint32_t y, uint32_t x, float z) { o[index(c, y, x)] = z; });
+      }
+      break;
+    }
+    case ring::kFloat16: {
+      auto* o = static_cast<uint16_t*>(out);
+      if (step.erase_random == 0) {
+        const uint16_t value[3] = {FloatToHalf(v[0]), FloatToHalf(v[1]), FloatToHalf(v[2])};
+        EraseConstant(o, out_height, out_width, nchw, step, value);
+      } else {
+        EraseNoise(step, [&](uint32_t c, uint32_t y, uint32_t x, float z) {
+          o[index(c, y, x)] = FloatToHalf(z);
+        });
+      }
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+// --- torchvision's tensor kernels ---
+
+namespace {
+
+// _blend(img1, img2, ratio) for uint8 images: float32(ratio) * x + float32(
+// 1 - ratio) * d, each product and the sum rounded to float32 (torch's mul
+// and add kernels), clamped to [0, 255], truncated.
+inline uint8_t TensorBlend(float ratio, float rest, float x, float d) {
+  const float a = ratio * x;
+  const float b = rest * d;
+  const float v = a + b;
+  if (!(v > 0.0f)) return 0;
+  if (v >= 255.0f) return 255;
+  return static_cast<uint8_t>(v);
+}
+
+// rgb_to_grayscale of one uint8 pixel: (0.2989 r + 0.587 g) + 0.114 b in
+// float32, truncated.
+inline uint8_t TensorGray(const uint8_t* px) {
+  const float r = 0.2989f * static_cast<float>(px[0]);
+  const float g = 0.587f * static_cast<float>(px[1]);
+  const float b = 0.114f * static_cast<float>(px[2]);
+  const float rg = r + g;
+  return static_cast<uint8_t>(rg + b);
+}
+
+}  // namespace
+
+uint8_t TensorGrayscale(uint8_t r, uint8_t g, uint8_t b) {
+  const uint8_t px[3] = {r, g, b};
+  return TensorGray(px);
+}
+
+namespace {
+
+// torch 1.13's float32 sum of n values (value(i)) on one thread, as its
+// AVX2 cascade_sum reduces a contiguous row: vectors of 8 lanes, taken 4 at
+// a time into 4 levels of accumulators (multi_row_sum), the leftover
+// vectors into the first, the 4 added, then the scalar tail and the 8 lanes
+// in order.
+template <typename Value>
+float TorchSum(size_t n, Value value) {
+  constexpr int kLanes = 8, kRows = 4, kLevels = 4;
+  const size_t vectors = n / kLanes, groups = vectors / kRows;
+  float acc[kLevels][kRows][kLanes] = {};
+  auto add_group = [&](size_t g) {
+    for (int k = 0; k < kRows; ++k) {
+      for (int l = 0; l < kLanes; ++l) acc[0][k][l] += value((g * kRows + k) * kLanes + l);
+    }
+  };
+  int64_t ceil_log2 = 1;  // utils::CeilLog2
+  if (groups > 2) ceil_log2 = 64 - __builtin_clzll(uint64_t{groups} - 1);
+  const int64_t level_power = std::max<int64_t>(4, ceil_log2 / kLevels);
+  const size_t level_step = size_t{1} << level_power, level_mask = level_step - 1;
+  size_t g = 0;
+  while (g + level_step <= groups) {
+    for (size_t j = 0; j < level_step; ++j) add_group(g++);
+    for (int j = 1; j < kLevels; ++j) {
+      for (int k = 0; k < kRows; ++k) {
+        for (int l = 0; l < kLanes; ++l) acc[j][k][l] += acc[j - 1][k][l], acc[j - 1][k][l] = 0;
+      }
+      if ((g & (level_mask << (j * level_power))) != 0) break;
+    }
+  }
+  for (; g < groups; ++g) add_group(g);
+  for (int j = 1; j < kLevels; ++j) {
+    for (int k = 0; k < kRows; ++k) {
+      for (int l = 0; l < kLanes; ++l) acc[0][k][l] += acc[j][k][l];
+    }
+  }
+  float* partial = acc[0][0];
+  for (size_t v = groups * kRows; v < vectors; ++v) {
+    for (int l = 0; l < kLanes; ++l) partial[l] += value(v * kLanes + l);
+  }
+  for (int k = 1; k < kRows; ++k) {
+    for (int l = 0; l < kLanes; ++l) partial[l] += acc[0][k][l];
+  }
+  float sum = 0;
+  for (size_t i = vectors * kLanes; i < n; ++i) sum += value(i);
+  for (int l = 0; l < kLanes; ++l) sum += partial[l];
+  return sum;
+}
+
+}  // namespace
+
+float TensorGrayMean(const uint8_t* img, size_t pixels) {
+  // torch.mean on the CPU: the sum, divided by the count.
+  const float sum =
+      TorchSum(pixels, [img](size_t i) { return static_cast<float>(TensorGray(img + 3 * i)); });
+  return sum / static_cast<float>(pixels);
+}
+
+void TensorAdjustContrast(uint8_t* img, size_t pixels, double ratio) {
+  if (pixels == 0) return;
+  const float mean = TensorGrayMean(img, pixels);
+  const float r = static_cast<float>(ratio), rest = static_cast<float>(1.0 - ratio);
+  uint8_t table[256];
+  for (int v = 0; v < 256; ++v) table[v] = TensorBlend(r, rest, static_cast<float>(v), mean);
+  ApplyTable(img, pixels * 3, table);
+}
+
+void TensorAdjustSaturation(uint8_t* img, size_t pixels, double ratio) {
+  const float r = static_cast<float>(ratio), rest = static_cast<float>(1.0 - ratio);
+  for (size_t i = 0; i < pixels; ++i) {
+    uint8_t* px = img + 3 * i;
+    const float l = static_cast<float>(TensorGray(px));
+    for (int c = 0; c < 3; ++c) px[c] = TensorBlend(r, rest, static_cast<float>(px[c]), l);
+  }
+}
+
+void TensorAutocontrast(uint8_t* img, size_t pixels) {
+  uint64_t hist[3][256];
+  Histograms(img, pixels, hist);
+  uint8_t lut[3][256];
+  for (int c = 0; c < 3; ++c) {
+    int lo = 0, hi = 255;
+    while (lo < 256 && hist[c][lo] == 0) ++lo;
+    while (hi >= 0 && hist[c][hi] == 0) --hi;
+    if (hi <= lo) {  // scale 255 / 0 is not finite: minimum 0, scale 1
+      for (int v = 0; v < 256; ++v) lut[c][v] = static_cast<uint8_t>(v);
+      continue;
+    }
+    const float minimum = static_cast<float>(lo);
+    // bound / tensor is Tensor.__rtruediv__: reciprocal(tensor) * bound.
+    const float scale = (1.0f / (static_cast<float>(hi) - minimum)) * 255.0f;
+    for (int v = 0; v < 256; ++v) {
+      const float t = (static_cast<float>(v) - minimum) * scale;
+      lut[c][v] = t <= 0.0f ? 0 : t >= 255.0f ? 255 : static_cast<uint8_t>(t);
+    }
+  }
+  ApplyChannelTables(img, pixels, lut);
+}
+
+void TensorAdjustSharpness(uint8_t* img, uint32_t height, uint32_t width, double ratio,
+                           uint8_t* scratch) {
+  if (height <= 2 || width <= 2) return;
+  const float r = static_cast<float>(ratio), rest = static_cast<float>(1.0 - ratio);
+  const size_t row = size_t{width} * 3;
+  std::memcpy(scratch, img, size_t{height} * row);
+  for (uint32_t y = 0; y < height; ++y) {
+    const bool inner_row = y > 0 && y + 1 < height;
+    for (uint32_t x = 0; x < width; ++x) {
+      const bool inner = inner_row && x > 0 && x + 1 < width;
+      for (int c = 0; c < 3; ++c) {
+        const size_t at = y * row + size_t{x} * 3 + c;
+        int d = scratch[at];
+        if (inner) {
+          // The 3x3 float32 conv sums k / 13 (k an integer): k / 13 is never
+          // within float error of a half, so torch.round gives round(k / 13)
+          // in any summation order.
+          int k = 4 * scratch[at];
+          for (int dy = -1; dy <= 1; ++dy) {
+            for (int dx = -3; dx <= 3; dx += 3)
+              k += scratch[at + dy * static_cast<ptrdiff_t>(row) + dx];
+          }
+          d = (2 * k + 13) / 26;
+        }
+        img[at] = TensorBlend(r, rest, static_cast<float>(scratch[at]), static_cast<float>(d));
+      }
+    }
+  }
+}
+
+namespace {
+
+// TensorAffine's constants.
+struct GridSample {
+  const uint8_t* src;
+  uint32_t height, width;
+  float rx[3], ry[3];      // theta's rows / [0.5 w, 0.5 h]
+  float scale_x, scale_y;  // size / 2
+  float fw, fh;
+  float x0, x1, y0, y1;  // the base grid's linspace ends
+  bool nearest;
+  const uint8_t* fill;  // nullptr: fill None
+  float fill_f[3];
+};
+
+// grid_sample's steps for the columns [x_begin, x_end) of every row. Fma
+// is a fused multiply-add (the instruction, or libm's exact one).
+template <typename Fma>
+__attribute__((always_inline)) inline void GridSampleColumns(const GridSample& g, uint32_t x_begin,
+                                                             uint32_t x_end, uint8_t* dst) {
+  constexpr uint32_t kBlock = 256;
+  float base_x[kBlock];
+  for (uint32_t x = x_begin; x < x_end; ++x) {
+    base_x[x - x_begin] = TorchLinspace(g.x0, g.x1, g.width, x);
+  }
+  const size_t row = size_t{g.width} * 3;
+  auto store = [](float v, uint8_t* out) {
+    v = std::nearbyint(v);  // torch.round: half to even
+    *out = !(v > 0.0f) ? 0 : v >= 255.0f ? 255 : static_cast<uint8_t>(v);
+  };
+  for (uint32_t y = 0; y < g.height; ++y) {
+    const float base_y = TorchLinspace(g.y0, g.y1, g.height, y);
+    const float py0 = base_y * g.rx[1], py1 = base_y * g.ry[1];
+    for (uint32_t x = x_begin; x < x_end; ++x) {
+      const float bx = base_x[x - x_begin];
+      const float px0 = bx * g.rx[0], px1 = bx * g.ry[0];
+      const float gx = (px0 + py0) + g.rx[2];
+      const float gy = (px1 + py1) + g.ry[2];
+      // (g + 1) * (size / 2) - 0.5, one fused multiply-add in torch's
+      // AVX2 kernel.
+      const float ix = Fma()(gx + 1.0f, g.scale_x, -0.5f);
+      const float iy = Fma()(gy + 1.0f, g.scale_y, -0.5f);
+      uint8_t* out = dst + y * row + size_t{x} * 3;
+      if (g.nearest) {
+        const float nx = std::nearbyint(ix), ny = std::nearbyint(iy);
+        const bool in = nx > -1.0f && nx < g.fw && ny > -1.0f && ny < g.fh;
+        if (in) {
+          const uint8_t* p = g.src + static_cast<size_t>(ny) * row + static_cast<size_t>(nx) * 3;
+          out[0] = p[0], out[1] = p[1], out[2] = p[2];
+        } else {
+          // With a fill, the mask channel is 0 exactly where the point is
+          // outside: mask < 0.5 takes the fill.
+          for (int c = 0; c < 3; ++c) store(g.fill_f[c], out + c);
+        }
+        continue;
+      }
+      const float xw = std::floor(ix), yn = std::floor(iy);
+      const float w = ix - xw, e = 1.0f - w;
+      const float n = iy - yn, s = 1.0f - n;
+      const float weight[4] = {s * e, s * w, n * e, n * w};  // nw, ne, sw, se
+      const bool w_in = xw > -1.0f && xw<g.fw, e_in = xw + 1.0f> - 1.0f && xw + 1.0f < g.fw;
+      const bool n_in = yn > -1.0f && yn<g.fh, s_in = yn + 1.0f> - 1.0f && yn + 1.0f < g.fh;
+      const bool in[4] = {n_in && w_in, n_in && e_in, s_in && w_in, s_in && e_in};
+      const uint8_t* corner[4] = {nullptr, nullptr, nullptr, nullptr};
+      if (in[0] || in[1] || in[2] || in[3]) {
+        // Only corners inside are read: their indices are in range.
+        const int64_t ixw = static_cast<int64_t>(std::max(xw, -1.0f));
+        const int64_t iyn = static_cast<int64_t>(std::max(yn, -1.0f));
+        for (int k = 0; k < 4; ++k) {
+          if (in[k]) {
+            corner[k] = g.src + static_cast<size_t>(iyn + k / 2) * row +
+                        static_cast<size_t>(ixw + k % 2) * 3;
+          }
+        }
+      }
+      // (nw_val * nw) + (ne_val * ne) + (sw_val * sw) + (se_val * se) as
+      // torch's kernel compiles it: a product, then three fused
+      // multiply-adds; corners outside read 0.
+      float mask = 1.0f;
+      if (g.fill != nullptr) {
+        mask = (in[0] ? 1.0f : 0.0f) * weight[0];
+        for (int k = 1; k < 4; ++k) mask = Fma()(in[k] ? 1.0f : 0.0f, weight[k], mask);
+      }
+      for (int c = 0; c < 3; ++c) {
+        float v = (corner[0] != nullptr ? static_cast<float>(corner[0][c]) : 0.0f) * weight[0];
+        for (int k = 1; k < 4; ++k) {
+          v = Fma()(corner[k] != nullptr ? static_cast<float>(corner[k][c]) : 0.0f, weight[k], v);
+        }
+        if (g.fill != nullptr) {
+          const float kept = v * mask;
+          const float rest = (1.0f - mask) * g.fill_f[c];
+          v = kept + rest;
+        }
+        store(v, out + c);
+      }
+    }
+  }
+}
+
+template <typename Fma>
+__attribute__((always_inline)) inline void GridSampleAll(const GridSample& g, uint8_t* dst) {
+  for (uint32_t x = 0; x < g.width; x += 256) {
+    GridSampleColumns<Fma>(g, x, std::min(g.width, x + 256), dst);
+  }
+}
+
+struct LibmFma {
+  float operator()(float a, float b, float c) const { return std::fmaf(a, b, c); }
+};
+
+struct BuiltinFma {
+  __attribute__((always_inline)) float operator()(float a, float b, float c) const {
+    return __builtin_fmaf(a, b, c);
+  }
+};
+
+__attribute__((target("fma"))) void GridSampleFma(const GridSample& g, uint8_t* dst) {
+  GridSampleAll<BuiltinFma>(g, dst);
+}
+
+void GridSampleLibm(const GridSample& g, uint8_t* dst) { GridSampleAll<LibmFma>(g, dst); }
+
+}  // namespace
+
+void TensorAffine(const uint8_t* src, uint32_t height, uint32_t width, const double matrix[6],
+                  Interpolation interpolation, const uint8_t* fill, uint8_t* dst) {
+  if (height == 0 || width == 0) return;
+  GridSample g;
+  g.src = src;
+  g.height = height, g.width = width;
+  float theta[6];
+  for (int i = 0; i < 6; ++i) theta[i] = static_cast<float>(matrix[i]);
+  // _gen_affine_grid: theta^T / [0.5 w, 0.5 h] in float32, then each grid
+  // point (x, y, 1) times it (bmm: products and sums rounded in turn).
+  const float half_w = static_cast<float>(0.5 * width), half_h = static_cast<float>(0.5 * height);
+  for (int k = 0; k < 3; ++k) g.rx[k] = theta[k] / half_w, g.ry[k] = theta[3 + k] / half_h;
+  g.scale_x = static_cast<float>(width) / 2, g.scale_y = static_cast<float>(height) / 2;
+  g.fw = static_cast<float>(width), g.fh = static_cast<float>(height);
+  g.x0 = static_cast<float>(-0.5 * width + 0.5);
+  g.x1 = static_cast<float>(0.5 * width + 0.5 - 1);
+  g.y0 = static_cast<float>(-0.5 * height + 0.5);
+  g.y1 = static_cast<float>(0.5 * height + 0.5 - 1);
+  g.nearest = interpolation == Interpolation::kNearest;
+  g.fill = fill;
+  for (int c = 0; c < 3; ++c) g.fill_f[c] = fill != nullptr ? static_cast<float>(fill[c]) : 0.0f;
+  static const bool has_fma = __builtin_cpu_supports("fma");
+  if (has_fma) {
+    GridSampleFma(g, dst);
+  } else {
+    GridSampleLibm(g, dst);
+  }
+}
+
+}  // namespace stoker::image

@@ -1,3 +1,0 @@
-// The Catch2 main of stoker_image_test.
-#define CATCH_CONFIG_MAIN
-#include <catch2/catch.hpp>

@@ -1,0 +1,170 @@
+// Messages between stokerd and its worker processes, over one private
+// SOCK_SEQPACKET socketpair per worker (fd 3 in the worker). Internal to the
+// daemon: both ends are built from the same source, so the structs cross
+// verbatim. A ring's fd crosses with kMapRing as SCM_RIGHTS ancillary data.
+//
+// fd 5, when the daemon runs with --transcode-cache, is the cache's
+// directory (server/engine/transcode_cache.h); absent otherwise.
+//
+//   daemon -> worker: kMapRing, kUnmapRing, kTask, kShutdown
+//   worker -> daemon: kHello (once, at start), kResult (one per kTask, in
+//                     the order the tasks were sent)
+//
+// A worker handles its messages strictly in order, so the oldest task the
+// daemon has not yet seen a result for is the one a dead worker was on.
+
+#ifndef STOKER_SERVER_WORKER_WORKER_PROTOCOL_H_
+#define STOKER_SERVER_WORKER_WORKER_PROTOCOL_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "server/image/pipeline.h"
+
+namespace stoker::worker {
+
+inline constexpr int kChannelFd = 3;   // the worker's end of its socketpair
+inline constexpr int kDataRootFd = 4;  // the daemon's --data-root, O_DIRECTORY
+inline constexpr int kTranscodeCacheFd = 5;  // --transcode-cache DIR, O_DIRECTORY (if set)
+inline constexpr uint32_t kMaxPathBytes = 4096;
+inline constexpr uint32_t kReasonBytes = 480;
+
+enum MsgType : uint32_t {
+  kMapRing = 1,
+  kUnmapRing = 2,
+  kTask = 3,
+  kShutdown = 4,
+  kHello = 100,
+  kResult = 101,
+};
+
+struct MapRingMsg {
+  uint32_t type = kMapRing;
+  uint32_t reserved = 0;
+  uint64_t ring_id = 0;
+  uint64_t data_offset = 0;  // page aligned: the worker maps only the data area
+  uint64_t data_bytes = 0;
+  // The first bytes of it the ring has reserved (its depth's slots): mapped
+  // populated; the rest is faulted in when first written (a ring deepens
+  // into it later).
+  uint64_t populate_bytes = 0;
+};
+
+struct ShutdownMsg {
+  uint32_t type = kShutdown;
+  uint32_t reserved = 0;
+};
+
+struct UnmapRingMsg {
+  uint32_t type = kUnmapRing;
+  uint32_t reserved = 0;
+  uint64_t ring_id = 0;
+};
+
+struct TaskMsg {
+  uint32_t type = kTask;
+  uint32_t path_bytes = 0;    // bytes of `path` used (no NUL)
+  uint64_t task_id = 0;
+  uint64_t ring_id = 0;
+  uint64_t out_offset = 0;    // from the start of the ring's data area
+  uint64_t out_capacity = 0;
+  uint64_t file_offset = 0;   // with has_range: read [file_offset, file_offset + file_length)
+  uint64_t file_length = 0;
+  uint32_t has_range = 0;     // 0: read the whole file
+  uint64_t max_file_bytes = 0;
+  image::SampleKey key;
+  image::PipelineParams params;
+  uint32_t fault = 0;         // tests only, see FaultKind (0: none)
+  uint32_t simulate_latency_us = 0;  // benchmarks and tests: a cold read first sleeps
+  uint32_t cache = 0;                // TaskCache: the transcode cache for this task
+  // Segmentation sets: the sample's mask file, `mask_path_bytes` of `path`
+  // right after the image's (0: no mask), and where its label map goes
+  // (params.mask_bpp bytes a value; labels.h moves it with the image).
+  uint32_t mask_path_bytes = 0;
+  uint64_t mask_out_offset = 0;      // from the start of the ring's data area
+  uint64_t mask_out_capacity = 0;
+  // With mask_has_range: the mask is [mask_file_offset, + mask_file_length)
+  // of its file (a WebDataset shard's member).
+  uint32_t mask_has_range = 0;
+  uint64_t mask_file_offset = 0;
+  uint64_t mask_file_length = 0;
+  // Detection sets: the sample's `box_count` input boxes, which the daemon
+  // wrote at these offsets from the start of the ring's data area (XYXY
+  // float32 x 4, labels int64, flags uint8) before sending the task; the
+  // worker moves them with the image and keeps those the rules keep, in
+  // place (boxes.h); ResultMsg.boxes_kept says how many.
+  uint32_t has_boxes = 0;
+  uint32_t box_count = 0;
+  uint64_t box_out_offset = 0;
+  uint64_t box_label_out_offset = 0;
+  uint64_t box_flag_out_offset = 0;
+  // The image's path then the mask's, relative to the data root; sent
+  // truncated to path_bytes + mask_path_bytes.
+  char path[kMaxPathBytes];
+};
+
+// Faults a worker injects on itself when the daemon runs with
+// --enable-fault-injection (tests); never set otherwise.
+// TaskMsg::cache.
+enum TaskCache : uint32_t {
+  kTaskCacheOff = 0,
+  kTaskCacheRead = 1,       // use an entry; do not write one (the budget is full)
+  kTaskCacheReadWrite = 2,  // and write the copy of a multi-scan original that has none
+};
+
+enum FaultKind : uint32_t { kFaultNone = 0, kFaultCrash = 1, kFaultHang = 2 };
+
+struct HelloMsg {
+  uint32_t type = kHello;
+  int32_t pid = 0;
+};
+
+struct ResultMsg {
+  uint32_t type = kResult;
+  uint32_t code = 0;          // absl::StatusCode
+  uint64_t task_id = 0;
+  uint32_t height = 0;
+  uint32_t width = 0;
+  uint32_t channels = 0;
+  // image::ImageFormat by the file's content, whatever `code` is, once the
+  // file was read; image::kImageFormatCount before (an open or read error).
+  uint32_t format = image::kImageFormatCount;
+  uint64_t bytes = 0;
+  uint64_t mask_bytes = 0;  // the mask written (height x width values), 0: none
+  uint32_t boxes_kept = 0;  // detection sets: the boxes left in place
+  uint32_t reserved_boxes = 0;
+  uint64_t read_ns = 0;
+  uint64_t decode_ns = 0;
+  uint64_t augment_ns = 0;
+  // From image::SampleResult (when code == 0).
+  uint32_t decode_path = 0;  // image::DecodePath
+  uint32_t dct_scale = 8;
+  uint32_t progressive = 0;
+  // The transcode cache (server/engine/transcode_cache.h's CacheReport, field by
+  // field; set whatever `code` is: a copy written before a failure exists).
+  uint32_t cache_event = 0;  // CacheEvent
+  uint64_t cache_key_hi = 0;
+  uint64_t cache_key_lo = 0;
+  uint64_t cache_entry_bytes = 0;
+  uint64_t cache_bytes_written = 0;
+  uint32_t cache_write_errno = 0;  // writing the copy failed: its errno (0: it did not)
+  uint32_t cache_temp_left = 0;
+  uint64_t transcode_ns = 0;  // re-coding the file and writing its entry
+  uint64_t input_bytes = 0;   // of the file, member or cache copy read
+  char reason[kReasonBytes];  // NUL-terminated when code != 0
+};
+
+inline constexpr uint64_t TaskHeaderBytes() { return offsetof(TaskMsg, path); }
+
+// The structs cross as bytes. A task (the op list is most of its header)
+// must stay one small datagram: far under the socket's send buffer, so that
+// a send never fails with EMSGSIZE.
+static_assert(std::is_trivially_copyable_v<TaskMsg> && std::is_trivially_copyable_v<ResultMsg>);
+static_assert(TaskHeaderBytes() <= 8192, "the task header is meant to fit in two pages");
+static_assert(sizeof(TaskMsg) <= 16384, "a task is one SOCK_SEQPACKET datagram");
+static_assert(sizeof(ResultMsg) <= 1024, "a result is one small datagram");
+
+}  // namespace stoker::worker
+
+#endif  // STOKER_SERVER_WORKER_WORKER_PROTOCOL_H_

@@ -1,0 +1,87 @@
+#include "server/worker/worker_sandbox.h"
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include "server/worker/worker_protocol.h"
+
+#ifdef STOKER_HAVE_SECCOMP
+#include <seccomp.h>
+#endif
+
+namespace stoker {
+
+#ifdef STOKER_HAVE_SECCOMP
+
+bool WorkerSandboxAvailable() { return true; }
+
+absl::Status ApplyWorkerSandbox() {
+  scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ERRNO(EPERM));
+  if (ctx == nullptr) return absl::InternalError("seccomp_init failed");
+  // Reading files beneath the data root, talking to the daemon, memory,
+  // time, signals and exit; what glibc and libjpeg-turbo use for those.
+  // The transcode cache adds only the rename of a written entry into place,
+  // below, within the cache's folder (openat and write are here already);
+  // its files are deleted by the daemon, so no unlink.
+  static const char* const kAllowed[] = {
+      "read",          "pread64",        "preadv2",        "readv",        "write",         "writev",
+      "openat",        "openat2",        "close",        "fstat",         "newfstatat",
+      "statx",         "lseek",          "fcntl",        "recvmsg",       "recvfrom",
+      "sendmsg",       "sendto",         "mmap",         "munmap",        "mremap",
+      "mprotect",      "madvise",        "brk",          "futex",         "clock_gettime",
+      "clock_nanosleep", "nanosleep",    "gettimeofday", "getpid",        "gettid",
+      "getppid",       "tgkill",         "rt_sigaction", "rt_sigprocmask", "rt_sigreturn",
+      "restart_syscall", "pause",        "ppoll",        "sched_yield",   "exit",
+      "exit_group",    "getrandom",
+      // glibc's qsort (libtiff sorts its tag tables with it) asks how much
+      // memory the machine has.
+      "sysinfo",
+      // PageResidency, for the test-only --simulate-read-latency-us: it
+      // tells only whether pages of a file this worker has open are cached.
+      "mincore",
+  };
+  for (const char* name : kAllowed) {
+    int nr = seccomp_syscall_resolve_name(name);
+    if (nr == __NR_SCMP_ERROR) continue;  // not on this architecture
+    int rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 0);
+    if (rc != 0) {
+      seccomp_release(ctx);
+      return absl::InternalError(std::string("seccomp_rule_add ") + name + ": " +
+                                 std::strerror(-rc));
+    }
+  }
+  // renameat(2) only with worker::kTranscodeCacheFd as both directory fds,
+  // what the cache's temp-then-rename needs. A filter sees numbers, not
+  // paths: an absolute or "../" path would still resolve elsewhere, so this
+  // narrows the call, it does not confine it (openat, allowed above, can
+  // already create files wherever the worker's user may).
+  for (const char* name : {"renameat", "renameat2"}) {
+    int nr = seccomp_syscall_resolve_name(name);
+    if (nr == __NR_SCMP_ERROR) continue;
+    int rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 2,
+                              SCMP_A0(SCMP_CMP_EQ, worker::kTranscodeCacheFd),
+                              SCMP_A2(SCMP_CMP_EQ, worker::kTranscodeCacheFd));
+    if (rc != 0) {
+      seccomp_release(ctx);
+      return absl::InternalError(std::string("seccomp_rule_add ") + name + ": " +
+                                 std::strerror(-rc));
+    }
+  }
+  int rc = seccomp_load(ctx);
+  seccomp_release(ctx);
+  if (rc != 0) return absl::InternalError(std::string("seccomp_load: ") + std::strerror(-rc));
+  return absl::OkStatus();
+}
+
+#else
+
+bool WorkerSandboxAvailable() { return false; }
+
+absl::Status ApplyWorkerSandbox() {
+  return absl::UnimplementedError("built without libseccomp");
+}
+
+#endif
+
+}  // namespace stoker

@@ -1,0 +1,78 @@
+// Tests only: what the engine's room tests share. A scratch directory, a
+// manifest dataset (its files need not exist: nothing is decoded), a small
+// request, a session as Attach makes one but without an engine, and the
+// client's side of a ring.
+
+#ifndef STOKER_TESTING_ROOM_TEST_UTIL_H_
+#define STOKER_TESTING_ROOM_TEST_UTIL_H_
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "server/dataset/dataset.h"
+#include "common/posix.h"
+#include "server/engine/session.h"
+#include "stoker/ring_layout.h"
+#include "stoker/v1/stoker.pb.h"
+
+namespace stoker::testing {
+
+// A fresh directory under /tmp, removed (recursively) on destruction.
+class ScratchDir {
+ public:
+  ScratchDir();
+  ~ScratchDir();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Writes `dir`/`name`: a manifest of `n` entries "img_<i>.jpg<TAB><i % 3>".
+void WriteManifest(const std::string& dir, const std::string& name, int n);
+
+// The manifest `name` of `n` entries in `dir`, indexed (`root` must stay).
+std::shared_ptr<const Dataset> ManifestDataset(const DataRoot& root, const std::string& dir,
+                                               const std::string& name, int n);
+
+// Attach's request for `dataset`: batch `batch`, the eval preset at 8x8 uint8
+// (192 bytes a sample), `slots` ring slots, no shuffle, `epochs` epochs.
+v1::AttachRequest SmallRequest(const std::string& dataset, uint32_t batch, uint32_t slots = 2,
+                               uint32_t epochs = 1);
+
+// A session as Attach makes it over `ds` (plan, a ring under a unique shm
+// name, InitSession), numbered `number`, without an engine.
+absl::StatusOr<std::shared_ptr<DaemonSession>> MakeSession(std::shared_ptr<const Dataset> ds,
+                                                     const v1::AttachRequest& req,
+                                                     uint64_t number = 1);
+
+// A decoded worker result for `t` of session `s`: the output shape.
+worker::ResultMsg DecodedResult(const DaemonSession& s, const SampleTask& t);
+
+// The client's view of a ring: maps it, leases and frees slots.
+class RingClient {
+ public:
+  // Maps the ring of `total_bytes` whose fd is `fd` (taken over).
+  static absl::StatusOr<std::unique_ptr<RingClient>> Open(UniqueFd fd, uint64_t total_bytes);
+  ring::RingHeader* header() const { return static_cast<ring::RingHeader*>(map_.addr()); }
+  ring::SlotDescriptor* descriptor(uint32_t slot) const;
+  const uint8_t* slot_data(uint32_t slot) const;
+  // Waits (deadline `timeout`) until batch `seq` is ready in its slot.
+  bool WaitReady(uint64_t seq, std::chrono::milliseconds timeout) const;
+  // Frees batch `seq`'s slot as a client does when its lease ends.
+  void Free(uint64_t seq);
+
+ private:
+  RingClient() = default;
+  UniqueFd fd_;
+  Mapping map_;
+  ring::Geometry geometry_;
+  uint32_t slots_ = 0;
+};
+
+}  // namespace stoker::testing
+
+#endif  // STOKER_TESTING_ROOM_TEST_UTIL_H_
