@@ -17,6 +17,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/posix.h"
 #include "cuda_transfer.h"  // device copies (stoker/cuda.h)
 #include "google/protobuf/util/json_util.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -31,17 +32,9 @@ namespace internal {
 
 namespace {
 
-int64_t NowNs() {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
-}
-
-int64_t NowMs() { return NowNs() / 1000000; }
-
 // The handover (ring_layout.h): the ring's fd for its token, from the ring
 // socket beside the daemon's socket.
-absl::StatusOr<int> ReceiveRing(const std::string& daemon_socket, const std::string& token) {
+absl::StatusOr<UniqueFd> ReceiveRing(const std::string& daemon_socket, const std::string& token) {
   const std::string path = daemon_socket + ring::kRingSocketSuffix;
   auto fail = [&](const std::string& what, int err) {
     return absl::UnavailableError(absl::StrCat(
@@ -55,46 +48,27 @@ absl::StatusOr<int> ReceiveRing(const std::string& daemon_socket, const std::str
   if (token.size() != ring::kRingTokenChars) {
     return absl::DataLossError("the daemon's ring token is not 32 characters");
   }
-  int s = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  if (s < 0) return fail("socket", errno);
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{s};
+  UniqueFd s(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  if (!s.valid()) return fail("socket", errno);
   addr.sun_family = AF_UNIX;
   std::memcpy(addr.sun_path, path.data(), path.size());
-  if (::connect(s, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+  if (::connect(s.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     return fail("connect", errno);
   }
-  if (::send(s, token.data(), token.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(token.size())) {
+  if (::send(s.get(), token.data(), token.size(), MSG_NOSIGNAL) !=
+      static_cast<ssize_t>(token.size())) {
     return fail("send", errno);
   }
-  pollfd p = {s, POLLIN, 0};
+  pollfd p = {s.get(), POLLIN, 0};
   int ready;
   while ((ready = ::poll(&p, 1, static_cast<int>(ring::kHandoverTimeoutMs))) < 0 && errno == EINTR) {
   }
   if (ready == 0) return fail(absl::StrCat("no answer within ", ring::kHandoverTimeoutMs, " ms"), 0);
   char reply[512];
-  struct iovec iov = {reply, sizeof(reply)};
-  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-  struct msghdr mh = {};
-  mh.msg_iov = &iov;
-  mh.msg_iovlen = 1;
-  mh.msg_control = control;
-  mh.msg_controllen = sizeof(control);
-  ssize_t n;
-  while ((n = ::recvmsg(s, &mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR) {
-  }
+  UniqueFd fd;
+  const ssize_t n = ReceiveWithFd(s.get(), reply, sizeof(reply), &fd);
   if (n <= 0) return fail("no answer", n < 0 ? errno : 0);
-  int fd = -1;
-  for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c != nullptr; c = CMSG_NXTHDR(&mh, c)) {
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
-        c->cmsg_len == CMSG_LEN(sizeof(int))) {
-      std::memcpy(&fd, CMSG_DATA(c), sizeof(int));
-    }
-  }
-  if (reply[0] == ring::kHandoverOk && fd >= 0) return fd;
-  if (fd >= 0) ::close(fd);
+  if (reply[0] == ring::kHandoverOk && fd.valid()) return fd;
   if (reply[0] == ring::kHandoverRefused) {
     return absl::UnavailableError(absl::StrCat("stokerd's ring socket refused the ring: ",
                                                std::string(reply + 1, static_cast<size_t>(n) - 1)));
@@ -171,7 +145,7 @@ class SessionCore {
       if (keepalive_.joinable()) new std::thread(std::move(keepalive_));
     }
     transfer_.reset();  // device copy: waits for copies still reading the ring
-    if (base_ != nullptr) ::munmap(base_, geometry_.total_bytes);
+    // ring_ unmaps after this body, once nothing reads it.
   }
 
   // Whether this is a child forked from the process that attached. Its copy
@@ -249,38 +223,36 @@ class SessionCore {
     }
     total_batches_ = r.total_batches();
     heartbeat_timeout_ms_ = r.heartbeat_timeout_ms() != 0 ? r.heartbeat_timeout_ms() : 3000;
-    absl::StatusOr<int> received = ReceiveRing(daemon_socket, ri.ring_token());
+    absl::StatusOr<UniqueFd> received = ReceiveRing(daemon_socket, ri.ring_token());
     if (!received.ok()) return received.status();
-    const int fd = *received;
+    const int fd = received->get();
     // Sealed against shrinking (ring_owner.h), or a daemon could cut the
     // ring short under our mapping and kill us with SIGBUS.
     struct stat st;
     const int seals = ::fcntl(fd, F_GET_SEALS);
     if (seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
-      ::close(fd);
       return absl::DataLossError("the ring's memory is not sealed against shrinking");
     }
     if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < geometry_.total_bytes) {
-      ::close(fd);
       return absl::DataLossError("the ring's memory is smaller than its layout");
     }
-    void* p = ::mmap(nullptr, geometry_.total_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) {
-      ::close(fd);
-      return absl::ResourceExhaustedError(absl::StrCat("mmap ring: ", std::strerror(errno)));
-    }
-    base_ = p;
     // Fault the pages of the ring's first depth in now (MAP_POPULATE), not on
     // the first read of each slot in the training loop. Slots beyond it are
-    // holes in /dev/shm until the ring deepens: faulting them in would
-    // allocate them.
-    const uint32_t depth = std::min(
-        ring::DepthCount(static_cast<ring::RingHeader*>(p)->depth.load(std::memory_order_acquire)),
-        slots_);
+    // holes in the ring's memory until the ring deepens: faulting them in
+    // would allocate them. The depth is read from the header first.
+    ring::RingHeader head;
+    if (::pread(fd, &head, sizeof(head), 0) != static_cast<ssize_t>(sizeof(head))) {
+      return absl::DataLossError("the ring's header cannot be read");
+    }
+    const uint32_t depth = std::min(ring::DepthCount(head.depth.load(std::memory_order_relaxed)),
+                                    slots_);
     const uint64_t populate = geometry_.data_offset + geometry_.slot_bytes * depth;
-    (void)::mmap(p, std::min(populate, geometry_.total_bytes), PROT_READ | PROT_WRITE,
-                 MAP_SHARED | MAP_FIXED | MAP_POPULATE, fd, 0);
-    ::close(fd);
+    if (absl::Status mapped = MapShared(fd, 0, geometry_.total_bytes, &ring_, /*populate=*/true,
+                                        populate);
+        !mapped.ok()) {
+      return absl::ResourceExhaustedError(absl::StrCat("mmap ring: ", mapped.message()));
+    }
+    base_ = ring_.addr();
     ring::RingHeader snapshot;
     std::memcpy(static_cast<void*>(&snapshot), base_, sizeof(snapshot));
     if (const char* why =
@@ -397,7 +369,8 @@ class SessionCore {
 
   // Constant after Map.
   const pid_t owner_pid_ = ::getpid();
-  void* base_ = nullptr;
+  Mapping ring_;            // the ring, mapped whole
+  void* base_ = nullptr;    // ring_.addr()
   ring::Geometry geometry_;
   uint32_t slots_ = 0;
   uint32_t batch_size_ = 0;
@@ -639,7 +612,7 @@ absl::StatusOr<Batch> Session::Next(int64_t timeout_ms) {
     return absl::DataLossError("ring corrupt: its depth word names more slots than it has");
   }
   ring::SlotDescriptor* d = c.descriptor(slot);
-  const int64_t start_ns = internal::NowNs();
+  const int64_t start_ns = MonotonicNs();
   const int64_t start = start_ns / 1000000;
   const int64_t deadline = timeout_ms < 0 ? INT64_MAX : start + timeout_ms;
   if (c.heartbeat_seen_ms_ == 0) c.heartbeat_seen_ms_ = start;
@@ -673,7 +646,7 @@ absl::StatusOr<Batch> Session::Next(int64_t timeout_ms) {
     }
     // The heartbeat is tracked across calls, so short timeouts in a loop
     // still notice a dead daemon.
-    const int64_t now = internal::NowMs();
+    const int64_t now = MonotonicMs();
     uint64_t hb = h->daemon_heartbeat.load(std::memory_order_acquire);
     if (hb != c.heartbeat_) {
       c.heartbeat_ = hb;
@@ -696,7 +669,7 @@ absl::StatusOr<Batch> Session::Next(int64_t timeout_ms) {
   // The data stall, for the daemon's status.
   const int64_t wait_start = c.wait_started_ns_ != 0 ? c.wait_started_ns_ : start_ns;
   c.wait_started_ns_ = 0;
-  const uint64_t waited = static_cast<uint64_t>(internal::NowNs() - wait_start);
+  const uint64_t waited = static_cast<uint64_t>(MonotonicNs() - wait_start);
   h->client_wait_ns.fetch_add(waited, std::memory_order_relaxed);
   h->client_wait_hist[ring::WaitBucket(waited)].fetch_add(1, std::memory_order_relaxed);
 
