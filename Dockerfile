@@ -4,21 +4,19 @@
 #
 #   docker build -t stoker .                     # BuildKit (Docker's default builder)
 #   podman build --format docker -t stoker .     # --format docker keeps the HEALTHCHECK
-#   docker run -d --name stoker --shm-size 1g \
+#   docker run -d --name stoker \
 #       -v stoker-sock:/run/stoker -v /srv/datasets:/data:ro stoker
 #
-# /dev/shm: each attached session gets one ring of
+# Ring memory: each attached session gets one ring of
 #   ring_slots x batch_size x H x W x 3 bytes (uint8; x4 for float32, x2 for float16)
-# e.g. 4 slots x 256 x 224 x 224 x 3 = 154 MB per session. Docker's default
-# /dev/shm of 64 MB is too small: give the pair of containers a shared /dev/shm
-# of at least the sum over the sessions you run (--shm-size, a tmpfs volume,
-# or a memory-backed emptyDir). stokerd refuses an Attach whose ring does not
-# fit, naming the size it needs.
+# e.g. 4 slots x 256 x 224 x 224 x 3 = 154 MB per session, anonymous memory
+# (a memfd) counted in this container's memory, handed to the trainer over
+# the ring socket beside stokerd's socket: no /dev/shm is shared. stokerd
+# refuses an Attach whose ring does not fit, naming the size it needs.
 #
-# The trainer opens the socket and maps the rings, both created owner-only
-# (0600): run the trainer with the same UID (10001 here, or pass --user to
-# both), or give stokerd STOKER_SOCKET_MODE=0660 STOKER_SHM_MODE=0660 and
-# run both with the same group.
+# The trainer opens the socket, which is created owner-only (0600): run the
+# trainer with the same UID (10001 here, or pass --user to both), or give
+# stokerd STOKER_SOCKET_MODE=0660 and run both with the same group.
 
 # ---------------------------------------------------------------------------
 # Build stage: Debian's -dev packages, and only the three executables (no
@@ -99,9 +97,13 @@ LABEL org.opencontainers.image.title="stokerd" \
       io.stoker.ring-memory="each session's ring is this container's memory (a memfd handed over the socket folder; no /dev/shm is shared): ring_slots x batch x H x W x 3 bytes per session (uint8), 4 x 256 x 224x224x3 = 154 MB"
 
 # stokerctl reads STOKER_SOCKET too, so `docker exec stoker stokerctl status` works.
+# The image's defaults: the entrypoint runs `stokerd --from-env`, which reads
+# STOKER_<NAME> for every flag (proto/stoker/v1/config.proto) not given as an
+# argument.
 ENV STOKER_SOCKET=/run/stoker/stoker.sock \
     STOKER_DATA_ROOT=/data \
     STOKER_WORKERS=auto \
+    STOKER_RESERVE_CPUS=0 \
     STOKER_INDEX_CACHE=/var/cache/stoker \
     STOKER_TRANSCODE_CACHE=/var/cache/stoker/transcode
 

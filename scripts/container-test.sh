@@ -4,7 +4,7 @@
 # second container of the same image that shares only the socket folder, and
 # checks health, the HEALTHCHECK, the non-root user, a clean SIGTERM shutdown
 # (exit 0, nothing in /dev/shm, no socket left), that a 1 MB /dev/shm does not
-# limit the rings and that --shm-budget-mb does.
+# limit the rings and that --ring-budget-mb does.
 #
 #   scripts/container-test.sh        (from anywhere; needs podman or a Docker engine)
 #
@@ -127,7 +127,7 @@ echo "==> starting the sidecar"
 # (podman without systemd says on stderr that it cannot schedule the periodic
 # health checks; `podman healthcheck run` below runs the check itself.)
 "$engine" run -d --name "$sidecar" "${hardening[@]}" "${mounts[@]}" \
-  -v "$work/data:/data:ro" -e STOKER_WORKERS=2 "$image" --log-level info \
+  -v "$work/data:/data:ro" -e STOKER_WORKERS=2 -e STOKER_MAX_SESSIONS=5 "$image" --log-level info \
   >/dev/null 2>"$work/run.err" || { cat "$work/run.err" >&2; fail "cannot start the sidecar"; }
 logs_from=$sidecar
 
@@ -172,6 +172,8 @@ failed=$(sed -n 's/.*"failed":\([0-9]*\).*/\1/p' <<<"$out")
 
 status=$("$engine" exec "$sidecar" stokerctl status --json) || fail "stokerctl status failed"
 grep -q 'data_root[^,]*"/data' <<<"$status" || fail "status does not show data_root /data: $status"
+# Any flag through the environment (stokerd --from-env): STOKER_MAX_SESSIONS.
+grep -Eq '"max_sessions"[: ]*5[,}]' <<<"$status" || fail "STOKER_MAX_SESSIONS=5 did not reach stokerd: $status"
 
 # --- SIGTERM, with a session attached ---
 # A client that would consume forever; its ring is a memfd that stokerd
@@ -211,7 +213,7 @@ logs_from=""
 
 # --- Docker's small /dev/shm no longer limits the rings ---
 # A sidecar with a 1 MB /dev/shm serves a 19.3 MB ring (4 x 32 x 224x224x3):
-# rings are memory, not /dev/shm files. Its --shm-budget-mb still holds them:
+# rings are memory, not /dev/shm files. Its --ring-budget-mb still holds them:
 # at 16 MiB the same ring is refused, naming the flag.
 echo "==> a 1 MB /dev/shm (--shm-size 1m) and the ring budget"
 # start_serving NAME [ENGINE ARGS...] -- [STOKERD ARGS...]: a sidecar on a
@@ -244,11 +246,11 @@ echo "    a 19.3 MB ring beside a 1 MB /dev/shm: $out"
 "$engine" stop -t 30 "$sidecar-small" >/dev/null 2>"$work/stop.err" || { cat "$work/stop.err" >&2; fail "stop failed"; }
 code=$("$engine" inspect --format '{{.State.ExitCode}}' "$sidecar-small")
 [[ $code == 0 ]] || fail "the sidecar exited with $code, want 0"
-start_serving "$sidecar-budget" -- --shm-budget-mb 16
+start_serving "$sidecar-budget" -- --ring-budget-mb 16
 if big=$("${client[@]}" --size 224 --batch-size 32 2>&1); then
-  fail "a 19.3 MB ring fitted a 16 MiB --shm-budget-mb: $big"
+  fail "a 19.3 MB ring fitted a 16 MiB --ring-budget-mb: $big"
 fi
-grep -q 'shm-budget-mb' <<<"$big" || fail "the refusal does not say what to do: $big"
+grep -q 'ring-budget-mb' <<<"$big" || fail "the refusal does not say what to do: $big"
 echo "    too big for the budget: ${big#stokerctl: }"
 "$engine" stop -t 30 "$sidecar-budget" >/dev/null 2>"$work/stop.err" || { cat "$work/stop.err" >&2; fail "stop failed"; }
 echo "    exit code $("$engine" inspect --format '{{.State.ExitCode}}' "$sidecar-budget")"

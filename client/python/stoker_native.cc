@@ -39,6 +39,7 @@
 #include "stoker/client.h"
 #include "stoker/cuda.h"  // device copies
 #include "pipeline/pipeline_spec.h"  // the pipeline keywords' one definition
+#include "server/control/daemon_flags.h"  // stokerd's flags, for the private daemon
 #include "cuda_normalize.h"  // device copies: the CPU reference (client/src)
 
 namespace py = pybind11;
@@ -896,6 +897,27 @@ PyObject* NewException(py::module_& m, const char* name, const char* code, const
 }  // namespace
 }  // namespace stoker
 
+// stokerd's flags as DaemonConfig defines them (proto/stoker/v1/config.proto):
+// the private daemon's command line is built from this table, not spelled in
+// Python.
+py::list DaemonFlagsPy() {
+  py::list out;
+  for (const stoker::DaemonFlag& f : stoker::DaemonFlags()) {
+    py::dict d;
+    d["field"] = f.field->name();
+    d["flag"] = "--" + f.name;
+    d["env"] = f.env;
+    d["type"] = std::string(f.field->type_name());
+    d["default"] = f.spec->default_value();
+    d["help"] = f.spec->help();
+    d["required"] = f.spec->required();
+    d["hidden"] = f.spec->hidden();
+    d["zero_word"] = f.spec->zero_word();
+    out.append(d);
+  }
+  return out;
+}
+
 PYBIND11_MODULE(_native, m) {
   using namespace stoker;
   m.doc() = "Native binding of the stoker C++ client. Use the `stoker` package instead.";
@@ -1019,6 +1041,9 @@ PYBIND11_MODULE(_native, m) {
         "object of pipeline keywords asks for, after defaults, as the daemon would run and "
         "report it (the PipelineSpec's JSON: preset, ops, size, output, ...). Needs no daemon; "
         "raises InvalidRequestError naming a bad keyword or op.");
+  m.def("daemon_flags", &DaemonFlagsPy,
+        "stokerd's flags, one dict per DaemonConfig field (field, flag, env, type, default, "
+        "help, required, hidden, zero_word)");
   m.def("cuda_status", &CudaStatusPy,
         "{'built_with_cuda': bool, 'device_count': int, 'error': str ('' when devices were "
         "found)}. Never raises.");

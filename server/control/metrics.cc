@@ -107,10 +107,10 @@ std::string RenderMetrics(const v1::StatusResponse& st) {
   w.Sample("workers_max", "", at.max_workers());
   w.Family("cpu_budget", "gauge", "The CPUs stokerd may use (cgroup quota, cpuset, affinity).");
   w.Sample("cpu_budget", "", at.cpu_budget());
-  w.Family("shm_budget_bytes", "gauge", "Shared memory all rings may take (--shm-budget-mb).");
-  w.Sample("shm_budget_bytes", "", st.shm_budget_bytes());
-  w.Family("shm_used_bytes", "gauge", "Shared memory the sessions' rings take.");
-  w.Sample("shm_used_bytes", "", st.shm_used_bytes());
+  w.Family("ring_budget_bytes", "gauge", "Shared memory all rings may take (--ring-budget-mb).");
+  w.Sample("ring_budget_bytes", "", st.ring_budget_bytes());
+  w.Family("ring_used_bytes", "gauge", "Shared memory the sessions' rings take.");
+  w.Sample("ring_used_bytes", "", st.ring_used_bytes());
   w.Family("readahead_bytes_read_total", "counter", "Bytes read ahead of the workers.");
   w.Sample("readahead_bytes_read_total", "", st.readahead().bytes_read());
 

@@ -18,7 +18,7 @@
 //               dataset_bytes_read_total, dataset_decode_seconds_total
 //   gauges      up (1), info{version}, sessions, workers (active),
 //               workers_max (what the autotuner may use now), cpu_budget,
-//               shm_budget_bytes, shm_used_bytes,
+//               ring_budget_bytes, ring_used_bytes,
 //               ring_slots, ring_ready_slots, ring_filling_slots,
 //               ring_leased_slots, images_per_second, epoch
 //   histograms  trainer_wait_seconds (per batch), stage_seconds{stage=read|

@@ -100,7 +100,7 @@ grpc::Status StokerService::ListSamples(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
-Server::Server(DaemonConfig config)
+Server::Server(v1::DaemonConfig config)
     : config_(config), engine_(std::move(config)), service_(&engine_) {}
 
 Server::~Server() { Stop(); }
@@ -122,8 +122,8 @@ bool SocketAnswers(const std::string& path) {
 }  // namespace
 
 absl::Status Server::Start() {
-  if (config_.socket_path.empty()) return absl::InvalidArgumentError("--socket is required");
-  const std::string ring_socket = config_.socket_path + ring::kRingSocketSuffix;
+  if (config_.socket().empty()) return absl::InvalidArgumentError("--socket is required");
+  const std::string ring_socket = config_.socket() + ring::kRingSocketSuffix;
   if (ring_socket.size() >= sizeof(sockaddr_un::sun_path)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "socket path is longer than ",
@@ -132,25 +132,25 @@ absl::Status Server::Start() {
         sizeof(sockaddr_un::sun_path) - 1, ")"));
   }
   struct stat st;
-  if (::lstat(config_.socket_path.c_str(), &st) == 0) {
+  if (::lstat(config_.socket().c_str(), &st) == 0) {
     if (!S_ISSOCK(st.st_mode)) {
       return absl::AlreadyExistsError(
-          absl::StrCat(config_.socket_path, " exists and is not a socket"));
+          absl::StrCat(config_.socket(), " exists and is not a socket"));
     }
-    if (SocketAnswers(config_.socket_path)) {
+    if (SocketAnswers(config_.socket())) {
       return absl::AlreadyExistsError(
-          absl::StrCat("another daemon is serving on ", config_.socket_path));
+          absl::StrCat("another daemon is serving on ", config_.socket()));
     }
-    ::unlink(config_.socket_path.c_str());
-    spdlog::info("removed the stale socket {}", config_.socket_path);
+    ::unlink(config_.socket().c_str());
+    spdlog::info("removed the stale socket {}", config_.socket());
   }
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort("unix:" + config_.socket_path, grpc::InsecureServerCredentials());
+  builder.AddListeningPort("unix:" + config_.socket(), grpc::InsecureServerCredentials());
   int tcp_port = 0;
-  if (!config_.status_addr.empty()) {
-    builder.AddListeningPort(config_.status_addr, grpc::InsecureServerCredentials(), &tcp_port);
+  if (!config_.status_addr().empty()) {
+    builder.AddListeningPort(config_.status_addr(), grpc::InsecureServerCredentials(), &tcp_port);
   }
   builder.RegisterService(&service_);
   builder.SetMaxReceiveMessageSize(4 << 20);
@@ -158,25 +158,25 @@ absl::Status Server::Start() {
   mode_t old_umask = ::umask(0177);
   grpc_ = builder.BuildAndStart();
   ::umask(old_umask);
-  if (grpc_ == nullptr || (!config_.status_addr.empty() && tcp_port == 0)) {
+  if (grpc_ == nullptr || (!config_.status_addr().empty() && tcp_port == 0)) {
     if (grpc_ != nullptr) {
       grpc_->Shutdown();
       grpc_->Wait();
       grpc_.reset();
-      ::unlink(config_.socket_path.c_str());
+      ::unlink(config_.socket().c_str());
     }
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", config_.socket_path,
-                                               config_.status_addr.empty() ? "" : " or ",
-                                               config_.status_addr));
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", config_.socket(),
+                                               config_.status_addr().empty() ? "" : " or ",
+                                               config_.status_addr()));
   }
-  ::chmod(config_.socket_path.c_str(), config_.socket_mode);
-  auto handover = RingHandover::Start(ring_socket, config_.socket_mode,
+  ::chmod(config_.socket().c_str(), config_.socket_mode());
+  auto handover = RingHandover::Start(ring_socket, config_.socket_mode(),
                                       [this](std::string_view t) { return engine_.RingFd(t); });
   if (!handover.ok()) {
     grpc_->Shutdown();
     grpc_->Wait();
     grpc_.reset();
-    ::unlink(config_.socket_path.c_str());
+    ::unlink(config_.socket().c_str());
     return handover.status();
   }
   handover_ = std::move(*handover);
@@ -189,29 +189,29 @@ absl::Status Server::Start() {
     grpc_->Shutdown();
     grpc_->Wait();
     grpc_.reset();
-    ::unlink(config_.socket_path.c_str());
+    ::unlink(config_.socket().c_str());
     return s;
   }
-  if (!config_.metrics_addr.empty()) {
-    auto m = MetricsServer::Start(config_.metrics_addr,
+  if (!config_.metrics_addr().empty()) {
+    auto m = MetricsServer::Start(config_.metrics_addr(),
                                   [this] { return RenderMetrics(engine_.GetStatus(false, false)); });
     if (!m.ok()) {
       grpc_->Shutdown();
       grpc_.reset();
-      ::unlink(config_.socket_path.c_str());
+      ::unlink(config_.socket().c_str());
       return m.status();
     }
     metrics_ = std::move(*m);
-    spdlog::info("Prometheus metrics on http://{}/metrics (port {})", config_.metrics_addr,
+    spdlog::info("Prometheus metrics on http://{}/metrics (port {})", config_.metrics_addr(),
                  metrics_->port());
   }
   health->SetServingStatus(true);
   health->SetServingStatus("stoker.v1.Stoker", true);
   if (tcp_port != 0) {
-    spdlog::info("status and health (no sessions) on tcp {} (port {})", config_.status_addr,
+    spdlog::info("status and health (no sessions) on tcp {} (port {})", config_.status_addr(),
                  tcp_port);
   }
-  spdlog::info("stokerd {} listening on unix:{}", STOKER_VERSION, config_.socket_path);
+  spdlog::info("stokerd {} listening on unix:{}", STOKER_VERSION, config_.socket());
   return absl::OkStatus();
 }
 
@@ -231,7 +231,7 @@ void Server::Stop() {
   }
   engine_.Stop();
   handover_.reset();  // removes the ring socket
-  if (grpc_ != nullptr) ::unlink(config_.socket_path.c_str());
+  if (grpc_ != nullptr) ::unlink(config_.socket().c_str());
   spdlog::info("stokerd stopped");
 }
 

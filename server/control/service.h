@@ -47,7 +47,7 @@ class StokerService final : public v1::Stoker::Service {
 // ListSamples are refused there: a ring is only reachable on the same host).
 class Server {
  public:
-  explicit Server(DaemonConfig config);
+  explicit Server(v1::DaemonConfig config);
   ~Server();
 
   // Starts the engine, then listens. Refuses a socket path another live
@@ -59,7 +59,7 @@ class Server {
   Engine& engine() { return engine_; }
 
  private:
-  DaemonConfig config_;
+  v1::DaemonConfig config_;
   Engine engine_;
   StokerService service_;
   std::unique_ptr<grpc::Server> grpc_;

@@ -69,25 +69,25 @@ absl::StatusOr<RequestPlan> PlanRequest(const v1::AttachRequest& req) {
   return r;
 }
 
-absl::Status CheckShmBudget(uint64_t ring_bytes, const AttachLimits& limits) {
-  if (limits.shm_budget_bytes == 0) return absl::OkStatus();
+absl::Status CheckRingBudget(uint64_t ring_bytes, const AttachLimits& limits) {
+  if (limits.ring_budget_bytes == 0) return absl::OkStatus();
   const uint64_t left =
-      limits.shm_used_bytes >= limits.shm_budget_bytes ? 0 : limits.shm_budget_bytes - limits.shm_used_bytes;
+      limits.ring_used_bytes >= limits.ring_budget_bytes ? 0 : limits.ring_budget_bytes - limits.ring_used_bytes;
   if (ring_bytes <= left) return absl::OkStatus();
   const std::string budget =
-      limits.shm_budget_default
+      limits.ring_budget_default
           ? absl::StrFormat("ring memory budget of %.1f MiB (half the memory available to it "
                             "when it started)",
-                            limits.shm_budget_bytes / 1048576.0)
-          : absl::StrFormat("--shm-budget-mb of %.1f MiB", limits.shm_budget_bytes / 1048576.0);
+                            limits.ring_budget_bytes / 1048576.0)
+          : absl::StrFormat("--ring-budget-mb of %.1f MiB", limits.ring_budget_bytes / 1048576.0);
   return absl::ResourceExhaustedError(absl::StrFormat(
       "the ring needs %.1f MiB of shared memory but stokerd's %s has %.1f MiB left (%d other "
       "session(s) hold %.1f MiB): %s, or ask for fewer ring_slots or a smaller batch or output",
       ring_bytes / 1048576.0, budget, left / 1048576.0, limits.sessions,
-      limits.shm_used_bytes / 1048576.0,
-      limits.shm_budget_default
-          ? "give the daemon (its container) more memory or set --shm-budget-mb"
-          : "raise --shm-budget-mb"));
+      limits.ring_used_bytes / 1048576.0,
+      limits.ring_budget_default
+          ? "give the daemon (its container) more memory or set --ring-budget-mb"
+          : "raise --ring-budget-mb"));
 }
 
 absl::StatusOr<AttachPlan> PlanSession(const v1::AttachRequest& req, const RequestPlan& request,
@@ -173,17 +173,17 @@ absl::StatusOr<AttachPlan> PlanSession(const v1::AttachRequest& req, const Reque
         fields.boxes ? " and boxes" : "",
         "), over this daemon's --max-ring-bytes of ", limits.max_ring_bytes));
   }
-  if (absl::Status st = CheckShmBudget(p.ring_bytes, limits); !st.ok()) return st;
+  if (absl::Status st = CheckRingBudget(p.ring_bytes, limits); !st.ok()) return st;
   // A ring that may deepen has only the slots that could ever fit: doubling
   // the depth within --max-ring-bytes and the budget.
   const uint64_t slot_data = p.slot_data_bytes;
   uint64_t cap = limits.max_ring_bytes;
-  if (limits.shm_budget_bytes != 0) cap = std::min(cap, limits.shm_budget_bytes);
+  if (limits.ring_budget_bytes != 0) cap = std::min(cap, limits.ring_budget_bytes);
   while (p.request.slots > p.request.depth && slot_data * p.request.slots > cap) {
     p.request.slots = std::max(p.request.depth, p.request.slots / 2);
   }
-  if (limits.shm_free_bytes.has_value()) {
-    const uint64_t free_bytes = *limits.shm_free_bytes;
+  if (limits.memory_free_bytes.has_value()) {
+    const uint64_t free_bytes = *limits.memory_free_bytes;
     if (p.ring_bytes + kMemoryHeadroomBytes > free_bytes) {
       return absl::ResourceExhaustedError(absl::StrFormat(
           "the ring needs %.1f MiB of memory and %.1f MiB are available, of which stokerd "

@@ -83,14 +83,14 @@ struct AttachLimits {
   uint64_t max_ring_bytes = 4ull << 30;
   // Memory available for a ring (memory_available.h); nullopt when unknown:
   // not checked. The ring must leave kMemoryHeadroomBytes of it free.
-  std::optional<uint64_t> shm_free_bytes;
-  // --shm-budget, shared by all sessions: the whole, and what the other
+  std::optional<uint64_t> memory_free_bytes;
+  // --ring-budget, shared by all sessions: the whole, and what the other
   // sessions' rings hold of it. budget 0: not checked.
-  uint64_t shm_budget_bytes = 0;
-  uint64_t shm_used_bytes = 0;
-  // The budget is the default (a share of the memory), not --shm-budget-mb.
-  bool shm_budget_default = false;
-  uint32_t sessions = 0;  // holding shm_used_bytes
+  uint64_t ring_budget_bytes = 0;
+  uint64_t ring_used_bytes = 0;
+  // The budget is the default (a share of the memory), not --ring-budget-mb.
+  bool ring_budget_default = false;
+  uint32_t sessions = 0;  // holding ring_used_bytes
 };
 
 // A session's plan: everything Attach decides before it makes the ring.
@@ -132,9 +132,9 @@ struct AttachPlan {
   const image::PipelineParams& params() const { return request.pipeline.params; }
 };
 
-// RESOURCE_EXHAUSTED (naming --shm-budget) when a ring of `ring_bytes` does
-// not fit in what the other sessions leave of limits.shm_budget_bytes.
-absl::Status CheckShmBudget(uint64_t ring_bytes, const AttachLimits& limits);
+// RESOURCE_EXHAUSTED (naming --ring-budget) when a ring of `ring_bytes` does
+// not fit in what the other sessions leave of limits.ring_budget_bytes.
+absl::Status CheckRingBudget(uint64_t ring_bytes, const AttachLimits& limits);
 
 // What a dataset's samples carry besides their image and label.
 struct SampleFields {
@@ -151,8 +151,8 @@ struct SampleFields {
 //    start at or past the last epoch (with epochs != 0);
 //  - RESOURCE_EXHAUSTED when the ring would be over limits.max_ring_bytes
 //    (or its size overflows), not fit in what the other sessions leave of
-//    limits.shm_budget_bytes (the message names the budget), or not fit in
-//    limits.shm_free_bytes less kMemoryHeadroomBytes (the message names
+//    limits.ring_budget_bytes (the message names the budget), or not fit in
+//    limits.memory_free_bytes less kMemoryHeadroomBytes (the message names
 //    both, and how to give the daemon more);
 //  - INVALID_ARGUMENT when a sample has more than ring::kMaxBoxesPerSample
 //    boxes, for apply_exif_orientation with boxes (which are in the stored

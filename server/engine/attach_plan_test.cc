@@ -183,7 +183,7 @@ TEST_CASE("PlanSession holds the ring to --max-ring-bytes and the memory availab
   CHECK(st.message().find("over this daemon's --max-ring-bytes") != absl::string_view::npos);
 
   limits.max_ring_bytes = 1ull << 30;
-  limits.shm_free_bytes = kMemoryHeadroomBytes + 192 * 4 * 2 - 1;
+  limits.memory_free_bytes = kMemoryHeadroomBytes + 192 * 4 * 2 - 1;
   st = PlanError(req, 10, limits);
   CHECK(st.code() == absl::StatusCode::kResourceExhausted);
   // The message says why a ring smaller than what is free does not fit.
@@ -192,32 +192,32 @@ TEST_CASE("PlanSession holds the ring to --max-ring-bytes and the memory availab
         absl::string_view::npos);
   CHECK(st.message().find("give the daemon (its container) more memory") !=
         absl::string_view::npos);
-  limits.shm_free_bytes = kMemoryHeadroomBytes + 192 * 4 * 2;
+  limits.memory_free_bytes = kMemoryHeadroomBytes + 192 * 4 * 2;
   CHECK(PlanError(req, 10, limits).ok());
 }
 
 TEST_CASE("PlanSession keeps all sessions' rings within the shm budget") {
   v1::AttachRequest req = SmallRequest("list.txt", 4, 2);  // a ring of 192 * 4 * 2 bytes
   AttachLimits limits;
-  limits.shm_budget_bytes = 10000;
-  limits.shm_used_bytes = 10000 - 192 * 8;
+  limits.ring_budget_bytes = 10000;
+  limits.ring_used_bytes = 10000 - 192 * 8;
   limits.sessions = 3;
   CHECK(PlanError(req, 10, limits).ok());
-  limits.shm_used_bytes += 1;
+  limits.ring_used_bytes += 1;
   absl::Status st = PlanError(req, 10, limits);
   CHECK(st.code() == absl::StatusCode::kResourceExhausted);
-  CHECK(st.message().find("--shm-budget-mb of 0.0 MiB has 0.0 MiB left (3 other session(s)") !=
+  CHECK(st.message().find("--ring-budget-mb of 0.0 MiB has 0.0 MiB left (3 other session(s)") !=
         absl::string_view::npos);
-  CHECK(st.message().find("raise --shm-budget-mb") != absl::string_view::npos);
-  limits.shm_budget_default = true;  // a share of the memory: the fix is more of it
+  CHECK(st.message().find("raise --ring-budget-mb") != absl::string_view::npos);
+  limits.ring_budget_default = true;  // a share of the memory: the fix is more of it
   st = PlanError(req, 10, limits);
   CHECK(st.message().find("half the memory available to it") != absl::string_view::npos);
-  CHECK(st.message().find("more memory or set --shm-budget-mb") != absl::string_view::npos);
-  limits.shm_budget_default = false;
-  limits.shm_used_bytes = 20000;  // over already (a budget lowered by a restart): no underflow
-  CHECK(CheckShmBudget(1, limits).code() == absl::StatusCode::kResourceExhausted);
-  limits.shm_budget_bytes = 0;  // unchecked
-  CHECK(CheckShmBudget(uint64_t{1} << 40, limits).ok());
+  CHECK(st.message().find("more memory or set --ring-budget-mb") != absl::string_view::npos);
+  limits.ring_budget_default = false;
+  limits.ring_used_bytes = 20000;  // over already (a budget lowered by a restart): no underflow
+  CHECK(CheckRingBudget(1, limits).code() == absl::StatusCode::kResourceExhausted);
+  limits.ring_budget_bytes = 0;  // unchecked
+  CHECK(CheckRingBudget(uint64_t{1} << 40, limits).ok());
 }
 
 TEST_CASE("a ring that may deepen has only the slots --max-ring-bytes and the budget allow") {
@@ -234,7 +234,7 @@ TEST_CASE("a ring that may deepen has only the slots --max-ring-bytes and the bu
   limits.max_ring_bytes = 768 * 10;  // 8 slots fit, 16 do not: doubling stops at 8
   CHECK(MustPlan(req, 10, limits).slots() == 8);
   limits.max_ring_bytes = 1 << 30;
-  limits.shm_budget_bytes = 768 * 5;  // the base fits, no deeper
+  limits.ring_budget_bytes = 768 * 5;  // the base fits, no deeper
   p = MustPlan(req, 10, limits);
   CHECK(p.slots() == kDefaultSlots);
   CHECK(p.depth() == kDefaultSlots);

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "server/control/daemon_flags.h"
 #include "server/engine/attach_plan.h"
 #include "common/display_name.h"
 #include "server/engine/liveness.h"
@@ -151,11 +152,11 @@ void SendMapRing(WorkerPool& pool, uint32_t w, const DaemonSession& s) {
 
 }  // namespace
 
-Engine::Engine(DaemonConfig config, EngineEnv env)
+Engine::Engine(v1::DaemonConfig config, EngineEnv env)
     : env_(env),
       clock_(env.clock != nullptr ? env.clock : SystemClock()),
       config_(std::move(config)),
-      scheduler_(config_.worker_queue_depth) {}
+      scheduler_(config_.worker_queue_depth()) {}
 
 Engine::~Engine() { Stop(); }
 
@@ -166,67 +167,70 @@ std::string Engine::state() const {
 
 absl::Status Engine::Start() {
   start_ns_ = clock_->NowNs();
-  auto root = DataRoot::Open(config_.data_root);
+  auto root = DataRoot::Open(config_.data_root());
   if (!root.ok()) return root.status();
   data_root_ = std::move(*root);
   indexer_ = std::make_unique<DataRootIndexer>(data_root_.get());
   registry_ = std::make_unique<DatasetRegistry>(indexer_.get());
-  if (config_.io_threads > 0 && config_.readahead_bytes > 0) {
-    prefetch_ = std::make_unique<Prefetcher>(data_root_->fd(), config_.io_threads,
-                                             config_.readahead_bytes, config_.max_file_bytes,
-                                             config_.simulate_read_latency_us);
+  if (config_.io_threads() > 0 && config_.readahead_mb() > 0) {
+    prefetch_ = std::make_unique<Prefetcher>(data_root_->fd(), config_.io_threads(),
+                                             config_.readahead_mb() << 20,
+                                             config_.max_file_bytes(),
+                                             config_.simulate_read_latency_us());
   }
-  if (!config_.index_cache.empty()) {
+  if (!config_.index_cache().empty()) {
     // Its parents, as needed; Dataset::Open makes the folder itself 0700.
     std::error_code ec;
-    const std::filesystem::path parent = std::filesystem::path(config_.index_cache).parent_path();
+    const std::filesystem::path parent = std::filesystem::path(config_.index_cache()).parent_path();
     if (!parent.empty()) std::filesystem::create_directories(parent, ec);
     if (ec) {
       spdlog::warn("index cache {} cannot be created ({}); indexes are not cached",
-                   config_.index_cache, ec.message());
-      config_.index_cache.clear();
+                   config_.index_cache(), ec.message());
+      config_.clear_index_cache();
     }
   }
-  if (!config_.transcode_cache.empty()) {
-    auto fd = OpenCacheDirectory(config_.transcode_cache);
+  if (!config_.transcode_cache().empty()) {
+    auto fd = OpenCacheDirectory(config_.transcode_cache());
     if (fd.ok()) {
       transcode_cache_fd_ = UniqueFd(*fd);
       transcode_cache_dir_ = PosixCacheDir(transcode_cache_fd_.get());
-      if (config_.transcode_cache_bytes == 0) {
-        config_.transcode_cache_bytes = DefaultTranscodeBudget(transcode_cache_fd_.get());
+      if (config_.transcode_cache_mb() == 0) {
+        // Status shows the budget in effect.
+        config_.set_transcode_cache_mb(DefaultTranscodeBudget(transcode_cache_fd_.get()) /
+                                       1048576.0);
       }
       transcode_cache_ = std::make_unique<TranscodeCache>(
-          transcode_cache_dir_.get(), config_.transcode_cache_bytes, clock_);
+          transcode_cache_dir_.get(), MiB(config_.transcode_cache_mb()), clock_);
       if (absl::Status st = transcode_cache_->Load(); !st.ok()) fd = st;
     }
     if (!fd.ok()) {
       spdlog::warn("transcode cache {} cannot be used ({}); progressive files are not cached",
-                   config_.transcode_cache, fd.status().ToString());
+                   config_.transcode_cache(), fd.status().ToString());
       transcode_cache_.reset();
       transcode_cache_dir_.reset();
       transcode_cache_fd_.Reset();
-      config_.transcode_cache.clear();
+      config_.clear_transcode_cache();
     } else {
       const TranscodeCache::Stats cs = transcode_cache_->stats();
-      spdlog::info("transcode cache {}: {} entries, {:.1f} of {:.0f} MiB", config_.transcode_cache,
+      spdlog::info("transcode cache {}: {} entries, {:.1f} of {:.0f} MiB", config_.transcode_cache(),
                    cs.entries, cs.bytes / 1048576.0, cs.budget_bytes / 1048576.0);
     }
   }
-  shm_budget_bytes_ = config_.shm_budget_bytes;
-  if (shm_budget_bytes_ == 0) shm_budget_bytes_ = RingMemoryAvailable().value_or(0) / 2;
+  ring_budget_bytes_ = MiB(config_.ring_budget_mb());
+  if (ring_budget_bytes_ == 0) ring_budget_bytes_ = RingMemoryAvailable().value_or(0) / 2;
   shm_tag_ = absl::StrFormat(
       "%08x", static_cast<uint32_t>(std::hash<std::string>{}(
-                  absl::StrCat(config_.socket_path, ":", ::getuid()))));
-  if (config_.decode_calibration) {
+                  absl::StrCat(config_.socket(), ":", ::getuid()))));
+  if (config_.decode_calibration()) {
     // CPU time, not env_.clock (a test's may be scripted): see
     // decode_planner.h. `seconds` is then CPU seconds of this thread.
     // Kept in the index cache's folder (0700): a daemon started again on
     // this machine reuses it, so the scales disabled (and a resumed run's
     // pixels) stay. Without an index cache every start measures.
     const std::string path =
-        config_.index_cache.empty()
+        config_.index_cache().empty()
             ? std::string()
-            : (std::filesystem::path(config_.index_cache) / "decode-calibration.txt").string();
+            : (std::filesystem::path(config_.index_cache()) / "decode-calibration.txt").string();
     const std::string machine = image::CalibrationMachine();
     bool loaded = false;
     if (env_.decode_calibration != nullptr) {
@@ -259,27 +263,27 @@ absl::Status Engine::Start() {
 
   launcher_ = env_.launcher;
   if (launcher_ == nullptr) {
-    auto binary = WorkerBinaryPath(config_.worker_binary);
+    auto binary = WorkerBinaryPath(config_.worker_binary());
     if (!binary.ok()) return binary.status();
     own_launcher_ = std::make_unique<PosixSpawnLauncher>(
-        *binary, data_root_->fd(), config_.worker_sandbox,
+        *binary, data_root_->fd(), config_.worker_sandbox(),
         transcode_cache_fd_.valid() ? transcode_cache_fd_.get() : -1);
     launcher_ = own_launcher_.get();
   }
-  task_options_.max_file_bytes = config_.max_file_bytes;
-  task_options_.simulate_latency_us = config_.simulate_read_latency_us;
-  task_options_.fault_crash_substring = config_.fault_crash_substring;
-  task_options_.fault_hang_substring = config_.fault_hang_substring;
+  task_options_.max_file_bytes = config_.max_file_bytes();
+  task_options_.simulate_latency_us = config_.simulate_read_latency_us();
+  task_options_.fault_crash_substring = config_.fault_crash_substring();
+  task_options_.fault_hang_substring = config_.fault_hang_substring();
 
   if (absl::Status st = poller_.Init(); !st.ok()) return st;
 
   // --workers auto starts from one worker and grows as trainers wait.
-  const uint32_t n = config_.workers != 0 ? config_.workers : 1;
+  const uint32_t n = config_.workers() != 0 ? config_.workers() : 1;
   const CpuBudget budget = ReadBudget();
   {
     absl::MutexLock l(&mu_);
     budget_ = budget;
-    if (config_.workers == 0) {
+    if (config_.workers() == 0) {
       autotuner_ = std::make_unique<Autotuner>(
           env_.autotune != nullptr ? *env_.autotune : AutotuneOptions(), n);
     }
@@ -288,32 +292,32 @@ absl::Status Engine::Start() {
     batch_.failure_memory = &failure_memory_;
     batch_.on_event = [this] { cv_.notify_all(); };
     batch_.clock = clock_;
-    pool_ = std::make_unique<WorkerPool>(launcher_, clock_, &poller_, config_.task_timeout_ms);
+    pool_ = std::make_unique<WorkerPool>(launcher_, clock_, &poller_, config_.task_timeout_ms());
     if (absl::Status st = pool_->Start(n); !st.ok()) return st;
     state_ = "serving";
   }
   dispatcher_ = std::thread([this] { DispatchLoop(); });
   ticker_ = std::thread([this] { TickerLoop(); });
   spdlog::info("engine serving: {} worker(s){}, CPU budget {:.2f} ({}), data root {}", n,
-               config_.workers == 0 ? " (auto)" : "", budget.cpus, budget.source,
+               config_.workers() == 0 ? " (auto)" : "", budget.cpus, budget.source,
                data_root_->path());
   return absl::OkStatus();
 }
 
 CpuBudget Engine::ReadBudget() const {
-  if (config_.cpu_budget > 0) return CpuBudget{config_.cpu_budget, "--cpu-budget"};
+  if (config_.cpu_budget() > 0) return CpuBudget{config_.cpu_budget(), "--cpu-budget"};
   if (env_.cpu_budget != nullptr) return ReadCpuBudget(*env_.cpu_budget);
   return ReadCpuBudget(SystemCpuBudgetEnv());
 }
 
-void Engine::ShmBudgetLocked(AttachLimits* limits) const {
-  limits->shm_budget_bytes = shm_budget_bytes_;
-  limits->shm_budget_default = config_.shm_budget_bytes == 0;
-  limits->shm_used_bytes = 0;
+void Engine::RingBudgetLocked(AttachLimits* limits) const {
+  limits->ring_budget_bytes = ring_budget_bytes_;
+  limits->ring_budget_default = MiB(config_.ring_budget_mb()) == 0;
+  limits->ring_used_bytes = 0;
   for (const auto& [id, s] : sessions_) {
     // What the ring holds of memory: its first depth's data until Attach
     // made it, then every slot it committed.
-    limits->shm_used_bytes += s->ring != nullptr ? s->ring->geometry().slot_bytes *
+    limits->ring_used_bytes += s->ring != nullptr ? s->ring->geometry().slot_bytes *
                                                        s->ring->committed_slots()
                                                  : s->plan.ring_bytes;
   }
@@ -325,10 +329,10 @@ uint32_t Engine::MaxWorkersLocked(double* reserved, uint32_t* trainers) const {
   for (const auto& [id, s] : sessions_) pids.push_back(s->req.client_pid());
   std::sort(pids.begin(), pids.end());
   *trainers = static_cast<uint32_t>(std::unique(pids.begin(), pids.end()) - pids.begin());
-  *reserved = config_.reserve_cpus >= 0 ? config_.reserve_cpus : *trainers;
+  *reserved = config_.has_reserve_cpus() ? config_.reserve_cpus() : *trainers;
   const double room = std::floor(budget_.cpus - *reserved + 1e-9);
   uint32_t most = room < 1 ? 1 : static_cast<uint32_t>(std::min(room, 1024.0));
-  if (config_.workers_max != 0) most = std::min(most, config_.workers_max);
+  if (config_.workers_max() != 0) most = std::min(most, config_.workers_max());
   return most;
 }
 
@@ -386,9 +390,9 @@ void Engine::AutotuneLocked(int64_t now_ns) {
 void Engine::DeepenRingsLocked(int64_t now_ns) {
   depth_last_ns_ = now_ns;
   AttachLimits shm;
-  ShmBudgetLocked(&shm);
+  RingBudgetLocked(&shm);
   // A deeper ring leaves a quarter of the budget to sessions yet to attach.
-  const uint64_t cap = shm.shm_budget_bytes == 0 ? UINT64_MAX : shm.shm_budget_bytes / 4 * 3;
+  const uint64_t cap = shm.ring_budget_bytes == 0 ? UINT64_MAX : shm.ring_budget_bytes / 4 * 3;
   bool deepened = false;
   for (auto& [id, s] : sessions_) {
     if (s->depth_policy == nullptr || s->ended) continue;
@@ -397,7 +401,7 @@ void Engine::DeepenRingsLocked(int64_t now_ns) {
     x.wait_ns = s->ring->header()->client_wait_ns.load(std::memory_order_relaxed);
     x.full_ns = FullNs(*s, now_ns);
     const uint64_t slot_bytes = s->ring->geometry().slot_bytes;
-    const uint64_t room_bytes = cap > shm.shm_used_bytes ? cap - shm.shm_used_bytes : 0;
+    const uint64_t room_bytes = cap > shm.ring_used_bytes ? cap - shm.ring_used_bytes : 0;
     const uint32_t room = static_cast<uint32_t>(
         std::min<uint64_t>(room_bytes / slot_bytes, s->plan.slots()));
     const std::string before = s->depth_policy->reason();
@@ -417,7 +421,7 @@ void Engine::DeepenRingsLocked(int64_t now_ns) {
     }
     if (!SetDepth(*s, want)) continue;  // the client is behind a change: next tick
     s->depth_policy->Deepened(want, now_ns);
-    shm.shm_used_bytes += slot_bytes * (want - from);
+    shm.ring_used_bytes += slot_bytes * (want - from);
     spdlog::info("session {}: ring {} -> {} batches from batch {}: {}", id, from, want,
                  ring::DepthFrom(s->depth_word), s->depth_policy->reason());
     deepened = true;
@@ -434,7 +438,7 @@ void Engine::ExportAutotuneLocked(v1::AutotuneStatus* out) const {
   p.budget = budget_;
   p.active = pool_->active();
   p.max_workers = MaxWorkersLocked(&p.reserved_cpus, &p.trainers);
-  p.workers_cap = config_.workers_max;
+  p.workers_cap = config_.workers_max();
   p.start_ns = start_ns_;
   ExportAutotune(p, out);
 }
@@ -445,9 +449,9 @@ void Engine::MapRingsLocked(uint32_t w) {
 
 absl::Status Engine::RoomForSessionLocked() const {
   if (state_ != "serving") return absl::UnavailableError(absl::StrCat("stokerd is ", state_));
-  if (sessions_.size() >= config_.max_sessions) {
+  if (sessions_.size() >= config_.max_sessions()) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("the daemon serves its maximum of ", config_.max_sessions, " sessions"));
+        absl::StrCat("the daemon serves its maximum of ", config_.max_sessions(), " sessions"));
   }
   return absl::OkStatus();
 }
@@ -470,7 +474,7 @@ absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) 
   // Indexed outside mu_ (it may take seconds), once however many Attaches
   // ask for it at the same time.
   IndexOptions io;
-  io.cache_dir = config_.index_cache;
+  io.cache_dir = config_.index_cache();
   io.allow_empty = req.allow_empty();
   io.skip_unsupported_formats = req.skip_unsupported_formats();
   io.annotations = req.annotations();
@@ -481,12 +485,12 @@ absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) 
   if (!indexed.ok()) return indexed.status();
   std::shared_ptr<const Dataset> ds = *std::move(indexed);
   AttachLimits limits;
-  limits.max_ring_bytes = config_.max_ring_bytes;
+  limits.max_ring_bytes = config_.max_ring_bytes();
   {
     absl::MutexLock l(&mu_);
-    ShmBudgetLocked(&limits);
+    RingBudgetLocked(&limits);
   }
-  limits.shm_free_bytes = RingMemoryAvailable();
+  limits.memory_free_bytes = RingMemoryAvailable();
   SampleFields fields;
   fields.masks = ds->has_masks();
   fields.boxes = ds->has_boxes();
@@ -514,8 +518,8 @@ absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) 
   // (Refused now, the ring goes with s.)
   if (absl::Status room = RoomForSessionLocked(); !room.ok()) return room;
   // Again under mu_: Attaches that planned together must not all get in.
-  ShmBudgetLocked(&limits);
-  if (absl::Status st = CheckShmBudget(s->plan.ring_bytes, limits); !st.ok()) return st;
+  RingBudgetLocked(&limits);
+  if (absl::Status st = CheckRingBudget(s->plan.ring_bytes, limits); !st.ok()) return st;
   InitSession(*s, clock_->NowNs());
   if (s->plan.slots() > s->plan.depth()) {
     s->depth_policy = std::make_unique<RingDepthPolicy>(s->plan.depth(), s->plan.slots());
@@ -529,7 +533,7 @@ absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) 
   const ring::Geometry& g = s->ring->geometry();
   v1::AttachResponse resp =
       AttachResponseFor(s->plan, *ds, s->id, s->ring->name(), s->ring_token, g,
-                        config_.heartbeat_timeout_ms);
+                        config_.heartbeat_timeout_ms());
   spdlog::info(
       "session {} attached: client '{}' pid {}, dataset {} ({} samples), pipeline {}, batch {}, "
       "rank {}/{}, {} slots of {} bytes, ring {}",
@@ -717,7 +721,7 @@ void Engine::OnResultLocked(uint32_t w, const worker::ResultMsg& r) {
       spdlog::warn(
           "transcode cache {}: writing a copy failed: {}; no copies are made for {} s (files it "
           "cannot keep are decoded from their originals, not re-coded), then it tries again",
-          config_.transcode_cache, cs.writes_paused_reason,
+          config_.transcode_cache(), cs.writes_paused_reason,
           (cs.writes_paused_until_ns - clock_->NowNs() + 999'999'999) / 1'000'000'000);
     }
   }
@@ -791,7 +795,7 @@ void Engine::TickerLoop() {
   while (!stopping_.load()) {
     std::vector<std::shared_ptr<DaemonSession>> removed;
     std::optional<CpuBudget> budget;
-    if (config_.cpu_budget == 0 && MonotonicNs() - budget_read_ns >= kBudgetEveryNs) {
+    if (config_.cpu_budget() == 0 && MonotonicNs() - budget_read_ns >= kBudgetEveryNs) {
       budget = ReadBudget();  // files: outside mu_
       budget_read_ns = MonotonicNs();
     }
@@ -807,7 +811,7 @@ void Engine::TickerLoop() {
       const int64_t now = clock_->NowNs();
       if (now - tune_last_ns_ >= kTuneEveryNs) AutotuneLocked(now);
       if (now - depth_last_ns_ >= kTuneEveryNs) DeepenRingsLocked(now);
-      const TickVerdict v = Tick(sessions_, now, config_.keepalive_grace_ms);
+      const TickVerdict v = Tick(sessions_, now, config_.keepalive_grace_ms());
       for (const auto& id : v.stale) {
         ++sessions_reclaimed_;
         RemoveSessionLocked(id, kWhyNoKeepAlive, &removed);
@@ -824,7 +828,7 @@ v1::StatusResponse Engine::GetStatus(bool include_failures, bool include_dataset
   v1::StatusResponse r;
   r.set_version(STOKER_VERSION);
   r.set_pid(::getpid());
-  r.set_config_json(config_.ToJson());
+  *r.mutable_config() = config_;
   absl::MutexLock l(&mu_);
   const int64_t now = clock_->NowNs();
   r.set_uptime_seconds((now - start_ns_) / 1e9);
@@ -839,15 +843,15 @@ v1::StatusResponse Engine::GetStatus(bool include_failures, bool include_dataset
     ExportTranscodeCache(transcode_cache_->stats(), config_, clock_->NowNs(),
                          r.mutable_transcode_cache());
   }
-  if (config_.decode_calibration) {
+  if (config_.decode_calibration()) {
     ExportDecodeCalibration(decode_calibration_, decode_calibration_source_,
                             r.mutable_decode_calibration());
   }
   {
     AttachLimits shm;
-    ShmBudgetLocked(&shm);
-    r.set_shm_budget_bytes(shm.shm_budget_bytes);
-    r.set_shm_used_bytes(shm.shm_used_bytes);
+    RingBudgetLocked(&shm);
+    r.set_ring_budget_bytes(shm.ring_budget_bytes);
+    r.set_ring_used_bytes(shm.ring_used_bytes);
   }
   if (pool_ != nullptr) {
     ExportWorkers(*pool_, &r);
@@ -903,7 +907,7 @@ void Engine::Drain() {
     }
     cv_.notify_all();
     WaitableMutex lock{&mu_};
-    cv_.wait_for(lock, std::chrono::milliseconds(config_.drain_timeout_ms),
+    cv_.wait_for(lock, std::chrono::milliseconds(config_.drain_timeout_ms()),
                  [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
                    for (auto& [id, s] : sessions_) {
                      if (!s->filling.empty()) return false;

@@ -67,7 +67,7 @@
 #include "common/clock.h"
 #include "server/engine/attach_plan.h"
 #include "server/engine/autotuner.h"
-#include "server/control/config.h"
+#include "stoker/v1/config.pb.h"
 #include "server/engine/cpu_budget.h"
 #include "server/dataset/dataset.h"
 #include "server/engine/dataset_registry.h"
@@ -88,7 +88,7 @@ namespace stoker {
 // the real one. Borrowed; must outlive the Engine.
 struct EngineEnv {
   // Starts and reaps the workers. Null: posix_spawn of stoker-worker
-  // (DaemonConfig::worker_binary, or the one beside this executable).
+  // (v1::DaemonConfig::worker_binary, or the one beside this executable).
   WorkerLauncher* launcher = nullptr;
   // The worker pool's clock (hang check, respawn backoff). Null: monotonic.
   Clock* clock = nullptr;
@@ -96,7 +96,7 @@ struct EngineEnv {
   // measured, none is run (tests script the disabled scales). Null: measured.
   const image::DecodeCalibration* decode_calibration = nullptr;
   // What the CPU budget is read from (cgroup files, affinity), unless
-  // DaemonConfig::cpu_budget sets it. Null: the system's.
+  // v1::DaemonConfig::cpu_budget sets it. Null: the system's.
   const CpuBudgetEnv* cpu_budget = nullptr;
   // The autotuner's rules (dwell times, thresholds). Null: the defaults.
   const AutotuneOptions* autotune = nullptr;
@@ -104,8 +104,8 @@ struct EngineEnv {
 
 class Engine {
  public:
-  explicit Engine(DaemonConfig config) : Engine(std::move(config), EngineEnv()) {}
-  Engine(DaemonConfig config, EngineEnv env);
+  explicit Engine(v1::DaemonConfig config) : Engine(std::move(config), EngineEnv()) {}
+  Engine(v1::DaemonConfig config, EngineEnv env);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -153,7 +153,7 @@ class Engine {
 
   // "starting", "serving", "draining", "stopped".
   std::string state() const ABSL_LOCKS_EXCLUDED(mu_);
-  const DaemonConfig& config() const { return config_; }
+  const v1::DaemonConfig& config() const { return config_; }
   // The tag in this daemon's shm names (from the socket path and uid).
   const std::string& shm_tag() const { return shm_tag_; }
 
@@ -172,7 +172,7 @@ class Engine {
   // A worker just started: it learns every session's ring.
   void MapRingsLocked(uint32_t w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // limits' shm budget fields: the budget, and what the sessions hold.
-  void ShmBudgetLocked(AttachLimits* limits) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RingBudgetLocked(AttachLimits* limits) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The budget as configured or read now (reads files: call outside mu_).
   CpuBudget ReadBudget() const;
   // The most workers allowed now, the CPUs reserved and the trainers.
@@ -199,9 +199,9 @@ class Engine {
   EngineEnv env_;
   Clock* const clock_;
   // Constant after Start().
-  DaemonConfig config_;
+  v1::DaemonConfig config_;
   std::string shm_tag_;
-  uint64_t shm_budget_bytes_ = 0;  // --shm-budget-mb, or half the memory available
+  uint64_t ring_budget_bytes_ = 0;  // --ring-budget-mb, or half the memory available
   std::unique_ptr<DataRoot> data_root_;
   std::unique_ptr<DataRootIndexer> indexer_;
   std::unique_ptr<DatasetRegistry> registry_;  // thread-safe (its own lock)

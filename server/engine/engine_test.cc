@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "server/control/daemon_flags.h"
 #include "testing/fake_launcher.h"
 #include "testing/room_test_util.h"
 
@@ -28,13 +29,14 @@ struct Fixture {
                    const image::DecodeCalibration* calibration = nullptr, bool start = true)
       : fake(std::move(script)) {
     testing::WriteManifest(dir.path(), "list.txt", static_cast<int>(entries));
-    DaemonConfig config;
-    config.data_root = dir.path();
-    config.socket_path = dir.path() + "/stokerd.sock";  // names the shm tag only
-    config.workers = 2;
-    config.keepalive_grace_ms = 600000;  // no KeepAlive stream here
-    config.readahead_bytes = 1 << 20;    // readahead on (of files that do not exist)
-    config.io_threads = 2;
+    // The defaults, without the user's cache folders (no environment).
+    v1::DaemonConfig config = DefaultDaemonConfig([](const char*) -> const char* { return nullptr; });
+    config.set_data_root(dir.path());
+    config.set_socket(dir.path() + "/stokerd.sock");  // names the shm tag only
+    config.set_workers(2);
+    config.set_keepalive_grace_ms(600000);  // no KeepAlive stream here
+    config.set_readahead_mb(1);             // readahead on (of files that do not exist)
+    config.set_io_threads(2);
     engine = std::make_unique<Engine>(config, EngineEnv{&fake, nullptr, calibration});
     if (start) REQUIRE(engine->Start().ok());
   }

@@ -9,12 +9,12 @@
 
 namespace stoker {
 
-void ExportReadahead(const Prefetcher* prefetch, const DaemonConfig& config,
+void ExportReadahead(const Prefetcher* prefetch, const v1::DaemonConfig& config,
                      v1::ReadaheadStatus* ra) {
   if (prefetch == nullptr) return;
   const Prefetcher::Stats st = prefetch->stats();
-  ra->set_threads(config.io_threads);
-  ra->set_budget_bytes(config.readahead_bytes);
+  ra->set_threads(config.io_threads());
+  ra->set_budget_bytes(config.readahead_mb() << 20);
   ra->set_files_read(st.files_read);
   ra->set_bytes_read(st.bytes_read);
   ra->set_cold_files(st.cold_files);
@@ -35,9 +35,9 @@ void SetName(const std::string& name, std::string* display, std::string* bytes) 
 
 }  // namespace
 
-void ExportTranscodeCache(const TranscodeCache::Stats& st, const DaemonConfig& config,
+void ExportTranscodeCache(const TranscodeCache::Stats& st, const v1::DaemonConfig& config,
                           int64_t now_ns, v1::TranscodeCacheStatus* tc) {
-  tc->set_dir(config.transcode_cache);
+  tc->set_dir(config.transcode_cache());
   tc->set_budget_bytes(st.budget_bytes);
   tc->set_bytes(st.bytes);
   tc->set_entries(st.entries);

@@ -12,7 +12,7 @@
 #include <string_view>
 
 #include "server/engine/autotuner.h"
-#include "server/control/config.h"
+#include "stoker/v1/config.pb.h"
 #include "server/engine/cpu_budget.h"
 #include "server/engine/failure_memory.h"
 #include "server/image/decode/decode_planner.h"
@@ -28,12 +28,12 @@ namespace stoker {
 inline constexpr size_t kMaxFailuresListed = 1000;
 
 // Readahead's settings and counters (nothing when `prefetch` is null: off).
-void ExportReadahead(const Prefetcher* prefetch, const DaemonConfig& config,
+void ExportReadahead(const Prefetcher* prefetch, const v1::DaemonConfig& config,
                      v1::ReadaheadStatus* out);
 
 // The transcode cache's settings and counters (`now_ns` on the engine's
 // clock, for how long writes stay paused).
-void ExportTranscodeCache(const TranscodeCache::Stats& stats, const DaemonConfig& config,
+void ExportTranscodeCache(const TranscodeCache::Stats& stats, const v1::DaemonConfig& config,
                           int64_t now_ns, v1::TranscodeCacheStatus* out);
 
 // The start-up calibration of the DCT scales: one DecodeScaleCost per scale

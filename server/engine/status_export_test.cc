@@ -150,7 +150,7 @@ TEST_CASE("ExportWorkers and ExportReadahead") {
   CHECK(r.workers(1).restarts() == 1);
   CHECK(r.workers(1).crashes() == 1);
 
-  DaemonConfig config;
+  v1::DaemonConfig config;
   v1::ReadaheadStatus ra;
   ExportReadahead(nullptr, config, &ra);
   CHECK(ra.threads() == 0);

@@ -62,7 +62,7 @@ def served(module_daemon_factory, root):
 
 
 def probe_binary(daemon) -> str:
-    return os.path.join(daemon.build_dir, "tests", "stoker-attach-probe")
+    return os.path.join(daemon.build_dir, "bin", "stoker-attach-probe")
 
 
 # ---------------------------------------------------------------------------

@@ -267,7 +267,7 @@ def test_a_private_daemon_sizes_itself(stoker, no_socket_env, small_set, monkeyp
         assert sum(len(labels) for _, labels in ld) == 18
         (d,) = _private.running()
         st = stoker.Client(d.socket).status()
-        assert st["config"]["workers"] == "auto"
+        assert st["config"]["workers"] == 0  # auto
         at = st["autotune"]
         assert at["mode"] == "auto" and at["cpu_budget"] == 1
         assert at["cpu_budget_source"] == "--cpu-budget"
@@ -296,3 +296,44 @@ def test_a_release_during_acquire_waits_until_acquire_has_counted(stoker, no_soc
     assert d.proc is None
     for key in [k for k, v in original.items() if v is d]:
         del original[key]
+
+
+def test_the_private_daemons_command_line_comes_from_the_daemons_own_table(stoker):
+    """No stokerd flag is spelled in Python: names are DaemonConfig's fields,
+    spelled by the native table (proto/stoker/v1/config.proto)."""
+    from stoker import _native, _private
+    table = {f["field"]: f for f in _native.daemon_flags()}
+    assert table["data_root"]["flag"] == "--data-root"
+    assert table["data_root"]["env"] == "STOKER_DATA_ROOT" and table["data_root"]["required"]
+    assert table["workers"]["default"] == "auto" and table["workers"]["zero_word"] == "auto"
+    assert table["fault_hang_substring"]["hidden"]
+    assert _private.daemon_args(data_root="/x", log_json=True, cpu_budget=1.5, workers="auto") == [
+        "--data-root=/x", "--log-json=on", "--cpu-budget=1.5", "--workers=auto"]
+    with pytest.raises(TypeError, match="no setting 'shm_budget_mb'"):
+        _private.daemon_args(shm_budget_mb=3)
+
+
+def test_any_daemon_setting_reaches_a_private_daemon_through_the_environment(
+        stoker, no_socket_env, small_set, monkeypatch):
+    """STOKER_<NAME> sets the private daemon's flag (it runs --from-env); what
+    the Loader must decide (socket, data root, workers) stays the Loader's."""
+    from stoker import _private
+    monkeypatch.chdir(os.path.dirname(small_set))
+    monkeypatch.setenv("STOKER_MAX_SESSIONS", "7")
+    monkeypatch.setenv("STOKER_LOG_LEVEL", "info")
+    monkeypatch.setenv("STOKER_DATA_ROOT", "/nonexistent")  # the Loader's own wins
+    with stoker.Loader("imgs", batch_size=4, size=32, epochs=1, num_workers=1) as ld:
+        assert sum(len(labels) for _, labels in ld) == 18
+        (d,) = _private.running()
+        cfg = stoker.Client(d.socket).status()["config"]
+    assert cfg["max_sessions"] == 7 and cfg["log_level"] == "info"
+    assert cfg["data_root"] == "/" and cfg["workers"] == 1
+
+
+def test_a_bad_daemon_setting_in_the_environment_is_a_clear_error(stoker, no_socket_env,
+                                                                  small_set, monkeypatch):
+    monkeypatch.chdir(os.path.dirname(small_set))
+    monkeypatch.setenv("STOKER_MAX_SESSIONS", "lots")
+    with pytest.raises(stoker.DaemonUnavailableError,
+                       match="STOKER_MAX_SESSIONS: --max-sessions lots: takes an integer >= 1"):
+        next(iter(stoker.Loader("imgs", batch_size=4, size=32, epochs=1, num_workers=1)))

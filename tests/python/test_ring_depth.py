@@ -128,7 +128,7 @@ def test_the_budget_caps_the_depth(stoker, daemon_factory, small):
     d.stop()
     budget_mb = (slot_bytes * 6) / 1048576.0
     d = daemon_factory(workers=2, data_root=small,
-                       extra_args=["--shm-budget-mb", f"{budget_mb:.6f}"])
+                       extra_args=["--ring-budget-mb", f"{budget_mb:.6f}"])
     with stoker.Loader("imgs", socket=d.socket, batch_size=BATCH, size=32, epochs=None) as loader:
         assert loader.info["ring_slots"] == 4  # 8 slots would not fit in the budget
         bursty(stoker, d, loader, lambda: False, 6)

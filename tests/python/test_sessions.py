@@ -197,19 +197,19 @@ def test_a_trainer_cannot_cut_its_ring_short(stoker, daemon_factory, many_data, 
             assert images.shape == (4, 32, 32, 3)
 
 
-def test_the_shm_budget_is_shared_by_all_sessions(stoker, daemon_factory):
-    """--shm-budget-mb holds all rings together: a session past it is refused
+def test_the_ring_budget_is_shared_by_all_sessions(stoker, daemon_factory):
+    """--ring-budget-mb holds all rings together: a session past it is refused
     with RESOURCE_EXHAUSTED naming the budget; one that leaves frees its part."""
     # A ring: 4 slots x 8 samples x 64x64x3 uint8 = 393216 bytes (0.375 MiB).
-    d = daemon_factory(workers=1, extra_args=["--shm-budget-mb", "1"])
+    d = daemon_factory(workers=1, extra_args=["--ring-budget-mb", "1"])
     make_dataset(os.path.join(d.data_root, "imgs"), classes=2, per_class=8, seed=2)
     kw = dict(socket=d.socket, batch_size=8, size=64, epochs=1)
     a = stoker.Loader("imgs", **kw).attach()
     b = stoker.Loader("imgs", **kw).attach()
     st = stoker.Client(d.socket).status()
-    assert int(st["shm_budget_bytes"]) == 1 << 20
-    assert int(st["shm_used_bytes"]) == 2 * 393216
-    with pytest.raises(stoker.ResourceExhaustedError, match=r"--shm-budget-mb of 1\.0 MiB"):
+    assert int(st["ring_budget_bytes"]) == 1 << 20
+    assert int(st["ring_used_bytes"]) == 2 * 393216
+    with pytest.raises(stoker.ResourceExhaustedError, match=r"--ring-budget-mb of 1\.0 MiB"):
         stoker.Loader("imgs", **kw).attach()
     a.close()
     with stoker.Loader("imgs", **kw) as c:

@@ -63,7 +63,7 @@ def test_status_counts_match_what_was_consumed(served, stoker):
     assert top["sessions"] == []
     assert int(top["samples_total"]) >= 30 and int(top["samples_failed_total"]) == 1
     assert len(top["workers"]) == 2 and all(w["pid"] > 0 for w in top["workers"])
-    assert json.loads(top["config_json"])["status_addr"] == served.tcp
+    assert top["config"]["status_addr"] == served.tcp
 
 
 def test_stokerctl_status_table_and_health(served, stoker):

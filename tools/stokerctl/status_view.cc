@@ -205,8 +205,8 @@ std::string RenderStatus(const v1::StatusResponse& s, size_t width) {
        absl::StrCat("workers ", s.workers_size()), absl::StrCat("sessions ", s.sessions_size()),
        absl::StrCat("samples ", s.samples_total(), " (", s.samples_failed_total(), " failed)"),
        absl::StrCat("worker restarts ", s.worker_restarts_total()),
-       absl::StrFormat("shm %.0f of %.0f MiB", s.shm_used_bytes() / 1048576.0,
-                       s.shm_budget_bytes() / 1048576.0),
+       absl::StrFormat("rings %.0f of %.0f MiB", s.ring_used_bytes() / 1048576.0,
+                       s.ring_budget_bytes() / 1048576.0),
        absl::StrCat("reclaimed ", s.sessions_reclaimed())},
       width);
   out += "\n";

@@ -28,11 +28,32 @@ from . import _native
 
 #: Names the stokerd executable explicitly (overrides the search below).
 STOKERD_ENV = "STOKERD"
-#: A folder: private daemons keep baseline copies of progressive JPEGs there
-#: (stokerd --transcode-cache; unset: stokerd's default, the user's cache
-#: folder; "off": none), bounded by $STOKER_TRANSCODE_CACHE_MB MiB.
-TRANSCODE_CACHE_ENV = "STOKER_TRANSCODE_CACHE"
-TRANSCODE_CACHE_MB_ENV = "STOKER_TRANSCODE_CACHE_MB"
+#: The private daemon's log level when $STOKER_LOG_LEVEL does not name one.
+PRIVATE_LOG_LEVEL_ENV = "STOKER_PRIVATE_LOG_LEVEL"
+
+
+def daemon_args(**fields: Any) -> List[str]:
+    """stokerd's flags for the DaemonConfig `fields` (``data_root="/x"`` is
+    ``--data-root=/x``), spelled by the daemon's own table
+    (proto/stoker/v1/config.proto, through ``_native.daemon_flags()``): no
+    flag is spelled in Python. A name that is not a field is a TypeError."""
+    table = {f["field"]: f for f in _native.daemon_flags()}
+    out = []
+    for name, value in fields.items():
+        f = table.get(name)
+        if f is None:
+            raise TypeError(f"stokerd has no setting {name!r} (proto/stoker/v1/config.proto)")
+        if isinstance(value, bool):
+            value = "on" if value else "off"
+        elif isinstance(value, float):
+            value = f"{value:g}"
+        out.append(f"{f['flag']}={value}")
+    return out
+
+
+def daemon_env_names() -> Dict[str, str]:
+    """DaemonConfig field -> the environment variable stokerd --from-env reads."""
+    return {f["field"]: f["env"] for f in _native.daemon_flags()}
 
 _log = logging.getLogger("stoker.daemon")
 # Re-entrant: the garbage collector runs wherever it likes, and a Loader it
@@ -140,18 +161,18 @@ class PrivateDaemon:
 
     def start(self, timeout_s: float = 60.0) -> None:
         exe = find_stokerd()
-        cmd = [exe, "--socket", self.socket, "--data-root", self.data_root,
-               "--workers", str(self.workers), "--parent-pid", str(os.getpid()),
-               "--log-level", os.environ.get("STOKER_PRIVATE_LOG_LEVEL", "warn")]
+        # What this daemon must be; then what the trainer's environment does
+        # not set (STOKER_<NAME>, read by --from-env: any stokerd setting,
+        # README "Private daemon"); the environment's value wins over these.
+        fields: Dict[str, Any] = dict(socket=self.socket, data_root=self.data_root,
+                                      workers=self.workers, parent_pid=os.getpid())
+        env = daemon_env_names()
+        soft: Dict[str, Any] = dict(log_level=os.environ.get(PRIVATE_LOG_LEVEL_ENV, "warn"))
         share = rank_cpu_share() if self.workers == "auto" else None
         if share is not None:
-            cmd += ["--cpu-budget", f"{share:g}"]
-        # stokerd --transcode-cache (README "Transcode cache"): on by default,
-        # in the user's cache folder.
-        if os.environ.get(TRANSCODE_CACHE_ENV):
-            cmd += ["--transcode-cache", os.environ[TRANSCODE_CACHE_ENV]]
-        if os.environ.get(TRANSCODE_CACHE_MB_ENV):
-            cmd += ["--transcode-cache-mb", os.environ[TRANSCODE_CACHE_MB_ENV]]
+            soft["cpu_budget"] = share
+        fields.update({k: v for k, v in soft.items() if env[k] not in os.environ})
+        cmd = [exe, "--from-env", *daemon_args(**fields)]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE, close_fds=True,
                                      start_new_session=True)  # Ctrl-C reaches the trainer only

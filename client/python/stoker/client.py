@@ -66,17 +66,13 @@ class Client:
     def status(self, include_failures: bool = False) -> Dict[str, Any]:
         """The daemon's status (stoker.v1.StatusResponse) as a dict.
 
-        ``config_json`` is parsed into ``config``. Raises DaemonUnavailableError
-        when the daemon cannot be reached.
+        ``config`` is the daemon's effective configuration (stoker.v1.DaemonConfig,
+        proto/stoker/v1/config.proto: one field per stokerd flag; ``workers`` 0
+        is auto). Raises DaemonUnavailableError when the daemon cannot be
+        reached.
         """
         d = json.loads(self._native.status_json(include_failures))
         _exact_names(d)
-        cfg = d.get("config_json")
-        if cfg:
-            try:
-                d["config"] = json.loads(cfg)
-            except ValueError:
-                pass
         return d
 
     def health(self) -> bool:
