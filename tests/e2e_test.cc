@@ -284,8 +284,6 @@ TEST_CASE("bad requests get a clear gRPC status and the daemon keeps serving") {
   expect(o, absl::StatusCode::kNotFound, "");
   o.dataset = "empty";
   expect(o, absl::StatusCode::kFailedPrecondition, "");
-  o = Train(0, 1);
-  expect(o, absl::StatusCode::kInvalidArgument, "batch_size");
   o = Train(52, 1);
   o.drop_last = true;
   expect(o, absl::StatusCode::kInvalidArgument, "larger than");
@@ -313,6 +311,18 @@ TEST_CASE("bad requests get a clear gRPC status and the daemon keeps serving") {
     req.mutable_pipeline()->add_size(1000000);
     CHECK_THAT(RawAttachError(*daemon, req, grpc::StatusCode::INVALID_ARGUMENT),
                Catch::Matchers::StartsWith("pipeline: size"));
+    // batch_size 0 on the wire is refused; the C++ client's 0 is the default.
+    req.clear_pipeline();
+    req.set_batch_size(0);
+    CHECK_THAT(RawAttachError(*daemon, req, grpc::StatusCode::INVALID_ARGUMENT),
+               Catch::Matchers::StartsWith("batch_size must be at least 1"));
+  }
+  {
+    o = Train(8, 1);
+    o.batch_size = 0;  // AttachOptions' default: stoker.proto's AttachDefaults
+    auto s = client->Attach(o);
+    REQUIRE(s.ok());
+    CHECK((*s)->info().batch_size == 64);
   }
   // A dataset path of a megabyte: refused without echoing it back whole.
   o = Train(8, 1);

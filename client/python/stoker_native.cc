@@ -33,6 +33,7 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -40,6 +41,7 @@
 #include "stoker/cuda.h"  // device copies
 #include "pipeline/pipeline_spec.h"  // the pipeline keywords' one definition
 #include "server/control/daemon_flags.h"  // stokerd's flags, for the private daemon
+#include "stoker/v1/stoker.pb.h"  // the Attach defaults
 #include "cuda_normalize.h"  // device copies: the CPU reference (client/src)
 
 namespace py = pybind11;
@@ -897,6 +899,22 @@ PyObject* NewException(py::module_& m, const char* name, const char* code, const
 }  // namespace
 }  // namespace stoker
 
+// The Attach defaults (stoker.proto's AttachDefaults enum): {"batch_size": 64,
+// "ring_depth": 4, "ring_max_depth": 16}, for the Loader's signature.
+py::dict AttachDefaultsPy() {
+  py::dict d;
+  const google::protobuf::EnumDescriptor* e = stoker::v1::AttachDefaults_descriptor();
+  constexpr std::string_view kPrefix = "ATTACH_DEFAULT_";
+  for (int i = 0; i < e->value_count(); ++i) {
+    const std::string& name = e->value(i)->name();
+    if (name.rfind(kPrefix, 0) != 0) continue;
+    std::string key = name.substr(kPrefix.size());
+    for (char& c : key) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    d[py::str(key)] = e->value(i)->number();
+  }
+  return d;
+}
+
 // stokerd's flags as DaemonConfig defines them (proto/stoker/v1/config.proto):
 // the private daemon's command line is built from this table, not spelled in
 // Python.
@@ -1041,6 +1059,9 @@ PYBIND11_MODULE(_native, m) {
         "object of pipeline keywords asks for, after defaults, as the daemon would run and "
         "report it (the PipelineSpec's JSON: preset, ops, size, output, ...). Needs no daemon; "
         "raises InvalidRequestError naming a bad keyword or op.");
+  m.def("attach_defaults", &AttachDefaultsPy,
+        "the Attach defaults (stoker.proto's AttachDefaults): batch_size, ring_depth, "
+        "ring_max_depth");
   m.def("daemon_flags", &DaemonFlagsPy,
         "stokerd's flags, one dict per DaemonConfig field (field, flag, env, type, default, "
         "help, required, hidden, zero_word)");

@@ -222,7 +222,11 @@ class SessionCore {
           " disagrees with its sample size of ", sample_bytes_, " bytes"));
     }
     total_batches_ = r.total_batches();
-    heartbeat_timeout_ms_ = r.heartbeat_timeout_ms() != 0 ? r.heartbeat_timeout_ms() : 3000;
+    // The daemon's --heartbeat-timeout-ms (its one default is in config.proto).
+    if (r.heartbeat_timeout_ms() == 0) {
+      return absl::DataLossError("the daemon's Attach answer has no heartbeat timeout");
+    }
+    heartbeat_timeout_ms_ = r.heartbeat_timeout_ms();
     absl::StatusOr<UniqueFd> received = ReceiveRing(daemon_socket, ri.ring_token());
     if (!received.ok()) return received.status();
     const int fd = received->get();
@@ -385,7 +389,7 @@ class SessionCore {
   ring::BoxPlacement boxes_;
   bool nhwc_ = true;  // the session's layout (device copy: normalize needs uint8 NHWC)
   uint64_t total_batches_ = 0;
-  int64_t heartbeat_timeout_ms_ = 3000;
+  int64_t heartbeat_timeout_ms_ = 0;  // AttachResponse.heartbeat_timeout_ms
   std::shared_ptr<RpcChannel> rpc_;
   int64_t rpc_timeout_ms_ = 30000;  // ClientOptions::rpc_timeout_ms
   std::string session_id_;
@@ -807,7 +811,9 @@ absl::StatusOr<std::unique_ptr<Session>> Client::Attach(const AttachOptions& o) 
     return absl::InvalidArgumentError(absl::StrCat("pipeline: ", e.status().message()));
   }
   *req.mutable_pipeline() = *std::move(spec);
-  req.set_batch_size(o.batch_size);
+  const uint32_t batch_size =
+      o.batch_size != 0 ? o.batch_size : static_cast<uint32_t>(v1::ATTACH_DEFAULT_BATCH_SIZE);
+  req.set_batch_size(batch_size);
   req.set_seed(o.seed);
   req.set_shuffle(o.shuffle);
   req.set_epochs(o.epochs);
@@ -836,7 +842,7 @@ absl::StatusOr<std::unique_ptr<Session>> Client::Attach(const AttachOptions& o) 
   // take longer than the daemon's grace for a session without one.
   core->rpc_timeout_ms_ = options_.rpc_timeout_ms;
   core->StartKeepAlive(rpc_, resp.session_id());
-  absl::Status ms = core->Map(resp, o.batch_size, socket_path_);
+  absl::Status ms = core->Map(resp, batch_size, socket_path_);
   if (ms.ok()) core->mapped_.store(true, std::memory_order_release);
   if (!ms.ok()) {
     core->stopping_.store(true);
@@ -858,7 +864,7 @@ absl::StatusOr<std::unique_ptr<Session>> Client::Attach(const AttachOptions& o) 
   i.total_batches = resp.total_batches();
   i.start_epoch = o.start_epoch;
   i.start_batch = o.start_batch;
-  i.batch_size = o.batch_size;
+  i.batch_size = batch_size;
   i.height = resp.height();
   i.width = resp.width();
   i.channels = resp.channels();

@@ -32,13 +32,14 @@
 
 namespace stoker {
 
-// Ring slots when the request says 0, and the most a session may have.
-inline constexpr uint32_t kDefaultSlots = 4;
+// Ring slots when the request says 0 (stoker.proto's AttachDefaults), and
+// the most a session may have.
+inline constexpr uint32_t kDefaultSlots = v1::ATTACH_DEFAULT_RING_DEPTH;
 inline constexpr uint32_t kMaxSlotsPerSession = 64;
 // A request that leaves ring_slots at 0 gets a ring of kDefaultSlots that
 // may deepen (server/engine/ring_depth.h) up to this many slots, within
 // --max-ring-bytes and the shared-memory budget.
-inline constexpr uint32_t kMaxAdaptiveSlots = 16;
+inline constexpr uint32_t kMaxAdaptiveSlots = v1::ATTACH_DEFAULT_RING_MAX_DEPTH;
 // A dataset path longer than this is refused (it could not name a file).
 inline constexpr size_t kMaxDatasetBytes = 4096;
 

@@ -24,11 +24,12 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "tools/stokerctl/doctor.h"
-#include "tools/stokerctl/status_view.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "stoker/client.h"
+#include "stoker/v1/stoker.pb.h"
+#include "tools/stokerctl/doctor.h"
+#include "tools/stokerctl/status_view.h"
 
 namespace {
 
@@ -49,7 +50,7 @@ struct ConsumeArgs {
   std::optional<std::string> layout;
   bool apply_exif_orientation = false;
   bool exact_decode = false;
-  uint32_t batch_size = 64;
+  uint32_t batch_size = 0;  // the contract's default (AttachOptions::batch_size)
   uint32_t epochs = 1;
   uint64_t seed = 0;
   uint32_t rank = 0;
@@ -186,7 +187,9 @@ int main(int argc, char** argv) {
   consume->add_option("--pipeline", ca.pipeline, "the preset: train, eval or decode");
   consume->add_option("--ops", ca.ops,
                       "an op list as JSON, e.g. '[{\"CenterCrop\": {\"size\": 32}}]'");
-  consume->add_option("--batch-size", ca.batch_size);
+  consume->add_option("--batch-size", ca.batch_size,
+                      absl::StrCat("samples per batch (default ",
+                                   stoker::v1::ATTACH_DEFAULT_BATCH_SIZE, ")"));
   consume->add_option("--epochs", ca.epochs);
   consume->add_option("--seed", ca.seed);
   consume->add_option("--rank", ca.rank);

@@ -88,7 +88,9 @@ struct AttachOptions {
   // A bad pipeline fails Attach with INVALID_ARGUMENT naming the keyword or
   // op (before any RPC, and again in the daemon).
   std::string pipeline;
-  uint32_t batch_size = 64;
+  // Samples per batch; 0: the contract's default (64, stoker.proto's
+  // AttachDefaults; SessionInfo::batch_size says which).
+  uint32_t batch_size = 0;
   // The order of each epoch is a permutation from (seed, epoch); a sample's
   // augmentation is keyed by (seed, epoch, dataset index).
   uint64_t seed = 0;
@@ -100,7 +102,8 @@ struct AttachOptions {
   uint32_t world_size = 1;
   // Drop the last, partial batch of each epoch.
   bool drop_last = false;
-  // Ring depth in batches (the prefetch depth); 0 means 4.
+  // Ring depth in batches (the prefetch depth); 0: the daemon's default, a
+  // ring of 4 that it deepens (up to 16) for a trainer that consumes in bursts.
   uint32_t ring_slots = 0;
   FailurePolicy failure_policy = FailurePolicy::kSkip;
   // Resume: the first epoch, and the batch within it, to serve.

@@ -24,6 +24,10 @@ from .client import SOCKET_ENV, Client
 
 _torch = None  # imported on first use: `import stoker` does not pay for torch
 
+#: The Attach defaults, one definition for every front end (stoker.proto's
+#: AttachDefaults): {"batch_size": 64, "ring_depth": 4, "ring_max_depth": 16}.
+ATTACH_DEFAULTS: Dict[str, int] = _native.attach_defaults()
+
 
 def _torch_module():
     global _torch
@@ -757,7 +761,7 @@ class Loader:
     def __init__(
         self,
         dataset: Any,
-        batch_size: int = 64,
+        batch_size: int = ATTACH_DEFAULTS["batch_size"],
         shuffle: bool = True,
         *,
         socket: Optional[str] = None,
@@ -878,6 +882,8 @@ class Loader:
             raise _native.InvalidRequestError(
                 f"batch_size={batch_size!r}: stoker yields batches; give an int >= 1 "
                 "(batch_size=1 for single samples)")
+        if isinstance(batch_size, int) and batch_size < 1:
+            raise _native.InvalidRequestError(f"batch_size must be at least 1, not {batch_size}")
         self._pipeline_request(given, batch_size, transform, pad_to_multiple,
                                annotations is not None)
         self.batch_transform = batch_transform
