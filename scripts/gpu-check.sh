@@ -115,7 +115,7 @@ fi
 note "building the harness with $NVCC (sm_$ARCH + compute_$ARCH PTX, static cudart)"
 FLAGS=(-O2 -std=c++17 -cudart static
   "-gencode=arch=compute_$ARCH,code=[sm_$ARCH,compute_$ARCH]"
-  -Xcompiler=-fPIC,-Wall,-Wextra,-Wno-unused-parameter -I "$ROOT/client/src")
+  -Xcompiler=-fPIC,-Wall,-Wextra,-Wno-unused-parameter -I "$ROOT/client/src" -I "$ROOT")
 build_ok=1
 pids=()
 for src in client/src/cuda_normalize.cu client/src/cuda_ring_copier.cc tests/gpu_check_capi.cc; do

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Checks the lock annotations (absl's ABSL_GUARDED_BY and friends on the
 # engine's mutex and the dataset registry's) with clang's thread-safety
-# analysis: every .cc under server/ (all its folders), common/ and
-# pipeline/, tests aside, is compiled with -fsyntax-only -Wthread-safety
+# analysis: every .cc under server/ (all its folders), common/, pipeline/
+# and client/src/ (the client, its CUDA copier), tests aside, is compiled with -fsyntax-only -Wthread-safety
 # -Werror (no code generated), using the include paths and defines CMake
 # wrote into the build's compile_commands.json (gcc's warning flags are left
 # out: clang's analysis is what is asked here). Needs a configured and built
@@ -29,7 +29,8 @@ t0=$SECONDS
 import concurrent.futures, json, os, shlex, subprocess, sys
 
 db, root, clang, jobs = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-folders = tuple(os.path.join(root, d) + os.sep for d in ("server", "common", "pipeline"))
+folders = tuple(os.path.join(root, d) + os.sep
+                for d in ("server", "common", "pipeline", os.path.join("client", "src")))
 units = {}
 for e in json.load(open(db)):
     f = os.path.normpath(os.path.join(e["directory"], e["file"]))
@@ -48,9 +49,9 @@ for e in json.load(open(db)):
         i += 1
     units[f] = (e["directory"], keep)
 if len(units) < 50:
-    sys.exit(f"thread-safety.sh: only {len(units)} sources of server/, common/, pipeline/ in {db}")
+    sys.exit(f"thread-safety.sh: only {len(units)} sources of server/, common/, pipeline/, client/src/ in {db}")
 print(f"==> clang thread-safety analysis over {len(units)} sources of server/, common/, "
-      f"pipeline/ ({clang})", flush=True)
+      f"pipeline/, client/src/ ({clang})", flush=True)
 
 def check(item):
     f, (cwd, flags) = item

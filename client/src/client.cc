@@ -12,11 +12,11 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <mutex>
 #include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/mutex.h"
 #include "common/posix.h"
 #include "cuda_transfer.h"  // device copies (stoker/cuda.h)
 #include "google/protobuf/util/json_util.h"
@@ -306,7 +306,7 @@ class SessionCore {
     while (reader->Read(&e)) {
       if (e.kind() == v1::SessionEvent::KIND_ENDED) ended = e.message();
       if (e.kind() == v1::SessionEvent::KIND_DRAINING) {
-        std::lock_guard<std::mutex> l(mu_);
+        MutexLock l(&mu_);
         draining_ = e.message();
       }
     }
@@ -319,7 +319,7 @@ class SessionCore {
 
   void SetGone(const std::string& why) {
     {
-      std::lock_guard<std::mutex> l(mu_);
+      MutexLock l(&mu_);
       if (gone_.empty()) gone_ = why;
     }
     // Wake our own waiter, if any (once the ring is mapped).
@@ -328,7 +328,7 @@ class SessionCore {
   }
 
   std::string gone() {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     return gone_;
   }
 
@@ -394,20 +394,21 @@ class SessionCore {
   int64_t rpc_timeout_ms_ = 30000;  // ClientOptions::rpc_timeout_ms
   std::string session_id_;
 
-  std::mutex next_mu_;  // one Next at a time; guards the next four
-  uint64_t next_seq_ = 0;
-  uint64_t heartbeat_ = 0;
-  int64_t heartbeat_seen_ms_ = 0;
-  int64_t wait_started_ns_ = 0;  // of a wait that spans timed-out calls
+  Mutex next_mu_;  // one Next at a time
+  uint64_t next_seq_ STOKER_GUARDED_BY(next_mu_) = 0;
+  uint64_t heartbeat_ STOKER_GUARDED_BY(next_mu_) = 0;
+  int64_t heartbeat_seen_ms_ STOKER_GUARDED_BY(next_mu_) = 0;
+  // Of a wait that spans timed-out calls.
+  int64_t wait_started_ns_ STOKER_GUARDED_BY(next_mu_) = 0;
   std::atomic<uint32_t> leased_{0};
   std::atomic<bool> stopping_{false};
   std::atomic<bool> detached_{false};
   std::atomic<bool> mapped_{false};  // base_, slots_, geometry_ are set
   std::unique_ptr<grpc::ClientContext> keepalive_ctx_;
   std::thread keepalive_;
-  std::mutex mu_;
-  std::string gone_;      // guarded by mu_
-  std::string draining_;  // guarded by mu_
+  Mutex mu_;
+  std::string gone_ STOKER_GUARDED_BY(mu_);
+  std::string draining_ STOKER_GUARDED_BY(mu_);
   std::unique_ptr<DeviceTransfer> transfer_;  // device copy; set at attach
 };
 
@@ -540,7 +541,7 @@ Session::~Session() {
 }
 
 uint64_t Session::delivered() const {
-  std::lock_guard<std::mutex> l(core_->next_mu_);
+  MutexLock l(&core_->next_mu_);
   return core_->next_seq_;
 }
 
@@ -602,7 +603,7 @@ absl::StatusOr<Batch> Session::Next(int64_t timeout_ms) {
         "this session was attached by another process (this one is a fork of it); attach a "
         "session of its own");
   }
-  std::lock_guard<std::mutex> l(c.next_mu_);
+  MutexLock l(&c.next_mu_);
   const uint64_t seq = c.next_seq_;
   if (c.total_batches_ != 0 && seq >= c.total_batches_) {
     return absl::OutOfRangeError("every batch of every epoch was delivered");

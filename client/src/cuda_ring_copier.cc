@@ -105,7 +105,7 @@ RingCopier::RingCopier(void* base, uint64_t bytes, uint32_t slots, bool try_regi
 
 RingCopier::~RingCopier() {
   Drain();
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   if (!started_) return;
   // Errors are ignored: at process exit the runtime may already be gone.
   for (auto& pool : free_events_) {
@@ -123,7 +123,7 @@ RingCopier::~RingCopier() {
 }
 
 void RingCopier::RegisterBySlot(uint64_t data_offset, uint64_t slot_bytes) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   if (started_ || slot_bytes == 0 || data_offset > bytes_ ||
       slot_bytes * slots_ > bytes_ - data_offset) {
     return;
@@ -223,7 +223,7 @@ bool RingCopier::ReapSlotLocked(uint32_t slot) {
 }
 
 bool RingCopier::EndLease(uint32_t slot) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   if (!started_ || slot >= slots_) return false;
   if (ReapSlotLocked(slot)) return false;
   deferred_[slot] = true;
@@ -231,7 +231,7 @@ bool RingCopier::EndLease(uint32_t slot) {
 }
 
 uint32_t RingCopier::Reap() {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   if (!started_) return 0;
   uint32_t left = 0;
   for (uint32_t s = 0; s < slots_; ++s) {
@@ -248,12 +248,12 @@ uint32_t RingCopier::Reap() {
 }
 
 bool RingCopier::Deferred(uint32_t slot) const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   return slot < slots_ && deferred_[slot];
 }
 
 void RingCopier::Drain() {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   if (!started_) return;
   for (uint32_t s = 0; s < slots_; ++s) {
     for (const Pending& p : in_flight_[s]) {
@@ -281,7 +281,7 @@ CopyStatus RingCopier::AcquireStagingLocked(uint64_t bytes, Staging** out) {
     if (e != cudaSuccess) (void)cudaGetLastError();
     return true;
   };
-  auto take = [&](Staging& s) -> CopyStatus {
+  auto take = [&](Staging& s) STOKER_REQUIRES(mu_) -> CopyStatus {
     if (s.event != nullptr) {
       RecycleLocked({s.event, s.device});
       s.event = nullptr;
@@ -316,7 +316,7 @@ CopyStatus RingCopier::AcquireStagingLocked(uint64_t bytes, Staging** out) {
 }
 
 CopyStatus RingCopier::Copy(uint32_t slot, const CopyRequest& r) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   if (!started_) {
     CopyStatus s = StartLocked();
     if (!s.ok()) return s;
@@ -444,7 +444,7 @@ CopyStatus RingCopier::Copy(uint32_t slot, const CopyRequest& r) {
 }
 
 CopierStats RingCopier::stats() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   CopierStats s;
   s.mode = !started_     ? CopierStats::kNotStarted
            : registered_ ? CopierStats::kRegistered

@@ -48,9 +48,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
+
+#include "common/mutex.h"
 
 #include "cuda_normalize.h"
 
@@ -156,16 +157,16 @@ class RingCopier {
     int device = -1;
   };
 
-  CopyStatus StartLocked();
-  void* SlotBase(uint32_t slot) const;
+  CopyStatus StartLocked() STOKER_REQUIRES(mu_);
+  void* SlotBase(uint32_t slot) const STOKER_REQUIRES(mu_);
   // Whether copies from `slot` may DMA from it (registering it at first).
-  bool SlotPinnedLocked(uint32_t slot);
-  CopyStatus EventLocked(int device, CUevent_st** out);
-  void RecycleLocked(const Pending& p);
+  bool SlotPinnedLocked(uint32_t slot) STOKER_REQUIRES(mu_);
+  CopyStatus EventLocked(int device, CUevent_st** out) STOKER_REQUIRES(mu_);
+  void RecycleLocked(const Pending& p) STOKER_REQUIRES(mu_);
   // Completed events of `slot` leave its list; true when none is left.
-  bool ReapSlotLocked(uint32_t slot);
-  CopyStatus AcquireStagingLocked(uint64_t bytes, Staging** out);
-  CopyStatus EnqueueLocked(const void* host_src, const CopyRequest& r);
+  bool ReapSlotLocked(uint32_t slot) STOKER_REQUIRES(mu_);
+  CopyStatus AcquireStagingLocked(uint64_t bytes, Staging** out) STOKER_REQUIRES(mu_);
+  CopyStatus EnqueueLocked(const void* host_src, const CopyRequest& r) STOKER_REQUIRES(mu_);
 
   // Constant after construction.
   void* const base_;
@@ -174,20 +175,23 @@ class RingCopier {
   const bool try_register_;
   const ReleaseFn release_;
 
-  mutable std::mutex mu_;
-  // Guarded by mu_.
-  bool started_ = false;
-  bool registered_ = false;  // whole ring, or (slot_bytes_ != 0) slots as used
-  uint64_t data_offset_ = 0, slot_bytes_ = 0;
+  mutable Mutex mu_;
+  bool started_ STOKER_GUARDED_BY(mu_) = false;
+  // Whole ring, or (slot_bytes_ != 0) slots as used.
+  bool registered_ STOKER_GUARDED_BY(mu_) = false;
+  uint64_t data_offset_ STOKER_GUARDED_BY(mu_) = 0;
+  uint64_t slot_bytes_ STOKER_GUARDED_BY(mu_) = 0;
   // By slot, with RegisterBySlot: 0 not yet, 1 registered, 2 refused (staging).
-  std::vector<uint8_t> slot_registered_;
-  std::string detail_;
-  std::vector<std::vector<Pending>> in_flight_;        // per slot
-  std::vector<bool> deferred_;                         // per slot
-  std::vector<std::vector<CUevent_st*>> free_events_;  // per device
-  std::vector<Staging> staging_;
-  size_t staging_next_ = 0;
-  uint64_t copies_ = 0, copied_bytes_ = 0, released_after_copy_ = 0;
+  std::vector<uint8_t> slot_registered_ STOKER_GUARDED_BY(mu_);
+  std::string detail_ STOKER_GUARDED_BY(mu_);
+  std::vector<std::vector<Pending>> in_flight_ STOKER_GUARDED_BY(mu_);        // per slot
+  std::vector<bool> deferred_ STOKER_GUARDED_BY(mu_);                         // per slot
+  std::vector<std::vector<CUevent_st*>> free_events_ STOKER_GUARDED_BY(mu_);  // per device
+  std::vector<Staging> staging_ STOKER_GUARDED_BY(mu_);
+  size_t staging_next_ STOKER_GUARDED_BY(mu_) = 0;
+  uint64_t copies_ STOKER_GUARDED_BY(mu_) = 0;
+  uint64_t copied_bytes_ STOKER_GUARDED_BY(mu_) = 0;
+  uint64_t released_after_copy_ STOKER_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace stoker::cuda

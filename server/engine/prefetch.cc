@@ -23,34 +23,34 @@ Prefetcher::Prefetcher(int root_fd, uint32_t threads, uint64_t budget_bytes,
 
 Prefetcher::~Prefetcher() {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     stop_ = true;
   }
-  work_cv_.notify_all();
-  space_cv_.notify_all();
+  work_cv_.NotifyAll();
+  space_cv_.NotifyAll();
   for (auto& t : threads_) t.join();
 }
 
 void Prefetcher::Enqueue(uint64_t key, std::string path, bool ranged, uint64_t offset,
                          uint64_t length) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     if (threads_.empty()) return;
     queue_.push_back(Item{key, std::move(path), ranged, offset, length});
     entries_[key] = Entry{};
   }
-  work_cv_.notify_one();
+  work_cv_.NotifyOne();
 }
 
 void Prefetcher::Done(uint64_t key) {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   auto it = entries_.find(key);
   if (it == entries_.end()) return;
   switch (it->second.state) {
     case State::kQueued:
       ++stats_.late;  // still queued: Loop skips keys no longer in entries_
       entries_.erase(it);
-      if (!space_waiting_.empty()) space_cv_.notify_all();  // it may be waiting for room
+      if (!space_waiting_.empty()) space_cv_.NotifyAll();  // it may be waiting for room
       break;
     case State::kReading:
       it->second.done = true;  // ReadOne's end frees its bytes
@@ -64,11 +64,11 @@ void Prefetcher::Done(uint64_t key) {
 
 void Prefetcher::FreeLocked(uint64_t bytes) {
   window_ -= bytes;
-  if (!space_waiting_.empty()) space_cv_.notify_all();
+  if (!space_waiting_.empty()) space_cv_.NotifyAll();
 }
 
 Prefetcher::Stats Prefetcher::stats() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   Stats s = stats_;
   s.window_bytes = window_;
   s.queued = queue_.size();
@@ -77,18 +77,17 @@ Prefetcher::Stats Prefetcher::stats() const {
 
 void Prefetcher::Loop() {
   std::vector<char> scratch(1 << 20);
-  std::unique_lock<std::mutex> l(mu_);
-  while (!stop_) {
-    if (queue_.empty()) {
-      work_cv_.wait(l);
-      continue;
+  for (;;) {
+    Item item;
+    {
+      MutexLock l(&mu_);
+      while (!stop_ && queue_.empty()) work_cv_.Wait(&mu_);
+      if (stop_) return;
+      item = std::move(queue_.front());
+      queue_.pop_front();
+      if (entries_.find(item.key) == entries_.end()) continue;  // dispatched already
     }
-    Item item = std::move(queue_.front());
-    queue_.pop_front();
-    if (entries_.find(item.key) == entries_.end()) continue;  // dispatched already
-    l.unlock();
     ReadOne(item, &scratch);
-    l.lock();
   }
 }
 
@@ -114,7 +113,7 @@ void Prefetcher::ReadOne(const Item& item, std::vector<char>* scratch) {
     // Claim the bytes: wait while the window is full (but never with an
     // empty window, or a file larger than the budget would wait forever),
     // and while an item due earlier waits for room.
-    std::unique_lock<std::mutex> l(mu_);
+    MutexLock l(&mu_);
     auto it = entries_.find(item.key);
     if (!ok) ++stats_.errors;
     if (too_large) {
@@ -127,12 +126,12 @@ void Prefetcher::ReadOne(const Item& item, std::vector<char>* scratch) {
       return;
     }
     space_waiting_.insert(item.key);
-    space_cv_.wait(l, [&] {
-      if (stop_ || entries_.find(item.key) == entries_.end()) return true;
-      return *space_waiting_.begin() == item.key && (window_ == 0 || window_ + length <= budget_);
-    });
+    while (!stop_ && entries_.find(item.key) != entries_.end() &&
+           !(*space_waiting_.begin() == item.key && (window_ == 0 || window_ + length <= budget_))) {
+      space_cv_.Wait(&mu_);
+    }
     space_waiting_.erase(item.key);
-    if (!space_waiting_.empty()) space_cv_.notify_all();  // the next in line may fit too
+    if (!space_waiting_.empty()) space_cv_.NotifyAll();  // the next in line may fit too
     it = entries_.find(item.key);
     if (stop_ || it == entries_.end()) return;
     it->second.state = State::kReading;
@@ -154,7 +153,7 @@ void Prefetcher::ReadOne(const Item& item, std::vector<char>* scratch) {
     }
     done += static_cast<uint64_t>(n);
   }
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(&mu_);
   ++stats_.files_read;
   stats_.bytes_read += done;
   if (cold) ++stats_.cold_files;

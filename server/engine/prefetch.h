@@ -14,15 +14,15 @@
 #ifndef STOKER_SERVER_ENGINE_PREFETCH_H_
 #define STOKER_SERVER_ENGINE_PREFETCH_H_
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
+
+#include "common/mutex.h"
 
 namespace stoker {
 
@@ -72,29 +72,29 @@ class Prefetcher {
   void ReadOne(const Item& item, std::vector<char>* scratch);
   // Takes `bytes` off the window and wakes the threads waiting for room, if
   // any (not every thread: on a warm dataset that was most of stokerd's CPU).
-  void FreeLocked(uint64_t bytes);
+  void FreeLocked(uint64_t bytes) STOKER_REQUIRES(mu_);
 
   const int root_fd_;
   const uint64_t budget_;
   const uint64_t max_file_bytes_;
   const uint32_t latency_us_;
-  mutable std::mutex mu_;
-  std::condition_variable work_cv_;   // queue_ gained an item, or stop_
-  std::condition_variable space_cv_;  // window_ shrank, or stop_
+  mutable Mutex mu_;
+  CondVar work_cv_;   // queue_ gained an item, or stop_
+  CondVar space_cv_;  // window_ shrank, or stop_
   // Keys of the items whose threads wait for room. Room goes to the smallest
   // first: keys grow in dispatch order, so the sample due next is read next.
-  std::set<uint64_t> space_waiting_;
-  bool stop_ = false;
-  std::deque<Item> queue_;
+  std::set<uint64_t> space_waiting_ STOKER_GUARDED_BY(mu_);
+  bool stop_ STOKER_GUARDED_BY(mu_) = false;
+  std::deque<Item> queue_ STOKER_GUARDED_BY(mu_);
   struct Entry {
     State state = State::kQueued;
     uint64_t bytes = 0;  // counted in window_ (kReading, kRead)
     bool done = false;   // Done() came while reading
   };
-  std::unordered_map<uint64_t, Entry> entries_;
-  uint64_t window_ = 0;
-  Stats stats_;
-  std::vector<std::thread> threads_;
+  std::unordered_map<uint64_t, Entry> entries_ STOKER_GUARDED_BY(mu_);
+  uint64_t window_ STOKER_GUARDED_BY(mu_) = 0;
+  Stats stats_ STOKER_GUARDED_BY(mu_);
+  std::vector<std::thread> threads_;  // set in the constructor, joined in the destructor
 };
 
 }  // namespace stoker
