@@ -37,7 +37,6 @@ import platform
 import re
 import resource
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -48,6 +47,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+from daemon_launcher import DaemonProcess, DaemonStartError  # noqa: E402
 
 import make_data  # noqa: E402
 
@@ -107,32 +107,24 @@ def pss_kb(pid: int) -> int:
 # The daemon
 
 
-class Daemon:
-    """stokerd started as our child, in a temp dir; stop() sends SIGTERM."""
+class Daemon(DaemonProcess):
+    """stokerd started as our child (daemon_launcher.py, the tests' launcher
+    too), in a temp dir; stop() sends SIGTERM and removes the dir. `extra`:
+    flags as written (a --transcode-cache there replaces the default, off)."""
 
     def __init__(self, build: str, data_root: str, workers: int, log_path: str,
                  extra: Optional[List[str]] = None) -> None:
         import stoker  # before the daemon starts: an ImportError must not orphan it
-        self.dir = tempfile.mkdtemp(prefix="stkbench", dir="/tmp")
-        self.socket = os.path.join(self.dir, "s.sock")
-        self.log_path = log_path
-        cmd = [os.path.join(build, "bin", "stokerd"), "--socket", self.socket,
-               "--data-root", data_root, "--workers", str(workers), "--log-level", "info",
-               *(extra or [])]
-        if not any(a.startswith("--transcode-cache") for a in extra or []):
-            cmd += ["--transcode-cache", "off"]  # the cache daemon is measured on its own
-        with open(log_path, "ab") as lf:
-            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=lf, stderr=lf)
-        self.pid = self.proc.pid
+        super().__init__(build, data_root, tempfile.mkdtemp(prefix="stkbench", dir="/tmp"),
+                         settings=dict(workers=workers, log_level="info",
+                                       decode_calibration=True),
+                         extra_args=extra or [], log_path=log_path)
         self.client = stoker.Client(self.socket)
-        deadline = time.monotonic() + 30
-        while not (os.path.exists(self.socket) and self.client.health()):
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"stokerd exited with {self.proc.returncode}; see {log_path}")
-            if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"stokerd not healthy within 30 s; see {log_path}")
-            time.sleep(0.05)
+        try:
+            self.start()
+        except DaemonStartError as e:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            raise RuntimeError(str(e)) from None
 
     def status(self) -> Dict[str, Any]:
         return self.client.status()
@@ -158,17 +150,12 @@ class Daemon:
             raise RuntimeError(f"stokerd died (exit {self.proc.returncode}); see {self.log_path}")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                log(f"!! stokerd {self.pid} ignored SIGTERM for 30 s: killing it")
-                self.proc.kill()
-                self.proc.wait()
-        if self.proc.returncode not in (0, None):
-            log(f"!! stokerd exited with {self.proc.returncode}; see {self.log_path}")
-        shutil.rmtree(self.dir, ignore_errors=True)
+        rc = super().stop(timeout_s=30)
+        if rc is None:
+            log(f"!! stokerd {self.pid} ignored SIGTERM for 30 s: killed it")
+        elif rc != 0:
+            log(f"!! stokerd exited with {rc}; see {self.log_path}")
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------

@@ -26,9 +26,7 @@ import json
 import os
 import re
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -39,6 +37,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import make_data  # noqa: E402
+from daemon_launcher import DaemonProcess, DaemonStartError  # noqa: E402
 
 
 def log(msg: str) -> None:
@@ -50,31 +49,23 @@ def rss_kb(pid: int) -> int:
         return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
 
 
-class Daemon:
+class Daemon(DaemonProcess):
+    """stokerd as our child (daemon_launcher.py); `args`: flags as written."""
+
     def __init__(self, build: str, root: str, args: List[str]) -> None:
         import stoker
-        self.dir = tempfile.mkdtemp(prefix="stkscale", dir="/tmp")
-        self.socket = os.path.join(self.dir, "s.sock")
-        self.log_path = os.path.join(self.dir, "stokerd.log")
-        cmd = [os.path.join(build, "bin", "stokerd"), "--socket", self.socket,
-               "--data-root", root, "--log-level", "info", "--transcode-cache", "off"] + args
-        with open(self.log_path, "ab") as lf:
-            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=lf, stderr=lf)
+        super().__init__(build, root, tempfile.mkdtemp(prefix="stkscale", dir="/tmp"),
+                         settings=dict(log_level="info", decode_calibration=True),
+                         extra_args=args)
         self.client = stoker.Client(self.socket)
-        deadline = time.monotonic() + 30
-        while not (os.path.exists(self.socket) and self.client.health()):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"stokerd did not start; see {self.log_path}")
-            time.sleep(0.05)
-
-    def log(self) -> str:
-        with open(self.log_path, errors="replace") as f:
-            return f.read()
+        try:
+            self.start()
+        except DaemonStartError as e:
+            raise RuntimeError(str(e)) from None
 
     def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(timeout=60)
-        shutil.rmtree(self.dir, ignore_errors=True)
+        super().stop(timeout_s=60)
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------

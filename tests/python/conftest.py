@@ -27,7 +27,6 @@ import atexit
 import faulthandler
 import os
 import re
-import shlex
 import shutil
 import signal
 import subprocess
@@ -45,6 +44,8 @@ os.environ.setdefault("STOKER_TRANSCODE_CACHE", "off")
 from PIL import Image
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(REPO, "bench"))
+from daemon_launcher import DaemonProcess, DaemonStartError  # noqa: E402  (one launcher)
 
 # Daemons the tests start without --index-cache (private daemons, examples)
 # cache dataset indexes under $XDG_CACHE_HOME: keep that out of the user's home.
@@ -321,90 +322,36 @@ def wait_until(cond, timeout_s: float, what: str, interval_s: float = 0.02):
         time.sleep(interval_s)
 
 
-class Daemon:
-    """A real stokerd started as this process's child.
+class Daemon(DaemonProcess):
+    """A real stokerd started as this process's child (bench/daemon_launcher.py's
+    DaemonProcess, the benchmarks' launcher too), with the tests' defaults: an
+    index cache of its own in `workdir` (never the user's ~/.cache), no
+    transcode cache, no decode calibration. A failed start fails the test;
+    stop() asserts a clean exit.
 
     Attributes: socket, data_root, workdir, log_path, proc, pid, build_dir.
     """
 
     def __init__(self, build_dir: str, workdir: str, data_root: str, workers: int = 2,
                  extra_args: Iterable[str] = ()) -> None:
-        self.build_dir = build_dir
-        self.workdir = workdir
-        self.data_root = data_root
+        super().__init__(build_dir, data_root, workdir,
+                         settings=dict(workers=workers, index_cache=os.path.join(workdir, "index")),
+                         extra_args=extra_args)
         self.workers = workers
-        self.extra_args = list(extra_args)
-        self.socket = os.path.join(workdir, "s.sock")
-        self.log_path = os.path.join(workdir, "stokerd.log")
-        self.stokerd = os.path.join(build_dir, "bin", "stokerd")
-        self.stokerctl = os.path.join(build_dir, "bin", "stokerctl")
-        self.proc: Optional[subprocess.Popen] = None
-        self.pid = 0
         self.stopped = False
-        assert len(self.socket) < 100, f"socket path too long: {self.socket}"
 
     def start(self, timeout_s: float = 30.0) -> "Daemon":
         os.makedirs(self.data_root, exist_ok=True)
-        cmd = [self.stokerd, "--socket", self.socket, "--data-root", self.data_root,
-               "--workers", str(self.workers)]
-        if not any(a.startswith("--index-cache") for a in self.extra_args):
-            # A cache of its own (kept across restarts): never the user's ~/.cache.
-            cmd += ["--index-cache", os.path.join(self.workdir, "index")]
-        if not any(a.startswith("--transcode-cache") for a in self.extra_args):
-            # The cache is on by default (in ~/.cache): tests that want it say so.
-            cmd += ["--transcode-cache", "off"]
-        if not any(a.startswith("--decode-calibration") for a in self.extra_args):
-            # Measured afresh per daemon it could differ between two daemons
-            # a test compares; tests/python/test_decode_calibration.py turns it on.
-            cmd += ["--decode-calibration", "off"]
-        cmd += self.extra_args
-        # Flags for every test daemon (e.g. --no-worker-sandbox under ASan, see
-        # scripts/sanitize.sh).
-        cmd += shlex.split(os.environ.get("STOKER_TEST_DAEMON_ARGS", ""))
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                         close_fds=True)
-        self.pid = self.proc.pid
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if self.proc.poll() is not None:
-                pytest.fail(f"stokerd exited with {self.proc.returncode} while starting\n"
-                            f"{self.log_tail()}")
-            if os.path.exists(self.socket) and self.health():
-                return self
-            if time.monotonic() > deadline:
-                self.kill()
-                pytest.fail(f"stokerd not healthy within {timeout_s} s\n{self.log_tail()}")
-            time.sleep(0.05)
-
-    def health(self) -> bool:
-        r = subprocess.run([self.stokerctl, "health", "--socket", self.socket],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10)
-        return r.returncode == 0
-
-    def ctl(self, *args: str, timeout_s: float = 30) -> subprocess.CompletedProcess:
-        """Runs `stokerctl ARGS --socket <ours>`; returns the completed process (text)."""
-        return subprocess.run([self.stokerctl, *args, "--socket", self.socket],
-                              capture_output=True, text=True, timeout=timeout_s)
-
-    def log(self) -> str:
         try:
-            with open(self.log_path, errors="replace") as f:
-                return f.read()
-        except OSError:
-            return ""
-
-    def log_tail(self, lines: int = 60) -> str:
-        text = self.log().splitlines()[-lines:]
-        return "---- stokerd log (" + self.log_path + ") ----\n" + "\n".join(text)
+            super().start(timeout_s)
+        except DaemonStartError as e:
+            pytest.fail(str(e))
+        return self
 
     def own_shm_objects(self) -> List[str]:
         """The /dev/shm objects of this daemon's rings ("stoker-<tag>-<pid>-<n>")."""
         pat = re.compile(rf"^stoker-[0-9a-f]+-{self.pid}-\d+$")
         return [f for f in stoker_shm_objects() if pat.match(f)]
-
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
 
     def stop(self, timeout_s: float = 20.0) -> None:
         """SIGTERM; asserts a clean exit (code 0, socket and rings removed)."""

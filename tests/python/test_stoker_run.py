@@ -283,13 +283,20 @@ SIGINT_SCRIPT = textwrap.dedent("""
     interrupted = 0
     for attempt in range(6):
         delay = random.uniform(0.0, 0.05)
-        threading.Timer(delay, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        timer = threading.Timer(delay, lambda: os.kill(os.getpid(), signal.SIGINT))
         try:
+            timer.start()  # on a loaded machine the signal may come before start returns
             for images, labels in ld:
                 time.sleep(0.2)
         except KeyboardInterrupt:
             interrupted += 1
-        time.sleep(0.3)  # a late timer lands here, outside the loop
+        while True:  # a late timer's signal lands here, outside the loop
+            try:
+                timer.join()
+                time.sleep(0.05)
+                break
+            except KeyboardInterrupt:
+                pass
     seen = [int(i) for b in ld.iter_batches() for i in b.indices]
     print(interrupted, sorted(seen) == list(range(24)), len(seen))
 """)
@@ -311,13 +318,21 @@ def test_ctrl_c_anywhere_in_the_loop_leaves_the_next_epoch_whole(build_dir, serv
 IMPORT_SCRIPT = textwrap.dedent("""
     import os, signal, threading, sys
     from stoker import loader
-    threading.Timer(float(sys.argv[1]), lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+    timer = threading.Timer(float(sys.argv[1]), lambda: os.kill(os.getpid(), signal.SIGINT))
     try:
+        timer.start()  # on a loaded machine the signal may come before start returns
         loader._torch_module()
         print("imported", end=" ")
     except KeyboardInterrupt:
         print("interrupted", end=" ")
-    import time; time.sleep(0.2)
+    import time
+    while True:  # a late timer's signal lands here
+        try:
+            timer.join()
+            time.sleep(0.2)
+            break
+        except KeyboardInterrupt:
+            pass
     t = loader._torch_module()
     print(int(t.zeros(3).sum().item() == 0))
 """)
