@@ -39,6 +39,7 @@
 
 #include "stoker/client.h"
 #include "stoker/cuda.h"  // device copies
+#include "pipeline/op_table.h"  // the ops, one row each
 #include "pipeline/pipeline_spec.h"  // the pipeline keywords' one definition
 #include "server/control/daemon_flags.h"  // stokerd's flags, for the private daemon
 #include "stoker/v1/stoker.pb.h"  // the Attach defaults
@@ -899,6 +900,21 @@ PyObject* NewException(py::module_& m, const char* name, const char* code, const
 }  // namespace
 }  // namespace stoker
 
+// The op table (pipeline/op_table.h): one dict per op, in OpKind order.
+py::list OpTablePy() {
+  py::list out;
+  for (const stoker::pipeline::OpRow& r : stoker::pipeline::OpTable()) {
+    py::dict d;
+    d["name"] = std::string(r.name);
+    d["kind"] = static_cast<uint32_t>(r.kind);
+    d["moves"] = std::string(stoker::pipeline::OpMovesName(r.moves));
+    d["source"] = std::string(stoker::pipeline::OpSourceName(r.source));
+    d["needs_boxes"] = r.needs_boxes;
+    out.append(d);
+  }
+  return out;
+}
+
 // The Attach defaults (stoker.proto's AttachDefaults enum): {"batch_size": 64,
 // "ring_depth": 4, "ring_max_depth": 16}, for the Loader's signature.
 py::dict AttachDefaultsPy() {
@@ -1059,6 +1075,9 @@ PYBIND11_MODULE(_native, m) {
         "object of pipeline keywords asks for, after defaults, as the daemon would run and "
         "report it (the PipelineSpec's JSON: preset, ops, size, output, ...). Needs no daemon; "
         "raises InvalidRequestError naming a bad keyword or op.");
+  m.def("op_table", &OpTablePy,
+        "the ops stoker runs, one dict each (name, kind, moves: pixels, geometry or "
+        "output_tensor; source: torchvision.transforms or detection_reference; needs_boxes)");
   m.def("attach_defaults", &AttachDefaultsPy,
         "the Attach defaults (stoker.proto's AttachDefaults): batch_size, ring_depth, "
         "ring_max_depth");

@@ -78,3 +78,21 @@ def test_the_attach_defaults_have_one_definition(stoker):
     copies = [(rel, m.group(0)) for rel, text in _sources("server", "tools", "client", "pipeline")
               for m in pattern.finditer(text)]
     assert copies == [], f"second definitions of an Attach default: {copies}"
+
+
+def test_python_reads_exactly_the_op_tables_torchvision_transforms(stoker):
+    """The op table (pipeline/op_table.h) says which ops exist; Python's
+    readers of torchvision objects cover exactly its torchvision.transforms
+    rows, and its "what is served" list comes from it."""
+    from stoker import _native, _transforms
+    rows = {r["name"]: r for r in _native.op_table()}
+    assert len(rows) >= 28 and rows["RandomIoUCrop"]["needs_boxes"]
+    tv = {n for n, r in rows.items() if r["source"] == "torchvision.transforms"}
+    assert set(_transforms._READERS) == tv, (
+        "readers without a row", set(_transforms._READERS) - tv, "rows without a reader",
+        tv - set(_transforms._READERS))
+    assert set(_transforms._OPS) == tv
+    assert _transforms._TENSOR_OPS == ("RandomErasing",)
+    for name in tv:
+        assert name in _transforms._SUPPORTED
+    assert "RandomZoomOut" not in _transforms._SUPPORTED  # given by name in ops=, not read

@@ -171,11 +171,11 @@ def _random_erasing(t: Any) -> Dict[str, Any]:
             "value": "random" if isinstance(value, str) else _floats(value)}
 
 
-#: The torchvision transforms served as ops, each with its reader (the
-#: parameters torchvision stores -> the op's JSON form). The one list of what
-#: is served: errors list its names. RandomErasing, the one op on the output
-#: tensor, has its place after the tensor conversion (loader_options).
-_OPS: Dict[str, Callable[[Any], Dict[str, Any]]] = {
+#: Each torchvision.transforms op's reader: the parameters torchvision stores
+#: -> the op's JSON form. Which ops exist, and which of them come from
+#: torchvision.transforms, is the op table's to say (pipeline/op_table.h,
+#: through _native.op_table()); a row without a reader fails the import.
+_READERS: Dict[str, Callable[[Any], Dict[str, Any]]] = {
     "RandomResizedCrop": _random_resized_crop,
     "Resize": _resize,
     "CenterCrop": lambda t: {"size": _ints(t.size)},
@@ -202,8 +202,18 @@ _OPS: Dict[str, Callable[[Any], Dict[str, Any]]] = {
     "RandomErasing": _random_erasing,
 }
 
+#: The op table's rows, by name.
+_TABLE: Dict[str, Dict[str, Any]] = {r["name"]: r for r in _native.op_table()}
+
+#: The torchvision transforms served as ops: the one list of what is served
+#: (errors list its names). An op on the output tensor (RandomErasing) has its
+#: place after the tensor conversion (loader_options).
+_OPS: Dict[str, Callable[[Any], Dict[str, Any]]] = {
+    name: _READERS[name] for name, row in _TABLE.items()
+    if row["source"] == "torchvision.transforms"}
+
 #: The ops that work on the output tensor: after the tensor conversion, last.
-_TENSOR_OPS = ("RandomErasing",)
+_TENSOR_OPS = tuple(name for name, row in _TABLE.items() if row["moves"] == "output_tensor")
 
 #: The tensor conversion that ends a transform, in this order.
 _TENSOR_STEPS = ("ToTensor or PILToTensor", "ConvertImageDtype", "Normalize")

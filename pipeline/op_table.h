@@ -1,0 +1,60 @@
+// The op table: every op stoker runs, one row each, and what every front end
+// asks of it by name.
+//
+// An op is torchvision's transform of the same name (PIL backend). Its row
+// says:
+//   name         torchvision's class name: the Op oneof's JSON name in
+//                stoker.proto and the key of Loader(ops=[{name: {...}}])
+//   kind         image::OpKind, which is also the Op oneof's field number
+//   moves        what it changes besides the image's pixels: a geometric op
+//                moves the sample's masks and boxes with the image
+//                (server/image/ops/labels.h, boxes.h); RandomErasing works on
+//                the output tensor, after every other op
+//   source       where a Python transform object of this name comes from:
+//                torchvision.transforms (read from a Compose by
+//                stoker/_transforms.py), or torchvision's detection
+//                reference (given by name in ops=, v2 has the same)
+//   needs_boxes  its draw reads the sample's boxes (RandomIoUCrop)
+//
+// Tests hold every other place to this table: each Op oneof field and each
+// OpKind has one row (op_table_test.cc; a kind added without a row does not
+// compile: op_table.cc switches over OpKind with -Werror=switch), and
+// Python's transform readers cover exactly the torchvision.transforms rows
+// (tests/python/test_one_definition.py, through stoker._native.op_table()).
+//
+// Thread safety: immutable; every function may be called from any thread.
+
+#ifndef STOKER_PIPELINE_OP_TABLE_H_
+#define STOKER_PIPELINE_OP_TABLE_H_
+
+#include <string_view>
+#include <vector>
+
+#include "server/image/pipeline.h"
+
+namespace stoker::pipeline {
+
+enum class OpMoves { kPixels, kGeometry, kOutputTensor };
+enum class OpSource { kTorchvisionTransforms, kDetectionReference };
+
+struct OpRow {
+  std::string_view name;
+  image::OpKind kind = image::OpKind::kNone;
+  OpMoves moves = OpMoves::kPixels;
+  OpSource source = OpSource::kTorchvisionTransforms;
+  bool needs_boxes = false;
+};
+
+// Every op, in OpKind (and Op field number) order.
+const std::vector<OpRow>& OpTable();
+
+// The row of `name` (torchvision's spelling) or `kind`; nullptr when none.
+const OpRow* FindOp(std::string_view name);
+const OpRow* FindOp(image::OpKind kind);
+
+std::string_view OpMovesName(OpMoves m);    // "pixels", "geometry", "output_tensor"
+std::string_view OpSourceName(OpSource s);  // "torchvision.transforms", "detection_reference"
+
+}  // namespace stoker::pipeline
+
+#endif  // STOKER_PIPELINE_OP_TABLE_H_

@@ -1,0 +1,86 @@
+#include "pipeline/op_table.h"
+
+#include <map>
+#include <set>
+#include <string>
+
+#include <catch2/catch.hpp>
+
+#include "pipeline/lower_pipeline.h"
+#include "pipeline/pipeline_spec.h"
+#include "stoker/v1/stoker.pb.h"
+
+namespace stoker::pipeline {
+namespace {
+
+TEST_CASE("the op table has one row per Op field of stoker.proto, numbered as its OpKind") {
+  const google::protobuf::OneofDescriptor* oneof = v1::Op::descriptor()->FindOneofByName("op");
+  REQUIRE(oneof != nullptr);
+  REQUIRE(OpTable().size() == static_cast<size_t>(oneof->field_count()));
+  std::set<std::string> names;
+  for (const OpRow& r : OpTable()) {
+    CAPTURE(r.name);
+    const google::protobuf::FieldDescriptor* f =
+        v1::Op::descriptor()->FindFieldByNumber(static_cast<int>(r.kind));
+    REQUIRE(f != nullptr);
+    CHECK(f->containing_oneof() == oneof);
+    CHECK(f->json_name() == std::string(r.name));
+    CHECK(names.insert(std::string(r.name)).second);
+    CHECK(FindOp(r.name) == &r);
+    CHECK(FindOp(r.kind) == &r);
+  }
+  CHECK(FindOp("ToTensor") == nullptr);
+  CHECK(FindOp(image::OpKind::kNone) == nullptr);
+  CHECK(FindOp("RandomIoUCrop")->needs_boxes);
+  CHECK(FindOp("RandomErasing")->moves == OpMoves::kOutputTensor);
+  CHECK(FindOp("RandomZoomOut")->source == OpSource::kDetectionReference);
+}
+
+// Parameters an op must be given (torchvision's required arguments); the
+// others take their defaults.
+const std::map<std::string, std::string>& Required() {
+  static const auto* m = new std::map<std::string, std::string>{
+      {"RandomResizedCrop", R"({"size": [32]})"},
+      {"Resize", R"({"size": [40]})"},
+      {"CenterCrop", R"({"size": [32]})"},
+      {"RandomCrop", R"({"size": [32]})"},
+      {"GaussianBlur", R"({"kernel_size": [3]})"},
+      {"Grayscale", R"({"num_output_channels": 3})"},
+      {"RandomRotation", R"({"degrees": [10]})"},
+      {"RandomAffine", R"({"degrees": [10]})"},
+      {"RandomPosterize", R"({"bits": 4})"},
+      {"RandomSolarize", R"({"threshold": 128})"},
+      {"RandomAdjustSharpness", R"({"sharpness_factor": 2})"},
+      {"RandomResize", R"({"min_size": 32, "max_size": 48})"},
+      {"RandomShortestSize", R"({"min_size": [32], "max_size": 64})"},
+  };
+  return *m;
+}
+
+TEST_CASE("every row is an op the keywords take and the lowering runs as its kind") {
+  for (const OpRow& r : OpTable()) {
+    const std::string name(r.name);
+    CAPTURE(name);
+    auto it = Required().find(name);
+    const std::string params = it != Required().end() ? it->second : "{}";
+    const std::string json = R"({"ops": [{")" + name + R"(": )" + params + R"(}], "size": [32]})";
+    auto spec = SpecFromKeywordsJson(json);
+    INFO(spec.status().ToString());
+    CHECK(spec.ok());
+    if (!spec.ok()) continue;
+    auto effective = Effective(*spec);
+    INFO(effective.status().ToString());
+    CHECK(effective.ok());
+    if (!effective.ok()) continue;
+    auto lowered = LowerPipeline(*effective);
+    INFO(lowered.status().ToString());
+    CHECK(lowered.ok());
+    if (!lowered.ok()) continue;
+    bool found = false;
+    for (uint32_t i = 0; i < lowered->op_count; ++i) found |= lowered->ops[i].kind == r.kind;
+    CHECK(found);
+  }
+}
+
+}  // namespace
+}  // namespace stoker::pipeline
