@@ -72,6 +72,7 @@ Prefetcher::Stats Prefetcher::stats() const {
   Stats s = stats_;
   s.window_bytes = window_;
   s.queued = queue_.size();
+  s.waiting_for_room = space_waiting_.size();
   return s;
 }
 

@@ -39,6 +39,7 @@ class Prefetcher {
     uint64_t window_bytes_max = 0;  // its high-water mark
     uint64_t queued = 0;            // waiting for a thread, now
     uint64_t files_cached = 0;      // found in the page cache already: not read
+    uint64_t waiting_for_room = 0;  // threads waiting for room in the window, now
   };
 
   // `root_fd`: the data root (borrowed). Inputs over `max_file_bytes` are

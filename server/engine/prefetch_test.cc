@@ -97,9 +97,11 @@ TEST_CASE("readahead holds at most its budget and a freed window wakes the next 
   EnqueueFiles(p, 4);
   for (uint64_t k = 1; k <= 4; ++k) {
     // Sample k is read; the thread then waits for room with sample k + 1
-    // until k is dispatched.
-    REQUIRE(WaitFor([&] { return p.stats().files_read >= k; }));
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    // until k is dispatched (after the last sample, nothing is left to wait).
+    REQUIRE(WaitFor([&] {
+      const Prefetcher::Stats s = p.stats();
+      return s.files_read >= k && (k == 4 || s.waiting_for_room == 1);
+    }));
     const Prefetcher::Stats s = p.stats();
     CAPTURE(k, s.files_read, s.files_cached, s.late, s.window_bytes);
     CHECK(s.window_bytes <= kFileBytes);
