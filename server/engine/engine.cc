@@ -165,6 +165,11 @@ std::string Engine::state() const {
   return state_;
 }
 
+uint32_t Engine::attaches_waiting() const {
+  absl::MutexLock l(&mu_);
+  return attaches_waiting_;
+}
+
 absl::Status Engine::Start() {
   start_ns_ = clock_->NowNs();
   auto root = DataRoot::Open(config_.data_root());
@@ -461,9 +466,11 @@ absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) 
     // Refused early, before any indexing; asked again when the session is
     // added (Attaches that pass here together must not all get in).
     absl::MutexLock l(&mu_);
+    ++attaches_waiting_;
     mu_.AwaitWithTimeout(
         absl::Condition(+[](std::string* state) { return *state != "starting"; }, &state_),
         kStartWait);
+    --attaches_waiting_;
     if (absl::Status room = RoomForSessionLocked(); !room.ok()) return room;
   }
   auto request = PlanRequest(req);

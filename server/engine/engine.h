@@ -153,6 +153,8 @@ class Engine {
 
   // "starting", "serving", "draining", "stopped".
   std::string state() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Attaches waiting for the engine to start, now.
+  uint32_t attaches_waiting() const ABSL_LOCKS_EXCLUDED(mu_);
   const v1::DaemonConfig& config() const { return config_; }
   // The tag in this daemon's shm names (from the socket path and uid).
   const std::string& shm_tag() const { return shm_tag_; }
@@ -229,6 +231,7 @@ class Engine {
   // std::condition_variable_any: its waits keep to the monotonic clock.
   std::condition_variable_any cv_;
   std::string state_ ABSL_GUARDED_BY(mu_) = "starting";
+  uint32_t attaches_waiting_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, std::shared_ptr<DaemonSession>> sessions_ ABSL_GUARDED_BY(mu_);
   // Made in Start(), then never replaced: only what it points to is guarded.
   std::unique_ptr<WorkerPool> pool_ ABSL_PT_GUARDED_BY(mu_);

@@ -211,7 +211,7 @@ TEST_CASE("an Attach that comes while the engine starts waits for it, and one th
     early = f.engine->Attach(testing::SmallRequest("list.txt", 4, 2, 1));
     returned = true;
   });
-  std::this_thread::sleep_for(200ms);  // long enough for a refusal to have come back
+  REQUIRE(f.fake.WaitFor([&] { return f.engine->attaches_waiting() == 1; }, 20s));
   CHECK_FALSE(returned.load());
   CHECK(f.engine->state() == "starting");
   REQUIRE(f.engine->Start().ok());
@@ -221,7 +221,7 @@ TEST_CASE("an Attach that comes while the engine starts waits for it, and one th
 
   Fixture g(nullptr, 12, nullptr, /*start=*/false);
   std::thread stopper([&] {
-    std::this_thread::sleep_for(100ms);
+    CHECK(g.fake.WaitFor([&] { return g.engine->attaches_waiting() == 1; }, 20s));
     g.engine->Stop();
   });
   auto refused = g.engine->Attach(testing::SmallRequest("list.txt", 4, 2, 1));
