@@ -122,9 +122,9 @@ class Daemon(DaemonProcess):
         self.client = stoker.Client(self.socket)
         try:
             self.start()
-        except DaemonStartError as e:
+        except DaemonStartError:  # a RuntimeError, with the log's tail
             shutil.rmtree(self.workdir, ignore_errors=True)
-            raise RuntimeError(str(e)) from None
+            raise
 
     def status(self) -> Dict[str, Any]:
         return self.client.status()

@@ -63,11 +63,12 @@ class DaemonProcess:
         """The command line: settings (a flag given in extra_args wins), then
         extra_args, then $STOKER_TEST_DAEMON_ARGS (e.g. --no-worker-sandbox
         under ASan, scripts/sanitize.sh)."""
-        from stoker import _native, _private
-        flags = {f["field"]: f["flag"] for f in _native.daemon_flags()}
+        from stoker import _private
+        flags = _private.daemon_flags()
         given = {a.split("=", 1)[0] for a in self.extra_args if a.startswith("--")}
         settings = {k: v for k, v in self.settings.items()
-                    if flags.get(k) not in given and "--no-" + flags.get(k, "--")[2:] not in given}
+                    if k not in flags or  # daemon_args names the unknown setting
+                    not {flags[k]["flag"], "--no-" + flags[k]["flag"][2:]} & given}
         return [self.stokerd,
                 *_private.daemon_args(socket=self.socket, data_root=self.data_root, **settings),
                 *self.extra_args,

@@ -15,7 +15,6 @@
 #ifndef STOKER_COMMON_MUTEX_H_
 #define STOKER_COMMON_MUTEX_H_
 
-#include <chrono>
 #include <condition_variable>
 #include <mutex>
 
@@ -28,7 +27,6 @@
 #define STOKER_CAPABILITY(x) STOKER_TSA(capability(x))
 #define STOKER_SCOPED_CAPABILITY STOKER_TSA(scoped_lockable)
 #define STOKER_GUARDED_BY(x) STOKER_TSA(guarded_by(x))
-#define STOKER_PT_GUARDED_BY(x) STOKER_TSA(pt_guarded_by(x))
 #define STOKER_REQUIRES(...) STOKER_TSA(requires_capability(__VA_ARGS__))
 #define STOKER_ACQUIRE(...) STOKER_TSA(acquire_capability(__VA_ARGS__))
 #define STOKER_RELEASE(...) STOKER_TSA(release_capability(__VA_ARGS__))
@@ -62,11 +60,6 @@ class STOKER_SCOPED_CAPABILITY MutexLock {
 class CondVar {
  public:
   void Wait(Mutex* mu) STOKER_REQUIRES(mu) { cv_.wait(*mu); }
-  // false when `timeout` passed.
-  template <class Rep, class Period>
-  bool WaitFor(Mutex* mu, std::chrono::duration<Rep, Period> timeout) STOKER_REQUIRES(mu) {
-    return cv_.wait_for(*mu, timeout) == std::cv_status::no_timeout;
-  }
   void NotifyOne() { cv_.notify_one(); }
   void NotifyAll() { cv_.notify_all(); }
 

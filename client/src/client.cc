@@ -240,25 +240,11 @@ class SessionCore {
     if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < geometry_.total_bytes) {
       return absl::DataLossError("the ring's memory is smaller than its layout");
     }
-    // Fault the pages of the ring's first depth in now (MAP_POPULATE), not on
-    // the first read of each slot in the training loop. Slots beyond it are
-    // holes in the ring's memory until the ring deepens: faulting them in
-    // would allocate them. The depth is read from the header first.
-    ring::RingHeader head;
-    if (::pread(fd, &head, sizeof(head), 0) != static_cast<ssize_t>(sizeof(head))) {
+    // The header, read once and checked before anything is mapped.
+    ring::RingHeader snapshot;
+    if (::pread(fd, &snapshot, sizeof(snapshot), 0) != static_cast<ssize_t>(sizeof(snapshot))) {
       return absl::DataLossError("the ring's header cannot be read");
     }
-    const uint32_t depth = std::min(ring::DepthCount(head.depth.load(std::memory_order_relaxed)),
-                                    slots_);
-    const uint64_t populate = geometry_.data_offset + geometry_.slot_bytes * depth;
-    if (absl::Status mapped = MapShared(fd, 0, geometry_.total_bytes, &ring_, /*populate=*/true,
-                                        populate);
-        !mapped.ok()) {
-      return absl::ResourceExhaustedError(absl::StrCat("mmap ring: ", mapped.message()));
-    }
-    base_ = ring_.addr();
-    ring::RingHeader snapshot;
-    std::memcpy(static_cast<void*>(&snapshot), base_, sizeof(snapshot));
     if (const char* why =
             ring::ValidateHeader(snapshot, geometry_.total_bytes, geometry_, slots_, batch_size)) {
       return absl::DataLossError(absl::StrCat("ring header: ", why));
@@ -273,15 +259,28 @@ class SessionCore {
           snapshot.box_flag_offset != boxes_.flags))) {
       return absl::DataLossError("ring header: the sample shape or format differs from Attach");
     }
+    // Fault the pages of the ring's first depth in now (MAP_POPULATE), not on
+    // the first read of each slot in the training loop. Slots beyond it are
+    // holes in the ring's memory until the ring deepens: faulting them in
+    // would allocate them.
+    const uint32_t depth =
+        std::min(ring::DepthCount(snapshot.depth.load(std::memory_order_relaxed)), slots_);
+    const uint64_t populate = geometry_.data_offset + geometry_.slot_bytes * depth;
+    if (absl::Status mapped = MapShared(fd, 0, geometry_.total_bytes, &ring_, /*populate=*/true,
+                                        populate);
+        !mapped.ok()) {
+      return absl::ResourceExhaustedError(absl::StrCat("mmap ring: ", mapped.message()));
+    }
     return absl::OkStatus();
   }
 
-  ring::RingHeader* header() const { return static_cast<ring::RingHeader*>(base_); }
+  void* base() const { return ring_.addr(); }
+  ring::RingHeader* header() const { return static_cast<ring::RingHeader*>(base()); }
   ring::SlotDescriptor* descriptor(uint32_t slot) const {
-    return ring::Descriptor(base_, geometry_, slot);
+    return ring::Descriptor(base(), geometry_, slot);
   }
   uint8_t* slot_data(uint32_t slot) const {
-    return static_cast<uint8_t*>(base_) + geometry_.data_offset + geometry_.slot_bytes * slot;
+    return static_cast<uint8_t*>(base()) + geometry_.data_offset + geometry_.slot_bytes * slot;
   }
 
   void StartKeepAlive(std::shared_ptr<RpcChannel> rpc, const std::string& session_id) {
@@ -335,7 +334,7 @@ class SessionCore {
   // --- Device copy (stoker/cuda.h) -----------------------------------------
   // Made at attach; touches no CUDA API until the first CopyToDevice.
   void StartDeviceTransfer(bool register_ring) {
-    transfer_ = std::make_unique<DeviceTransfer>(base_, geometry_.total_bytes, slots_,
+    transfer_ = std::make_unique<DeviceTransfer>(base(), geometry_.total_bytes, slots_,
                                                  geometry_.data_offset, geometry_.slot_bytes,
                                                  register_ring,
                                                  [this](uint32_t slot) { ReleaseNow(slot); });
@@ -373,8 +372,7 @@ class SessionCore {
 
   // Constant after Map.
   const pid_t owner_pid_ = ::getpid();
-  Mapping ring_;            // the ring, mapped whole
-  void* base_ = nullptr;    // ring_.addr()
+  Mapping ring_;  // the ring, mapped whole
   ring::Geometry geometry_;
   uint32_t slots_ = 0;
   uint32_t batch_size_ = 0;
@@ -403,7 +401,7 @@ class SessionCore {
   std::atomic<uint32_t> leased_{0};
   std::atomic<bool> stopping_{false};
   std::atomic<bool> detached_{false};
-  std::atomic<bool> mapped_{false};  // base_, slots_, geometry_ are set
+  std::atomic<bool> mapped_{false};  // ring_, slots_, geometry_ are set
   std::unique_ptr<grpc::ClientContext> keepalive_ctx_;
   std::thread keepalive_;
   Mutex mu_;

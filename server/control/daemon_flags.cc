@@ -133,8 +133,7 @@ absl::Status SetFlag(const DaemonFlag& f, std::string_view text, v1::DaemonConfi
     }
     case FieldDescriptor::CPPTYPE_DOUBLE: {
       double v = 0;
-      if (!zero && (!absl::SimpleAtod(A(text), &v) || !std::isfinite(v) || !InRange(s, v) ||
-                    v < 0)) {
+      if (!zero && (!absl::SimpleAtod(A(text), &v) || !std::isfinite(v) || !InRange(s, v))) {
         return Bad(f, text, Takes(f));
       }
       r->SetDouble(config, f.field, v);

@@ -29,7 +29,6 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -358,13 +357,8 @@ class Daemon(DaemonProcess):
         if self.proc is None or self.stopped:
             return
         self.stopped = True
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            rc = self.proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        rc = super().stop(timeout_s)  # None: it had to be killed
+        if rc is None:
             pytest.fail(f"stokerd did not exit within {timeout_s} s of SIGTERM\n{self.log_tail()}")
         assert rc == 0, f"stokerd exited with {rc}\n{self.log_tail()}"
         assert not os.path.exists(self.socket), f"stokerd left its socket\n{self.log_tail()}"

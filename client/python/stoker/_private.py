@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import functools
 import logging
 import os
 import shutil
@@ -22,7 +23,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from typing import Deque, Dict, List, Optional, Tuple, Union
+from typing import Any, Deque, Dict, List, Optional, Tuple, Union
 
 from . import _native
 
@@ -32,12 +33,19 @@ STOKERD_ENV = "STOKERD"
 PRIVATE_LOG_LEVEL_ENV = "STOKER_PRIVATE_LOG_LEVEL"
 
 
+@functools.lru_cache(maxsize=None)
+def daemon_flags() -> Dict[str, Dict[str, Any]]:
+    """DaemonConfig field -> its row of ``_native.daemon_flags()`` (flag, env,
+    type, default, ...): the daemon's own table, read once."""
+    return {f["field"]: f for f in _native.daemon_flags()}
+
+
 def daemon_args(**fields: Any) -> List[str]:
     """stokerd's flags for the DaemonConfig `fields` (``data_root="/x"`` is
     ``--data-root=/x``), spelled by the daemon's own table
     (proto/stoker/v1/config.proto, through ``_native.daemon_flags()``): no
     flag is spelled in Python. A name that is not a field is a TypeError."""
-    table = {f["field"]: f for f in _native.daemon_flags()}
+    table = daemon_flags()
     out = []
     for name, value in fields.items():
         f = table.get(name)
@@ -51,9 +59,6 @@ def daemon_args(**fields: Any) -> List[str]:
     return out
 
 
-def daemon_env_names() -> Dict[str, str]:
-    """DaemonConfig field -> the environment variable stokerd --from-env reads."""
-    return {f["field"]: f["env"] for f in _native.daemon_flags()}
 
 _log = logging.getLogger("stoker.daemon")
 # Re-entrant: the garbage collector runs wherever it likes, and a Loader it
@@ -166,12 +171,12 @@ class PrivateDaemon:
         # README "Private daemon"); the environment's value wins over these.
         fields: Dict[str, Any] = dict(socket=self.socket, data_root=self.data_root,
                                       workers=self.workers, parent_pid=os.getpid())
-        env = daemon_env_names()
         soft: Dict[str, Any] = dict(log_level=os.environ.get(PRIVATE_LOG_LEVEL_ENV, "warn"))
         share = rank_cpu_share() if self.workers == "auto" else None
         if share is not None:
             soft["cpu_budget"] = share
-        fields.update({k: v for k, v in soft.items() if env[k] not in os.environ})
+        fields.update({k: v for k, v in soft.items()
+                       if daemon_flags()[k]["env"] not in os.environ})
         cmd = [exe, "--from-env", *daemon_args(**fields)]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE, close_fds=True,
