@@ -10,7 +10,7 @@ png, webp, tiff, stb (BMP and PPM/PGM): small files of each mode PIL
 writes, behind each target's parameter bytes (FORMAT_PARAMS), and behind
 decode's too (the pipeline's path).
 ring: valid headers for a few geometries (mode 1, no patch), with valid
-records for fixed and variable sizes, and the same as raw header bytes.
+field records of each of their fields (image, label, boxes).
 """
 
 import io
@@ -97,24 +97,23 @@ def format_seeds():
 
 
 def ring_seeds():
+    """ring_fuzzer.cc's input: the geometry bytes, then (field index, FieldRecord
+    of 5 uint32 dimensions and a reserved word) pairs."""
     seeds = {}
-    HEADER = 4096
+
+    def record(field, *shape):
+        return bytes([field]) + struct.pack("<6I", *(list(shape) + [0] * (5 - len(shape))), 0)
+
     for slots, batch, data in [(4, 8, 3 * 24 * 24 * 8), (2, 1, 65536), (8, 64, 1)]:
         # [0]=1 (patched valid header, no patch), slots-1, batch-1, data-1 (LE u16), 8 (exact mapping)
         head = bytes([1, slots - 1, batch - 1]) + struct.pack("<H", (data - 1) % 65536) + bytes([8, 0, 0])
-        recs = b""
-        if batch == 8:  # fixed 24x24x3 uint8 samples
-            for i in range(batch):
-                recs += struct.pack("<qQQQIIIIQ", i, i, i * 1728, 1728, 0, 24, 24, 3, i)
-        else:  # variable size, one sample
-            recs += struct.pack("<qQQQIIIIQ", 0, 3, 0, 30000, 1, 100, 100, 3, 3)
-            recs += struct.pack("<qQQQIIIIQ", 0, 3, 0, 0, 2, 0, 0, 3, 3)
+        image = 1 + ((data - 1) % 65536) // batch  # the image field's [1, image, 1]
+        recs = record(0, 1, image, 1) + record(1) + record(2, 0, 4) + record(2, 3, 4)
         seeds[f"valid_{slots}x{batch}"] = head + recs
-    # Regression: height * width * channels wrapped around 2^64 to 0, so a
-    # 2^31 x 2^31 sample of 0 bytes passed ValidateRecord.
+    # Regression (layout 4): height * width * channels wrapped around 2^64 to
+    # 0, so a 2^31 x 2^31 sample of 0 bytes passed; the same for a field.
     head = bytes([1, 1, 0]) + struct.pack("<H", 65535) + bytes([8, 0, 0])
-    seeds["overflow_shape"] = head + struct.pack("<qQQQIIIIQ", 0, 0, 0, 0, 0, 1 << 31, 1 << 31,
-                                                 4, 0)
+    seeds["overflow_shape"] = head + record(2, 1 << 31, 1 << 31) + record(0, 1 << 31, 1 << 31, 4)
     return seeds
 
 

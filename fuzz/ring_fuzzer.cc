@@ -1,13 +1,14 @@
 // libFuzzer target: the client's checks of a ring it maps from shared memory,
-// ring::ValidateHeader and ring::ValidateRecord (proto/stoker/ring_layout.h),
-// on arbitrary bytes.
+// ring::ValidateHeader, ring::ValidateRecord and ring::ValidateFieldRecord
+// (proto/stoker/ring_layout.h), on arbitrary bytes.
 //
 // The invariant a reader relies on: whenever validation passes, every byte the
-// header and the records imply (descriptors, records, slot data, a sample at
-// offset..offset+bytes, and height * width * channels elements of the dtype
-// from the offset) lies inside the mapping. The mapping is a buffer whose
-// bytes past `mapped_bytes` are poisoned, and the ends of every implied range
-// are read, so ASan checks it too.
+// header and the records imply (descriptors, records with their field
+// records, slot data, every field's rooms, and a sample's value of the shape
+// its field record gives, in the last room of the last slot) lies inside the
+// mapping. The mapping is a buffer whose bytes past `mapped_bytes` are
+// poisoned, and the ends of every implied range are read, so ASan checks it
+// too.
 //
 // Input:
 //   [0]      mode: even: the header is raw input bytes; odd: a valid header
@@ -18,7 +19,10 @@
 //            and bytes (a mapping that is too small must be refused)
 //   [6..7]   number of header patch pairs (mode odd) / ignored
 //   then     the header (raw: sizeof(RingHeader) bytes) or the patch pairs,
-//            then SampleRecords, as many as the bytes hold.
+//            then (field index byte, FieldRecord) pairs, as many as the
+//            bytes hold.
+// The valid header has three fields: a fixed uint8 image of the slot's
+// bytes' share, an int64 label, and boxes (float32, up to 3 x 4).
 
 #include <algorithm>
 #include <cstddef>
@@ -26,6 +30,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <vector>
 
 #include "sanitizer/asan_interface.h"
@@ -86,9 +91,27 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 8) return 0;
   const uint32_t slots = 1 + data[1] % 8;
   const uint32_t batch = 1 + data[2] % 64;
-  const uint64_t slot_data = 1 + ((data[3] | (data[4] << 8)) % 65536);
+  const uint64_t image = 1 + ((data[3] | (data[4] << 8)) % 65536) / batch;
+  ring::FieldSpec fields[3] = {};
+  auto field = [&fields](int k, const char* name, uint32_t dtype, uint32_t rank,
+                         std::initializer_list<uint32_t> bound, uint64_t stride, bool fixed) {
+    ring::FieldSpec& f = fields[k];
+    std::memcpy(f.name, name, std::strlen(name));
+    f.dtype = dtype;
+    f.rank = rank;
+    std::copy(bound.begin(), bound.end(), f.max_shape);
+    f.stride = stride;
+    f.flags = fixed ? ring::kFieldFixedShape : 0;
+  };
+  field(0, ring::kImageField, ring::kUint8, 3, {1, static_cast<uint32_t>(image), 1}, image, true);
+  field(1, ring::kLabelField, ring::kInt64, 0, {}, 8, true);
+  field(2, ring::kBoxesField, ring::kFloat32, 2, {3, 4}, 48, false);
+  uint64_t slot_data = 0;
+  if (!ring::LayoutFields(fields, 3, batch, &slot_data)) Fail("LayoutFields refused sane sizes");
   ring::Geometry g;
-  if (!ring::ComputeGeometry(slots, batch, slot_data, &g)) Fail("ComputeGeometry refused sane sizes");
+  if (!ring::ComputeGeometry(slots, batch, 3, slot_data, &g)) {
+    Fail("ComputeGeometry refused sane sizes");
+  }
   const int delta = data[5] % 16 - 8;
   int64_t mapped = static_cast<int64_t>(g.total_bytes) + delta * int64_t{ring::kPageBytes} + delta;
   if (mapped < 0) mapped = 0;
@@ -110,9 +133,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     h.slot_bytes = g.slot_bytes;
     h.slot_count = slots;
     h.batch_size = batch;
-    h.channels = 3;
-    h.dtype = ring::kUint8;
+    h.field_count = 3;
     h.layout = ring::kNHWC;
+    std::copy(fields, fields + 3, h.fields);
     std::memcpy(raw, static_cast<const void*>(&h), sizeof(h));
     for (uint32_t i = 0; i < patches % 64; ++i) {
       uint8_t pair[3];
@@ -134,14 +157,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (static_cast<uint64_t>(mapped) < g.total_bytes || h.total_bytes > static_cast<uint64_t>(mapped)) {
     Fail("a header larger than its mapping passed");
   }
-  if (h.sample_bytes != 0 && u128{h.sample_bytes} * h.batch_size > h.slot_bytes) {
-    Fail("samples that overflow their slot passed");
-  }
-  const u128 box_entries = u128{h.batch_size} * h.box_stride;
-  if (h.box_stride != 0 && (u128{h.box_offset} + 16 * box_entries > h.slot_bytes ||
-                            u128{h.box_label_offset} + 8 * box_entries > h.slot_bytes ||
-                            u128{h.box_flag_offset} + box_entries > h.slot_bytes)) {
-    Fail("box arrays that overflow their slot passed");
+  for (uint32_t k = 0; k < h.field_count; ++k) {
+    if (u128{h.fields[k].offset} + u128{h.fields[k].stride} * h.batch_size > h.slot_bytes) {
+      Fail("a field whose rooms overflow their slot passed");
+    }
   }
   const Mapping map = Map(static_cast<size_t>(mapped));
   std::memcpy(map.base, raw, std::min(sizeof(raw), map.size));
@@ -150,49 +169,33 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (descriptors_end > h.data_offset) Fail("descriptors overlap the data area");
   for (uint32_t s = 0; s < h.slot_count; ++s) {
     Touch(map, u128{h.descriptor_offset} + u128{h.descriptor_stride} * s,
-          sizeof(ring::SlotDescriptor) + u128{h.batch_size} * sizeof(ring::SampleRecord));
+          sizeof(ring::SlotDescriptor) + u128{h.batch_size} * ring::RecordBytes(h.field_count));
     Touch(map, u128{h.data_offset} + u128{h.slot_bytes} * s, h.slot_bytes);
   }
+  if (ring::RecordBytes(h.field_count) * u128{h.batch_size} + sizeof(ring::SlotDescriptor) >
+      h.descriptor_stride) {
+    Fail("records that overflow their descriptor passed");
+  }
 
-  // Records, copied out of shared memory as the client does, each checked
-  // against the slot; the last slot is the one at the end of the mapping.
+  // Field records, copied out of shared memory as the client does, each
+  // checked against its field; the value lies in the last sample's room of
+  // the last slot, at the end of the mapping.
   const u128 last_slot = u128{h.data_offset} + u128{h.slot_bytes} * (h.slot_count - 1);
-  ring::SampleRecord r;
-  while (in.Take(&r, sizeof(r))) {
-    if (ring::ValidateRecord(r, h.slot_bytes, h.dtype) != nullptr) continue;
-    if (u128{r.offset} + r.bytes > h.slot_bytes) Fail("a record outside its slot passed");
-    if (r.status > ring::kSampleFailed || r.channels > ring::kMaxChannels) {
-      Fail("a record with a bad status or channel count passed");
+  uint8_t k = 0;
+  ring::FieldRecord r;
+  while (in.Take(&k, 1) && in.Take(&r, sizeof(r))) {
+    const ring::FieldSpec& f = h.fields[k % h.field_count];
+    uint64_t bytes = 0;
+    if (ring::ValidateFieldRecord(r, f, &bytes) != nullptr) continue;
+    if (bytes > f.stride) Fail("a value larger than its room passed");
+    u128 shape_bytes = ring::DTypeBytes(f.dtype);
+    for (uint32_t d = 0; d < f.rank; ++d) shape_bytes *= r.shape[d];
+    for (uint32_t d = f.rank; d < ring::kMaxRank; ++d) {
+      if (r.shape[d] != 0) Fail("a dimension past the rank passed");
     }
-    const u128 shape_bytes =
-        u128{r.height} * r.width * r.channels * ring::DTypeBytes(h.dtype);
-    // Whatever its status: a reader sizes a failed sample's view from its
-    // shape too.
-    if (shape_bytes != r.bytes) {
-      Fail("a record whose shape needs more (or fewer) bytes than it names passed");
-    }
-    Touch(map, last_slot + r.offset, r.bytes);
-    Touch(map, last_slot + r.offset, shape_bytes);
-    // The sample's mask, as the client checks it (the header's mask dtype).
-    if (ring::ValidateMask(r, h.slot_bytes, h.mask_dtype) != nullptr) continue;
-    if (h.mask_dtype == 0 ? r.mask_bytes != 0 : u128{r.mask_offset} + r.mask_bytes > h.slot_bytes) {
-      Fail("a mask outside its slot passed");
-    }
-    if (h.mask_dtype != 0 &&
-        u128{r.height} * r.width * ring::MaskDTypeBytes(h.mask_dtype) != r.mask_bytes) {
-      Fail("a mask whose shape needs more (or fewer) bytes than it names passed");
-    }
-    if (r.mask_bytes != 0) Touch(map, last_slot + r.mask_offset, r.mask_bytes);
-    // Its boxes, as the client reads them: the first box_count entries of
-    // its place in each box array (the index any sample of the batch).
-    if (ring::ValidateBoxes(r, h.box_stride) != nullptr) continue;
-    if (r.box_count > h.box_stride) Fail("more boxes than a sample's room passed");
-    if (r.box_count != 0) {
-      const u128 first = u128{h.batch_size - 1} * h.box_stride;
-      Touch(map, last_slot + h.box_offset + 16 * first, 16 * u128{r.box_count});
-      Touch(map, last_slot + h.box_label_offset + 8 * first, 8 * u128{r.box_count});
-      Touch(map, last_slot + h.box_flag_offset + first, r.box_count);
-    }
+    // A reader sizes its view from the shape: it must be the bytes named.
+    if (shape_bytes != bytes) Fail("a shape whose bytes are not the value's passed");
+    Touch(map, last_slot + f.offset + u128{f.stride} * (h.batch_size - 1), bytes);
   }
   return 0;
 }

@@ -1,5 +1,7 @@
 #include "testing/room_test_util.h"
 
+#include <cstring>
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -99,6 +101,7 @@ absl::StatusOr<std::unique_ptr<RingClient>> RingClient::Open(UniqueFd fd,
   c->geometry_.data_offset = h->data_offset;
   c->geometry_.slot_bytes = h->slot_bytes;
   c->geometry_.total_bytes = h->total_bytes;
+  c->geometry_.record_bytes = ring::RecordBytes(h->field_count);
   return c;
 }
 
@@ -128,6 +131,49 @@ void RingClient::Free(uint64_t seq) {
   header()->batches_consumed.fetch_add(1);
   header()->release_count.fetch_add(1, std::memory_order_release);
   ring::FutexWakeAll(&header()->release_count);
+}
+
+}  // namespace stoker::testing
+
+namespace stoker::testing {
+
+std::vector<SlotSample> ReadSlot(const ring::RingHeader& h, const ring::Geometry& g,
+                                 ring::SlotDescriptor* d, const uint8_t* slot_data) {
+  auto find = [&h](std::string_view name) {
+    for (uint32_t k = 0; k < h.field_count; ++k) {
+      if (ring::FieldName(h.fields[k]) == name) return static_cast<int>(k);
+    }
+    return -1;
+  };
+  const int image = find(ring::kImageField), label = find(ring::kLabelField);
+  const int boxes = find(ring::kBoxesField), mask = find(ring::kMaskField);
+  const bool nchw = h.layout == ring::kNCHW;
+  std::vector<SlotSample> out(d->sample_count);
+  for (uint32_t i = 0; i < d->sample_count; ++i) {
+    ring::SampleRecord* r = ring::Record(d, g, i);
+    const ring::FieldRecord* fr = ring::FieldRecords(r);
+    SlotSample& o = out[i];
+    o.status = r->status;
+    o.dataset_index = r->dataset_index;
+    o.planned_index = r->planned_index;
+    if (label >= 0) {
+      std::memcpy(&o.label, slot_data + h.fields[label].offset + 8 * i, 8);
+    }
+    if (image >= 0) {
+      const ring::FieldSpec& f = h.fields[image];
+      o.offset = f.offset + f.stride * i;
+      o.height = fr[image].shape[nchw ? 1 : 0];
+      o.width = fr[image].shape[nchw ? 2 : 1];
+      (void)ring::ValueBytes(f.dtype, f.rank, fr[image].shape, f.stride, &o.bytes);
+    }
+    if (mask >= 0) {
+      const ring::FieldSpec& f = h.fields[mask];
+      o.mask_offset = f.offset + f.stride * i;
+      (void)ring::ValueBytes(f.dtype, f.rank, fr[mask].shape, f.stride, &o.mask_bytes);
+    }
+    if (boxes >= 0) o.box_count = fr[boxes].shape[0];
+  }
+  return out;
 }
 
 }  // namespace stoker::testing

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "server/dataset/dataset.h"
@@ -59,6 +60,7 @@ class RingClient {
   static absl::StatusOr<std::unique_ptr<RingClient>> Open(UniqueFd fd, uint64_t total_bytes);
   ring::RingHeader* header() const { return static_cast<ring::RingHeader*>(map_.addr()); }
   ring::SlotDescriptor* descriptor(uint32_t slot) const;
+  const ring::Geometry& geometry() const { return geometry_; }
   const uint8_t* slot_data(uint32_t slot) const;
   // Waits (deadline `timeout`) until batch `seq` is ready in its slot.
   bool WaitReady(uint64_t seq, std::chrono::milliseconds timeout) const;
@@ -72,6 +74,24 @@ class RingClient {
   ring::Geometry geometry_;
   uint32_t slots_ = 0;
 };
+
+// One sample of a ready slot as a reader finds it: its record and its
+// still-image fields (ring_layout.h, "field"), read by name from the header.
+struct SlotSample {
+  uint32_t status = 0;
+  uint64_t dataset_index = 0;
+  uint64_t planned_index = 0;
+  int64_t label = 0;
+  uint64_t offset = 0;  // the image's room in the slot's data
+  uint64_t bytes = 0;   // the image's bytes, by its shape
+  uint32_t height = 0;
+  uint32_t width = 0;
+  uint64_t mask_offset = 0;
+  uint64_t mask_bytes = 0;
+  uint32_t box_count = 0;
+};
+std::vector<SlotSample> ReadSlot(const ring::RingHeader& h, const ring::Geometry& g,
+                                 ring::SlotDescriptor* d, const uint8_t* slot_data);
 
 }  // namespace stoker::testing
 

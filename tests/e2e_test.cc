@@ -118,6 +118,16 @@ TEST_CASE("two epochs deliver every sample exactly once with its label") {
   CHECK(info.batches_per_epoch == 7);
   CHECK(info.total_batches == 14);
   CHECK(info.class_names == std::vector<std::string>{"class_0", "class_1", "class_2"});
+  // The samples' fields (ring_layout.h): a fixed 32x32x3 uint8 image, an int64 label.
+  REQUIRE(info.fields.size() == 2);
+  CHECK(info.fields[0].name == "image");
+  CHECK(info.fields[0].dtype == DType::kUint8);
+  CHECK(info.fields[0].max_shape == std::vector<uint32_t>{32, 32, 3});
+  CHECK(info.fields[0].fixed_shape);
+  CHECK(info.fields[0].room_bytes == 32 * 32 * 3);
+  CHECK(info.fields[1].name == "label");
+  CHECK(info.fields[1].dtype == DType::kInt64);
+  CHECK(info.fields[1].max_shape.empty());
 
   std::vector<std::vector<int64_t>> per_epoch(2);
   uint64_t expected_seq = 0;
@@ -128,7 +138,23 @@ TEST_CASE("two epochs deliver every sample exactly once with its label") {
     CHECK(b->sequence() == expected_seq);
     CHECK(b->batch_in_epoch() == expected_seq % 7);
     CHECK(b->size() == (b->batch_in_epoch() == 6 ? 3u : 8u));
+    const BatchField* image = b->field("image");
+    const BatchField* label = b->field("label");
+    REQUIRE(image != nullptr);
+    REQUIRE(label != nullptr);
+    CHECK(b->field("mask") == nullptr);
+    CHECK(b->fields().size() == 2);
+    CHECK(image->data(0) == b->data());  // one [n, 32, 32, 3] array
+    CHECK(image->stride() == 32 * 32 * 3);
+    CHECK(b->data_bytes() == uint64_t{32} * 32 * 3 * b->size());
     for (uint32_t i = 0; i < b->size(); ++i) {
+      CHECK(image->shape(i)[0] == 32);
+      CHECK(image->shape(i)[1] == 32);
+      CHECK(image->shape(i)[2] == 3);
+      CHECK(image->bytes(i) == 32 * 32 * 3);
+      int64_t value = -1;
+      std::memcpy(&value, label->data(i), sizeof(value));
+      CHECK(value == b->labels()[i]);
       // ImageFolder order: class k holds indices [17k, 17k + 17).
       CHECK(b->labels()[i] == b->indices()[i] / kPerClass);
       CHECK(b->status(i) == SampleStatus::kOk);

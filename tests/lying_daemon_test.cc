@@ -19,6 +19,7 @@
 
 #include "absl/strings/match.h"
 #include "server/engine/ring_handover.h"
+#include "pipeline/sample_fields.h"
 #include "server/engine/ring_owner.h"
 #include "stoker/client.h"
 #include "stoker/ring_layout.h"
@@ -48,14 +49,10 @@ class FakeStoker final : public v1::Stoker::Service {
     RingSpec spec;
     spec.slot_count = kSlots;
     spec.batch_size = kBatch;
-    if (variable_) {
-      spec.variable_bytes = kSampleBytes * kBatch;
-    } else {
-      spec.sample_bytes = kSampleBytes;
-      spec.height = spec.width = kSide;
-    }
-    spec.channels = 3;
-    spec.dtype = ring::kUint8;
+    const uint32_t side = variable_ ? 0 : kSide;
+    spec.fields.push_back(pipeline::MakeField(ring::kImageField, ring::kUint8, {side, side, 3},
+                                              kSampleBytes, !variable_));
+    spec.fields.push_back(pipeline::MakeField(ring::kLabelField, ring::kInt64, {}, 8, true));
     spec.layout = ring::kNHWC;
     spec.batches_per_epoch = 50;
     spec.total_batches = 50;
@@ -72,7 +69,7 @@ class FakeStoker final : public v1::Stoker::Service {
     ri->set_total_bytes(g.total_bytes);
     ri->set_slot_count(kSlots);
     ri->set_slot_bytes(g.slot_bytes);
-    ri->set_sample_bytes(variable_ ? 0 : kSampleBytes);
+    for (const ring::FieldSpec& f : ring_->fields()) *ri->add_fields() = pipeline::FieldInfoOf(f);
     ri->set_layout_version(ring::kLayoutVersion);
     ri->set_data_offset(g.data_offset);
     ri->set_descriptor_offset(g.descriptor_offset);
@@ -90,14 +87,13 @@ class FakeStoker final : public v1::Stoker::Service {
     ring::SlotDescriptor* d = ring_->descriptor(0);
     d->sequence = 0;
     d->sample_count = kBatch;
-    ring::SampleRecord* recs = ring::Records(d);
     for (uint32_t i = 0; i < kBatch; ++i) {
-      recs[i] = ring::SampleRecord{};
-      recs[i].offset = kSampleBytes * i;
-      recs[i].bytes = kSampleBytes;
-      recs[i].height = recs[i].width = kSide;
-      recs[i].channels = 3;
-      recs[i].dataset_index = recs[i].planned_index = i;
+      ring::SampleRecord* r = ring::Record(d, ring_->geometry(), i);
+      *r = ring::SampleRecord{};
+      r->dataset_index = r->planned_index = i;
+      ring::FieldRecord* fr = ring::FieldRecords(r);
+      fr[0] = ring::FieldRecord{{kSide, kSide, 3, 0, 0}, 0};
+      fr[1] = ring::FieldRecord{};
     }
     lie_(resp, ring_.get());
     d->state.store(ring::kReady, std::memory_order_release);
@@ -208,8 +204,27 @@ TEST_CASE("a lying daemon: a shape in Attach that is not the sample size is refu
   expect_loss([](v1::AttachResponse* r, RingOwner*) { r->set_height(20000000); }, "height");
   expect_loss([](v1::AttachResponse* r, RingOwner*) { r->set_channels(4); }, "channels");
   expect_loss([](v1::AttachResponse* r, RingOwner*) { r->set_width(0); }, "no width");
-  expect_loss([](v1::AttachResponse* r, RingOwner*) { r->mutable_ring()->set_sample_bytes(0); },
-              "a variable-size ring with a fixed shape");
+  expect_loss(
+      [](v1::AttachResponse* r, RingOwner*) {
+        r->mutable_ring()->mutable_fields(0)->set_fixed_shape(false);
+      },
+      "a variable-size ring with a fixed shape");
+  expect_loss(
+      [](v1::AttachResponse* r, RingOwner*) { r->mutable_ring()->mutable_fields(0)->set_stride(1); },
+      "an image room smaller than its shape");
+  expect_loss(
+      [](v1::AttachResponse* r, RingOwner*) { r->mutable_ring()->mutable_fields(1)->set_dtype(1); },
+      "a label of bytes");
+  expect_loss(
+      [](v1::AttachResponse* r, RingOwner*) {
+        r->mutable_ring()->mutable_fields(1)->set_offset(uint64_t{1} << 39);
+      },
+      "a field past its slot");
+  expect_loss([](v1::AttachResponse* r, RingOwner*) { r->mutable_ring()->clear_fields(); },
+              "no fields");
+  expect_loss(
+      [](v1::AttachResponse* r, RingOwner*) { r->mutable_ring()->mutable_fields(1)->set_name("image"); },
+      "a field named twice");
 }
 
 TEST_CASE("a lying daemon: a ring header that disagrees with Attach is refused") {
@@ -218,21 +233,51 @@ TEST_CASE("a lying daemon: a ring header that disagrees with Attach is refused")
     INFO(what << ": " << st.ToString());
     CHECK(absl::IsDataLoss(st));
   };
-  expect_loss([](v1::AttachResponse*, RingOwner* ring) { ring->header()->height = 31; }, "height");
-  expect_loss([](v1::AttachResponse*, RingOwner* ring) { ring->header()->dtype = ring::kFloat32; },
-              "dtype");
+  expect_loss(
+      [](v1::AttachResponse*, RingOwner* ring) { ring->header()->fields[0].max_shape[0] = 31; },
+      "height");
+  expect_loss(
+      [](v1::AttachResponse*, RingOwner* ring) { ring->header()->fields[0].dtype = ring::kFloat32; },
+      "dtype");
+  expect_loss(
+      [](v1::AttachResponse*, RingOwner* ring) { ring->header()->fields[1].offset += 64; },
+      "a label elsewhere");
   expect_loss([](v1::AttachResponse*, RingOwner* ring) { ring->header()->layout = ring::kNCHW; },
               "layout");
+}
+
+TEST_CASE("a lying daemon: a record whose field shape is not as the header bounds it is refused") {
+  auto expect_loss = [](Lie lie, const char* what) {
+    for (bool variable : {false, true}) {
+      absl::Status st = AttachAndTake(lie, variable);
+      INFO(what << (variable ? " (variable size): " : ": ") << st.ToString());
+      CHECK(absl::IsDataLoss(st));
+    }
+  };
+  auto field = [](RingOwner* ring, uint32_t sample, uint32_t k) -> ring::FieldRecord& {
+    return ring::FieldRecords(ring::Record(ring->descriptor(0), ring->geometry(), sample))[k];
+  };
+  expect_loss([&](v1::AttachResponse*, RingOwner* ring) { field(ring, 1, 0).shape[2] = 4; },
+              "four channels");
+  expect_loss([&](v1::AttachResponse*, RingOwner* ring) { field(ring, 0, 0).shape[3] = 1; },
+              "a dimension past the rank");
+  expect_loss([&](v1::AttachResponse*, RingOwner* ring) { field(ring, 1, 1).shape[0] = 2; },
+              "a label with a shape");
+  expect_loss(
+      [&](v1::AttachResponse*, RingOwner* ring) {
+        ring::Record(ring->descriptor(0), ring->geometry(), 0)->status = 9;
+      },
+      "an unknown status");
 }
 
 TEST_CASE("a lying daemon: a failed sample whose shape is not its size is refused") {
   for (bool variable : {false, true}) {
     absl::Status st = AttachAndTake(
         [](v1::AttachResponse*, RingOwner* ring) {
-          ring::SampleRecord& r = ring::Records(ring->descriptor(0))[1];
-          r.status = ring::kSampleFailed;
-          r.bytes = 0;
-          r.height = r.width = 40000;  // 4.8 GB of view over a 12 KB slot
+          ring::SampleRecord* r = ring::Record(ring->descriptor(0), ring->geometry(), 1);
+          r->status = ring::kSampleFailed;
+          ring::FieldRecord& image = ring::FieldRecords(r)[0];
+          image.shape[0] = image.shape[1] = 40000;  // 4.8 GB of view over a 12 KB slot
         },
         variable);
     INFO((variable ? "variable size: " : "fixed shape: ") << st.ToString());

@@ -41,6 +41,7 @@
 #include "stoker/cuda.h"  // device copies
 #include "pipeline/op_table.h"  // the ops, one row each
 #include "pipeline/pipeline_spec.h"  // the pipeline keywords' one definition
+#include "pipeline/sample_fields.h"  // field dtype names
 #include "server/control/daemon_flags.h"  // stokerd's flags, for the private daemon
 #include "stoker/v1/stoker.pb.h"  // the Attach defaults
 #include "cuda_normalize.h"  // device copies: the CPU reference (client/src)
@@ -288,17 +289,70 @@ std::string EffectivePipelinePy(const std::string& keywords_json) {
   return pipeline::ToJson(*spec);
 }
 
-size_t DTypeBytes(DType d) {
-  return d == DType::kFloat32 ? 4 : d == DType::kFloat16 ? 2 : 1;
+// numpy dtypes by ring DType, made once (leaked on purpose: no Python object
+// may be destroyed after the interpreter is finalized). bfloat16, which
+// numpy lacks, comes as its bits (uint16); the field's dtype name says so.
+const py::dtype& NumpyDType(DType d) {
+  static const auto* table = new std::vector<py::dtype>([] {
+    std::vector<py::dtype> t;
+    for (uint32_t v = 0; v <= static_cast<uint32_t>(DType::kBFloat16); ++v) {
+      const std::string_view name = pipeline::FieldDTypeName(v);
+      t.emplace_back(name.empty() ? "uint8" : name == "bfloat16" ? "uint16" : std::string(name));
+    }
+    return t;
+  }());
+  const auto v = static_cast<size_t>(d);
+  return v < table->size() ? (*table)[v] : (*table)[1];
 }
 
-// numpy dtypes, made once (leaked on purpose: no Python object may be
-// destroyed after the interpreter is finalized).
-const py::dtype& NumpyDType(DType d) {
-  static const py::dtype* u8 = new py::dtype(py::dtype::of<uint8_t>());
-  static const py::dtype* f32 = new py::dtype(py::dtype::of<float>());
-  static const py::dtype* f16 = new py::dtype("float16");
-  return d == DType::kFloat32 ? *f32 : d == DType::kFloat16 ? *f16 : *u8;
+// A batch's field as numpy: views of the slot kept alive by `owner`. A
+// field whose rooms hold its bound ([n, max_shape...], the rooms contiguous:
+// a fixed shape, or boxes padded to the most a sample has) is one array;
+// any other (an any-size image or mask) is a list of each sample's array of
+// its own shape.
+py::object FieldValues(const BatchField& f, uint32_t n, const py::capsule& owner) {
+  const py::dtype& dt = NumpyDType(f.dtype());
+  const auto item = static_cast<py::ssize_t>(DTypeBytes(f.dtype()));
+  const std::vector<uint32_t>& bound = f.info().max_shape;
+  uint64_t bound_bytes = static_cast<uint64_t>(item);
+  bool bounded = true;
+  for (uint32_t d : bound) {
+    bounded = bounded && d != 0;
+    bound_bytes *= d;
+  }
+  const auto strides_of = [item](const std::vector<py::ssize_t>& shape) {
+    std::vector<py::ssize_t> st(shape.size());
+    py::ssize_t step = item;
+    for (size_t k = shape.size(); k-- > 0;) {
+      st[k] = step;
+      step *= shape[k];
+    }
+    return st;
+  };
+  if (bounded && bound_bytes == f.stride()) {
+    std::vector<py::ssize_t> shape{static_cast<py::ssize_t>(n)};
+    shape.insert(shape.end(), bound.begin(), bound.end());
+    std::vector<py::ssize_t> st = strides_of(shape);
+    return py::array(dt, shape, st, n > 0 ? f.data(0) : nullptr, owner);
+  }
+  py::list list(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    std::vector<py::ssize_t> shape(f.shape(i), f.shape(i) + f.rank());
+    std::vector<py::ssize_t> st = strides_of(shape);
+    list[i] = py::array(dt, shape, st, f.data(i), owner);
+  }
+  return list;
+}
+
+// Each sample's shape of a field: int32 [n, rank].
+py::array_t<int32_t> FieldShapes(const BatchField& f, uint32_t n) {
+  const py::ssize_t rank = f.rank();
+  py::array_t<int32_t> shapes({static_cast<py::ssize_t>(n), rank});
+  int32_t* out = shapes.mutable_data();
+  for (uint32_t i = 0; i < n; ++i) {
+    for (py::ssize_t d = 0; d < rank; ++d) out[i * rank + d] = static_cast<int32_t>(f.shape(i)[d]);
+  }
+  return shapes;
 }
 
 // ---------------------------------------------------------------------------
@@ -342,11 +396,6 @@ class PySession {
  public:
   PySession(std::unique_ptr<Session> s) : session_(std::move(s)) {
     const SessionInfo& i = session_->info();
-    dtype_ = i.dtype;
-    nchw_ = i.layout == Layout::kNCHW;
-    height_ = i.height;
-    width_ = i.width;
-    channels_ = i.channels;
     slots_ = i.ring_slots != 0 ? i.ring_slots : 1;
     leases_ = std::make_shared<LeaseTable>(slots_);
   }
@@ -377,6 +426,16 @@ class PySession {
     d["mask_dtype"] = i.mask_dtype == 0 ? py::object(py::none())
                       : py::object(py::str(i.mask_dtype == 4 ? "uint16" : "uint8"));
     d["box_stride"] = i.box_stride;
+    // Every field of the samples: (name, dtype name, max_shape, fixed_shape).
+    py::list fields;
+    for (const FieldInfo& f : i.fields) {
+      py::list bound;
+      for (uint32_t b : f.max_shape) bound.append(b);
+      fields.append(py::make_tuple(f.name,
+                                   std::string(pipeline::FieldDTypeName(static_cast<uint32_t>(f.dtype))),
+                                   py::tuple(bound), f.fixed_shape));
+    }
+    d["fields"] = fields;
     // File-system names: bytes, decoded as os.fsdecode does (a name that is
     // not UTF-8 keeps its bytes as surrogates, as os.listdir gives it).
     py::list classes;
@@ -389,12 +448,9 @@ class PySession {
     return d;
   }
 
-  // (images, labels, indices, planned_indices, statuses, epoch,
-  //  batch_in_epoch, sequence), then for a segmentation or detection set
-  //  the masks (None without), then for a detection set its boxes as
-  //  (xyxy [n, stride, 4] float32, labels [n, stride] int64, flags
-  //  [n, stride] uint8, counts [n] int32): views of the slot, sample i's
-  //  first counts[i] rows
+  // ({field name: (values, shapes)}, indices, planned_indices, statuses,
+  //  epoch, batch_in_epoch, sequence): every field of the samples
+  //  (ring_layout.h, "field") as FieldValues and FieldShapes give it.
   py::tuple Next(int64_t timeout_ms) {
     if (session_ == nullptr) Raise(g_exc.stoker_error, "the session was detached", "CANCELLED");
     // The ring hands batches out through its slots in order: batch s lies in
@@ -453,81 +509,18 @@ class PySession {
     Batch* batch = &lease->batch;
     const uint32_t n = batch->size();
 
-    py::object images;
-    const py::dtype& dt = NumpyDType(dtype_);
-    const auto item = static_cast<py::ssize_t>(DTypeBytes(dtype_));
-    if (height_ != 0) {
-      const py::ssize_t h = height_, w = width_, c = channels_;
-      std::vector<py::ssize_t> shape =
-          nchw_ ? std::vector<py::ssize_t>{n, c, h, w} : std::vector<py::ssize_t>{n, h, w, c};
-      std::vector<py::ssize_t> strides(4);
-      strides[3] = item;
-      for (int k = 2; k >= 0; --k) strides[k] = strides[k + 1] * shape[k + 1];
-      images = py::array(dt, std::move(shape), std::move(strides), batch->data(), owner);
-    } else {
-      py::list list(n);
-      for (uint32_t i = 0; i < n; ++i) {
-        const py::ssize_t h = batch->height(i), w = batch->width(i), c = batch->channels();
-        std::vector<py::ssize_t> shape =
-            nchw_ ? std::vector<py::ssize_t>{c, h, w} : std::vector<py::ssize_t>{h, w, c};
-        std::vector<py::ssize_t> strides(3);
-        strides[2] = item;
-        for (int k = 1; k >= 0; --k) strides[k] = strides[k + 1] * shape[k + 1];
-        list[i] = py::array(dt, std::move(shape), std::move(strides), batch->sample_data(i), owner);
-      }
-      images = std::move(list);
+    py::dict fields;
+    for (const BatchField& f : batch->fields()) {
+      fields[py::str(f.name())] = py::make_tuple(FieldValues(f, n, owner), FieldShapes(f, n));
     }
-    // Segmentation sets: the masks, [n, h, w] (or one [h, w] array per
-    // sample for any-size outputs), views of the slot like the images.
-    py::object masks = py::none();
-    if (batch->mask_dtype() != static_cast<DType>(0)) {
-      const bool wide = batch->mask_dtype() == DType::kUint16;
-      const py::dtype mdt = wide ? py::dtype::of<uint16_t>() : py::dtype::of<uint8_t>();
-      const py::ssize_t mitem = wide ? 2 : 1;
-      if (height_ != 0) {
-        const py::ssize_t h = height_, w = width_;
-        masks = py::array(mdt, {static_cast<py::ssize_t>(n), h, w}, {h * w * mitem, w * mitem, mitem},
-                          n > 0 ? batch->mask_data(0) : batch->data(), owner);
-      } else {
-        py::list list(n);
-        for (uint32_t i = 0; i < n; ++i) {
-          const py::ssize_t h = batch->height(i), w = batch->width(i);
-          list[i] = py::array(mdt, {h, w}, {w * mitem, mitem}, batch->mask_data(i), owner);
-        }
-        masks = std::move(list);
-      }
-    }
-    py::array_t<int64_t> labels(n, batch->labels().data());
     py::array_t<int64_t> indices(n, batch->indices().data());
     py::array_t<int64_t> planned(n, batch->planned_indices().data());
     py::array_t<int32_t> statuses(n);
     int32_t* st = statuses.mutable_data();
     for (uint32_t i = 0; i < n; ++i) st[i] = static_cast<int32_t>(batch->status(i));
-    if (batch->box_stride() != 0) {
-      const py::ssize_t stride = batch->box_stride(), nn = n;
-      py::array xyxy(py::dtype::of<float>(), {nn, stride, py::ssize_t{4}},
-                     {stride * 16, py::ssize_t{16}, py::ssize_t{4}}, batch->boxes(0), owner);
-      py::array box_labels(py::dtype::of<int64_t>(), {nn, stride}, {stride * 8, py::ssize_t{8}},
-                           batch->box_labels(0), owner);
-      py::array flags(py::dtype::of<uint8_t>(), {nn, stride}, {stride, py::ssize_t{1}},
-                      batch->box_flags(0), owner);
-      py::array_t<int32_t> counts(n);
-      int32_t* c = counts.mutable_data();
-      for (uint32_t i = 0; i < n; ++i) c[i] = static_cast<int32_t>(batch->box_count(i));
-      return py::make_tuple(std::move(images), std::move(labels), std::move(indices),
-                            std::move(planned), std::move(statuses), batch->epoch(),
-                            batch->batch_in_epoch(), batch->sequence(), std::move(masks),
-                            py::make_tuple(std::move(xyxy), std::move(box_labels),
-                                           std::move(flags), std::move(counts)));
-    }
-    if (masks.is_none()) {
-      return py::make_tuple(std::move(images), std::move(labels), std::move(indices),
-                            std::move(planned), std::move(statuses), batch->epoch(),
-                            batch->batch_in_epoch(), batch->sequence());
-    }
-    return py::make_tuple(std::move(images), std::move(labels), std::move(indices),
-                          std::move(planned), std::move(statuses), batch->epoch(),
-                          batch->batch_in_epoch(), batch->sequence(), std::move(masks));
+    return py::make_tuple(std::move(fields), std::move(indices), std::move(planned),
+                          std::move(statuses), batch->epoch(), batch->batch_in_epoch(),
+                          batch->sequence());
   }
 
   uint64_t Delivered() const { return session_ == nullptr ? delivered_ : session_->delivered(); }
@@ -600,9 +593,6 @@ class PySession {
   uint32_t slots_ = 1;
   std::shared_ptr<LeaseTable> leases_;
   // Constant after construction.
-  DType dtype_ = DType::kUint8;
-  bool nchw_ = false;
-  uint32_t height_ = 0, width_ = 0, channels_ = 3;
 };
 
 // ---------------------------------------------------------------------------
@@ -1005,16 +995,16 @@ PYBIND11_MODULE(_native, m) {
       .def_property_readonly("info", &PySession::Info,
                              "What the daemon said at attach, after defaults (a new dict).")
       .def("next", &PySession::Next, py::arg("timeout_ms") = -1,
-           "Waits for the next batch (GIL released). Returns (images, labels, indices, "
-           "planned_indices, statuses, epoch, batch_in_epoch, sequence), and for a dataset "
-           "with masks a ninth item, the masks: [n,H,W] uint8/uint16 over the slot, like the "
-           "images (a list for any-size outputs); for a dataset with boxes the ninth (None "
-           "without masks) and a tenth, (xyxy [n,S,4] float32, labels [n,S] int64, flags [n,S] "
-           "uint8, counts [n] int32) over the slot: sample i's first counts[i] rows. `images` "
-           "is one "
-           "zero-copy ndarray over the ring slot ([n,H,W,3] or [n,3,H,W]) or, for the "
-           "variable-size decode pipeline, a list of per-sample ndarrays; the slot returns to "
-           "the daemon when the last of them is collected. Raises EndOfData after the last "
+           "Waits for the next batch (GIL released). Returns (fields, indices, "
+           "planned_indices, statuses, epoch, batch_in_epoch, sequence): fields maps each "
+           "field's name (info['fields']: image, label, then mask or boxes, box_labels, "
+           "box_flags) to (values, shapes). values is one zero-copy ndarray over the ring slot, "
+           "[n, *max_shape], when the field's rooms hold its bound (a fixed shape, or boxes "
+           "padded to the most a sample has: sample i's first shapes[i][0] rows), else a list "
+           "of each sample's ndarray of its own shape (any-size images and masks); shapes is "
+           "int32 [n, rank]. "
+           "The slot returns to the daemon when the last of them is collected. Raises EndOfData "
+           "after the last "
            "batch, SampleError, RingExhaustedError, StokerTimeoutError, "
            "DaemonUnavailableError.")
       .def_property_readonly("delivered", &PySession::Delivered, "Batches handed out so far.")

@@ -23,6 +23,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "pipeline/pipeline_spec.h"
+#include "pipeline/sample_fields.h"
 #include "stoker/ring_futex.h"
 #include "stoker/ring_layout.h"
 #include "stoker/v1/stoker.grpc.pb.h"
@@ -163,42 +164,28 @@ class SessionCore {
           absl::StrCat("the daemon's ring layout is version ", ri.layout_version(),
                        ", this client reads version ", ring::kLayoutVersion));
     }
-    // Every size used below comes from this geometry, computed here.
-    uint64_t slot_data = ri.sample_bytes() != 0 ? ri.sample_bytes() * batch_size : ri.slot_bytes();
-    mask_dtype_ = ri.mask_dtype();
-    mask_offset_ = ri.mask_offset();
-    mask_sample_bytes_ = ri.mask_sample_bytes();
-    if (mask_dtype_ != 0) {
-      // The masks follow the images (ring::MaskOffset).
-      if (ring::MaskDTypeBytes(mask_dtype_) == 0 ||
-          (ri.sample_bytes() != 0 && mask_offset_ != ring::MaskOffset(slot_data)) ||
-          mask_sample_bytes_ > (uint64_t{1} << 40) || mask_offset_ > (uint64_t{1} << 40)) {
-        return absl::DataLossError("the daemon's mask layout is inconsistent");
-      }
-      if (ri.sample_bytes() != 0) slot_data = mask_offset_ + mask_sample_bytes_ * batch_size;
+    // Every size used below comes from these fields and this geometry,
+    // computed here.
+    if (ri.fields_size() == 0 || ri.fields_size() > int{ring::kMaxFields}) {
+      return absl::DataLossError(absl::StrCat("the daemon's samples have ", ri.fields_size(),
+                                              " fields"));
     }
-    box_stride_ = ri.box_stride();
-    if (box_stride_ != 0) {
-      // The box arrays follow the masks (ring::PlaceBoxes); a variable-size
-      // ring's place is checked against its slot by ValidateHeader below.
-      boxes_ = ring::PlaceBoxes(slot_data, batch_size, box_stride_);
-      if (box_stride_ > ring::kMaxBoxesPerSample ||
-          (ri.sample_bytes() != 0 &&
-           (ri.box_offset() != boxes_.xyxy || ri.box_label_offset() != boxes_.labels ||
-            ri.box_flag_offset() != boxes_.flags))) {
-        return absl::DataLossError("the daemon's box layout is inconsistent");
+    uint64_t slot_data = 0;
+    for (const v1::FieldInfo& info : ri.fields()) {
+      absl::StatusOr<ring::FieldSpec> f = pipeline::FieldSpecOf(info);
+      if (!f.ok()) return f.status();
+      if (f->stride > ring::kMaxRoomBytes || f->offset > (uint64_t{1} << 40)) {
+        return absl::DataLossError("the daemon's field layout is inconsistent");
       }
-      boxes_.xyxy = ri.box_offset();
-      boxes_.labels = ri.box_label_offset();
-      boxes_.flags = ri.box_flag_offset();
-      if (ri.sample_bytes() != 0) slot_data = boxes_.end;
+      slot_data = std::max(slot_data, f->offset + f->stride * batch_size);
+      fields_.push_back(*f);
     }
-    if (!ring::ComputeGeometry(slots_, batch_size, slot_data, &geometry_) ||
+    if (!ring::ComputeGeometry(slots_, batch_size, static_cast<uint32_t>(fields_.size()),
+                               slot_data, &geometry_) ||
         geometry_.total_bytes != ri.total_bytes() || geometry_.slot_bytes != ri.slot_bytes() ||
         geometry_.data_offset != ri.data_offset()) {
       return absl::DataLossError("the daemon's ring geometry is inconsistent");
     }
-    sample_bytes_ = ri.sample_bytes();
     const v1::Output& out = r.effective_pipeline().output();
     dtype_ = pipeline::DTypeFromName(out.dtype());
     nhwc_ = pipeline::LayoutFromName(out.layout()) == ring::kNHWC;
@@ -206,20 +193,15 @@ class SessionCore {
       return absl::DataLossError(absl::StrCat("the daemon's output dtype '", out.dtype(),
                                               "' or layout '", out.layout(), "' is unknown"));
     }
-    // The shape every view of a fixed-shape batch is given must be exactly
-    // the bytes of one sample: the check each record gets at Next. A
-    // variable-size ring has no shape (0x0).
-    ring::SampleRecord shape{};
-    shape.bytes = sample_bytes_;
-    shape.height = r.height();
-    shape.width = r.width();
-    shape.channels = r.channels();
-    const bool no_shape = r.height() == 0 && r.width() == 0;
-    if (r.channels() != 3 || (sample_bytes_ == 0) != no_shape ||
-        ring::ValidateRecord(shape, geometry_.slot_bytes, dtype_) != nullptr) {
-      return absl::DataLossError(absl::StrCat(
-          "the daemon's sample shape ", r.height(), "x", r.width(), "x", r.channels(),
-          " disagrees with its sample size of ", sample_bytes_, " bytes"));
+    if (absl::Status st = FindRoles(r); !st.ok()) return st;
+    for (const ring::FieldSpec& f : fields_) {
+      FieldInfo info;
+      info.name = std::string(ring::FieldName(f));
+      info.dtype = static_cast<DType>(f.dtype);
+      info.max_shape.assign(f.max_shape, f.max_shape + f.rank);
+      info.room_bytes = f.stride;
+      info.fixed_shape = (f.flags & ring::kFieldFixedShape) != 0;
+      field_infos_.push_back(std::move(info));
     }
     total_batches_ = r.total_batches();
     // The daemon's --heartbeat-timeout-ms (its one default is in config.proto).
@@ -249,16 +231,11 @@ class SessionCore {
             ring::ValidateHeader(snapshot, geometry_.total_bytes, geometry_, slots_, batch_size)) {
       return absl::DataLossError(absl::StrCat("ring header: ", why));
     }
-    if (snapshot.height != r.height() || snapshot.width != r.width() ||
-        snapshot.channels != r.channels() || snapshot.dtype != dtype_ ||
-        snapshot.sample_bytes != sample_bytes_ || (snapshot.layout == ring::kNHWC) != nhwc_ ||
-        snapshot.mask_dtype != mask_dtype_ || snapshot.mask_offset != mask_offset_ ||
-        snapshot.mask_sample_bytes != mask_sample_bytes_ || snapshot.box_stride != box_stride_ ||
-        (box_stride_ != 0 &&
-         (snapshot.box_offset != boxes_.xyxy || snapshot.box_label_offset != boxes_.labels ||
-          snapshot.box_flag_offset != boxes_.flags))) {
-      return absl::DataLossError("ring header: the sample shape or format differs from Attach");
+    bool same = snapshot.field_count == fields_.size() && (snapshot.layout == ring::kNHWC) == nhwc_;
+    for (uint32_t k = 0; same && k < fields_.size(); ++k) {
+      same = ring::SameField(snapshot.fields[k], fields_[k]);
     }
+    if (!same) return absl::DataLossError("ring header: the sample fields differ from Attach");
     // Fault the pages of the ring's first depth in now (MAP_POPULATE), not on
     // the first read of each slot in the training loop. Slots beyond it are
     // holes in the ring's memory until the ring deepens: faulting them in
@@ -270,6 +247,70 @@ class SessionCore {
                                         populate);
         !mapped.ok()) {
       return absl::ResourceExhaustedError(absl::StrCat("mmap ring: ", mapped.message()));
+    }
+    return absl::OkStatus();
+  }
+
+  // Finds the still-image fields (ring_layout.h, "field") the Batch's own
+  // accessors view, and checks each against the shape they assume: an
+  // answer that breaks one is refused, so no view can size past its room.
+  absl::Status FindRoles(const v1::AttachResponse& r) {
+    for (uint32_t k = 0; k < fields_.size(); ++k) {
+      const ring::FieldSpec& f = fields_[k];
+      if (const char* why = ring::ValidateField(f, batch_size_, geometry_.slot_bytes)) {
+        return absl::DataLossError(absl::StrCat("the daemon's field '", std::string(ring::FieldName(f)),
+                                                "': ", why));
+      }
+      const std::string_view name = ring::FieldName(f);
+      for (uint32_t j = 0; j < k; ++j) {
+        if (ring::FieldName(fields_[j]) == name) {
+          return absl::DataLossError(absl::StrCat("the daemon names field '", std::string(name), "' twice"));
+        }
+      }
+      int* role = name == ring::kImageField       ? &roles_.image
+                  : name == ring::kLabelField     ? &roles_.label
+                  : name == ring::kMaskField      ? &roles_.mask
+                  : name == ring::kBoxesField     ? &roles_.boxes
+                  : name == ring::kBoxLabelsField ? &roles_.box_labels
+                  : name == ring::kBoxFlagsField  ? &roles_.box_flags
+                                                  : nullptr;
+      if (role != nullptr) *role = static_cast<int>(k);
+    }
+    const auto bad = [](std::string_view what) {
+      return absl::DataLossError(absl::StrCat("the daemon's ", std::string(what), " field is not as this "
+                                              "client reads it"));
+    };
+    // image: [H, W, 3] or [3, H, W] of the output dtype, fixed exactly when
+    // the output has a size (the AttachResponse's).
+    if (roles_.image < 0) return bad("image");
+    const ring::FieldSpec& img = fields_[roles_.image];
+    const uint32_t c = nhwc_ ? 2 : 0, y = nhwc_ ? 0 : 1, x = nhwc_ ? 1 : 2;
+    const bool fixed = (img.flags & ring::kFieldFixedShape) != 0;
+    if (img.dtype != dtype_ || img.rank != 3 || img.max_shape[c] != 3 || r.channels() != 3 ||
+        img.max_shape[y] != r.height() || img.max_shape[x] != r.width() ||
+        fixed != (r.height() != 0 && r.width() != 0)) {
+      return bad("image");
+    }
+    if (roles_.label < 0) return bad("label");
+    const ring::FieldSpec& label = fields_[roles_.label];
+    if (label.dtype != ring::kInt64 || label.rank != 0) return bad("label");
+    if (roles_.mask >= 0) {
+      const ring::FieldSpec& m = fields_[roles_.mask];
+      if ((m.dtype != ring::kUint8 && m.dtype != ring::kUint16) || m.rank != 2) return bad("mask");
+    }
+    const int box_roles = (roles_.boxes >= 0) + (roles_.box_labels >= 0) + (roles_.box_flags >= 0);
+    if (box_roles != 0) {
+      if (box_roles != 3) return bad("boxes");
+      const ring::FieldSpec& b = fields_[roles_.boxes];
+      const ring::FieldSpec& bl = fields_[roles_.box_labels];
+      const ring::FieldSpec& bf = fields_[roles_.box_flags];
+      const uint32_t n = b.max_shape[0];
+      if (b.dtype != ring::kFloat32 || b.rank != 2 || b.max_shape[1] != 4 || n == 0 ||
+          n > ring::kMaxBoxesPerSample || bl.dtype != ring::kInt64 || bl.rank != 1 ||
+          bl.max_shape[0] != n || bf.dtype != ring::kUint8 || bf.rank != 1 ||
+          bf.max_shape[0] != n) {
+        return bad("boxes");
+      }
     }
     return absl::OkStatus();
   }
@@ -376,15 +417,14 @@ class SessionCore {
   ring::Geometry geometry_;
   uint32_t slots_ = 0;
   uint32_t batch_size_ = 0;
-  uint64_t sample_bytes_ = 0;
   uint32_t dtype_ = ring::kUint8;
-  // Segmentation sets: the masks' ring DType (0: none), offset and stride.
-  uint32_t mask_dtype_ = 0;
-  uint64_t mask_offset_ = 0;
-  uint64_t mask_sample_bytes_ = 0;
-  // Detection sets: entries per sample (0: none) and the arrays' places.
-  uint32_t box_stride_ = 0;
-  ring::BoxPlacement boxes_;
+  // The samples' fields as Attach named them (the header must agree), their
+  // public description, and the still-image ones' indexes (FindRoles).
+  std::vector<ring::FieldSpec> fields_;
+  std::vector<FieldInfo> field_infos_;
+  struct Roles {
+    int image = -1, label = -1, mask = -1, boxes = -1, box_labels = -1, box_flags = -1;
+  } roles_;
   bool nhwc_ = true;  // the session's layout (device copy: normalize needs uint8 NHWC)
   uint64_t total_batches_ = 0;
   int64_t heartbeat_timeout_ms_ = 0;  // AttachResponse.heartbeat_timeout_ms
@@ -430,50 +470,52 @@ Batch& Batch::operator=(Batch&& o) noexcept {
     labels_ = std::move(o.labels_);
     indices_ = std::move(o.indices_);
     planned_ = std::move(o.planned_);
-    offsets_ = std::move(o.offsets_);
-    bytes_ = std::move(o.bytes_);
-    heights_ = std::move(o.heights_);
-    widths_ = std::move(o.widths_);
     statuses_ = std::move(o.statuses_);
-    mask_dtype_ = o.mask_dtype_;
-    mask_offsets_ = std::move(o.mask_offsets_);
-    mask_bytes_ = std::move(o.mask_bytes_);
-    box_stride_ = o.box_stride_;
-    box_offset_ = o.box_offset_;
-    box_label_offset_ = o.box_label_offset_;
-    box_flag_offset_ = o.box_flag_offset_;
-    box_counts_ = std::move(o.box_counts_);
+    fields_ = std::move(o.fields_);
+    image_ = o.image_;
+    mask_ = o.mask_;
+    boxes_ = o.boxes_;
+    box_labels_ = o.box_labels_;
+    box_flags_ = o.box_flags_;
+    nchw_ = o.nchw_;
   }
   return *this;
+}
+
+uint32_t DTypeBytes(DType d) { return ring::DTypeBytes(static_cast<uint32_t>(d)); }
+
+const BatchField* Batch::field(std::string_view name) const {
+  for (const BatchField& f : fields_) {
+    if (f.name() == name) return &f;
+  }
+  return nullptr;
 }
 
 void* Batch::data() const { return slot_data_; }
 
 uint64_t Batch::data_bytes() const {
-  uint64_t end = 0;
-  for (size_t i = 0; i < offsets_.size(); ++i) end = std::max(end, offsets_[i] + bytes_[i]);
-  return end;
+  const BatchField& f = fields_[image_];
+  return size() == 0 ? 0 : f.stride() * (size() - 1) + f.bytes(size() - 1);
 }
 
-void* Batch::sample_data(uint32_t i) const { return slot_data_ + offsets_[i]; }
+void* Batch::sample_data(uint32_t i) const { return fields_[image_].data(i); }
+uint32_t Batch::height(uint32_t i) const { return fields_[image_].shape(i)[nchw_ ? 1 : 0]; }
+uint32_t Batch::width(uint32_t i) const { return fields_[image_].shape(i)[nchw_ ? 2 : 1]; }
 
 const float* Batch::boxes(uint32_t i) const {
-  if (box_stride_ == 0) return nullptr;
-  return reinterpret_cast<const float*>(slot_data_ + box_offset_ + 16 * (uint64_t{box_stride_} * i));
+  return boxes_ < 0 ? nullptr : static_cast<const float*>(fields_[boxes_].data(i));
 }
 
 const int64_t* Batch::box_labels(uint32_t i) const {
-  if (box_stride_ == 0) return nullptr;
-  return reinterpret_cast<const int64_t*>(slot_data_ + box_label_offset_ +
-                                          8 * (uint64_t{box_stride_} * i));
+  return boxes_ < 0 ? nullptr : static_cast<const int64_t*>(fields_[box_labels_].data(i));
 }
 
 const uint8_t* Batch::box_flags(uint32_t i) const {
-  return box_stride_ == 0 ? nullptr : slot_data_ + box_flag_offset_ + uint64_t{box_stride_} * i;
+  return boxes_ < 0 ? nullptr : static_cast<const uint8_t*>(fields_[box_flags_].data(i));
 }
 
 void* Batch::mask_data(uint32_t i) const {
-  return mask_dtype_ == 0 ? nullptr : slot_data_ + mask_offsets_[i];
+  return mask_ < 0 ? nullptr : fields_[mask_].data(i);
 }
 
 void Batch::Release() {
@@ -494,13 +536,12 @@ absl::Status Batch::CopyToDevice(CUstream_st* stream, void* dst, uint64_t dst_by
   s.samples = size();
   s.uint8_nhwc = core_->dtype_ == ring::kUint8 && core_->nhwc_;
   if (s.samples > 0) {
-    s.height = heights_[0];
-    s.width = widths_[0];
+    s.height = height(0);
+    s.width = width(0);
     const uint64_t sample = uint64_t{s.height} * s.width * 3;
-    s.same_shape = sample != 0;
+    s.same_shape = sample != 0 && fields_[image_].stride() == sample;
     for (uint32_t i = 0; i < s.samples && s.same_shape; ++i) {
-      s.same_shape = heights_[i] == s.height && widths_[i] == s.width &&
-                     offsets_[i] == sample * i && bytes_[i] == sample;
+      s.same_shape = height(i) == s.height && width(i) == s.width && sample_bytes(i) == sample;
     }
   }
   return core_->transfer_->Copy(s, stream, dst, dst_bytes, options);
@@ -513,17 +554,17 @@ absl::Status Batch::CopySampleToDevice(uint32_t i, CUstream_st* stream, void* ds
     return absl::InvalidArgumentError(
         absl::StrCat("sample ", i, " of a batch of ", size()));
   }
-  if (bytes_[i] == 0) {
+  if (sample_bytes(i) == 0) {
     return absl::InvalidArgumentError(absl::StrCat("sample ", i, " is empty (0 x 0)"));
   }
   internal::DeviceTransfer::Source s;
   s.slot = slot_;
-  s.data = slot_data_ + offsets_[i];
-  s.bytes = bytes_[i];
+  s.data = static_cast<uint8_t*>(sample_data(i));
+  s.bytes = sample_bytes(i);
   s.samples = 1;
   s.uint8_nhwc = core_->dtype_ == ring::kUint8 && core_->nhwc_;
-  s.height = heights_[i];
-  s.width = widths_[i];
+  s.height = height(i);
+  s.width = width(i);
   s.same_shape = uint64_t{s.height} * s.width * 3 == s.bytes;
   return core_->transfer_->Copy(s, stream, dst, dst_bytes, options);
 }
@@ -697,63 +738,69 @@ absl::StatusOr<Batch> Session::Next(int64_t timeout_ms) {
     msg[sizeof(msg) - 1] = '\0';
     return absl::AbortedError(msg);  // ~Batch releases the slot
   }
-  const ring::SampleRecord* recs = ring::Records(d);
+  const auto field_count = static_cast<uint32_t>(c.fields_.size());
   b.labels_.resize(count);
   b.indices_.resize(count);
   b.planned_.resize(count);
-  b.offsets_.resize(count);
-  b.bytes_.resize(count);
-  b.heights_.resize(count);
-  b.widths_.resize(count);
   b.statuses_.resize(count);
-  b.mask_offsets_.assign(c.mask_dtype_ != 0 ? count : 0, 0);
-  b.mask_bytes_.assign(c.mask_dtype_ != 0 ? count : 0, 0);
-  b.mask_dtype_ = c.mask_dtype_;
-  b.box_stride_ = c.box_stride_;
-  b.box_offset_ = c.boxes_.xyxy;
-  b.box_label_offset_ = c.boxes_.labels;
-  b.box_flag_offset_ = c.boxes_.flags;
-  b.box_counts_.assign(c.box_stride_ != 0 ? count : 0, 0);
+  b.fields_.resize(field_count);
+  for (uint32_t k = 0; k < field_count; ++k) {
+    BatchField& f = b.fields_[k];
+    f.info_ = &c.field_infos_[k];
+    f.base_ = b.slot_data_ + c.fields_[k].offset;
+    f.stride_ = c.fields_[k].stride;
+    f.shapes_.assign(size_t{count} * BatchField::kMaxRank, 0);
+    f.bytes_.assign(count, 0);
+  }
+  const internal::SessionCore::Roles& roles = c.roles_;
+  b.image_ = roles.image;
+  b.mask_ = roles.mask;
+  b.boxes_ = roles.boxes;
+  b.box_labels_ = roles.box_labels;
+  b.box_flags_ = roles.box_flags;
+  b.nchw_ = !c.nhwc_;
+  static_assert(BatchField::kMaxRank == ring::kMaxRank);
+  ring::SampleRecord r;
+  ring::FieldRecord fr[ring::kMaxFields];
   for (uint32_t i = 0; i < count; ++i) {
-    ring::SampleRecord r;
-    std::memcpy(&r, &recs[i], sizeof(r));
-    if (const char* why = ring::ValidateRecord(r, c.geometry_.slot_bytes, c.dtype_)) {
+    // Copied out of shared memory first: what is checked is what is used.
+    const ring::SampleRecord* rec = ring::Record(d, c.geometry_, i);
+    std::memcpy(&r, rec, sizeof(r));
+    std::memcpy(fr, ring::FieldRecords(const_cast<ring::SampleRecord*>(rec)),
+                sizeof(ring::FieldRecord) * field_count);
+    if (const char* why = ring::ValidateRecord(r)) {
       return absl::DataLossError(absl::StrCat("ring: sample ", i, ": ", why));
     }
-    if (const char* why = ring::ValidateMask(r, c.geometry_.slot_bytes, c.mask_dtype_)) {
-      return absl::DataLossError(absl::StrCat("ring: sample ", i, ": ", why));
+    for (uint32_t k = 0; k < field_count; ++k) {
+      uint64_t bytes = 0;
+      if (const char* why = ring::ValidateFieldRecord(fr[k], c.fields_[k], &bytes)) {
+        return absl::DataLossError(absl::StrCat("ring: sample ", i, "'s ",
+                                                std::string(ring::FieldName(c.fields_[k])), ": ",
+                                                why));
+      }
+      std::copy(fr[k].shape, fr[k].shape + ring::kMaxRank, b.fields_[k].shapes_.data() +
+                                                               size_t{i} * ring::kMaxRank);
+      b.fields_[k].bytes_[i] = bytes;
     }
-    if (c.mask_dtype_ != 0 && (r.mask_offset != c.mask_offset_ + c.mask_sample_bytes_ * i ||
-                               r.mask_bytes > c.mask_sample_bytes_)) {
-      return absl::DataLossError(absl::StrCat("ring: sample ", i, "'s mask is not in its place"));
+    // The views the Batch's own accessors make assume these shapes.
+    const uint32_t* img = fr[roles.image].shape;
+    const uint32_t h = img[c.nhwc_ ? 0 : 1], w = img[c.nhwc_ ? 1 : 2];
+    if (img[c.nhwc_ ? 2 : 0] != 3) {
+      return absl::DataLossError(absl::StrCat("ring: sample ", i, " has ",
+                                              img[c.nhwc_ ? 2 : 0], " channels, not 3"));
     }
-    if (c.mask_dtype_ != 0) {
-      b.mask_offsets_[i] = r.mask_offset;
-      b.mask_bytes_[i] = r.mask_bytes;
+    if (roles.mask >= 0 && (fr[roles.mask].shape[0] != h || fr[roles.mask].shape[1] != w)) {
+      return absl::DataLossError(
+          absl::StrCat("ring: sample ", i, "'s mask disagrees with its image's shape"));
     }
-    if (const char* why = ring::ValidateBoxes(r, c.box_stride_)) {
-      return absl::DataLossError(absl::StrCat("ring: sample ", i, ": ", why));
+    if (roles.boxes >= 0 && (fr[roles.boxes].shape[1] != 4 ||
+                             fr[roles.box_labels].shape[0] != fr[roles.boxes].shape[0] ||
+                             fr[roles.box_flags].shape[0] != fr[roles.boxes].shape[0])) {
+      return absl::DataLossError(absl::StrCat("ring: sample ", i, "'s boxes disagree"));
     }
-    if (c.box_stride_ != 0) b.box_counts_[i] = r.box_count;
-    // Views are shaped height x width x channels(), which is 3: a record of
-    // another channel count would size a view past the bytes checked above.
-    if (r.channels != 3) {
-      return absl::DataLossError(absl::StrCat("ring: sample ", i, " has ", r.channels,
-                                              " channels, not 3"));
-    }
-    if (c.sample_bytes_ != 0 &&
-        (r.offset != c.sample_bytes_ * i || r.bytes != c.sample_bytes_ ||
-         uint64_t{r.height} * r.width * r.channels * ring::DTypeBytes(c.dtype_) !=
-             c.sample_bytes_)) {
-      return absl::DataLossError(absl::StrCat("ring: sample ", i, " is not where its shape says"));
-    }
-    b.labels_[i] = r.label;
+    std::memcpy(&b.labels_[i], b.fields_[roles.label].data(i), sizeof(int64_t));
     b.indices_[i] = static_cast<int64_t>(r.dataset_index);
     b.planned_[i] = static_cast<int64_t>(r.planned_index);
-    b.offsets_[i] = r.offset;
-    b.bytes_[i] = r.bytes;
-    b.heights_[i] = r.height;
-    b.widths_[i] = r.width;
     b.statuses_[i] = r.status;
   }
   return b;
@@ -871,9 +918,13 @@ absl::StatusOr<std::unique_ptr<Session>> Client::Attach(const AttachOptions& o) 
   i.layout = core->nhwc_ ? Layout::kNHWC : Layout::kNCHW;
   i.ring_slots = resp.ring().slot_count();
   i.slot_bytes = resp.ring().slot_bytes();
-  i.sample_bytes = resp.ring().sample_bytes();
-  i.mask_dtype = resp.ring().mask_dtype();
-  i.box_stride = resp.ring().box_stride();
+  const internal::SessionCore::Roles& roles = core->roles_;
+  const auto& specs = core->fields_;
+  const ring::FieldSpec& image = specs[roles.image];
+  i.sample_bytes = (image.flags & ring::kFieldFixedShape) != 0 ? image.stride : 0;
+  i.mask_dtype = roles.mask >= 0 ? specs[roles.mask].dtype : 0;
+  i.box_stride = roles.boxes >= 0 ? specs[roles.boxes].max_shape[0] : 0;
+  i.fields = core->field_infos_;
   i.class_names.assign(resp.class_names().begin(), resp.class_names().end());
   i.effective_pipeline_json = pipeline::ToJson(resp.effective_pipeline());
   core->StartDeviceTransfer(o.register_ring_with_cuda);  // device copy

@@ -18,24 +18,33 @@
 //               through: slot_count, or fewer when the daemon may deepen the
 //               ring later (see "Depth" below). The slots beyond the depth
 //               hold no pages of memory until the ring deepens into them.
-//   sample      One image's place in a slot's data: `sample_bytes` from
-//               `index * sample_bytes` (fixed shape); for any-size outputs
-//               (height 0) the record's offset/bytes say (the daemon puts
-//               sample i at i times the most its ops can make, the header's
-//               sample_bytes then being 0).
-//   mask        Segmentation sets: a sample's label map (height x width
-//               values of `mask_dtype`), after the slot's images from
-//               `mask_offset` (MaskOffset), `mask_sample_bytes` apart; the
-//               record's mask_offset/mask_bytes say where.
-//   boxes       Detection sets: each sample's boxes (float32 XYXY pixels of
-//               its output), their labels (int64) and flags (uint8, COCO's
-//               iscrowd), each kind in its own array after the masks
-//               (PlaceBoxes), `box_stride` entries a sample (the most boxes
-//               any sample of the dataset has): sample i's from entry
-//               i * box_stride, the record's box_count of them. The daemon
-//               writes a sample's input boxes there before its worker runs;
-//               the worker moves them with the image and keeps those the
-//               rules keep, in place.
+//   field       A sample is an ordered set of named fields (ring layout 5):
+//               each a dtype and a shape of up to kMaxRank dimensions,
+//               bounded at attach. The header's field table (FieldSpec)
+//               gives each field its rooms in a slot's data: sample i's
+//               value of field f lies at f.offset + i * f.stride, at most
+//               f.stride bytes; the sample's record says its actual shape
+//               (FieldRecord), never where it lies. A still-image session
+//               has, in this order:
+//                 "image"      uint8/float16/float32 [H, W, 3] (NHWC) or
+//                              [3, H, W] (NCHW, the header's `layout`);
+//                              fixed shape unless the pipeline makes any
+//                              size (then its dims are unbounded and its
+//                              room is the most its ops can make);
+//                 "label"      int64 [] (the class index);
+//                 "mask"       segmentation sets: uint8/uint16 [H, W],
+//                              moved with the image;
+//                 "boxes"      detection sets: float32 [N, 4], XYXY pixels
+//                              of the output, N <= the most boxes any
+//                              sample of the dataset has;
+//                 "box_labels" int64 [N] and "box_flags" uint8 [N] (COCO's
+//                              iscrowd) beside them.
+//               The daemon writes a sample's input boxes into their rooms
+//               before its worker runs; the worker moves them with the
+//               image and keeps those the rules keep, in place. A fixed-
+//               shape field (kFieldFixedShape) has every sample at its
+//               bound and a stride of exactly its bytes, so the batch's
+//               values are one contiguous [batch, ...] array.
 //
 // A slot's life (each arrow is one atomic store to `state`; the writer of a
 // state is the only writer of the slot's other fields while it holds it):
@@ -47,8 +56,8 @@
 //                          report back over their private socket. A worker
 //                          that dies has its samples redone by another.
 //   3. kFilling -> kReady  When every sample is written the daemon fills the
-//                          per-sample records (label, dataset index, status,
-//                          shape) and the batch status, then stores kReady
+//                          per-sample records (dataset index, status, each
+//                          field's shape), the labels and the batch status, then stores kReady
 //                          (release order) and wakes the slot's futex.
 //   4. kReady -> kLeased   The client waits (futex, with a deadline) until
 //                          slot n % slot_count holds sequence n in kReady,
@@ -109,21 +118,27 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 #include <type_traits>
 
 namespace stoker::ring {
 
 inline constexpr uint64_t kMagic = 0x314e49524b4f5453ULL;  // "STOKRIN1"
-inline constexpr uint32_t kLayoutVersion = 4;  // 4: memfd rings, handed over
+inline constexpr uint32_t kLayoutVersion = 5;  // 5: samples as typed fields
 inline constexpr uint64_t kPageBytes = 4096;
 inline constexpr uint64_t kHeaderBytes = 4096;
 inline constexpr uint32_t kMaxSlots = 256;
 inline constexpr uint32_t kMaxBatchSize = 65536;
-inline constexpr uint32_t kMaxChannels = 4;
 inline constexpr uint32_t kErrorBytes = 512;
 inline constexpr uint32_t kHeartbeatPeriodMs = 100;
 inline constexpr uint32_t kWaitBuckets = 32;
 inline constexpr uint32_t kMaxBoxesPerSample = 1u << 20;
+// Sample fields (FieldSpec).
+inline constexpr uint32_t kMaxFields = 8;
+inline constexpr uint32_t kMaxRank = 5;
+inline constexpr uint32_t kFieldNameBytes = 24;  // NUL-padded, so at most 23 characters
+inline constexpr uint64_t kFieldAlign = 64;      // each field's first room
+inline constexpr uint64_t kMaxRoomBytes = uint64_t{1} << 40;
 // The handover (see above).
 inline constexpr char kRingSocketSuffix[] = ".ring";
 inline constexpr uint32_t kRingTokenChars = 32;
@@ -175,7 +190,11 @@ enum DType : uint32_t {
   kUint8 = 1,
   kFloat32 = 2,
   kFloat16 = 3,
-  kUint16 = 4,  // masks only
+  kUint16 = 4,
+  kInt16 = 5,
+  kInt32 = 6,
+  kInt64 = 7,
+  kBFloat16 = 8,
 };
 
 enum Layout : uint32_t {
@@ -183,13 +202,68 @@ enum Layout : uint32_t {
   kNCHW = 2,
 };
 
+// Bytes per value of a DType; 0 for anything else.
 inline constexpr uint32_t DTypeBytes(uint32_t dtype) {
-  return dtype == kUint8 ? 1 : dtype == kFloat32 ? 4 : dtype == kFloat16 ? 2 : 0;
+  switch (dtype) {
+    case kUint8: return 1;
+    case kUint16: case kInt16: case kFloat16: case kBFloat16: return 2;
+    case kFloat32: case kInt32: return 4;
+    case kInt64: return 8;
+    default: return 0;
+  }
 }
-// A mask's bytes per value: 1 (kUint8), 2 (kUint16), 0 for anything else.
-inline constexpr uint32_t MaskDTypeBytes(uint32_t dtype) {
-  return dtype == kUint8 ? 1 : dtype == kUint16 ? 2 : 0;
+
+enum FieldFlags : uint32_t {
+  // Every sample's shape is max_shape, and stride is exactly its bytes.
+  kFieldFixedShape = 1,
+};
+
+// One field of every sample (glossary: "field"), in the header's table.
+// max_shape[d] == 0 leaves dimension d unbounded: any size whose bytes fit
+// the room (an any-size image); dimensions past `rank` are 0.
+struct FieldSpec {
+  char name[kFieldNameBytes];  // NUL-padded
+  uint32_t dtype;              // DType
+  uint32_t rank;               // 0 (a scalar) .. kMaxRank
+  uint32_t max_shape[kMaxRank];
+  uint32_t flags;              // FieldFlags
+  uint64_t offset;             // sample 0's room, from the slot's data start
+  uint64_t stride;             // bytes from one sample's room to the next's
+};
+
+// The still-image fields' names (glossary: "field"), in their ring order.
+inline constexpr char kImageField[] = "image";
+inline constexpr char kLabelField[] = "label";
+inline constexpr char kMaskField[] = "mask";
+inline constexpr char kBoxesField[] = "boxes";
+inline constexpr char kBoxLabelsField[] = "box_labels";
+inline constexpr char kBoxFlagsField[] = "box_flags";
+
+// A field's name, up to its NUL (never past kFieldNameBytes).
+inline std::string_view FieldName(const FieldSpec& f) {
+  size_t n = 0;
+  while (n < kFieldNameBytes && f.name[n] != '\0') ++n;
+  return std::string_view(f.name, n);
 }
+
+// Whether two field specs say the same (every byte that has a meaning).
+inline bool SameField(const FieldSpec& a, const FieldSpec& b) {
+  for (uint32_t k = 0; k < kFieldNameBytes; ++k) {
+    if (a.name[k] != b.name[k]) return false;
+  }
+  for (uint32_t d = 0; d < kMaxRank; ++d) {
+    if (a.max_shape[d] != b.max_shape[d]) return false;
+  }
+  return a.dtype == b.dtype && a.rank == b.rank && a.flags == b.flags && a.offset == b.offset &&
+         a.stride == b.stride;
+}
+
+// A sample's actual shape of one field: within its bound, its bytes within
+// the field's stride. Dimensions past the rank are 0.
+struct FieldRecord {
+  uint32_t shape[kMaxRank];
+  uint32_t reserved;
+};
 
 // At offset 0 of the ring, padded to kHeaderBytes. Written once by the daemon
 // before the ring's name is given to anyone, except the "live" fields.
@@ -205,29 +279,12 @@ struct RingHeader {
   uint64_t slot_bytes;          // data bytes per slot, page aligned
   uint32_t slot_count;
   uint32_t batch_size;          // sample records per slot
-  uint32_t height;              // output shape; 0 for variable-size decode
-  uint32_t width;
-  uint32_t channels;
-  uint32_t dtype;               // DType
-  uint32_t layout;              // Layout
-  uint32_t reserved0;
-  uint64_t sample_bytes;        // stride per sample; 0 for variable size
+  uint32_t field_count;         // entries of `fields` in use, 1..kMaxFields
+  uint32_t layout;              // Layout: the order of the "image" field's dims
   uint64_t session_number;      // the daemon's session counter
   uint64_t batches_per_epoch;
   uint64_t total_batches;       // 0: without end
-  // Segmentation sets: each sample's mask (a label map of the sample's
-  // height x width, mask_dtype values) in the same slot, after the images.
-  uint32_t mask_dtype;          // 0: no masks; kUint8 or kUint16
-  uint32_t reserved4;
-  uint64_t mask_offset;         // from the slot's data start
-  uint64_t mask_sample_bytes;   // stride per sample (variable size: the most a mask takes)
-  // Detection sets (PlaceBoxes): entries per sample, 0 without boxes.
-  uint32_t box_stride;
-  uint32_t reserved5;
-  uint64_t box_offset;          // float32 [batch_size * box_stride][4]
-  uint64_t box_label_offset;    // int64 [batch_size * box_stride]
-  uint64_t box_flag_offset;     // uint8 [batch_size * box_stride]
-  uint64_t reserved1[1];
+  FieldSpec fields[kMaxFields];
 
   // -- Live fields ----------------------------------------------------------
   alignas(64) std::atomic<uint32_t> daemon_state;  // DaemonState; futex word
@@ -245,24 +302,12 @@ struct RingHeader {
   alignas(64) std::atomic<uint64_t> depth;
 };
 
-// Per sample in a slot. Written by the daemon before kReady.
+// Per sample in a slot, followed by the header's field_count FieldRecords
+// (RecordBytes apart). Written by the daemon before kReady.
 struct SampleRecord {
-  int64_t label;
-  uint64_t dataset_index;  // index into the dataset of the pixels delivered
-  uint64_t offset;         // from the slot's data start
-  uint64_t bytes;
-  uint32_t status;         // SampleStatus
-  uint32_t height;
-  uint32_t width;
-  uint32_t channels;
+  uint64_t dataset_index;  // index into the dataset of the values delivered
   uint64_t planned_index;  // the dataset index the sampler planned here
-  // The sample's mask when the ring has masks (height x width values of
-  // the header's mask_dtype; a failed sample's is all fill), else 0, 0.
-  uint64_t mask_offset;    // from the slot's data start
-  uint64_t mask_bytes;
-  // The sample's boxes when the ring has them (<= box_stride, from entry
-  // index * box_stride of each box array; a failed sample has none).
-  uint32_t box_count;
+  uint32_t status;         // SampleStatus
   uint32_t reserved;
 };
 
@@ -274,7 +319,7 @@ struct SlotDescriptor {
   uint32_t epoch;
   uint32_t sample_count;        // <= batch_size (the last batch may be short)
   char error[kErrorBytes];      // NUL-terminated when batch_status != kBatchOk
-  // Followed by batch_size SampleRecords.
+  // Followed by batch_size SampleRecords, each with its FieldRecords.
 };
 
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
@@ -284,29 +329,45 @@ static_assert(std::is_standard_layout_v<SlotDescriptor>);
 static_assert(sizeof(RingHeader) <= kHeaderBytes);
 static_assert(sizeof(SlotDescriptor) % 8 == 0);
 static_assert(sizeof(SampleRecord) % 8 == 0);
+static_assert(sizeof(FieldRecord) % 8 == 0);
+static_assert(sizeof(FieldSpec) % 8 == 0);
 
 inline constexpr uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
-// Where a slot's masks start, after `image_bytes` of images (the batch's
-// samples, each at most the output's bytes).
-inline constexpr uint64_t MaskOffset(uint64_t image_bytes) { return AlignUp(image_bytes, 64); }
+// Bytes of one sample's record with its `field_count` FieldRecords.
+inline constexpr uint64_t RecordBytes(uint32_t field_count) {
+  return sizeof(SampleRecord) + uint64_t{field_count} * sizeof(FieldRecord);
+}
 
-// Where a slot's box arrays lie, from `after` (the end of its images and
-// masks): xyxy, labels, flags, each 64-byte aligned; `end` past the flags.
-struct BoxPlacement {
-  uint64_t xyxy = 0;
-  uint64_t labels = 0;
-  uint64_t flags = 0;
+// The bytes of a value of `shape` (the first `rank` entries) of `dtype`, if
+// they are at most `room`; else false (overflow included).
+inline bool ValueBytes(uint32_t dtype, uint32_t rank, const uint32_t* shape, uint64_t room,
+                       uint64_t* bytes) {
+  uint64_t b = DTypeBytes(dtype);
+  if (b == 0 || rank > kMaxRank || b > room) return false;
+  for (uint32_t d = 0; d < rank; ++d) {
+    if (shape[d] != 0 && b > room / shape[d]) return false;
+    b *= shape[d];
+  }
+  *bytes = b;
+  return true;
+}
+
+// Lays out `n` fields in a slot's data for `batch_size` samples, in order,
+// each from the next kFieldAlign boundary; sets their offsets and the slot's
+// data bytes. The caller sets everything else (the stride too). False when
+// a stride is over kMaxRoomBytes or n over kMaxFields.
+inline bool LayoutFields(FieldSpec* fields, uint32_t n, uint32_t batch_size,
+                         uint64_t* slot_data_bytes) {
+  if (n > kMaxFields) return false;
   uint64_t end = 0;
-};
-inline constexpr BoxPlacement PlaceBoxes(uint64_t after, uint32_t batch_size, uint32_t stride) {
-  const uint64_t n = uint64_t{batch_size} * stride;
-  BoxPlacement p;
-  p.xyxy = AlignUp(after, 64);
-  p.labels = AlignUp(p.xyxy + 16 * n, 64);
-  p.flags = p.labels + 8 * n;
-  p.end = p.flags + n;
-  return p;
+  for (uint32_t f = 0; f < n; ++f) {
+    if (fields[f].stride > kMaxRoomBytes) return false;
+    fields[f].offset = AlignUp(end, kFieldAlign);
+    end = fields[f].offset + fields[f].stride * batch_size;  // < 2^57 each: no overflow
+  }
+  *slot_data_bytes = end;
+  return true;
 }
 
 // The depth word: `from` in the high 48 bits, count - 1 and prev - 1 in a
@@ -342,19 +403,22 @@ inline constexpr uint32_t SlotOf(uint64_t word, uint64_t seq, uint32_t slot_coun
 struct Geometry {
   uint64_t descriptor_offset = 0;
   uint64_t descriptor_stride = 0;
+  uint64_t record_bytes = 0;  // RecordBytes(field_count)
   uint64_t data_offset = 0;
   uint64_t slot_bytes = 0;
   uint64_t total_bytes = 0;
 };
 
 // Returns false when the sizes are out of range or overflow.
-inline bool ComputeGeometry(uint32_t slot_count, uint32_t batch_size,
+inline bool ComputeGeometry(uint32_t slot_count, uint32_t batch_size, uint32_t field_count,
                             uint64_t slot_data_bytes, Geometry* g) {
   if (slot_count == 0 || slot_count > kMaxSlots) return false;
   if (batch_size == 0 || batch_size > kMaxBatchSize) return false;
+  if (field_count == 0 || field_count > kMaxFields) return false;
   if (slot_data_bytes == 0 || slot_data_bytes > (uint64_t{1} << 40)) return false;
   g->descriptor_offset = kHeaderBytes;
-  g->descriptor_stride = sizeof(SlotDescriptor) + uint64_t{batch_size} * sizeof(SampleRecord);
+  g->record_bytes = RecordBytes(field_count);
+  g->descriptor_stride = sizeof(SlotDescriptor) + uint64_t{batch_size} * g->record_bytes;
   g->data_offset =
       AlignUp(g->descriptor_offset + g->descriptor_stride * slot_count, kPageBytes);
   g->slot_bytes = AlignUp(slot_data_bytes, kPageBytes);
@@ -367,13 +431,65 @@ inline SlotDescriptor* Descriptor(void* base, const Geometry& g, uint32_t slot) 
                                            g.descriptor_stride * slot);
 }
 
-inline SampleRecord* Records(SlotDescriptor* d) {
-  return reinterpret_cast<SampleRecord*>(reinterpret_cast<char*>(d) + sizeof(SlotDescriptor));
+// Sample i's record in a slot, and its field records.
+inline SampleRecord* Record(SlotDescriptor* d, const Geometry& g, uint32_t i) {
+  return reinterpret_cast<SampleRecord*>(reinterpret_cast<char*>(d) + sizeof(SlotDescriptor) +
+                                         g.record_bytes * i);
+}
+inline FieldRecord* FieldRecords(SampleRecord* r) {
+  return reinterpret_cast<FieldRecord*>(reinterpret_cast<char*>(r) + sizeof(SampleRecord));
+}
+
+// Checks one field's spec (copied out of shared memory, or from Attach)
+// against a slot of `slot_bytes` holding `batch_size` samples. Returns
+// nullptr when every room it names is inside the slot.
+inline const char* ValidateField(const FieldSpec& f, uint32_t batch_size, uint64_t slot_bytes) {
+  bool named = f.name[0] != '\0';
+  for (uint32_t k = 0; k < kFieldNameBytes && named; ++k) {
+    const char c = f.name[k];
+    if (c == '\0') break;
+    named = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+  }
+  if (!named || f.name[kFieldNameBytes - 1] != '\0') return "bad field name";
+  if (DTypeBytes(f.dtype) == 0) return "bad field dtype";
+  if (f.rank > kMaxRank) return "bad field rank";
+  for (uint32_t d = f.rank; d < kMaxRank; ++d) {
+    if (f.max_shape[d] != 0) return "field bound past its rank";
+  }
+  if (f.offset % kFieldAlign != 0 || f.stride > kMaxRoomBytes || f.offset > slot_bytes ||
+      f.stride * batch_size > slot_bytes - f.offset)  // < 2^57: no overflow
+    return "field rooms outside the slot";
+  bool bounded = true;
+  for (uint32_t d = 0; d < f.rank; ++d) bounded = bounded && f.max_shape[d] != 0;
+  uint64_t bytes = 0;
+  if ((f.flags & kFieldFixedShape) != 0 &&
+      (!bounded || !ValueBytes(f.dtype, f.rank, f.max_shape, f.stride, &bytes) ||
+       bytes != f.stride))
+    return "fixed-shape field whose stride is not its bytes";
+  if ((f.flags & ~uint32_t{kFieldFixedShape}) != 0) return "unknown field flags";
+  return nullptr;
+}
+
+// Checks a sample's actual shape of field `f` (copied out of shared memory
+// first): within the bounds, at the bound for a fixed-shape field, and its
+// bytes within the room. Returns nullptr when it is, and sets `bytes`.
+inline const char* ValidateFieldRecord(const FieldRecord& r, const FieldSpec& f,
+                                       uint64_t* bytes) {
+  for (uint32_t d = 0; d < kMaxRank; ++d) {
+    if (d >= f.rank ? r.shape[d] != 0
+                    : (f.max_shape[d] != 0 && r.shape[d] > f.max_shape[d]) ||
+                          ((f.flags & kFieldFixedShape) != 0 && r.shape[d] != f.max_shape[d]))
+      return "field shape outside its bounds";
+  }
+  if (!ValueBytes(f.dtype, f.rank, r.shape, f.stride, bytes)) return "field larger than its room";
+  return nullptr;
 }
 
 // Checks that a header read from shared memory describes a ring that fits in
-// `mapped_bytes` and matches the geometry the caller expects. Every size the
-// reader later uses must come from `expected`, not from the shared header.
+// `mapped_bytes` and matches the geometry the caller expects, each of its
+// fields' rooms inside a slot. Every size the reader later uses must come
+// from `expected` and the fields Attach named (which the reader compares
+// with the header's, SameField), not from the shared header.
 // Returns nullptr when it is valid, else a static description of the fault.
 inline const char* ValidateHeader(const RingHeader& h, uint64_t mapped_bytes,
                                   const Geometry& expected, uint32_t expected_slots,
@@ -386,67 +502,23 @@ inline const char* ValidateHeader(const RingHeader& h, uint64_t mapped_bytes,
     return "slot count or batch size differ from Attach";
   if (h.total_bytes != expected.total_bytes || h.total_bytes > mapped_bytes)
     return "ring size differs from Attach or exceeds the mapping";
+  if (h.field_count == 0 || h.field_count > kMaxFields ||
+      RecordBytes(h.field_count) != expected.record_bytes)
+    return "field count differs from Attach";
   if (h.descriptor_offset != expected.descriptor_offset ||
       h.descriptor_stride != expected.descriptor_stride || h.data_offset != expected.data_offset ||
       h.slot_bytes != expected.slot_bytes)
     return "ring geometry differs from Attach";
-  if (h.channels > kMaxChannels || DTypeBytes(h.dtype) == 0) return "bad pixel format";
   if (h.layout != kNHWC && h.layout != kNCHW) return "bad layout";
-  if (h.sample_bytes != 0 &&
-      (h.sample_bytes > h.slot_bytes || h.sample_bytes * h.batch_size > h.slot_bytes))
-    return "samples do not fit in a slot";
-  if (h.mask_dtype != 0) {
-    if (MaskDTypeBytes(h.mask_dtype) == 0) return "bad mask dtype";
-    if (h.mask_offset > h.slot_bytes || h.mask_sample_bytes > h.slot_bytes ||
-        h.mask_sample_bytes * h.batch_size > h.slot_bytes - h.mask_offset)
-      return "masks do not fit in a slot";
-  }
-  if (h.box_stride != 0) {
-    if (h.box_stride > kMaxBoxesPerSample) return "bad box stride";
-    const uint64_t n = uint64_t{h.batch_size} * h.box_stride;  // < 2^37: no overflow below
-    if (h.box_offset > h.slot_bytes || 16 * n > h.slot_bytes - h.box_offset ||
-        h.box_label_offset > h.slot_bytes || 8 * n > h.slot_bytes - h.box_label_offset ||
-        h.box_flag_offset > h.slot_bytes || n > h.slot_bytes - h.box_flag_offset)
-      return "boxes do not fit in a slot";
+  for (uint32_t f = 0; f < h.field_count; ++f) {
+    if (const char* why = ValidateField(h.fields[f], h.batch_size, h.slot_bytes)) return why;
   }
   return nullptr;
 }
 
-// Checks one record (copied out of shared memory first) against the slot it
-// claims to be in. Returns nullptr when every byte it names is inside the slot.
-inline const char* ValidateRecord(const SampleRecord& r, uint64_t slot_bytes, uint32_t dtype) {
-  if (r.offset > slot_bytes || r.bytes > slot_bytes - r.offset) return "sample outside its slot";
-  if (r.channels > kMaxChannels) return "bad channel count";
-  // height * width < 2^64; times channels * dtype bytes (<= 16) it may wrap,
-  // so compare by division: a wrapped product must not pass for small bytes.
-  const uint64_t pixels = uint64_t{r.height} * r.width;
-  const uint64_t pixel_bytes = uint64_t{r.channels} * DTypeBytes(dtype);
-  const bool shape_fits = pixel_bytes == 0 ? r.bytes == 0
-                                           : r.bytes % pixel_bytes == 0 &&
-                                                 pixels == r.bytes / pixel_bytes;
-  // Failed samples too: the daemon writes zeros of the output shape (or an
-  // empty 0x0 sample), and a reader sizes its view from the shape.
-  if (!shape_fits) return "sample size disagrees with its shape";
-  if (r.status > kSampleFailed) return "bad sample status";
-  return nullptr;
-}
-
-// Checks one record's mask against its slot and its shape (mask_dtype from
-// the header the reader validated; 0: the ring has no masks, and the record
-// must name none).
-inline const char* ValidateMask(const SampleRecord& r, uint64_t slot_bytes, uint32_t mask_dtype) {
-  if (mask_dtype == 0) return r.mask_bytes == 0 ? nullptr : "a mask in a ring without masks";
-  if (r.mask_offset > slot_bytes || r.mask_bytes > slot_bytes - r.mask_offset)
-    return "mask outside its slot";
-  if (r.mask_bytes != uint64_t{r.height} * r.width * MaskDTypeBytes(mask_dtype))
-    return "mask size disagrees with its sample's shape";
-  return nullptr;
-}
-
-// Checks one record's box count against the header's stride (0: the ring
-// has no boxes, and the record must have none).
-inline const char* ValidateBoxes(const SampleRecord& r, uint32_t box_stride) {
-  return r.box_count <= box_stride ? nullptr : "more boxes than a sample's room";
+// Checks one record's status (copied out of shared memory first).
+inline const char* ValidateRecord(const SampleRecord& r) {
+  return r.status > kSampleFailed ? "bad sample status" : nullptr;
 }
 
 }  // namespace stoker::ring

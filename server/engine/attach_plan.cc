@@ -6,8 +6,12 @@
 #include "absl/strings/str_format.h"
 #include "pipeline/lower_pipeline.h"
 #include "pipeline/pipeline_spec.h"
+#include "pipeline/sample_fields.h"
 
 namespace stoker {
+
+using pipeline::FieldInfoOf;
+using pipeline::MakeField;
 
 // --- The pipeline: PlanPipeline, the contract's module and the lowering
 // (pipeline/pipeline_spec.h, pipeline/lower_pipeline.h). ---
@@ -130,15 +134,22 @@ absl::StatusOr<AttachPlan> PlanSession(const v1::AttachRequest& req, const Reque
   const uint32_t slots = request.depth;
   p.variable_size = params.out_height == 0;
   p.sample_bytes = image::MaxSampleBytes(params);
-  const uint64_t image_bytes = p.sample_bytes * req.batch_size();
-  p.slot_data_bytes = image_bytes;
-  uint64_t per_sample = p.sample_bytes;  // for the message
+  const bool nchw = params.layout == ring::kNCHW;
+  const uint32_t h = params.out_height, w = params.out_width;
+  auto add = [&p](int* index, ring::FieldSpec f) {
+    *index = static_cast<int>(p.fields.size());
+    p.fields.push_back(f);
+  };
+  add(&p.image_field,
+      MakeField(ring::kImageField, params.dtype,
+                nchw ? std::vector<uint32_t>{3, h, w} : std::vector<uint32_t>{h, w, 3},
+                p.sample_bytes, !p.variable_size));
+  add(&p.label_field, MakeField(ring::kLabelField, ring::kInt64, {}, 8, true));
   if (masks) {
     p.mask_dtype = params.mask_bpp == 2 ? ring::kUint16 : ring::kUint8;
-    p.mask_sample_bytes = image::MaxOutputPixels(params) * params.mask_bpp;
-    p.mask_offset = ring::MaskOffset(image_bytes);
-    p.slot_data_bytes = p.mask_offset + p.mask_sample_bytes * req.batch_size();
-    per_sample += p.mask_sample_bytes;
+    add(&p.mask_field, MakeField(ring::kMaskField, p.mask_dtype, {h, w},
+                                 image::MaxOutputPixels(params) * params.mask_bpp,
+                                 !p.variable_size));
   }
   for (uint32_t i = 0; i < params.op_count && !fields.boxes; ++i) {
     if (params.ops[i].kind == image::OpKind::kRandomIoUCrop) {
@@ -159,14 +170,19 @@ absl::StatusOr<AttachPlan> PlanSession(const v1::AttachRequest& req, const Reque
           "stored orientation (as COCO's tools and torchvision read them); leave "
           "apply_exif_orientation off");
     }
-    p.box_stride = std::max<uint32_t>(1, fields.max_boxes);
-    p.boxes = ring::PlaceBoxes(p.slot_data_bytes, req.batch_size(), p.box_stride);
-    p.slot_data_bytes = p.boxes.end;
-    per_sample += uint64_t{p.box_stride} * (16 + 8 + 1);
+    const uint32_t n = p.box_stride = std::max<uint32_t>(1, fields.max_boxes);
+    add(&p.boxes_field, MakeField(ring::kBoxesField, ring::kFloat32, {n, 4}, 16 * uint64_t{n}, false));
+    add(&p.box_labels_field, MakeField(ring::kBoxLabelsField, ring::kInt64, {n}, 8 * uint64_t{n}, false));
+    add(&p.box_flags_field, MakeField(ring::kBoxFlagsField, ring::kUint8, {n}, n, false));
   }
+  uint64_t per_sample = 0;  // for the message
+  for (const ring::FieldSpec& f : p.fields) per_sample += f.stride;
+  const bool laid_out = p.sample_bytes != 0 && p.sample_bytes <= ring::kMaxRoomBytes &&
+                        ring::LayoutFields(p.fields.data(), static_cast<uint32_t>(p.fields.size()),
+                                           req.batch_size(), &p.slot_data_bytes);
   p.ring_bytes = p.slot_data_bytes * slots;
-  if (p.sample_bytes == 0 || image_bytes / req.batch_size() != p.sample_bytes ||
-      p.ring_bytes / slots != p.slot_data_bytes || p.ring_bytes > limits.max_ring_bytes) {
+  if (!laid_out || p.ring_bytes / slots != p.slot_data_bytes ||
+      p.ring_bytes > limits.max_ring_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the ring would take ", p.ring_bytes, " bytes (", slots, " slots x ", req.batch_size(),
         " samples x ", per_sample, " bytes", masks ? " with their masks" : "",
@@ -202,21 +218,7 @@ RingSpec RingSpecFor(const AttachPlan& plan, uint64_t session_number) {
   rs.slot_count = plan.slots();
   rs.depth = plan.depth();
   rs.batch_size = plan.batch_size();
-  if (plan.variable_size) {
-    rs.variable_bytes = plan.sample_bytes;
-  } else {
-    rs.sample_bytes = plan.sample_bytes;
-  }
-  rs.slot_data_bytes = plan.slot_data_bytes;
-  rs.mask_dtype = plan.mask_dtype;
-  rs.mask_offset = plan.mask_offset;
-  rs.mask_sample_bytes = plan.mask_sample_bytes;
-  rs.box_stride = plan.box_stride;
-  rs.boxes = plan.boxes;
-  rs.height = plan.params().out_height;
-  rs.width = plan.params().out_width;
-  rs.channels = 3;
-  rs.dtype = plan.params().dtype;
+  rs.fields = plan.fields;
   rs.layout = plan.params().layout;
   rs.session_number = session_number;
   rs.batches_per_epoch = plan.batches_per_epoch;
@@ -236,17 +238,10 @@ v1::AttachResponse AttachResponseFor(const AttachPlan& plan, const Dataset& data
   ri->set_total_bytes(g.total_bytes);
   ri->set_slot_count(plan.slots());
   ri->set_slot_bytes(g.slot_bytes);
-  ri->set_sample_bytes(plan.variable_size ? 0 : plan.sample_bytes);
   ri->set_layout_version(ring::kLayoutVersion);
   ri->set_data_offset(g.data_offset);
   ri->set_descriptor_offset(g.descriptor_offset);
-  ri->set_mask_dtype(plan.mask_dtype);
-  ri->set_mask_offset(plan.mask_offset);
-  ri->set_mask_sample_bytes(plan.mask_sample_bytes);
-  ri->set_box_stride(plan.box_stride);
-  ri->set_box_offset(plan.boxes.xyxy);
-  ri->set_box_label_offset(plan.boxes.labels);
-  ri->set_box_flag_offset(plan.boxes.flags);
+  for (const ring::FieldSpec& f : plan.fields) *ri->add_fields() = FieldInfoOf(f);
   resp.set_dataset_size(dataset.size());
   resp.set_shard_size(plan.shard_size);
   resp.set_batches_per_epoch(plan.batches_per_epoch);

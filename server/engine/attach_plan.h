@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "server/dataset/dataset.h"
@@ -106,26 +107,28 @@ struct AttachPlan {
   uint64_t start_global = 0;       // start_epoch * batches_per_epoch + start_batch
   // Any-size output: each sample has its own size, within its room.
   bool variable_size = false;
-  uint64_t sample_bytes = 0;  // each sample's room in a slot (image::MaxSampleBytes)
-  // Segmentation sets (the dataset has masks): the masks' ring DType (0:
-  // none), where they start in a slot's data (ring::MaskOffset) and their
-  // stride (variable: capacity; ring_layout.h).
+  uint64_t sample_bytes = 0;  // each image's room in a slot (image::MaxSampleBytes)
+  // Segmentation sets: the masks' ring DType (0: none).
   uint32_t mask_dtype = 0;
-  uint64_t mask_offset = 0;
-  uint64_t mask_sample_bytes = 0;
-  // Detection sets (the dataset has boxes): entries per sample in each box
-  // array (the most any sample has, at least 1; 0: none) and where the
-  // arrays lie in a slot's data (ring::PlaceBoxes, after the masks).
+  // Detection sets: the most boxes a sample may carry (the most any sample
+  // of the dataset has, at least 1; 0: none).
   uint32_t box_stride = 0;
-  ring::BoxPlacement boxes;
-  uint64_t slot_data_bytes = 0;  // images, then masks, then boxes
+  // The sample's fields (ring_layout.h, "field") from the above, as the
+  // ring's header lists them, laid out by ring::LayoutFields; and each
+  // still-image field's index in it (-1: the session has none).
+  std::vector<ring::FieldSpec> fields;
+  int image_field = -1, label_field = -1, mask_field = -1;
+  int boxes_field = -1, box_labels_field = -1, box_flags_field = -1;
+  uint64_t slot_data_bytes = 0;  // the fields' rooms for a batch
   uint64_t ring_bytes = 0;       // of slot data at the first depth: slot_data_bytes * depth
 
   uint32_t batch_size() const { return sampler.batch_size; }
-  // Where sample `pos`'s mask lies in a slot's data (masks only).
-  uint64_t mask_offset_of(uint32_t pos) const {
-    return mask_offset + mask_sample_bytes * pos;
+  // Where sample `pos`'s room of field `field` (an index into `fields`)
+  // lies in a slot's data, and its bytes.
+  uint64_t room_offset(int field, uint32_t pos) const {
+    return fields[field].offset + fields[field].stride * pos;
   }
+  uint64_t room_bytes(int field) const { return fields[field].stride; }
   // The ring's slot count, and the first depth (<= slots; equal unless the
   // ring may deepen).
   uint32_t slots() const { return request.slots; }
@@ -144,9 +147,8 @@ struct SampleFields {
   uint32_t max_boxes = 0;  // the most boxes a sample has
 };
 
-// Plans a session over a dataset of `dataset_size` entries; its slots carry
-// each sample's mask after the images and its boxes after those, as
-// `fields` says.
+// Plans a session over a dataset of `dataset_size` entries; its samples'
+// fields are the image and label, and the mask and boxes as `fields` says.
 //  - INVALID_ARGUMENT when drop_last and the batch is larger than this rank's shard;
 //  - OUT_OF_RANGE for a start_batch not below the batches per epoch, or a
 //    start at or past the last epoch (with epochs != 0);

@@ -128,7 +128,7 @@ TEST_CASE("PlanSession: the shard, the epoch's batches, where delivery starts an
   CHECK(p.total_batches == 0);      // without end
   CHECK(p.start_global == 0);
   CHECK(p.sample_bytes == 8 * 8 * 3);
-  CHECK(p.ring_bytes == 8 * 8 * 3 * 4 * 3);
+  CHECK(p.ring_bytes == (8 * 8 * 3 * 4 + 8 * 4) * 3);  // images, then labels
   CHECK_FALSE(p.variable_size);
 
   req.set_drop_last(true);
@@ -172,10 +172,13 @@ TEST_CASE("PlanSession: the shard, the epoch's batches, where delivery starts an
         "drop_last leaves no batch");
 }
 
+// A slot of SmallRequest's batch of 4: its images (8x8x3) and labels (int64).
+constexpr uint64_t kSlotBytes = 192 * 4 + 8 * 4;
+
 TEST_CASE("PlanSession holds the ring to --max-ring-bytes and the memory available") {
   v1::AttachRequest req = SmallRequest("list.txt", 4, 2);
   AttachLimits limits;
-  limits.max_ring_bytes = 192 * 4 * 2;
+  limits.max_ring_bytes = kSlotBytes * 2;
   CHECK(PlanError(req, 10, limits).ok());
   limits.max_ring_bytes -= 1;
   absl::Status st = PlanError(req, 10, limits);
@@ -183,7 +186,7 @@ TEST_CASE("PlanSession holds the ring to --max-ring-bytes and the memory availab
   CHECK(st.message().find("over this daemon's --max-ring-bytes") != absl::string_view::npos);
 
   limits.max_ring_bytes = 1ull << 30;
-  limits.memory_free_bytes = kMemoryHeadroomBytes + 192 * 4 * 2 - 1;
+  limits.memory_free_bytes = kMemoryHeadroomBytes + kSlotBytes * 2 - 1;
   st = PlanError(req, 10, limits);
   CHECK(st.code() == absl::StatusCode::kResourceExhausted);
   // The message says why a ring smaller than what is free does not fit.
@@ -192,15 +195,15 @@ TEST_CASE("PlanSession holds the ring to --max-ring-bytes and the memory availab
         absl::string_view::npos);
   CHECK(st.message().find("give the daemon (its container) more memory") !=
         absl::string_view::npos);
-  limits.memory_free_bytes = kMemoryHeadroomBytes + 192 * 4 * 2;
+  limits.memory_free_bytes = kMemoryHeadroomBytes + kSlotBytes * 2;
   CHECK(PlanError(req, 10, limits).ok());
 }
 
 TEST_CASE("PlanSession keeps all sessions' rings within the shm budget") {
-  v1::AttachRequest req = SmallRequest("list.txt", 4, 2);  // a ring of 192 * 4 * 2 bytes
+  v1::AttachRequest req = SmallRequest("list.txt", 4, 2);  // a ring of kSlotBytes * 2 bytes
   AttachLimits limits;
   limits.ring_budget_bytes = 10000;
-  limits.ring_used_bytes = 10000 - 192 * 8;
+  limits.ring_used_bytes = 10000 - kSlotBytes * 2;
   limits.sessions = 3;
   CHECK(PlanError(req, 10, limits).ok());
   limits.ring_used_bytes += 1;
@@ -221,20 +224,20 @@ TEST_CASE("PlanSession keeps all sessions' rings within the shm budget") {
 }
 
 TEST_CASE("a ring that may deepen has only the slots --max-ring-bytes and the budget allow") {
-  v1::AttachRequest req = SmallRequest("list.txt", 4, 2);  // 768 bytes a slot
+  v1::AttachRequest req = SmallRequest("list.txt", 4, 2);
   req.set_ring_slots(0);
   AttachLimits limits;
   AttachPlan p = MustPlan(req, 10, limits);
   CHECK(p.depth() == kDefaultSlots);
   CHECK(p.slots() == kMaxAdaptiveSlots);
-  CHECK(p.ring_bytes == 768 * kDefaultSlots);  // what it holds at first
+  CHECK(p.ring_bytes == kSlotBytes * kDefaultSlots);  // what it holds at first
   RingSpec rs = RingSpecFor(p, 1);
   CHECK(rs.slot_count == kMaxAdaptiveSlots);
   CHECK(rs.depth == kDefaultSlots);
-  limits.max_ring_bytes = 768 * 10;  // 8 slots fit, 16 do not: doubling stops at 8
+  limits.max_ring_bytes = kSlotBytes * 10;  // 8 slots fit, 16 do not: doubling stops at 8
   CHECK(MustPlan(req, 10, limits).slots() == 8);
   limits.max_ring_bytes = 1 << 30;
-  limits.ring_budget_bytes = 768 * 5;  // the base fits, no deeper
+  limits.ring_budget_bytes = kSlotBytes * 5;  // the base fits, no deeper
   p = MustPlan(req, 10, limits);
   CHECK(p.slots() == kDefaultSlots);
   CHECK(p.depth() == kDefaultSlots);
@@ -254,9 +257,15 @@ TEST_CASE("an any-size output gives each sample its whole slot") {
   CHECK(p.variable_size);
   CHECK(p.sample_bytes == 3000);
   RingSpec rs = RingSpecFor(p, 7);
-  CHECK(rs.variable_bytes == 3000);
-  CHECK(rs.sample_bytes == 0);
-  CHECK(rs.height == 0);
+  REQUIRE(rs.fields.size() == 2);  // image, label
+  const ring::FieldSpec& image = rs.fields[p.image_field];
+  CHECK(ring::FieldName(image) == "image");
+  CHECK(image.stride == 3000);
+  CHECK((image.flags & ring::kFieldFixedShape) == 0);
+  CHECK(image.rank == 3);
+  CHECK(image.max_shape[0] == 0);  // any height and width, within the room
+  CHECK(image.max_shape[1] == 0);
+  CHECK(image.max_shape[2] == 3);
   CHECK(rs.session_number == 7);
 }
 
@@ -271,19 +280,36 @@ TEST_CASE("a detection set's slots hold each sample's room for boxes after the m
   auto plan = PlanSession(req, *request, 10, AttachLimits{}, fields);
   REQUIRE(plan.ok());
   const AttachPlan& p = *plan;
-  CHECK(p.mask_offset == ring::MaskOffset(192 * 4));
+  // image, label, mask, boxes, box_labels, box_flags: each field's rooms
+  // after the last's, from a 64-byte boundary.
+  REQUIRE(p.fields.size() == 6);
+  const char* names[] = {"image", "label", "mask", "boxes", "box_labels", "box_flags"};
+  const uint64_t strides[] = {192, 8, 64, 16 * 5, 8 * 5, 5};
+  uint64_t end = 0;
+  for (size_t k = 0; k < 6; ++k) {
+    INFO(names[k]);
+    CHECK(ring::FieldName(p.fields[k]) == names[k]);
+    CHECK(p.fields[k].stride == strides[k]);
+    CHECK(p.fields[k].offset == ring::AlignUp(end, 64));
+    end = p.fields[k].offset + strides[k] * 4;
+  }
+  CHECK(p.slot_data_bytes == end);
+  CHECK(p.image_field == 0);
+  CHECK(p.mask_field == 2);
+  CHECK(p.boxes_field == 3);
+  CHECK(p.box_flags_field == 5);
   CHECK(p.box_stride == 5);
-  const ring::BoxPlacement want = ring::PlaceBoxes(p.mask_offset + 64 * 4, 4, 5);
-  CHECK(p.boxes.xyxy == want.xyxy);
-  CHECK(p.boxes.labels == want.labels);
-  CHECK(p.boxes.flags == want.flags);
-  CHECK(p.slot_data_bytes == want.end);
-  CHECK(p.boxes.xyxy % 64 == 0);
-  CHECK(p.boxes.labels >= p.boxes.xyxy + 16 * 20);
-  CHECK(p.boxes.flags >= p.boxes.labels + 8 * 20);
+  const ring::FieldSpec& boxes = p.fields[p.boxes_field];
+  CHECK(boxes.dtype == ring::kFloat32);
+  CHECK(boxes.rank == 2);
+  CHECK(boxes.max_shape[0] == 5);
+  CHECK(boxes.max_shape[1] == 4);
+  CHECK((boxes.flags & ring::kFieldFixedShape) == 0);
+  CHECK((p.fields[p.mask_field].flags & ring::kFieldFixedShape) != 0);
+  CHECK(p.room_offset(p.box_labels_field, 3) == p.fields[4].offset + 8 * 5 * 3);
   RingSpec rs = RingSpecFor(p, 1);
-  CHECK(rs.box_stride == 5);
-  CHECK(rs.boxes.flags == p.boxes.flags);
+  REQUIRE(rs.fields.size() == 6);
+  CHECK(ring::SameField(rs.fields[5], p.fields[5]));
 
   fields.max_boxes = 0;  // a set whose images have no annotations still has a box array
   fields.masks = false;
@@ -317,13 +343,14 @@ TEST_CASE("RingSpecFor and AttachResponseFor say what was planned") {
   RingSpec rs = RingSpecFor(p, 5);
   CHECK(rs.slot_count == 3);
   CHECK(rs.batch_size == 4);
-  CHECK(rs.sample_bytes == 192);
-  CHECK(rs.height == 8);
-  CHECK(rs.width == 8);
+  REQUIRE(rs.fields.size() == 2);
+  CHECK(rs.fields[0].stride == 192);
+  CHECK(rs.fields[0].max_shape[0] == 8);
+  CHECK(rs.fields[0].max_shape[1] == 8);
   CHECK(rs.batches_per_epoch == 3);
   CHECK(rs.total_batches == 6);
   ring::Geometry g;
-  REQUIRE(ring::ComputeGeometry(3, 4, 192 * 4, &g));
+  REQUIRE(ring::ComputeGeometry(3, 4, 2, p.slot_data_bytes, &g));
   v1::AttachResponse resp =
       AttachResponseFor(p, *ds, "tag-5", "memfd:stoker-x", "0123456789abcdef0123456789abcdef", g,
                         3000);
@@ -332,7 +359,13 @@ TEST_CASE("RingSpecFor and AttachResponseFor say what was planned") {
   CHECK(resp.ring().ring_token() == "0123456789abcdef0123456789abcdef");
   CHECK(resp.ring().slot_count() == 3);
   CHECK(resp.ring().slot_bytes() == g.slot_bytes);
-  CHECK(resp.ring().sample_bytes() == 192);
+  REQUIRE(resp.ring().fields_size() == 2);
+  CHECK(resp.ring().fields(0).name() == "image");
+  CHECK(resp.ring().fields(0).stride() == 192);
+  CHECK(resp.ring().fields(0).fixed_shape());
+  CHECK(resp.ring().fields(1).name() == "label");
+  CHECK(resp.ring().fields(1).offset() == 192 * 4);
+  CHECK(resp.ring().fields(1).dtype() == ring::kInt64);
   CHECK(resp.ring().layout_version() == ring::kLayoutVersion);
   CHECK(resp.dataset_size() == 10);
   CHECK(resp.shard_size() == 10);

@@ -56,11 +56,12 @@ struct Fixture {
 
   // Takes batch `seq`: its records, checked against the pattern the fake
   // workers write; then frees its slot.
-  std::vector<ring::SampleRecord> Take(uint64_t seq, uint64_t sample_bytes) {
+  std::vector<testing::SlotSample> Take(uint64_t seq, uint64_t sample_bytes) {
     REQUIRE(client->WaitReady(seq, 20s));
     ring::SlotDescriptor* d = client->descriptor(static_cast<uint32_t>(seq % slots));
-    std::vector<ring::SampleRecord> recs(ring::Records(d), ring::Records(d) + d->sample_count);
     const uint8_t* data = client->slot_data(static_cast<uint32_t>(seq % slots));
+    std::vector<testing::SlotSample> recs =
+        testing::ReadSlot(*client->header(), client->geometry(), d, data);
     for (const auto& r : recs) {
       if (r.status == ring::kSampleFailed) continue;
       const uint8_t want = FakeLauncher::PatternByte(r.dataset_index);

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -19,15 +20,23 @@ namespace stoker {
 absl::StatusOr<std::unique_ptr<RingOwner>> RingOwner::Create(const std::string& name,
                                                              const RingSpec& spec) {
   ring::Geometry g;
-  uint64_t slot_data = spec.slot_data_bytes != 0 ? spec.slot_data_bytes
-                       : spec.sample_bytes != 0    ? spec.sample_bytes * spec.batch_size
-                                                   : spec.variable_bytes;
-  if (!ring::ComputeGeometry(spec.slot_count, spec.batch_size, slot_data, &g)) {
+  std::vector<ring::FieldSpec> fields = spec.fields;
+  const auto field_count = static_cast<uint32_t>(fields.size());
+  uint64_t slot_data = 0;
+  if (!ring::LayoutFields(fields.data(), field_count, spec.batch_size, &slot_data) ||
+      !ring::ComputeGeometry(spec.slot_count, spec.batch_size, field_count, slot_data, &g)) {
     return absl::InvalidArgumentError("ring sizes out of range");
+  }
+  for (const ring::FieldSpec& f : fields) {
+    if (const char* why = ring::ValidateField(f, spec.batch_size, g.slot_bytes)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ring field '", std::string(ring::FieldName(f)), "': ", why));
+    }
   }
   auto ring = std::unique_ptr<RingOwner>(new RingOwner());
   ring->name_ = "memfd:" + name;
   ring->geometry_ = g;
+  ring->fields_ = fields;
   int fd = ::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return PosixError("memfd_create " + name, errno);
   ring->fd_.Reset(fd);
@@ -59,22 +68,12 @@ absl::StatusOr<std::unique_ptr<RingOwner>> RingOwner::Create(const std::string& 
   h->slot_bytes = g.slot_bytes;
   h->slot_count = spec.slot_count;
   h->batch_size = spec.batch_size;
-  h->height = spec.height;
-  h->width = spec.width;
-  h->channels = spec.channels;
-  h->dtype = spec.dtype;
+  h->field_count = field_count;
   h->layout = spec.layout;
-  h->sample_bytes = spec.sample_bytes;
+  std::copy(fields.begin(), fields.end(), h->fields);
   h->session_number = spec.session_number;
   h->batches_per_epoch = spec.batches_per_epoch;
   h->total_batches = spec.total_batches;
-  h->mask_dtype = spec.mask_dtype;
-  h->mask_offset = spec.mask_offset;
-  h->mask_sample_bytes = spec.mask_sample_bytes;
-  h->box_stride = spec.box_stride;
-  h->box_offset = spec.boxes.xyxy;
-  h->box_label_offset = spec.boxes.labels;
-  h->box_flag_offset = spec.boxes.flags;
   h->daemon_state.store(ring::kRunning);
   h->daemon_heartbeat.store(1);
   h->depth.store(ring::PackDepth(0, depth, depth));

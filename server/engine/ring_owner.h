@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/posix.h"
@@ -19,20 +20,11 @@ namespace stoker {
 struct RingSpec {
   uint32_t slot_count = 4;
   uint32_t batch_size = 1;
-  uint64_t sample_bytes = 0;     // stride per sample; 0 with variable_bytes
-  uint64_t variable_bytes = 0;   // slot data bytes for variable-size decode
-  // Slot data bytes when not 0 (images then masks), else from the above.
-  uint64_t slot_data_bytes = 0;
-  uint32_t mask_dtype = 0;        // ring_layout.h's RingHeader mask fields
-  uint64_t mask_offset = 0;
-  uint64_t mask_sample_bytes = 0;
-  uint32_t box_stride = 0;        // and its box fields (0: no boxes)
-  ring::BoxPlacement boxes;
-  uint32_t height = 0;
-  uint32_t width = 0;
-  uint32_t channels = 3;
-  uint32_t dtype = ring::kUint8;
-  uint32_t layout = ring::kNHWC;
+  // Each sample's fields (ring_layout.h, "field"): 1..ring::kMaxFields, each
+  // with its stride set; Create lays them out (ring::LayoutFields), so
+  // their offsets here are ignored.
+  std::vector<ring::FieldSpec> fields;
+  uint32_t layout = ring::kNHWC;  // the "image" field's dimension order
   uint64_t session_number = 0;
   uint64_t batches_per_epoch = 0;
   uint64_t total_batches = 0;
@@ -48,7 +40,7 @@ class RingOwner {
  public:
   // Creates a ring labelled `name` (a memfd's name: for /proc/PID/maps and
   // logs), sized and laid out per `spec`. Errors: INVALID_ARGUMENT for sizes
-  // out of range, RESOURCE_EXHAUSTED when its memory cannot be reserved.
+  // out of range or a field ring::ValidateField refuses, RESOURCE_EXHAUSTED when its memory cannot be reserved.
   static absl::StatusOr<std::unique_ptr<RingOwner>> Create(const std::string& name,
                                                            const RingSpec& spec);
   // Unmaps and closes; the memory goes once no other process holds it.
@@ -57,6 +49,8 @@ class RingOwner {
   // "memfd:<name>".
   const std::string& name() const { return name_; }
   const ring::Geometry& geometry() const { return geometry_; }
+  // The fields as laid out in the header (offsets set).
+  const std::vector<ring::FieldSpec>& fields() const { return fields_; }
   int fd() const { return fd_.get(); }
   ring::RingHeader* header() const { return static_cast<ring::RingHeader*>(map_.addr()); }
   ring::SlotDescriptor* descriptor(uint32_t slot) const {
@@ -82,6 +76,7 @@ class RingOwner {
   RingOwner() = default;
   std::string name_;
   ring::Geometry geometry_;
+  std::vector<ring::FieldSpec> fields_;
   UniqueFd fd_;
   Mapping map_;
   uint32_t committed_slots_ = 0;

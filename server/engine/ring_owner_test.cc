@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "pipeline/sample_fields.h"
 #include "stoker/ring_futex.h"
 #include "stoker/ring_layout.h"
 
@@ -25,28 +26,40 @@ std::string UniqueName(const char* what) {
   return "stoker-test-" + std::to_string(::getpid()) + "-" + what;
 }
 
+// A still-image ring's spec: an h x w x 3 uint8 image (fixed, or of `room`
+// bytes and any size when h is 0) and a label per sample.
+RingSpec ImageRing(uint32_t slots, uint32_t batch, uint32_t h, uint32_t w, uint64_t room = 0) {
+  RingSpec spec;
+  spec.slot_count = slots;
+  spec.batch_size = batch;
+  const bool fixed = h != 0;
+  spec.fields.push_back(pipeline::MakeField(ring::kImageField, ring::kUint8, {h, w, 3},
+                                            fixed ? uint64_t{h} * w * 3 : room, fixed));
+  spec.fields.push_back(pipeline::MakeField(ring::kLabelField, ring::kInt64, {}, 8, true));
+  return spec;
+}
+
 TEST_CASE("geometry is page aligned, fits its parts and refuses absurd sizes") {
   ring::Geometry g;
-  REQUIRE(ring::ComputeGeometry(4, 64, 64 * 224 * 224 * 3, &g));
+  REQUIRE(ring::ComputeGeometry(4, 64, 2, 64 * 224 * 224 * 3, &g));
   CHECK(g.descriptor_offset == ring::kHeaderBytes);
   CHECK(g.data_offset % ring::kPageBytes == 0);
   CHECK(g.slot_bytes % ring::kPageBytes == 0);
   CHECK(g.slot_bytes >= 64ull * 224 * 224 * 3);
   CHECK(g.data_offset >= g.descriptor_offset + 4 * g.descriptor_stride);
+  CHECK(g.descriptor_stride == sizeof(ring::SlotDescriptor) + 64 * ring::RecordBytes(2));
   CHECK(g.total_bytes == g.data_offset + 4 * g.slot_bytes);
-  CHECK_FALSE(ring::ComputeGeometry(0, 64, 100, &g));
-  CHECK_FALSE(ring::ComputeGeometry(4, 0, 100, &g));
-  CHECK_FALSE(ring::ComputeGeometry(ring::kMaxSlots + 1, 64, 100, &g));
-  CHECK_FALSE(ring::ComputeGeometry(4, ring::kMaxBatchSize + 1, 100, &g));
-  CHECK_FALSE(ring::ComputeGeometry(4, 64, uint64_t{1} << 50, &g));
+  CHECK_FALSE(ring::ComputeGeometry(0, 64, 2, 100, &g));
+  CHECK_FALSE(ring::ComputeGeometry(4, 0, 2, 100, &g));
+  CHECK_FALSE(ring::ComputeGeometry(ring::kMaxSlots + 1, 64, 2, 100, &g));
+  CHECK_FALSE(ring::ComputeGeometry(4, ring::kMaxBatchSize + 1, 2, 100, &g));
+  CHECK_FALSE(ring::ComputeGeometry(4, 64, 2, uint64_t{1} << 50, &g));
+  CHECK_FALSE(ring::ComputeGeometry(4, 64, 0, 100, &g));
+  CHECK_FALSE(ring::ComputeGeometry(4, 64, ring::kMaxFields + 1, 100, &g));
 }
 
 TEST_CASE("a created ring is named nowhere, sealed, valid, and outlives its owner in a mapping") {
-  RingSpec spec;
-  spec.slot_count = 3;
-  spec.batch_size = 5;
-  spec.sample_bytes = 8 * 8 * 3;
-  spec.height = spec.width = 8;
+  RingSpec spec = ImageRing(3, 5, 8, 8);
   const std::string name = UniqueName("create");
   void* client = nullptr;
   uint64_t total = 0;
@@ -64,6 +77,11 @@ TEST_CASE("a created ring is named nowhere, sealed, valid, and outlives its owne
           (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL));
     const ring::RingHeader& h = *(*r)->header();
     CHECK(ring::ValidateHeader(h, total, (*r)->geometry(), 3, 5) == nullptr);
+    REQUIRE(h.field_count == 2);
+    CHECK(ring::FieldName(h.fields[0]) == "image");
+    CHECK(h.fields[0].offset == 0);
+    CHECK(h.fields[1].offset == ring::AlignUp(5 * 192, 64));  // laid out by Create
+    CHECK(ring::SameField(h.fields[1], (*r)->fields()[1]));
     for (uint32_t s = 0; s < 3; ++s) CHECK((*r)->descriptor(s)->state.load() == ring::kFree);
     // Two rings of one name are two rings.
     auto again = RingOwner::Create(name, spec);
@@ -83,11 +101,7 @@ TEST_CASE("a created ring is named nowhere, sealed, valid, and outlives its owne
 }
 
 TEST_CASE("a client cannot cut its ring short: the seals refuse it") {
-  RingSpec spec;
-  spec.slot_count = 2;
-  spec.batch_size = 4;
-  spec.sample_bytes = 64 * 64 * 3;
-  auto r = RingOwner::Create(UniqueName("sealed"), spec);
+  auto r = RingOwner::Create(UniqueName("sealed"), ImageRing(2, 4, 64, 64));
   REQUIRE(r.ok());
   // The client's way in: the fd the handover gives it, read-write.
   const int fd = ::dup((*r)->fd());
@@ -101,11 +115,7 @@ TEST_CASE("a client cannot cut its ring short: the seals refuse it") {
 }
 
 TEST_CASE("the reader's validation catches every corrupted header field") {
-  RingSpec spec;
-  spec.slot_count = 4;
-  spec.batch_size = 2;
-  spec.sample_bytes = 4096;
-  auto r = RingOwner::Create(UniqueName("validate"), spec);
+  auto r = RingOwner::Create(UniqueName("validate"), ImageRing(4, 2, 32, 32));
   REQUIRE(r.ok());
   const ring::Geometry g = (*r)->geometry();
   ring::RingHeader good;
@@ -125,45 +135,96 @@ TEST_CASE("the reader's validation catches every corrupted header field") {
   CHECK(corrupt([](ring::RingHeader& h) { h.data_offset = 0; }) != nullptr);
   CHECK(corrupt([](ring::RingHeader& h) { h.slot_bytes += 4096; }) != nullptr);
   CHECK(corrupt([](ring::RingHeader& h) { h.descriptor_stride = 1; }) != nullptr);
-  CHECK(corrupt([](ring::RingHeader& h) { h.sample_bytes = h.slot_bytes; }) != nullptr);
-  CHECK(corrupt([](ring::RingHeader& h) { h.dtype = 7; }) != nullptr);
   CHECK(corrupt([](ring::RingHeader& h) { h.layout = 0; }) != nullptr);
+  CHECK(corrupt([](ring::RingHeader& h) { h.field_count = 0; }) != nullptr);
+  CHECK(corrupt([](ring::RingHeader& h) { h.field_count = 3; }) != nullptr);
+  // Each field's rooms must lie in the slot, its name, dtype, rank and
+  // bounds be ones a reader can size views from.
+  CHECK(corrupt([](ring::RingHeader& h) { h.fields[0].stride = h.slot_bytes; }) != nullptr);
+  CHECK(corrupt([](ring::RingHeader& h) { h.fields[1].offset = h.slot_bytes; }) != nullptr);
+  CHECK(corrupt([](ring::RingHeader& h) { h.fields[1].offset = UINT64_MAX - 63; }) != nullptr);
+  CHECK(corrupt([](ring::RingHeader& h) { h.fields[1].offset += 8; }) != nullptr);
+  CHECK(corrupt([](ring::RingHeader& h) { h.fields[0].stride = UINT64_MAX / 2; }) != nullptr);
+  CHECK(corrupt([](ring::RingHeader& h) { h.fields[0].dtype = 99; }) != nullptr);
+  CHECK(corrupt([](ring::RingHeader& h) { h.fields[0].rank = 6; }) != nullptr);
+  CHECK(corrupt([](ring::RingHeader& h) { h.fields[0].max_shape[4] = 1; }) != nullptr);
+  CHECK(corrupt([](ring::RingHeader& h) { h.fields[0].max_shape[0] = 33; }) != nullptr);
+  CHECK(corrupt([](ring::RingHeader& h) { h.fields[0].flags = 2; }) != nullptr);
+  CHECK(corrupt([](ring::RingHeader& h) { h.fields[0].name[0] = 'X'; }) != nullptr);
+  CHECK(corrupt([](ring::RingHeader& h) { h.fields[0].name[0] = '\0'; }) != nullptr);
+  CHECK(corrupt([](ring::RingHeader& h) {
+          std::memset(h.fields[1].name, 'a', sizeof(h.fields[1].name));  // no NUL
+        }) != nullptr);
   CHECK(ring::ValidateHeader(good, g.total_bytes - 1, g, 4, 2) != nullptr);
 }
 
-TEST_CASE("a sample record naming bytes outside its slot is refused") {
-  const uint64_t slot = 3 * 4096;
-  ring::SampleRecord r{};
-  r.height = 4;
-  r.width = 4;
-  r.channels = 3;
-  r.bytes = 48;
-  r.offset = 0;
-  CHECK(ring::ValidateRecord(r, slot, ring::kUint8) == nullptr);
-  r.offset = slot - 47;
-  CHECK(ring::ValidateRecord(r, slot, ring::kUint8) != nullptr);
-  r.offset = UINT64_MAX - 10;  // overflow
-  CHECK(ring::ValidateRecord(r, slot, ring::kUint8) != nullptr);
-  r.offset = 0;
-  r.bytes = 47;  // disagrees with its shape
-  CHECK(ring::ValidateRecord(r, slot, ring::kUint8) != nullptr);
-  r.bytes = 48 * 4;
-  CHECK(ring::ValidateRecord(r, slot, ring::kFloat32) == nullptr);
-  r.channels = 9;
-  CHECK(ring::ValidateRecord(r, slot, ring::kFloat32) != nullptr);
-  r.channels = 3;
-  r.status = 7;
-  CHECK(ring::ValidateRecord(r, slot, ring::kFloat32) != nullptr);
-  // A failed sample is held to its shape too: readers size its view from it.
-  r.status = ring::kSampleFailed;
-  r.bytes = 0;
-  r.height = r.width = 0;  // variable size: an empty sample
-  CHECK(ring::ValidateRecord(r, slot, ring::kFloat32) == nullptr);
-  r.height = r.width = 40000;
-  CHECK(ring::ValidateRecord(r, slot, ring::kFloat32) != nullptr);
-  r.height = r.width = 4;
-  r.bytes = 48 * 4;  // zeros of the output shape
-  CHECK(ring::ValidateRecord(r, slot, ring::kFloat32) == nullptr);
+TEST_CASE("a sample's field shape outside its bounds or room is refused") {
+  // Fixed: 4 x 4 x 3 float32, exactly its room.
+  ring::FieldSpec fixed =
+      pipeline::MakeField("image", ring::kFloat32, {4, 4, 3}, 4 * 4 * 3 * 4, true);
+  REQUIRE(ring::ValidateField(fixed, 2, 4096) == nullptr);
+  ring::FieldRecord r{};
+  uint64_t bytes = 0;
+  auto shape = [&r](std::initializer_list<uint32_t> s) {
+    r = ring::FieldRecord{};
+    std::copy(s.begin(), s.end(), r.shape);
+    return r;
+  };
+  CHECK(ring::ValidateFieldRecord(shape({4, 4, 3}), fixed, &bytes) == nullptr);
+  CHECK(bytes == 192);
+  CHECK(ring::ValidateFieldRecord(shape({4, 3, 3}), fixed, &bytes) != nullptr);  // not its bound
+  CHECK(ring::ValidateFieldRecord(shape({4, 4, 3, 1}), fixed, &bytes) != nullptr);  // past rank
+  // A fixed field's stride must be its bytes, or the batch is no array.
+  ring::FieldSpec loose = fixed;
+  loose.stride += 4;
+  CHECK(ring::ValidateField(loose, 2, 4096) != nullptr);
+
+  // Any size within a 3000-byte room: height and width unbounded.
+  ring::FieldSpec any = pipeline::MakeField("image", ring::kUint8, {0, 0, 3}, 3000, false);
+  REQUIRE(ring::ValidateField(any, 2, 8192) == nullptr);
+  CHECK(ring::ValidateFieldRecord(shape({10, 100, 3}), any, &bytes) == nullptr);
+  CHECK(bytes == 3000);
+  CHECK(ring::ValidateFieldRecord(shape({0, 0, 3}), any, &bytes) == nullptr);  // empty: failed
+  CHECK(bytes == 0);
+  CHECK(ring::ValidateFieldRecord(shape({10, 101, 3}), any, &bytes) != nullptr);  // over the room
+  CHECK(ring::ValidateFieldRecord(shape({10, 100, 4}), any, &bytes) != nullptr);  // over a bound
+  // A product that wraps 64 bits must not pass for a small one.
+  CHECK(ring::ValidateFieldRecord(shape({0x80000000u, 0x80000000u, 3}), any, &bytes) != nullptr);
+  ring::FieldSpec five = pipeline::MakeField("v", ring::kInt64, {0, 0, 0, 0, 0}, 1 << 20, false);
+  REQUIRE(ring::ValidateField(five, 1, 1 << 20) == nullptr);
+  ring::FieldRecord big{};
+  for (uint32_t& d : big.shape) d = 0xffffffffu;
+  CHECK(ring::ValidateFieldRecord(big, five, &bytes) != nullptr);
+
+  // Boxes: up to 5 rows of 4.
+  ring::FieldSpec boxes = pipeline::MakeField("boxes", ring::kFloat32, {5, 4}, 80, false);
+  REQUIRE(ring::ValidateField(boxes, 2, 4096) == nullptr);
+  CHECK(ring::ValidateFieldRecord(shape({0, 4}), boxes, &bytes) == nullptr);
+  CHECK(ring::ValidateFieldRecord(shape({5, 4}), boxes, &bytes) == nullptr);
+  CHECK(ring::ValidateFieldRecord(shape({6, 4}), boxes, &bytes) != nullptr);
+  // A field whose rooms end past the slot: refused however it is sized.
+  CHECK(ring::ValidateField(boxes, 52, 4096) != nullptr);
+  ring::FieldSpec scalar = pipeline::MakeField("label", ring::kInt64, {}, 8, true);
+  CHECK(ring::ValidateField(scalar, 4, 32) == nullptr);
+  CHECK(ring::ValidateFieldRecord(ring::FieldRecord{}, scalar, &bytes) == nullptr);
+  CHECK(bytes == 8);
+  ring::SampleRecord rec{};
+  CHECK(ring::ValidateRecord(rec) == nullptr);
+  rec.status = 7;
+  CHECK(ring::ValidateRecord(rec) != nullptr);
+}
+
+TEST_CASE("a ring is refused for fields it cannot hold") {
+  RingSpec spec = ImageRing(2, 4, 8, 8);
+  spec.fields[1].flags = 7;
+  CHECK(RingOwner::Create(UniqueName("flags"), spec).status().code() ==
+        absl::StatusCode::kInvalidArgument);
+  spec = ImageRing(2, 4, 8, 8);
+  spec.fields.clear();
+  CHECK_FALSE(RingOwner::Create(UniqueName("nofields"), spec).ok());
+  spec = ImageRing(2, 4, 8, 8);
+  spec.fields.resize(ring::kMaxFields + 1, spec.fields[1]);
+  CHECK_FALSE(RingOwner::Create(UniqueName("many"), spec).ok());
 }
 
 TEST_CASE("a futex wait across processes wakes on the other's store, and times out") {

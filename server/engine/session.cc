@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <initializer_list>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
@@ -144,11 +145,11 @@ size_t BuildTaskMsg(const DaemonSession& s, const SampleTask& t, const TaskOptio
   msg->ring_id = s.number;
   const uint64_t slot_base = s.ring->geometry().slot_bytes * f.slot;
   // Any-size samples too have sample_bytes each: the most their ops can make.
-  msg->out_offset = slot_base + s.plan.sample_bytes * t.pos;
-  msg->out_capacity = s.plan.sample_bytes;
+  msg->out_offset = slot_base + s.plan.room_offset(s.plan.image_field, t.pos);
+  msg->out_capacity = s.plan.room_bytes(s.plan.image_field);
   if (!mask.empty()) {
-    msg->mask_out_offset = slot_base + s.plan.mask_offset_of(t.pos);
-    msg->mask_out_capacity = s.plan.mask_sample_bytes;
+    msg->mask_out_offset = slot_base + s.plan.room_offset(s.plan.mask_field, t.pos);
+    msg->mask_out_capacity = s.plan.room_bytes(s.plan.mask_field);
     if (ds.has_mask_range(t.index)) {
       msg->mask_has_range = 1;
       msg->mask_file_offset = ds.mask_range_offset(t.index);
@@ -157,12 +158,11 @@ size_t BuildTaskMsg(const DaemonSession& s, const SampleTask& t, const TaskOptio
   }
   if (s.plan.box_stride != 0) {
     const uint32_t n = std::min(ds.box_count(t.index), s.plan.box_stride);
-    const uint64_t first = uint64_t{s.plan.box_stride} * t.pos;
     msg->has_boxes = 1;
     msg->box_count = n;
-    msg->box_out_offset = slot_base + s.plan.boxes.xyxy + 16 * first;
-    msg->box_label_out_offset = slot_base + s.plan.boxes.labels + 8 * first;
-    msg->box_flag_out_offset = slot_base + s.plan.boxes.flags + first;
+    msg->box_out_offset = slot_base + s.plan.room_offset(s.plan.boxes_field, t.pos);
+    msg->box_label_out_offset = slot_base + s.plan.room_offset(s.plan.box_labels_field, t.pos);
+    msg->box_flag_out_offset = slot_base + s.plan.room_offset(s.plan.box_flags_field, t.pos);
     uint8_t* data = s.ring->slot_data(0);  // the data area's start
     if (n != 0) {
       std::memcpy(data + msg->box_out_offset, ds.box_xyxy(t.index), size_t{n} * 16);
@@ -216,8 +216,8 @@ bool CompleteSample(DaemonSession& s, SampleTask& t, const worker::ResultMsg& r,
   const bool mask_ok =
       s.plan.mask_dtype == 0
           ? r.mask_bytes == 0
-          : r.mask_bytes == uint64_t{r.height} * r.width * ring::MaskDTypeBytes(s.plan.mask_dtype) &&
-                r.mask_bytes <= s.plan.mask_sample_bytes;
+          : r.mask_bytes == uint64_t{r.height} * r.width * ring::DTypeBytes(s.plan.mask_dtype) &&
+                r.mask_bytes <= s.plan.room_bytes(s.plan.mask_field);
   const bool boxes_ok =
       s.plan.box_stride == 0 ? r.boxes_kept == 0
                              : r.boxes_kept <= std::min(s.dataset->box_count(t.index),
@@ -332,35 +332,47 @@ void FinishBatch(DaemonSession& s, uint64_t seq) {
   BatchFill& f = it->second;
   const AttachPlan& p = s.plan;
   ring::SlotDescriptor* d = s.ring->descriptor(f.slot);
-  ring::SampleRecord* recs = ring::Records(d);
   uint8_t* data = s.ring->slot_data(f.slot);
+  const ring::Geometry& g = s.ring->geometry();
+  const auto set_shape = [](ring::FieldRecord* fr, std::initializer_list<uint32_t> shape) {
+    *fr = ring::FieldRecord{};
+    std::copy(shape.begin(), shape.end(), fr->shape);
+  };
+  const image::PipelineParams& params = p.params();
+  const bool nchw = params.layout == ring::kNCHW;
   for (uint32_t i = 0; i < f.outcomes.size(); ++i) {
     const SampleOutcome& o = f.outcomes[i];
-    ring::SampleRecord& r = recs[i];
+    ring::SampleRecord& r = *ring::Record(d, g, i);
+    ring::FieldRecord* fr = ring::FieldRecords(&r);
     r.planned_index = f.tasks[i]->planned_index;
     r.dataset_index = o.index;
-    r.label = s.dataset->label(o.index);
     r.status = o.status;
-    r.offset = p.sample_bytes * i;
-    r.mask_offset = p.mask_dtype == 0 ? 0 : p.mask_offset_of(i);
+    const int64_t label = s.dataset->label(o.index);
+    std::memcpy(data + p.room_offset(p.label_field, i), &label, sizeof(label));
+    set_shape(&fr[p.label_field], {});
+    uint32_t h = o.height, w = o.width, c = o.channels, boxes = o.box_count;
     if (o.status == ring::kSampleFailed) {
       // Zeros of the output shape, so that a fixed-shape batch keeps it,
-      // and a mask all fill ("ignore": the sample adds nothing to a loss).
-      r.height = p.params().out_height;
-      r.width = p.params().out_width;
-      r.channels = 3;
-      r.bytes = p.variable_size ? 0 : p.sample_bytes;
-      if (r.bytes != 0) std::memset(data + r.offset, 0, r.bytes);
-      r.mask_bytes = p.mask_dtype == 0 || p.variable_size ? 0 : p.mask_sample_bytes;
-      FillMask(data + r.mask_offset, r.mask_bytes, p.mask_dtype, p.params().mask_fill);
-      r.box_count = 0;
-    } else {
-      r.height = o.height;
-      r.width = o.width;
-      r.channels = o.channels;
-      r.bytes = o.bytes;
-      r.mask_bytes = o.mask_bytes;
-      r.box_count = o.box_count;
+      // and a mask all fill ("ignore": the sample adds nothing to a loss);
+      // an any-size sample is empty.
+      h = p.variable_size ? 0 : params.out_height;
+      w = p.variable_size ? 0 : params.out_width;
+      c = 3;
+      boxes = 0;
+      const uint64_t bytes = p.variable_size ? 0 : p.room_bytes(p.image_field);
+      if (bytes != 0) std::memset(data + p.room_offset(p.image_field, i), 0, bytes);
+      if (p.mask_field >= 0) {
+        FillMask(data + p.room_offset(p.mask_field, i),
+                 p.variable_size ? 0 : p.room_bytes(p.mask_field), p.mask_dtype, params.mask_fill);
+      }
+    }
+    set_shape(&fr[p.image_field], nchw ? std::initializer_list<uint32_t>{c, h, w}
+                                       : std::initializer_list<uint32_t>{h, w, c});
+    if (p.mask_field >= 0) set_shape(&fr[p.mask_field], {h, w});
+    if (p.boxes_field >= 0) {
+      set_shape(&fr[p.boxes_field], {boxes, 4});
+      set_shape(&fr[p.box_labels_field], {boxes});
+      set_shape(&fr[p.box_flags_field], {boxes});
     }
   }
   if (f.failed) {

@@ -48,6 +48,19 @@ struct Fixture {
   int events = 0;
 };
 
+// The samples of the ready slot whose descriptor is `d`, as a reader finds them.
+std::vector<testing::SlotSample> Read(const Fixture& f, const ring::SlotDescriptor* d) {
+  const RingOwner& ring = *f.s->ring;
+  for (uint32_t slot = 0; slot < ring.header()->slot_count; ++slot) {
+    if (ring.descriptor(slot) == d) {
+      return testing::ReadSlot(*ring.header(), ring.geometry(), ring.descriptor(slot),
+                               ring.slot_data(slot));
+    }
+  }
+  FAIL("no such slot");
+  return {};
+}
+
 TEST_CASE("batches start in free slots in order and are handed over when full") {
   Fixture f(SmallRequest("list.txt", 4, 2, 1));
   StartBatches(*f.s, f.ctx);
@@ -70,7 +83,7 @@ TEST_CASE("batches start in free slots in order and are handed over when full") 
   const ring::SlotDescriptor* d0 = f.s->ring->descriptor(0);
   CHECK(d0->state.load() == ring::kReady);
   CHECK(d0->batch_status == ring::kBatchOk);
-  const ring::SampleRecord* recs = ring::Records(const_cast<ring::SlotDescriptor*>(d0));
+  const std::vector<testing::SlotSample> recs = Read(f, d0);
   for (uint32_t i = 0; i < 4; ++i) {
     CHECK(recs[i].status == ring::kSampleOk);
     CHECK(recs[i].planned_index == i);
@@ -142,7 +155,7 @@ TEST_CASE("skip policy: a failed sample is replaced from its shard and the batch
   REQUIRE(d->state.load() == ring::kReady);
   CHECK(d->batch_status == ring::kBatchOk);
   CHECK(d->sample_count == 4);
-  const ring::SampleRecord* recs = ring::Records(const_cast<ring::SlotDescriptor*>(d));
+  const std::vector<testing::SlotSample> recs = Read(f, d);
   CHECK(recs[1].status == ring::kSampleReplaced);
   CHECK(recs[1].planned_index == 1);
   CHECK(recs[1].dataset_index == 3);
@@ -179,7 +192,7 @@ TEST_CASE("skip policy with nothing left to replace it: zeros of the output shap
   const ring::SlotDescriptor* d = f.s->ring->descriptor(0);
   REQUIRE(d->state.load() == ring::kReady);
   CHECK(d->batch_status == ring::kBatchOk);  // the skip policy never fails a batch
-  const ring::SampleRecord* recs = ring::Records(const_cast<ring::SlotDescriptor*>(d));
+  const std::vector<testing::SlotSample> recs = Read(f, d);
   for (int i = 0; i < 2; ++i) {
     CHECK(recs[i].status == ring::kSampleFailed);
     CHECK(recs[i].bytes == 192);
@@ -201,7 +214,7 @@ TEST_CASE("a sample is replaced kMaxReplacements times at most") {
   CHECK(t->replacements == kMaxReplacements);
   FailSample(*f.s, *t, "bad", f.ctx);
   CHECK(f.s->ring->descriptor(0)->state.load() == ring::kReady);
-  CHECK(ring::Records(f.s->ring->descriptor(0))[0].status == ring::kSampleFailed);
+  CHECK(Read(f, f.s->ring->descriptor(0))[0].status == ring::kSampleFailed);
 }
 
 TEST_CASE("error policy: a failed sample fails its batch, with the first reason and an event") {
@@ -225,7 +238,7 @@ TEST_CASE("error policy: a failed sample fails its batch, with the first reason 
   CHECK(d->batch_status == ring::kBatchFailed);
   CHECK(std::string(d->error) == "sample 1 (img_1.jpg) failed: corrupt");
   CHECK(d->sample_count == 4);
-  const ring::SampleRecord* recs = ring::Records(const_cast<ring::SlotDescriptor*>(d));
+  const std::vector<testing::SlotSample> recs = Read(f, d);
   CHECK(recs[0].status == ring::kSampleFailed);
   CHECK(recs[1].status == ring::kSampleFailed);
   CHECK(recs[2].status == ring::kSampleOk);
@@ -309,7 +322,7 @@ TEST_CASE("any-size samples each have the most their ops make, in order in the s
     r.bytes = uint64_t{r.height} * r.width * 3;
     REQUIRE(CompleteSample(*f.s, *t, r, f.ctx));
   }
-  const ring::SampleRecord* recs = ring::Records(f.s->ring->descriptor(0));
+  const std::vector<testing::SlotSample> recs = Read(f, f.s->ring->descriptor(0));
   for (uint32_t i = 0; i < 3; ++i) {
     CHECK(recs[i].status == ring::kSampleOk);
     CHECK(recs[i].offset == 300 * i);

@@ -221,7 +221,8 @@ def samples_in_order(stoker, socket: str, dataset: str, before_detach=None,
                 raw = s.next(30000)
             except stoker.EndOfData:
                 break
-            images, labels, statuses = raw[0], raw[1], raw[4]
+            fields, statuses = raw[0], raw[3]
+            images, labels = fields["image"][0], fields["label"][0]
             assert statuses.tolist() == [0], f"sample {len(out)} of {dataset}: {statuses}"
             out.append((np.array(images[0]), int(labels[0])))
         if before_detach is not None:

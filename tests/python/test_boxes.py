@@ -23,6 +23,7 @@ import pytest
 
 PIL = pytest.importorskip("PIL.Image")
 F = pytest.importorskip("torchvision.transforms.functional")
+torch = pytest.importorskip("torch")
 
 
 def make_coco(root, sizes, boxes_of, missing=(), extra_annotations=()):
@@ -392,15 +393,12 @@ def test_iou_crop_needs_boxes(stoker, daemon_factory, tmp_path):
         stoker.Loader(".", socket=d.socket, batch_size=2, ops=SSD).info
 
 
-def test_webdataset_samples_carry_masks_and_boxes(stoker, daemon_factory, build_dir, tmp_path):
-    """A shard whose samples hold a jpg image, a png mask and a json with
-    boxes: both targets move with the image (the mask exactly as
-    stoker-image-tool's labels run moves it, the boxes as the reference's
-    arithmetic), and come as torchvision's detection targets with "masks"."""
+def write_shard(root, loose, samples=6):
+    """A WebDataset shard (root/shard.tar, each member also in `loose`) whose
+    sample k holds a jpg image of SIZES[k], a png mask and a json with k boxes,
+    their labels 0..k-1 and the sample's label k; returns each one's boxes."""
     import io
     import tarfile
-    root = tmp_path / "data"
-    loose = tmp_path / "loose"
     root.mkdir()
     loose.mkdir()
     rng = np.random.default_rng(8)
@@ -411,7 +409,7 @@ def test_webdataset_samples_carry_masks_and_boxes(stoker, daemon_factory, build_
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
             (loose / name).write_bytes(data)
-        for k in range(6):
+        for k in range(samples):
             h, w = SIZES[k]
             buf = io.BytesIO()
             PIL.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(
@@ -426,6 +424,51 @@ def test_webdataset_samples_carry_masks_and_boxes(stoker, daemon_factory, build_
             boxes[k] = bx
             add(f"{k:03d}.json", json.dumps({"label": k, "boxes": bx,
                                              "labels": list(range(k))}).encode())
+    return boxes
+
+
+def test_output_dict_gives_every_field_by_name(stoker, daemon_factory, tmp_path):
+    """output='dict': the same batches as the tuple output, each field by its
+    ring name: one tensor for a field of one shape, else each sample's own."""
+    root = tmp_path / "data"
+    boxes = write_shard(root, tmp_path / "loose")
+    d = daemon_factory(workers=2, data_root=str(root))
+    kw = dict(socket=d.socket, batch_size=3, size=32, seed=6, epochs=1)
+    with stoker.Loader("shard.tar", **kw) as ld:
+        tuples = [(images.clone(), [{k: (v.clone() if isinstance(v, torch.Tensor) else v)
+                                     for k, v in t.items()} for t in targets])
+                  for images, targets in ld]
+        assert [f[0] for f in ld.fields] == ["image", "label", "mask", "boxes", "box_labels",
+                                             "box_flags"]
+        most = max(len(b) for b in boxes.values())
+        assert ld.fields[3] == ("boxes", "float32", (most, 4), False)
+        assert ld.fields[2] == ("mask", "uint8", (32, 32), True)
+    with stoker.Loader("shard.tar", output="dict", **kw) as ld:
+        dicts = list(ld)
+    assert len(dicts) == len(tuples) == 2
+    for got, (images, targets) in zip(dicts, tuples):
+        assert set(got) == {"image", "label", "mask", "boxes", "box_labels", "box_flags"}
+        assert torch.equal(got["image"], images)
+        assert got["mask"].shape == (3, 32, 32) and got["mask"].dtype == torch.uint8
+        assert got["label"].tolist() == [t["image_id"] for t in targets]
+        for i, t in enumerate(targets):
+            assert torch.equal(got["mask"][i], t["masks"])
+            assert torch.equal(got["boxes"][i], t["boxes"]) and got["boxes"][i].shape[1] == 4
+            assert torch.equal(got["box_labels"][i], t["labels"])
+            assert got["box_flags"][i].tolist() == t["iscrowd"].tolist()
+            assert got["box_flags"][i].dtype == torch.uint8
+    with pytest.raises(stoker.InvalidRequestError, match="output='list'.*'tuple'.*'dict'"):
+        stoker.Loader("shard.tar", output="list", **kw)
+
+
+def test_webdataset_samples_carry_masks_and_boxes(stoker, daemon_factory, build_dir, tmp_path):
+    """A shard whose samples hold a jpg image, a png mask and a json with
+    boxes: both targets move with the image (the mask exactly as
+    stoker-image-tool's labels run moves it, the boxes as the reference's
+    arithmetic), and come as torchvision's detection targets with "masks"."""
+    root = tmp_path / "data"
+    loose = tmp_path / "loose"
+    boxes = write_shard(root, loose)
     d = daemon_factory(workers=2, data_root=str(root))
     keywords = {"size": 32}
     tool = os.path.join(build_dir, "bin", "stoker-image-tool")

@@ -158,7 +158,7 @@ def test_native_copy_to_device_fails_clearly_and_keeps_no_slot(stoker, served):
                 raw = session.next(30000)
             except stoker.EndOfData:
                 break
-            images = raw[0]
+            images = raw[0]["image"][0]
             with pytest.raises(stoker.CudaUnavailableError, match="no CUDA device|without CUDA"):
                 _native.copy_to_device(images, 0, 0x1000, 1 << 20)
             with pytest.raises(stoker.CudaUnavailableError):

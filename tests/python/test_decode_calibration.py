@@ -53,8 +53,8 @@ def _epoch(stoker, d):
                                        pipeline=PIPELINE)
     try:
         raw = s.next(30000)
-        assert raw[4].tolist() == [0, 0, 0], raw[4]
-        out = np.array(raw[0]).tobytes()
+        assert raw[3].tolist() == [0, 0, 0], raw[3]
+        out = np.array(raw[0]["image"][0]).tobytes()
         st = _status(d)
     finally:
         s.detach()

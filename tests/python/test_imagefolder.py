@@ -126,10 +126,10 @@ def _drain(session) -> Dict[str, List[int]]:
             if type(e).__name__ == "EndOfData":
                 return out
             raise
-        out["labels"] += raw[1].tolist()
-        out["delivered"] += raw[2].tolist()
-        out["planned"] += raw[3].tolist()
-        out["status"] += raw[4].tolist()
+        out["labels"] += raw[0]["label"][0].tolist()
+        out["delivered"] += raw[1].tolist()
+        out["planned"] += raw[2].tolist()
+        out["status"] += raw[3].tolist()
         del raw
 
 

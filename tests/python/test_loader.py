@@ -252,7 +252,13 @@ def test_zero_copy_views_outlive_later_batches_and_close(stoker, served):
 def test_native_images_are_one_array_over_the_slot_owned_by_a_capsule(stoker, served):
     session = stoker.Client(served.socket).attach("main", batch_size=5, pipeline={"size": [40, 48]},
                                                   epochs=1, ring_slots=3)
-    images, labels, indices, planned, statuses, epoch, bie, seq = session.next(10000)
+    fields, indices, planned, statuses, epoch, bie, seq = session.next(10000)
+    assert list(fields) == ["image", "label"]  # ring_layout.h's fields, in the ring's order
+    (images, shapes), (labels, label_shapes) = fields["image"], fields["label"]
+    assert shapes.tolist() == [[40, 48, 3]] * 5 and label_shapes.shape == (5, 0)
+    assert [f[0] for f in session.info["fields"]] == ["image", "label"]
+    assert session.info["fields"][0] == ("image", "uint8", (40, 48, 3), True)
+    assert session.info["fields"][1] == ("label", "int64", (), True)
     assert images.shape == (5, 40, 48, 3) and images.dtype == np.uint8
     assert type(images.base).__name__ == "PyCapsule"
     assert images.flags.c_contiguous and images.flags.writeable and not images.flags.owndata
@@ -274,7 +280,7 @@ def test_a_forked_child_leaves_the_parents_session_alone(stoker, served):
     take the parent's batches nor detach its session."""
     session = stoker.Client(served.socket).attach("main", batch_size=2, pipeline={"size": 32},
                                                   ring_slots=2, shuffle=False)
-    images, *_ = session.next(10000)
+    images = session.next(10000)[0]["image"][0]
     saved = images.copy()
     pid = os.fork()
     if pid == 0:  # the child: only os._exit leaves it
@@ -293,7 +299,7 @@ def test_a_forked_child_leaves_the_parents_session_alone(stoker, served):
         os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
-    second, *_ = session.next(10000)  # the other slot
+    second = session.next(10000)  # the other slot
     time.sleep(1.0)  # were slot 0 freed, the daemon would refill it with batch 2 now
     assert np.array_equal(images, saved), "the parent's batch changed under it"
     del images, second

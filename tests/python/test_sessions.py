@@ -165,7 +165,7 @@ for size in (0, 4096):
     except OSError as e:
         print("refused" if e.errno == errno.EPERM else f"error {e}", flush=True)
 b = s.next(30000)
-print("next", b[0].shape, flush=True)
+print("next", b[0]["image"][0].shape, flush=True)
 """
 
 
@@ -200,7 +200,8 @@ def test_a_trainer_cannot_cut_its_ring_short(stoker, daemon_factory, many_data, 
 def test_the_ring_budget_is_shared_by_all_sessions(stoker, daemon_factory):
     """--ring-budget-mb holds all rings together: a session past it is refused
     with RESOURCE_EXHAUSTED naming the budget; one that leaves frees its part."""
-    # A ring: 4 slots x 8 samples x 64x64x3 uint8 = 393216 bytes (0.375 MiB).
+    # A ring: 4 slots x (8 samples x 64x64x3 uint8 and 8 int64 labels, in
+    # whole pages) = 4 x 102400 = 409600 bytes (0.39 MiB).
     d = daemon_factory(workers=1, extra_args=["--ring-budget-mb", "1"])
     make_dataset(os.path.join(d.data_root, "imgs"), classes=2, per_class=8, seed=2)
     kw = dict(socket=d.socket, batch_size=8, size=64, epochs=1)
@@ -208,7 +209,7 @@ def test_the_ring_budget_is_shared_by_all_sessions(stoker, daemon_factory):
     b = stoker.Loader("imgs", **kw).attach()
     st = stoker.Client(d.socket).status()
     assert int(st["ring_budget_bytes"]) == 1 << 20
-    assert int(st["ring_used_bytes"]) == 2 * 393216
+    assert int(st["ring_used_bytes"]) == 2 * 409600
     with pytest.raises(stoker.ResourceExhaustedError, match=r"--ring-budget-mb of 1\.0 MiB"):
         stoker.Loader("imgs", **kw).attach()
     a.close()

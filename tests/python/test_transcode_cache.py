@@ -396,7 +396,7 @@ def test_a_file_the_transcoder_refuses_costs_one_try(daemon_factory, stoker, tmp
                                            pipeline=PIPELINE)
         try:
             raw = s.next(30000)
-            assert raw[4].tolist()[0] != 0 and raw[4].tolist()[1:] == [0] * (BATCH - 1), raw[4]
+            assert raw[3].tolist()[0] != 0 and raw[3].tolist()[1:] == [0] * (BATCH - 1), raw[3]
             session = _status(d)["sessions"][0]
         finally:
             s.detach()

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -42,8 +43,19 @@ class SessionCore;
 class RpcChannel;
 }  // namespace internal
 
-// The ring's values (stoker/ring_layout.h); kUint16 for masks only.
-enum class DType { kUint8 = 1, kFloat32 = 2, kFloat16 = 3, kUint16 = 4 };
+// The types of a sample field's values (proto/stoker/ring_layout.h's DType).
+enum class DType {
+  kUint8 = 1,
+  kFloat32 = 2,
+  kFloat16 = 3,
+  kUint16 = 4,
+  kInt16 = 5,
+  kInt32 = 6,
+  kInt64 = 7,
+  kBFloat16 = 8,
+};
+// Bytes per value of a DType.
+uint32_t DTypeBytes(DType d);
 enum class Layout { kNHWC = 1, kNCHW = 2 };
 enum class DatasetFormat {
   kAuto = 0,
@@ -123,6 +135,50 @@ struct AttachOptions {
   bool register_ring_with_cuda = true;
 };
 
+// One field of every sample of a session (proto/stoker/ring_layout.h,
+// "field"): a name, a dtype and a shape bounded at attach.
+struct FieldInfo {
+  std::string name;
+  DType dtype = DType::kUint8;
+  // Each dimension's bound (the rank is the count); 0: unbounded (any size
+  // whose bytes fit room_bytes, as an any-size image's height and width).
+  std::vector<uint32_t> max_shape;
+  uint64_t room_bytes = 0;   // the most one sample's value takes
+  bool fixed_shape = false;  // every sample has the shape max_shape
+};
+
+// One field of a batch's samples: views of the slot, valid while the Batch
+// that gave it holds its lease (and at the same address for that long).
+// Not thread-safe to mutate; its const members may be read from any thread.
+class BatchField {
+ public:
+  const FieldInfo& info() const { return *info_; }
+  const std::string& name() const { return info_->name; }
+  DType dtype() const { return info_->dtype; }
+  uint32_t rank() const { return static_cast<uint32_t>(info_->max_shape.size()); }
+  // Sample i's shape (rank() values, each within its bound, checked against
+  // the bounds learned at attach) and its value's bytes.
+  const uint32_t* shape(uint32_t i) const { return shapes_.data() + size_t{i} * kMaxRank; }
+  uint64_t bytes(uint32_t i) const { return bytes_[i]; }
+  // Sample i's value, row-major in its shape. Writable, as Batch::data().
+  void* data(uint32_t i) const { return base_ + stride_ * i; }
+  // From one sample's value to the next's (its room). For a fixed-shape
+  // field it is exactly the value's bytes, so data(0) is the whole batch's
+  // [size, max_shape...] array.
+  uint64_t stride() const { return stride_; }
+  bool fixed_shape() const { return info_->fixed_shape; }
+
+  static constexpr uint32_t kMaxRank = 5;
+
+ private:
+  friend class Session;
+  const FieldInfo* info_ = nullptr;  // the session's, kept alive by the Batch
+  uint8_t* base_ = nullptr;
+  uint64_t stride_ = 0;
+  std::vector<uint32_t> shapes_;  // kMaxRank per sample
+  std::vector<uint64_t> bytes_;
+};
+
 // What the daemon said at Attach, after defaults.
 struct SessionInfo {
   std::string session_id;
@@ -150,6 +206,10 @@ struct SessionInfo {
   uint32_t ring_slots = 0;
   uint64_t slot_bytes = 0;
   uint64_t sample_bytes = 0;       // 0 for variable-size decode
+  // Every sample's fields, in the ring's order: "image", "label", then
+  // "mask" or "boxes", "box_labels", "box_flags" as the dataset has them
+  // (proto/stoker/ring_layout.h, "field").
+  std::vector<FieldInfo> fields;
   std::vector<std::string> class_names;
   // The pipeline the daemon runs, every default filled in: the effective
   // stoker.v1.PipelineSpec as JSON (pipeline/pipeline_spec.h's ToJson:
@@ -201,6 +261,12 @@ class Batch {
   // Samples in this batch (the last of an epoch may be short).
   uint32_t size() const { return static_cast<uint32_t>(labels_.size()); }
 
+  // The samples' field `name` (SessionInfo::fields), or nullptr when the
+  // session's samples have none. The accessors below are views of the
+  // "image", "label", "mask" and box fields.
+  const BatchField* field(std::string_view name) const;
+  const std::vector<BatchField>& fields() const { return fields_; }
+
   // Sample i's pixels: height x width x channels (NHWC) or channels x height
   // x width (NCHW) elements of the session's dtype. For fixed-shape
   // pipelines the samples are contiguous, so data() is the whole
@@ -209,9 +275,9 @@ class Batch {
   void* data() const;
   uint64_t data_bytes() const;
   void* sample_data(uint32_t i) const;
-  uint64_t sample_bytes(uint32_t i) const { return bytes_[i]; }
-  uint32_t height(uint32_t i) const { return heights_[i]; }
-  uint32_t width(uint32_t i) const { return widths_[i]; }
+  uint64_t sample_bytes(uint32_t i) const { return fields_[image_].bytes(i); }
+  uint32_t height(uint32_t i) const;
+  uint32_t width(uint32_t i) const;
   uint32_t channels() const { return 3; }
 
   // Segmentation sets: sample i's mask, height(i) x width(i) values of
@@ -220,8 +286,11 @@ class Batch {
   // contiguous from mask_data(0). nullptr, 0 and 0 when the session's
   // dataset has no masks.
   void* mask_data(uint32_t i) const;
-  uint64_t mask_bytes(uint32_t i) const { return mask_dtype_ == 0 ? 0 : mask_bytes_[i]; }
-  DType mask_dtype() const { return static_cast<DType>(mask_dtype_); }
+  uint64_t mask_bytes(uint32_t i) const { return mask_ < 0 ? 0 : fields_[mask_].bytes(i); }
+  // 0 (not a DType) when the session's dataset has no masks.
+  DType mask_dtype() const {
+    return mask_ < 0 ? static_cast<DType>(0) : fields_[mask_].dtype();
+  }
 
   // Detection sets: sample i's box_count(i) boxes, moved with its image and
   // kept by the pipeline's box rules (server/image/ops/boxes.h): XYXY float32 in
@@ -230,8 +299,8 @@ class Batch {
   // of the whole batch are box_stride() entries a sample apart, from
   // boxes(0), box_labels(0) and box_flags(0). nullptr and 0 when the
   // session's dataset has no boxes.
-  uint32_t box_stride() const { return box_stride_; }
-  uint32_t box_count(uint32_t i) const { return box_stride_ == 0 ? 0 : box_counts_[i]; }
+  uint32_t box_stride() const { return boxes_ < 0 ? 0 : fields_[boxes_].info().max_shape[0]; }
+  uint32_t box_count(uint32_t i) const { return boxes_ < 0 ? 0 : fields_[boxes_].shape(i)[0]; }
   const float* boxes(uint32_t i) const;
   const int64_t* box_labels(uint32_t i) const;
   const uint8_t* box_flags(uint32_t i) const;
@@ -279,13 +348,11 @@ class Batch {
   uint64_t batch_in_epoch_ = 0;
   uint8_t* slot_data_ = nullptr;
   std::vector<int64_t> labels_, indices_, planned_;
-  std::vector<uint64_t> offsets_, bytes_;
-  std::vector<uint32_t> heights_, widths_, statuses_;
-  uint32_t mask_dtype_ = 0;
-  std::vector<uint64_t> mask_offsets_, mask_bytes_;
-  uint32_t box_stride_ = 0;
-  uint64_t box_offset_ = 0, box_label_offset_ = 0, box_flag_offset_ = 0;
-  std::vector<uint32_t> box_counts_;
+  std::vector<uint32_t> statuses_;
+  std::vector<BatchField> fields_;
+  // Indexes into fields_ (-1: none).
+  int image_ = -1, mask_ = -1, boxes_ = -1, box_labels_ = -1, box_flags_ = -1;
+  bool nchw_ = false;
 };
 
 // One attached session. Next() hands batches out in order. Thread-safe:

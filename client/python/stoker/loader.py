@@ -664,6 +664,15 @@ class Loader:
         timeout_ms: the longest wait for one batch (-1: no limit; a dead daemon
             is noticed within seconds regardless).
         copy: yield private copies instead of views of the ring.
+        output: 'tuple' (DataLoader's shape: ``(images, labels)``, ``(images,
+            masks)`` for a segmentation set, ``(images, targets)`` for a
+            detection set) or 'dict': each batch a dict of every field of the
+            samples by name (``loader.fields`` lists them: "image", "label",
+            then "mask" or "boxes", "box_labels", "box_flags"): a field of
+            one shape for every sample is one tensor ``[n, ...]``, any other
+            a list of each sample's tensor of its own shape (any-size images
+            and masks; each sample's boxes ``[k, 4]``, their labels and
+            flags ``[k]``).
         client_name: shown in the daemon's status and logs.
         device: None (CPU tensors), 'cuda' (the current CUDA device at each
             batch), 'cuda:N', N or a torch.device: yield CUDA tensors, copied
@@ -811,6 +820,7 @@ class Loader:
         pad_to_multiple: Optional[int] = None,
         allow_empty: Optional[bool] = None,
         skip_unsupported_formats: bool = False,
+        output: str = "tuple",
         **dataloader_keywords: Any,
     ) -> None:
         # The arguments as given (before anything below rebinds them): what a
@@ -919,6 +929,11 @@ class Loader:
         self.world_size: int = 1 if world_size is None else world_size
         self.timeout_ms: int = timeout_ms
         self.copy: bool = bool(copy)
+        if output not in ("tuple", "dict"):
+            raise _native.InvalidRequestError(
+                f"output={output!r}: use 'tuple' (DataLoader's (images, labels)) or 'dict' "
+                f"(every field of the samples by name)")
+        self.output: str = output
         self.pin_memory: bool = bool(pin_memory)
         self.persistent_workers: bool = bool(persistent_workers)  # the daemon's always are
         self._pin: Optional[bool] = None  # pin_memory and CUDA present; known at iteration
@@ -1474,6 +1489,14 @@ class Loader:
         return self._info
 
     @property
+    def fields(self) -> List[Tuple[str, str, Tuple[int, ...], bool]]:
+        """Every field of the samples, in the ring's order (attaches if
+        needed): (name, dtype, max_shape, fixed_shape); a max_shape entry 0
+        is unbounded (an any-size image's height and width). What
+        ``output='dict'`` yields by name."""
+        return [tuple(f) for f in self.info["fields"]]
+
+    @property
     def class_names(self) -> List[str]:
         """Class names, index = label (sorted folder names for an ImageFolder)."""
         return list(self.info["class_names"])
@@ -1656,9 +1679,14 @@ class Loader:
             return self._wait()
 
     def _make(self, raw: tuple, views: bool) -> Any:
-        images, labels, indices, planned, statuses, epoch, batch_in_epoch, sequence = raw[:8]
-        masks = raw[8] if len(raw) > 8 else None  # a segmentation set's
-        boxes = raw[9] if len(raw) > 9 else None  # a detection set's
+        fields, indices, planned, statuses, epoch, batch_in_epoch, sequence = raw
+        images = fields["image"][0]
+        labels = fields["label"][0].copy()  # a few bytes, free of the slot's lease
+        masks = fields["mask"][0] if "mask" in fields else None  # a segmentation set's
+        boxes = None  # a detection set's: (xyxy, labels, flags) padded, and each count
+        if "boxes" in fields:
+            xyxy, shapes = fields["boxes"]
+            boxes = (xyxy, fields["box_labels"][0], fields["box_flags"][0], shapes[:, 0].copy())
         torch = _torch or _torch_module()
         if (masks is not None or boxes is not None) and self.batch_transform is not None:
             raise _native.InvalidRequestError(
@@ -1731,9 +1759,33 @@ class Loader:
         if views:
             return BatchView(images, labels, indices, planned, statuses, epoch, batch_in_epoch,
                              sequence, masks, targets, sizes)
+        if self.output == "dict":
+            return self._as_dict(torch, fields, images, labels, masks, targets)
         if targets is not None:
             return images, targets
         return images, (labels if masks is None else masks)
+
+    @staticmethod
+    def _as_dict(torch: Any, fields: Dict[str, tuple], images: Any, labels: Any, masks: Any,
+                 targets: Any) -> Dict[str, Any]:
+        """output='dict': every field by name (see Loader's `output`). The
+        image, label and mask as the tuple output gives them (moved, padded,
+        pinned alike); the boxes as each sample's own rows."""
+        out: Dict[str, Any] = {"image": images, "label": labels}
+        if masks is not None:
+            out["mask"] = masks
+        if targets is not None:
+            out["boxes"] = [t["boxes"] for t in targets]
+            out["box_labels"] = [t["labels"] for t in targets]
+            out["box_flags"] = [t["iscrowd"].to(torch.uint8) for t in targets]
+        for name, (values, shapes) in fields.items():  # any other field: copies, by its rule
+            if name in out or name in ("boxes", "box_labels", "box_flags"):
+                continue
+            if isinstance(values, list):
+                out[name] = [torch.from_numpy(np.array(v)) for v in values]
+            else:
+                out[name] = torch.from_numpy(np.array(values))
+        return out
 
     def _transform_batch(self, images: Any, labels: Any, epoch: int,
                          batch_in_epoch: int) -> Tuple[Any, Any]:
@@ -1798,10 +1850,10 @@ class _EpochIterator:
         except _native.SampleError:
             self._advance(ld)  # that batch is gone; next() goes on with the following one
             raise
-        if raw[5] != self._epoch or raw[6] != self._batch:
+        if raw[4] != self._epoch or raw[5] != self._batch:
             raise _native.DataLossError(
                 f"expected batch {self._batch} of epoch {self._epoch}, the ring gave batch "
-                f"{raw[6]} of epoch {raw[5]}")
+                f"{raw[5]} of epoch {raw[4]}")
         self._advance(ld)
         return ld._make(raw, self._views)
 
