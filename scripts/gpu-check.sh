@@ -72,6 +72,7 @@ python_loader() {
     esac
   done
   cp "$ROOT"/client/python/stoker/*.py "$x/python/stoker/"
+  cp -r "$ROOT"/client/python/stoker/loader "$x/python/stoker/"
   local cuda ext
   cuda=$(dirname "$(dirname "$(readlink -f "$NVCC")")")
   ext=$("$PY" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
