@@ -8,7 +8,7 @@
 #define STOKER_PIPELINE_LOWER_PIPELINE_H_
 
 #include "absl/status/statusor.h"
-#include "server/image/pipeline.h"
+#include "server/image/pipeline_params.h"
 #include "stoker/v1/stoker.pb.h"
 
 namespace stoker {

@@ -30,7 +30,7 @@
 #include <string_view>
 #include <vector>
 
-#include "server/image/pipeline.h"
+#include "server/image/pipeline_params.h"
 
 namespace stoker::pipeline {
 

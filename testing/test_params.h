@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-#include "server/image/pipeline.h"
+#include "server/image/steps.h"
 #include "stoker/ring_layout.h"
 
 namespace stoker::image::testing {
@@ -133,6 +133,32 @@ inline OpParams RandomErasingOp(float p = 0.5f) {
   op.erase_scale[0] = 0.02f, op.erase_scale[1] = 0.33f;
   op.erase_ratio[0] = 0.3f, op.erase_ratio[1] = 3.3f;
   return op;
+}
+
+// One op of `kind`, its parameters zero.
+inline OpParams Op(OpKind kind) {
+  OpParams op;
+  op.kind = kind;
+  return op;
+}
+
+inline PipelineParams WithOps(std::initializer_list<OpParams> ops, uint32_t out_h = 0,
+                       uint32_t out_w = 0) {
+  PipelineParams p;
+  for (const OpParams& op : ops) p.ops[p.op_count++] = op;
+  p.out_height = out_h;
+  p.out_width = out_w;
+  WithUint8Output(p).max_decode_pixels = 4 << 20;
+  return p;
+}
+
+// RandomShortestSize(min_size=sizes, max_size), antialiased.
+inline OpParams ShortestSize(std::initializer_list<uint32_t> sizes, uint32_t max_size) {
+  OpParams rs = Op(OpKind::kRandomShortestSize);
+  for (uint32_t v : sizes) rs.shortest[rs.shortest_count++] = v;
+  rs.max_size = max_size;
+  rs.interpolation = Interpolation::kAntialias;
+  return rs;
 }
 
 }  // namespace stoker::image::testing

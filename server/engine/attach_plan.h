@@ -26,7 +26,7 @@
 #include "absl/status/statusor.h"
 #include "server/dataset/dataset.h"
 #include "server/dataset/sampler.h"
-#include "server/image/pipeline.h"
+#include "server/image/pipeline_params.h"
 #include "server/engine/ring_owner.h"
 #include "stoker/ring_layout.h"
 #include "stoker/v1/stoker.pb.h"

@@ -36,7 +36,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "server/image/pipeline.h"
+#include "server/image/steps.h"
 
 namespace stoker::image {
 

@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "server/image/pipeline.h"
+#include "server/image/steps.h"
 
 namespace stoker::image {
 

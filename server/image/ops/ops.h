@@ -48,7 +48,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "server/image/pipeline.h"
+#include "server/image/steps.h"
 
 namespace stoker::image {
 

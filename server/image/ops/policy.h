@@ -33,7 +33,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "server/image/pipeline.h"
+#include "server/image/steps.h"
 #include "server/image/ops/rng.h"
 
 namespace stoker::image {

@@ -23,7 +23,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "server/image/pipeline.h"
+#include "server/image/steps.h"
 #include "server/image/ops/rng.h"
 
 namespace stoker::image {
