@@ -170,21 +170,23 @@ def test_a_private_daemon_killed_by_the_oom_killer_leaves_no_ring_behind(stoker,
     from stoker import _private
     shm_before = stoker_shm_objects()
     ld = stoker.Loader(small_set, batch_size=4, size=32, num_workers=1, epochs=None)
-    it = iter(ld)
-    images, _ = next(it)
-    (d,) = _private.running()
-    ring = ld.info["ring_name"]
-    assert ring.startswith("memfd:stoker-") and ring_mapping(ring) is not None
-    assert ring_fd_path(d.proc.pid, ring) is not None
-    os.kill(d.proc.pid, signal.SIGKILL)
-    d.proc.wait(timeout=10)
-    assert stoker_shm_objects() == shm_before
-    assert float(images.float().sum()) >= 0  # still readable
-    del images  # (batches made before the kill may still come; none may be held)
-    with pytest.raises(stoker.DaemonUnavailableError):
-        for _ in range(50):
-            next(it)
-    ld.close()
+    try:  # closed whatever happens: a private daemon left running would hold later tests
+        it = iter(ld)
+        images, _ = next(it)
+        (d,) = _private.running()
+        ring = ld.info["ring_name"]
+        assert ring.startswith("memfd:stoker-") and ring_mapping(ring) is not None
+        assert ring_fd_path(d.proc.pid, ring) is not None
+        os.kill(d.proc.pid, signal.SIGKILL)
+        d.proc.wait(timeout=10)
+        assert stoker_shm_objects() == shm_before
+        assert float(images.float().sum()) >= 0  # still readable
+        del images  # (batches made before the kill may still come; none may be held)
+        with pytest.raises(stoker.DaemonUnavailableError):
+            for _ in range(50):
+                next(it)
+    finally:
+        ld.close()
     assert stoker_shm_objects() == shm_before
 
 
