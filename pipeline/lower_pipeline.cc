@@ -395,24 +395,73 @@ absl::Status LowerOp(const v1::Op& op, int i, image::OpParams* o) {
       for (int k = 0; k < r.value_size(); ++k) o->erase_value[k] = r.value(k);
       return absl::OkStatus();
     }
+    // The compositions: their ops follow them (LowerPipeline).
+    case v1::Op::kRandomApply:
+      o->kind = image::OpKind::kRandomApply;
+      if (!op.random_apply().has_p()) return NotEffective(i, "RandomApply needs p");
+      o->p = op.random_apply().p();
+      o->children = static_cast<uint32_t>(op.random_apply().transforms_size());
+      return absl::OkStatus();
+    case v1::Op::kRandomChoice: {
+      const v1::RandomChoice& r = op.random_choice();
+      o->kind = image::OpKind::kRandomChoice;
+      o->children = static_cast<uint32_t>(r.transforms_size());
+      if (r.p_size() != r.transforms_size() || r.p_size() > int{image::kMaxChildren}) {
+        return NotEffective(i, "RandomChoice needs one weight p per transform");
+      }
+      for (int k = 0; k < r.p_size(); ++k) o->weights[k] = r.p(k);
+      return absl::OkStatus();
+    }
+    case v1::Op::kRandomOrder:
+      o->kind = image::OpKind::kRandomOrder;
+      o->children = static_cast<uint32_t>(op.random_order().transforms_size());
+      return absl::OkStatus();
     case v1::Op::OP_NOT_SET:
       break;
   }
   return NotEffective(i, "no op set");
 }
 
+// A composition's ops (RandomApply, RandomChoice, RandomOrder), else nullptr.
+const google::protobuf::RepeatedPtrField<v1::Op>* ChildrenOf(const v1::Op& op) {
+  switch (op.op_case()) {
+    case v1::Op::kRandomApply:
+      return &op.random_apply().transforms();
+    case v1::Op::kRandomChoice:
+      return &op.random_choice().transforms();
+    case v1::Op::kRandomOrder:
+      return &op.random_order().transforms();
+    default:
+      return nullptr;
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<image::PipelineParams> LowerPipeline(const v1::PipelineSpec& effective) {
   image::PipelineParams p;
-  if (effective.ops_size() > static_cast<int>(image::kMaxOps)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(effective.ops_size(), " ops, more than the ", image::kMaxOps, " allowed"));
-  }
-  p.op_count = static_cast<uint32_t>(effective.ops_size());
+  // A composition is its own op, then its ops: the pipeline flat.
+  uint32_t n = 0;
+  auto lower = [&](const v1::Op& op, int i) -> absl::Status {
+    if (n >= image::kMaxOps) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "more than the ", image::kMaxOps, " ops allowed (counting those in compositions)"));
+    }
+    return LowerOp(op, i, &p.ops[n++]);
+  };
   for (int i = 0; i < effective.ops_size(); ++i) {
-    if (absl::Status st = LowerOp(effective.ops(i), i, &p.ops[i]); !st.ok()) return st;
+    const v1::Op& op = effective.ops(i);
+    if (absl::Status st = lower(op, i); !st.ok()) return st;
+    if (const auto* children = ChildrenOf(op)) {
+      for (const v1::Op& child : *children) {
+        if (ChildrenOf(child) != nullptr) {
+          return NotEffective(i, "a composition inside a composition");
+        }
+        if (absl::Status st = lower(child, i); !st.ok()) return st;
+      }
+    }
   }
+  p.op_count = n;
   if (effective.size_size() == 2) {
     p.out_height = effective.size(0);
     p.out_width = effective.size(1);

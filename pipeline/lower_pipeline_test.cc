@@ -368,6 +368,52 @@ TEST_CASE("an any-size output lowers to 0 x 0 and a fixed decode size to itself"
   CHECK(fixed.out_width == 64);
 }
 
+TEST_CASE("a composition lowers to itself, then its ops, flat") {
+  const v1::PipelineSpec e = Eff(
+      R"({"ops": [{"RandomResizedCrop": {"size": 8}},)"
+      R"( {"RandomApply": {"transforms": [{"ColorJitter": {"brightness": 0.4}}, {"RandomInvert": {}}], "p": 0.8}},)"
+      R"( {"RandomChoice": {"transforms": [{"RandomEqualize": {}}, {"RandomInvert": {}}], "p": [1, 3]}},)"
+      R"( {"RandomOrder": {"transforms": [{"RandomEqualize": {}}, {"RandomInvert": {}}]}},)"
+      R"( {"RandomHorizontalFlip": {}}]})");
+  auto p = LowerPipeline(e);
+  REQUIRE(p.ok());
+  REQUIRE(p->op_count == 11);
+  using image::OpKind;
+  const OpKind want[] = {OpKind::kRandomResizedCrop, OpKind::kRandomApply, OpKind::kColorJitter,
+                         OpKind::kRandomInvert,      OpKind::kRandomChoice, OpKind::kRandomEqualize,
+                         OpKind::kRandomInvert,      OpKind::kRandomOrder, OpKind::kRandomEqualize,
+                         OpKind::kRandomInvert,      OpKind::kHorizontalFlip};
+  for (uint32_t i = 0; i < 11; ++i) {
+    CAPTURE(i);
+    CHECK(p->ops[i].kind == want[i]);
+  }
+  CHECK(p->ops[1].children == 2);
+  CHECK(p->ops[1].p == 0.8f);
+  CHECK(p->ops[4].children == 2);
+  CHECK(p->ops[4].weights[0] == 1.0f);
+  CHECK(p->ops[4].weights[1] == 3.0f);
+  CHECK(p->ops[7].children == 2);
+  // The workers' own check holds what lowering gives to the same rules.
+  image::PipelineParams bad = *p;
+  bad.ops[1].children = 9;
+  CHECK_FALSE(image::ValidateParams(bad).ok());
+  bad = *p;
+  bad.ops[7].children = 4;  // past the end
+  CHECK_THAT(std::string(image::ValidateParams(bad).message()),
+             Catch::Matchers::Contains("its ops are missing"));
+  bad = *p;
+  bad.ops[5].kind = OpKind::kRandomOrder;  // a composition inside another
+  bad.ops[5].children = 1;
+  CHECK_THAT(std::string(image::ValidateParams(bad).message()),
+             Catch::Matchers::Contains("RandomChoice: cannot hold RandomOrder"));
+  bad = *p;
+  bad.ops[4].weights[0] = bad.ops[4].weights[1] = 0;
+  CHECK_FALSE(image::ValidateParams(bad).ok());
+  bad = *p;
+  bad.ops[4].weights[3] = 1;  // a weight past its ops
+  CHECK_FALSE(image::ValidateParams(bad).ok());
+}
+
 TEST_CASE("a spec that is not effective is refused") {
   v1::PipelineSpec request;  // the request form of "{}"
   auto p = LowerPipeline(request);

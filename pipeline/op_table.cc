@@ -10,6 +10,7 @@ using image::OpKind;
 OpRow RowOf(OpKind k) {
   constexpr OpMoves kPix = OpMoves::kPixels, kGeo = OpMoves::kGeometry;
   constexpr OpSource kDet = OpSource::kDetectionReference;
+  constexpr OpSource kTv = OpSource::kTorchvisionTransforms;
   switch (k) {
     case OpKind::kNone: return {};
     case OpKind::kRandomResizedCrop: return {"RandomResizedCrop", k, kGeo};
@@ -42,6 +43,10 @@ OpRow RowOf(OpKind k) {
     case OpKind::kRandomIoUCrop: return {"RandomIoUCrop", k, kGeo, kDet, /*needs_boxes=*/true};
     case OpKind::kRandomPhotometricDistort: return {"RandomPhotometricDistort", k, kPix, kDet};
     case OpKind::kRandomShortestSize: return {"RandomShortestSize", k, kGeo, kDet};
+    // Compositions of pixel ops.
+    case OpKind::kRandomApply: return {"RandomApply", k, kPix, kTv, false, /*holds_ops=*/true};
+    case OpKind::kRandomChoice: return {"RandomChoice", k, kPix, kTv, false, /*holds_ops=*/true};
+    case OpKind::kRandomOrder: return {"RandomOrder", k, kPix, kTv, false, /*holds_ops=*/true};
   }
   return {};
 }

@@ -15,6 +15,9 @@
 //                stoker/_transforms.py), or torchvision's detection
 //                reference (given by name in ops=, v2 has the same)
 //   needs_boxes  its draw reads the sample's boxes (RandomIoUCrop)
+//   holds_ops    a composition (RandomApply, RandomChoice, RandomOrder): its
+//                `transforms` are ops, each of a row that moves pixels only
+//                and holds none
 //
 // Tests hold every other place to this table: each Op oneof field and each
 // OpKind has one row (op_table_test.cc; a kind added without a row does not
@@ -43,6 +46,7 @@ struct OpRow {
   OpMoves moves = OpMoves::kPixels;
   OpSource source = OpSource::kTorchvisionTransforms;
   bool needs_boxes = false;
+  bool holds_ops = false;
 };
 
 // Every op, in OpKind (and Op field number) order.

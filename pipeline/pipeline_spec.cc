@@ -14,6 +14,7 @@
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
+#include "pipeline/op_table.h"
 #include "stoker/ring_layout.h"
 
 namespace stoker::pipeline {
@@ -695,6 +696,37 @@ absl::Status CheckEraseForOutput(const v1::RandomErasing& o, uint32_t dtype,
   return absl::OkStatus();
 }
 
+absl::Status FillOp(Op* op, const std::string& at);
+
+// A composition's transforms (RandomApply, RandomChoice, RandomOrder): 1 to
+// image::kMaxChildren ops, each of an op-table row that moves pixels only
+// and holds no ops of its own, each filled in as a top-level op is.
+absl::Status FillComposed(pb::RepeatedPtrField<Op>* transforms, const std::string& at) {
+  if (transforms->empty() || transforms->size() > static_cast<int>(image::kMaxChildren)) {
+    return Bad(at, "transforms must hold 1..", absl::StrCat(image::kMaxChildren), " ops, not ",
+               absl::StrCat(transforms->size()));
+  }
+  for (int k = 0; k < transforms->size(); ++k) {
+    Op* child = transforms->Mutable(k);
+    const std::string where = absl::StrCat(at, "transforms[", k, "] ", OpName(*child), ": ");
+    const OpRow* row = FindOp(static_cast<image::OpKind>(child->op_case()));
+    if (row == nullptr) return Bad(where, "no op set");
+    if (row->holds_ops) {
+      return Bad(where, "a composition cannot hold another (give its ops to this one, or "
+                        "make them separate ops)");
+    }
+    if (row->moves != OpMoves::kPixels) {
+      return Bad(where, row->moves == OpMoves::kGeometry ? "moves the image's geometry"
+                                                         : "works on the output tensor",
+                 "; RandomApply, RandomChoice and RandomOrder hold only ops that change "
+                 "pixels (ColorJitter, GaussianBlur, Grayscale, RandomSolarize, ...): put it "
+                 "outside");
+    }
+    if (absl::Status st = FillOp(child, where); !st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status FillOp(Op* op, const std::string& at) {  // `at`: "ops[i] Name: "
   switch (op->op_case()) {
     case Op::kRandomResizedCrop: {
@@ -1166,11 +1198,53 @@ absl::Status FillOp(Op* op, const std::string& at) {  // `at`: "ops[i] Name: "
       }
       return absl::OkStatus();
     }
+    case Op::kRandomApply: {
+      v1::RandomApply* o = op->mutable_random_apply();
+      if (absl::Status st = FillComposed(o->mutable_transforms(), at); !st.ok()) return st;
+      return Probability(o, kDefaultRandomP, at);
+    }
+    case Op::kRandomChoice: {
+      v1::RandomChoice* o = op->mutable_random_choice();
+      if (absl::Status st = FillComposed(o->mutable_transforms(), at); !st.ok()) return st;
+      if (o->p().empty()) {  // torchvision's p=None: equal chances
+        for (int k = 0; k < o->transforms_size(); ++k) o->add_p(1.0f);
+      }
+      if (o->p_size() != o->transforms_size()) {
+        return Bad(at, "p has ", absl::StrCat(o->p_size()), " weights for ",
+                   absl::StrCat(o->transforms_size()), " transforms: give one each, or none");
+      }
+      double sum = 0;
+      for (float w : o->p()) {
+        if (!(w >= 0) || !std::isfinite(w)) {
+          return Bad(at, "p ", ListText(o->p()), ": each weight must be >= 0 (and finite)");
+        }
+        sum += w;
+      }
+      if (!(sum > 0)) return Bad(at, "p ", ListText(o->p()), ": the weights must sum to > 0");
+      return absl::OkStatus();
+    }
+    case Op::kRandomOrder:
+      return FillComposed(op->mutable_random_order()->mutable_transforms(), at);
     case Op::OP_NOT_SET:
       break;
   }
   return Bad(at.substr(0, at.find(' ')), ": no op set (an op is one of ",
              FieldNames(Op::descriptor(), /*json_names=*/true), ")");
+}
+
+// A composition's ops; none for any other op.
+const pb::RepeatedPtrField<Op>& Children(const Op& op) {
+  static const auto* none = new pb::RepeatedPtrField<Op>();
+  switch (op.op_case()) {
+    case Op::kRandomApply:
+      return op.random_apply().transforms();
+    case Op::kRandomChoice:
+      return op.random_choice().transforms();
+    case Op::kRandomOrder:
+      return op.random_order().transforms();
+    default:
+      return *none;
+  }
 }
 
 // The most steps `op` makes for one sample (image's DrawSteps; kMaxSteps).
@@ -1192,6 +1266,13 @@ uint32_t MostSteps(const Op& op) {
     case Op::kAugMix: {
       const int32_t depth = op.aug_mix().chain_depth();
       return 2 + op.aug_mix().mixture_width() * (1 + (depth > 0 ? depth : 3));
+    }
+    case Op::kRandomApply:
+    case Op::kRandomChoice:
+    case Op::kRandomOrder: {
+      uint32_t steps = 0;
+      for (const Op& child : Children(op)) steps += MostSteps(child);
+      return steps;
     }
     default:
       return 1;
@@ -1450,9 +1531,11 @@ absl::StatusOr<PipelineSpec> Effective(const PipelineSpec& spec) {
     if (p == nullptr) return UnknownPreset(s.preset());
     if (absl::Status st = ExpandPreset(*p, &s); !st.ok()) return st;
   }
-  if (s.ops_size() > static_cast<int>(kMaxOps)) {
-    return Bad("ops: ", absl::StrCat(s.ops_size()), " ops, more than the ", absl::StrCat(kMaxOps),
-               " a pipeline may have");
+  int flat = s.ops_size();  // a composition's ops count too
+  for (const Op& op : s.ops()) flat += Children(op).size();
+  if (flat > static_cast<int>(kMaxOps)) {
+    return Bad("ops: ", absl::StrCat(flat), " ops (counting those in compositions), more than the ",
+               absl::StrCat(kMaxOps), " a pipeline may have");
   }
   for (int i = 0; i < s.ops_size(); ++i) {
     Op* op = s.mutable_ops(i);

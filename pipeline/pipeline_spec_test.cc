@@ -670,6 +670,54 @@ TEST_CASE("RandomCrop: padding and fill normalized as torchvision reads them", "
              Contains("ops[0] RandomCrop: size is required"));
 }
 
+TEST_CASE("compositions hold pixel ops only, with their defaults, and their ops count", "[pipeline_spec]") {
+  auto effective = [](const std::string& json) {
+    auto spec = SpecFromKeywordsJson(json);
+    REQUIRE(spec.ok());
+    return Effective(*spec);
+  };
+  auto e = effective(
+      R"({"ops": [{"RandomApply": {"transforms": [{"ColorJitter": {"brightness": 0.4}}]}},)"
+      R"( {"RandomChoice": {"transforms": [{"RandomInvert": {}}, {"Grayscale": {"num_output_channels": 3}}]}},)"
+      R"( {"RandomOrder": {"transforms": [{"RandomEqualize": {}}, {"RandomSolarize": {"threshold": 9}}]}}],)"
+      R"( "size": 8})");
+  REQUIRE(e.ok());
+  CHECK(e->ops(0).random_apply().p() == 0.5f);  // torchvision's default
+  CHECK(e->ops(0).random_apply().transforms(0).color_jitter().brightness_size() == 2);  // filled
+  REQUIRE(e->ops(1).random_choice().p_size() == 2);  // p=None: equal weights
+  CHECK(e->ops(1).random_choice().p(0) == e->ops(1).random_choice().p(1));
+  CHECK(e->ops(2).random_order().transforms(1).random_solarize().p() == 0.5f);
+  auto error = [&](const std::string& op) {
+    auto r = effective(R"({"ops": [{"RandomHorizontalFlip": {}}, )" + op + R"(], "size": 8})");
+    REQUIRE_FALSE(r.ok());
+    return std::string(r.status().message());
+  };
+  CHECK_THAT(error(R"({"RandomApply": {"transforms": [{"RandomResizedCrop": {"size": 8}}]}})"),
+             Contains("ops[1] RandomApply: transforms[0] RandomResizedCrop: moves the image's "
+                      "geometry; RandomApply, RandomChoice and RandomOrder hold only ops that "
+                      "change pixels"));
+  CHECK_THAT(error(R"({"RandomOrder": {"transforms": [{"RandomErasing": {}}]}})"),
+             Contains("transforms[0] RandomErasing: works on the output tensor"));
+  CHECK_THAT(error(R"({"RandomApply": {"transforms": [{"RandomChoice": {"transforms": [{"RandomInvert": {}}]}}]}})"),
+             Contains("transforms[0] RandomChoice: a composition cannot hold another"));
+  CHECK_THAT(error(R"({"RandomApply": {"transforms": []}})"),
+             Contains("ops[1] RandomApply: transforms must hold 1..8 ops, not 0"));
+  CHECK_THAT(error(R"({"RandomApply": {"transforms": [{"RandomInvert": {}}], "p": 1.5}})"),
+             Contains("p must be within [0, 1]"));
+  CHECK_THAT(error(R"({"RandomChoice": {"transforms": [{"RandomInvert": {}}], "p": [1, 2]}})"),
+             Contains("p has 2 weights for 1 transforms"));
+  CHECK_THAT(error(R"({"RandomChoice": {"transforms": [{"RandomInvert": {}}], "p": [0]}})"),
+             Contains("the weights must sum to > 0"));
+  CHECK_THAT(error(R"({"RandomApply": {"transforms": [{"RandomInvert": {"p": 2}}]}})"),
+             Contains("ops[1] RandomApply: transforms[0] RandomInvert: p must be within"));
+  // A composition's ops count towards the 16.
+  std::string inner;
+  for (int i = 0; i < 8; ++i) inner += std::string(i ? "," : "") + R"({"RandomInvert": {}})";
+  const std::string two = R"({"RandomApply": {"transforms": [)" + inner + R"(]}})";
+  CHECK_THAT(error(two + "," + two),
+             Contains("19 ops (counting those in compositions), more than the 16"));
+}
+
 TEST_CASE("op lists: unknown ops and parameters, types, the op limit", "[pipeline_spec]") {
   CHECK_THAT(Error(R"({"ops": [{"CenterCrop": {"size": 8}}, {"RandomPerspective": {}}]})"),
              Contains("ops[1]: unknown op 'RandomPerspective'") &&
@@ -700,7 +748,7 @@ TEST_CASE("op lists: unknown ops and parameters, types, the op limit", "[pipelin
   for (int i = 0; i < 17; ++i)
     many += std::string(i ? "," : "") + R"({"RandomHorizontalFlip": {}})";
   many += R"(], "size": 8})";
-  CHECK_THAT(Error(many), Contains("17 ops, more than the 16"));
+  CHECK_THAT(Error(many), Contains("17 ops (counting those in compositions), more than the 16"));
   static_assert(kMaxOps == 16);
   // An op with no kind (only possible in a spec, not in JSON).
   PipelineSpec s;

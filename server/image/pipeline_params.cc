@@ -241,6 +241,26 @@ absl::Status ValidateOp(uint32_t i, const OpParams& op) {
         if (!Finite(v)) return bad("value must be finite");
       }
       return absl::OkStatus();
+    case OpKind::kRandomApply:
+    case OpKind::kRandomChoice:
+    case OpKind::kRandomOrder: {
+      if (op.children < 1 || op.children > kMaxChildren) {
+        return bad(absl::StrCat("holds 1..", kMaxChildren, " ops"));
+      }
+      if (op.kind == OpKind::kRandomApply && !(op.p >= 0.0f && op.p <= 1.0f)) {
+        return bad("p must be in [0, 1]");
+      }
+      double sum = 0;
+      for (uint32_t k = 0; k < kMaxChildren; ++k) {
+        const float w = op.weights[k];
+        if (!Finite(w) || w < 0 || (k >= op.children && w != 0)) {
+          return bad("weights must be finite, >= 0, one per op");
+        }
+        sum += w;
+      }
+      if (op.kind == OpKind::kRandomChoice && !(sum > 0)) return bad("weights must sum to > 0");
+      return absl::OkStatus();
+    }
     case OpKind::kNone:
       break;
   }
@@ -263,12 +283,14 @@ uint32_t MaxOpSteps(const OpParams& op) {
     case OpKind::kTrivialAugmentWide:
     case OpKind::kAugMix:
       return MaxPolicySteps(op);
+    case OpKind::kRandomApply:
+    case OpKind::kRandomChoice:
+    case OpKind::kRandomOrder:
+      return 0;  // its ops count their own
     default:
       return 1;
   }
 }
-
-// A uniform permutation of 0..3 from one draw: the draw's index among the
 
 }  // namespace
 
@@ -330,6 +352,12 @@ const char* OpKindName(OpKind kind) {
       return "AugMix";
     case OpKind::kRandomErasing:
       return "RandomErasing";
+    case OpKind::kRandomApply:
+      return "RandomApply";
+    case OpKind::kRandomChoice:
+      return "RandomChoice";
+    case OpKind::kRandomOrder:
+      return "RandomOrder";
     case OpKind::kNone:
       break;
   }
@@ -374,6 +402,15 @@ absl::Status ValidateParams(const PipelineParams& p) {
     const OpParams& op = p.ops[i];
     if (absl::Status s = ValidateOp(i, op); !s.ok()) return s;
     most_steps += MaxOpSteps(op);
+    if (IsComposition(op.kind)) {
+      if (op.children >= p.op_count - i) return OpError(i, op.kind, "its ops are missing");
+      for (uint32_t k = i + 1; k <= i + op.children; ++k) {
+        const OpKind child = p.ops[k].kind;
+        if (IsComposition(child) || child == OpKind::kRandomErasing) {
+          return OpError(i, op.kind, absl::StrCat("cannot hold ", OpKindName(child)));
+        }
+      }
+    }
     if (op.kind == OpKind::kRandomErasing) {
       // torchvision applies it to the tensor, after ToTensor and Normalize.
       for (uint32_t k = i + 1; k < p.op_count; ++k) {

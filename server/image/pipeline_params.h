@@ -58,7 +58,20 @@ enum class OpKind : uint32_t {
   kRandomIoUCrop = 26,              // needs the sample's boxes (DrawSteps)
   kRandomPhotometricDistort = 27,
   kRandomShortestSize = 28,  // v2's and the detection reference's
+  // Compositions: the `children` ops after them are theirs (pixel ops, none
+  // a composition or RandomErasing), drawn as the composition says.
+  kRandomApply = 29,
+  kRandomChoice = 30,
+  kRandomOrder = 31,
 };
+
+// Whether `kind` is a composition (RandomApply, RandomChoice, RandomOrder).
+inline constexpr bool IsComposition(OpKind kind) {
+  return kind == OpKind::kRandomApply || kind == OpKind::kRandomChoice ||
+         kind == OpKind::kRandomOrder;
+}
+// The most ops one composition holds.
+inline constexpr uint32_t kMaxChildren = 8;
 
 // torchvision's AutoAugmentPolicy.
 enum class AutoAugmentPolicy : uint32_t { kImageNet = 1, kCifar10 = 2, kSvhn = 3 };
@@ -185,12 +198,18 @@ struct OpParams {
   float erase_ratio[2] = {0, 0};
   uint32_t erase_random = 0;
   float erase_value[3] = {0, 0, 0};
+  // The compositions (IsComposition): the ops right after this one that are
+  // its own, 1..kMaxChildren; RandomApply's chance is `p`, RandomChoice's
+  // weights are `weights` (one per child, >= 0, a positive sum).
+  uint32_t children = 0;
+  float weights[8] = {0, 0, 0, 0, 0, 0, 0, 0};
 };
 
 // RandomShortestSize's most sizes (the detection reference's multi-scale
 // recipe has 11).
 inline constexpr uint32_t kMaxShortestSizes = 16;
 static_assert(sizeof(OpParams::shortest) / sizeof(uint32_t) == kMaxShortestSizes);
+static_assert(sizeof(OpParams::weights) / sizeof(float) == kMaxChildren);
 
 // Bounds of the policies' own counts (ValidateParams).
 inline constexpr uint32_t kMaxPolicyOps = 8;    // RandAugment num_ops

@@ -264,7 +264,8 @@ absl::Status DrawSteps(const PipelineParams& p, uint32_t height, uint32_t width,
   KeyedRng rng(key.seed, key.epoch, key.dataset_index);
   uint32_t h = height, w = width;
   const uint32_t op_count = std::min(p.op_count, kMaxOps);
-  for (uint32_t i = 0; i < op_count; ++i) {
+  // One op's steps; a composition's ops are drawn by the loop after this.
+  auto draw = [&](uint32_t i) -> absl::Status {
     const OpParams& op = p.ops[i];
     auto add = [&](StepKind kind) -> Step& {
       Step& s = steps->steps[steps->count++];
@@ -582,9 +583,55 @@ absl::Status DrawSteps(const PipelineParams& p, uint32_t height, uint32_t width,
         }
         break;  // no attempt fitted: torchvision returns the image as it is
       }
+      case OpKind::kRandomApply:
+      case OpKind::kRandomChoice:
+      case OpKind::kRandomOrder:  // ValidateParams refuses one inside another
+        return OpError(i, op.kind, "a composition inside a composition");
       case OpKind::kNone:
         return absl::InvalidArgumentError(absl::StrCat("ops[", i, "]: no op"));
     }
+    return absl::OkStatus();
+  };
+  for (uint32_t i = 0; i < op_count; ++i) {
+    const OpParams& op = p.ops[i];
+    if (!IsComposition(op.kind)) {
+      if (absl::Status st = draw(i); !st.ok()) return st;
+      continue;
+    }
+    // Which of its ops run, in which order: RandomApply all of them when
+    // its one draw is below p (torchvision: none when p < rand), RandomChoice
+    // one by its weights, RandomOrder all in a uniform permutation.
+    const uint32_t n = std::min(op.children, op_count - 1 - i);
+    uint32_t order[kMaxChildren];
+    uint32_t run = 0;
+    if (op.kind == OpKind::kRandomApply) {
+      if (ChooseFlip(op.p, rng)) {
+        for (uint32_t k = 0; k < n; ++k) order[run++] = k;
+      }
+    } else if (op.kind == OpKind::kRandomChoice) {
+      double total = 0;
+      for (uint32_t k = 0; k < n; ++k) total += op.weights[k];
+      const double u = rng.Uniform() * total;
+      double below = 0;
+      uint32_t pick = 0;  // the last op of positive weight, should rounding leave u past all
+      for (uint32_t k = 0; k < n; ++k) pick = op.weights[k] > 0 ? k : pick;
+      for (uint32_t k = 0; k < n; ++k) {
+        below += op.weights[k];
+        if (u < below && op.weights[k] > 0) {
+          pick = k;
+          break;
+        }
+      }
+      order[run++] = pick;
+    } else {  // RandomOrder: Fisher-Yates
+      for (uint32_t k = 0; k < n; ++k) order[k] = k;
+      for (uint32_t k = n; k > 1; --k) std::swap(order[k - 1], order[rng.Below(k)]);
+      run = n;
+    }
+    for (uint32_t r = 0; r < run; ++r) {
+      if (absl::Status st = draw(i + 1 + order[r]); !st.ok()) return st;
+    }
+    i += n;
   }
   return absl::OkStatus();
 }

@@ -465,5 +465,66 @@ TEST_CASE("DrawSteps: RandomErasing's box fits the output and comes last", "[pip
   CHECK(a.steps[1].noise_seed != b.steps[1].noise_seed);
 }
 
+TEST_CASE("DrawSteps: RandomApply, RandomChoice and RandomOrder draw their ops as torchvision",
+          "[pipeline][draw]") {
+  // A composition at flat index 0, its ops after it (each of them sure to
+  // make its step: RandomInvert and RandomEqualize with p = 1).
+  OpParams invert = Op(OpKind::kRandomInvert), equalize = Op(OpKind::kRandomEqualize);
+  invert.p = equalize.p = 1.0f;
+  auto kinds = [](const SampleSteps& s) {
+    std::vector<StepKind> k;
+    for (uint32_t i = 0; i < s.count; ++i) k.push_back(s.steps[i].kind);
+    return k;
+  };
+  constexpr int kDraws = 4000;
+  OpParams apply = Op(OpKind::kRandomApply);
+  apply.children = 2;
+  for (float p : {0.0f, 1.0f, 0.3f}) {
+    apply.p = p;
+    const PipelineParams pp = WithOps({apply, invert, equalize});
+    REQUIRE(ValidateParams(pp).ok());
+    int applied = 0;
+    for (int i = 0; i < kDraws; ++i) {
+      const SampleSteps s = Drawn(pp, 40, 50, i);
+      const std::vector<StepKind> k = kinds(s);
+      if (k.empty()) continue;
+      // All of its ops, in order, or none.
+      REQUIRE(k == std::vector<StepKind>{StepKind::kInvert, StepKind::kEqualize});
+      CHECK(s.steps[0].op == 1);
+      CHECK(s.steps[1].op == 2);
+      ++applied;
+    }
+    CAPTURE(p, applied);
+    CHECK(std::abs(applied / double(kDraws) - p) < 0.03);  // 4 sd at p = 0.3
+  }
+  // RandomChoice(p=[1, 3]): one op, the second three times as often.
+  OpParams choice = Op(OpKind::kRandomChoice);
+  choice.children = 2;
+  choice.weights[0] = 1, choice.weights[1] = 3;
+  const PipelineParams pc = WithOps({choice, invert, equalize});
+  REQUIRE(ValidateParams(pc).ok());
+  int second = 0;
+  for (int i = 0; i < kDraws; ++i) {
+    const std::vector<StepKind> k = kinds(Drawn(pc, 40, 50, i));
+    REQUIRE(k.size() == 1);
+    second += k[0] == StepKind::kEqualize;
+  }
+  CHECK(std::abs(second / double(kDraws) - 0.75) < 0.03);
+  // RandomOrder: both ops, each order half the time.
+  OpParams order = Op(OpKind::kRandomOrder);
+  order.children = 2;
+  const PipelineParams po = WithOps({order, invert, equalize, Op(OpKind::kHorizontalFlip)});
+  REQUIRE(ValidateParams(po).ok());
+  int swapped = 0;
+  for (int i = 0; i < kDraws; ++i) {
+    const std::vector<StepKind> k = kinds(Drawn(po, 40, 50, i));
+    REQUIRE(k.size() >= 2);
+    REQUIRE(((k[0] == StepKind::kInvert && k[1] == StepKind::kEqualize) ||
+             (k[0] == StepKind::kEqualize && k[1] == StepKind::kInvert)));
+    swapped += k[0] == StepKind::kEqualize;
+  }
+  CHECK(std::abs(swapped / double(kDraws) - 0.5) < 0.035);
+}
+
 }  // namespace
 }  // namespace stoker::image

@@ -142,6 +142,12 @@ def forced_transform(name, params, steps):
         t = T.GaussianBlur(params["kernel_size"], **({"sigma": params["sigma"]} if "sigma" in params else {}))
         t.get_params = lambda lo, hi: float(np.float32(steps[0]["sigma"]))
         return t
+    if name == "RandomInvert":
+        return T.RandomInvert(p=1.0 if steps else 0.0)
+    if name == "RandomSolarize":
+        return T.RandomSolarize(params["threshold"], p=1.0 if steps else 0.0)
+    if name == "RandomPosterize":
+        return T.RandomPosterize(params["bits"], p=1.0 if steps else 0.0)
     raise AssertionError(f"no torchvision op for {name}")
 
 
@@ -216,6 +222,97 @@ def test_op_equals_torchvision(tmp_path, images, case):
                 failures.append(f"{name} seed {seed}: {diff} differ (steps {steps})")
     assert not failures, "\n".join(failures)
     assert kinds, "no step was drawn: the case tests nothing"
+
+
+COMPOSITIONS = ("RandomApply", "RandomChoice", "RandomOrder")
+
+
+def composed_torchvision_result(path, ops, steps):
+    """torchvision_result for ops that may hold compositions: a composition's
+    ops are numbered after it (the daemon's flat op list), and the ones that
+    ran, in the order they ran, are those its steps name."""
+    img = Image.open(path).convert("RGB")
+    flat = 0
+    for op in ops:
+        (name, params), = op.items()
+        if name not in COMPOSITIONS:
+            img = forced_transform(name, params, [s for s in steps if s["op"] == flat])(img)
+            flat += 1
+            continue
+        kids, first, ran = params["transforms"], flat + 1, []
+        for s in steps:
+            k = s["op"] - first
+            if 0 <= k < len(kids) and k not in ran:
+                ran.append(k)
+        if name == "RandomApply":
+            assert ran in ([], list(range(len(kids)))), f"RandomApply ran {ran}"
+        elif name == "RandomChoice":
+            assert len(ran) == 1, f"RandomChoice ran {ran}"
+        else:
+            assert sorted(ran) == list(range(len(kids))), f"RandomOrder ran {ran}"
+        for k in ran:
+            (kname, kparams), = kids[k].items()
+            img = forced_transform(kname, kparams, [s for s in steps if s["op"] == first + k])(img)
+        flat = first + len(kids)
+    return np.asarray(img)
+
+
+# Each op held sure to make its step, so the steps say which ran.
+SIMCLR_LIKE = [
+    {"RandomCrop": {"size": [96, 120]}},
+    {"RandomApply": {"transforms": [{"ColorJitter": {"brightness": 0.4, "contrast": 0.4,
+                                                     "saturation": 0.4, "hue": 0.1}}], "p": 0.6}},
+    {"RandomGrayscale": {"p": 0.2}},
+    {"RandomChoice": {"transforms": [{"RandomInvert": {"p": 1.0}}, {"Grayscale": {"num_output_channels": 3}},
+                                     {"RandomSolarize": {"threshold": 128, "p": 1.0}}], "p": [1, 2, 1]}},
+    {"RandomOrder": {"transforms": [{"RandomInvert": {"p": 1.0}}, {"RandomPosterize": {"bits": 2, "p": 1.0}}]}},
+    {"RandomHorizontalFlip": {}},
+]
+
+
+def test_compositions_equal_torchvision(tmp_path, images):
+    """RandomApply, RandomChoice and RandomOrder run the ops they hold as
+    torchvision's do, for the draws made: every sample exact."""
+    failures, seen = [], set()
+    for name in IMAGE_NAMES:
+        for seed in (3, 8, 11, 20):
+            got, steps = render(images[name], tmp_path, SIMCLR_LIKE, seed)
+            want = composed_torchvision_result(images[name], SIMCLR_LIKE, steps)
+            seen.update((s["op"], s["kind"]) for s in steps)
+            if got.shape != want.shape or not np.array_equal(got, want):
+                failures.append(f"{name} seed {seed}: differ (steps {steps})")
+    assert not failures, "\n".join(failures)
+    # Across the samples, each way each composition can go was taken.
+    ops_seen = {op for op, _ in seen}
+    assert 2 in ops_seen, "RandomApply never applied"
+    assert {5, 6, 7} <= ops_seen, "RandomChoice never chose some op"
+
+
+def test_composition_rates_are_as_torchvision_draws_them():
+    held = {"transforms": [{"RandomInvert": {"p": 1.0}}, {"RandomEqualize": {"p": 1.0}}]}
+    steps = draw([{"RandomApply": dict(held, p=0.3)}, {"RandomVerticalFlip": {"p": 0.5}}], 16, 16)
+    applied = np.array([any(s["kind"] == "invert" for s in st) for st in steps])
+    both = np.array([[s["kind"] for s in st if s["kind"] != "vflip"] in ([], ["invert", "equalize"])
+                     for st in steps])
+    assert both.all(), "RandomApply ran some of its ops, or out of order"
+    assert_rate(applied.sum(), DRAWS, 0.3)
+    flips = np.array([any(s["kind"] == "vflip" for s in st) for st in steps])
+    assert_rate((applied & flips).sum(), DRAWS, 0.15)  # independent of the op after it
+    # RandomChoice(p=[1, 2, 1]): one op, with those weights.
+    steps = draw([{"RandomChoice": {"transforms": [{"RandomInvert": {"p": 1.0}}, {"RandomEqualize": {"p": 1.0}},
+                                                   {"RandomAutocontrast": {"p": 1.0}}], "p": [1, 2, 1]}}],
+                 16, 16)
+    assert all(len(st) == 1 for st in steps)
+    counts = np.bincount([st[0]["op"] - 1 for st in steps], minlength=3)
+    assert chisquare_p(counts, [DRAWS / 4, DRAWS / 2, DRAWS / 4]) > P_MIN
+    # RandomOrder of three: every order, uniformly.
+    steps = draw([{"RandomOrder": {"transforms": [{"RandomInvert": {"p": 1.0}}, {"RandomEqualize": {"p": 1.0}},
+                                                  {"RandomAutocontrast": {"p": 1.0}}]}}], 16, 16)
+    orders = [tuple(s["op"] for s in st) for st in steps]
+    assert all(sorted(o) == [1, 2, 3] for o in orders)
+    perms = sorted(set(orders))
+    assert len(perms) == 6
+    assert chisquare_p([orders.count(o) for o in perms]) > P_MIN
 
 
 # (id, ops, mean bound, worst bound (None: not checked)), each with and

@@ -76,6 +76,35 @@ def test_every_new_op_is_read_with_the_parameters_torchvision_stores(options):
     ]
 
 
+def test_compositions_are_read_with_the_ops_they_hold(options):
+    """SimCLR's augmentation as its authors write it (RandomApply of a
+    ColorJitter at p=0.8), and RandomChoice / RandomOrder."""
+    o = options(T.Compose([
+        T.RandomResizedCrop(96), T.RandomHorizontalFlip(),
+        T.RandomApply([T.ColorJitter(0.4, 0.4, 0.4, 0.1)], p=0.8), T.RandomGrayscale(p=0.2),
+        T.RandomApply([T.GaussianBlur(9, sigma=(0.1, 2.0))], p=0.5),
+        T.RandomChoice([T.RandomInvert(1.0), T.RandomSolarize(128, 1.0)], p=[0.25, 0.75]),
+        T.RandomChoice([T.RandomEqualize(1.0), T.RandomAutocontrast(1.0)]),
+        T.RandomOrder([T.RandomInvert(0.5), T.RandomPosterize(4, 0.5)]), T.ToTensor()]))
+    ops = o["ops"]
+    assert ops[2] == {"RandomApply": {"transforms": [{"ColorJitter": dict(
+        brightness=[0.6, 1.4], contrast=[0.6, 1.4], saturation=[0.6, 1.4], hue=[-0.1, 0.1])}],
+        "p": 0.8}}
+    assert ops[4] == {"RandomApply": {"transforms": [{"GaussianBlur": dict(
+        kernel_size=[9, 9], sigma=[0.1, 2.0])}], "p": 0.5}}
+    assert ops[5] == {"RandomChoice": {"transforms": [{"RandomInvert": {"p": 1.0}},
+                                                      {"RandomSolarize": {"threshold": 128.0, "p": 1.0}}],
+                                       "p": [0.25, 0.75]}}
+    assert "p" not in ops[6]["RandomChoice"]  # None: the daemon's equal weights
+    assert ops[7] == {"RandomOrder": {"transforms": [{"RandomInvert": {"p": 0.5}},
+                                                     {"RandomPosterize": {"bits": 4, "p": 0.5}}]}}
+
+
+def test_a_composition_of_an_op_that_is_not_served_is_refused_by_name(stoker, options):
+    with pytest.raises(stoker.InvalidRequestError, match="RandomApply holds Lambda, which is not served"):
+        options([T.RandomApply([T.Lambda(lambda x: x)]), T.ToTensor()])
+
+
 def test_antialias_is_never_sent_the_pil_backend_always_antialiases(options):
     # torchvision 0.14 ignores antialias=False for PIL images (with a warning):
     # the op's default, PIL's antialiased resampling, is what it does.
@@ -124,3 +153,32 @@ def test_a_loader_given_the_recipe_yields_what_the_keywords_give(stoker, daemon_
             assert torch.equal(xa, xb) and torch.equal(ya, yb)
             n += 1
         assert n == 3
+
+
+def test_a_simclr_augmentation_runs_in_the_daemon(stoker, daemon_factory, tmp_path_factory):
+    """SimCLR's per-view augmentation, as its authors write it, through
+    Loader(transform=): the same batches as its ops given by name (the
+    rates and pixels of RandomApply: test_image_ops.py)."""
+    root = str(tmp_path_factory.mktemp("simclr"))
+    make_dataset(os.path.join(root, "set"), classes=2, per_class=16, sizes=(60, 160), seed=62)
+    d = daemon_factory(workers=2, data_root=root)
+    ds = os.path.join(root, "set")
+    common = dict(socket=d.socket, batch_size=8, seed=4, epochs=1)
+    simclr = T.Compose([T.RandomResizedCrop(32), T.RandomHorizontalFlip(),
+                        T.RandomApply([T.ColorJitter(0.8, 0.8, 0.8, 0.2)], p=0.8),
+                        T.RandomGrayscale(p=0.2), T.PILToTensor()])
+    ops = [{"RandomResizedCrop": {"size": 32}}, {"RandomHorizontalFlip": {}},
+           {"RandomApply": {"transforms": [{"ColorJitter": {"brightness": 0.8, "contrast": 0.8,
+                                                            "saturation": 0.8, "hue": 0.2}}],
+                            "p": 0.8}},
+           {"RandomGrayscale": {"p": 0.2}}]
+    with stoker.Loader(ds, transform=simclr, **common) as a, \
+            stoker.Loader(ds, ops=ops, size=32, layout="nchw", **common) as b:
+        assert [list(op) for op in a.effective_pipeline["ops"]] == [
+            ["RandomResizedCrop"], ["RandomHorizontalFlip"], ["RandomApply"], ["RandomGrayscale"]]
+        n = 0
+        for (xa, ya), (xb, yb) in zip(a, b):
+            assert xa.shape == (8, 3, 32, 32) and xa.dtype == torch.uint8
+            assert torch.equal(xa, xb) and torch.equal(ya, yb)
+            n += 1
+        assert n == 4

@@ -171,6 +171,26 @@ def _random_erasing(t: Any) -> Dict[str, Any]:
             "value": "random" if isinstance(value, str) else _floats(value)}
 
 
+def _composed(t: Any) -> List[Dict[str, Any]]:
+    """A composition's transforms as ops. Which ops a composition may hold
+    (those that change pixels only, none a composition) is the daemon's to
+    check, with the message naming the op."""
+    out = []
+    for c in list(t.transforms):
+        name = type(c).__name__
+        if name not in _OPS:
+            raise _refuse(f"{type(t).__name__} holds {name}, which is not served")
+        out.append({name: _OPS[name](c)})
+    return out
+
+
+def _random_choice(t: Any) -> Dict[str, Any]:
+    op: Dict[str, Any] = {"transforms": _composed(t)}
+    if t.p is not None:  # None: equal chances
+        op["p"] = _floats(t.p)
+    return op
+
+
 #: Each torchvision.transforms op's reader: the parameters torchvision stores
 #: -> the op's JSON form. Which ops exist, and which of them come from
 #: torchvision.transforms, is the op table's to say (pipeline/op_table.h,
@@ -200,6 +220,9 @@ _READERS: Dict[str, Callable[[Any], Dict[str, Any]]] = {
     "TrivialAugmentWide": _trivial_augment_wide,
     "AugMix": _aug_mix,
     "RandomErasing": _random_erasing,
+    "RandomApply": lambda t: {"transforms": _composed(t), "p": float(t.p)},
+    "RandomChoice": _random_choice,
+    "RandomOrder": lambda t: {"transforms": _composed(t)},
 }
 
 #: The op table's rows, by name.
