@@ -208,6 +208,18 @@ absl::Status LowerOp(const v1::Op& op, int i, image::OpParams* o) {
       o->padding_mode = static_cast<image::PadMode>(mode - std::begin(pipeline::kPaddingModes));
       return absl::OkStatus();
     }
+    case v1::Op::kPad: {
+      const auto& r = op.pad();
+      o->kind = image::OpKind::kPad;
+      const auto mode = std::find(std::begin(pipeline::kPaddingModes),
+                                  std::end(pipeline::kPaddingModes), r.padding_mode());
+      if (r.padding_size() != 4 || !Fill3(r.fill(), o) || mode == std::end(pipeline::kPaddingModes)) {
+        return NotEffective(i, "Pad needs 4 paddings, 3 fills and a padding_mode");
+      }
+      for (int k = 0; k < 4; ++k) o->padding[k] = r.padding(k);
+      o->padding_mode = static_cast<image::PadMode>(mode - std::begin(pipeline::kPaddingModes));
+      return absl::OkStatus();
+    }
     case v1::Op::kRandomHorizontalFlip:
       o->kind = image::OpKind::kHorizontalFlip;
       if (!op.random_horizontal_flip().has_p())

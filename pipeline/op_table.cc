@@ -43,6 +43,7 @@ OpRow RowOf(OpKind k) {
     case OpKind::kRandomIoUCrop: return {"RandomIoUCrop", k, kGeo, kDet, /*needs_boxes=*/true};
     case OpKind::kRandomPhotometricDistort: return {"RandomPhotometricDistort", k, kPix, kDet};
     case OpKind::kRandomShortestSize: return {"RandomShortestSize", k, kGeo, kDet};
+    case OpKind::kPad: return {"Pad", k, kGeo};
     // Compositions of pixel ops.
     case OpKind::kRandomApply: return {"RandomApply", k, kPix, kTv, false, /*holds_ops=*/true};
     case OpKind::kRandomChoice: return {"RandomChoice", k, kPix, kTv, false, /*holds_ops=*/true};

@@ -53,6 +53,7 @@ const std::map<std::string, std::string>& Required() {
       {"RandomAdjustSharpness", R"({"sharpness_factor": 2})"},
       {"RandomResize", R"({"min_size": 32, "max_size": 48})"},
       {"RandomShortestSize", R"({"min_size": [32], "max_size": 64})"},
+      {"Pad", R"({"padding": [2]})"},
       {"RandomApply", R"({"transforms": [{"RandomInvert": {}}]})"},
       {"RandomChoice", R"({"transforms": [{"RandomInvert": {}}, {"RandomEqualize": {}}]})"},
       {"RandomOrder", R"({"transforms": [{"RandomInvert": {}}, {"RandomEqualize": {}}]})"},

@@ -698,6 +698,38 @@ absl::Status CheckEraseForOutput(const v1::RandomErasing& o, uint32_t dtype,
 
 absl::Status FillOp(Op* op, const std::string& at);
 
+// RandomCrop's and Pad's padding (1, 2 or 4 values, as torchvision reads
+// them, made 4: left, top, right, bottom), fill and padding_mode.
+template <typename T>
+absl::Status FillPadding(T* o, const std::string& at) {
+  Sizes* pad = o->mutable_padding();
+  if (pad->empty() || pad->size() == 3 || pad->size() > 4) {
+    return Bad(at, "padding must be 1, 2 or 4 values, not ", absl::StrCat(pad->size()));
+  }
+  if (pad->size() == 1) pad->Resize(4, uint32_t{pad->Get(0)});  // (a copy: Resize reallocates)
+  if (pad->size() == 2) {                                       // [left/right, top/bottom]
+    const uint32_t lr = pad->Get(0), tb = pad->Get(1);
+    pad->Clear();
+    for (uint32_t v : {lr, tb, lr, tb}) pad->Add(v);
+  }
+  for (uint32_t v : *pad) {
+    if (v > kMaxResizeSide) {
+      return Bad(at, "padding ", ListText(*pad), ": each side must be at most ",
+                 absl::StrCat(kMaxResizeSide));
+    }
+  }
+  if (absl::Status st = FillValues(o->mutable_fill(), at); !st.ok()) return st;
+  if (o->padding_mode().empty()) o->set_padding_mode(std::string(kPaddingModes[0]));
+  if (std::find(std::begin(kPaddingModes), std::end(kPaddingModes), o->padding_mode()) ==
+      std::end(kPaddingModes)) {
+    std::vector<absl::string_view> modes;
+    for (std::string_view m : kPaddingModes) modes.push_back(AV(m));
+    return Bad(at, "padding_mode '", o->padding_mode(), "' is not one of ",
+               absl::StrJoin(modes, ", "));
+  }
+  return absl::OkStatus();
+}
+
 // A composition's transforms (RandomApply, RandomChoice, RandomOrder): 1 to
 // image::kMaxChildren ops, each of an op-table row that moves pixels only
 // and holds no ops of its own, each filled in as a top-level op is.
@@ -885,33 +917,13 @@ absl::Status FillOp(Op* op, const std::string& at) {  // `at`: "ops[i] Name: "
     case Op::kRandomCrop: {
       v1::RandomCrop* o = op->mutable_random_crop();
       if (absl::Status st = OutputSize(o->mutable_size(), at + "size", true); !st.ok()) return st;
-      Sizes* pad = o->mutable_padding();
-      if (pad->size() == 3 || pad->size() > 4) {
-        return Bad(at, "padding must be 1, 2 or 4 values, not ", absl::StrCat(pad->size()));
-      }
-      if (pad->empty()) pad->Add(0);
-      if (pad->size() == 1) pad->Resize(4, uint32_t{pad->Get(0)});  // (a copy: Resize reallocates)
-      if (pad->size() == 2) {                                       // [left/right, top/bottom]
-        const uint32_t lr = pad->Get(0), tb = pad->Get(1);
-        pad->Clear();
-        for (uint32_t v : {lr, tb, lr, tb}) pad->Add(v);
-      }
-      for (uint32_t v : *pad) {
-        if (v > kMaxResizeSide) {
-          return Bad(at, "padding ", ListText(*pad), ": each side must be at most ",
-                     absl::StrCat(kMaxResizeSide));
-        }
-      }
-      if (absl::Status st = FillValues(o->mutable_fill(), at); !st.ok()) return st;
-      if (o->padding_mode().empty()) o->set_padding_mode(std::string(kPaddingModes[0]));
-      if (std::find(std::begin(kPaddingModes), std::end(kPaddingModes), o->padding_mode()) ==
-          std::end(kPaddingModes)) {
-        std::vector<absl::string_view> modes;
-        for (std::string_view m : kPaddingModes) modes.push_back(AV(m));
-        return Bad(at, "padding_mode '", o->padding_mode(), "' is not one of ",
-                   absl::StrJoin(modes, ", "));
-      }
-      return absl::OkStatus();
+      if (o->padding().empty()) o->add_padding(0);
+      return FillPadding(o, at);
+    }
+    case Op::kPad: {
+      v1::Pad* o = op->mutable_pad();
+      if (o->padding().empty()) return Bad(at, "padding is required");
+      return FillPadding(o, at);
     }
     case Op::kRandomHorizontalFlip:
       return Probability(op->mutable_random_horizontal_flip(), kDefaultFlipP, at);
@@ -1396,6 +1408,13 @@ OutputShape ShapeOf(const PipelineSpec& s) {
       case Op::kRandomZoomOut:
       case Op::kRandomIouCrop:
         shape = OutputShape{false, 0, 0, i};
+        continue;
+      case Op::kPad:  // a fixed size grows by the padding (4 values: filled)
+        if (shape.fixed && op.pad().padding_size() == 4) {
+          const auto& pad = op.pad().padding();
+          shape = OutputShape{true, shape.height + pad.Get(1) + pad.Get(3),
+                              shape.width + pad.Get(0) + pad.Get(2), i};
+        }
         continue;
       default:
         continue;

@@ -670,6 +670,35 @@ TEST_CASE("RandomCrop: padding and fill normalized as torchvision reads them", "
              Contains("ops[0] RandomCrop: size is required"));
 }
 
+TEST_CASE("Pad: torchvision's padding forms, and a fixed size grows by it", "[pipeline_spec]") {
+  auto e = [](const std::string& json) {
+    auto spec = SpecFromKeywordsJson(json);
+    REQUIRE(spec.ok());
+    return Effective(*spec);
+  };
+  auto s = e(R"({"ops": [{"CenterCrop": {"size": [32, 30]}}, {"Pad": {"padding": [4, 1]}}]})");
+  REQUIRE(s.ok());
+  CHECK(s->size(0) == 34);  // 32 + 1 + 1
+  CHECK(s->size(1) == 38);  // 30 + 4 + 4
+  const auto& pad = s->ops(1).pad();
+  CHECK(std::vector<uint32_t>(pad.padding().begin(), pad.padding().end()) ==
+        std::vector<uint32_t>{4, 1, 4, 1});
+  CHECK(pad.padding_mode() == "constant");
+  CHECK(pad.fill_size() == 3);
+  // Before any fixed size the output varies; a size given must be made later.
+  s = e(R"({"ops": [{"Pad": {"padding": 3}}, {"CenterCrop": {"size": 16}}]})");
+  REQUIRE(s.ok());
+  CHECK(s->size(0) == 16);
+  CHECK_THAT(std::string(e(R"({"ops": [{"Pad": {}}], "size": 8})").status().message()),
+             Contains("ops[0] Pad: padding is required"));
+  CHECK_THAT(std::string(e(R"({"ops": [{"Pad": {"padding": [1, 2, 3]}}]})").status().message()),
+             Contains("padding must be 1, 2 or 4 values, not 3"));
+  CHECK_THAT(std::string(e(R"({"ops": [{"Pad": {"padding": 1, "padding_mode": "wrap"}}]})")
+                             .status()
+                             .message()),
+             Contains("padding_mode 'wrap' is not one of"));
+}
+
 TEST_CASE("compositions hold pixel ops only, with their defaults, and their ops count", "[pipeline_spec]") {
   auto effective = [](const std::string& json) {
     auto spec = SpecFromKeywordsJson(json);

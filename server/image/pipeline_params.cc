@@ -103,6 +103,12 @@ absl::Status ValidateOp(uint32_t i, const OpParams& op) {
       if (op.pad_if_needed > 1) return bad("pad_if_needed is 0 or 1");
       if (!ValidPadMode(op.padding_mode)) return bad("unknown padding_mode");
       return absl::OkStatus();
+    case OpKind::kPad:
+      for (uint32_t v : op.padding) {
+        if (v > kMaxOpSide) return bad("padding must be in 0..65500");
+      }
+      if (!ValidPadMode(op.padding_mode)) return bad("unknown padding_mode");
+      return absl::OkStatus();
     case OpKind::kHorizontalFlip:
     case OpKind::kVerticalFlip:
     case OpKind::kRandomGrayscale:
@@ -352,6 +358,8 @@ const char* OpKindName(OpKind kind) {
       return "AugMix";
     case OpKind::kRandomErasing:
       return "RandomErasing";
+    case OpKind::kPad:
+      return "Pad";
     case OpKind::kRandomApply:
       return "RandomApply";
     case OpKind::kRandomChoice:
@@ -480,6 +488,15 @@ uint64_t MaxOutputPixels(const PipelineParams& p) {
             static_cast<uint64_t>(std::ceil(static_cast<double>(pixels) * r * r)));
         break;
       }
+      case OpKind::kPad:
+        if (h != 0 && w != 0) {
+          h += uint64_t{op.padding[1]} + op.padding[3];
+          w += uint64_t{op.padding[0]} + op.padding[2];
+          pixels = h * w;
+        } else {  // an image of unknown sides: only the cap holds
+          pixels = p.max_decode_pixels;
+        }
+        break;
       default:  // the size stays (RandomIoUCrop only makes it smaller)
         break;
     }

@@ -63,6 +63,7 @@ enum class OpKind : uint32_t {
   kRandomApply = 29,
   kRandomChoice = 30,
   kRandomOrder = 31,
+  kPad = 32,  // padding, padding_mode, fill as RandomCrop's
 };
 
 // Whether `kind` is a composition (RandomApply, RandomChoice, RandomOrder).

@@ -583,6 +583,13 @@ absl::Status DrawSteps(const PipelineParams& p, uint32_t height, uint32_t width,
         }
         break;  // no attempt fitted: torchvision returns the image as it is
       }
+      case OpKind::kPad:
+        if (op.padding[0] != 0 || op.padding[1] != 0 || op.padding[2] != 0 ||
+            op.padding[3] != 0) {
+          add_pad(op.padding[0], op.padding[1], op.padding[2], op.padding[3], op.padding_mode,
+                  op.fill);
+        }
+        break;
       case OpKind::kRandomApply:
       case OpKind::kRandomChoice:
       case OpKind::kRandomOrder:  // ValidateParams refuses one inside another

@@ -146,6 +146,7 @@ GEOMETRY = [
                       "shear": [-8, 8, -4, 4]}},
     {"RandomRotation": {"degrees": [-30, 30]}},
     {"RandomCrop": {"size": [36, 40], "padding": [3, 4], "pad_if_needed": True}},
+    {"Pad": {"padding": [5, 2, 0, 6], "padding_mode": "reflect"}},
     {"RandomVerticalFlip": {"p": 0.5}},
     {"ColorJitter": {"brightness": 0.3}},
     {"Resize": {"size": [32, 32]}},

@@ -142,6 +142,10 @@ def forced_transform(name, params, steps):
         t = T.GaussianBlur(params["kernel_size"], **({"sigma": params["sigma"]} if "sigma" in params else {}))
         t.get_params = lambda lo, hi: float(np.float32(steps[0]["sigma"]))
         return t
+    if name == "Pad":
+        fill = params.get("fill", 0)
+        return T.Pad(params["padding"], fill=tuple(fill) if isinstance(fill, list) else fill,
+                     padding_mode=params.get("padding_mode", "constant"))
     if name == "RandomInvert":
         return T.RandomInvert(p=1.0 if steps else 0.0)
     if name == "RandomSolarize":
@@ -191,6 +195,12 @@ EXACT_CASES = [
     ("crop_reflect_exact_size", [{"RandomCrop": {"size": [191, 257], "pad_if_needed": True, "padding_mode": "reflect"}},
                                  {"RandomCrop": {"size": [191, 257]}}]),
     ("center_crop", [{"CenterCrop": {"size": [101, 77]}}]),
+    ("pad_constant", [{"Pad": {"padding": [3, 5, 7, 2], "fill": [200, 17, 90]}}]),
+    ("pad_edge_then_crop", [{"Pad": {"padding": [9], "padding_mode": "edge"}},
+                            {"RandomCrop": {"size": [150, 180]}}]),
+    ("pad_reflect_symmetric", [{"CenterCrop": {"size": [120, 100]}},
+                               {"Pad": {"padding": [10, 4], "padding_mode": "reflect"}},
+                               {"Pad": {"padding": [1, 2, 3, 4], "padding_mode": "symmetric"}}]),
     ("center_crop_pads", [{"CenterCrop": {"size": [150, 601]}}]),
     ("flips", [{"RandomHorizontalFlip": {}}, {"RandomVerticalFlip": {}}]),
     ("grayscale", [{"Grayscale": {"num_output_channels": 3}}, {"RandomCrop": {"size": [64, 64]}},

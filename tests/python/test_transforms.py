@@ -100,6 +100,15 @@ def test_compositions_are_read_with_the_ops_they_hold(options):
                                                      {"RandomPosterize": {"bits": 4, "p": 0.5}}]}}
 
 
+def test_pad_is_read_as_torchvision_stores_it(options):
+    o = options([T.Pad(4), T.Pad((1, 2), fill=(9, 8, 7), padding_mode="edge"),
+                 T.Pad([1, 2, 3, 4], padding_mode="reflect"), T.CenterCrop(32), T.PILToTensor()])
+    assert o["ops"][:3] == [
+        {"Pad": {"padding": [4], "fill": [0], "padding_mode": "constant"}},
+        {"Pad": {"padding": [1, 2], "fill": [9, 8, 7], "padding_mode": "edge"}},
+        {"Pad": {"padding": [1, 2, 3, 4], "fill": [0], "padding_mode": "reflect"}}]
+
+
 def test_a_composition_of_an_op_that_is_not_served_is_refused_by_name(stoker, options):
     with pytest.raises(stoker.InvalidRequestError, match="RandomApply holds Lambda, which is not served"):
         options([T.RandomApply([T.Lambda(lambda x: x)]), T.ToTensor()])

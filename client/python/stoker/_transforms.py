@@ -220,6 +220,8 @@ _READERS: Dict[str, Callable[[Any], Dict[str, Any]]] = {
     "TrivialAugmentWide": _trivial_augment_wide,
     "AugMix": _aug_mix,
     "RandomErasing": _random_erasing,
+    "Pad": lambda t: {"padding": _ints(t.padding), "fill": _ints(t.fill),
+                      "padding_mode": str(t.padding_mode)},
     "RandomApply": lambda t: {"transforms": _composed(t), "p": float(t.p)},
     "RandomChoice": _random_choice,
     "RandomOrder": lambda t: {"transforms": _composed(t)},
