@@ -7,47 +7,51 @@ using image::OpKind;
 
 // One row per OpKind. The switch has no default: an OpKind added without a
 // row is a compile error (-Werror=switch, on in every build).
+// The name, torchvision's, is the image library's (image::OpKindName), the
+// one the workers' messages use.
+std::string_view Name(OpKind k) { return image::OpKindName(k); }
+
 OpRow RowOf(OpKind k) {
   constexpr OpMoves kPix = OpMoves::kPixels, kGeo = OpMoves::kGeometry;
   constexpr OpSource kDet = OpSource::kDetectionReference;
   constexpr OpSource kTv = OpSource::kTorchvisionTransforms;
   switch (k) {
     case OpKind::kNone: return {};
-    case OpKind::kRandomResizedCrop: return {"RandomResizedCrop", k, kGeo};
-    case OpKind::kResize: return {"Resize", k, kGeo};
-    case OpKind::kCenterCrop: return {"CenterCrop", k, kGeo};
-    case OpKind::kRandomCrop: return {"RandomCrop", k, kGeo};
-    case OpKind::kHorizontalFlip: return {"RandomHorizontalFlip", k, kGeo};
-    case OpKind::kVerticalFlip: return {"RandomVerticalFlip", k, kGeo};
-    case OpKind::kColorJitter: return {"ColorJitter", k, kPix};
-    case OpKind::kGrayscale: return {"Grayscale", k, kPix};
-    case OpKind::kRandomGrayscale: return {"RandomGrayscale", k, kPix};
-    case OpKind::kGaussianBlur: return {"GaussianBlur", k, kPix};
-    case OpKind::kRandomRotation: return {"RandomRotation", k, kGeo};
-    case OpKind::kRandomAffine: return {"RandomAffine", k, kGeo};
-    case OpKind::kRandomPosterize: return {"RandomPosterize", k, kPix};
-    case OpKind::kRandomSolarize: return {"RandomSolarize", k, kPix};
-    case OpKind::kRandomAdjustSharpness: return {"RandomAdjustSharpness", k, kPix};
-    case OpKind::kRandomAutocontrast: return {"RandomAutocontrast", k, kPix};
-    case OpKind::kRandomEqualize: return {"RandomEqualize", k, kPix};
-    case OpKind::kRandomInvert: return {"RandomInvert", k, kPix};
+    case OpKind::kRandomResizedCrop: return {Name(k), k, kGeo};
+    case OpKind::kResize: return {Name(k), k, kGeo};
+    case OpKind::kCenterCrop: return {Name(k), k, kGeo};
+    case OpKind::kRandomCrop: return {Name(k), k, kGeo};
+    case OpKind::kHorizontalFlip: return {Name(k), k, kGeo};
+    case OpKind::kVerticalFlip: return {Name(k), k, kGeo};
+    case OpKind::kColorJitter: return {Name(k), k, kPix};
+    case OpKind::kGrayscale: return {Name(k), k, kPix};
+    case OpKind::kRandomGrayscale: return {Name(k), k, kPix};
+    case OpKind::kGaussianBlur: return {Name(k), k, kPix};
+    case OpKind::kRandomRotation: return {Name(k), k, kGeo};
+    case OpKind::kRandomAffine: return {Name(k), k, kGeo};
+    case OpKind::kRandomPosterize: return {Name(k), k, kPix};
+    case OpKind::kRandomSolarize: return {Name(k), k, kPix};
+    case OpKind::kRandomAdjustSharpness: return {Name(k), k, kPix};
+    case OpKind::kRandomAutocontrast: return {Name(k), k, kPix};
+    case OpKind::kRandomEqualize: return {Name(k), k, kPix};
+    case OpKind::kRandomInvert: return {Name(k), k, kPix};
     // The policies' shears, translations and rotations move masks and boxes;
     // AugMix's chains blend images, which labels do not follow.
-    case OpKind::kAutoAugment: return {"AutoAugment", k, kGeo};
-    case OpKind::kRandAugment: return {"RandAugment", k, kGeo};
-    case OpKind::kTrivialAugmentWide: return {"TrivialAugmentWide", k, kGeo};
-    case OpKind::kAugMix: return {"AugMix", k, kPix};
-    case OpKind::kRandomErasing: return {"RandomErasing", k, OpMoves::kOutputTensor};
-    case OpKind::kRandomResize: return {"RandomResize", k, kGeo, kDet};
-    case OpKind::kRandomZoomOut: return {"RandomZoomOut", k, kGeo, kDet};
-    case OpKind::kRandomIoUCrop: return {"RandomIoUCrop", k, kGeo, kDet, /*needs_boxes=*/true};
-    case OpKind::kRandomPhotometricDistort: return {"RandomPhotometricDistort", k, kPix, kDet};
-    case OpKind::kRandomShortestSize: return {"RandomShortestSize", k, kGeo, kDet};
-    case OpKind::kPad: return {"Pad", k, kGeo};
+    case OpKind::kAutoAugment: return {Name(k), k, kGeo};
+    case OpKind::kRandAugment: return {Name(k), k, kGeo};
+    case OpKind::kTrivialAugmentWide: return {Name(k), k, kGeo};
+    case OpKind::kAugMix: return {Name(k), k, kPix};
+    case OpKind::kRandomErasing: return {Name(k), k, OpMoves::kOutputTensor};
+    case OpKind::kRandomResize: return {Name(k), k, kGeo, kDet};
+    case OpKind::kRandomZoomOut: return {Name(k), k, kGeo, kDet};
+    case OpKind::kRandomIoUCrop: return {Name(k), k, kGeo, kDet, /*needs_boxes=*/true};
+    case OpKind::kRandomPhotometricDistort: return {Name(k), k, kPix, kDet};
+    case OpKind::kRandomShortestSize: return {Name(k), k, kGeo, kDet};
+    case OpKind::kPad: return {Name(k), k, kGeo};
     // Compositions of pixel ops.
-    case OpKind::kRandomApply: return {"RandomApply", k, kPix, kTv, false, /*holds_ops=*/true};
-    case OpKind::kRandomChoice: return {"RandomChoice", k, kPix, kTv, false, /*holds_ops=*/true};
-    case OpKind::kRandomOrder: return {"RandomOrder", k, kPix, kTv, false, /*holds_ops=*/true};
+    case OpKind::kRandomApply: return {Name(k), k, kPix, kTv, false, /*holds_ops=*/true};
+    case OpKind::kRandomChoice: return {Name(k), k, kPix, kTv, false, /*holds_ops=*/true};
+    case OpKind::kRandomOrder: return {Name(k), k, kPix, kTv, false, /*holds_ops=*/true};
   }
   return {};
 }

@@ -89,6 +89,7 @@ c++ -std=c++20 -M -I . -I client/src -I client/include -I proto -I "$BUILD/proto
     cp "$dir/$rel" "$PY/include/$rel"
   done
 for a in client/libstoker_client.a common/libstoker_common.a pipeline/libstoker_pipeline_spec.a \
+  server/image/libstoker_op_names.a \
   server/control/libstoker_config.a proto/libstoker_proto.a \
   client/libstoker_cuda.a; do
   strip -g -o "$PY/lib/$(basename "$a")" "$BUILD/$a"

@@ -900,6 +900,7 @@ py::list OpTablePy() {
     d["moves"] = std::string(stoker::pipeline::OpMovesName(r.moves));
     d["source"] = std::string(stoker::pipeline::OpSourceName(r.source));
     d["needs_boxes"] = r.needs_boxes;
+    d["holds_ops"] = r.holds_ops;
     out.append(d);
   }
   return out;
@@ -1067,7 +1068,7 @@ PYBIND11_MODULE(_native, m) {
         "raises InvalidRequestError naming a bad keyword or op.");
   m.def("op_table", &OpTablePy,
         "the ops stoker runs, one dict each (name, kind, moves: pixels, geometry or "
-        "output_tensor; source: torchvision.transforms or detection_reference; needs_boxes)");
+        "output_tensor; source: torchvision.transforms or detection_reference; needs_boxes; holds_ops)");
   m.def("attach_defaults", &AttachDefaultsPy,
         "the Attach defaults (stoker.proto's AttachDefaults): batch_size, ring_depth, "
         "ring_max_depth");
