@@ -73,6 +73,7 @@ Prefetcher::Stats Prefetcher::stats() const {
   s.window_bytes = window_;
   s.queued = queue_.size();
   s.waiting_for_room = space_waiting_.size();
+  s.busy = busy_;
   return s;
 }
 
@@ -87,8 +88,11 @@ void Prefetcher::Loop() {
       item = std::move(queue_.front());
       queue_.pop_front();
       if (entries_.find(item.key) == entries_.end()) continue;  // dispatched already
+      ++busy_;
     }
     ReadOne(item, &scratch);
+    MutexLock l(&mu_);
+    --busy_;
   }
 }
 

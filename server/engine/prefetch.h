@@ -40,6 +40,7 @@ class Prefetcher {
     uint64_t queued = 0;            // waiting for a thread, now
     uint64_t files_cached = 0;      // found in the page cache already: not read
     uint64_t waiting_for_room = 0;  // threads waiting for room in the window, now
+    uint64_t busy = 0;              // threads working on an item, now
   };
 
   // `root_fd`: the data root (borrowed). Inputs over `max_file_bytes` are
@@ -94,6 +95,7 @@ class Prefetcher {
   };
   std::unordered_map<uint64_t, Entry> entries_ STOKER_GUARDED_BY(mu_);
   uint64_t window_ STOKER_GUARDED_BY(mu_) = 0;
+  uint64_t busy_ STOKER_GUARDED_BY(mu_) = 0;  // Stats::busy
   Stats stats_ STOKER_GUARDED_BY(mu_);
   std::vector<std::thread> threads_;  // set in the constructor, joined in the destructor
 };

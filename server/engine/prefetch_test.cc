@@ -154,8 +154,11 @@ TEST_CASE("a sample dispatched before its turn is counted late, once", "[prefetc
     const Prefetcher::Stats s = p.stats();
     return s.late + s.files_cached + s.files_read;
   };
-  REQUIRE(WaitFor([&] { return ends() >= 200 && p.stats().queued == 0; }));
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // Once nothing is queued and no thread holds an item, no count can move.
+  REQUIRE(WaitFor([&] {
+    const Prefetcher::Stats s = p.stats();
+    return ends() >= 200 && s.queued == 0 && s.busy == 0;
+  }));
   // Each sample ends exactly one way: late, found cached, or read.
   CHECK(ends() == 200);
   CHECK(p.stats().window_bytes == 0);
