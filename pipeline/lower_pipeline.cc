@@ -434,20 +434,6 @@ absl::Status LowerOp(const v1::Op& op, int i, image::OpParams* o) {
   return NotEffective(i, "no op set");
 }
 
-// A composition's ops (RandomApply, RandomChoice, RandomOrder), else nullptr.
-const google::protobuf::RepeatedPtrField<v1::Op>* ChildrenOf(const v1::Op& op) {
-  switch (op.op_case()) {
-    case v1::Op::kRandomApply:
-      return &op.random_apply().transforms();
-    case v1::Op::kRandomChoice:
-      return &op.random_choice().transforms();
-    case v1::Op::kRandomOrder:
-      return &op.random_order().transforms();
-    default:
-      return nullptr;
-  }
-}
-
 }  // namespace
 
 absl::StatusOr<image::PipelineParams> LowerPipeline(const v1::PipelineSpec& effective) {
@@ -464,9 +450,9 @@ absl::StatusOr<image::PipelineParams> LowerPipeline(const v1::PipelineSpec& effe
   for (int i = 0; i < effective.ops_size(); ++i) {
     const v1::Op& op = effective.ops(i);
     if (absl::Status st = lower(op, i); !st.ok()) return st;
-    if (const auto* children = ChildrenOf(op)) {
+    if (const auto* children = pipeline::ComposedOps(op)) {
       for (const v1::Op& child : *children) {
-        if (ChildrenOf(child) != nullptr) {
+        if (pipeline::ComposedOps(child) != nullptr) {
           return NotEffective(i, "a composition inside a composition");
         }
         if (absl::Status st = lower(child, i); !st.ok()) return st;

@@ -1244,20 +1244,6 @@ absl::Status FillOp(Op* op, const std::string& at) {  // `at`: "ops[i] Name: "
              FieldNames(Op::descriptor(), /*json_names=*/true), ")");
 }
 
-// A composition's ops; none for any other op.
-const pb::RepeatedPtrField<Op>& Children(const Op& op) {
-  static const auto* none = new pb::RepeatedPtrField<Op>();
-  switch (op.op_case()) {
-    case Op::kRandomApply:
-      return op.random_apply().transforms();
-    case Op::kRandomChoice:
-      return op.random_choice().transforms();
-    case Op::kRandomOrder:
-      return op.random_order().transforms();
-    default:
-      return *none;
-  }
-}
 
 // The most steps `op` makes for one sample (image's DrawSteps; kMaxSteps).
 uint32_t MostSteps(const Op& op) {
@@ -1283,7 +1269,7 @@ uint32_t MostSteps(const Op& op) {
     case Op::kRandomChoice:
     case Op::kRandomOrder: {
       uint32_t steps = 0;
-      for (const Op& child : Children(op)) steps += MostSteps(child);
+      for (const Op& child : *ComposedOps(op)) steps += MostSteps(child);
       return steps;
     }
     default:
@@ -1551,7 +1537,9 @@ absl::StatusOr<PipelineSpec> Effective(const PipelineSpec& spec) {
     if (absl::Status st = ExpandPreset(*p, &s); !st.ok()) return st;
   }
   int flat = s.ops_size();  // a composition's ops count too
-  for (const Op& op : s.ops()) flat += Children(op).size();
+  for (const Op& op : s.ops()) {
+    if (const auto* held = ComposedOps(op)) flat += held->size();
+  }
   if (flat > static_cast<int>(kMaxOps)) {
     return Bad("ops: ", absl::StrCat(flat), " ops (counting those in compositions), more than the ",
                absl::StrCat(kMaxOps), " a pipeline may have");
@@ -1714,6 +1702,19 @@ void AppendValue(const pb::Message& m, const pb::FieldDescriptor* f, int i, std:
 }
 
 }  // namespace
+
+const pb::RepeatedPtrField<Op>* ComposedOps(const Op& op) {
+  switch (op.op_case()) {
+    case Op::kRandomApply:
+      return &op.random_apply().transforms();
+    case Op::kRandomChoice:
+      return &op.random_choice().transforms();
+    case Op::kRandomOrder:
+      return &op.random_order().transforms();
+    default:
+      return nullptr;
+  }
+}
 
 std::string Describe(const PipelineSpec& spec) {
   std::string out;

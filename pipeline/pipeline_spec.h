@@ -137,6 +137,10 @@ absl::StatusOr<v1::PipelineSpec> Effective(const v1::PipelineSpec& spec);
 // set). A request spec is described as given, unset fields left out.
 std::string Describe(const v1::PipelineSpec& spec);
 
+// The ops a composition (RandomApply, RandomChoice, RandomOrder) holds, or
+// nullptr for any other op: what Effective fills in and lowering flattens.
+const google::protobuf::RepeatedPtrField<v1::Op>* ComposedOps(const v1::Op& op);
+
 // The spec as JSON, and back: the proto's JSON mapping with the proto's
 // field names (snake_case, as the keywords spell them), torchvision's op
 // names, integers as numbers, floats in their shortest exact form, unset

@@ -422,9 +422,7 @@ class SessionCore {
   // public description, and the still-image ones' indexes (FindRoles).
   std::vector<ring::FieldSpec> fields_;
   std::vector<FieldInfo> field_infos_;
-  struct Roles {
-    int image = -1, label = -1, mask = -1, boxes = -1, box_labels = -1, box_flags = -1;
-  } roles_;
+  internal::FieldRoles roles_;
   bool nhwc_ = true;  // the session's layout (device copy: normalize needs uint8 NHWC)
   uint64_t total_batches_ = 0;
   int64_t heartbeat_timeout_ms_ = 0;  // AttachResponse.heartbeat_timeout_ms
@@ -472,11 +470,7 @@ Batch& Batch::operator=(Batch&& o) noexcept {
     planned_ = std::move(o.planned_);
     statuses_ = std::move(o.statuses_);
     fields_ = std::move(o.fields_);
-    image_ = o.image_;
-    mask_ = o.mask_;
-    boxes_ = o.boxes_;
-    box_labels_ = o.box_labels_;
-    box_flags_ = o.box_flags_;
+    roles_ = o.roles_;
     nchw_ = o.nchw_;
   }
   return *this;
@@ -494,28 +488,28 @@ const BatchField* Batch::field(std::string_view name) const {
 void* Batch::data() const { return slot_data_; }
 
 uint64_t Batch::data_bytes() const {
-  const BatchField& f = fields_[image_];
+  const BatchField& f = fields_[roles_.image];
   return size() == 0 ? 0 : f.stride() * (size() - 1) + f.bytes(size() - 1);
 }
 
-void* Batch::sample_data(uint32_t i) const { return fields_[image_].data(i); }
-uint32_t Batch::height(uint32_t i) const { return fields_[image_].shape(i)[nchw_ ? 1 : 0]; }
-uint32_t Batch::width(uint32_t i) const { return fields_[image_].shape(i)[nchw_ ? 2 : 1]; }
+void* Batch::sample_data(uint32_t i) const { return fields_[roles_.image].data(i); }
+uint32_t Batch::height(uint32_t i) const { return fields_[roles_.image].shape(i)[nchw_ ? 1 : 0]; }
+uint32_t Batch::width(uint32_t i) const { return fields_[roles_.image].shape(i)[nchw_ ? 2 : 1]; }
 
 const float* Batch::boxes(uint32_t i) const {
-  return boxes_ < 0 ? nullptr : static_cast<const float*>(fields_[boxes_].data(i));
+  return roles_.boxes < 0 ? nullptr : static_cast<const float*>(fields_[roles_.boxes].data(i));
 }
 
 const int64_t* Batch::box_labels(uint32_t i) const {
-  return boxes_ < 0 ? nullptr : static_cast<const int64_t*>(fields_[box_labels_].data(i));
+  return roles_.boxes < 0 ? nullptr : static_cast<const int64_t*>(fields_[roles_.box_labels].data(i));
 }
 
 const uint8_t* Batch::box_flags(uint32_t i) const {
-  return boxes_ < 0 ? nullptr : static_cast<const uint8_t*>(fields_[box_flags_].data(i));
+  return roles_.boxes < 0 ? nullptr : static_cast<const uint8_t*>(fields_[roles_.box_flags].data(i));
 }
 
 void* Batch::mask_data(uint32_t i) const {
-  return mask_ < 0 ? nullptr : fields_[mask_].data(i);
+  return roles_.mask < 0 ? nullptr : fields_[roles_.mask].data(i);
 }
 
 void Batch::Release() {
@@ -539,7 +533,7 @@ absl::Status Batch::CopyToDevice(CUstream_st* stream, void* dst, uint64_t dst_by
     s.height = height(0);
     s.width = width(0);
     const uint64_t sample = uint64_t{s.height} * s.width * 3;
-    s.same_shape = sample != 0 && fields_[image_].stride() == sample;
+    s.same_shape = sample != 0 && fields_[roles_.image].stride() == sample;
     for (uint32_t i = 0; i < s.samples && s.same_shape; ++i) {
       s.same_shape = height(i) == s.height && width(i) == s.width && sample_bytes(i) == sample;
     }
@@ -752,12 +746,8 @@ absl::StatusOr<Batch> Session::Next(int64_t timeout_ms) {
     f.shapes_.assign(size_t{count} * BatchField::kMaxRank, 0);
     f.bytes_.assign(count, 0);
   }
-  const internal::SessionCore::Roles& roles = c.roles_;
-  b.image_ = roles.image;
-  b.mask_ = roles.mask;
-  b.boxes_ = roles.boxes;
-  b.box_labels_ = roles.box_labels;
-  b.box_flags_ = roles.box_flags;
+  const internal::FieldRoles& roles = c.roles_;
+  b.roles_ = roles;
   b.nchw_ = !c.nhwc_;
   static_assert(BatchField::kMaxRank == ring::kMaxRank);
   ring::SampleRecord r;
@@ -918,7 +908,7 @@ absl::StatusOr<std::unique_ptr<Session>> Client::Attach(const AttachOptions& o) 
   i.layout = core->nhwc_ ? Layout::kNHWC : Layout::kNCHW;
   i.ring_slots = resp.ring().slot_count();
   i.slot_bytes = resp.ring().slot_bytes();
-  const internal::SessionCore::Roles& roles = core->roles_;
+  const internal::FieldRoles& roles = core->roles_;
   const auto& specs = core->fields_;
   const ring::FieldSpec& image = specs[roles.image];
   i.sample_bytes = (image.flags & ring::kFieldFixedShape) != 0 ? image.stride : 0;

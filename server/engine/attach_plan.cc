@@ -133,7 +133,7 @@ absl::StatusOr<AttachPlan> PlanSession(const v1::AttachRequest& req, const Reque
   const image::PipelineParams& params = p.params();
   const uint32_t slots = request.depth;
   p.variable_size = params.out_height == 0;
-  p.sample_bytes = image::MaxSampleBytes(params);
+  const uint64_t sample_bytes = image::MaxSampleBytes(params);
   const bool nchw = params.layout == ring::kNCHW;
   const uint32_t h = params.out_height, w = params.out_width;
   auto add = [&p](int* index, ring::FieldSpec f) {
@@ -143,11 +143,11 @@ absl::StatusOr<AttachPlan> PlanSession(const v1::AttachRequest& req, const Reque
   add(&p.image_field,
       MakeField(ring::kImageField, params.dtype,
                 nchw ? std::vector<uint32_t>{3, h, w} : std::vector<uint32_t>{h, w, 3},
-                p.sample_bytes, !p.variable_size));
+                sample_bytes, !p.variable_size));
   add(&p.label_field, MakeField(ring::kLabelField, ring::kInt64, {}, 8, true));
   if (masks) {
-    p.mask_dtype = params.mask_bpp == 2 ? ring::kUint16 : ring::kUint8;
-    add(&p.mask_field, MakeField(ring::kMaskField, p.mask_dtype, {h, w},
+    const uint32_t mask_dtype = params.mask_bpp == 2 ? ring::kUint16 : ring::kUint8;
+    add(&p.mask_field, MakeField(ring::kMaskField, mask_dtype, {h, w},
                                  image::MaxOutputPixels(params) * params.mask_bpp,
                                  !p.variable_size));
   }
@@ -170,14 +170,14 @@ absl::StatusOr<AttachPlan> PlanSession(const v1::AttachRequest& req, const Reque
           "stored orientation (as COCO's tools and torchvision read them); leave "
           "apply_exif_orientation off");
     }
-    const uint32_t n = p.box_stride = std::max<uint32_t>(1, fields.max_boxes);
+    const uint32_t n = std::max<uint32_t>(1, fields.max_boxes);
     add(&p.boxes_field, MakeField(ring::kBoxesField, ring::kFloat32, {n, 4}, 16 * uint64_t{n}, false));
     add(&p.box_labels_field, MakeField(ring::kBoxLabelsField, ring::kInt64, {n}, 8 * uint64_t{n}, false));
     add(&p.box_flags_field, MakeField(ring::kBoxFlagsField, ring::kUint8, {n}, n, false));
   }
   uint64_t per_sample = 0;  // for the message
   for (const ring::FieldSpec& f : p.fields) per_sample += f.stride;
-  const bool laid_out = p.sample_bytes != 0 && p.sample_bytes <= ring::kMaxRoomBytes &&
+  const bool laid_out = sample_bytes != 0 && sample_bytes <= ring::kMaxRoomBytes &&
                         ring::LayoutFields(p.fields.data(), static_cast<uint32_t>(p.fields.size()),
                                            req.batch_size(), &p.slot_data_bytes);
   p.ring_bytes = p.slot_data_bytes * slots;

@@ -107,15 +107,9 @@ struct AttachPlan {
   uint64_t start_global = 0;       // start_epoch * batches_per_epoch + start_batch
   // Any-size output: each sample has its own size, within its room.
   bool variable_size = false;
-  uint64_t sample_bytes = 0;  // each image's room in a slot (image::MaxSampleBytes)
-  // Segmentation sets: the masks' ring DType (0: none).
-  uint32_t mask_dtype = 0;
-  // Detection sets: the most boxes a sample may carry (the most any sample
-  // of the dataset has, at least 1; 0: none).
-  uint32_t box_stride = 0;
-  // The sample's fields (ring_layout.h, "field") from the above, as the
-  // ring's header lists them, laid out by ring::LayoutFields; and each
-  // still-image field's index in it (-1: the session has none).
+  // The sample's fields (ring_layout.h, "field"), as the ring's header
+  // lists them, laid out by ring::LayoutFields; and each still-image
+  // field's index in it (-1: the session has none).
   std::vector<ring::FieldSpec> fields;
   int image_field = -1, label_field = -1, mask_field = -1;
   int boxes_field = -1, box_labels_field = -1, box_flags_field = -1;
@@ -129,6 +123,15 @@ struct AttachPlan {
     return fields[field].offset + fields[field].stride * pos;
   }
   uint64_t room_bytes(int field) const { return fields[field].stride; }
+  // Each image's room in a slot (image::MaxSampleBytes).
+  uint64_t sample_bytes() const { return image_field < 0 ? 0 : room_bytes(image_field); }
+  // Segmentation sets: the masks' ring DType (0: none).
+  uint32_t mask_dtype() const { return mask_field < 0 ? 0 : fields[mask_field].dtype; }
+  // Detection sets: the most boxes a sample may carry (the most any sample
+  // of the dataset has, at least 1; 0: none).
+  uint32_t box_stride() const {
+    return boxes_field < 0 ? 0 : fields[boxes_field].max_shape[0];
+  }
   // The ring's slot count, and the first depth (<= slots; equal unless the
   // ring may deepen).
   uint32_t slots() const { return request.slots; }

@@ -127,7 +127,7 @@ TEST_CASE("PlanSession: the shard, the epoch's batches, where delivery starts an
   CHECK(p.batches_per_epoch == 3);  // 4 + 4 + 2
   CHECK(p.total_batches == 0);      // without end
   CHECK(p.start_global == 0);
-  CHECK(p.sample_bytes == 8 * 8 * 3);
+  CHECK(p.sample_bytes() == 8 * 8 * 3);
   CHECK(p.ring_bytes == (8 * 8 * 3 * 4 + 8 * 4) * 3);  // images, then labels
   CHECK_FALSE(p.variable_size);
 
@@ -255,7 +255,7 @@ TEST_CASE("an any-size output gives each sample its whole slot") {
   req.mutable_pipeline()->set_max_decode_pixels(1000);
   AttachPlan p = MustPlan(req, 10);
   CHECK(p.variable_size);
-  CHECK(p.sample_bytes == 3000);
+  CHECK(p.sample_bytes() == 3000);
   RingSpec rs = RingSpecFor(p, 7);
   REQUIRE(rs.fields.size() == 2);  // image, label
   const ring::FieldSpec& image = rs.fields[p.image_field];
@@ -298,7 +298,7 @@ TEST_CASE("a detection set's slots hold each sample's room for boxes after the m
   CHECK(p.mask_field == 2);
   CHECK(p.boxes_field == 3);
   CHECK(p.box_flags_field == 5);
-  CHECK(p.box_stride == 5);
+  CHECK(p.box_stride() == 5);
   const ring::FieldSpec& boxes = p.fields[p.boxes_field];
   CHECK(boxes.dtype == ring::kFloat32);
   CHECK(boxes.rank == 2);
@@ -315,7 +315,7 @@ TEST_CASE("a detection set's slots hold each sample's room for boxes after the m
   fields.masks = false;
   auto none = PlanSession(req, *request, 10, AttachLimits{}, fields);
   REQUIRE(none.ok());
-  CHECK(none->box_stride == 1);
+  CHECK(none->box_stride() == 1);
 
   fields.max_boxes = ring::kMaxBoxesPerSample + 1;
   auto many = PlanSession(req, *request, 10, AttachLimits{}, fields);

@@ -27,10 +27,18 @@ absl::StatusOr<std::unique_ptr<RingOwner>> RingOwner::Create(const std::string& 
       !ring::ComputeGeometry(spec.slot_count, spec.batch_size, field_count, slot_data, &g)) {
     return absl::InvalidArgumentError("ring sizes out of range");
   }
-  for (const ring::FieldSpec& f : fields) {
+  for (size_t k = 0; k < fields.size(); ++k) {
+    const ring::FieldSpec& f = fields[k];
     if (const char* why = ring::ValidateField(f, spec.batch_size, g.slot_bytes)) {
       return absl::InvalidArgumentError(
           absl::StrCat("ring field '", std::string(ring::FieldName(f)), "': ", why));
+    }
+    // The workers write where the plan laid the fields out; the header
+    // must say the same.
+    if (spec.fields[k].offset != 0 && spec.fields[k].offset != f.offset) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ring field '", std::string(ring::FieldName(f)), "' planned at ",
+          spec.fields[k].offset, ", laid out at ", f.offset));
     }
   }
   auto ring = std::unique_ptr<RingOwner>(new RingOwner());

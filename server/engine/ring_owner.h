@@ -21,8 +21,8 @@ struct RingSpec {
   uint32_t slot_count = 4;
   uint32_t batch_size = 1;
   // Each sample's fields (ring_layout.h, "field"): 1..ring::kMaxFields, each
-  // with its stride set; Create lays them out (ring::LayoutFields), so
-  // their offsets here are ignored.
+  // with its stride set; Create lays them out (ring::LayoutFields), and
+  // refuses an offset given here (not 0) that differs from that layout.
   std::vector<ring::FieldSpec> fields;
   uint32_t layout = ring::kNHWC;  // the "image" field's dimension order
   uint64_t session_number = 0;

@@ -220,6 +220,10 @@ TEST_CASE("a ring is refused for fields it cannot hold") {
   CHECK(RingOwner::Create(UniqueName("flags"), spec).status().code() ==
         absl::StatusCode::kInvalidArgument);
   spec = ImageRing(2, 4, 8, 8);
+  spec.fields[1].offset = 64 * 1024;  // not where LayoutFields puts it
+  CHECK_THAT(std::string(RingOwner::Create(UniqueName("offset"), spec).status().message()),
+             Catch::Matchers::Contains("planned at 65536, laid out at"));
+  spec = ImageRing(2, 4, 8, 8);
   spec.fields.clear();
   CHECK_FALSE(RingOwner::Create(UniqueName("nofields"), spec).ok());
   spec = ImageRing(2, 4, 8, 8);

@@ -137,7 +137,7 @@ size_t BuildTaskMsg(const DaemonSession& s, const SampleTask& t, const TaskOptio
                     worker::TaskMsg* msg) {
   const Dataset& ds = *s.dataset;
   const std::string_view path = ds.path(t.index);
-  const std::string_view mask = s.plan.mask_dtype != 0 ? ds.mask_path(t.index) : std::string_view();
+  const std::string_view mask = s.plan.mask_dtype() != 0 ? ds.mask_path(t.index) : std::string_view();
   if (path.size() + mask.size() > worker::kMaxPathBytes) return 0;
   const BatchFill& f = s.filling.at(t.seq);
   msg->path_bytes = static_cast<uint32_t>(path.size());
@@ -156,8 +156,8 @@ size_t BuildTaskMsg(const DaemonSession& s, const SampleTask& t, const TaskOptio
       msg->mask_file_length = ds.mask_range_length(t.index);
     }
   }
-  if (s.plan.box_stride != 0) {
-    const uint32_t n = std::min(ds.box_count(t.index), s.plan.box_stride);
+  if (s.plan.box_stride() != 0) {
+    const uint32_t n = std::min(ds.box_count(t.index), s.plan.box_stride());
     msg->has_boxes = 1;
     msg->box_count = n;
     msg->box_out_offset = slot_base + s.plan.room_offset(s.plan.boxes_field, t.pos);
@@ -214,16 +214,16 @@ bool CompleteSample(DaemonSession& s, SampleTask& t, const worker::ResultMsg& r,
   const uint64_t want =
       uint64_t{r.height} * r.width * r.channels * ring::DTypeBytes(s.plan.params().dtype);
   const bool mask_ok =
-      s.plan.mask_dtype == 0
+      s.plan.mask_dtype() == 0
           ? r.mask_bytes == 0
-          : r.mask_bytes == uint64_t{r.height} * r.width * ring::DTypeBytes(s.plan.mask_dtype) &&
+          : r.mask_bytes == uint64_t{r.height} * r.width * ring::DTypeBytes(s.plan.mask_dtype()) &&
                 r.mask_bytes <= s.plan.room_bytes(s.plan.mask_field);
   const bool boxes_ok =
-      s.plan.box_stride == 0 ? r.boxes_kept == 0
+      s.plan.box_stride() == 0 ? r.boxes_kept == 0
                              : r.boxes_kept <= std::min(s.dataset->box_count(t.index),
-                                                        s.plan.box_stride);
-  if (r.bytes != want || r.bytes > s.plan.sample_bytes || !mask_ok || !boxes_ok ||
-      (!s.plan.variable_size && r.bytes != s.plan.sample_bytes)) {
+                                                        s.plan.box_stride());
+  if (r.bytes != want || r.bytes > s.plan.sample_bytes() || !mask_ok || !boxes_ok ||
+      (!s.plan.variable_size && r.bytes != s.plan.sample_bytes())) {
     if (format != nullptr) ++format->failed;
     FailSample(s, t,
                absl::StrCat("worker reported a sample (", r.bytes, " bytes, ", r.width, "x",
@@ -246,8 +246,6 @@ bool CompleteSample(DaemonSession& s, SampleTask& t, const worker::ResultMsg& r,
   o.height = r.height;
   o.width = r.width;
   o.channels = r.channels;
-  o.bytes = r.bytes;
-  o.mask_bytes = r.mask_bytes;
   o.box_count = r.boxes_kept;
   o.index = t.index;
   if (o.status == ring::kSampleReplaced) ++s.samples_replaced;
@@ -363,7 +361,7 @@ void FinishBatch(DaemonSession& s, uint64_t seq) {
       if (bytes != 0) std::memset(data + p.room_offset(p.image_field, i), 0, bytes);
       if (p.mask_field >= 0) {
         FillMask(data + p.room_offset(p.mask_field, i),
-                 p.variable_size ? 0 : p.room_bytes(p.mask_field), p.mask_dtype, params.mask_fill);
+                 p.variable_size ? 0 : p.room_bytes(p.mask_field), p.mask_dtype(), params.mask_fill);
       }
     }
     set_shape(&fr[p.image_field], nchw ? std::initializer_list<uint32_t>{c, h, w}

@@ -102,8 +102,6 @@ struct SampleOutcome {
   uint32_t height = 0;
   uint32_t width = 0;
   uint32_t channels = 0;
-  uint64_t bytes = 0;
-  uint64_t mask_bytes = 0;  // segmentation sets: the mask written
   uint32_t box_count = 0;   // detection sets: the boxes kept
   uint64_t index = 0;
 };

@@ -307,7 +307,7 @@ TEST_CASE("any-size samples each have the most their ops make, in order in the s
   req.mutable_pipeline()->set_max_decode_pixels(100);  // 300 bytes a sample
   Fixture f(req);
   REQUIRE(f.s->plan.variable_size);
-  REQUIRE(f.s->plan.sample_bytes == 300);
+  REQUIRE(f.s->plan.sample_bytes() == 300);
   StartBatches(*f.s, f.ctx);
   const uint64_t slot0 = 0;
   const uint32_t sides[3][2] = {{5, 4}, {10, 10}, {2, 3}};

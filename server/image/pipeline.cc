@@ -66,7 +66,6 @@ constexpr uint32_t kCropMargin = 16;  // decoded pixels, see DecodeFused
 // worst was 11 levels; at 4, 0.94; at 5, 0.81.
 constexpr double kMinDecodedPerOutput = 6.5;
 
-uint64_t DtypeBytes(uint32_t dtype) { return ring::DTypeBytes(dtype); }
 
 uint64_t NowNs() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -267,7 +266,7 @@ absl::Status SampleProcessor::Impl::Execute(const PipelineParams& p, const Sampl
         steps.count == 0 ? "" : absl::StrCat(" after its ops (", ow, "x", oh, " decoded)"),
         ", the pipeline wants ", p.out_width, "x", p.out_height, " (width x height)"));
   }
-  const uint64_t bytes = uint64_t{fh} * fw * 3 * DtypeBytes(p.dtype);
+  const uint64_t bytes = uint64_t{fh} * fw * 3 * ring::DTypeBytes(p.dtype);
   if (bytes > capacity) {
     const std::string what =
         absl::StrCat("image is ", fw, "x", fh, ": needs ", bytes, " bytes, capacity is ", capacity);

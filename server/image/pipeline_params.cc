@@ -13,7 +13,6 @@ namespace {
 
 using namespace internal;  // NOLINT: param_checks.h, this folder's own
 
-uint64_t DtypeBytes(uint32_t dtype) { return ring::DTypeBytes(dtype); }
 
 absl::Status ValidateOp(uint32_t i, const OpParams& op) {
   auto bad = [&](absl::string_view what) { return OpError(i, op.kind, what); };
@@ -301,7 +300,7 @@ uint32_t MaxOpSteps(const OpParams& op) {
 }  // namespace
 
 absl::Status ValidateParams(const PipelineParams& p) {
-  if (DtypeBytes(p.dtype) == 0) return absl::InvalidArgumentError("unknown dtype");
+  if (ring::DTypeBytes(p.dtype) == 0) return absl::InvalidArgumentError("unknown dtype");
   if (p.layout != ring::kNHWC && p.layout != ring::kNCHW) {
     return absl::InvalidArgumentError("unknown layout");
   }
@@ -434,7 +433,7 @@ uint64_t MaxOutputPixels(const PipelineParams& p) {
 }
 
 uint64_t MaxSampleBytes(const PipelineParams& p) {
-  return MaxOutputPixels(p) * 3 * DtypeBytes(p.dtype);
+  return MaxOutputPixels(p) * 3 * ring::DTypeBytes(p.dtype);
 }
 
 }  // namespace stoker::image

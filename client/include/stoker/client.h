@@ -41,6 +41,11 @@ struct DeviceTransferStatus;  // stoker/cuda.h
 namespace internal {
 class SessionCore;
 class RpcChannel;
+// Where a session's still-image fields are among its fields (-1: none),
+// which Batch's own accessors view.
+struct FieldRoles {
+  int image = -1, label = -1, mask = -1, boxes = -1, box_labels = -1, box_flags = -1;
+};
 }  // namespace internal
 
 // The types of a sample field's values (proto/stoker/ring_layout.h's DType).
@@ -275,7 +280,7 @@ class Batch {
   void* data() const;
   uint64_t data_bytes() const;
   void* sample_data(uint32_t i) const;
-  uint64_t sample_bytes(uint32_t i) const { return fields_[image_].bytes(i); }
+  uint64_t sample_bytes(uint32_t i) const { return fields_[roles_.image].bytes(i); }
   uint32_t height(uint32_t i) const;
   uint32_t width(uint32_t i) const;
   uint32_t channels() const { return 3; }
@@ -286,10 +291,10 @@ class Batch {
   // contiguous from mask_data(0). nullptr, 0 and 0 when the session's
   // dataset has no masks.
   void* mask_data(uint32_t i) const;
-  uint64_t mask_bytes(uint32_t i) const { return mask_ < 0 ? 0 : fields_[mask_].bytes(i); }
+  uint64_t mask_bytes(uint32_t i) const { return roles_.mask < 0 ? 0 : fields_[roles_.mask].bytes(i); }
   // 0 (not a DType) when the session's dataset has no masks.
   DType mask_dtype() const {
-    return mask_ < 0 ? static_cast<DType>(0) : fields_[mask_].dtype();
+    return roles_.mask < 0 ? static_cast<DType>(0) : fields_[roles_.mask].dtype();
   }
 
   // Detection sets: sample i's box_count(i) boxes, moved with its image and
@@ -299,8 +304,8 @@ class Batch {
   // of the whole batch are box_stride() entries a sample apart, from
   // boxes(0), box_labels(0) and box_flags(0). nullptr and 0 when the
   // session's dataset has no boxes.
-  uint32_t box_stride() const { return boxes_ < 0 ? 0 : fields_[boxes_].info().max_shape[0]; }
-  uint32_t box_count(uint32_t i) const { return boxes_ < 0 ? 0 : fields_[boxes_].shape(i)[0]; }
+  uint32_t box_stride() const { return roles_.boxes < 0 ? 0 : fields_[roles_.boxes].info().max_shape[0]; }
+  uint32_t box_count(uint32_t i) const { return roles_.boxes < 0 ? 0 : fields_[roles_.boxes].shape(i)[0]; }
   const float* boxes(uint32_t i) const;
   const int64_t* box_labels(uint32_t i) const;
   const uint8_t* box_flags(uint32_t i) const;
@@ -350,8 +355,7 @@ class Batch {
   std::vector<int64_t> labels_, indices_, planned_;
   std::vector<uint32_t> statuses_;
   std::vector<BatchField> fields_;
-  // Indexes into fields_ (-1: none).
-  int image_ = -1, mask_ = -1, boxes_ = -1, box_labels_ = -1, box_flags_ = -1;
+  internal::FieldRoles roles_;  // the session's
   bool nchw_ = false;
 };
 
