@@ -19,6 +19,8 @@ static_assert(pipeline::kMaxSteps == image::kMaxSteps,
               "the contract's step budget and the worker's step array must agree");
 static_assert(pipeline::kMaxOps == image::kMaxOps,
               "the contract's op limit and the worker's op array must agree");
+static_assert(pipeline::kMaxViews == image::kMaxViews,
+              "the contract's view limit and the worker's view table must agree");
 static_assert(pipeline::kMaxShortestSizes == image::kMaxShortestSizes,
               "RandomShortestSize's size limit of the request checks and of the workers");
 static_assert(pipeline::kMaxPolicyOps == image::kMaxPolicyOps &&
@@ -447,20 +449,52 @@ absl::StatusOr<image::PipelineParams> LowerPipeline(const v1::PipelineSpec& effe
     }
     return LowerOp(op, i, &p.ops[n++]);
   };
-  for (int i = 0; i < effective.ops_size(); ++i) {
-    const v1::Op& op = effective.ops(i);
-    if (absl::Status st = lower(op, i); !st.ok()) return st;
-    if (const auto* children = pipeline::ComposedOps(op)) {
-      for (const v1::Op& child : *children) {
-        if (pipeline::ComposedOps(child) != nullptr) {
-          return NotEffective(i, "a composition inside a composition");
+  auto lower_list = [&](const google::protobuf::RepeatedPtrField<v1::Op>& ops) -> absl::Status {
+    for (int i = 0; i < ops.size(); ++i) {
+      const v1::Op& op = ops.Get(i);
+      if (absl::Status st = lower(op, i); !st.ok()) return st;
+      if (const auto* children = pipeline::ComposedOps(op)) {
+        for (const v1::Op& child : *children) {
+          if (pipeline::ComposedOps(child) != nullptr) {
+            return NotEffective(i, "a composition inside a composition");
+          }
+          if (absl::Status st = lower(child, i); !st.ok()) return st;
         }
-        if (absl::Status st = lower(child, i); !st.ok()) return st;
       }
     }
+    return absl::OkStatus();
+  };
+  if (absl::Status st = lower_list(effective.ops()); !st.ok()) return st;
+  if (effective.views_size() > static_cast<int>(image::kMaxViews)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("more than the ", image::kMaxViews, " views allowed"));
   }
+  for (int v = 0; v < effective.views_size(); ++v) {
+    const v1::View& view = effective.views(v);
+    image::ViewParams& vp = p.views[v];
+    vp.first_op = n;
+    if (absl::Status st = lower_list(view.ops()); !st.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("views[", v, "].", st.message()));
+    }
+    vp.op_count = n - vp.first_op;
+    if (view.size_size() != 2 || view.count() == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "views[", v, "] needs its size [h, w] and a count (not an effective spec)"));
+    }
+    vp.out_height = view.size(0);
+    vp.out_width = view.size(1);
+    vp.copies = view.count();
+  }
+  p.view_count = static_cast<uint32_t>(effective.views_size());
   p.op_count = n;
-  if (effective.size_size() == 2) {
+  if (p.view_count > 0) {
+    if (effective.size_size() != 0) {
+      return absl::InvalidArgumentError("size must be empty beside views in an effective spec");
+    }
+    // The first view stands for the image where one output shape is asked.
+    p.out_height = p.views[0].out_height;
+    p.out_width = p.views[0].out_width;
+  } else if (effective.size_size() == 2) {
     p.out_height = effective.size(0);
     p.out_width = effective.size(1);
   } else if (effective.size_size() != 0) {

@@ -433,7 +433,7 @@ TEST_CASE("a spec that is not effective is refused") {
     e.add_ops()->mutable_random_vertical_flip()->set_p(0);
   p = LowerPipeline(e);
   REQUIRE_FALSE(p.ok());
-  CHECK_THAT(std::string(p.status().message()), Catch::Matchers::Contains("more than the 16"));
+  CHECK_THAT(std::string(p.status().message()), Catch::Matchers::Contains("more than the 32"));
 
   e = Eff("{}");
   e.mutable_output()->set_dtype("int8");
@@ -467,6 +467,42 @@ TEST_CASE("a spec that is not effective is refused") {
              Catch::Matchers::Contains("ops[1]: RandomErasing needs"));
   e = Eff(crop + R"({"RandomPosterize": {"bits": 1}}]})");
   e.mutable_ops(1)->mutable_random_posterize()->clear_bits();
+  CHECK_FALSE(LowerPipeline(e).ok());
+}
+
+}  // namespace
+}  // namespace stoker
+
+namespace stoker {
+namespace {
+
+TEST_CASE("views lower to one op list and a view table") {
+  const image::PipelineParams p = Lower(R"({"views": [
+      {"ops": [{"RandomResizedCrop": {"size": 64}},
+               {"RandomApply": {"transforms": [{"ColorJitter": {"brightness": 0.4}}], "p": 0.8}}],
+       "count": 2},
+      {"ops": [{"RandomResizedCrop": {"size": [32, 48]}}, {"RandomHorizontalFlip": {}}], "count": 3}],
+      "dtype": "float16"})");
+  REQUIRE(p.view_count == 2);
+  REQUIRE(p.op_count == 5);
+  CHECK(p.ops[1].kind == image::OpKind::kRandomApply);
+  CHECK(p.ops[2].kind == image::OpKind::kColorJitter);
+  CHECK(p.ops[3].kind == image::OpKind::kRandomResizedCrop);
+  CHECK(p.views[0].first_op == 0);
+  CHECK(p.views[0].op_count == 3);
+  CHECK(p.views[0].out_height == 64);
+  CHECK(p.views[0].copies == 2);
+  CHECK(p.views[1].first_op == 3);
+  CHECK(p.views[1].op_count == 2);
+  CHECK(p.views[1].out_height == 32);
+  CHECK(p.views[1].out_width == 48);
+  CHECK(p.views[1].copies == 3);
+  CHECK(p.out_height == 64);  // the first view's
+  CHECK(p.dtype == ring::kFloat16);
+  CHECK(image::OutputCount(p) == 5);
+  // A view without its size is not an effective spec.
+  v1::PipelineSpec e = Eff(R"({"views": [{"ops": [{"CenterCrop": {"size": 8}}]}]})");
+  e.mutable_views(0)->clear_size();
   CHECK_FALSE(LowerPipeline(e).ok());
 }
 

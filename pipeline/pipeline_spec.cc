@@ -133,7 +133,8 @@ constexpr absl::string_view kOpsKeyword = "ops";
 constexpr absl::string_view kSpecKeywords[] = {"size",         "max_decode_pixels",
                                                "exact_decode", "apply_exif_orientation",
                                                "mask_dtype",   "mask_fill",
-                                               "box_min_size", "box_min_visibility"};
+                                               "box_min_size", "box_min_visibility",
+                                               "views"};
 
 // ---------------------------------------------------------------------------
 // Text.
@@ -1528,32 +1529,30 @@ absl::StatusOr<PipelineSpec> SpecFromKeywordsJson(std::string_view keywords_json
   return spec;
 }
 
-absl::StatusOr<PipelineSpec> Effective(const PipelineSpec& spec) {
-  PipelineSpec s = spec;
-  if (!s.preset().empty() || s.ops().empty()) {
-    if (s.preset().empty()) s.set_preset(std::string(kDefaultPreset));
-    const Preset* p = FindPreset(s.preset());
-    if (p == nullptr) return UnknownPreset(s.preset());
-    if (absl::Status st = ExpandPreset(*p, &s); !st.ok()) return st;
-  }
+namespace {
+
+// The ops of `s` (a pipeline's, or a view's held in a PipelineSpec) filled
+// in and checked, with its size: the output size its ops make, checked
+// against the one given. `where` starts every message ("" or "views[1].").
+// `flat` gets the ops counted as lowering flattens them.
+absl::Status EffectiveOps(PipelineSpec* ps, const std::string& where, int* flat_ops) {
+  PipelineSpec& s = *ps;
   int flat = s.ops_size();  // a composition's ops count too
   for (const Op& op : s.ops()) {
     if (const auto* held = ComposedOps(op)) flat += held->size();
   }
-  if (flat > static_cast<int>(kMaxOps)) {
-    return Bad("ops: ", absl::StrCat(flat), " ops (counting those in compositions), more than the ",
-               absl::StrCat(kMaxOps), " a pipeline may have");
-  }
+  *flat_ops = flat;
   for (int i = 0; i < s.ops_size(); ++i) {
     Op* op = s.mutable_ops(i);
-    if (absl::Status st = FillOp(op, absl::StrCat("ops[", i, "] ", OpName(*op), ": ")); !st.ok()) {
+    if (absl::Status st = FillOp(op, absl::StrCat(where, "ops[", i, "] ", OpName(*op), ": "));
+        !st.ok()) {
       return st;
     }
   }
   uint32_t steps = 0;
   for (const Op& op : s.ops()) steps += MostSteps(op);
   if (steps > kMaxSteps) {
-    return Bad("ops: these ops can make up to ", absl::StrCat(steps),
+    return Bad(where, "ops: these ops can make up to ", absl::StrCat(steps),
                " steps per sample, more than the ", absl::StrCat(kMaxSteps),
                " a sample may have (AugMix makes 2 + mixture_width * (1 + chain_depth), "
                "RandAugment num_ops): make them fewer or smaller");
@@ -1563,20 +1562,23 @@ absl::StatusOr<PipelineSpec> Effective(const PipelineSpec& spec) {
     if (s.ops(i).has_random_erasing()) {
       if (erasing < 0) erasing = i;
     } else if (erasing >= 0) {
-      return Bad("ops[", i, "] ", OpName(s.ops(i)), " after ops[", erasing,
+      return Bad(where, "ops[", i, "] ", OpName(s.ops(i)), " after ", where, "ops[", erasing,
                  "] RandomErasing: RandomErasing works on the output tensor (torchvision's runs "
                  "after ToTensor() and Normalize()), so it must come after every other op");
     }
   }
-  if (absl::Status st = OutputSize(s.mutable_size(), "size", false); !st.ok()) return st;
+  if (absl::Status st = OutputSize(s.mutable_size(), absl::StrCat(where, "size"), false);
+      !st.ok()) {
+    return st;
+  }
   const OutputShape shape = ShapeOf(s);
   if (shape.fixed) {
-    const std::string maker = absl::StrCat("ops[", shape.op, "] ", OpName(s.ops(shape.op)));
+    const std::string maker = absl::StrCat(where, "ops[", shape.op, "] ", OpName(s.ops(shape.op)));
     Sizes made;
     made.Add(shape.height);
     made.Add(shape.width);
     if (!s.size().empty() && (s.size(0) != shape.height || s.size(1) != shape.width)) {
-      return Bad("size ", ListText(s.size()), " disagrees with the output of ", maker, ", ",
+      return Bad(where, "size ", ListText(s.size()), " disagrees with the output of ", maker, ", ",
                  ListText(made), ": leave size out or make them agree");
     }
     // A Resize([h, w]) may reach 65500 a side; the output's own limits hold.
@@ -1586,19 +1588,100 @@ absl::StatusOr<PipelineSpec> Effective(const PipelineSpec& spec) {
     }
     *s.mutable_size() = made;
   }
+  return absl::OkStatus();
+}
+
+// The views of a multi-view spec (PipelineSpec.views) filled in and checked.
+absl::Status EffectiveViews(PipelineSpec* s) {
+  if (!s->preset().empty() || !s->ops().empty() || !s->size().empty()) {
+    return Bad("views and ", !s->preset().empty() ? "pipeline" : !s->ops().empty() ? "ops" : "size",
+               " both given: with views, each view has its ops and size (views[i].ops, "
+               "views[i].size) and the pipeline has none");
+  }
+  int flat = 0;
+  uint32_t count = 0;
+  for (int v = 0; v < s->views_size(); ++v) {
+    v1::View* view = s->mutable_views(v);
+    const std::string where = absl::StrCat("views[", v, "].");
+    PipelineSpec one;
+    *one.mutable_ops() = std::move(*view->mutable_ops());
+    *one.mutable_size() = std::move(*view->mutable_size());
+    int view_flat = 0;
+    if (absl::Status st = EffectiveOps(&one, where, &view_flat); !st.ok()) return st;
+    flat += view_flat;
+    if (one.size().empty()) {
+      return Bad(where, "size: this view's ops make images of varying size, and a view has one "
+                 "size: end its ops with a crop or a Resize([h, w]), or give its size");
+    }
+    for (int i = 0; i < one.ops_size(); ++i) {
+      if (one.ops(i).has_random_iou_crop()) {
+        return Bad(where, "ops[", i, "] RandomIoUCrop: it crops around a sample's boxes, and "
+                   "views serve datasets of images and labels");
+      }
+    }
+    *view->mutable_ops() = std::move(*one.mutable_ops());
+    *view->mutable_size() = std::move(*one.mutable_size());
+    if (view->count() == 0) view->set_count(1);
+    count += std::min<uint32_t>(view->count(), kMaxViews + 1);
+  }
+  if (count > kMaxViews) {
+    return Bad("views: ", absl::StrCat(count), " views in all (counting each view's count), more "
+               "than the ", absl::StrCat(kMaxViews), " a sample may have");
+  }
+  if (flat > static_cast<int>(kMaxOps)) {
+    return Bad("views: ", absl::StrCat(flat), " ops over all views (counting those in "
+               "compositions), more than the ", absl::StrCat(kMaxOps), " a pipeline may have");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+
+absl::StatusOr<PipelineSpec> Effective(const PipelineSpec& spec) {
+  PipelineSpec s = spec;
+  if (s.views().empty() && (!s.preset().empty() || s.ops().empty())) {
+    if (s.preset().empty()) s.set_preset(std::string(kDefaultPreset));
+    const Preset* p = FindPreset(s.preset());
+    if (p == nullptr) return UnknownPreset(s.preset());
+    if (absl::Status st = ExpandPreset(*p, &s); !st.ok()) return st;
+  }
+  if (s.views_size() > 0) {
+    if (absl::Status st = EffectiveViews(&s); !st.ok()) return st;
+  } else {
+    int flat = 0;
+    if (absl::Status st = EffectiveOps(&s, "", &flat); !st.ok()) return st;
+    if (flat > static_cast<int>(kMaxOps)) {
+      return Bad("ops: ", absl::StrCat(flat),
+                 " ops (counting those in compositions), more than the ", absl::StrCat(kMaxOps),
+                 " a pipeline may have");
+    }
+  }
   if (absl::Status st = FillOutput(s.mutable_output()); !st.ok()) return st;
-  for (int i = 0; i < s.ops_size(); ++i) {
-    if (!s.ops(i).has_random_erasing()) continue;
-    if (absl::Status st =
-            CheckEraseForOutput(s.ops(i).random_erasing(), DTypeFromName(s.output().dtype()),
-                                absl::StrCat("ops[", i, "] RandomErasing: "));
+  const auto check_erasing = [&s](const pb::RepeatedPtrField<Op>& ops,
+                                  const std::string& where) -> absl::Status {
+    for (int i = 0; i < ops.size(); ++i) {
+      if (!ops.Get(i).has_random_erasing()) continue;
+      if (absl::Status st =
+              CheckEraseForOutput(ops.Get(i).random_erasing(), DTypeFromName(s.output().dtype()),
+                                  absl::StrCat(where, "ops[", i, "] RandomErasing: "));
+          !st.ok()) {
+        return st;
+      }
+    }
+    return absl::OkStatus();
+  };
+  if (absl::Status st = check_erasing(s.ops(), ""); !st.ok()) return st;
+  for (int v = 0; v < s.views_size(); ++v) {
+    if (absl::Status st = check_erasing(s.views(v).ops(), absl::StrCat("views[", v, "]."));
         !st.ok()) {
       return st;
     }
   }
   if (s.max_decode_pixels() == 0) {
-    s.set_max_decode_pixels(s.size().empty() ? kDefaultAnySizeMaxDecodePixels
-                                             : kDefaultMaxDecodePixels);
+    s.set_max_decode_pixels(s.size().empty() && s.views().empty() ? kDefaultAnySizeMaxDecodePixels
+                                                                  : kDefaultMaxDecodePixels);
   }
   if (s.max_decode_pixels() > kMaxMaxDecodePixels) {
     return Bad("max_decode_pixels must be within 1..", absl::StrCat(kMaxMaxDecodePixels), ", not ",
@@ -1608,6 +1691,13 @@ absl::StatusOr<PipelineSpec> Effective(const PipelineSpec& spec) {
     return Bad("max_decode_pixels ", absl::StrCat(s.max_decode_pixels()),
                " is below the output's ", ListText(s.size()),
                ": raise it, or make the output smaller");
+  }
+  for (int v = 0; v < s.views_size(); ++v) {
+    const auto& size = s.views(v).size();
+    if (uint64_t{size.Get(0)} * size.Get(1) > s.max_decode_pixels()) {
+      return Bad("max_decode_pixels ", absl::StrCat(s.max_decode_pixels()), " is below views[", v,
+                 "]'s ", ListText(size), ": raise it, or make the view smaller");
+    }
   }
   if (s.mask_dtype().empty()) s.set_mask_dtype("uint8");
   if (s.mask_dtype() != "uint8" && s.mask_dtype() != "uint16") {
@@ -1718,20 +1808,34 @@ const pb::RepeatedPtrField<Op>* ComposedOps(const Op& op) {
 
 std::string Describe(const PipelineSpec& spec) {
   std::string out;
-  if (!spec.preset().empty() || spec.ops().empty()) {
+  const auto append_ops = [&out](const pb::RepeatedPtrField<Op>& ops) {
+    for (int i = 0; i < ops.size(); ++i) {
+      const Op& op = ops.Get(i);
+      const pb::FieldDescriptor* f = Op::descriptor()->FindFieldByNumber(op.op_case());
+      absl::StrAppend(&out, i > 0 ? ", " : "", OpName(op), "(");
+      if (f != nullptr) AppendFields(op.GetReflection()->GetMessage(op, f), &out, false);
+      out += ')';
+    }
+  };
+  if (!spec.views().empty()) {
+    // "views: 2 x [RandomResizedCrop(...), ...] -> 224x224, 8 x [...] -> 96x96 -> uint8 nhwc"
+    out += "views: ";
+    for (int v = 0; v < spec.views_size(); ++v) {
+      const v1::View& view = spec.views(v);
+      absl::StrAppend(&out, v > 0 ? ", " : "", std::max<uint32_t>(1, view.count()), " x [");
+      append_ops(view.ops());
+      absl::StrAppend(&out, "]", view.size().empty() ? "" : " -> ",
+                      absl::StrJoin(view.size(), "x"));
+    }
+  } else if (!spec.preset().empty() || spec.ops().empty()) {
     absl::StrAppend(&out, spec.preset().empty() ? kDefaultPreset : spec.preset(),
                     spec.ops().empty() ? "" : ": ");
   }
-  for (int i = 0; i < spec.ops_size(); ++i) {
-    const Op& op = spec.ops(i);
-    const pb::FieldDescriptor* f = Op::descriptor()->FindFieldByNumber(op.op_case());
-    absl::StrAppend(&out, i > 0 ? ", " : "", OpName(op), "(");
-    if (f != nullptr) AppendFields(op.GetReflection()->GetMessage(op, f), &out, false);
-    out += ')';
-  }
+  append_ops(spec.ops());
   out += " ->";
   const v1::Output& o = spec.output();
-  if (!spec.size().empty()) {
+  if (!spec.views().empty()) {
+  } else if (!spec.size().empty()) {
     absl::StrAppend(&out, " ", absl::StrJoin(spec.size(), "x"));
   } else if (!o.dtype().empty()) {
     out += " any size";  // an effective spec: its output is filled in
@@ -1742,8 +1846,9 @@ std::string Describe(const PipelineSpec& spec) {
     if (!o.mean().empty()) absl::StrAppend(&out, " mean=", ListText(o.mean()));
     if (!o.std().empty()) absl::StrAppend(&out, " std=", ListText(o.std()));
   }
-  const uint64_t default_pixels =
-      spec.size().empty() ? kDefaultAnySizeMaxDecodePixels : kDefaultMaxDecodePixels;
+  const uint64_t default_pixels = spec.size().empty() && spec.views().empty()
+                                      ? kDefaultAnySizeMaxDecodePixels
+                                      : kDefaultMaxDecodePixels;
   if (spec.max_decode_pixels() != 0 && spec.max_decode_pixels() != default_pixels) {
     absl::StrAppend(&out, ", max_decode_pixels=", spec.max_decode_pixels());
   }

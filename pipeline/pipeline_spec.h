@@ -28,6 +28,8 @@
 //   layout        "nhwc" | "nchw"
 //   mean, std     1 or 3 numbers
 //   max_decode_pixels, exact_decode, apply_exif_orientation
+//   views         multi-view samples: [{"ops": [...], "size": 224, "count": 2}, ...]
+//                 (PipelineSpec.views); beside the output keywords only
 // A keyword that the chosen preset has no op for (scale with "eval"), or a
 // preset keyword beside `ops`, is INVALID_ARGUMENT naming both.
 //
@@ -52,7 +54,10 @@ namespace stoker::pipeline {
 
 // The most ops a pipeline may have (image::PipelineParams holds this many;
 // pipeline/lower_pipeline.cc checks that the two agree).
-inline constexpr uint32_t kMaxOps = 16;
+inline constexpr uint32_t kMaxOps = 32;
+// The most views a multi-view sample may have (PipelineSpec.views, each
+// view's count included; image::kMaxViews is the same).
+inline constexpr uint32_t kMaxViews = 12;
 // The largest output (each side, and in all), the largest size an op may
 // name, and the largest max_decode_pixels.
 inline constexpr uint32_t kMaxOutputSide = 8192;

@@ -55,6 +55,32 @@ inline PipelineParams EvalParams(uint32_t resize = 256) {
   return WithUint8Output(p);
 }
 
+// A SimCLR-like multi-view pipeline: view 0 RandomResizedCrop(64),
+// RandomHorizontalFlip, ColorJitter(0.4, 0.4, 0.4, 0.1), made twice; view 1
+// RandomResizedCrop(32), GaussianBlur(3, sigma 0.1..2), made three times.
+inline PipelineParams MultiViewParams() {
+  PipelineParams p;
+  const PipelineParams big = TrainParams(64, 64), small = TrainParams(32, 32);
+  p = big;
+  p.op_count = 5;
+  OpParams& jitter = p.ops[2];
+  jitter = OpParams();
+  jitter.kind = OpKind::kColorJitter;
+  const float ranges[4][2] = {{0.6f, 1.4f}, {0.6f, 1.4f}, {0.6f, 1.4f}, {-0.1f, 0.1f}};
+  for (int i = 0; i < 4; ++i) jitter.jitter[i][0] = ranges[i][0], jitter.jitter[i][1] = ranges[i][1];
+  jitter.jitter_set = 0xf;
+  p.ops[3] = small.ops[0];
+  p.ops[4] = OpParams();
+  p.ops[4].kind = OpKind::kGaussianBlur;
+  p.ops[4].kernel_x = p.ops[4].kernel_y = 3;
+  p.ops[4].sigma[0] = 0.1f;
+  p.ops[4].sigma[1] = 2.0f;
+  p.view_count = 2;
+  p.views[0] = ViewParams{0, 3, 64, 64, 2};
+  p.views[1] = ViewParams{3, 2, 32, 32, 3};
+  return p;
+}
+
 // No op, any size; 4 Mpx at most.
 inline PipelineParams DecodeParams() {
   PipelineParams p;

@@ -685,6 +685,7 @@ struct RenderOptions {
   uint64_t seed = 0;
   uint32_t epoch = 0;
   uint64_t index = 0;
+  uint32_t output = 0;  // a multi-view sample's output (key.output)
   std::string steps_out;
   std::string steps;
   std::string boxes;  // JSON [[x1, y1, x2, y2], ...]: the sample's boxes (RandomIoUCrop's draw)
@@ -747,6 +748,7 @@ int Render(const CommonOptions& common, const RenderOptions& o) {
     key.seed = o.seed;
     key.epoch = o.epoch;
     key.dataset_index = o.index;
+    key.output = o.output;
     std::vector<float> boxes;
     if (!o.boxes.empty()) {
       pb::Value list;
@@ -1255,6 +1257,9 @@ int main(int argc, char** argv) {
   r->add_option("--seed", render.seed, "sample key: seed");
   r->add_option("--epoch", render.epoch, "sample key: epoch");
   r->add_option("--index", render.index, "sample key: dataset index");
+  r->add_option("--output", render.output,
+                "sample key: the output's index (view k of a multi-view sample, whose view's "
+                "ops --ops gives)");
 
   CommonOptions bench_common;
   BenchOptions bench;

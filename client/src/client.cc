@@ -255,6 +255,7 @@ class SessionCore {
   // accessors view, and checks each against the shape they assume: an
   // answer that breaks one is refused, so no view can size past its room.
   absl::Status FindRoles(const v1::AttachResponse& r) {
+    std::vector<int> views;
     for (uint32_t k = 0; k < fields_.size(); ++k) {
       const ring::FieldSpec& f = fields_[k];
       if (const char* why = ring::ValidateField(f, batch_size_, geometry_.slot_bytes)) {
@@ -275,6 +276,14 @@ class SessionCore {
                   : name == ring::kBoxFlagsField  ? &roles_.box_flags
                                                   : nullptr;
       if (role != nullptr) *role = static_cast<int>(k);
+      if (name.substr(0, sizeof(ring::kViewFieldPrefix) - 1) == ring::kViewFieldPrefix) {
+        views.push_back(static_cast<int>(k));
+      }
+    }
+    // A multi-view session has no image field: its first view stands for it.
+    if (roles_.image < 0 && !views.empty() &&
+        ring::FieldName(fields_[views[0]]) == absl::StrCat(ring::kViewFieldPrefix, 0)) {
+      roles_.image = views[0];
     }
     const auto bad = [](std::string_view what) {
       return absl::DataLossError(absl::StrCat("the daemon's ", std::string(what), " field is not as this "
@@ -290,6 +299,14 @@ class SessionCore {
         img.max_shape[y] != r.height() || img.max_shape[x] != r.width() ||
         fixed != (r.height() != 0 && r.width() != 0)) {
       return bad("image");
+    }
+    // Every view as the image is, fixed, of its own size.
+    for (int k : views) {
+      const ring::FieldSpec& v = fields_[k];
+      if (roles_.image != views[0] || v.dtype != dtype_ || v.rank != 3 || v.max_shape[c] != 3 ||
+          (v.flags & ring::kFieldFixedShape) == 0) {
+        return bad(ring::FieldName(v));
+      }
     }
     if (roles_.label < 0) return bad("label");
     const ring::FieldSpec& label = fields_[roles_.label];

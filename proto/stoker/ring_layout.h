@@ -124,7 +124,7 @@
 namespace stoker::ring {
 
 inline constexpr uint64_t kMagic = 0x314e49524b4f5453ULL;  // "STOKRIN1"
-inline constexpr uint32_t kLayoutVersion = 5;  // 5: samples as typed fields
+inline constexpr uint32_t kLayoutVersion = 6;  // 5: samples as typed fields; 6: 16 of them
 inline constexpr uint64_t kPageBytes = 4096;
 inline constexpr uint64_t kHeaderBytes = 4096;
 inline constexpr uint32_t kMaxSlots = 256;
@@ -134,7 +134,7 @@ inline constexpr uint32_t kHeartbeatPeriodMs = 100;
 inline constexpr uint32_t kWaitBuckets = 32;
 inline constexpr uint32_t kMaxBoxesPerSample = 1u << 20;
 // Sample fields (FieldSpec).
-inline constexpr uint32_t kMaxFields = 8;
+inline constexpr uint32_t kMaxFields = 16;
 inline constexpr uint32_t kMaxRank = 5;
 inline constexpr uint32_t kFieldNameBytes = 24;  // NUL-padded, so at most 23 characters
 inline constexpr uint64_t kFieldAlign = 64;      // each field's first room
@@ -238,6 +238,9 @@ inline constexpr char kMaskField[] = "mask";
 inline constexpr char kBoxesField[] = "boxes";
 inline constexpr char kBoxLabelsField[] = "box_labels";
 inline constexpr char kBoxFlagsField[] = "box_flags";
+// A multi-view sample's views (PipelineSpec.views): "view0", "view1", ...,
+// each laid out as the image field would be.
+inline constexpr char kViewFieldPrefix[] = "view";
 
 // A field's name, up to its NUL (never past kFieldNameBytes).
 inline std::string_view FieldName(const FieldSpec& f) {

@@ -140,10 +140,31 @@ absl::StatusOr<AttachPlan> PlanSession(const v1::AttachRequest& req, const Reque
     *index = static_cast<int>(p.fields.size());
     p.fields.push_back(f);
   };
-  add(&p.image_field,
-      MakeField(ring::kImageField, params.dtype,
-                nchw ? std::vector<uint32_t>{3, h, w} : std::vector<uint32_t>{h, w, 3},
-                sample_bytes, !p.variable_size));
+  const auto image_shape = [nchw](uint32_t h, uint32_t w) {
+    return nchw ? std::vector<uint32_t>{3, h, w} : std::vector<uint32_t>{h, w, 3};
+  };
+  if (params.view_count != 0) {
+    if (masks || fields.boxes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "views with a dataset that has ", masks ? "masks" : "boxes",
+          ": multi-view pipelines serve images and labels (the views of self-supervised "
+          "recipes); use one op list for segmentation and detection"));
+    }
+    for (uint32_t k = 0; k < image::OutputCount(params); ++k) {
+      const image::ViewParams& v = params.views[image::ViewOfOutput(params, k)];
+      const uint64_t bytes =
+          uint64_t{v.out_height} * v.out_width * 3 * ring::DTypeBytes(params.dtype);
+      int index = -1;
+      add(&index, MakeField(absl::StrCat(ring::kViewFieldPrefix, k), params.dtype,
+                            image_shape(v.out_height, v.out_width), bytes, true));
+      p.view_fields.push_back(index);
+    }
+    p.image_field = p.view_fields[0];
+  } else {
+    add(&p.image_field,
+        MakeField(ring::kImageField, params.dtype, image_shape(h, w), sample_bytes,
+                  !p.variable_size));
+  }
   add(&p.label_field, MakeField(ring::kLabelField, ring::kInt64, {}, 8, true));
   if (masks) {
     const uint32_t mask_dtype = params.mask_bpp == 2 ? ring::kUint16 : ring::kUint8;

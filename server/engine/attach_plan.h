@@ -112,6 +112,9 @@ struct AttachPlan {
   // field's index in it (-1: the session has none).
   std::vector<ring::FieldSpec> fields;
   int image_field = -1, label_field = -1, mask_field = -1;
+  // A multi-view session's view fields, output by output ("view0", ...);
+  // image_field is view0's there. Empty otherwise.
+  std::vector<int> view_fields;
   int boxes_field = -1, box_labels_field = -1, box_flags_field = -1;
   uint64_t slot_data_bytes = 0;  // the fields' rooms for a batch
   uint64_t ring_bytes = 0;       // of slot data at the first depth: slot_data_bytes * depth
@@ -162,7 +165,8 @@ struct SampleFields {
 //    both, and how to give the daemon more);
 //  - INVALID_ARGUMENT when a sample has more than ring::kMaxBoxesPerSample
 //    boxes, for apply_exif_orientation with boxes (which are in the stored
-//    orientation), or for RandomIoUCrop without boxes.
+//    orientation), for RandomIoUCrop without boxes, or for views with masks
+//    or boxes.
 absl::StatusOr<AttachPlan> PlanSession(const v1::AttachRequest& req, const RequestPlan& request,
                                        uint64_t dataset_size, const AttachLimits& limits,
                                        const SampleFields& fields = {});

@@ -269,6 +269,44 @@ TEST_CASE("an any-size output gives each sample its whole slot") {
   CHECK(rs.session_number == 7);
 }
 
+TEST_CASE("a multi-view session's views are fields of their own sizes, before the label") {
+  v1::AttachRequest req = SmallRequest("list.txt", 4, 3, 0);
+  v1::PipelineSpec& pipe = *req.mutable_pipeline();
+  pipe.Clear();
+  v1::View* big = pipe.add_views();
+  big->add_ops()->mutable_random_resized_crop()->add_size(16);
+  big->set_count(2);
+  v1::View* small = pipe.add_views();
+  small->add_ops()->mutable_center_crop()->add_size(8);
+  small->add_size(8);
+  pipe.mutable_output()->set_dtype("float16");
+  AttachPlan p = MustPlan(req, 10);
+  REQUIRE(p.fields.size() == 4);
+  const char* names[] = {"view0", "view1", "view2", "label"};
+  const uint64_t strides[] = {16 * 16 * 3 * 2, 16 * 16 * 3 * 2, 8 * 8 * 3 * 2, 8};
+  for (size_t k = 0; k < 4; ++k) {
+    INFO(names[k]);
+    CHECK(ring::FieldName(p.fields[k]) == names[k]);
+    CHECK(p.fields[k].stride == strides[k]);
+    CHECK((p.fields[k].flags & ring::kFieldFixedShape) != 0);
+  }
+  CHECK(p.fields[2].dtype == ring::kFloat16);
+  CHECK(p.fields[2].max_shape[0] == 3);  // float: NCHW
+  CHECK(p.fields[2].max_shape[1] == 8);
+  CHECK(p.view_fields == std::vector<int>{0, 1, 2});
+  CHECK(p.image_field == 0);
+  CHECK(p.label_field == 3);
+  // Views serve images and labels only.
+  auto request = PlanRequest(req);
+  REQUIRE(request.ok());
+  SampleFields masks;
+  masks.masks = true;
+  auto refused = PlanSession(req, *request, 10, AttachLimits{}, masks);
+  CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(refused.status().message()),
+             Catch::Matchers::Contains("views with a dataset that has masks"));
+}
+
 TEST_CASE("a detection set's slots hold each sample's room for boxes after the masks") {
   v1::AttachRequest req = SmallRequest("list.txt", 4, 3, 0);  // 8x8 uint8 NHWC: 192 bytes
   auto request = PlanRequest(req);

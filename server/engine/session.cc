@@ -147,6 +147,10 @@ size_t BuildTaskMsg(const DaemonSession& s, const SampleTask& t, const TaskOptio
   // Any-size samples too have sample_bytes each: the most their ops can make.
   msg->out_offset = slot_base + s.plan.room_offset(s.plan.image_field, t.pos);
   msg->out_capacity = s.plan.room_bytes(s.plan.image_field);
+  for (size_t k = 0; k < s.plan.view_fields.size(); ++k) {
+    msg->view_out_offset[k] = slot_base + s.plan.room_offset(s.plan.view_fields[k], t.pos);
+    msg->view_out_capacity[k] = s.plan.room_bytes(s.plan.view_fields[k]);
+  }
   if (!mask.empty()) {
     msg->mask_out_offset = slot_base + s.plan.room_offset(s.plan.mask_field, t.pos);
     msg->mask_out_capacity = s.plan.room_bytes(s.plan.mask_field);
@@ -211,8 +215,17 @@ bool CompleteSample(DaemonSession& s, SampleTask& t, const worker::ResultMsg& r,
   s.read_latency.Add(r.read_ns);
   s.decode_latency.Add(r.decode_ns);
   s.augment_latency.Add(r.augment_ns);
-  const uint64_t want =
+  // A multi-view sample's bytes are all its views' (each of a fixed size).
+  uint64_t want =
       uint64_t{r.height} * r.width * r.channels * ring::DTypeBytes(s.plan.params().dtype);
+  uint64_t room = s.plan.sample_bytes();
+  if (!s.plan.view_fields.empty()) {
+    room = 0;
+    for (int field : s.plan.view_fields) room += s.plan.room_bytes(field);
+    if (r.height == s.plan.params().out_height && r.width == s.plan.params().out_width) {
+      want = room;
+    }
+  }
   const bool mask_ok =
       s.plan.mask_dtype() == 0
           ? r.mask_bytes == 0
@@ -222,8 +235,8 @@ bool CompleteSample(DaemonSession& s, SampleTask& t, const worker::ResultMsg& r,
       s.plan.box_stride() == 0 ? r.boxes_kept == 0
                              : r.boxes_kept <= std::min(s.dataset->box_count(t.index),
                                                         s.plan.box_stride());
-  if (r.bytes != want || r.bytes > s.plan.sample_bytes() || !mask_ok || !boxes_ok ||
-      (!s.plan.variable_size && r.bytes != s.plan.sample_bytes())) {
+  if (r.bytes != want || r.bytes > room || !mask_ok || !boxes_ok ||
+      (!s.plan.variable_size && r.bytes != room)) {
     if (format != nullptr) ++format->failed;
     FailSample(s, t,
                absl::StrCat("worker reported a sample (", r.bytes, " bytes, ", r.width, "x",
@@ -359,6 +372,9 @@ void FinishBatch(DaemonSession& s, uint64_t seq) {
       boxes = 0;
       const uint64_t bytes = p.variable_size ? 0 : p.room_bytes(p.image_field);
       if (bytes != 0) std::memset(data + p.room_offset(p.image_field, i), 0, bytes);
+      for (int field : p.view_fields) {
+        std::memset(data + p.room_offset(field, i), 0, p.room_bytes(field));
+      }
       if (p.mask_field >= 0) {
         FillMask(data + p.room_offset(p.mask_field, i),
                  p.variable_size ? 0 : p.room_bytes(p.mask_field), p.mask_dtype(), params.mask_fill);
@@ -366,6 +382,10 @@ void FinishBatch(DaemonSession& s, uint64_t seq) {
     }
     set_shape(&fr[p.image_field], nchw ? std::initializer_list<uint32_t>{c, h, w}
                                        : std::initializer_list<uint32_t>{h, w, c});
+    for (int field : p.view_fields) {  // fixed: each as its field says
+      fr[field] = ring::FieldRecord{};
+      std::copy_n(p.fields[field].max_shape, ring::kMaxRank, fr[field].shape);
+    }
     if (p.mask_field >= 0) set_shape(&fr[p.mask_field], {h, w});
     if (p.boxes_field >= 0) {
       set_shape(&fr[p.boxes_field], {boxes, 4});

@@ -93,6 +93,21 @@ struct FusedGeometry {
   uint32_t next = 0;
 };
 
+// Whether a step changes its image where it lies (else it writes a new one).
+bool WorksInPlace(StepKind k) {
+  switch (k) {
+    case StepKind::kCrop:
+    case StepKind::kResize:
+    case StepKind::kPad:
+    case StepKind::kGaussianBlur:
+    case StepKind::kAffine:
+    case StepKind::kRotate:
+      return false;
+    default:
+      return true;
+  }
+}
+
 FusedGeometry PlanFused(const SampleSteps& steps, uint32_t height, uint32_t width) {
   FusedGeometry g;
   uint32_t i = 0;
@@ -143,6 +158,7 @@ struct SampleProcessor::Impl {
   std::vector<uint8_t*> row_ptrs;
   std::vector<uint8_t> rgb_row;  // one row converted from CMYK
   std::vector<uint8_t> hpass;    // horizontal pass output, one row per source row
+  std::vector<uint8_t> decoded;  // a multi-view sample's image, decoded once
   std::vector<uint8_t> image;    // the image the steps work on
   std::vector<uint8_t> spare;    // where a step that cannot work in place writes
   std::vector<int32_t> acc;
@@ -159,8 +175,11 @@ struct SampleProcessor::Impl {
   uint32_t dct_scale = 8;
 
   absl::Status Open(const uint8_t* jpeg, size_t size, const PipelineParams& p);
+  // `source`: the image already decoded whole (raw orientation, header's
+  // size), which Execute reads and leaves as it is; nullptr: decode it here.
   absl::Status Execute(const PipelineParams& p, const SampleSteps& steps, void* out,
-                       size_t capacity, SampleResult* result);
+                       size_t capacity, SampleResult* result,
+                       const uint8_t* source = nullptr);
   absl::Status DecodeFused(const PipelineParams& p, const FusedGeometry& g, uint8_t* dst);
   absl::Status DecodeWhole(uint8_t* dst);
   absl::Status DecodeFusedOther(const PipelineParams& p, const FusedGeometry& g, uint8_t* dst);
@@ -255,7 +274,8 @@ absl::Status SampleProcessor::Impl::Open(const uint8_t* jpeg, size_t size,
 }
 
 absl::Status SampleProcessor::Impl::Execute(const PipelineParams& p, const SampleSteps& steps,
-                                            void* out, size_t capacity, SampleResult* result) {
+                                            void* out, size_t capacity, SampleResult* result,
+                                            const uint8_t* source) {
   const uint32_t oh = OrientedHeight(), ow = OrientedWidth();
   uint32_t fh = 0, fw = 0;
   absl::Status s = CheckSteps(steps, oh, ow, p.max_decode_pixels, &fh, &fw);
@@ -277,7 +297,8 @@ absl::Status SampleProcessor::Impl::Execute(const PipelineParams& p, const Sampl
   // The plan: fused geometry [0, g.next), steps on the image [g.next, tail),
   // then flips (folded into the output's orientation) mixed with per-pixel
   // steps (run on the image, in order) up to the end.
-  const FusedGeometry g = PlanFused(steps, oh, ow);
+  // A decoded source is never fused: every view starts from all of it.
+  const FusedGeometry g = source != nullptr ? FusedGeometry{} : PlanFused(steps, oh, ow);
   // Erase steps (always last: CheckSteps) run on the output once written.
   uint32_t image_end = steps.count;
   while (image_end > g.next && steps.steps[image_end - 1].kind == StepKind::kErase) --image_end;
@@ -302,11 +323,21 @@ absl::Status SampleProcessor::Impl::Execute(const PipelineParams& p, const Sampl
   const bool swap = SwapsAxes(orientation);
   uint32_t h = g.fused ? (swap ? g.x.out_size : g.y.out_size) : header.height;
   uint32_t w = g.fused ? (swap ? g.y.out_size : g.x.out_size) : header.width;
-  uint8_t* cur =
-      direct ? static_cast<uint8_t*>(out) : Room(image, size_t{h} * w * 3 + kResamplePadBytes);
-  s = g.fused ? (other != nullptr ? DecodeFusedOther(p, g, cur) : DecodeFused(p, g, cur))
-              : DecodeWhole(cur);
-  if (!s.ok()) return s;
+  uint8_t* cur = nullptr;
+  if (source != nullptr && !direct && tail > g.next &&
+      (orientation != 1 || !WorksInPlace(steps.steps[g.next].kind))) {
+    // The first thing done reads the source into a new image.
+    cur = const_cast<uint8_t*>(source);
+  } else {
+    cur = direct ? static_cast<uint8_t*>(out) : Room(image, size_t{h} * w * 3 + kResamplePadBytes);
+    if (source != nullptr) {
+      std::copy_n(source, size_t{h} * w * 3, cur);
+    } else {
+      s = g.fused ? (other != nullptr ? DecodeFusedOther(p, g, cur) : DecodeFused(p, g, cur))
+                  : DecodeWhole(cur);
+      if (!s.ok()) return s;
+    }
+  }
   {
     // Steps other than per-pixel ones work in displayed coordinates.
     if (tail > g.next && orientation != 1) {
@@ -739,6 +770,7 @@ bool SampleProcessor::TrimBuffers(size_t max_bytes) {
   trim(m.scratch8);
   trim(m.mix_start);
   trim(m.mix_acc);
+  trim(m.decoded);
   if (big) {
     for (auto& d : m.decoders) d.reset();  // made again on first use
     m.other = nullptr;
@@ -757,12 +789,52 @@ absl::Status SampleProcessor::Process(const uint8_t* jpeg, size_t size, const Pi
   Impl& im = *impl_;
   SampleSteps* steps = drawn != nullptr ? drawn : &im.drawn;
   steps->count = 0;
+  if (p.view_count != 0) {
+    *result = SampleResult();
+    return absl::InvalidArgumentError("a multi-view pipeline: use ProcessViews");
+  }
   return im.Run(jpeg, size, p, out, result, [&](uint32_t h, uint32_t w) {
     result->drawn_height = h;
     result->drawn_width = w;
     absl::Status s = DrawSteps(p, h, w, key, steps, im.boxes, im.box_count);
     if (!s.ok()) return s;
     return im.Execute(p, *steps, out, capacity, result);
+  });
+}
+
+absl::Status SampleProcessor::ProcessViews(const uint8_t* data, size_t size,
+                                          const PipelineParams& p, const SampleKey& key,
+                                          void* const* outs, const size_t* capacities,
+                                          SampleResult* result, SampleSteps* drawn) {
+  Impl& im = *impl_;
+  if (p.view_count == 0) return absl::InvalidArgumentError("ProcessViews needs a view pipeline");
+  return im.Run(data, size, p, outs, result, [&](uint32_t h, uint32_t w) -> absl::Status {
+    for (uint32_t k = 0; k < OutputCount(p); ++k) {
+      if (outs[k] == nullptr) return absl::InvalidArgumentError("no output buffer");
+    }
+    uint8_t* src = Room(im.decoded, size_t{im.header.height} * im.header.width * 3 +
+                                        kResamplePadBytes);
+    if (absl::Status s = im.DecodeWhole(src); !s.ok()) return s;
+    PipelineParams view;
+    SampleSteps steps;
+    uint64_t bytes = 0;
+    for (uint32_t k = 0; k < OutputCount(p); ++k) {
+      ViewPipeline(p, ViewOfOutput(p, k), &view);
+      SampleKey view_key = key;
+      view_key.output = k;
+      if (absl::Status s = DrawSteps(view, h, w, view_key, &steps); !s.ok()) return s;
+      if (drawn != nullptr) drawn[k] = steps;
+      SampleResult one;
+      if (absl::Status s = im.Execute(view, steps, outs[k], capacities[k], &one, src); !s.ok()) {
+        return s;
+      }
+      if (k == 0) *result = one;
+      bytes += one.bytes;
+    }
+    result->bytes = bytes;
+    result->drawn_height = h;
+    result->drawn_width = w;
+    return absl::OkStatus();
   });
 }
 

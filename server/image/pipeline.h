@@ -123,6 +123,20 @@ class SampleProcessor {
                                      const SampleKey& key, void* out, size_t capacity,
                                      SampleResult* result, SampleSteps* drawn = nullptr);
 
+  // A multi-view sample (p.view_count > 0; Process refuses those): the
+  // image is decoded once, whole and at full scale (never fused nor DCT
+  // scaled, so each view equals torchvision's on PIL's full decode), and
+  // each of its OutputCount(p) outputs is made from it by its view's ops
+  // (ViewPipeline), drawn from `key` with key.output = the output's index,
+  // into outs[k] (capacities[k] bytes, at least that view's sample bytes).
+  // `result` is output 0's, with `bytes` the sum over all outputs and the
+  // decode counted once. `drawn`, when not null, gets OutputCount(p) entries.
+  // Errors as Process's; the first output that fails fails the sample.
+  [[nodiscard]] absl::Status ProcessViews(const uint8_t* data, size_t size,
+                                          const PipelineParams& p, const SampleKey& key,
+                                          void* const* outs, const size_t* capacities,
+                                          SampleResult* result, SampleSteps* drawn = nullptr);
+
   // Like Process, but runs the given steps instead of drawing them from
   // p's ops (p's ops are ignored; its output fields apply): for tests, tools
   // and fidelity checks. INVALID_ARGUMENT if a step does not apply to the

@@ -299,7 +299,82 @@ uint32_t MaxOpSteps(const OpParams& op) {
 
 }  // namespace
 
+uint32_t OutputCount(const PipelineParams& p) {
+  if (p.view_count == 0) return 1;
+  uint32_t n = 0;
+  for (uint32_t v = 0; v < std::min(p.view_count, kMaxViews); ++v) n += p.views[v].copies;
+  return n;
+}
+
+uint32_t ViewOfOutput(const PipelineParams& p, uint32_t k) {
+  for (uint32_t v = 0; v < std::min(p.view_count, kMaxViews); ++v) {
+    if (k < p.views[v].copies) return v;
+    k -= p.views[v].copies;
+  }
+  return 0;
+}
+
+void ViewPipeline(const PipelineParams& p, uint32_t v, PipelineParams* out) {
+  const ViewParams& view = p.views[v];
+  *out = p;
+  out->view_count = 0;
+  out->op_count = view.op_count;
+  std::copy_n(p.ops + view.first_op, view.op_count, out->ops);
+  out->out_height = view.out_height;
+  out->out_width = view.out_width;
+}
+
+namespace {
+
+absl::Status ValidateViews(const PipelineParams& p) {
+  if (p.view_count > kMaxViews) {
+    return absl::InvalidArgumentError(absl::StrCat("at most ", kMaxViews, " views"));
+  }
+  if (p.op_count > kMaxOps) {
+    return absl::InvalidArgumentError(absl::StrCat("at most ", kMaxOps, " ops, got ", p.op_count));
+  }
+  uint32_t next_op = 0, outputs = 0;
+  for (uint32_t v = 0; v < p.view_count; ++v) {
+    const ViewParams& view = p.views[v];
+    if (view.first_op != next_op || view.op_count > p.op_count - next_op) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("view ", v, ": its ops do not follow the view before it's"));
+    }
+    next_op += view.op_count;
+    if (view.copies == 0 || view.copies > kMaxViews - outputs) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("view ", v, ": 1..", kMaxViews, " copies, and at most ", kMaxViews,
+                       " outputs over all views"));
+    }
+    outputs += view.copies;
+    if (view.out_height == 0 || view.out_width == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("view ", v, " needs its output size"));
+    }
+    PipelineParams one;
+    ViewPipeline(p, v, &one);
+    for (uint32_t i = 0; i < one.op_count; ++i) {
+      if (one.ops[i].kind == OpKind::kRandomIoUCrop) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("view ", v, ": RandomIoUCrop needs boxes, which views do not carry"));
+      }
+    }
+    if (absl::Status s = ValidateParams(one); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("view ", v, ": ", s.message()));
+    }
+  }
+  if (next_op != p.op_count) {
+    return absl::InvalidArgumentError("ops past the last view's");
+  }
+  if (p.out_height != p.views[0].out_height || p.out_width != p.views[0].out_width) {
+    return absl::InvalidArgumentError("the output shape is not the first view's");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status ValidateParams(const PipelineParams& p) {
+  if (p.view_count != 0) return ValidateViews(p);
   if (ring::DTypeBytes(p.dtype) == 0) return absl::InvalidArgumentError("unknown dtype");
   if (p.layout != ring::kNHWC && p.layout != ring::kNCHW) {
     return absl::InvalidArgumentError("unknown layout");

@@ -103,7 +103,7 @@ enum class PadMode : uint32_t { kConstant = 0, kEdge = 1, kReflect = 2, kSymmetr
 // these).
 enum JitterIndex : uint32_t { kBrightness = 0, kContrast = 1, kSaturation = 2, kHue = 3 };
 
-inline constexpr uint32_t kMaxOps = 16;
+inline constexpr uint32_t kMaxOps = 32;
 // The limits the workers hold every pipeline to. The request checks
 // (pipeline/pipeline_spec.h) have the same; pipeline/lower_pipeline.cc
 // asserts that they agree.
@@ -221,11 +221,29 @@ inline constexpr uint32_t kMaxAugMixDepth = 8;
 // policy.h's TorchLinspace).
 inline constexpr uint32_t kMaxMagnitudeBins = 32768;
 
+// A multi-view pipeline's views (stoker.proto's PipelineSpec.views): one
+// view's ops are PipelineParams::ops [first_op, first_op + op_count), run on
+// the sample's decoded image `copies` times, each drawn anew, each making
+// an out_height x out_width output.
+struct ViewParams {
+  uint32_t first_op = 0;
+  uint32_t op_count = 0;
+  uint32_t out_height = 0;
+  uint32_t out_width = 0;
+  uint32_t copies = 0;
+};
+// The most views of a sample, copies included (pipeline::kMaxViews).
+inline constexpr uint32_t kMaxViews = 12;
+
 // Plain-old-data so that it crosses the daemon -> worker socket verbatim.
 // The daemon fills every field (defaults applied) from the Attach request.
 struct PipelineParams {
   uint32_t op_count = 0;
   OpParams ops[kMaxOps];
+  // 0: one output per sample, made by all of `ops`. Else the views, which
+  // partition `ops` in order; out_height x out_width is then views[0]'s.
+  uint32_t view_count = 0;
+  ViewParams views[kMaxViews];
   // The output's fixed shape, which every sample must have (one that does
   // not fails as a sample), or 0 x 0: each sample its own size (at most
   // MaxOutputPixels).
@@ -257,6 +275,15 @@ struct PipelineParams {
   float box_min_visibility = 0;
 };
 
+// The outputs a sample of `p` makes: the views with their copies (view
+// order, each view's copies together), or 1 without views.
+uint32_t OutputCount(const PipelineParams& p);
+// Which view output `k` (< OutputCount(p)) of a multi-view pipeline is.
+uint32_t ViewOfOutput(const PipelineParams& p, uint32_t k);
+// The pipeline of view `v` (< p.view_count) alone: p with that view's ops
+// and output size, and no views. What DrawSteps and the worker run for it.
+void ViewPipeline(const PipelineParams& p, uint32_t v, PipelineParams* out);
+
 // Checks every field: the op kinds and each op's parameters (sizes in
 // 1..65500, scale/ratio ordered and positive, probabilities in [0, 1],
 // jitter ranges, odd blur kernels, positive sigmas, the affine ops' ranges
@@ -264,8 +291,10 @@ struct PipelineParams {
 // RandomErasing only after every other op (and, for uint8 outputs, whole
 // values and no noise), at most kMaxSteps steps from all the ops together
 // (each op's most), the output shape (both sides 0, or both in 1..8192 and
-// at most 16 Mpx), dtype, layout, mean/std (std != 0). INVALID_ARGUMENT
-// naming the op by position.
+// at most 16 Mpx), dtype, layout, mean/std (std != 0); with views, each
+// view as a pipeline of its own (a fixed output shape, no RandomIoUCrop),
+// the views covering the ops in order, 1..kMaxViews outputs in all.
+// INVALID_ARGUMENT naming the op by position.
 [[nodiscard]] absl::Status ValidateParams(const PipelineParams& p);
 
 // The most pixels an output sample can have: out_height * out_width for a

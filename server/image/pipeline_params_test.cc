@@ -216,3 +216,66 @@ TEST_CASE("ValidateParams checks the affine, point, policy and erasing ops", "[p
 
 }  // namespace
 }  // namespace stoker::image
+
+namespace stoker::image {
+namespace {
+
+TEST_CASE("Views: outputs, each view's pipeline, and ValidateParams", "[pipeline][views]") {
+  PipelineParams p = testing::MultiViewParams();
+  REQUIRE(ValidateParams(p).ok());
+  CHECK(OutputCount(p) == 5);
+  CHECK(OutputCount(testing::TrainParams()) == 1);
+  const uint32_t want_view[] = {0, 0, 1, 1, 1};
+  for (uint32_t k = 0; k < 5; ++k) CHECK(ViewOfOutput(p, k) == want_view[k]);
+  PipelineParams one;
+  ViewPipeline(p, 1, &one);
+  CHECK(one.view_count == 0);
+  CHECK(one.op_count == 2);
+  CHECK(one.ops[0].kind == OpKind::kRandomResizedCrop);
+  CHECK(one.ops[1].kind == OpKind::kGaussianBlur);
+  CHECK(one.out_height == 32);
+  CHECK(one.dtype == p.dtype);
+  CHECK(MaxSampleBytes(one) == 32 * 32 * 3);
+  REQUIRE(ValidateParams(one).ok());
+
+  auto error = [](const PipelineParams& q) {
+    const absl::Status s = ValidateParams(q);
+    REQUIRE_FALSE(s.ok());
+    return std::string(s.message());
+  };
+  using Catch::Matchers::Contains;
+  PipelineParams q = p;
+  q.views[1].first_op = 2;  // overlaps view 0's
+  CHECK_THAT(error(q), Contains("view 1: its ops do not follow"));
+  q = p;
+  q.views[1].op_count = 1;  // leaves an op out
+  CHECK_THAT(error(q), Contains("ops past the last view's"));
+  q = p;
+  q.views[1].copies = 11;  // 13 outputs
+  CHECK_THAT(error(q), Contains("at most 12 outputs"));
+  q = p;
+  q.views[0].copies = 0;
+  CHECK_THAT(error(q), Contains("view 0: 1..12 copies"));
+  q = p;
+  q.views[1].out_height = 0;
+  CHECK_THAT(error(q), Contains("view 1 needs its output size"));
+  q = p;
+  q.views[0].out_height = 65;  // not what its RandomResizedCrop makes
+  q.out_height = 65;
+  REQUIRE(ValidateParams(q).ok());  // caught per sample, as a fixed shape is
+  q = p;
+  q.out_width = 32;
+  CHECK_THAT(error(q), Contains("not the first view's"));
+  q = p;
+  q.ops[4].kernel_x = 4;  // an even kernel: view 1's op 1
+  CHECK_THAT(error(q), Contains("view 1: "));
+  q = p;
+  q.ops[3].kind = OpKind::kRandomIoUCrop;
+  CHECK_THAT(error(q), Contains("view 1: RandomIoUCrop needs boxes"));
+  q = p;
+  q.view_count = kMaxViews + 1;
+  CHECK_THAT(error(q), Contains("at most 12 views"));
+}
+
+}  // namespace
+}  // namespace stoker::image

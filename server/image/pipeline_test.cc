@@ -23,6 +23,7 @@ using testing::EncodeOptions;
 using testing::EvalParams;
 using testing::MakePhoto;
 using testing::MeanAbsDiff;
+using testing::MultiViewParams;
 using testing::Op;
 using testing::RegionSteps;
 using testing::TrainParams;
@@ -952,4 +953,115 @@ TEST_CASE("Corrupted files through the policy ops never crash", "[pipeline][host
 }
 
 }  // namespace
+TEST_CASE("ProcessViews: one decode, each view its own pipeline on the whole image",
+          "[pipeline][views]") {
+  SampleProcessor proc;
+  for (const bool progressive : {false, true}) {
+    for (const uint32_t dtype : {ring::kUint8, ring::kFloat32}) {
+      EncodeOptions o;
+      o.progressive = progressive;
+      const uint32_t h = 300, w = 400;
+      const std::vector<uint8_t> jpeg = EncodeJpeg(MakePhoto(h, w, 3, 7), h, w, 3, o);
+      PipelineParams p = MultiViewParams();
+      p.dtype = dtype;
+      p.layout = dtype == ring::kUint8 ? ring::kNHWC : ring::kNCHW;
+      REQUIRE(ValidateParams(p).ok());
+      REQUIRE(OutputCount(p) == 5);
+      std::vector<std::vector<uint8_t>> outs(5);
+      void* ptrs[5];
+      size_t caps[5];
+      for (uint32_t k = 0; k < 5; ++k) {
+        PipelineParams view;
+        ViewPipeline(p, ViewOfOutput(p, k), &view);
+        outs[k].assign(MaxSampleBytes(view), 0);
+        ptrs[k] = outs[k].data();
+        caps[k] = outs[k].size();
+      }
+      const SampleKey key{42, 3, 17, 0};
+      SampleResult r;
+      SampleSteps drawn[5];
+      const absl::Status s = proc.ProcessViews(jpeg.data(), jpeg.size(), p, key, ptrs, caps, &r, drawn);
+      CAPTURE(progressive, dtype);
+      REQUIRE(s.ok());
+      CHECK(r.height == 64);
+      CHECK(r.width == 64);
+      CHECK(r.bytes == (2 * 64 * 64 + 3 * 32 * 32) * 3 * ring::DTypeBytes(dtype));
+      CHECK(r.decode_path == DecodePath::kWhole);
+      CHECK(r.dct_scale == 8);
+      for (uint32_t k = 0; k < 5; ++k) {
+        CAPTURE(k);
+        PipelineParams view;
+        ViewPipeline(p, ViewOfOutput(p, k), &view);
+        // Its steps are the view pipeline's own draw with the output's key.
+        SampleKey view_key = key;
+        view_key.output = k;
+        SampleSteps want;
+        REQUIRE(DrawSteps(view, h, w, view_key, &want).ok());
+        REQUIRE(drawn[k].count == want.count);
+        for (uint32_t i = 0; i < want.count; ++i) {
+          CHECK(drawn[k].steps[i].kind == want.steps[i].kind);
+          CHECK(drawn[k].steps[i].top == want.steps[i].top);
+          CHECK(drawn[k].steps[i].left == want.steps[i].left);
+          CHECK(drawn[k].steps[i].height == want.steps[i].height);
+          CHECK(drawn[k].steps[i].width == want.steps[i].width);
+          CHECK(drawn[k].steps[i].factor[0] == want.steps[i].factor[0]);
+          CHECK(drawn[k].steps[i].sigma == want.steps[i].sigma);
+        }
+        // Its pixels are those steps run on the full-scale decode (the
+        // exact decode of a single-output pipeline: no DCT scaling).
+        view.exact_decode = 1;
+        std::vector<uint8_t> ref(MaxSampleBytes(view));
+        SampleResult rr;
+        REQUIRE(proc.ProcessSteps(jpeg.data(), jpeg.size(), view, want, ref.data(), ref.size(), &rr)
+                    .ok());
+        CHECK(outs[k] == ref);
+      }
+      // Copies of a view are drawn anew.
+      CHECK(outs[0] != outs[1]);
+      CHECK(outs[2] != outs[3]);
+      // Output 0 draws as a single-output pipeline of its view would.
+      PipelineParams first;
+      ViewPipeline(p, 0, &first);
+      SampleSteps single;
+      REQUIRE(DrawSteps(first, h, w, key, &single).ok());
+      CHECK(single.steps[0].top == drawn[0].steps[0].top);
+      CHECK(single.steps[0].left == drawn[0].steps[0].left);
+      CHECK(single.steps[0].height == drawn[0].steps[0].height);
+    }
+  }
+}
+
+TEST_CASE("ProcessViews: refusals and failures", "[pipeline][views]") {
+  SampleProcessor proc;
+  const std::vector<uint8_t> jpeg = EncodeJpeg(MakePhoto(120, 90, 3, 1), 120, 90, 3, {});
+  PipelineParams p = MultiViewParams();
+  std::vector<uint8_t> buf(5 * 64 * 64 * 3);
+  void* ptrs[5];
+  size_t caps[5];
+  for (int k = 0; k < 5; ++k) ptrs[k] = buf.data() + k * 64 * 64 * 3, caps[k] = 64 * 64 * 3;
+  SampleResult r;
+  // Process runs one output only.
+  absl::Status s = proc.Process(jpeg.data(), jpeg.size(), p, {}, buf.data(), buf.size(), &r);
+  CHECK(s.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(s.message()), Catch::Matchers::Contains("ProcessViews"));
+  // A single-output pipeline is not ProcessViews'.
+  const PipelineParams train = TrainParams(64, 64);
+  CHECK(proc.ProcessViews(jpeg.data(), jpeg.size(), train, {}, ptrs, caps, &r).code() ==
+        absl::StatusCode::kInvalidArgument);
+  // A room too small for its view fails the sample.
+  caps[3] = 100;
+  CHECK(proc.ProcessViews(jpeg.data(), jpeg.size(), p, {}, ptrs, caps, &r).code() ==
+        absl::StatusCode::kInvalidArgument);
+  caps[3] = 64 * 64 * 3;
+  // A truncated file fails as any sample does; then the next one works.
+  std::vector<uint8_t> cut(jpeg.begin(), jpeg.begin() + jpeg.size() / 3);
+  CHECK_FALSE(proc.ProcessViews(cut.data(), cut.size(), p, {}, ptrs, caps, &r).ok());
+  CHECK(r.bytes == 0);
+  CHECK(proc.ProcessViews(jpeg.data(), jpeg.size(), p, {}, ptrs, caps, &r).ok());
+  // Over max_decode_pixels: refused before the decode.
+  p.max_decode_pixels = 64 * 64;
+  CHECK(proc.ProcessViews(jpeg.data(), jpeg.size(), p, {}, ptrs, caps, &r).code() ==
+        absl::StatusCode::kResourceExhausted);
+}
+
 }  // namespace stoker::image

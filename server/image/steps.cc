@@ -261,7 +261,9 @@ absl::Status DrawSteps(const PipelineParams& p, uint32_t height, uint32_t width,
                        uint32_t box_count) {
   steps->count = 0;
   if (height == 0 || width == 0) return absl::InvalidArgumentError("empty image");
-  KeyedRng rng(key.seed, key.epoch, key.dataset_index);
+  // The output's index above the epoch's 32 bits: output 0 draws as a
+  // single-output pipeline does.
+  KeyedRng rng(key.seed, key.epoch | (uint64_t{key.output} << 32), key.dataset_index);
   uint32_t h = height, w = width;
   const uint32_t op_count = std::min(p.op_count, kMaxOps);
   // One op's steps; a composition's ops are drawn by the loop after this.

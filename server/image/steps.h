@@ -14,10 +14,14 @@
 namespace stoker::image {
 
 // What keys a sample's randomness: the same key gives the same pixels.
+// A multi-view sample's outputs each have their own (`output`, 0 for the
+// first and for a single-output pipeline, whose draws it leaves as they
+// were).
 struct SampleKey {
   uint64_t seed = 0;
   uint32_t epoch = 0;
   uint64_t dataset_index = 0;
+  uint32_t output = 0;
 };
 
 // A crop in pixels, in the image's displayed orientation (after EXIF when

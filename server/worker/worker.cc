@@ -113,6 +113,19 @@ bool BoxesFit(const TaskMsg& t, uint64_t bytes) {
          t.box_out_offset % alignof(float) == 0 && t.box_label_out_offset % alignof(int64_t) == 0;
 }
 
+// Whether a multi-view task's output rooms lie within its ring's `bytes`.
+bool ViewsFit(const TaskMsg& t, uint64_t bytes) {
+  if (t.params.view_count > image::kMaxViews) return false;
+  const uint32_t n = image::OutputCount(t.params);
+  if (n > image::kMaxViews) return false;
+  for (uint32_t k = 0; k < n; ++k) {
+    if (t.view_out_offset[k] > bytes || t.view_out_capacity[k] > bytes - t.view_out_offset[k]) {
+      return false;
+    }
+  }
+  return true;
+}
+
 // A sample's mask (TaskMsg.mask_*): its label map, moved by the image's
 // steps, written into the ring as the session's mask dtype. The reasons
 // name the mask, so a failure is told from its image's.
@@ -402,7 +415,9 @@ int Serve(const WorkerFds& fds) {
             t.out_capacity > it->second.bytes - t.out_offset ||
             (t.mask_path_bytes != 0 && (t.mask_out_offset > it->second.bytes ||
                                         t.mask_out_capacity > it->second.bytes - t.mask_out_offset)) ||
-            (t.has_boxes != 0 && !BoxesFit(t, it->second.bytes))) {
+            (t.has_boxes != 0 && !BoxesFit(t, it->second.bytes)) ||
+            (t.params.view_count != 0 &&
+             (t.mask_path_bytes != 0 || t.has_boxes != 0 || !ViewsFit(t, it->second.bytes)))) {
           SetReason(&r, absl::StatusCode::kInternal, "task names memory outside its ring");
           if (!SendAll(fds.channel, &r, sizeof(r))) return 1;
           break;
@@ -450,8 +465,22 @@ int Serve(const WorkerFds& fds) {
                                      static_cast<uint8_t*>(it->second.map.addr()) + t.box_out_offset)
                                : nullptr,
               t.box_count);
-          st = processor.Process(jpeg, jpeg_bytes, t.params, t.key, out, t.out_capacity, &res,
-                                 &steps);
+          // One sample's outputs from `data`: its image, or its views.
+          void* view_outs[image::kMaxViews] = {};
+          size_t view_capacities[image::kMaxViews] = {};
+          for (uint32_t k = 0; t.params.view_count != 0 && k < image::OutputCount(t.params);
+               ++k) {
+            view_outs[k] = static_cast<uint8_t*>(it->second.map.addr()) + t.view_out_offset[k];
+            view_capacities[k] = t.view_out_capacity[k];
+          }
+          const auto process = [&](const uint8_t* data, size_t bytes) {
+            return t.params.view_count != 0
+                       ? processor.ProcessViews(data, bytes, t.params, t.key, view_outs,
+                                                view_capacities, &res)
+                       : processor.Process(data, bytes, t.params, t.key, out, t.out_capacity,
+                                           &res, &steps);
+          };
+          st = process(jpeg, jpeg_bytes);
           processor.set_inputs_are_baseline_copies(false);
           if (!st.ok() && baseline_copy) {
             // ABORTED: at DCT scale 1/8 the original's DC scans decode
@@ -465,8 +494,7 @@ int Serve(const WorkerFds& fds) {
             baseline_copy = false;
             st = r.cache_event == kCacheHit ? ReadInput(t, in, &input) : absl::OkStatus();
             if (st.ok()) {
-              st = processor.Process(input.data(), input.size(), t.params, t.key, out,
-                                     t.out_capacity, &res, &steps);
+              st = process(input.data(), input.size());
                 }
             if (copy_failed && st.ok() &&
                 (r.cache_event == kCacheHit || r.cache_bytes_written != 0)) {

@@ -99,6 +99,11 @@ struct TaskMsg {
   uint64_t box_out_offset = 0;
   uint64_t box_label_out_offset = 0;
   uint64_t box_flag_out_offset = 0;
+  // Multi-view pipelines (params.view_count > 0): output k's room (k <
+  // image::OutputCount(params)), from the start of the ring's data area;
+  // output 0's is out_offset / out_capacity too.
+  uint64_t view_out_offset[image::kMaxViews];
+  uint64_t view_out_capacity[image::kMaxViews];
   // The image's path then the mask's, relative to the data root; sent
   // truncated to path_bytes + mask_path_bytes.
   char path[kMaxPathBytes];
@@ -161,8 +166,8 @@ inline constexpr uint64_t TaskHeaderBytes() { return offsetof(TaskMsg, path); }
 // must stay one small datagram: far under the socket's send buffer, so that
 // a send never fails with EMSGSIZE.
 static_assert(std::is_trivially_copyable_v<TaskMsg> && std::is_trivially_copyable_v<ResultMsg>);
-static_assert(TaskHeaderBytes() <= 8192, "the task header is meant to fit in two pages");
-static_assert(sizeof(TaskMsg) <= 16384, "a task is one SOCK_SEQPACKET datagram");
+static_assert(TaskHeaderBytes() <= 20480, "the task header is meant to fit in five pages");
+static_assert(sizeof(TaskMsg) <= 32768, "a task is one SOCK_SEQPACKET datagram");
 static_assert(sizeof(ResultMsg) <= 1024, "a result is one small datagram");
 
 }  // namespace stoker::worker

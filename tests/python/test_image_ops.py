@@ -66,11 +66,12 @@ def tool(*args):
     return proc.stdout
 
 
-def render(path, tmp_path, ops, seed, exact=True):
-    """Runs `ops` on the JPEG; returns (HWC uint8 array, the steps drawn)."""
+def render(path, tmp_path, ops, seed, exact=True, index=0, output=0):
+    """Runs `ops` on the JPEG with the key (seed, epoch 0, index, output);
+    returns (HWC uint8 array, the steps drawn)."""
     out, steps = tmp_path / "sample.raw", tmp_path / "steps.json"
     args = ["render", "--input", path, "--out", out, "--ops", json.dumps(ops), "--seed", seed,
-            "--index", 0, "--steps-out", steps]
+            "--index", index, "--output", output, "--steps-out", steps]
     header = json.loads(tool(*(args + (["--exact"] if exact else []))))
     data = np.fromfile(out, dtype=np.uint8)
     assert data.nbytes == header["bytes"]

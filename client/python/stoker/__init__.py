@@ -11,6 +11,9 @@ The images of a batch are a view of a ring slot in shared memory (no copy);
 the slot goes back to the daemon when the tensor is garbage-collected. See
 `Loader` for the details, `Client` for the daemon's status and health.
 
+Multi-view transforms (SimCLR, MoCo, BYOL, DINO): `MultiView`, or the
+recipes' own transform objects, given as ``Loader(transform=...)``.
+
 Batch transforms (`stoker.batch`), for ``Loader(batch_transform=...)``:
 `MixUp`, `CutMix` and `RandomChoice` of them, torchvision's reference
 recipes' mixup / cutmix with soft labels, drawn reproducibly per batch.
@@ -49,6 +52,7 @@ from ._native import (
     StokerTimeoutError,
 )
 from ._native import cuda_status
+from ._transforms import MultiView
 from .batch import CutMix, MixUp, RandomChoice
 from .client import Client, resolve_socket
 from .loader import BatchView, ConcurrentIterationError, DatasetView, ForkedLoaderError, Loader
@@ -69,6 +73,7 @@ __all__ = [
     "InvalidRequestError",
     "Loader",
     "MixUp",
+    "MultiView",
     "RandomChoice",
     "ResourceExhaustedError",
     "RingExhaustedError",

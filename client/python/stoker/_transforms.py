@@ -19,6 +19,14 @@ An object holding its transforms as a ``transforms`` attribute that is a
 ``Compose`` and called as a transform (torchvision's reference
 ``ClassificationPresetTrain``) is read as that Compose.
 
+Multi-view transforms (SimCLR, MoCo, BYOL, DINO: one image in, a list of
+views out) are read into ``views``: ``stoker.MultiView([t1, t1, t2, ...])``
+declares one, and an object of the recipes' usual shape is recognised by
+structure (``TwoCropsTransform``, ``DataAugmentationDINO``: a callable whose
+attributes are transforms and whose ``__call__`` returns a list of their
+results on the same image). Each view's transform is read as above; the
+views must share their tensor conversion (dtype, Normalize).
+
 Anything else, or an op after the tensor conversion, is refused with an error
 naming the transform and listing what is served: stoker never silently drops
 a transform. Whether the parameters are in range is for the daemon's
@@ -28,6 +36,7 @@ Objects are recognized by class name, so torchvision is not imported.
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from . import _native
@@ -242,6 +251,7 @@ _TENSOR_OPS = tuple(name for name, row in _TABLE.items() if row["moves"] == "out
 
 #: The tensor conversion that ends a transform, in this order.
 _TENSOR_STEPS = ("ToTensor or PILToTensor", "ConvertImageDtype", "Normalize")
+_TENSOR_NAMES = ("ToTensor", "PILToTensor", "ConvertImageDtype", "Normalize")
 
 _SUPPORTED = (", ".join(k for k in _OPS if k not in _TENSOR_OPS)
               + " (the ops, before the tensor conversion), then " + ", ".join(_TENSOR_STEPS)
@@ -331,6 +341,135 @@ def step_setting(keyword: str, transform: Any) -> str:
     return "the transform"
 
 
+class MultiView:
+    """Several views of one image, as self-supervised recipes make them:
+    ``MultiView([t1, t1])`` (SimCLR, MoCo v2), ``MultiView([g1, g2] + [l] * 8)``
+    (DINO). Called on an image it returns ``[t(image) for t in transforms]``,
+    as the recipes' own ``TwoCropsTransform`` does; given to ``stoker.Loader``
+    each view runs in the daemon from one decode of the image, and each batch
+    is ``(views, labels)`` with ``views`` a list of tensors, one per view
+    (what DataLoader's default collate makes of a list).
+
+    A transform object already written that way need not be wrapped: the
+    Loader recognises one whose attributes are transforms and whose call
+    returns a list of their results on the image it gets.
+    """
+
+    def __init__(self, transforms: Sequence[Callable[[Any], Any]]) -> None:
+        self.transforms = list(transforms)
+        if not self.transforms:
+            raise _native.InvalidRequestError("MultiView needs at least one transform")
+
+    def __call__(self, image: Any) -> List[Any]:
+        return [t(image) for t in self.transforms]
+
+    def __repr__(self) -> str:
+        return f"MultiView({self.transforms!r})"
+
+
+class _ViewResult:
+    """What a probed transform attribute returns: which one was called."""
+
+    def __init__(self, transform: Any) -> None:
+        self.transform = transform
+
+
+class _ViewProbe:
+    """Stands for a transform attribute while a multi-view object is probed."""
+
+    def __init__(self, transform: Any) -> None:
+        self._transform = transform
+
+    def __call__(self, image: Any) -> _ViewResult:
+        return _ViewResult(self._transform)
+
+
+def _is_transform(value: Any) -> bool:
+    """Whether an attribute holds a transform this module reads."""
+    if isinstance(value, (list, tuple)) or not callable(value) or isinstance(value, type):
+        return False
+    name = type(value).__name__
+    return name == "Compose" or name in _OPS or name in _TENSOR_NAMES
+
+
+def _probe_image() -> Any:
+    try:
+        from PIL import Image  # what the recipes' transforms are called on
+        return Image.new("RGB", (64, 48))
+    except ImportError:
+        return object()
+
+
+def multi_view(transform: Any) -> Optional[List[Any]]:
+    """The views of a multi-view transform, one transform per output view in
+    order; None for a transform that is not one (a Compose, a single op).
+
+    A ``MultiView`` gives its list. Another object is probed: a copy of it
+    whose transform-valued attributes are replaced by stand-ins is called on
+    a small image; when it returns a list or tuple of stand-in results, those
+    name the views. The transform's own attributes are not touched.
+    """
+    if isinstance(transform, MultiView):
+        return list(transform.transforms)
+    if (isinstance(transform, (list, tuple)) or not callable(transform)
+            or type(transform).__name__ in _OPS or type(transform).__name__ == "Compose"
+            or type(transform).__name__ in _TENSOR_NAMES):
+        return None
+    if type(getattr(transform, "transforms", None)).__name__ == "Compose":
+        return None  # a preset object: read as its Compose (_flatten)
+    attrs = getattr(transform, "__dict__", None)
+    if not attrs or not any(_is_transform(v) for v in attrs.values()):
+        return None
+    probe = copy.copy(transform)
+    for name, value in attrs.items():
+        if _is_transform(value):
+            setattr(probe, name, _ViewProbe(value))
+    try:
+        out = probe(_probe_image())
+    except Exception:  # pylint: disable=broad-except
+        return None  # not of the recipes' shape: refused as an unknown transform
+    if (isinstance(out, (list, tuple)) and out
+            and all(isinstance(x, _ViewResult) for x in out)):
+        return [x.transform for x in out]
+    return None
+
+
+def views_options(transforms: Sequence[Any]) -> Dict[str, Any]:
+    """The pipeline keywords of a multi-view transform's views: ``views``
+    (consecutive views by the same transform object are one view with a
+    count) and the output keywords the views share.
+
+    Raises:
+        InvalidRequestError: a view's transform is not served, or the views'
+            tensor conversions differ.
+    """
+    views: List[Dict[str, Any]] = []
+    output: Optional[Dict[str, Any]] = None
+    first = ""
+    previous: Any = None
+    for i, t in enumerate(transforms):
+        if views and t is previous:
+            views[-1]["count"] += 1
+            continue
+        try:
+            opts = loader_options(t)
+        except _native.InvalidRequestError as e:
+            raise _native.InvalidRequestError(f"view {i}: {e}") from None
+        if "pipeline" in opts:
+            raise _refuse(f"view {i} ({t!r}) has no op: a view needs a crop or resize that gives "
+                          "it its size")
+        out = {k: v for k, v in opts.items() if k != "ops"}
+        if output is None:
+            output, first = out, repr(t)
+        elif out != output:
+            raise _refuse(f"the views' tensor conversions differ (view 0 gives {output}, view {i} "
+                          f"{out}): the views of one loader share their dtype and Normalize")
+        views.append({"ops": opts["ops"], "count": 1})
+        previous = t
+    assert output is not None, first
+    return {"views": views, **output}
+
+
 def loader_options(transform: Any) -> Dict[str, Any]:
     """The pipeline keywords (stoker/pipeline_spec.h) equivalent to
     `transform`: ``ops`` (or ``pipeline='decode'`` when it has no op: the
@@ -340,6 +479,9 @@ def loader_options(transform: Any) -> Dict[str, Any]:
         InvalidRequestError: a transform that is not served, or not in its
             place; the message names it.
     """
+    views = multi_view(transform)
+    if views is not None:
+        return views_options(views)
     ops: List[Dict[str, Any]] = []
     dtype: Optional[str] = None  # after the tensor conversion
     converted_by = ""

@@ -110,8 +110,49 @@ class _BatchesMixin:
             del scratch
         return out[0] if single else out
 
+    def _make_views(self, raw: tuple, views: bool) -> Any:
+        """A multi-view batch: (list of view tensors, labels), as DataLoader's
+        default collate gives a list of views per sample."""
+        fields, indices, planned, statuses, epoch, batch_in_epoch, sequence = raw
+        torch = _torch_module()
+        arrays = []
+        while f"view{len(arrays)}" in fields:
+            arrays.append(fields[f"view{len(arrays)}"][0])
+        labels = torch.from_numpy(fields["label"][0].copy())
+        tensors = [torch.from_numpy(a.copy() if self.copy else a)
+                   for a in arrays]
+        if self._mode == "cuda":
+            index = self._device_index
+            if index is None or index == _NO_INDEX:
+                index = torch.cuda.current_device()
+            dev = torch.device("cuda", index)
+            tensors = [t.to(dev, non_blocking=False) for t in tensors]
+            labels = labels.to(dev)
+        if self._bfloat16:  # the daemon served float32
+            tensors = [t.to(torch.bfloat16) for t in tensors]
+        if self._channels_last:  # the daemon served NHWC
+            tensors = [t.permute(0, 3, 1, 2) for t in tensors]
+        if self._pin:
+            tensors = [t.pin_memory() for t in tensors]
+            labels = labels.pin_memory()
+        hw = (0, 1) if self.effective_pipeline["output"]["layout"] == "nhwc" else (1, 2)
+        sizes = [(int(a.shape[hw[0] + 1]), int(a.shape[hw[1] + 1])) for a in arrays]
+        self.last_indices = indices
+        self.last_image_sizes = [sizes[0]] * len(indices)
+        self._epoch = epoch
+        if views:
+            return BatchView(tensors, labels, indices, planned, statuses, epoch, batch_in_epoch,
+                             sequence, None, None, [sizes[0]] * len(indices))
+        if self.output == "dict":
+            out: Dict[str, Any] = {f"view{k}": t for k, t in enumerate(tensors)}
+            out["label"] = labels
+            return out
+        return tensors, labels
+
     def _make(self, raw: tuple, views: bool) -> Any:
         fields, indices, planned, statuses, epoch, batch_in_epoch, sequence = raw
+        if "view0" in fields:
+            return self._make_views(raw, views)
         images = fields["image"][0]
         labels = fields["label"][0].copy()  # a few bytes, free of the slot's lease
         masks = fields["mask"][0] if "mask" in fields else None  # a segmentation set's

@@ -49,8 +49,13 @@ class _PipelineMixin:
         self._request = request
         effective = json.loads(_native.effective_pipeline(_keywords_json(request)))
         self._mask_fill = effective["mask_fill"]  # Effective fills it in
-        if (not effective.get("size") and batch_size != 1 and pad_to_multiple is None
-                and not detection):
+        if effective.get("views") and (pad_to_multiple is not None or detection):
+            raise _native.InvalidRequestError(
+                "a multi-view transform with " + ("pad_to_multiple=" if pad_to_multiple
+                                                  is not None else "annotations=")
+                + ": views have fixed sizes and serve images with labels")
+        if (not effective.get("size") and not effective.get("views") and batch_size != 1
+                and pad_to_multiple is None and not detection):
             # Each image keeps a size of its own: stacked, they would not fit
             # (DataLoader's default collate raises at the first batch).
             if transform is not None:
@@ -92,6 +97,10 @@ class _PipelineMixin:
         """Refuses a batch transform that cannot work on this loader's batches."""
         if bt is None:
             return
+        if self._has_views():
+            raise _native.InvalidRequestError(
+                f"batch_transform={bt!r} with a multi-view transform: MixUp and CutMix mix one "
+                "image per sample, and each sample here is several views; drop batch_transform")
         if not callable(bt):
             raise _native.InvalidRequestError(
                 f"batch_transform={bt!r} is not callable: give stoker.MixUp, stoker.CutMix, "
@@ -124,14 +133,22 @@ class _PipelineMixin:
     def _erases(self) -> bool:
         """Whether the pipeline erases its output (RandomErasing): its values are
         in the output's units, so the daemon must serve the output itself."""
-        return any("RandomErasing" in op for op in self.effective_pipeline.get("ops", ()))
+        ops = list(self.effective_pipeline.get("ops", ()))
+        for view in self.effective_pipeline.get("views", ()):
+            ops += view.get("ops", ())
+        return any("RandomErasing" in op for op in ops)
+
+    def _has_views(self) -> bool:
+        """Whether each sample is several views (PipelineSpec.views)."""
+        return bool(self.effective_pipeline.get("views"))
 
     def _daemon_request(self) -> str:
         """The pipeline keywords the daemon is sent for the current mode: as
         given on the CPU; uint8 to be normalized on the GPU for device copies
         (unless the pipeline erases its output: then the output as given)."""
         request = dict(self._request)
-        if self._mode == "cuda" and not self._erases():
+        # Views are served as asked: each is copied to the device as it is.
+        if self._mode == "cuda" and not self._erases() and not self._has_views():
             out = self.effective_pipeline["output"]
             if out["dtype"] != "uint8":  # normalized on the GPU from uint8 NHWC
                 request.update(dtype="uint8", layout="nhwc")
