@@ -8,8 +8,10 @@
 # ImageFolders, each decoder's cost), then bench/AUTOTUNE.md
 # (bench/autotune.py: --workers auto against each fixed count), then
 # bench/DETECTION.md (bench/detection.py: the segmentation and SSD recipes
-# against DataLoader with torchvision's reference transforms). Options go to
-# bench/bench.py; --quick makes all five a smoke run.
+# against DataLoader with torchvision's reference transforms), then
+# bench/MULTIVIEW.md (bench/multiview.py: SimCLR's two views and DINO's ten
+# against DataLoader with the same transform objects). Options go to
+# bench/bench.py; --quick makes all six a smoke run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -23,3 +25,4 @@ for a in "$@"; do [[ $a == --quick ]] && quick=(--quick); done
 /usr/bin/python3 bench/formats.py --build build "${quick[@]}"
 /usr/bin/python3 bench/autotune.py --build build "${quick[@]}"
 /usr/bin/python3 bench/detection.py --build build "${quick[@]}"
+/usr/bin/python3 bench/multiview.py --build build "${quick[@]}"

@@ -1,0 +1,218 @@
+#!/usr/bin/python3
+"""Multi-view recipes (self-supervised learning): stoker vs DataLoader
+running the same transform objects, side by side, on the same files.
+
+    /usr/bin/python3 bench/multiview.py [--quick] [--rounds N] [--batches N]
+        [--build build] [--data bench/data] [--out bench]
+
+Writes bench/MULTIVIEW.md (raw numbers in bench/out/multiview.json). Uses
+bench/make_data.py's ImageNet-like set (run bench/run.sh or make_data.py
+first: textured photos of about 400x320, progressive and optimized JPEGs
+among them). The recipes, each one transform object given unchanged to
+torchvision's ImageFolder (DataLoader, 2 workers) and to stoker.Loader
+(transform=, 2 daemon workers), float32 NCHW normalized, batch 32:
+  * simclr: MoCo v2 / SimCLR's two views, as MoCo's TwoCropsTransform
+    writes them: RandomResizedCrop(224, scale=(0.2, 1)),
+    RandomApply([ColorJitter(0.4, 0.4, 0.4, 0.1)], p=0.8),
+    RandomGrayscale(0.2), RandomApply([GaussianBlur(23, (0.1, 2))], p=0.5),
+    RandomHorizontalFlip, ToTensor, Normalize;
+  * dino: DINO's DataAugmentationDINO (two 224 global crops, eight 96 local
+    ones; flip, ColorJitter p=0.8, RandomGrayscale, GaussianBlur 1.0 / 0.1 /
+    0.5, RandomSolarize 0.2 on the second global crop), with torchvision's
+    GaussianBlur and RandomSolarize where DINO's code has PIL-filter classes
+    of its own (which stoker refuses by name).
+A sample is one image with all its views: images/s counts samples. Each
+configuration, in an order rotated each round, is measured by bench.py's
+measure() (a warm-up, then --batches timed batches with the producers' and
+the consumer's CPU), medians over --rounds rounds. Nothing here asserts a
+timing: MULTIVIEW.md says whether the target (stoker at least 4x DataLoader's
+images/s at equal CPU: two workers each) was met on this machine, and by how
+much it was missed if it was.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import sys
+import time
+from typing import Any, Dict, List
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import bench  # noqa: E402  (Daemon, measure, CPU accounting, machine_info, log)
+
+BATCH = 32
+RECIPES = ("simclr", "dino")
+
+
+class TwoCropsTransform:
+    """MoCo's loader.TwoCropsTransform."""
+
+    def __init__(self, base_transform: Any) -> None:
+        self.base_transform = base_transform
+
+    def __call__(self, x: Any) -> List[Any]:
+        return [self.base_transform(x), self.base_transform(x)]
+
+
+class DataAugmentationDINO:
+    """DINO's main_dino.DataAugmentationDINO, with torchvision's blur and
+    solarize."""
+
+    def __init__(self, local_crops_number: int = 8) -> None:
+        import torchvision.transforms as T
+        flip_and_color_jitter = T.Compose([
+            T.RandomHorizontalFlip(p=0.5),
+            T.RandomApply([T.ColorJitter(brightness=0.4, contrast=0.4, saturation=0.2, hue=0.1)],
+                          p=0.8),
+            T.RandomGrayscale(p=0.2)])
+        normalize = T.Compose([T.ToTensor(), T.Normalize(bench.MEAN, bench.STD)])
+        blur = T.GaussianBlur(23, sigma=(0.1, 2.0))
+        self.global_transfo1 = T.Compose([T.RandomResizedCrop(224, scale=(0.4, 1.0)),
+                                          flip_and_color_jitter, blur, normalize])
+        self.global_transfo2 = T.Compose([T.RandomResizedCrop(224, scale=(0.4, 1.0)),
+                                          flip_and_color_jitter, T.RandomApply([blur], p=0.1),
+                                          T.RandomSolarize(128, p=0.2), normalize])
+        self.local_crops_number = local_crops_number
+        self.local_transfo = T.Compose([T.RandomResizedCrop(96, scale=(0.05, 0.4)),
+                                        flip_and_color_jitter, T.RandomApply([blur], p=0.5),
+                                        normalize])
+
+    def __call__(self, image: Any) -> List[Any]:
+        crops = [self.global_transfo1(image), self.global_transfo2(image)]
+        for _ in range(self.local_crops_number):
+            crops.append(self.local_transfo(image))
+        return crops
+
+
+def transform(recipe: str) -> Any:
+    import torchvision.transforms as T
+    if recipe == "simclr":
+        return TwoCropsTransform(T.Compose([
+            T.RandomResizedCrop(224, scale=(0.2, 1.0)),
+            T.RandomApply([T.ColorJitter(0.4, 0.4, 0.4, 0.1)], p=0.8),
+            T.RandomGrayscale(p=0.2),
+            T.RandomApply([T.GaussianBlur(23, sigma=(0.1, 2.0))], p=0.5),
+            T.RandomHorizontalFlip(), T.ToTensor(), T.Normalize(bench.MEAN, bench.STD)]))
+    return DataAugmentationDINO()
+
+
+def touchable(batch: Any) -> Any:
+    """(the last view, labels): what bench.touch reads of a batch (it counts
+    the samples from the view's first dimension)."""
+    views, labels = batch
+    return views[-1], labels
+
+
+class DataLoaderSource(bench.DataLoaderSource):
+    def __init__(self, root: str, recipe: str) -> None:  # noqa: D107
+        from torchvision.datasets import ImageFolder
+        self._start(ImageFolder(root, transform=transform(recipe)), BATCH, shuffle=True)
+
+    def next(self) -> Any:
+        return touchable(next(self.it))
+
+
+class StokerSource(bench.StokerSource):
+    def __init__(self, daemon: bench.Daemon, dataset: str, recipe: str,  # noqa: D107
+                 name: str) -> None:
+        super().__init__(daemon, dataset, "train", "float32", "nchw", name, batch_size=BATCH,
+                         transform=transform(recipe))
+
+    def next(self) -> Any:
+        return touchable(next(self.it))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--build", default=os.path.join(HERE, "..", "build"))
+    ap.add_argument("--data", default=os.path.join(HERE, "data"))
+    ap.add_argument("--out", default=HERE)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--batches", type=int, default=12, help="timed batches per measurement")
+    ap.add_argument("--quick", action="store_true", help="the quick data set, 1 round, 4 batches")
+    args = ap.parse_args()
+    build = os.path.abspath(args.build)
+    sys.path.insert(0, os.path.join(build, "python"))
+    if args.quick:
+        args.rounds, args.batches = 1, 4
+    started = time.time()
+    data_root = os.path.abspath(args.data)
+    base = os.path.join(data_root, "quick" if args.quick else "", "imagenet_like")
+    if not os.path.isdir(base):
+        raise SystemExit(f"{base} is missing: run bench/make_data.py (or bench/run.sh) first")
+    rel = os.path.relpath(base, data_root)
+    out_dir = os.path.join(args.out, "out")
+    os.makedirs(out_dir, exist_ok=True)
+    info = bench.machine_info(build)
+    daemon = bench.Daemon(build, data_root, bench.WORKERS,
+                          os.path.join(out_dir, "multiview-stokerd.log"))
+    runs: Dict[str, Dict[str, List[Dict[str, Any]]]] = {k: {"dl": [], "stoker": []}
+                                                        for k in RECIPES}
+    try:
+        for r in range(args.rounds):
+            for recipe in RECIPES:
+                order = ("dl", "stoker") if r % 2 == 0 else ("stoker", "dl")
+                for config in order:
+                    src = (DataLoaderSource(base, recipe) if config == "dl" else
+                           StokerSource(daemon, rel, recipe, f"{recipe}-{r}"))
+                    try:
+                        res = bench.measure(src, 2 * bench.WORKERS, args.batches)
+                    finally:
+                        src.close()
+                        del src
+                        gc.collect()
+                    if config == "stoker":
+                        daemon.check_alive()
+                    res["round"] = r
+                    runs[recipe][config].append(res)
+                    bench.log(f"round {r + 1} {recipe} {config}: {res['images_per_s']:.1f} img/s, "
+                              f"producers {res['producer_cores']:.2f} cores")
+    finally:
+        daemon.stop()
+    raw = dict(info=info, runs=runs, rounds=args.rounds, batches=args.batches, quick=args.quick,
+               minutes=(time.time() - started) / 60)
+    json.dump(raw, open(os.path.join(out_dir, "multiview.json"), "w"), indent=1)
+    write(os.path.join(args.out, "MULTIVIEW.md"), raw)
+    return 0
+
+
+def write(path: str, raw: Dict[str, Any]) -> None:
+    info, runs = raw["info"], raw["runs"]
+    med = lambda rs, k: statistics.median(x[k] for x in rs)  # noqa: E731
+    lines = [
+        "# Multi-view recipes: stoker vs DataLoader", "",
+        f"Generated by `bench/multiview.py{' --quick' if raw['quick'] else ''}` on "
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} in {raw['minutes']:.1f} min "
+        f"({raw['rounds']} rounds, {raw['batches']} timed batches each); the module's docstring "
+        "says what runs on each side.", "",
+        f"- CPU: {info['cpu']}, {info['cores']} cores, {info['memory']} RAM; {info['os']}; "
+        f"stokerd {info['stokerd']}; load average at the end: {bench.loadavg()}.",
+        "- Both sides: 2 workers, the same transform object, float32 NCHW, batch "
+        f"{BATCH}; images/s (samples, each with all its views) are medians over the rounds; "
+        "producer CPU is the workers' (and stokerd's) cores while timed.", "",
+        "| recipe | views | DataLoader img/s | stoker img/s | stoker / DataLoader (target >= 4x) "
+        "| DataLoader producer cores | stoker producer cores |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    verdicts = []
+    for recipe, views in (("simclr", "2 x 224"), ("dino", "2 x 224 + 8 x 96")):
+        dl, st = runs[recipe]["dl"], runs[recipe]["stoker"]
+        ratio = med(st, "images_per_s") / med(dl, "images_per_s")
+        lines.append(f"| {recipe} | {views} | {med(dl, 'images_per_s'):.1f} | "
+                     f"{med(st, 'images_per_s'):.1f} | {ratio:.2f}x | "
+                     f"{med(dl, 'producer_cores'):.2f} | {med(st, 'producer_cores'):.2f} |")
+        verdicts.append(f"- {recipe}: {ratio:.2f}x DataLoader: "
+                        + ("target met." if ratio >= 4 else
+                           f"target missed by {4 / ratio:.2f}x (stoker would need "
+                           f"{4 * med(dl, 'images_per_s'):.0f} img/s)."))
+    lines += ["", *verdicts, ""]
+    open(path, "w").write("\n".join(lines))
+    bench.log("\n".join(lines))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
