@@ -271,6 +271,19 @@ absl::Status LowerOp(const v1::Op& op, int i, image::OpParams* o) {
       o->kernel_y = r.kernel_size(1);
       return absl::OkStatus();
     }
+    case v1::Op::kRandomPerspective: {
+      const auto& r = op.random_perspective();
+      o->kind = image::OpKind::kRandomPerspective;
+      o->p = r.p();
+      o->distortion = r.distortion_scale();
+      if (!r.has_p() || !r.has_distortion_scale() || !AffineResampling(r.interpolation(), o) ||
+          !Fill3(r.fill(), o)) {
+        return NotEffective(i,
+                            "RandomPerspective needs distortion_scale, p, interpolation nearest "
+                            "or bilinear, and 3 fills");
+      }
+      return absl::OkStatus();
+    }
     case v1::Op::kRandomRotation: {
       const auto& r = op.random_rotation();
       o->kind = image::OpKind::kRandomRotation;

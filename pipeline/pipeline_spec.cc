@@ -42,6 +42,9 @@ constexpr float kDefaultRatio[2] = {static_cast<float>(3.0 / 4.0), static_cast<f
 constexpr absl::string_view kBilinear = "bilinear";
 constexpr bool kDefaultAntialias = true;
 constexpr float kDefaultFlipP = 0.5f;
+constexpr float kDefaultPerspectiveP = 0.5f;           // RandomPerspective's p
+constexpr float kDefaultDistortionScale = 0.5f;        // and distortion_scale
+constexpr absl::string_view kDefaultPerspectiveInterpolation = "bilinear";
 constexpr float kDefaultGrayscaleP = 0.1f;
 constexpr uint32_t kDefaultGrayscaleChannels = 1;  // torchvision's, which is refused
 constexpr uint32_t kServedGrayscaleChannels = 3;
@@ -925,6 +928,21 @@ absl::Status FillOp(Op* op, const std::string& at) {  // `at`: "ops[i] Name: "
       v1::Pad* o = op->mutable_pad();
       if (o->padding().empty()) return Bad(at, "padding is required");
       return FillPadding(o, at);
+    }
+    case Op::kRandomPerspective: {
+      v1::RandomPerspective* o = op->mutable_random_perspective();
+      if (!o->has_distortion_scale()) o->set_distortion_scale(kDefaultDistortionScale);
+      if (!(o->distortion_scale() >= 0 && o->distortion_scale() <= 1)) {
+        return Bad(at, "distortion_scale must be within [0, 1], not ",
+                   FloatText(o->distortion_scale()));
+      }
+      if (absl::Status st = Probability(o, kDefaultPerspectiveP, at); !st.ok()) return st;
+      if (absl::Status st = AffineInterpolation(o->mutable_interpolation(),
+                                                kDefaultPerspectiveInterpolation, at);
+          !st.ok()) {
+        return st;
+      }
+      return FillValues(o->mutable_fill(), at);
     }
     case Op::kRandomHorizontalFlip:
       return Probability(op->mutable_random_horizontal_flip(), kDefaultFlipP, at);

@@ -748,8 +748,8 @@ TEST_CASE("compositions hold pixel ops only, with their defaults, and their ops 
 }
 
 TEST_CASE("op lists: unknown ops and parameters, types, the op limit", "[pipeline_spec]") {
-  CHECK_THAT(Error(R"({"ops": [{"CenterCrop": {"size": 8}}, {"RandomPerspective": {}}]})"),
-             Contains("ops[1]: unknown op 'RandomPerspective'") &&
+  CHECK_THAT(Error(R"({"ops": [{"CenterCrop": {"size": 8}}, {"RandomFisheye": {}}]})"),
+             Contains("ops[1]: unknown op 'RandomFisheye'") &&
                  Contains("RandomResizedCrop, Resize, CenterCrop, RandomCrop, "
                           "RandomHorizontalFlip, RandomVerticalFlip, ColorJitter, Grayscale, "
                           "RandomGrayscale, GaussianBlur, RandomRotation, RandomAffine, "
@@ -1303,6 +1303,27 @@ TEST_CASE("views: what is refused, by name", "[pipeline_spec][views]") {
              Contains("views[0].ops[1] RandomErasing: "));
   CHECK_THAT(Error(R"({"views": [{"ops": [{"CenterCrop": {"size": 8}}], "colour": 1}]})"),
              Contains("unknown field 'colour'; View takes ops, size, count"));
+}
+
+}  // namespace
+}  // namespace stoker::pipeline
+
+namespace stoker::pipeline {
+namespace {
+
+TEST_CASE("RandomPerspective: torchvision's defaults, its checks", "[pipeline_spec]") {
+  const PipelineSpec e = Eff(R"({"ops": [{"RandomPerspective": {}}, {"CenterCrop": {"size": 8}}]})");
+  const v1::RandomPerspective& o = e.ops(0).random_perspective();
+  CHECK(o.distortion_scale() == 0.5f);
+  CHECK(o.p() == 0.5f);
+  CHECK(o.interpolation() == "bilinear");
+  CHECK(U(o.fill()) == std::vector<uint32_t>{0, 0, 0});
+  CHECK_THAT(Error(R"({"ops": [{"RandomPerspective": {"distortion_scale": 1.5}}], "size": 8})"),
+             Contains("ops[0] RandomPerspective: distortion_scale must be within [0, 1], not 1.5"));
+  CHECK_THAT(Error(R"({"ops": [{"RandomPerspective": {"interpolation": "bicubic"}}], "size": 8})"),
+             Contains("ops[0] RandomPerspective: interpolation"));
+  CHECK_THAT(Error(R"({"ops": [{"RandomApply": {"transforms": [{"RandomPerspective": {}}]}}], "size": 8})"),
+             Contains("moves the image's geometry"));
 }
 
 }  // namespace

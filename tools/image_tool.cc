@@ -86,6 +86,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "server/image/decode/decode_memory.h"
@@ -356,6 +357,11 @@ std::string StepsJson(const SampleSteps& steps) {
         absl::StrAppend(&out, ",\"interpolation\":", JsonString(InterpolationName(s.interpolation)),
                         ",\"fill\":[", s.fill[0], ",", s.fill[1], ",", s.fill[2], "]");
         break;
+      case StepKind::kPerspective:
+        absl::StrAppend(&out, ",\"corners\":[", absl::StrJoin(s.corners, ","),
+                        "],\"interpolation\":", JsonString(InterpolationName(s.interpolation)),
+                        ",\"fill\":[", s.fill[0], ",", s.fill[1], ",", s.fill[2], "]");
+        break;
       case StepKind::kPosterize:
         absl::StrAppend(&out, ",\"bits\":", s.bits);
         break;
@@ -453,7 +459,7 @@ bool ParseSteps(const std::string& json, SampleSteps* steps) {
     const pb::Value* kind = get("kind");
     if (kind == nullptr) return false;
     bool known = false;
-    for (uint32_t k = 1; k <= static_cast<uint32_t>(StepKind::kChannelPermute); ++k) {
+    for (uint32_t k = 1; k <= static_cast<uint32_t>(StepKind::kPerspective); ++k) {
       if (kind->string_value() == StepKindName(static_cast<StepKind>(k))) {
         s.kind = static_cast<StepKind>(k);
         known = true;
@@ -549,6 +555,25 @@ bool ParseSteps(const std::string& json, SampleSteps* steps) {
         }
         const std::string interp =
             f.count("interpolation") != 0 ? f.at("interpolation").string_value() : "nearest";
+        if (interp != "nearest" && interp != "bilinear") {
+          std::cerr << at << ": interpolation must be nearest or bilinear\n";
+          return false;
+        }
+        s.interpolation = interp == "nearest" ? Interpolation::kNearest : Interpolation::kBilinear;
+        double fill[3] = {0, 0, 0};
+        if (f.count("fill") != 0) numbers("fill", 3, fill);
+        for (int k = 0; k < 3; ++k)
+          s.fill[k] = static_cast<uint8_t>(std::clamp(fill[k], 0.0, 255.0));
+        break;
+      }
+      case StepKind::kPerspective: {
+        double c[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        numbers("corners", 8, c);
+        for (int k = 0; k < 8; ++k) {
+          s.corners[k] = static_cast<int32_t>(std::clamp(c[k], -2147483648.0, 2147483647.0));
+        }
+        const std::string interp =
+            f.count("interpolation") != 0 ? f.at("interpolation").string_value() : "bilinear";
         if (interp != "nearest" && interp != "bilinear") {
           std::cerr << at << ": interpolation must be nearest or bilinear\n";
           return false;

@@ -191,6 +191,13 @@ absl::StatusOr<AttachPlan> PlanSession(const v1::AttachRequest& req, const Reque
           "stored orientation (as COCO's tools and torchvision read them); leave "
           "apply_exif_orientation off");
     }
+    for (uint32_t i = 0; i < params.op_count; ++i) {
+      if (params.ops[i].kind == image::OpKind::kRandomPerspective) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "ops[", i, "] RandomPerspective with a dataset that has boxes: moving boxes through a "
+            "perspective is not served; drop it, or use RandomAffine"));
+      }
+    }
     const uint32_t n = std::max<uint32_t>(1, fields.max_boxes);
     add(&p.boxes_field, MakeField(ring::kBoxesField, ring::kFloat32, {n, 4}, 16 * uint64_t{n}, false));
     add(&p.box_labels_field, MakeField(ring::kBoxLabelsField, ring::kInt64, {n}, 8 * uint64_t{n}, false));

@@ -307,6 +307,26 @@ TEST_CASE("a multi-view session's views are fields of their own sizes, before th
              Catch::Matchers::Contains("views with a dataset that has masks"));
 }
 
+TEST_CASE("RandomPerspective is refused with boxes, served with masks") {
+  v1::AttachRequest req = SmallRequest("list.txt", 4, 3, 0);
+  v1::PipelineSpec& pipe = *req.mutable_pipeline();
+  pipe.Clear();
+  pipe.add_ops()->mutable_random_perspective();
+  pipe.add_ops()->mutable_center_crop()->add_size(8);
+  auto request = PlanRequest(req);
+  REQUIRE(request.ok());
+  SampleFields boxes;
+  boxes.boxes = true;
+  boxes.max_boxes = 2;
+  auto refused = PlanSession(req, *request, 10, AttachLimits{}, boxes);
+  CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(refused.status().message()),
+             Catch::Matchers::Contains("ops[0] RandomPerspective with a dataset that has boxes"));
+  SampleFields masks;
+  masks.masks = true;
+  CHECK(PlanSession(req, *request, 10, AttachLimits{}, masks).ok());
+}
+
 TEST_CASE("a detection set's slots hold each sample's room for boxes after the masks") {
   v1::AttachRequest req = SmallRequest("list.txt", 4, 3, 0);  // 8x8 uint8 NHWC: 192 bytes
   auto request = PlanRequest(req);

@@ -39,6 +39,8 @@ const char* OpKindName(OpKind kind) {
       return "RandomGrayscale";
     case OpKind::kGaussianBlur:
       return "GaussianBlur";
+    case OpKind::kRandomPerspective:
+      return "RandomPerspective";
     case OpKind::kRandomRotation:
       return "RandomRotation";
     case OpKind::kRandomAffine:

@@ -17,6 +17,7 @@
 #include "server/image/decode/image_decoder.h"
 #include "server/image/decode/jpeg_decoder.h"
 #include "server/image/ops/ops.h"
+#include "server/image/ops/perspective.h"
 #include "server/image/ops/policy.h"
 #include "server/image/ops/rng.h"
 #include "server/image/ops/transform.h"
@@ -102,6 +103,7 @@ bool WorksInPlace(StepKind k) {
     case StepKind::kGaussianBlur:
     case StepKind::kAffine:
     case StepKind::kRotate:
+    case StepKind::kPerspective:
       return false;
     default:
       return true;
@@ -440,6 +442,16 @@ absl::Status SampleProcessor::Impl::Execute(const PipelineParams& p, const Sampl
                              "angle too extreme)"));
           }
           AffineTransform(cur, h, w, matrix, st.interpolation, st.fill, dst);
+          break;
+        }
+        case StepKind::kPerspective: {
+          dst = Room(spare, pixels * 3 + kResamplePadBytes);
+          double coeffs[8];
+          if (!PerspectiveStepCoeffs(st, h, w, coeffs)) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("step ", i, " (perspective): its corners give no transform"));
+          }
+          PerspectiveTransform(cur, h, w, coeffs, st.interpolation, st.fill, dst);
           break;
         }
         case StepKind::kPosterize:

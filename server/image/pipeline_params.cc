@@ -138,6 +138,15 @@ absl::Status ValidateOp(uint32_t i, const OpParams& op) {
         return bad("need 0 < sigma[0] <= sigma[1] (finite)");
       }
       return absl::OkStatus();
+    case OpKind::kRandomPerspective:
+      if (!(op.p >= 0 && op.p <= 1)) return bad("p must be in [0, 1]");
+      if (!(op.distortion >= 0 && op.distortion <= 1)) {
+        return bad("distortion_scale must be in [0, 1]");
+      }
+      if (!ValidAffineInterpolation(op.interpolation)) {
+        return bad("interpolation must be nearest or bilinear");
+      }
+      return absl::OkStatus();
     case OpKind::kRandomRotation:
     case OpKind::kRandomAffine: {
       if (!Finite(op.degrees[0]) || !Finite(op.degrees[1]) || !(op.degrees[0] <= op.degrees[1])) {

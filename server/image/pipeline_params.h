@@ -64,6 +64,7 @@ enum class OpKind : uint32_t {
   kRandomChoice = 30,
   kRandomOrder = 31,
   kPad = 32,  // padding, padding_mode, fill as RandomCrop's
+  kRandomPerspective = 33,  // distortion, p, interpolation, fill
 };
 
 // Whether `kind` is a composition (RandomApply, RandomChoice, RandomOrder).
@@ -204,6 +205,8 @@ struct OpParams {
   // weights are `weights` (one per child, >= 0, a positive sum).
   uint32_t children = 0;
   float weights[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  // RandomPerspective: distortion_scale in [0, 1] (p, interpolation, fill above).
+  float distortion = 0;
 };
 
 // RandomShortestSize's most sizes (the detection reference's multi-scale

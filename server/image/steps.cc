@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "server/image/ops/boxes.h"
+#include "server/image/ops/perspective.h"
 #include "server/image/ops/policy.h"
 #include "server/image/ops/rng.h"
 #include "server/image/ops/transform.h"
@@ -44,6 +45,15 @@ absl::Status StepError(uint32_t index, const Step& s, absl::string_view what) {
 }
 
 }  // namespace
+
+bool PerspectiveStepCoeffs(const Step& s, uint32_t height, uint32_t width, double coeffs[8]) {
+  if (height == 0 || width == 0) return false;
+  const double w = width - 1.0, h = height - 1.0;
+  const double start[8] = {0, 0, w, 0, w, h, 0, h};
+  double end[8];
+  for (int k = 0; k < 8; ++k) end[k] = s.corners[k];
+  return PerspectiveCoeffs(start, end, coeffs);
+}
 
 absl::Status CheckSteps(const SampleSteps& steps, uint32_t height, uint32_t width,
                         uint64_t max_pixels, uint32_t* out_height, uint32_t* out_width) {
@@ -157,6 +167,16 @@ absl::Status CheckSteps(const SampleSteps& steps, uint32_t height, uint32_t widt
       case StepKind::kEqualize:
       case StepKind::kInvert:
         break;
+      case StepKind::kPerspective: {
+        double coeffs[8];
+        if (!ValidAffineInterpolation(s.interpolation) ||
+            !PerspectiveStepCoeffs(s, static_cast<uint32_t>(h), static_cast<uint32_t>(w),
+                                   coeffs)) {
+          return StepError(i, s, "needs corners that give a perspective transform, and nearest "
+                                 "or bilinear");
+        }
+        break;
+      }
       case StepKind::kChannelPermute: {
         const uint32_t* q = s.permutation;
         if (q[0] > 2 || q[1] > 2 || q[2] > 2 || q[0] == q[1] || q[0] == q[2] || q[1] == q[2]) {
@@ -252,6 +272,8 @@ const char* StepKindName(StepKind kind) {
       return "erase";
     case StepKind::kChannelPermute:
       return "permute";
+    case StepKind::kPerspective:
+      return "perspective";
   }
   return "unknown";
 }
@@ -507,6 +529,26 @@ absl::Status DrawSteps(const PipelineParams& p, uint32_t height, uint32_t width,
         s.kernel_y = op.kernel_y;
         s.sigma = std::clamp(static_cast<float>(rng.Uniform(op.sigma[0], op.sigma[1])), op.sigma[0],
                              op.sigma[1]);
+        break;
+      }
+      case OpKind::kRandomPerspective: {
+        // forward(): rand(1) < p, then get_params' eight randints, corner by
+        // corner (top-left, top-right, bottom-right, bottom-left), x then y.
+        if (!ChooseFlip(op.p, rng)) break;
+        const int64_t half_w = w / 2, half_h = h / 2;
+        const int64_t dw = static_cast<int64_t>(double{op.distortion} * static_cast<double>(half_w));
+        const int64_t dh = static_cast<int64_t>(double{op.distortion} * static_cast<double>(half_h));
+        const auto between = [&rng](int64_t lo, int64_t hi) {  // randint(lo, hi): [lo, hi)
+          return static_cast<int32_t>(lo + static_cast<int64_t>(rng.Below(static_cast<uint64_t>(hi - lo))));
+        };
+        const int64_t W = w, H = h;
+        Step& s = add(StepKind::kPerspective);
+        s.corners[0] = between(0, dw + 1), s.corners[1] = between(0, dh + 1);
+        s.corners[2] = between(W - dw - 1, W), s.corners[3] = between(0, dh + 1);
+        s.corners[4] = between(W - dw - 1, W), s.corners[5] = between(H - dh - 1, H);
+        s.corners[6] = between(0, dw + 1), s.corners[7] = between(H - dh - 1, H);
+        s.interpolation = op.interpolation;
+        for (int c = 0; c < 3; ++c) s.fill[c] = op.fill[c];
         break;
       }
       case OpKind::kRandomRotation: {

@@ -96,12 +96,18 @@ enum class StepKind : uint32_t {
   // channel permutation[c] (exact: torchvision's PIL -> float -> PIL round
   // trip gives back every byte).
   kChannelPermute = 21,
+  // torchvision F.perspective on a PIL image: the image's corners (top-left,
+  // top-right, bottom-right, bottom-left of a height x width image: (0, 0),
+  // (w - 1, 0), (w - 1, h - 1), (0, h - 1)) moved to `corners` (x, y
+  // pairs), interpolation (kNearest / kBilinear), fill.
+  kPerspective = 22,
 };
 
 // "crop", "resize", "pad", "hflip", "vflip", "color_jitter", "grayscale",
 // "gaussian_blur", "affine", "rotate", "posterize", "solarize", "sharpness",
 // "autocontrast", "equalize", "invert", "mix_begin", "mix_chain", "mix_end",
-// "erase" (the image tool's step JSON); "unknown" otherwise.
+// "erase", "channel_permute", "perspective" (the image tool's step JSON);
+// "unknown" otherwise.
 const char* StepKindName(StepKind kind);
 
 // Plain-old-data; the fields a kind does not use stay zero.
@@ -135,6 +141,7 @@ struct Step {
   double shear[2] = {0, 0};
   uint32_t has_center = 0;
   double center[2] = {0, 0};
+  int32_t corners[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // kPerspective: the end points
   uint32_t bits = 0;       // kPosterize
   double threshold = 0;    // kSolarize
   float mix_weight = 0;    // kMixBegin, kMixChain
@@ -214,6 +221,11 @@ struct SampleSteps {
 [[nodiscard]] absl::Status DrawSteps(const PipelineParams& p, uint32_t height, uint32_t width,
                                      const SampleKey& key, SampleSteps* steps,
                                      const float* boxes = nullptr, uint32_t box_count = 0);
+
+// A perspective step's coefficients (perspective.h) for the height x width
+// image it applies to: its image's corners mapped from `corners`. False
+// when they give no transform.
+bool PerspectiveStepCoeffs(const Step& s, uint32_t height, uint32_t width, double coeffs[8]);
 
 // Checks that each step applies to the image the steps before it make,
 // from a height x width image, and gives the final size. INVALID_ARGUMENT

@@ -413,3 +413,31 @@ def test_any_size_segmentation_batches_pad_as_the_reference_collates(stoker, dae
                 assert bool((masks[i, h:] == 255).all()) and bool((masks[i, :, w:] == 255).all())
                 seen.append(index)
     assert seen == list(range(8))
+
+
+@pytest.mark.parametrize("kind", ["palette", "gray16"])
+def test_perspective_moves_masks_as_pil_nearest(build_dir, tmp_path, kind):
+    """v2's RandomPerspective moves a mask with NEAREST: exactly PIL's
+    PERSPECTIVE transform for the exact coefficients; against torchvision's
+    float32-solved ones, all but the pixels that rounding moves across an
+    edge (test_image_ops.py's PERSPECTIVE_OFF_SHARE)."""
+    rng = np.random.default_rng(8)
+    path = str(tmp_path / f"{kind}.png")
+    MAKERS[kind](path, rng, 143, 187)
+    pil = PIL.open(path)
+    w, h = pil.size
+    corners = [9, 4, 180, 0, 170, 130, 2, 141]
+    steps = [{"kind": "perspective", "op": 0, "corners": corners, "interpolation": "nearest"}]
+    ours, _ = run_tool(build_dir, tmp_path, path, steps, fill=255)
+    start = [[0, 0], [w - 1, 0], [w - 1, h - 1], [0, h - 1]]
+    end = [corners[0:2], corners[2:4], corners[4:6], corners[6:8]]
+    a, b = [], []
+    for (x, y), (u, v) in zip(end, start):
+        a += [[x, y, 1, 0, 0, 0, -u * x, -u * y], [0, 0, 0, x, y, 1, -v * x, -v * y]]
+        b += [u, v]
+    exact = np.linalg.solve(np.array(a, float), np.array(b, float)).tolist()
+    want = np.array(pil.transform(pil.size, PIL.PERSPECTIVE, exact, PIL.NEAREST, fillcolor=255))
+    assert np.array_equal(ours.astype(np.int64), want.astype(np.int64))
+    tv = np.array(F.perspective(pil, start, end, InterpolationMode.NEAREST, fill=255))
+    assert (ours.astype(np.int64) != tv.astype(np.int64)).mean() <= 5e-4
+    assert (ours == 255).any()  # the corners moved in: fill

@@ -123,7 +123,7 @@ def test_antialias_is_never_sent_the_pil_backend_always_antialiases(options):
 
 
 @pytest.mark.parametrize("transform,match", [
-    ([T.RandomResizedCrop(64), T.RandomPerspective(), T.ToTensor()], "RandomPerspective"),
+    ([T.RandomResizedCrop(64), T.Lambda(lambda x: x), T.ToTensor()], "Lambda"),
     ([T.RandomResizedCrop(64, interpolation=T.InterpolationMode.BICUBIC), T.ToTensor()],
      "RandomResizedCrop.*bicubic"),
     ([T.Resize(64, interpolation=T.InterpolationMode.NEAREST), T.ToTensor()], "Resize.*nearest"),
@@ -191,3 +191,12 @@ def test_a_simclr_augmentation_runs_in_the_daemon(stoker, daemon_factory, tmp_pa
             assert torch.equal(xa, xb) and torch.equal(ya, yb)
             n += 1
         assert n == 4
+
+
+def test_random_perspective_is_read(options):
+    o = options([T.RandomPerspective(0.3, p=0.7, fill=5), T.CenterCrop(32), T.PILToTensor()])
+    assert o["ops"][0] == {"RandomPerspective": dict(distortion_scale=0.3, p=0.7,
+                                                     interpolation="bilinear", fill=[5])}
+    o = options([T.RandomPerspective(interpolation=T.InterpolationMode.NEAREST), T.CenterCrop(8),
+                 T.PILToTensor()])
+    assert o["ops"][0]["RandomPerspective"]["interpolation"] == "nearest"

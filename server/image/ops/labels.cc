@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/image/ops/ops.h"
+#include "server/image/ops/perspective.h"
 
 namespace stoker::image {
 namespace {
@@ -88,6 +89,17 @@ absl::Status ApplyLabelSteps(const SampleSteps& steps, uint32_t fill, LabelMap* 
       case StepKind::kVerticalFlip:
         FlipLabels(m, false);
         break;
+      case StepKind::kPerspective: {
+        double coeffs[8];
+        if (!PerspectiveStepCoeffs(s, m->height, m->width, coeffs)) {
+          return absl::InvalidArgumentError("mask: a perspective step's corners give no transform");
+        }
+        scratch->resize(m->bytes());
+        PerspectiveLabels(m->data.data(), m->height, m->width, m->bpp, coeffs, fill_bytes,
+                          scratch->data());
+        m->data.swap(*scratch);
+        break;
+      }
       case StepKind::kAffine:
       case StepKind::kRotate: {
         scratch->resize(m->bytes());

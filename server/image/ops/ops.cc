@@ -12,6 +12,7 @@
 #include <numbers>
 
 #include "proto/stoker/ring_layout.h"
+#include "server/image/ops/pil_filters.h"
 #include "server/image/ops/policy.h"
 #include "server/image/ops/rng.h"
 #include "server/image/ops/transform.h"
@@ -827,8 +828,6 @@ void ShiftCopy(const uint8_t* src, uint32_t height, uint32_t width, int64_t dx, 
 // double along x then y, truncated.
 void BilinearAffine(const uint8_t* src, uint32_t height, uint32_t width, const double m[6],
                     const uint8_t fill[3], uint8_t* dst) {
-  const double w = width, h = height;
-  const int64_t last_x = int64_t{width} - 1, last_y = int64_t{height} - 1;
   const size_t row = size_t{width} * 3;
   for (uint32_t y = 0; y < height; ++y) {
     uint8_t* d = dst + y * row;
@@ -836,38 +835,9 @@ void BilinearAffine(const uint8_t* src, uint32_t height, uint32_t width, const d
     const double row_x = m[1] * yin, row_y = m[4] * yin;
     double xin = 0.5;  // x + 0.5, exact
     for (uint32_t x = 0; x < width; ++x, xin += 1.0, d += 3) {
-      double sx = m[0] * xin + row_x + m[2];
-      double sy = m[3] * xin + row_y + m[5];
-      if (!(sx >= 0.0 && sx < w && sy >= 0.0 && sy < h)) {
-        Fill(d, fill);
-        continue;
-      }
-      sx -= 0.5;
-      sy -= 0.5;
-      // FLOOR of values >= -0.5.
-      const int64_t ix = sx < 0.0 ? -1 : static_cast<int64_t>(sx);
-      const int64_t iy = sy < 0.0 ? -1 : static_cast<int64_t>(sy);
-      const double dx = sx - static_cast<double>(ix), dy = sy - static_cast<double>(iy);
-      const uint8_t *p00, *p01, *p10, *p11;
-      if (ix >= 0 && ix < last_x && iy >= 0 && iy < last_y) {
-        p00 = src + static_cast<size_t>(iy) * row + static_cast<size_t>(ix) * 3;
-        p01 = p00 + 3;
-        p10 = p00 + row;
-        p11 = p10 + 3;
-      } else {
-        // XCLIP / YCLIP; past the last row Pillow uses the first row's
-        // value for both (v2 = v1).
-        const size_t x0 = static_cast<size_t>(std::clamp<int64_t>(ix, 0, last_x)) * 3;
-        const size_t x1 = static_cast<size_t>(std::clamp<int64_t>(ix + 1, 0, last_x)) * 3;
-        const uint8_t* r0 = src + static_cast<size_t>(std::clamp<int64_t>(iy, 0, last_y)) * row;
-        const uint8_t* r1 = iy + 1 <= last_y ? src + static_cast<size_t>(iy + 1) * row : r0;
-        p00 = r0 + x0, p01 = r0 + x1, p10 = r1 + x0, p11 = r1 + x1;
-      }
-      for (int c = 0; c < 3; ++c) {
-        const double v1 = p00[c] + (p01[c] - p00[c]) * dx;
-        const double v2 = p10[c] + (p11[c] - p10[c]) * dx;
-        d[c] = static_cast<uint8_t>(v1 + (v2 - v1) * dy);
-      }
+      const double sx = m[0] * xin + row_x + m[2];
+      const double sy = m[3] * xin + row_y + m[5];
+      if (!internal::PilBilinearRgb(src, height, width, sx, sy, d)) Fill(d, fill);
     }
   }
 }
