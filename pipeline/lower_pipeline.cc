@@ -271,6 +271,17 @@ absl::Status LowerOp(const v1::Op& op, int i, image::OpParams* o) {
       o->kernel_y = r.kernel_size(1);
       return absl::OkStatus();
     }
+    case v1::Op::kElasticTransform: {
+      const auto& r = op.elastic_transform();
+      o->kind = image::OpKind::kElasticTransform;
+      if (!Pair(r.alpha(), o->elastic_alpha) || !Pair(r.sigma(), o->elastic_sigma) ||
+          !AffineResampling(r.interpolation(), o) || !Fill3(r.fill(), o)) {
+        return NotEffective(i,
+                            "ElasticTransform needs alpha [x, y], sigma [x, y], interpolation "
+                            "nearest or bilinear, and 3 fills");
+      }
+      return absl::OkStatus();
+    }
     case v1::Op::kRandomPerspective: {
       const auto& r = op.random_perspective();
       o->kind = image::OpKind::kRandomPerspective;

@@ -49,6 +49,7 @@ OpRow RowOf(OpKind k) {
     case OpKind::kRandomShortestSize: return {Name(k), k, kGeo, kDet};
     case OpKind::kPad: return {Name(k), k, kGeo};
     case OpKind::kRandomPerspective: return {Name(k), k, kGeo};
+    case OpKind::kElasticTransform: return {Name(k), k, kGeo};
     // Compositions of pixel ops.
     case OpKind::kRandomApply: return {Name(k), k, kPix, kTv, false, /*holds_ops=*/true};
     case OpKind::kRandomChoice: return {Name(k), k, kPix, kTv, false, /*holds_ops=*/true};

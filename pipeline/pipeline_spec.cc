@@ -45,6 +45,9 @@ constexpr float kDefaultFlipP = 0.5f;
 constexpr float kDefaultPerspectiveP = 0.5f;           // RandomPerspective's p
 constexpr float kDefaultDistortionScale = 0.5f;        // and distortion_scale
 constexpr absl::string_view kDefaultPerspectiveInterpolation = "bilinear";
+constexpr float kDefaultElasticAlpha = 50.0f;  // ElasticTransform's
+constexpr float kDefaultElasticSigma = 5.0f;
+constexpr float kMaxElasticSigma = 1000.0f;    // a kernel of 8001 taps
 constexpr float kDefaultGrayscaleP = 0.1f;
 constexpr uint32_t kDefaultGrayscaleChannels = 1;  // torchvision's, which is refused
 constexpr uint32_t kServedGrayscaleChannels = 3;
@@ -928,6 +931,41 @@ absl::Status FillOp(Op* op, const std::string& at) {  // `at`: "ops[i] Name: "
       v1::Pad* o = op->mutable_pad();
       if (o->padding().empty()) return Bad(at, "padding is required");
       return FillPadding(o, at);
+    }
+    case Op::kElasticTransform: {
+      v1::ElasticTransform* o = op->mutable_elastic_transform();
+      const auto pair = [&](Floats* v, float def, absl::string_view name) -> absl::Status {
+        if (v->empty()) v->Add(def);
+        if (v->size() == 1) v->Add(v->Get(0));
+        if (v->size() != 2) {
+          return Bad(at, name, " should be a number or a sequence of 2 ([x, y]), not ",
+                     absl::StrCat(v->size()), " values");
+        }
+        for (float x : *v) {
+          if (!std::isfinite(x)) return Bad(at, name, " ", ListText(*v), " must be finite");
+        }
+        return absl::OkStatus();
+      };
+      if (absl::Status st = pair(o->mutable_alpha(), kDefaultElasticAlpha, "alpha"); !st.ok()) {
+        return st;
+      }
+      if (absl::Status st = pair(o->mutable_sigma(), kDefaultElasticSigma, "sigma"); !st.ok()) {
+        return st;
+      }
+      const float sx = o->sigma(0), sy = o->sigma(1);
+      if (sx < 0 || sy < 0 || sx > kMaxElasticSigma || sy > kMaxElasticSigma ||
+          ((sx == 0) != (sy == 0))) {
+        return Bad(at, "sigma ", ListText(o->sigma()), " must be within 0..",
+                   absl::StrCat(static_cast<int>(kMaxElasticSigma)),
+                   ", both 0 (no blur) or both > 0 (torchvision's gaussian_blur takes positive "
+                   "values only)");
+      }
+      if (absl::Status st = AffineInterpolation(o->mutable_interpolation(),
+                                                kDefaultPerspectiveInterpolation, at);
+          !st.ok()) {
+        return st;
+      }
+      return FillValues(o->mutable_fill(), at);
     }
     case Op::kRandomPerspective: {
       v1::RandomPerspective* o = op->mutable_random_perspective();

@@ -1328,3 +1328,24 @@ TEST_CASE("RandomPerspective: torchvision's defaults, its checks", "[pipeline_sp
 
 }  // namespace
 }  // namespace stoker::pipeline
+
+namespace stoker::pipeline {
+namespace {
+
+TEST_CASE("ElasticTransform: torchvision's defaults, its checks", "[pipeline_spec]") {
+  const PipelineSpec e = Eff(R"({"ops": [{"ElasticTransform": {"alpha": 30}}, {"CenterCrop": {"size": 8}}]})");
+  const v1::ElasticTransform& o = e.ops(0).elastic_transform();
+  CHECK(F(o.alpha()) == std::vector<float>{30, 30});
+  CHECK(F(o.sigma()) == std::vector<float>{5, 5});
+  CHECK(o.interpolation() == "bilinear");
+  CHECK(U(o.fill()) == std::vector<uint32_t>{0, 0, 0});
+  CHECK_THAT(Error(R"({"ops": [{"ElasticTransform": {"sigma": [2, 0]}}], "size": 8})"),
+             Contains("ops[0] ElasticTransform: sigma [2, 0] must be within 0..1000, both 0"));
+  CHECK_THAT(Error(R"({"ops": [{"ElasticTransform": {"alpha": [1, 2, 3]}}], "size": 8})"),
+             Contains("alpha should be a number or a sequence of 2"));
+  CHECK_THAT(Error(R"({"ops": [{"ElasticTransform": {"interpolation": "bicubic"}}], "size": 8})"),
+             Contains("ops[0] ElasticTransform: interpolation"));
+}
+
+}  // namespace
+}  // namespace stoker::pipeline

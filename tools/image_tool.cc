@@ -93,6 +93,7 @@
 #include "server/image/decode/image_decoder.h"
 #include "server/image/decode/jpeg_decoder.h"
 #include "server/image/ops/labels.h"
+#include "server/image/ops/ops.h"
 #include "server/image/pipeline.h"
 #include "server/image/ops/policy.h"
 #include "pipeline/lower_pipeline.h"
@@ -357,6 +358,13 @@ std::string StepsJson(const SampleSteps& steps) {
         absl::StrAppend(&out, ",\"interpolation\":", JsonString(InterpolationName(s.interpolation)),
                         ",\"fill\":[", s.fill[0], ",", s.fill[1], ",", s.fill[2], "]");
         break;
+      case StepKind::kElastic:
+        absl::StrAppend(&out, ",\"alpha\":[", FloatJson(s.elastic[0]), ",", FloatJson(s.elastic[1]),
+                        "],\"sigma\":[", FloatJson(s.elastic[2]), ",", FloatJson(s.elastic[3]),
+                        "],\"noise_seed\":\"", s.noise_seed, "\",\"interpolation\":",
+                        JsonString(InterpolationName(s.interpolation)), ",\"fill\":[", s.fill[0],
+                        ",", s.fill[1], ",", s.fill[2], "]");
+        break;
       case StepKind::kPerspective:
         absl::StrAppend(&out, ",\"corners\":[", absl::StrJoin(s.corners, ","),
                         "],\"interpolation\":", JsonString(InterpolationName(s.interpolation)),
@@ -456,10 +464,25 @@ bool ParseSteps(const std::string& json, SampleSteps* steps) {
     };
     Step& s = steps->steps[steps->count++];
     s = Step();
+    // A 64-bit seed, as a decimal string (a JSON number would lose bits).
+    auto noise_seed = [&]() {
+      const pb::Value* seed = get("noise_seed");
+      if (seed == nullptr) return false;
+      const std::string& text = seed->string_value();
+      char* end = nullptr;
+      errno = 0;
+      s.noise_seed = std::strtoull(text.c_str(), &end, 10);
+      if (text.empty() || !std::isdigit(static_cast<unsigned char>(text[0])) || *end != '\0' ||
+          errno != 0) {
+        std::cerr << at << ": \"noise_seed\" must be a decimal string\n";
+        return false;
+      }
+      return true;
+    };
     const pb::Value* kind = get("kind");
     if (kind == nullptr) return false;
     bool known = false;
-    for (uint32_t k = 1; k <= static_cast<uint32_t>(StepKind::kPerspective); ++k) {
+    for (uint32_t k = 1; k <= static_cast<uint32_t>(StepKind::kElastic); ++k) {
       if (kind->string_value() == StepKindName(static_cast<StepKind>(k))) {
         s.kind = static_cast<StepKind>(k);
         known = true;
@@ -566,6 +589,25 @@ bool ParseSteps(const std::string& json, SampleSteps* steps) {
           s.fill[k] = static_cast<uint8_t>(std::clamp(fill[k], 0.0, 255.0));
         break;
       }
+      case StepKind::kElastic: {
+        double alpha[2] = {0, 0}, sigma[2] = {0, 0};
+        numbers("alpha", 2, alpha);
+        numbers("sigma", 2, sigma);
+        for (int k = 0; k < 2; ++k) s.elastic[k] = f32(alpha[k]), s.elastic[2 + k] = f32(sigma[k]);
+        if (!noise_seed()) return false;
+        const std::string interp =
+            f.count("interpolation") != 0 ? f.at("interpolation").string_value() : "bilinear";
+        if (interp != "nearest" && interp != "bilinear") {
+          std::cerr << at << ": interpolation must be nearest or bilinear\n";
+          return false;
+        }
+        s.interpolation = interp == "nearest" ? Interpolation::kNearest : Interpolation::kBilinear;
+        double fill[3] = {0, 0, 0};
+        if (f.count("fill") != 0) numbers("fill", 3, fill);
+        for (int k = 0; k < 3; ++k)
+          s.fill[k] = static_cast<uint8_t>(std::clamp(fill[k], 0.0, 255.0));
+        break;
+      }
       case StepKind::kPerspective: {
         double c[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         numbers("corners", 8, c);
@@ -603,17 +645,7 @@ bool ParseSteps(const std::string& json, SampleSteps* steps) {
         s.height = uint(number("height")), s.width = uint(number("width"));
         if (f.count("random") != 0 && f.at("random").bool_value()) {
           s.erase_random = 1;
-          const pb::Value* seed = get("noise_seed");
-          if (seed == nullptr) return false;
-          const std::string& text = seed->string_value();
-          char* end = nullptr;
-          errno = 0;
-          s.noise_seed = std::strtoull(text.c_str(), &end, 10);
-          if (text.empty() || !std::isdigit(static_cast<unsigned char>(text[0])) || *end != '\0' ||
-              errno != 0) {
-            std::cerr << at << ": \"noise_seed\" must be a decimal string\n";
-            return false;
-          }
+          if (!noise_seed()) return false;
         } else {
           double v[3] = {0, 0, 0};
           numbers("value", 3, v);
@@ -711,6 +743,7 @@ struct RenderOptions {
   uint32_t epoch = 0;
   uint64_t index = 0;
   uint32_t output = 0;  // a multi-view sample's output (key.output)
+  std::string field_out;  // the last elastic step's displacement, float32 [H, W, 2]
   std::string steps_out;
   std::string steps;
   std::string boxes;  // JSON [[x1, y1, x2, y2], ...]: the sample's boxes (RandomIoUCrop's draw)
@@ -803,6 +836,28 @@ int Render(const CommonOptions& common, const RenderOptions& o) {
   if (!file.good()) {
     std::cerr << "cannot write " << o.out << "\n";
     return 1;
+  }
+  if (!o.field_out.empty()) {
+    const Step* elastic = nullptr;
+    for (uint32_t i = 0; i < steps.count; ++i) {
+      if (steps.steps[i].kind == StepKind::kElastic) elastic = &steps.steps[i];
+    }
+    if (elastic == nullptr) {
+      std::cerr << "--field-out: no elastic step was run\n";
+      return 1;
+    }
+    const float sigma[2] = {elastic->elastic[2], elastic->elastic[3]};
+    std::vector<float> field(size_t{result.height} * result.width * 2);
+    std::vector<float> scratch(ElasticScratch(result.height, result.width, sigma));
+    ElasticDisplacement(result.height, result.width, elastic->elastic, sigma, elastic->noise_seed,
+                        field.data(), scratch.data());
+    std::ofstream ff(o.field_out, std::ios::binary | std::ios::trunc);
+    ff.write(reinterpret_cast<const char*>(field.data()),
+             static_cast<std::streamsize>(field.size() * sizeof(float)));
+    if (!ff.good()) {
+      std::cerr << "cannot write " << o.field_out << "\n";
+      return 1;
+    }
   }
   if (!o.steps_out.empty()) {
     std::ofstream sf(o.steps_out, std::ios::trunc);
@@ -1282,6 +1337,9 @@ int main(int argc, char** argv) {
   r->add_option("--seed", render.seed, "sample key: seed");
   r->add_option("--epoch", render.epoch, "sample key: epoch");
   r->add_option("--index", render.index, "sample key: dataset index");
+  r->add_option("--field-out", render.field_out,
+                "write the last elastic step's displacement (float32 [H, W, 2], at the output's "
+                "size: for op lists whose elastic op sees an image of that size) to this file");
   r->add_option("--output", render.output,
                 "sample key: the output's index (view k of a multi-view sample, whose view's "
                 "ops --ops gives)");

@@ -172,6 +172,14 @@ absl::StatusOr<AttachPlan> PlanSession(const v1::AttachRequest& req, const Reque
                                  image::MaxOutputPixels(params) * params.mask_bpp,
                                  !p.variable_size));
   }
+  for (uint32_t i = 0; i < params.op_count && (masks || fields.boxes); ++i) {
+    if (params.ops[i].kind == image::OpKind::kElasticTransform) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ops[", i, "] ElasticTransform with a dataset that has ", masks ? "masks" : "boxes",
+          ": moving them through its displacement is not served (torchvision's v1 transform "
+          "moves the image only); drop it for segmentation and detection"));
+    }
+  }
   for (uint32_t i = 0; i < params.op_count && !fields.boxes; ++i) {
     if (params.ops[i].kind == image::OpKind::kRandomIoUCrop) {
       return absl::InvalidArgumentError(absl::StrCat(

@@ -325,6 +325,14 @@ TEST_CASE("RandomPerspective is refused with boxes, served with masks") {
   SampleFields masks;
   masks.masks = true;
   CHECK(PlanSession(req, *request, 10, AttachLimits{}, masks).ok());
+  // ElasticTransform moves the image only: refused with masks.
+  pipe.mutable_ops(0)->mutable_elastic_transform();
+  request = PlanRequest(req);
+  REQUIRE(request.ok());
+  auto elastic = PlanSession(req, *request, 10, AttachLimits{}, masks);
+  CHECK_THAT(std::string(elastic.status().message()),
+             Catch::Matchers::Contains("ops[0] ElasticTransform with a dataset that has masks"));
+  CHECK(PlanSession(req, *request, 10, AttachLimits{}).ok());
 }
 
 TEST_CASE("a detection set's slots hold each sample's room for boxes after the masks") {

@@ -41,6 +41,8 @@ const char* OpKindName(OpKind kind) {
       return "GaussianBlur";
     case OpKind::kRandomPerspective:
       return "RandomPerspective";
+    case OpKind::kElasticTransform:
+      return "ElasticTransform";
     case OpKind::kRandomRotation:
       return "RandomRotation";
     case OpKind::kRandomAffine:

@@ -104,6 +104,7 @@ bool WorksInPlace(StepKind k) {
     case StepKind::kAffine:
     case StepKind::kRotate:
     case StepKind::kPerspective:
+    case StepKind::kElastic:
       return false;
     default:
       return true;
@@ -165,6 +166,7 @@ struct SampleProcessor::Impl {
   std::vector<uint8_t> spare;    // where a step that cannot work in place writes
   std::vector<int32_t> acc;
   std::vector<float> blur;
+  std::vector<float> field;     // an elastic step's displacement
   std::vector<uint8_t> scratch8;   // sharpness's copy of the image
   std::vector<uint8_t> mix_start;  // the image at kMixBegin
   std::vector<float> mix_acc;      // AugMix's weighted sum
@@ -442,6 +444,15 @@ absl::Status SampleProcessor::Impl::Execute(const PipelineParams& p, const Sampl
                              "angle too extreme)"));
           }
           AffineTransform(cur, h, w, matrix, st.interpolation, st.fill, dst);
+          break;
+        }
+        case StepKind::kElastic: {
+          dst = Room(spare, pixels * 3 + kResamplePadBytes);
+          const float sigma[2] = {st.elastic[2], st.elastic[3]};
+          float* f = Room(field, pixels * 2);
+          ElasticDisplacement(h, w, st.elastic, sigma, st.noise_seed, f,
+                              Room(blur, ElasticScratch(h, w, sigma)));
+          ElasticTransform(cur, h, w, f, st.interpolation, st.fill, dst);
           break;
         }
         case StepKind::kPerspective: {
@@ -783,6 +794,7 @@ bool SampleProcessor::TrimBuffers(size_t max_bytes) {
   trim(m.mix_start);
   trim(m.mix_acc);
   trim(m.decoded);
+  trim(m.field);
   if (big) {
     for (auto& d : m.decoders) d.reset();  // made again on first use
     m.other = nullptr;

@@ -138,6 +138,20 @@ absl::Status ValidateOp(uint32_t i, const OpParams& op) {
         return bad("need 0 < sigma[0] <= sigma[1] (finite)");
       }
       return absl::OkStatus();
+    case OpKind::kElasticTransform:
+      for (int a = 0; a < 2; ++a) {
+        if (!Finite(op.elastic_alpha[a])) return bad("alpha must be finite");
+        if (!(op.elastic_sigma[a] >= 0 && op.elastic_sigma[a] <= 1000)) {
+          return bad("sigma must be in [0, 1000]");
+        }
+      }
+      if ((op.elastic_sigma[0] == 0) != (op.elastic_sigma[1] == 0)) {
+        return bad("sigma: both 0 or both > 0");
+      }
+      if (!ValidAffineInterpolation(op.interpolation)) {
+        return bad("interpolation must be nearest or bilinear");
+      }
+      return absl::OkStatus();
     case OpKind::kRandomPerspective:
       if (!(op.p >= 0 && op.p <= 1)) return bad("p must be in [0, 1]");
       if (!(op.distortion >= 0 && op.distortion <= 1)) {

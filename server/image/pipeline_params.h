@@ -65,6 +65,7 @@ enum class OpKind : uint32_t {
   kRandomOrder = 31,
   kPad = 32,  // padding, padding_mode, fill as RandomCrop's
   kRandomPerspective = 33,  // distortion, p, interpolation, fill
+  kElasticTransform = 34,   // elastic_alpha, elastic_sigma, interpolation, fill
 };
 
 // Whether `kind` is a composition (RandomApply, RandomChoice, RandomOrder).
@@ -207,6 +208,9 @@ struct OpParams {
   float weights[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   // RandomPerspective: distortion_scale in [0, 1] (p, interpolation, fill above).
   float distortion = 0;
+  // ElasticTransform: alpha and sigma per axis [x, y] (interpolation, fill above).
+  float elastic_alpha[2] = {0, 0};
+  float elastic_sigma[2] = {0, 0};
 };
 
 // RandomShortestSize's most sizes (the detection reference's multi-scale

@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "server/image/ops/boxes.h"
+#include "server/image/ops/ops.h"
 #include "server/image/ops/perspective.h"
 #include "server/image/ops/policy.h"
 #include "server/image/ops/rng.h"
@@ -167,6 +168,23 @@ absl::Status CheckSteps(const SampleSteps& steps, uint32_t height, uint32_t widt
       case StepKind::kEqualize:
       case StepKind::kInvert:
         break;
+      case StepKind::kElastic: {
+        bool ok = ValidAffineInterpolation(s.interpolation);
+        for (float v : s.elastic) ok = ok && Finite(v);
+        for (int a = 2; a < 4; ++a) ok = ok && s.elastic[a] >= 0 && s.elastic[a] <= 1000;
+        if (!ok) return StepError(i, s, "needs finite alpha, sigma in [0, 1000], nearest or bilinear");
+        for (int a = 2; a < 4; ++a) {
+          // torch's reflect padding needs the pad to be smaller than the side.
+          const uint32_t k = s.elastic[a] > 0 ? ElasticKernelSize(s.elastic[a]) : 1;
+          if (k / 2 >= w || k / 2 >= h) {
+            return StepError(i, s,
+                             absl::StrCat("sigma ", s.elastic[a], " blurs with a ", k, "x", k,
+                                          " kernel, which needs an image larger than half of it "
+                                          "on each axis, got ", w, "x", h, " (width x height)"));
+          }
+        }
+        break;
+      }
       case StepKind::kPerspective: {
         double coeffs[8];
         if (!ValidAffineInterpolation(s.interpolation) ||
@@ -274,6 +292,8 @@ const char* StepKindName(StepKind kind) {
       return "permute";
     case StepKind::kPerspective:
       return "perspective";
+    case StepKind::kElastic:
+      return "elastic";
   }
   return "unknown";
 }
@@ -529,6 +549,16 @@ absl::Status DrawSteps(const PipelineParams& p, uint32_t height, uint32_t width,
         s.kernel_y = op.kernel_y;
         s.sigma = std::clamp(static_cast<float>(rng.Uniform(op.sigma[0], op.sigma[1])), op.sigma[0],
                              op.sigma[1]);
+        break;
+      }
+      case OpKind::kElasticTransform: {
+        // get_params' two torch.rand fields come from one seed drawn here.
+        Step& s = add(StepKind::kElastic);
+        s.elastic[0] = op.elastic_alpha[0], s.elastic[1] = op.elastic_alpha[1];
+        s.elastic[2] = op.elastic_sigma[0], s.elastic[3] = op.elastic_sigma[1];
+        s.noise_seed = rng.Next();
+        s.interpolation = op.interpolation;
+        for (int c = 0; c < 3; ++c) s.fill[c] = op.fill[c];
         break;
       }
       case OpKind::kRandomPerspective: {

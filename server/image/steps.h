@@ -101,12 +101,16 @@ enum class StepKind : uint32_t {
   // (w - 1, 0), (w - 1, h - 1), (0, h - 1)) moved to `corners` (x, y
   // pairs), interpolation (kNearest / kBilinear), fill.
   kPerspective = 22,
+  // torchvision F.elastic_transform on a PIL image: the displacement
+  // ElasticDisplacement (ops.h) makes from noise_seed with elastic =
+  // {alpha x, alpha y, sigma x, sigma y}, interpolation, fill.
+  kElastic = 23,
 };
 
 // "crop", "resize", "pad", "hflip", "vflip", "color_jitter", "grayscale",
 // "gaussian_blur", "affine", "rotate", "posterize", "solarize", "sharpness",
 // "autocontrast", "equalize", "invert", "mix_begin", "mix_chain", "mix_end",
-// "erase", "channel_permute", "perspective" (the image tool's step JSON);
+// "erase", "permute", "perspective", "elastic" (the image tool's step JSON);
 // "unknown" otherwise.
 const char* StepKindName(StepKind kind);
 
@@ -142,6 +146,7 @@ struct Step {
   uint32_t has_center = 0;
   double center[2] = {0, 0};
   int32_t corners[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // kPerspective: the end points
+  float elastic[4] = {0, 0, 0, 0};                // kElastic: alpha x, y; sigma x, y
   uint32_t bits = 0;       // kPosterize
   double threshold = 0;    // kSolarize
   float mix_weight = 0;    // kMixBegin, kMixChain

@@ -557,3 +557,74 @@ def test_random_perspective_draws_as_torchvision():
     # distortion_scale 0 leaves the corners where they are.
     (st,) = draw([{"RandomPerspective": {"distortion_scale": 0, "p": 1}}], 48, 64, count=1)
     assert st[0]["corners"] == [0, 0, 63, 0, 63, 47, 0, 47]
+
+
+# ---------------------------------------------------------------- ElasticTransform
+
+def keyed_uniform24(seed, n):
+    """KeyedRng(seed)'s first n draws as 24-bit floats in [0, 1)
+    (server/image/ops/rng.h), as ElasticDisplacement makes its noise."""
+    def mix64(z):
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xbf58476d1ce4e5b9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94d049bb133111eb)
+        return z ^ (z >> np.uint64(31))
+    with np.errstate(over="ignore"):
+        state = mix64(mix64(mix64(np.uint64(seed) ^ np.uint64(0x53544f4b45520001))))
+        steps = np.arange(1, n + 1, dtype=np.uint64) * np.uint64(0x9e3779b97f4a7c15)
+        draws = mix64(state + steps)
+    return (draws >> np.uint64(40)).astype(np.float32) * np.float32(2.0 ** -24)
+
+
+def test_elastic_transform_equals_torchvision_forced(tmp_path, images):
+    """With the displacement given, the pixels are F.elastic_transform's
+    exactly (grid_sample reproduced, as for the tensor affine ops); the
+    displacement is get_params' rule on stoker's noise: torchvision's own
+    gaussian_blur of the same noise, scaled by alpha / size, within float32
+    rounding (stoker blurs one axis after the other)."""
+    failures = []
+    for name in IMAGE_NAMES:
+        for seed, interp in ((1, "bilinear"), (2, "nearest"), (3, "bilinear")):
+            alpha, sigma = [60.0, 35.0], [4.0, 6.5]
+            ops = [{"ElasticTransform": {"alpha": alpha, "sigma": sigma, "interpolation": interp,
+                                         "fill": [10, 200, 30]}}]
+            field_path = tmp_path / "field.raw"
+            out, steps_path = tmp_path / "sample.raw", tmp_path / "steps.json"
+            header = json.loads(tool("render", "--input", images[name], "--out", out, "--ops",
+                                     json.dumps(ops), "--seed", seed, "--index", 0, "--steps-out",
+                                     steps_path, "--field-out", field_path, "--exact"))
+            h, w = header["height"], header["width"]
+            got = np.fromfile(out, dtype=np.uint8).reshape(h, w, 3)
+            field = np.fromfile(field_path, dtype=np.float32).reshape(1, h, w, 2)
+            img = Image.open(images[name]).convert("RGB")
+            mode = (T.InterpolationMode.BILINEAR if interp == "bilinear"
+                    else T.InterpolationMode.NEAREST)
+            want = np.asarray(F.elastic_transform(img, torch.from_numpy(field), mode,
+                                                  fill=[10, 200, 30]))
+            if not np.array_equal(got, want):
+                failures.append(f"{name} seed {seed} {interp}: pixels differ")
+            (step,) = json.loads(steps_path.read_text())
+            noise = keyed_uniform24(int(step["noise_seed"]), 2 * h * w) * 2 - 1
+            for a in range(2):
+                k = int(8 * sigma[a] + 1)
+                k += k % 2 == 0
+                n = torch.from_numpy(noise[a * h * w:(a + 1) * h * w].reshape(1, 1, h, w).copy())
+                ref = (F.gaussian_blur(n, [k, k], sigma) * alpha[a] / [h, w][a]).numpy()[0, 0]
+                err = np.abs(field[0, :, :, a] - ref).max() / np.abs(ref).max()
+                if err > 1e-5:
+                    failures.append(f"{name} seed {seed}: displacement {a} off by {err:.2g}")
+    assert not failures, "\n".join(failures)
+
+
+def test_elastic_transform_needs_an_image_larger_than_half_its_blur(tmp_path):
+    """torch's reflect padding needs the blur's half kernel under each side:
+    sigma 5 blurs with 41 taps, so a side of 20 fails as a sample, naming why."""
+    ops = json.dumps([{"ElasticTransform": {}}])
+    for h, ok in ((21, True), (20, False)):
+        path = tmp_path / f"small_{h}.jpg"
+        make_photo(40, h, 3).save(path, "JPEG", quality=90)
+        out = subprocess.run([str(TOOL), "render", "--input", path, "--out", tmp_path / "o.raw",
+                              "--ops", ops, "--seed", "1"], capture_output=True, text=True,
+                             timeout=60)
+        assert (out.returncode == 0) == ok, out.stderr
+        if not ok:
+            assert "41x41 kernel" in out.stderr and "40x20" in out.stderr

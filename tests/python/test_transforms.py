@@ -200,3 +200,10 @@ def test_random_perspective_is_read(options):
     o = options([T.RandomPerspective(interpolation=T.InterpolationMode.NEAREST), T.CenterCrop(8),
                  T.PILToTensor()])
     assert o["ops"][0]["RandomPerspective"]["interpolation"] == "nearest"
+
+
+def test_elastic_transform_is_read(options):
+    o = options([T.ElasticTransform(alpha=30.0, sigma=(4.0, 6.0), fill=7), T.CenterCrop(32),
+                 T.PILToTensor()])
+    assert o["ops"][0] == {"ElasticTransform": dict(alpha=[30.0, 30.0], sigma=[4.0, 6.0],
+                                                    interpolation="bilinear", fill=[7])}

@@ -217,6 +217,8 @@ _READERS: Dict[str, Callable[[Any], Dict[str, Any]]] = {
     "GaussianBlur": lambda t: {"kernel_size": _ints(t.kernel_size), "sigma": _floats(t.sigma)},
     "RandomRotation": _random_rotation,
     "RandomAffine": _random_affine,
+    "ElasticTransform": lambda t: {"alpha": _floats(t.alpha), "sigma": _floats(t.sigma),
+                                   **_affine_interpolation(t), **_fill(t)},
     "RandomPerspective": lambda t: {"distortion_scale": float(t.distortion_scale),
                                     "p": float(t.p), **_affine_interpolation(t), **_fill(t)},
     "RandomPosterize": lambda t: {"bits": int(t.bits), "p": float(t.p)},

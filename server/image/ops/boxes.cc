@@ -149,6 +149,9 @@ absl::Status Move(const SampleSteps& steps, uint32_t height, uint32_t width, con
         }
         break;
       }
+      case StepKind::kElastic:
+        return absl::UnimplementedError(
+            "boxes: ElasticTransform does not move boxes (not served for detection sets)");
       case StepKind::kPerspective:
         return absl::UnimplementedError(
             "boxes: RandomPerspective does not move boxes (not served for detection sets)");

@@ -89,6 +89,9 @@ absl::Status ApplyLabelSteps(const SampleSteps& steps, uint32_t fill, LabelMap* 
       case StepKind::kVerticalFlip:
         FlipLabels(m, false);
         break;
+      case StepKind::kElastic:
+        return absl::UnimplementedError(
+            "mask: ElasticTransform does not move masks (not served for segmentation sets)");
       case StepKind::kPerspective: {
         double coeffs[8];
         if (!PerspectiveStepCoeffs(s, m->height, m->width, coeffs)) {

@@ -1300,7 +1300,17 @@ void TensorAdjustSharpness(uint8_t* img, uint32_t height, uint32_t width, double
 
 namespace {
 
-// TensorAffine's constants.
+struct LibmFmaOp {
+  float operator()(float a, float b, float c) const { return std::fmaf(a, b, c); }
+};
+
+struct BuiltinFmaOp {
+  __attribute__((always_inline)) float operator()(float a, float b, float c) const {
+    return __builtin_fmaf(a, b, c);
+  }
+};
+
+// TensorAffine's and ElasticTransform's constants.
 struct GridSample {
   const uint8_t* src;
   uint32_t height, width;
@@ -1313,8 +1323,76 @@ struct GridSample {
   float fill_f[3];
 };
 
-// grid_sample's steps for the columns [x_begin, x_end) of every row. Fma
+// grid_sample's steps at one grid point (gx, gy), written to out[0..2]. Fma
 // is a fused multiply-add (the instruction, or libm's exact one).
+template <typename Fma>
+__attribute__((always_inline)) inline void SamplePoint(const GridSample& g, float gx, float gy,
+                                                       uint8_t* out) {
+  const size_t row = size_t{g.width} * 3;
+  auto store = [](float v, uint8_t* o) {
+    v = std::nearbyint(v);  // torch.round: half to even
+    *o = !(v > 0.0f) ? 0 : v >= 255.0f ? 255 : static_cast<uint8_t>(v);
+  };
+  // (g + 1) * (size / 2) - 0.5, one fused multiply-add in torch's AVX2
+  // kernel.
+  const float ix = Fma()(gx + 1.0f, g.scale_x, -0.5f);
+  const float iy = Fma()(gy + 1.0f, g.scale_y, -0.5f);
+  if (g.nearest) {
+    const float nx = std::nearbyint(ix), ny = std::nearbyint(iy);
+    const bool in = nx > -1.0f && nx < g.fw && ny > -1.0f && ny < g.fh;
+    if (in) {
+      const uint8_t* p = g.src + static_cast<size_t>(ny) * row + static_cast<size_t>(nx) * 3;
+      out[0] = p[0], out[1] = p[1], out[2] = p[2];
+    } else {
+      // With a fill, the mask channel is 0 exactly where the point is
+      // outside: mask < 0.5 takes the fill.
+      for (int c = 0; c < 3; ++c) store(g.fill_f[c], out + c);
+    }
+    return;
+  }
+  const float xw = std::floor(ix), yn = std::floor(iy);
+  const float w = ix - xw, e = 1.0f - w;
+  const float n = iy - yn, s = 1.0f - n;
+  const float weight[4] = {s * e, s * w, n * e, n * w};  // nw, ne, sw, se
+  const bool w_in = xw > -1.0f && xw<g.fw, e_in = xw + 1.0f> - 1.0f && xw + 1.0f < g.fw;
+  const bool n_in = yn > -1.0f && yn<g.fh, s_in = yn + 1.0f> - 1.0f && yn + 1.0f < g.fh;
+  const bool in[4] = {n_in && w_in, n_in && e_in, s_in && w_in, s_in && e_in};
+  const uint8_t* corner[4] = {nullptr, nullptr, nullptr, nullptr};
+  if (in[0] || in[1] || in[2] || in[3]) {
+    // Only corners inside are read: their indices are in range.
+    const int64_t ixw = static_cast<int64_t>(std::max(xw, -1.0f));
+    const int64_t iyn = static_cast<int64_t>(std::max(yn, -1.0f));
+    for (int k = 0; k < 4; ++k) {
+      if (in[k]) {
+        corner[k] =
+            g.src + static_cast<size_t>(iyn + k / 2) * row + static_cast<size_t>(ixw + k % 2) * 3;
+      }
+    }
+  }
+  // (nw_val * nw) + (ne_val * ne) + (sw_val * sw) + (se_val * se) as
+  // torch's kernel compiles it: a product, then three fused multiply-adds;
+  // corners outside read 0.
+  float mask = 1.0f;
+  if (g.fill != nullptr) {
+    mask = (in[0] ? 1.0f : 0.0f) * weight[0];
+    for (int k = 1; k < 4; ++k) mask = Fma()(in[k] ? 1.0f : 0.0f, weight[k], mask);
+  }
+  for (int c = 0; c < 3; ++c) {
+    float v = (corner[0] != nullptr ? static_cast<float>(corner[0][c]) : 0.0f) * weight[0];
+    for (int k = 1; k < 4; ++k) {
+      v = Fma()(corner[k] != nullptr ? static_cast<float>(corner[k][c]) : 0.0f, weight[k], v);
+    }
+    if (g.fill != nullptr) {
+      const float kept = v * mask;
+      const float rest = (1.0f - mask) * g.fill_f[c];
+      v = kept + rest;
+    }
+    store(v, out + c);
+  }
+}
+
+// The affine grid's points for the columns [x_begin, x_end) of every row,
+// each sampled.
 template <typename Fma>
 __attribute__((always_inline)) inline void GridSampleColumns(const GridSample& g, uint32_t x_begin,
                                                              uint32_t x_end, uint8_t* dst) {
@@ -1324,10 +1402,6 @@ __attribute__((always_inline)) inline void GridSampleColumns(const GridSample& g
     base_x[x - x_begin] = TorchLinspace(g.x0, g.x1, g.width, x);
   }
   const size_t row = size_t{g.width} * 3;
-  auto store = [](float v, uint8_t* out) {
-    v = std::nearbyint(v);  // torch.round: half to even
-    *out = !(v > 0.0f) ? 0 : v >= 255.0f ? 255 : static_cast<uint8_t>(v);
-  };
   for (uint32_t y = 0; y < g.height; ++y) {
     const float base_y = TorchLinspace(g.y0, g.y1, g.height, y);
     const float py0 = base_y * g.rx[1], py1 = base_y * g.ry[1];
@@ -1336,65 +1410,35 @@ __attribute__((always_inline)) inline void GridSampleColumns(const GridSample& g
       const float px0 = bx * g.rx[0], px1 = bx * g.ry[0];
       const float gx = (px0 + py0) + g.rx[2];
       const float gy = (px1 + py1) + g.ry[2];
-      // (g + 1) * (size / 2) - 0.5, one fused multiply-add in torch's
-      // AVX2 kernel.
-      const float ix = Fma()(gx + 1.0f, g.scale_x, -0.5f);
-      const float iy = Fma()(gy + 1.0f, g.scale_y, -0.5f);
-      uint8_t* out = dst + y * row + size_t{x} * 3;
-      if (g.nearest) {
-        const float nx = std::nearbyint(ix), ny = std::nearbyint(iy);
-        const bool in = nx > -1.0f && nx < g.fw && ny > -1.0f && ny < g.fh;
-        if (in) {
-          const uint8_t* p = g.src + static_cast<size_t>(ny) * row + static_cast<size_t>(nx) * 3;
-          out[0] = p[0], out[1] = p[1], out[2] = p[2];
-        } else {
-          // With a fill, the mask channel is 0 exactly where the point is
-          // outside: mask < 0.5 takes the fill.
-          for (int c = 0; c < 3; ++c) store(g.fill_f[c], out + c);
-        }
-        continue;
-      }
-      const float xw = std::floor(ix), yn = std::floor(iy);
-      const float w = ix - xw, e = 1.0f - w;
-      const float n = iy - yn, s = 1.0f - n;
-      const float weight[4] = {s * e, s * w, n * e, n * w};  // nw, ne, sw, se
-      const bool w_in = xw > -1.0f && xw<g.fw, e_in = xw + 1.0f> - 1.0f && xw + 1.0f < g.fw;
-      const bool n_in = yn > -1.0f && yn<g.fh, s_in = yn + 1.0f> - 1.0f && yn + 1.0f < g.fh;
-      const bool in[4] = {n_in && w_in, n_in && e_in, s_in && w_in, s_in && e_in};
-      const uint8_t* corner[4] = {nullptr, nullptr, nullptr, nullptr};
-      if (in[0] || in[1] || in[2] || in[3]) {
-        // Only corners inside are read: their indices are in range.
-        const int64_t ixw = static_cast<int64_t>(std::max(xw, -1.0f));
-        const int64_t iyn = static_cast<int64_t>(std::max(yn, -1.0f));
-        for (int k = 0; k < 4; ++k) {
-          if (in[k]) {
-            corner[k] = g.src + static_cast<size_t>(iyn + k / 2) * row +
-                        static_cast<size_t>(ixw + k % 2) * 3;
-          }
-        }
-      }
-      // (nw_val * nw) + (ne_val * ne) + (sw_val * sw) + (se_val * se) as
-      // torch's kernel compiles it: a product, then three fused
-      // multiply-adds; corners outside read 0.
-      float mask = 1.0f;
-      if (g.fill != nullptr) {
-        mask = (in[0] ? 1.0f : 0.0f) * weight[0];
-        for (int k = 1; k < 4; ++k) mask = Fma()(in[k] ? 1.0f : 0.0f, weight[k], mask);
-      }
-      for (int c = 0; c < 3; ++c) {
-        float v = (corner[0] != nullptr ? static_cast<float>(corner[0][c]) : 0.0f) * weight[0];
-        for (int k = 1; k < 4; ++k) {
-          v = Fma()(corner[k] != nullptr ? static_cast<float>(corner[k][c]) : 0.0f, weight[k], v);
-        }
-        if (g.fill != nullptr) {
-          const float kept = v * mask;
-          const float rest = (1.0f - mask) * g.fill_f[c];
-          v = kept + rest;
-        }
-        store(v, out + c);
-      }
+      SamplePoint<Fma>(g, gx, gy, dst + y * row + size_t{x} * 3);
     }
   }
+}
+
+// F_t.elastic_transform's grid: _create_identity_grid (linspace from
+// (1 - s) / s to (s - 1) / s on each axis) plus the displacement, in float32.
+template <typename Fma>
+__attribute__((always_inline)) inline void ElasticSampleAll(const GridSample& g,
+                                                            const float* field, uint8_t* dst) {
+  const size_t row = size_t{g.width} * 3;
+  for (uint32_t y = 0; y < g.height; ++y) {
+    const float base_y = TorchLinspace(g.y0, g.y1, g.height, y);
+    for (uint32_t x = 0; x < g.width; ++x) {
+      const float* d = field + 2 * (size_t{y} * g.width + x);
+      const float gx = TorchLinspace(g.x0, g.x1, g.width, x) + d[0];
+      const float gy = base_y + d[1];
+      SamplePoint<Fma>(g, gx, gy, dst + y * row + size_t{x} * 3);
+    }
+  }
+}
+
+__attribute__((target("fma"))) void ElasticSampleFma(const GridSample& g, const float* field,
+                                                     uint8_t* dst) {
+  ElasticSampleAll<BuiltinFmaOp>(g, field, dst);
+}
+
+void ElasticSampleLibm(const GridSample& g, const float* field, uint8_t* dst) {
+  ElasticSampleAll<LibmFmaOp>(g, field, dst);
 }
 
 template <typename Fma>
@@ -1404,21 +1448,11 @@ __attribute__((always_inline)) inline void GridSampleAll(const GridSample& g, ui
   }
 }
 
-struct LibmFma {
-  float operator()(float a, float b, float c) const { return std::fmaf(a, b, c); }
-};
-
-struct BuiltinFma {
-  __attribute__((always_inline)) float operator()(float a, float b, float c) const {
-    return __builtin_fmaf(a, b, c);
-  }
-};
-
 __attribute__((target("fma"))) void GridSampleFma(const GridSample& g, uint8_t* dst) {
-  GridSampleAll<BuiltinFma>(g, dst);
+  GridSampleAll<BuiltinFmaOp>(g, dst);
 }
 
-void GridSampleLibm(const GridSample& g, uint8_t* dst) { GridSampleAll<LibmFma>(g, dst); }
+void GridSampleLibm(const GridSample& g, uint8_t* dst) { GridSampleAll<LibmFmaOp>(g, dst); }
 
 }  // namespace
 
@@ -1448,6 +1482,106 @@ void TensorAffine(const uint8_t* src, uint32_t height, uint32_t width, const dou
     GridSampleFma(g, dst);
   } else {
     GridSampleLibm(g, dst);
+  }
+}
+
+}  // namespace stoker::image
+
+namespace stoker::image {
+
+uint32_t ElasticKernelSize(float sigma) {
+  auto k = static_cast<uint32_t>(8.0 * static_cast<double>(sigma) + 1.0);
+  return k % 2 == 0 ? k + 1 : k;
+}
+
+size_t ElasticScratch(uint32_t height, uint32_t width, const float sigma[2]) {
+  const uint32_t k = std::max(ElasticKernelSize(sigma[0]), ElasticKernelSize(sigma[1]));
+  return 2 * size_t{height} * width  // the noise field, its horizontal pass
+         + size_t{width} + k          // one padded row
+         + width                      // one output row's sums
+         + 2 * size_t{k};             // the kernels
+}
+
+namespace {
+
+// F.gaussian_blur(f, [k, k], [sx, sy]) of a height x width float32 field in
+// place: reflect padding, one axis after the other.
+void BlurField(float* f, uint32_t height, uint32_t width, uint32_t k, float sx, float sy,
+               float* scratch) {
+  float* const pass = scratch;
+  float* const padded = pass + size_t{height} * width;
+  float* const sums = padded + width + k;
+  float* const kx = sums + width;
+  float* const ky = kx + k;
+  GaussianKernel(k, sx, kx);
+  GaussianKernel(k, sy, ky);
+  const uint32_t r = k / 2;
+  for (uint32_t y = 0; y < height; ++y) {
+    const float* s = f + size_t{y} * width;
+    for (uint32_t x = 0; x < width + 2 * r; ++x) {
+      padded[x] = s[PadIndex(int64_t{x} - r, width, PadMode::kReflect)];
+    }
+    for (uint32_t t0 = 0; t0 < k; t0 += kMaxTapsPerPass) {
+      SumTaps([&](uint32_t t) { return padded + t0 + t; }, kx + t0,
+              std::min(kMaxTapsPerPass, k - t0), width, t0 == 0, pass + size_t{y} * width);
+    }
+  }
+  const float* rows[kMaxTapsPerPass];
+  for (uint32_t y = 0; y < height; ++y) {
+    for (uint32_t t0 = 0; t0 < k; t0 += kMaxTapsPerPass) {
+      const uint32_t n = std::min(kMaxTapsPerPass, k - t0);
+      for (uint32_t t = 0; t < n; ++t) {
+        const int64_t sy_row = PadIndex(int64_t{y} + t0 + t - r, height, PadMode::kReflect);
+        rows[t] = pass + static_cast<size_t>(sy_row) * width;
+      }
+      SumTaps([&](uint32_t t) { return rows[t]; }, ky + t0, n, width, t0 == 0, sums);
+    }
+    std::memcpy(f + size_t{y} * width, sums, sizeof(float) * width);
+  }
+}
+
+}  // namespace
+
+void ElasticDisplacement(uint32_t height, uint32_t width, const float alpha[2],
+                         const float sigma[2], uint64_t noise_seed, float* field,
+                         float* scratch) {
+  const size_t n = size_t{height} * width;
+  float* const noise = scratch;
+  float* const blur = scratch + n;
+  KeyedRng rng(noise_seed);
+  const float size[2] = {static_cast<float>(height), static_cast<float>(width)};
+  for (int a = 0; a < 2; ++a) {  // dx, then dy
+    for (size_t i = 0; i < n; ++i) {
+      const float u = static_cast<float>(rng.Next() >> 40) * 0x1p-24f;  // torch.rand: 24 bits
+      noise[i] = u * 2.0f - 1.0f;
+    }
+    if (sigma[a] > 0.0f) {
+      BlurField(noise, height, width, ElasticKernelSize(sigma[a]), sigma[0], sigma[1], blur);
+    }
+    for (size_t i = 0; i < n; ++i) field[2 * i + a] = noise[i] * alpha[a] / size[a];
+  }
+}
+
+void ElasticTransform(const uint8_t* src, uint32_t height, uint32_t width, const float* field,
+                      Interpolation interpolation, const uint8_t fill[3], uint8_t* dst) {
+  if (height == 0 || width == 0) return;
+  GridSample g{};
+  g.src = src;
+  g.height = height, g.width = width;
+  g.scale_x = static_cast<float>(width) / 2, g.scale_y = static_cast<float>(height) / 2;
+  g.fw = static_cast<float>(width), g.fh = static_cast<float>(height);
+  g.x0 = static_cast<float>((1.0 - width) / width);
+  g.x1 = static_cast<float>((width - 1.0) / width);
+  g.y0 = static_cast<float>((1.0 - height) / height);
+  g.y1 = static_cast<float>((height - 1.0) / height);
+  g.nearest = interpolation == Interpolation::kNearest;
+  g.fill = fill;
+  for (int c = 0; c < 3; ++c) g.fill_f[c] = static_cast<float>(fill[c]);
+  static const bool has_fma = __builtin_cpu_supports("fma");
+  if (has_fma) {
+    ElasticSampleFma(g, field, dst);
+  } else {
+    ElasticSampleLibm(g, field, dst);
   }
 }
 

@@ -278,6 +278,30 @@ void TensorAdjustSharpness(uint8_t* img, uint32_t height, uint32_t width, double
 void TensorAffine(const uint8_t* src, uint32_t height, uint32_t width, const double matrix[6],
                   Interpolation interpolation, const uint8_t* fill, uint8_t* dst);
 
+// ElasticTransform (torchvision 0.14 on a PIL image).
+// The blur kernel's side for a sigma: int(8 sigma + 1), made odd.
+uint32_t ElasticKernelSize(float sigma);
+// Floats of scratch ElasticDisplacement needs.
+size_t ElasticScratch(uint32_t height, uint32_t width, const float sigma[2]);
+// ElasticTransform.get_params for a height x width image: for dx then dy,
+// uniform noise in [-1, 1) (torch.rand's 24-bit floats * 2 - 1, from
+// KeyedRng(noise_seed), row by row, dx's then dy's), blurred when its sigma
+// is > 0 as F.gaussian_blur(field, [k, k], sigma) (k = ElasticKernelSize of
+// that axis' sigma; the x kernel with sigma[0], the y kernel with sigma[1];
+// reflect padding, which needs k / 2 < each side; one axis after the other
+// in float32, where torchvision convolves in 2-D: the last bits differ),
+// times alpha / size (dx by the height, dy by the width: torchvision's
+// order). `field` gets height * width (dx, dy) pairs: the [1, H, W, 2]
+// displacement. `scratch` holds ElasticScratch() floats.
+void ElasticDisplacement(uint32_t height, uint32_t width, const float alpha[2],
+                         const float sigma[2], uint64_t noise_seed, float* field, float* scratch);
+// dst = F.elastic_transform(src, field, interpolation, fill) of an RGB
+// image: the identity grid (float32 linspace from (1 - s) / s to
+// (s - 1) / s) plus the field, grid_sample with the fill's mask channel, as
+// TensorAffine samples; torch.round to uint8. src and dst may not overlap.
+void ElasticTransform(const uint8_t* src, uint32_t height, uint32_t width, const float* field,
+                      Interpolation interpolation, const uint8_t fill[3], uint8_t* dst);
+
 // RandomErasing on an output tensor (torchvision F.erase: out[..., top:top
 // + h, left:left + w] = v) of out_height x out_width x 3 in `dtype`
 // (ring::DType) and `layout` (ring::Layout), the box in step.top, left,
