@@ -362,6 +362,34 @@ def measure(src, warmup: int, batches: int) -> Dict[str, float]:
                 producer_cores=(p1 - p0) / dt, consumer_cores=(c1 - c0) / dt)
 
 
+def side_by_side(recipes, make_source: Callable[[str, str, int], Any], daemon: "Daemon",
+                 rounds: int, batches: int) -> Dict[str, Dict[str, List[Dict[str, Any]]]]:
+    """DataLoader ("dl") against stoker ("stoker") for each recipe, `rounds`
+    rounds, the two sides' order swapped each round: measure() over a fresh
+    source, make_source(recipe, config, round), closed right after (so that
+    no idle source prefetches while the other is measured); the daemon is
+    checked alive after each stoker run. The runs by recipe and side."""
+    runs: Dict[str, Dict[str, List[Dict[str, Any]]]] = {k: {"dl": [], "stoker": []}
+                                                        for k in recipes}
+    for r in range(rounds):
+        for recipe in recipes:
+            for config in (("dl", "stoker") if r % 2 == 0 else ("stoker", "dl")):
+                src = make_source(recipe, config, r)
+                try:
+                    res = measure(src, 2 * WORKERS, batches)
+                finally:
+                    src.close()
+                    del src
+                    gc.collect()
+                if config == "stoker":
+                    daemon.check_alive()
+                res["round"] = r
+                runs[recipe][config].append(res)
+                log(f"round {r + 1} {recipe} {config}: {res['images_per_s']:.1f} img/s, "
+                    f"producers {res['producer_cores']:.2f} cores")
+    return runs
+
+
 def run_tool(build: str, files: str, pipeline: str, dtype: str, layout: str,
              seconds: float, setup_cpu_s: float = 0.0, threads: int = 1,
              ring_mb: int = 0, keywords: Optional[Dict[str, Any]] = None,

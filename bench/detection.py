@@ -53,7 +53,6 @@ machine; the multiscale row is reported beside them.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import random
@@ -467,26 +466,10 @@ def main() -> int:
     os.makedirs(out_dir, exist_ok=True)
     info = bench.machine_info(build)
     daemon = bench.Daemon(build, data_root, bench.WORKERS, os.path.join(out_dir, "detection-stokerd.log"))
-    runs: Dict[str, Dict[str, List[Dict[str, Any]]]] = {k: {"dl": [], "stoker": []}
-                                                        for k in RECIPES}
     try:
-        for r in range(args.rounds):
-            for recipe in RECIPES:
-                order = ("dl", "stoker") if r % 2 == 0 else ("stoker", "dl")
-                for config in order:
-                    src = source(recipe, config, base, data_root, daemon, r)
-                    try:
-                        res = bench.measure(src, 2 * bench.WORKERS, args.batches)
-                    finally:
-                        src.close()
-                        del src
-                        gc.collect()
-                    if config == "stoker":
-                        daemon.check_alive()
-                    res["round"] = r
-                    runs[recipe][config].append(res)
-                    bench.log(f"round {r + 1} {recipe} {config}: {res['images_per_s']:.1f} img/s, "
-                              f"producers {res['producer_cores']:.2f} cores")
+        runs = bench.side_by_side(
+            RECIPES, lambda recipe, config, r: source(recipe, config, base, data_root, daemon, r),
+            daemon, args.rounds, args.batches)
     finally:
         daemon.stop()
     raw = dict(info=info, runs=runs, rounds=args.rounds, batches=args.batches,

@@ -32,7 +32,6 @@ much it was missed if it was.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import statistics
@@ -150,27 +149,12 @@ def main() -> int:
     info = bench.machine_info(build)
     daemon = bench.Daemon(build, data_root, bench.WORKERS,
                           os.path.join(out_dir, "multiview-stokerd.log"))
-    runs: Dict[str, Dict[str, List[Dict[str, Any]]]] = {k: {"dl": [], "stoker": []}
-                                                        for k in RECIPES}
     try:
-        for r in range(args.rounds):
-            for recipe in RECIPES:
-                order = ("dl", "stoker") if r % 2 == 0 else ("stoker", "dl")
-                for config in order:
-                    src = (DataLoaderSource(base, recipe) if config == "dl" else
-                           StokerSource(daemon, rel, recipe, f"{recipe}-{r}"))
-                    try:
-                        res = bench.measure(src, 2 * bench.WORKERS, args.batches)
-                    finally:
-                        src.close()
-                        del src
-                        gc.collect()
-                    if config == "stoker":
-                        daemon.check_alive()
-                    res["round"] = r
-                    runs[recipe][config].append(res)
-                    bench.log(f"round {r + 1} {recipe} {config}: {res['images_per_s']:.1f} img/s, "
-                              f"producers {res['producer_cores']:.2f} cores")
+        runs = bench.side_by_side(
+            RECIPES, lambda recipe, config, r: (
+                DataLoaderSource(base, recipe) if config == "dl"
+                else StokerSource(daemon, rel, recipe, f"{recipe}-{r}")),
+            daemon, args.rounds, args.batches)
     finally:
         daemon.stop()
     raw = dict(info=info, runs=runs, rounds=args.rounds, batches=args.batches, quick=args.quick,

@@ -142,9 +142,9 @@ void AddOp(uint8_t b, stoker::image::PipelineParams* p, stoker::image::Interpola
       op.interpolation = affine_interp;
       op.fill[0] = static_cast<uint8_t>(b), op.fill[1] = 9, op.fill[2] = 99;
       break;
-    case 12:  // RandomRotation and the point ops, always applied
+    case 12:  // RandomRotation, the point ops, RandomPerspective, ElasticTransform: always
       op.p = 1.0f;
-      switch (v % 7) {
+      switch (v % 9) {
         case 0:
           op.kind = OpKind::kRandomRotation;
           op.degrees[0] = -30.0f * v, op.degrees[1] = 30.0f * v;
@@ -165,6 +165,16 @@ void AddOp(uint8_t b, stoker::image::PipelineParams* p, stoker::image::Interpola
           break;
         case 5:
           op.kind = OpKind::kRandomEqualize;
+          break;
+        case 6:
+          op.kind = OpKind::kRandomPerspective, op.distortion = v / 15.0f;
+          op.interpolation = affine_interp;
+          break;
+        case 7:
+          op.kind = OpKind::kElasticTransform;
+          op.elastic_alpha[0] = 5.0f * v, op.elastic_alpha[1] = 3.0f;
+          op.elastic_sigma[0] = op.elastic_sigma[1] = (v & 1) != 0 ? 1.0f : 0.0f;
+          op.interpolation = affine_interp;
           break;
         default:
           op.kind = OpKind::kRandomInvert;

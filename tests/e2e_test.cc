@@ -413,12 +413,12 @@ TEST_CASE("an op list attaches, and Status echoes the effective and the requeste
   CHECK(bad.status().code() == absl::StatusCode::kInvalidArgument);
   CHECK_THAT(std::string(bad.status().message()),
              Catch::Matchers::Contains("pipeline: ops[0] RandomCrop: padding"));
-  o.pipeline = R"({"ops": [{"RandomPerspective": {"distortion_scale": 0.5}}]})";
+  o.pipeline = R"({"ops": [{"RandomFisheye": {"distortion_scale": 0.5}}]})";
   bad = client->Attach(o);
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.status().code() == absl::StatusCode::kInvalidArgument);
   CHECK_THAT(std::string(bad.status().message()),
-             Catch::Matchers::Contains("ops[0]: unknown op 'RandomPerspective'"));
+             Catch::Matchers::Contains("ops[0]: unknown op 'RandomFisheye'"));
   v1::AttachRequest req;
   req.set_dataset("ds");
   req.set_batch_size(8);

@@ -464,6 +464,21 @@ bool ParseSteps(const std::string& json, SampleSteps* steps) {
     };
     Step& s = steps->steps[steps->count++];
     s = Step();
+    // The geometric steps' "interpolation" (nearest or bilinear; `def` when
+    // absent) and "fill" (3 values, default 0).
+    auto resampling_and_fill = [&](const char* def) {
+      const std::string interp =
+          f.count("interpolation") != 0 ? f.at("interpolation").string_value() : def;
+      if (interp != "nearest" && interp != "bilinear") {
+        std::cerr << at << ": interpolation must be nearest or bilinear\n";
+        return false;
+      }
+      s.interpolation = interp == "nearest" ? Interpolation::kNearest : Interpolation::kBilinear;
+      double fill[3] = {0, 0, 0};
+      if (f.count("fill") != 0) numbers("fill", 3, fill);
+      for (int k = 0; k < 3; ++k) s.fill[k] = static_cast<uint8_t>(std::clamp(fill[k], 0.0, 255.0));
+      return true;
+    };
     // A 64-bit seed, as a decimal string (a JSON number would lose bits).
     auto noise_seed = [&]() {
       const pb::Value* seed = get("noise_seed");
@@ -576,17 +591,7 @@ bool ParseSteps(const std::string& json, SampleSteps* steps) {
           s.has_center = 1;
           s.center[0] = c[0], s.center[1] = c[1];
         }
-        const std::string interp =
-            f.count("interpolation") != 0 ? f.at("interpolation").string_value() : "nearest";
-        if (interp != "nearest" && interp != "bilinear") {
-          std::cerr << at << ": interpolation must be nearest or bilinear\n";
-          return false;
-        }
-        s.interpolation = interp == "nearest" ? Interpolation::kNearest : Interpolation::kBilinear;
-        double fill[3] = {0, 0, 0};
-        if (f.count("fill") != 0) numbers("fill", 3, fill);
-        for (int k = 0; k < 3; ++k)
-          s.fill[k] = static_cast<uint8_t>(std::clamp(fill[k], 0.0, 255.0));
+        if (!resampling_and_fill("nearest")) return false;
         break;
       }
       case StepKind::kElastic: {
@@ -595,17 +600,7 @@ bool ParseSteps(const std::string& json, SampleSteps* steps) {
         numbers("sigma", 2, sigma);
         for (int k = 0; k < 2; ++k) s.elastic[k] = f32(alpha[k]), s.elastic[2 + k] = f32(sigma[k]);
         if (!noise_seed()) return false;
-        const std::string interp =
-            f.count("interpolation") != 0 ? f.at("interpolation").string_value() : "bilinear";
-        if (interp != "nearest" && interp != "bilinear") {
-          std::cerr << at << ": interpolation must be nearest or bilinear\n";
-          return false;
-        }
-        s.interpolation = interp == "nearest" ? Interpolation::kNearest : Interpolation::kBilinear;
-        double fill[3] = {0, 0, 0};
-        if (f.count("fill") != 0) numbers("fill", 3, fill);
-        for (int k = 0; k < 3; ++k)
-          s.fill[k] = static_cast<uint8_t>(std::clamp(fill[k], 0.0, 255.0));
+        if (!resampling_and_fill("bilinear")) return false;
         break;
       }
       case StepKind::kPerspective: {
@@ -614,17 +609,7 @@ bool ParseSteps(const std::string& json, SampleSteps* steps) {
         for (int k = 0; k < 8; ++k) {
           s.corners[k] = static_cast<int32_t>(std::clamp(c[k], -2147483648.0, 2147483647.0));
         }
-        const std::string interp =
-            f.count("interpolation") != 0 ? f.at("interpolation").string_value() : "bilinear";
-        if (interp != "nearest" && interp != "bilinear") {
-          std::cerr << at << ": interpolation must be nearest or bilinear\n";
-          return false;
-        }
-        s.interpolation = interp == "nearest" ? Interpolation::kNearest : Interpolation::kBilinear;
-        double fill[3] = {0, 0, 0};
-        if (f.count("fill") != 0) numbers("fill", 3, fill);
-        for (int k = 0; k < 3; ++k)
-          s.fill[k] = static_cast<uint8_t>(std::clamp(fill[k], 0.0, 255.0));
+        if (!resampling_and_fill("bilinear")) return false;
         break;
       }
       case StepKind::kPosterize:
