@@ -279,3 +279,17 @@ def test_a_seed_gives_the_same_views_whatever_the_workers(stoker, daemon_factory
         assert torch.equal(la, lb) and torch.equal(va, vb)
     # Epochs draw anew.
     assert not torch.equal(got[0][0][0], got[0][4][0])
+
+
+def test_an_imagefolder_with_the_recipes_transform_is_served(stoker, daemon_factory, corpus):
+    """The drop-in's route (and `python -m stoker run`'s): a torchvision
+    ImageFolder whose transform is a multi-view object."""
+    from torchvision.datasets import ImageFolder
+    d = daemon_factory(workers=1, data_root=str(corpus.parent))
+    ds = ImageFolder(str(corpus), transform=TwoCropsTransform(simclr(64)))
+    with stoker.Loader(ds, socket=d.socket, batch_size=5, epochs=1, seed=1) as loader:
+        batches = list(loader)
+    assert len(batches) == 2
+    (q, k), labels = batches[0]
+    assert q.shape == k.shape == (5, 3, 64, 64) and q.dtype == torch.float32
+    assert sorted(torch.cat([b[1] for b in batches]).tolist()) == sorted(t for _, t in ds.samples)
