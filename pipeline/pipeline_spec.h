@@ -33,6 +33,10 @@
 // A keyword that the chosen preset has no op for (scale with "eval"), or a
 // preset keyword beside `ops`, is INVALID_ARGUMENT naming both.
 //
+// Its parts: this file's pipeline_spec.cc (keywords, presets, Effective,
+// Describe), op_defaults.h (each op's defaults and checks, its step bound)
+// and spec_text.h (JSON into messages and back, the messages' text).
+//
 // Thread safety: all functions are pure (no state), safe from any thread.
 // Errors: INVALID_ARGUMENT with a message that names the keyword, or the op
 // by position and torchvision name ("ops[2] ColorJitter: hue [-0.6, 0.6]

@@ -256,7 +256,7 @@ struct PipelineParams {
   // MaxOutputPixels).
   uint32_t out_height = 0;
   uint32_t out_width = 0;
-  // No defaults here (they are pipeline/pipeline_spec.cc's): a
+  // No defaults here (they are pipeline/'s, pipeline_spec.h): a
   // PipelineParams left as constructed fails ValidateParams (dtype 0,
   // max_decode_pixels 0), and mean/std start as the identity.
   uint32_t dtype = 0;          // ring::DType: uint8 / float32 / float16
