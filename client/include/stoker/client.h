@@ -197,7 +197,7 @@ struct SessionInfo {
   uint32_t start_epoch = 0;
   uint64_t start_batch = 0;
   uint32_t batch_size = 0;
-  uint32_t height = 0;             // 0 for variable-size decode
+  uint32_t height = 0;             // 0 for variable-size decode; view0's for views
   uint32_t width = 0;
   uint32_t channels = 3;
   DType dtype = DType::kUint8;
@@ -268,7 +268,10 @@ class Batch {
 
   // The samples' field `name` (SessionInfo::fields), or nullptr when the
   // session's samples have none. The accessors below are views of the
-  // "image", "label", "mask" and box fields.
+  // "image", "label", "mask" and box fields. A multi-view session
+  // (PipelineSpec.views) has no "image": its views are "view0", "view1", ...
+  // (each fixed, of its own size), and view0 stands for the image in the
+  // accessors below, CopyToDevice included (copy the others from field()).
   const BatchField* field(std::string_view name) const;
   const std::vector<BatchField>& fields() const { return fields_; }
 
