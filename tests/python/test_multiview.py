@@ -23,7 +23,6 @@ from conftest import make_dataset
 
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("torchvision.transforms")
-from PIL import Image  # noqa: E402
 
 import textured_corpus  # noqa: E402
 from test_image_fidelity import MAE_EXACT, TOOL  # noqa: E402

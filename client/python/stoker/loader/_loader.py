@@ -135,16 +135,23 @@ class Loader(_PipelineMixin, _EpochsMixin, _BatchesMixin):
             run in the daemon, read one to one into ``ops``: RandomResizedCrop,
             Resize (bilinear), CenterCrop, RandomCrop, RandomHorizontalFlip,
             RandomVerticalFlip, ColorJitter, Grayscale, RandomGrayscale,
-            GaussianBlur, RandomRotation, RandomAffine (nearest or bilinear),
-            RandomPosterize, RandomSolarize, RandomAdjustSharpness,
-            RandomAutocontrast, RandomEqualize, RandomInvert, the policies
-            AutoAugment, RandAugment, TrivialAugmentWide and AugMix (nearest
-            or bilinear), then ToTensor or PILToTensor, ConvertImageDtype,
+            GaussianBlur, RandomRotation, RandomAffine, RandomPerspective,
+            ElasticTransform (nearest or bilinear), Pad, RandomApply,
+            RandomChoice and RandomOrder of pixel ops, RandomPosterize,
+            RandomSolarize, RandomAdjustSharpness, RandomAutocontrast,
+            RandomEqualize, RandomInvert, the policies AutoAugment,
+            RandAugment, TrivialAugmentWide and AugMix (nearest or bilinear),
+            then ToTensor or PILToTensor, ConvertImageDtype,
             Normalize (a 1-value mean/std is broadcast), then RandomErasing
             (on the output tensor, last, as torchvision applies it after
             Normalize). torchvision's reference ``ClassificationPresetTrain``
             (any callable whose ``transforms`` is a Compose) is read as its
-            Compose. Others, and an op out of its place, are refused with an
+            Compose. A multi-view transform (``stoker.MultiView``, or an
+            object such as MoCo's TwoCropsTransform or DINO's
+            DataAugmentationDINO whose call returns a list of its transforms'
+            results) gives each sample's views: batches are then ``(views,
+            labels)``, ``views`` a list of tensors (README, "Multi-view
+            samples"). Others, and an op out of its place, are refused with an
             error naming them. It decides every pipeline argument from
             ``pipeline`` to ``std`` below: giving one of them too is an error
             naming both. Without a fixed-size crop or resize the images cannot
