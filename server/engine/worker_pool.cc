@@ -106,6 +106,7 @@ absl::Status WorkerPool::Launch(WorkerSlot& w) {
   w.dead = false;
   w.hung = false;
   w.unsendable = false;
+  w.full = false;
   w.state = "idle";
   w.in_flight.clear();
   w.started_ns = clock_->NowNs();
@@ -117,7 +118,7 @@ absl::Status WorkerPool::Launch(WorkerSlot& w) {
 
 bool WorkerPool::CanTake(uint32_t id, uint32_t depth) const {
   const WorkerSlot& w = *workers_[id];
-  return !(w.dead || w.hung || w.unsendable || w.retiring || w.retired ||
+  return !(w.dead || w.hung || w.unsendable || w.full || w.retiring || w.retired ||
            w.in_flight.size() > depth);
 }
 
@@ -193,6 +194,12 @@ int64_t WorkerPool::BusyNs(int64_t now_ns) const {
 bool WorkerPool::SendTask(uint32_t id, const worker::TaskMsg& msg, size_t bytes) {
   WorkerSlot& w = *workers_[id];
   if (!SendWithFd(w.channel.get(), &msg, bytes, -1)) {
+    if ((errno == EAGAIN || errno == EWOULDBLOCK) && !w.in_flight.empty()) {
+      // Its queue fills the socket's buffer: wait for an answer, which
+      // drains one task's datagram.
+      w.full = true;
+      return false;
+    }
     // The worker is gone (killed from outside, say) or stuck; its death
     // is handled from epoll, or by the hang check. Not `hung`: a send that
     // failed says nothing about the sample the worker was on, and must not
@@ -245,6 +252,7 @@ bool WorkerPool::Service(uint32_t id,
       return false;
     }
     w.in_flight.pop_front();
+    w.full = false;
     w.last_progress_ns = clock_->NowNs();
     if (w.in_flight.empty()) {
       w.state = w.retiring ? "retiring" : "idle";

@@ -11,6 +11,9 @@
 //               answer out of order. Its death counts against its sample.
 //   unsendable  A send failed (the worker is gone or stuck); it gets no more
 //               tasks until its death arrives. Says nothing about its sample.
+//   full        Its socket's buffer holds no more tasks (each is a datagram of
+//               some 20 KB; a deep --worker-queue-depth fills it): a send
+//               would block. It takes tasks again once it answers one.
 //
 // Supervision, as the dispatcher drives it:
 //   1. Start launches every slot; each new incarnation is told every ring
@@ -115,6 +118,7 @@ struct WorkerSlot {
   bool dead = true;
   bool hung = false;        // killed by us: it hung, or answered out of order
   bool unsendable = false;  // a send to it failed; its death comes by epoll
+  bool full = false;        // its channel's buffer is full; cleared by its next result
   uint64_t restarts = 0;
   uint64_t crashes = 0;
   uint64_t samples_done = 0;
@@ -170,10 +174,12 @@ class WorkerPool {
   uint64_t restarts_total() const { return restarts_total_; }
 
   // Whether worker `id` may take a task at queue depth `depth`: alive, not
-  // hung or unsendable, holding at most `depth` tasks.
+  // hung, unsendable or full, holding at most `depth` tasks.
   bool CanTake(uint32_t id, uint32_t depth) const;
   // Sends the first `bytes` of `msg` (a task); on success it is in flight.
-  // False when the send failed: the worker is marked unsendable.
+  // False when the send failed: the worker is marked full when its channel's
+  // buffer would not take the task while it holds others (a send that
+  // would block), else unsendable.
   bool SendTask(uint32_t id, const worker::TaskMsg& msg, size_t bytes);
   // Sends a control message (with `fd` as SCM_RIGHTS, -1 for none) to one
   // live worker, or to every live one. Failures are left to the death

@@ -361,3 +361,40 @@ TEST_CASE("resize: a retiring worker taken back before it left keeps running") {
 
 }  // namespace
 }  // namespace stoker
+
+namespace stoker {
+namespace {
+
+TEST_CASE("a worker whose channel's buffer is full waits for its next answer, not its death") {
+  std::atomic<bool> release{false};
+  Fixture f(
+      [&release](uint32_t, const worker::TaskMsg&, const std::string& p) {
+        while (p == "slow" && !release.load()) std::this_thread::sleep_for(1ms);
+        return FakeLauncher::Reply{};
+      },
+      1);
+  f.Send(0, 1, "slow");  // the worker is on it and reads nothing more
+  // Task headers (some 20 KB each) until the socket's buffer takes no more.
+  auto msg = std::make_unique<worker::TaskMsg>();
+  uint64_t sent = 1;
+  for (uint64_t id = 2; id < 1000; ++id) {
+    msg->task_id = id;
+    if (!f.pool.SendTask(0, *msg, worker::TaskHeaderBytes())) break;
+    sent = id;
+  }
+  REQUIRE(sent < 999);
+  CHECK(f.pool.worker(0).full);
+  CHECK_FALSE(f.pool.worker(0).unsendable);
+  CHECK_FALSE(f.pool.CanTake(0, 100000));
+  release = true;
+  REQUIRE(f.PumpUntil([&] { return !f.results[0].empty(); }));
+  CHECK_FALSE(f.pool.worker(0).full);
+  CHECK(f.pool.CanTake(0, 100000));
+  // Every task sent is answered, in order; none was lost to the full buffer.
+  REQUIRE(f.PumpUntil([&] { return f.results[0].size() == sent; }));
+  for (uint64_t i = 0; i < sent; ++i) CHECK(f.results[0][i] == i + 1);
+  CHECK(f.deaths.empty());
+}
+
+}  // namespace
+}  // namespace stoker

@@ -216,3 +216,20 @@ def test_the_ring_budget_is_shared_by_all_sessions(stoker, daemon_factory):
     with stoker.Loader("imgs", **kw) as c:
         assert sum(len(y) for _, y in c) == 16
     b.close()
+
+
+def test_a_deep_worker_queue_does_not_stall_a_lone_worker(stoker, daemon_factory, tmp_path):
+    """--worker-queue-depth 32 with one worker: more tasks than the worker's
+    socket buffer holds (each some 20 KB). The daemon waits for the worker's
+    next answer instead of giving the worker up (which left its samples
+    unsent and the trainer waiting: a hang at depth 11 and over)."""
+    root = str(tmp_path / "data")
+    make_dataset(os.path.join(root, "ds"), classes=2, per_class=30, sizes=(48, 120), seed=3)
+    d = daemon_factory(workers=1, data_root=root, extra_args=["--worker-queue-depth", "32"])
+    seen = []
+    with stoker.Loader(os.path.join(root, "ds"), socket=d.socket, batch_size=8, size=32,
+                       epochs=2, timeout_ms=30000) as loader:
+        for _ in range(2):
+            for b in loader.iter_batches():
+                seen += [int(i) for i in b.indices]
+    assert sorted(seen) == sorted(list(range(60)) * 2)
