@@ -51,16 +51,22 @@ class _BatchesMixin:
         'detail', 'copies', 'bytes', 'in_flight', ...}; None before attach."""
         return None if self._session is None else self._session.device_status
 
+    def _cuda_device(self) -> Tuple[int, Any]:
+        """The CUDA device batches go to: (its index, the torch.device); the
+        current device when the loader named none."""
+        torch = _torch_module()
+        index = self._device_index
+        if index is None or index == _NO_INDEX:
+            index = torch.cuda.current_device()
+        return index, torch.device("cuda", index)
+
     def _to_cuda(self, images: Any) -> Any:
         """The batch copied to the device in the layout the daemon served
         (NHWC or NCHW), normalized there when the daemon served uint8 for it:
         one tensor, or for a list of any-size images a list (one copy a
         sample). The slot goes back once every copy of it completed."""
         torch = _torch_module()
-        index = self._device_index
-        if index is None or index == _NO_INDEX:
-            index = torch.cuda.current_device()
-        dev = torch.device("cuda", index)
+        index, dev = self._cuda_device()
         stream = torch.cuda.current_stream(dev)
         if isinstance(images, list):
             out: Any = [self._copy_to_cuda(images, a, i, dev, index, stream)
@@ -122,10 +128,7 @@ class _BatchesMixin:
         tensors = [torch.from_numpy(a.copy() if self.copy else a)
                    for a in arrays]
         if self._mode == "cuda":
-            index = self._device_index
-            if index is None or index == _NO_INDEX:
-                index = torch.cuda.current_device()
-            dev = torch.device("cuda", index)
+            dev = self._cuda_device()[1]
             tensors = [t.to(dev, non_blocking=False) for t in tensors]
             labels = labels.to(dev)
         if self._bfloat16:  # the daemon served float32
@@ -179,10 +182,7 @@ class _BatchesMixin:
         if self._mode == "cuda":
             if masks is not None or targets is not None:
                 # Before the images: their copy ends the slot's lease.
-                index = self._device_index
-                if index is None or index == _NO_INDEX:
-                    index = torch.cuda.current_device()
-                dev = torch.device("cuda", index)
+                dev = self._cuda_device()[1]
                 # On the current stream, as the images' copy (a pageable
                 # source: the copy is done when .to returns).
                 if masks is not None:
