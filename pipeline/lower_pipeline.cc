@@ -65,6 +65,11 @@ bool Pair(const Range& r, T (&out)[2]) {
 template <typename Op>
 bool Resampling(const Op& op, image::OpParams* o) {
   if (op.interpolation().empty() || !op.has_antialias()) return false;
+  if (op.interpolation() == pipeline::kResizeInterpolations[1]) {
+    if (!op.antialias()) return false;
+    o->interpolation = image::Interpolation::kBicubic;
+    return true;
+  }
   o->interpolation =
       op.antialias() ? image::Interpolation::kAntialias : image::Interpolation::kBilinear;
   return true;

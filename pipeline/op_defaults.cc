@@ -75,15 +75,17 @@ constexpr float kDefaultDistortHue[2] = {-0.05f, 0.05f};
 
 
 absl::Status CheckInterpolation(absl::string_view value, absl::string_view what) {
-  if (value == kBilinear) return absl::OkStatus();
+  for (std::string_view name : kResizeInterpolations) {
+    if (value == AV(name)) return absl::OkStatus();
+  }
   if (value == "antialias") {
     return Bad(what,
                " 'antialias' is stoker 0.1's name: drop it (antialiased bilinear is "
                "the default; antialias=false gives plain 2-tap bilinear)");
   }
   return Bad(what, " '", value,
-             "' is not served: only 'bilinear' is (antialias=false gives "
-             "the plain 2-tap kind)");
+             "' is not served: use 'bilinear' (antialias=false gives the plain 2-tap kind) "
+             "or 'bicubic'");
 }
 
 
@@ -141,6 +143,10 @@ absl::Status Resampling(T* op, absl::string_view at) {
     return st;
   }
   if (!op->has_antialias()) op->set_antialias(kDefaultAntialias);
+  if (op->interpolation() == AV(kResizeInterpolations[1]) && !op->antialias()) {
+    return Bad(at, "interpolation 'bicubic' is served antialiased only (torchvision's PIL "
+                   "path): drop antialias=false or use 'bilinear'");
+  }
   return absl::OkStatus();
 }
 

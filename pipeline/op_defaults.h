@@ -22,7 +22,7 @@ absl::Status FillOp(v1::Op* op, const std::string& at);
 // The most steps `op` makes for one sample (image's DrawSteps; kMaxSteps).
 uint32_t MostSteps(const v1::Op& op);
 
-// A resize's interpolation: "bilinear" is served; `what` names it.
+// A resize's interpolation: "bilinear" or "bicubic" (kResizeInterpolations); `what` names it.
 absl::Status CheckInterpolation(absl::string_view value, absl::string_view what);
 
 // An output size: [s] -> [s, s], [h, w] within the output's limits; empty is

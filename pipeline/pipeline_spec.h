@@ -22,7 +22,7 @@
 //   resize_size   eval preset: Resize's size (default round(256*min(size)/224))
 //   scale, ratio  train preset: RandomResizedCrop's
 //   flip_prob     train preset: RandomHorizontalFlip's p
-//   interpolation "bilinear" (the only one); the preset's resampling op's
+//   interpolation "bilinear" or "bicubic"; the preset's resampling op's
 //   antialias     bool; the preset's resampling op's (default true)
 //   dtype         "uint8" | "float32" | "float16"
 //   layout        "nhwc" | "nchw"
@@ -97,6 +97,9 @@ inline constexpr uint32_t kMaxSteps = 128;
 // policies' geometric ops, as torchvision names it, in the order NEAREST,
 // BILINEAR (pipeline/lower_pipeline.cc lowers them by name).
 inline constexpr std::string_view kAffineInterpolations[] = {"nearest", "bilinear"};
+// The resizes' resampling: Pillow's BILINEAR (antialias=false: plain 2-tap)
+// and BICUBIC (antialiased only, as torchvision's PIL path does it).
+inline constexpr std::string_view kResizeInterpolations[] = {"bilinear", "bicubic"};
 
 // AutoAugment's policies (torchvision's AutoAugmentPolicy values), the
 // default first, in the order of image::AutoAugmentPolicy (value index + 1).

@@ -228,10 +228,19 @@ TEST_CASE("a keyword the preset has no op for, or a preset keyword beside ops", 
   CHECK_THAT(Error(R"({"pipeline": 3})"), Contains("pipeline must be a string"));
 }
 
-TEST_CASE("interpolation: bilinear only, 0.1's 'antialias' is refused by name", "[pipeline_spec]") {
-  CHECK_THAT(Error(R"({"interpolation": "bicubic"})"),
-             Contains("'bicubic' is not served") && Contains("only 'bilinear'") &&
-                 Contains("antialias=false gives the plain 2-tap kind"));
+TEST_CASE("interpolation: bilinear or bicubic, 0.1's 'antialias' is refused by name",
+          "[pipeline_spec]") {
+  CHECK_THAT(Error(R"({"interpolation": "lanczos"})"),
+             Contains("'lanczos' is not served") && Contains("use 'bilinear'") &&
+                 Contains("antialias=false gives the plain 2-tap kind") && Contains("'bicubic'"));
+  auto e = Eff(R"({"ops": [{"Resize": {"size": 8, "interpolation": "bicubic"}},
+                           {"RandomResizedCrop": {"size": 4, "interpolation": "bicubic"}}]})");
+  CHECK(e.ops(0).resize().interpolation() == "bicubic");
+  CHECK(e.ops(0).resize().antialias());
+  CHECK(e.ops(1).random_resized_crop().interpolation() == "bicubic");
+  CHECK_THAT(Error(R"({"ops": [{"Resize": {"size": 8, "interpolation": "bicubic",
+                                          "antialias": false}}]})"),
+             Contains("ops[0] Resize: interpolation 'bicubic' is served antialiased only"));
   CHECK_THAT(Error(R"({"interpolation": "antialias"})"),
              Contains("drop it") && Contains("default"));
   CHECK_THAT(Error(R"({"ops": [{"Resize": {"size": 8, "interpolation": "nearest"}}]})"),

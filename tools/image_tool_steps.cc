@@ -61,6 +61,7 @@ std::string DoubleJson(double v) {
 std::string InterpolationName(Interpolation i) {
   return i == Interpolation::kBilinear  ? "bilinear"
          : i == Interpolation::kNearest ? "nearest"
+         : i == Interpolation::kBicubic ? "bicubic"
                                         : "antialias";
 }
 
@@ -92,7 +93,10 @@ std::string StepsJson(const SampleSteps& steps) {
         break;
       case StepKind::kResize:
         absl::StrAppend(&out, ",\"height\":", s.height, ",\"width\":", s.width, ",\"antialias\":",
-                        s.interpolation == Interpolation::kAntialias ? "true" : "false");
+                        s.interpolation == Interpolation::kBilinear ? "false" : "true");
+        if (s.interpolation == Interpolation::kBicubic) {
+          absl::StrAppend(&out, ",\"interpolation\":\"bicubic\"");
+        }
         break;
       case StepKind::kPad: {
         const auto mode = static_cast<uint32_t>(s.padding_mode);
@@ -305,6 +309,9 @@ bool ParseSteps(const std::string& json, SampleSteps* steps) {
         const pb::Value* aa = f.count("antialias") != 0 ? &f.at("antialias") : nullptr;
         s.interpolation = aa == nullptr || aa->bool_value() ? Interpolation::kAntialias
                                                             : Interpolation::kBilinear;
+        if (f.count("interpolation") != 0 && f.at("interpolation").string_value() == "bicubic") {
+          s.interpolation = Interpolation::kBicubic;
+        }
         break;
       }
       case StepKind::kPad: {

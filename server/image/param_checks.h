@@ -26,7 +26,8 @@ inline bool Finite(float v) { return std::isfinite(v); }
 inline bool Finite(double v) { return std::isfinite(v); }
 
 inline bool ValidInterpolation(Interpolation i) {
-  return i == Interpolation::kAntialias || i == Interpolation::kBilinear;
+  return i == Interpolation::kAntialias || i == Interpolation::kBilinear ||
+         i == Interpolation::kBicubic;
 }
 
 // The affine ops' resampling (PIL's Image.transform / rotate: NEAREST,

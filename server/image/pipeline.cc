@@ -42,11 +42,13 @@ std::string StartBytes(const uint8_t* data, size_t size) {
   return absl::StrCat(hex, " (\"", text, "\")");
 }
 
-// One axis' resample plan for a resize's interpolation (kAntialias or
-// kBilinear).
+// One axis' resample plan for a resize's interpolation (kAntialias,
+// kBicubic or kBilinear).
 void BuildPlan(Interpolation interpolation, const AxisSpec& spec, uint32_t size, AxisPlan* plan) {
   if (interpolation == Interpolation::kBilinear) {
     BuildBilinearPlan(spec, size, plan);
+  } else if (interpolation == Interpolation::kBicubic) {
+    BuildAntialiasPlan(spec, size, plan, PilFilter::kBicubic);
   } else {
     BuildAntialiasPlan(spec, size, plan);
   }
@@ -564,8 +566,9 @@ absl::Status SampleProcessor::Impl::DecodeFused(const PipelineParams& p, const F
   // IDCTs are plain C and measured slower than decoding at the next power of
   // two. A scale the daemon's calibration disabled (decode_planner.h) is
   // passed over for the next larger allowed one; 8 is always allowed.
+  // Bicubic's bound was not measured: it decodes at full scale.
   int num = 8;
-  if (p.exact_decode == 0) {
+  if (p.exact_decode == 0 && g.interpolation != Interpolation::kBicubic) {
     for (int m : {1, 2, 4}) {
       if ((p.disabled_dct_scales & DctScaleBit(m)) != 0) continue;
       if (rx.scale * m >= 8.0 * kMinDecodedPerOutput &&

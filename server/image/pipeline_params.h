@@ -18,11 +18,11 @@
 
 namespace stoker::image {
 
-// kAntialias, kBilinear: the resizes (Pillow's resize BILINEAR, or plain
-// 2-tap bilinear). kNearest, kBilinear: the affine ops (RandomRotation,
+// kAntialias, kBicubic, kBilinear: the resizes (Pillow's resize BILINEAR or
+// BICUBIC, or plain 2-tap bilinear). kNearest, kBilinear: the affine ops (RandomRotation,
 // RandomAffine, the policies' geometric ops), as PIL's Image.transform /
 // Image.rotate resample them (NEAREST, BILINEAR).
-enum class Interpolation : uint32_t { kAntialias = 1, kBilinear = 2, kNearest = 3 };
+enum class Interpolation : uint32_t { kAntialias = 1, kBilinear = 2, kNearest = 3, kBicubic = 4 };
 
 // The ops a pipeline is made of: torchvision's transforms of the same names
 // (stoker.proto's Op documents each one's semantics).

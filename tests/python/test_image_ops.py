@@ -90,17 +90,23 @@ def draw(ops, height, width, count=DRAWS, seed=1):
 
 # ---------------------------------------------------------------- torchvision, forced
 
+def interpolation(params):
+    """A resize's InterpolationMode from its JSON form (default bilinear)."""
+    return T.InterpolationMode(params.get("interpolation", "bilinear"))
+
+
 def forced_transform(name, params, steps):
     """torchvision's transform `name` with its random draws replaced by the
     parameters stoker drew for it (`steps`: that op's steps)."""
     kinds = [s["kind"] for s in steps]
     if name == "RandomResizedCrop":
-        t = T.RandomResizedCrop(params["size"], **{k: params[k] for k in ("scale", "ratio") if k in params})
+        t = T.RandomResizedCrop(params["size"], **{k: params[k] for k in ("scale", "ratio") if k in params},
+                                interpolation=interpolation(params))
         crop = steps[0]
         t.get_params = lambda img, scale, ratio: (crop["top"], crop["left"], crop["height"], crop["width"])
         return t
     if name == "Resize":
-        return T.Resize(params["size"], max_size=params.get("max_size"))
+        return T.Resize(params["size"], max_size=params.get("max_size"), interpolation=interpolation(params))
     if name == "CenterCrop":
         return T.CenterCrop(params["size"])
     if name == "RandomCrop":
@@ -339,6 +345,9 @@ BOUNDED_CASES = [
     ("resize_far_down", [{"Resize": {"size": [32, 40]}}], MAE_EXACT, 2),  # DCT-scaled on the larger images
     ("rrc_vflip", [{"RandomResizedCrop": {"size": [96, 128], "scale": [0.3, 1.0]}}, {"RandomVerticalFlip": {}}],
      MAE_EXACT, 2),
+    ("resize_bicubic", [{"Resize": {"size": [150, 200], "interpolation": "bicubic"}}], MAE_EXACT, 2),
+    ("rrc_bicubic", [{"RandomResizedCrop": {"size": [96], "scale": [0.05, 0.4], "interpolation": "bicubic"}}],
+     MAE_EXACT, 2),
     ("crop_then_resize", [{"RandomCrop": {"size": [160, 200], "padding": [8], "padding_mode": "reflect"}},
                           {"RandomHorizontalFlip": {}}, {"Resize": {"size": [112], "max_size": 150}},
                           {"CenterCrop": {"size": [100, 112]}}], MAE_EXACT, 2),
@@ -379,6 +388,23 @@ def test_op_within_bounds_of_torchvision(tmp_path, images, case, mean_bound, wor
                 failures.append(f"{name} seed {seed}: worst {worst} > {worst_bound} (steps {steps})")
     print(f"MAE max {max(errs):.4f} mean {np.mean(errs):.4f}, worst {worst_seen}")
     assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("interpolation", ["bilinear", "bicubic"])
+def test_resize_of_a_png_equals_pil_exactly(tmp_path, images, interpolation):
+    # A PNG's decode is PIL's byte for byte, so the resample alone is compared:
+    # Pillow's filters, coefficients and clipping (bicubic overshoots) exactly.
+    failures = []
+    for name in ("photo_257x191", "fur_800x600_420_q85", "text_500x375_420_q75"):
+        png = tmp_path / f"{name}.png"
+        Image.open(images[name]).convert("RGB").save(png)
+        for size in ([150, 200], [700], [31, 45], [97]):
+            ops = [{"Resize": {"size": size, "interpolation": interpolation}}]
+            got, steps = render(png, tmp_path, ops, seed=1)
+            want = torchvision_result(png, ops, steps)
+            if got.shape != want.shape or not np.array_equal(got, want):
+                failures.append(f"{name} {size}: differs")
+    assert not failures, failures
 
 
 def test_forced_steps_rerun_the_same_pixels(tmp_path, images):

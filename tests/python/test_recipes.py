@@ -187,8 +187,8 @@ def test_pil_to_tensor_then_convert_image_dtype_is_to_tensor(stoker):
 
 
 @pytest.mark.parametrize("transform, message", [
-    (ClassificationPresetTrain(crop_size=32, interpolation=IM.BICUBIC),
-     r"RandomResizedCrop\(interpolation=bicubic\)"),
+    (ClassificationPresetTrain(crop_size=32, interpolation=IM.LANCZOS),
+     r"RandomResizedCrop\(interpolation=lanczos\)"),
     (T.Compose([T.RandomCrop(32), T.RandAugment(interpolation=IM.BICUBIC), T.ToTensor()]),
      r"RandAugment\(interpolation=bicubic\).*nearest or bilinear"),
     (T.Compose([T.RandomCrop(32), T.RandomErasing(), T.ToTensor()]),

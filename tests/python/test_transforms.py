@@ -114,6 +114,17 @@ def test_a_composition_of_an_op_that_is_not_served_is_refused_by_name(stoker, op
         options([T.RandomApply([T.Lambda(lambda x: x)]), T.ToTensor()])
 
 
+def test_bicubic_is_read_from_the_mode_and_from_pils_filter_number(options):
+    # DINO writes RandomResizedCrop(224, interpolation=Image.BICUBIC) (3), which
+    # torchvision 0.14 turns into InterpolationMode.BICUBIC with a warning.
+    with pytest.warns(UserWarning):
+        from_int = T.RandomResizedCrop(32, interpolation=3)
+    for t in (T.RandomResizedCrop(32, interpolation=T.InterpolationMode.BICUBIC), from_int,
+              T.Resize(32, interpolation=T.InterpolationMode.BICUBIC)):
+        (op,) = options([t, T.PILToTensor()])["ops"]
+        assert next(iter(op.values()))["interpolation"] == "bicubic", op
+
+
 def test_antialias_is_never_sent_the_pil_backend_always_antialiases(options):
     # torchvision 0.14 ignores antialias=False for PIL images (with a warning):
     # the op's default, PIL's antialiased resampling, is what it does.
@@ -124,8 +135,8 @@ def test_antialias_is_never_sent_the_pil_backend_always_antialiases(options):
 
 @pytest.mark.parametrize("transform,match", [
     ([T.RandomResizedCrop(64), T.Lambda(lambda x: x), T.ToTensor()], "Lambda"),
-    ([T.RandomResizedCrop(64, interpolation=T.InterpolationMode.BICUBIC), T.ToTensor()],
-     "RandomResizedCrop.*bicubic"),
+    ([T.RandomResizedCrop(64, interpolation=T.InterpolationMode.LANCZOS), T.ToTensor()],
+     "RandomResizedCrop.*lanczos"),
     ([T.Resize(64, interpolation=T.InterpolationMode.NEAREST), T.ToTensor()], "Resize.*nearest"),
     ([T.RandomResizedCrop(64)], "end in a tensor"),
     ([T.RandomResizedCrop(64), T.PILToTensor(), T.Normalize(MEAN, STD)], "Normalize"),

@@ -56,19 +56,28 @@ def _floats(v: Any) -> List[float]:
     return [float(x) for x in v]
 
 
+def _interpolation_name(t: Any, default: str) -> str:
+    """A transform's `interpolation`: an InterpolationMode, or PIL's filter
+    number (``Image.BICUBIC``, as DINO writes it), which torchvision 0.14
+    still accepts."""
+    mode = getattr(t, "interpolation", None)
+    if isinstance(mode, int) and not isinstance(mode, bool):
+        return _PIL_FILTERS.get(mode, str(mode))
+    return str(getattr(mode, "value", mode) or default).lower()
+
+
 def _resampling(t: Any) -> Dict[str, Any]:
-    """The interpolation of RandomResizedCrop / Resize: bilinear only.
+    """The interpolation of RandomResizedCrop / Resize: bilinear or bicubic.
 
     `antialias` is never sent: torchvision 0.14 resizes a PIL image with PIL's
     antialiased resampling whatever its `antialias` says (F.resize ignores
     antialias=False for PIL images, with a warning), and the op's default is
     that same PIL resampling.
     """
-    mode = getattr(t, "interpolation", None)
-    name = str(getattr(mode, "value", mode) or "bilinear").lower()
-    if name != "bilinear":
-        raise _refuse(f"{type(t).__name__}(interpolation={name}): only bilinear is served "
-                      "(antialiased when downscaling, as torchvision's PIL backend does)")
+    name = _interpolation_name(t, "bilinear")
+    if name not in ("bilinear", "bicubic"):
+        raise _refuse(f"{type(t).__name__}(interpolation={name}): bilinear and bicubic are "
+                      "served (antialiased when downscaling, as torchvision's PIL backend does)")
     return {"interpolation": name}
 
 
@@ -110,11 +119,7 @@ def _affine_interpolation(t: Any) -> Dict[str, Any]:
     """The resampling of the geometric ops (RandomRotation, RandomAffine, the
     policies' shears, translations and rotations): nearest or bilinear, as
     PIL's Image.transform / rotate do them."""
-    mode = getattr(t, "interpolation", None)
-    if isinstance(mode, int) and not isinstance(mode, bool):
-        name = _PIL_FILTERS.get(mode, str(mode))
-    else:
-        name = str(getattr(mode, "value", mode)).lower()
+    name = _interpolation_name(t, "none")
     if name not in ("nearest", "bilinear"):
         raise _refuse(f"{type(t).__name__}(interpolation={name}): its geometric ops are served "
                       "with nearest or bilinear resampling only")

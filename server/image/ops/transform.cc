@@ -29,6 +29,15 @@ inline double Triangle(double x) {
   return x < 1.0 ? 1.0 - x : 0.0;
 }
 
+// Pillow's bicubic filter (a = -0.5), support 2.
+inline double Bicubic(double x) {
+  constexpr double a = -0.5;
+  if (x < 0.0) x = -x;
+  if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1;
+  if (x < 2.0) return (((x - 5) * x + 8) * x - 4) * a;
+  return 0.0;
+}
+
 // Python's round(): half to even (the default floating-point rounding mode).
 inline int64_t RoundHalfEven(double v) { return static_cast<int64_t>(std::nearbyint(v)); }
 
@@ -190,12 +199,13 @@ AxisSpec ScaleAxis(const AxisSpec& a, int num, uint32_t decoded) {
   return s;
 }
 
-void BuildAntialiasPlan(const AxisSpec& spec, uint32_t size, AxisPlan* plan) {
+void BuildAntialiasPlan(const AxisSpec& spec, uint32_t size, AxisPlan* plan, PilFilter filter) {
   int32_t lo, in_size;
   ClampRange(spec, size, &lo, &in_size);
+  const bool bicubic = filter == PilFilter::kBicubic;
   const double scale = spec.scale;
   const double filterscale = std::max(scale, 1.0);
-  const double support = 1.0 * filterscale;
+  const double support = (bicubic ? 2.0 : 1.0) * filterscale;
   const auto ksize = static_cast<uint32_t>(std::ceil(support)) * 2 + 1;
   ResetPlan(spec.out_size, ksize, plan);
   // Doubles first (as Pillow), then normalized, then to fixed point.
@@ -218,7 +228,8 @@ void BuildAntialiasPlan(const AxisSpec& spec, uint32_t size, AxisPlan* plan) {
     if (static_cast<uint32_t>(xmax) > ksize) xmax = static_cast<int32_t>(ksize);
     double ww = 0.0;
     for (int32_t x = 0; x < xmax; ++x) {
-      w[x] = Triangle((x + xmin - center + 0.5) * ss);
+      const double t = (x + xmin - center + 0.5) * ss;
+      w[x] = bicubic ? Bicubic(t) : Triangle(t);
       ww += w[x];
     }
     int32_t* k = &plan->coeffs[size_t{i} * ksize];

@@ -11,8 +11,8 @@
 //              read and where each output pixel's center falls.
 //   AxisPlan   an AxisSpec turned into Pillow-style integer coefficients.
 //
-// Resampling reproduces Pillow's Image.resize(BILINEAR) (what torchvision's
-// PIL backend calls): triangle filter with support scaled by the downscale
+// Resampling reproduces Pillow's Image.resize(BILINEAR or BICUBIC) (what
+// torchvision's PIL backend calls): the filter's support scaled by the downscale
 // factor, per-output normalization, 22-bit fixed point, horizontal pass
 // first, rounded to uint8 between the passes.
 
@@ -93,9 +93,17 @@ struct AxisPlan {
   std::vector<int32_t> pairs;
 };
 
+// Pillow's resampling filters: BILINEAR (triangle, support 1) and BICUBIC
+// (Keys' cubic with a = -0.5, support 2; its negative lobes make outputs
+// that ResampleRow / ResampleColumns clip to 0..255, as Pillow does).
+enum class PilFilter { kBilinear, kBicubic };
+
+// Pillow's Image.resize(filter) coefficients for one axis: the filter's
+// support scaled by the downscale factor, normalized per output.
 // `size` is the axis' full length in source pixels (the clamp range is
 // [lo, hi) intersected with [0, size)). Reuses plan's storage.
-void BuildAntialiasPlan(const AxisSpec& spec, uint32_t size, AxisPlan* plan);
+void BuildAntialiasPlan(const AxisSpec& spec, uint32_t size, AxisPlan* plan,
+                        PilFilter filter = PilFilter::kBilinear);
 // Plain 2-tap bilinear, half-pixel centers, no antialias (PyTorch's
 // interpolate(mode="bilinear", align_corners=False) on the crop).
 void BuildBilinearPlan(const AxisSpec& spec, uint32_t size, AxisPlan* plan);
