@@ -11,16 +11,17 @@ first: textured photos of about 400x320, progressive and optimized JPEGs
 among them). The recipes, each one transform object given unchanged to
 torchvision's ImageFolder (DataLoader, 2 workers) and to stoker.Loader
 (transform=, 2 daemon workers), float32 NCHW normalized, batch 32:
-  * simclr: MoCo v2 / SimCLR's two views, as MoCo's TwoCropsTransform
-    writes them: RandomResizedCrop(224, scale=(0.2, 1)),
+(bench/recipes.py, each as its project writes it):
+  * simclr: MoCo v2 / SimCLR's two views, MoCo's TwoCropsTransform:
+    RandomResizedCrop(224, scale=(0.2, 1)),
     RandomApply([ColorJitter(0.4, 0.4, 0.4, 0.1)], p=0.8),
-    RandomGrayscale(0.2), RandomApply([GaussianBlur(23, (0.1, 2))], p=0.5),
-    RandomHorizontalFlip, ToTensor, Normalize;
+    RandomGrayscale(0.2), RandomApply([MoCo's GaussianBlur([.1, 2.])], p=0.5)
+    (PIL's ImageFilter.GaussianBlur), RandomHorizontalFlip, ToTensor,
+    Normalize;
   * dino: DINO's DataAugmentationDINO (two 224 global crops, eight 96 local
-    ones; flip, ColorJitter p=0.8, RandomGrayscale, GaussianBlur 1.0 / 0.1 /
-    0.5, RandomSolarize 0.2 on the second global crop), with torchvision's
-    GaussianBlur and RandomSolarize where DINO's code has PIL-filter classes
-    of its own (which stoker refuses by name).
+    ones, all BICUBIC; flip, ColorJitter p=0.8, RandomGrayscale, DINO's own
+    GaussianBlur 1.0 / 0.1 / 0.5 (PIL's filter) and Solarization 0.2 on the
+    second global crop).
 A sample is one image with all its views: images/s counts samples. Each
 configuration, in an order rotated each round, is measured by bench.py's
 measure() (a warm-up, then --batches timed batches with the producers' and
@@ -37,66 +38,21 @@ import os
 import statistics
 import sys
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import bench  # noqa: E402  (Daemon, measure, CPU accounting, machine_info, log)
+import recipes  # noqa: E402  (the projects' transform objects)
 
 BATCH = 32
 RECIPES = ("simclr", "dino")
 
 
-class TwoCropsTransform:
-    """MoCo's loader.TwoCropsTransform."""
-
-    def __init__(self, base_transform: Any) -> None:
-        self.base_transform = base_transform
-
-    def __call__(self, x: Any) -> List[Any]:
-        return [self.base_transform(x), self.base_transform(x)]
-
-
-class DataAugmentationDINO:
-    """DINO's main_dino.DataAugmentationDINO, with torchvision's blur and
-    solarize."""
-
-    def __init__(self, local_crops_number: int = 8) -> None:
-        import torchvision.transforms as T
-        flip_and_color_jitter = T.Compose([
-            T.RandomHorizontalFlip(p=0.5),
-            T.RandomApply([T.ColorJitter(brightness=0.4, contrast=0.4, saturation=0.2, hue=0.1)],
-                          p=0.8),
-            T.RandomGrayscale(p=0.2)])
-        normalize = T.Compose([T.ToTensor(), T.Normalize(bench.MEAN, bench.STD)])
-        blur = T.GaussianBlur(23, sigma=(0.1, 2.0))
-        self.global_transfo1 = T.Compose([T.RandomResizedCrop(224, scale=(0.4, 1.0)),
-                                          flip_and_color_jitter, blur, normalize])
-        self.global_transfo2 = T.Compose([T.RandomResizedCrop(224, scale=(0.4, 1.0)),
-                                          flip_and_color_jitter, T.RandomApply([blur], p=0.1),
-                                          T.RandomSolarize(128, p=0.2), normalize])
-        self.local_crops_number = local_crops_number
-        self.local_transfo = T.Compose([T.RandomResizedCrop(96, scale=(0.05, 0.4)),
-                                        flip_and_color_jitter, T.RandomApply([blur], p=0.5),
-                                        normalize])
-
-    def __call__(self, image: Any) -> List[Any]:
-        crops = [self.global_transfo1(image), self.global_transfo2(image)]
-        for _ in range(self.local_crops_number):
-            crops.append(self.local_transfo(image))
-        return crops
-
-
 def transform(recipe: str) -> Any:
-    import torchvision.transforms as T
     if recipe == "simclr":
-        return TwoCropsTransform(T.Compose([
-            T.RandomResizedCrop(224, scale=(0.2, 1.0)),
-            T.RandomApply([T.ColorJitter(0.4, 0.4, 0.4, 0.1)], p=0.8),
-            T.RandomGrayscale(p=0.2),
-            T.RandomApply([T.GaussianBlur(23, sigma=(0.1, 2.0))], p=0.5),
-            T.RandomHorizontalFlip(), T.ToTensor(), T.Normalize(bench.MEAN, bench.STD)]))
-    return DataAugmentationDINO()
+        return recipes.TwoCropsTransform(recipes.moco_v2())
+    return recipes.DataAugmentationDINO((0.4, 1.), (0.05, 0.4), 8)
 
 
 def touchable(batch: Any) -> Any:

@@ -142,9 +142,10 @@ void AddOp(uint8_t b, stoker::image::PipelineParams* p, stoker::image::Interpola
       op.interpolation = affine_interp;
       op.fill[0] = static_cast<uint8_t>(b), op.fill[1] = 9, op.fill[2] = 99;
       break;
-    case 12:  // RandomRotation, the point ops, RandomPerspective, ElasticTransform: always
+    case 12:  // RandomRotation, the point ops, RandomPerspective, ElasticTransform, PIL's
+              // blur: always
       op.p = 1.0f;
-      switch (v % 9) {
+      switch (v % 10) {
         case 0:
           op.kind = OpKind::kRandomRotation;
           op.degrees[0] = -30.0f * v, op.degrees[1] = 30.0f * v;
@@ -175,6 +176,10 @@ void AddOp(uint8_t b, stoker::image::PipelineParams* p, stoker::image::Interpola
           op.elastic_alpha[0] = 5.0f * v, op.elastic_alpha[1] = 3.0f;
           op.elastic_sigma[0] = op.elastic_sigma[1] = (v & 1) != 0 ? 1.0f : 0.0f;
           op.interpolation = affine_interp;
+          break;
+        case 8:
+          op.kind = OpKind::kImageFilterGaussianBlur;
+          op.sigma[0] = 0.0f, op.sigma[1] = 1.5f * static_cast<float>(v) * static_cast<float>(v);
           break;
         default:
           op.kind = OpKind::kRandomInvert;
@@ -278,8 +283,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   stoker::image::PipelineParams p;
   const int mode = q[0] % 6;
   const uint32_t out_h = 1 + q[1] % 64, out_w = 1 + q[2] % 64;
-  const Interpolation interp =
-      (q[3] & 4) != 0 ? Interpolation::kBilinear : Interpolation::kAntialias;
+  // Bicubic when the byte that picks bilinear also has its top bit set.
+  const Interpolation interp = (q[3] & 4) == 0    ? Interpolation::kAntialias
+                               : (q[4] & 128) != 0 ? Interpolation::kBicubic
+                                                   : Interpolation::kBilinear;
   if (mode == 0 || mode == 4) {
     p.op_count = 2;
     stoker::image::OpParams& rrc = p.ops[0];

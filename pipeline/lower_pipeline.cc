@@ -338,6 +338,15 @@ absl::Status LowerOp(const v1::Op& op, int i, image::OpParams* o) {
       o->bits = op.random_posterize().bits();
       o->p = op.random_posterize().p();
       return absl::OkStatus();
+    case v1::Op::kImageFilterGaussianBlur: {
+      const auto& r = op.image_filter_gaussian_blur();
+      o->kind = image::OpKind::kImageFilterGaussianBlur;
+      if (!Pair(r.radius(), o->sigma) || !r.has_p()) {
+        return NotEffective(i, "ImageFilterGaussianBlur needs radius [min, max] and p");
+      }
+      o->p = r.p();
+      return absl::OkStatus();
+    }
     case v1::Op::kRandomSolarize:
       o->kind = image::OpKind::kRandomSolarize;
       if (!op.random_solarize().has_threshold() || !op.random_solarize().has_p()) {

@@ -235,6 +235,20 @@ TEST_CASE("the affine ops and the per-pixel random ops reach their OpParams") {
   CHECK(p.ops[11].p == 0.0f);
 }
 
+TEST_CASE("bicubic resizes and the recipes' PIL blur reach their OpParams") {
+  const image::PipelineParams p = Lower(R"({"ops": [
+      {"RandomResizedCrop": {"size": 96, "interpolation": "bicubic"}},
+      {"Resize": {"size": 64, "interpolation": "bicubic"}},
+      {"ImageFilterGaussianBlur": {"radius": [0.5, 3], "p": 0.25}}]})");
+  REQUIRE(p.op_count == 3);
+  CHECK(p.ops[0].interpolation == image::Interpolation::kBicubic);
+  CHECK(p.ops[1].interpolation == image::Interpolation::kBicubic);
+  CHECK(p.ops[2].kind == image::OpKind::kImageFilterGaussianBlur);
+  CHECK(p.ops[2].sigma[0] == 0.5f);
+  CHECK(p.ops[2].sigma[1] == 3.0f);
+  CHECK(p.ops[2].p == 0.25f);
+}
+
 TEST_CASE("the policies and RandomErasing reach their OpParams") {
   const image::PipelineParams p = Lower(R"({"ops": [
       {"RandomResizedCrop": {"size": 176}},

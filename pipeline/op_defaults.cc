@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "pipeline/op_table.h"
+#include "server/image/ops/box_blur.h"
 #include "pipeline/pipeline_spec.h"
 #include "pipeline/spec_text.h"
 #include "stoker/ring_layout.h"
@@ -37,6 +38,10 @@ constexpr float kDefaultElasticAlpha = 50.0f;  // ElasticTransform's
 constexpr float kDefaultElasticSigma = 5.0f;
 constexpr float kMaxElasticSigma = 1000.0f;    // a kernel of 8001 taps
 constexpr float kDefaultGrayscaleP = 0.1f;
+// ImageFilterGaussianBlur's: DINO's and MoCo's radius range; applied always
+// unless p says otherwise (MoCo's class has no p).
+constexpr float kDefaultBoxBlurRadius[2] = {0.1f, 2.0f};
+constexpr float kDefaultBoxBlurP = 1.0f;
 constexpr uint32_t kDefaultGrayscaleChannels = 1;  // torchvision's, which is refused
 constexpr uint32_t kServedGrayscaleChannels = 3;
 constexpr float kDefaultSigma[2] = {0.1f, 2.0f};
@@ -730,6 +735,18 @@ absl::Status FillOp(Op* op, const std::string& at) {  // `at`: "ops[i] Name: "
                    absl::StrCat(o->bits()));
       }
       return Probability(o, kDefaultRandomP, at);
+    }
+    case Op::kImageFilterGaussianBlur: {
+      v1::ImageFilterGaussianBlur* o = op->mutable_image_filter_gaussian_blur();
+      Floats* r = o->mutable_radius();
+      if (r->empty()) r->Add(kDefaultBoxBlurRadius, kDefaultBoxBlurRadius + 2);
+      if (r->size() == 1) r->Add(r->Get(0));
+      if (r->size() != 2 || !(r->Get(0) >= 0) || !(r->Get(0) <= r->Get(1)) ||
+          !(r->Get(1) <= image::kMaxBoxBlurRadius)) {
+        return Bad(at, "radius ", ListText(*r), " must be one value or [min, max] with 0 <= min "
+                   "<= max <= ", absl::StrCat(static_cast<int>(image::kMaxBoxBlurRadius)));
+      }
+      return Probability(o, kDefaultBoxBlurP, at);
     }
     case Op::kRandomSolarize: {
       v1::RandomSolarize* o = op->mutable_random_solarize();

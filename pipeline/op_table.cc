@@ -50,6 +50,7 @@ OpRow RowOf(OpKind k) {
     case OpKind::kPad: return {Name(k), k, kGeo};
     case OpKind::kRandomPerspective: return {Name(k), k, kGeo};
     case OpKind::kElasticTransform: return {Name(k), k, kGeo};
+    case OpKind::kImageFilterGaussianBlur: return {Name(k), k, kPix, OpSource::kRecipeClass};
     // Compositions of pixel ops.
     case OpKind::kRandomApply: return {Name(k), k, kPix, kTv, false, /*holds_ops=*/true};
     case OpKind::kRandomChoice: return {Name(k), k, kPix, kTv, false, /*holds_ops=*/true};
@@ -101,6 +102,7 @@ std::string_view OpSourceName(OpSource s) {
   switch (s) {
     case OpSource::kTorchvisionTransforms: return "torchvision.transforms";
     case OpSource::kDetectionReference: return "detection_reference";
+    case OpSource::kRecipeClass: return "recipe_class";
   }
   return "";
 }

@@ -12,8 +12,10 @@
 //                the output tensor, after every other op
 //   source       where a Python transform object of this name comes from:
 //                torchvision.transforms (read from a Compose by
-//                stoker/_transforms.py), or torchvision's detection
-//                reference (given by name in ops=, v2 has the same)
+//                stoker/_transforms.py), torchvision's detection
+//                reference (given by name in ops=, v2 has the same), or a
+//                recipe's own class (read by what it does to an image:
+//                ImageFilterGaussianBlur, from DINO's and MoCo's classes)
 //   needs_boxes  its draw reads the sample's boxes (RandomIoUCrop)
 //   holds_ops    a composition (RandomApply, RandomChoice, RandomOrder): its
 //                `transforms` are ops, each of a row that moves pixels only
@@ -38,7 +40,7 @@
 namespace stoker::pipeline {
 
 enum class OpMoves { kPixels, kGeometry, kOutputTensor };
-enum class OpSource { kTorchvisionTransforms, kDetectionReference };
+enum class OpSource { kTorchvisionTransforms, kDetectionReference, kRecipeClass };
 
 struct OpRow {
   std::string_view name;
@@ -57,7 +59,8 @@ const OpRow* FindOp(std::string_view name);
 const OpRow* FindOp(image::OpKind kind);
 
 std::string_view OpMovesName(OpMoves m);    // "pixels", "geometry", "output_tensor"
-std::string_view OpSourceName(OpSource s);  // "torchvision.transforms", "detection_reference"
+// "torchvision.transforms", "detection_reference", "recipe_class"
+std::string_view OpSourceName(OpSource s);
 
 }  // namespace stoker::pipeline
 

@@ -34,6 +34,8 @@ TEST_CASE("the op table has one row per Op field of stoker.proto, numbered as it
   CHECK(FindOp("RandomIoUCrop")->needs_boxes);
   CHECK(FindOp("RandomErasing")->moves == OpMoves::kOutputTensor);
   CHECK(FindOp("RandomZoomOut")->source == OpSource::kDetectionReference);
+  CHECK(FindOp("ImageFilterGaussianBlur")->source == OpSource::kRecipeClass);
+  CHECK(OpSourceName(OpSource::kRecipeClass) == "recipe_class");
 }
 
 // Parameters an op must be given (torchvision's required arguments); the

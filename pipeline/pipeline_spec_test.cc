@@ -455,6 +455,39 @@ TEST_CASE("RandomRotation and RandomAffine: angles, translate, scale, shear, cen
             .interpolation() == "bilinear");
 }
 
+TEST_CASE("ImageFilterGaussianBlur: DINO's radius range and p 1 by default, ranges checked",
+          "[pipeline_spec]") {
+  const std::string at = R"({"ops": [{"CenterCrop": {"size": 8}}, )";
+  const auto blur = [](const PipelineSpec& e) { return e.ops(1).image_filter_gaussian_blur(); };
+  auto d = blur(Eff(at + R"({"ImageFilterGaussianBlur": {}}]})"));
+  CHECK(d.radius_size() == 2);
+  CHECK(d.radius(0) == 0.1f);
+  CHECK(d.radius(1) == 2.0f);
+  CHECK(d.p() == 1.0f);
+  auto one = blur(Eff(at + R"({"ImageFilterGaussianBlur": {"radius": 3, "p": 0.5}}]})"));
+  CHECK(one.radius(0) == 3.0f);
+  CHECK(one.radius(1) == 3.0f);
+  CHECK(one.p() == 0.5f);
+  CHECK_THAT(Error(at + R"({"ImageFilterGaussianBlur": {"radius": [2, 1]}}]})"),
+             Contains("ops[1] ImageFilterGaussianBlur: radius [2, 1] must be one value or "
+                      "[min, max] with 0 <= min <= max <= 1000"));
+  CHECK_THAT(Error(at + R"({"ImageFilterGaussianBlur": {"radius": [-1, 1]}}]})"),
+             Contains("0 <= min"));
+  CHECK_THAT(Error(at + R"({"ImageFilterGaussianBlur": {"radius": [1, 2000]}}]})"),
+             Contains("max <= 1000"));
+  CHECK_THAT(Error(at + R"({"ImageFilterGaussianBlur": {"radius": [1, 2, 3]}}]})"),
+             Contains("radius [1, 2, 3]"));
+  CHECK_THAT(Error(at + R"({"ImageFilterGaussianBlur": {"p": 2}}]})"),
+             Contains("p must be within [0, 1], not 2"));
+  // In a composition (MoCo's RandomApply([GaussianBlur([.1, 2.])], p=0.5)).
+  CHECK(Eff(R"({"ops": [{"RandomApply": {"transforms": [{"ImageFilterGaussianBlur": {}}]}}]})")
+            .ops(0)
+            .random_apply()
+            .transforms(0)
+            .image_filter_gaussian_blur()
+            .p() == 1.0f);
+}
+
 TEST_CASE("RandomPosterize, RandomSolarize, RandomAdjustSharpness and the p-only ops",
           "[pipeline_spec]") {
   const std::string at = R"({"ops": [{"CenterCrop": {"size": 8}}, )";

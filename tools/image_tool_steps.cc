@@ -139,6 +139,9 @@ std::string StepsJson(const SampleSteps& steps) {
         absl::StrAppend(&out, ",\"interpolation\":", JsonString(InterpolationName(s.interpolation)),
                         ",\"fill\":[", s.fill[0], ",", s.fill[1], ",", s.fill[2], "]");
         break;
+      case StepKind::kBoxBlur:
+        absl::StrAppend(&out, ",\"radius\":", FloatJson(s.sigma));
+        break;
       case StepKind::kElastic:
         absl::StrAppend(&out, ",\"alpha\":[", FloatJson(s.elastic[0]), ",", FloatJson(s.elastic[1]),
                         "],\"sigma\":[", FloatJson(s.elastic[2]), ",", FloatJson(s.elastic[3]),
@@ -278,7 +281,7 @@ bool ParseSteps(const std::string& json, SampleSteps* steps) {
     const pb::Value* kind = get("kind");
     if (kind == nullptr) return false;
     bool known = false;
-    for (uint32_t k = 1; k <= static_cast<uint32_t>(StepKind::kElastic); ++k) {
+    for (uint32_t k = 1; k <= static_cast<uint32_t>(kLastStepKind); ++k) {
       if (kind->string_value() == StepKindName(static_cast<StepKind>(k))) {
         s.kind = static_cast<StepKind>(k);
         known = true;
@@ -378,6 +381,9 @@ bool ParseSteps(const std::string& json, SampleSteps* steps) {
         if (!resampling_and_fill("nearest")) return false;
         break;
       }
+      case StepKind::kBoxBlur:
+        s.sigma = f32(number("radius"));
+        break;
       case StepKind::kElastic: {
         double alpha[2] = {0, 0}, sigma[2] = {0, 0};
         numbers("alpha", 2, alpha);

@@ -43,6 +43,8 @@ const char* OpKindName(OpKind kind) {
       return "RandomPerspective";
     case OpKind::kElasticTransform:
       return "ElasticTransform";
+    case OpKind::kImageFilterGaussianBlur:
+      return "ImageFilterGaussianBlur";
     case OpKind::kRandomRotation:
       return "RandomRotation";
     case OpKind::kRandomAffine:

@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "server/image/ops/box_blur.h"
 #include "server/image/ops/boxes.h"
 #include "server/image/param_checks.h"
 #include "server/image/decode/decode_planner.h"
@@ -107,6 +108,7 @@ bool WorksInPlace(StepKind k) {
     case StepKind::kRotate:
     case StepKind::kPerspective:
     case StepKind::kElastic:
+    case StepKind::kBoxBlur:
       return false;
     default:
       return true;
@@ -169,7 +171,7 @@ struct SampleProcessor::Impl {
   std::vector<int32_t> acc;
   std::vector<float> blur;
   std::vector<float> field;     // an elastic step's displacement
-  std::vector<uint8_t> scratch8;   // sharpness's copy of the image
+  std::vector<uint8_t> scratch8;   // sharpness's copy of the image; a box blur's line
   std::vector<uint8_t> mix_start;  // the image at kMixBegin
   std::vector<float> mix_acc;      // AugMix's weighted sum
   AxisPlan plan_x, plan_y;
@@ -448,6 +450,10 @@ absl::Status SampleProcessor::Impl::Execute(const PipelineParams& p, const Sampl
           AffineTransform(cur, h, w, matrix, st.interpolation, st.fill, dst);
           break;
         }
+        case StepKind::kBoxBlur:
+          dst = Room(spare, pixels * 3 + kResamplePadBytes);
+          BoxBlur(cur, h, w, st.sigma, Room(scratch8, BoxBlurScratch(h, w)), dst);
+          break;
         case StepKind::kElastic: {
           dst = Room(spare, pixels * 3 + kResamplePadBytes);
           const float sigma[2] = {st.elastic[2], st.elastic[3]};

@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "server/image/ops/box_blur.h"
 #include "server/image/ops/policy.h"
 #include "server/image/param_checks.h"
 #include "stoker/ring_layout.h"
@@ -137,6 +138,13 @@ absl::Status ValidateOp(uint32_t i, const OpParams& op) {
           !(op.sigma[0] <= op.sigma[1])) {
         return bad("need 0 < sigma[0] <= sigma[1] (finite)");
       }
+      return absl::OkStatus();
+    case OpKind::kImageFilterGaussianBlur:
+      if (!(op.sigma[0] >= 0 && op.sigma[0] <= op.sigma[1] &&
+            op.sigma[1] <= kMaxBoxBlurRadius)) {
+        return bad("radius must be [min, max], 0 <= min <= max <= 1000");
+      }
+      if (!(op.p >= 0.0f && op.p <= 1.0f)) return bad("p must be in [0, 1]");
       return absl::OkStatus();
     case OpKind::kElasticTransform:
       for (int a = 0; a < 2; ++a) {

@@ -66,6 +66,7 @@ enum class OpKind : uint32_t {
   kPad = 32,  // padding, padding_mode, fill as RandomCrop's
   kRandomPerspective = 33,  // distortion, p, interpolation, fill
   kElasticTransform = 34,   // elastic_alpha, elastic_sigma, interpolation, fill
+  kImageFilterGaussianBlur = 35,  // radius [min, max] in sigma, p
 };
 
 // Whether `kind` is a composition (RandomApply, RandomChoice, RandomOrder).
@@ -161,7 +162,7 @@ struct OpParams {
   uint32_t jitter_set = 0;
   uint32_t kernel_x = 0;      // GaussianBlur: odd, >= 1
   uint32_t kernel_y = 0;
-  float sigma[2] = {0, 0};    // GaussianBlur: [min, max], > 0
+  float sigma[2] = {0, 0};    // GaussianBlur: [min, max], > 0; ImageFilterGaussianBlur: radius
   // RandomRotation, RandomAffine: the angle range in degrees, [min, max].
   float degrees[2] = {0, 0};
   // RandomAffine: translate fractions [x, y] (has_translate), scale range

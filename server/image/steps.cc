@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "server/image/ops/box_blur.h"
 #include "server/image/ops/boxes.h"
 #include "server/image/ops/ops.h"
 #include "server/image/ops/perspective.h"
@@ -125,6 +126,11 @@ absl::Status CheckSteps(const SampleSteps& steps, uint32_t height, uint32_t widt
         }
         break;
       }
+      case StepKind::kBoxBlur:
+        if (!(s.sigma >= 0 && s.sigma <= kMaxBoxBlurRadius)) {
+          return StepError(i, s, "radius must be in [0, 1000]");
+        }
+        break;
       case StepKind::kGaussianBlur:
         if (!ValidKernel(s.kernel_x) || !ValidKernel(s.kernel_y) || !Finite(s.sigma) ||
             !(s.sigma > 0)) {
@@ -288,6 +294,8 @@ const char* StepKindName(StepKind kind) {
       return "mix_end";
     case StepKind::kErase:
       return "erase";
+    case StepKind::kBoxBlur:
+      return "box_blur";
     case StepKind::kChannelPermute:
       return "permute";
     case StepKind::kPerspective:
@@ -551,6 +559,12 @@ absl::Status DrawSteps(const PipelineParams& p, uint32_t height, uint32_t width,
                              op.sigma[1]);
         break;
       }
+      case OpKind::kImageFilterGaussianBlur:
+        if (ChooseFlip(op.p, rng)) {
+          add(StepKind::kBoxBlur).sigma = std::clamp(
+              static_cast<float>(rng.Uniform(op.sigma[0], op.sigma[1])), op.sigma[0], op.sigma[1]);
+        }
+        break;
       case OpKind::kElasticTransform: {
         // get_params' two torch.rand fields come from one seed drawn here.
         Step& s = add(StepKind::kElastic);

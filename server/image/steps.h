@@ -105,12 +105,18 @@ enum class StepKind : uint32_t {
   // ElasticDisplacement (ops.h) makes from noise_seed with elastic =
   // {alpha x, alpha y, sigma x, sigma y}, interpolation, fill.
   kElastic = 23,
+  // PIL's ImageFilter.GaussianBlur(sigma): three box blurs per axis
+  // (ops/box_blur.h); sigma is its radius, 0..kMaxBoxBlurRadius.
+  kBoxBlur = 24,
 };
+// The last kind: kinds are numbered 1..kLastStepKind without gaps.
+inline constexpr StepKind kLastStepKind = StepKind::kBoxBlur;
 
 // "crop", "resize", "pad", "hflip", "vflip", "color_jitter", "grayscale",
 // "gaussian_blur", "affine", "rotate", "posterize", "solarize", "sharpness",
 // "autocontrast", "equalize", "invert", "mix_begin", "mix_chain", "mix_end",
-// "erase", "permute", "perspective", "elastic" (the image tool's step JSON);
+// "erase", "permute", "perspective", "elastic", "box_blur" (the image tool's
+// step JSON);
 // "unknown" otherwise.
 const char* StepKindName(StepKind kind);
 
@@ -195,7 +201,8 @@ struct SampleSteps {
 // is the crop's size; ColorJitter: a uniform permutation of the four
 // adjustments, then each set factor uniform in its range, in the order
 // brightness, contrast, saturation, hue; GaussianBlur: sigma uniform in its
-// range; RandomResize: the shorter side, a uniform integer in [min, max);
+// range; ImageFilterGaussianBlur: with probability p (one draw, as a flip),
+// the radius uniform in its range; RandomResize: the shorter side, a uniform integer in [min, max);
 // RandomShortestSize: one of its sizes, uniformly;
 // RandomRotation: the angle; RandomAffine (get_params): the angle,
 // then when given the translations x then y (int(round(U(-d, d))), d =

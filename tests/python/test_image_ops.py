@@ -36,7 +36,7 @@ import numpy as np
 import pytest
 
 PIL = pytest.importorskip("PIL")
-from PIL import Image  # noqa: E402
+from PIL import Image, ImageFilter  # noqa: E402
 
 torch = pytest.importorskip("torch")
 torchvision = pytest.importorskip("torchvision")
@@ -153,6 +153,8 @@ def forced_transform(name, params, steps):
         fill = params.get("fill", 0)
         return T.Pad(params["padding"], fill=tuple(fill) if isinstance(fill, list) else fill,
                      padding_mode=params.get("padding_mode", "constant"))
+    if name == "ImageFilterGaussianBlur":  # the recipes' PIL blur
+        return lambda img: img.filter(ImageFilter.GaussianBlur(steps[0]["radius"])) if steps else img
     if name == "RandomInvert":
         return T.RandomInvert(p=1.0 if steps else 0.0)
     if name == "RandomSolarize":
@@ -219,6 +221,9 @@ EXACT_CASES = [
                               {"RandomGrayscale": {"p": 0.3}}]),
     ("cifar_like", [{"CenterCrop": {"size": [32, 40]}}, {"RandomCrop": {"size": [32], "padding": [4]}},
                     {"RandomHorizontalFlip": {}}, {"ColorJitter": {"brightness": 0.2, "hue": 0.1}}]),
+    ("pil_blur", [{"ImageFilterGaussianBlur": {"radius": [0.0, 6.0], "p": 0.8}}]),
+    ("pil_blur_wide_after_crop", [{"CenterCrop": {"size": [40, 30]}},
+                                  {"ImageFilterGaussianBlur": {"radius": [20.0, 60.0]}}]),
     ("flip_then_crop_then_jitter", [{"RandomVerticalFlip": {"p": 0.7}}, {"CenterCrop": {"size": [120, 90]}},
                                     {"ColorJitter": {"contrast": 0.8}}, {"RandomHorizontalFlip": {"p": 0.6}}]),
 ]
@@ -494,6 +499,16 @@ def test_color_jitter_factors_are_uniform_and_orders_equally_likely():
     pairs = [tuple(st[0]["order"]) for st in draw([{"ColorJitter": {"contrast": 0.5, "hue": 0.2}}], 8, 8)]
     assert set(pairs) == {("contrast", "hue"), ("hue", "contrast")}
     assert_rate(pairs.count(("contrast", "hue")), DRAWS, 0.5)
+
+
+def test_pil_gaussian_blur_radius_is_uniform_and_applied_at_rate_p():
+    ops = [{"ImageFilterGaussianBlur": {"radius": [0.1, 2.0], "p": 0.3}}]
+    made = [st for st in draw(ops, 8, 8)]
+    assert_rate(sum(1 for st in made if st), DRAWS, 0.3)
+    radii = np.array([st[0]["radius"] for st in made if st])
+    assert all(st[0]["kind"] == "box_blur" for st in made if st)
+    assert radii.min() >= np.float32(0.1) and radii.max() <= np.float32(2.0)
+    assert uniform_ks_p(radii, 0.1, 2.0) > P_MIN
 
 
 def test_gaussian_blur_sigma_is_uniform():

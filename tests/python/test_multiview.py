@@ -31,65 +31,9 @@ from test_image_ops import composed_torchvision_result, render  # noqa: E402
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 
 
-class TwoCropsTransform:
-    """MoCo's loader.TwoCropsTransform, as that project writes it."""
-
-    def __init__(self, base_transform):
-        self.base_transform = base_transform
-
-    def __call__(self, x):
-        q = self.base_transform(x)
-        k = self.base_transform(x)
-        return [q, k]
-
-
-class TwoBaseTransforms:
-    """MoCo v3 / BYOL: two different views."""
-
-    def __init__(self, base_transform1, base_transform2):
-        self.base_transform1 = base_transform1
-        self.base_transform2 = base_transform2
-
-    def __call__(self, x):
-        im1 = self.base_transform1(x)
-        im2 = self.base_transform2(x)
-        return [im1, im2]
-
-
-class DataAugmentationDINO:
-    """DINO's main_dino.DataAugmentationDINO in its shape (two global crops,
-    `local_crops_number` local ones), with torchvision's own blur and
-    solarize where DINO's utils has PIL-based classes of its own."""
-
-    def __init__(self, global_crops_scale, local_crops_scale, local_crops_number, size=224,
-                 local_size=96):
-        flip_and_color_jitter = T.Compose([
-            T.RandomHorizontalFlip(p=0.5),
-            T.RandomApply([T.ColorJitter(brightness=0.4, contrast=0.4, saturation=0.2, hue=0.1)],
-                          p=0.8),
-            T.RandomGrayscale(p=0.2),
-        ])
-        normalize = T.Compose([T.ToTensor(), T.Normalize(MEAN, STD)])
-        self.global_transfo1 = T.Compose([
-            T.RandomResizedCrop(size, scale=global_crops_scale),
-            flip_and_color_jitter, T.GaussianBlur(23, sigma=(0.1, 2.0)), normalize])
-        self.global_transfo2 = T.Compose([
-            T.RandomResizedCrop(size, scale=global_crops_scale),
-            flip_and_color_jitter, T.RandomApply([T.GaussianBlur(23, sigma=(0.1, 2.0))], p=0.1),
-            T.RandomSolarize(128, p=0.2), normalize])
-        self.local_crops_number = local_crops_number
-        self.local_transfo = T.Compose([
-            T.RandomResizedCrop(local_size, scale=local_crops_scale),
-            flip_and_color_jitter, T.RandomApply([T.GaussianBlur(23, sigma=(0.1, 2.0))], p=0.5),
-            normalize])
-
-    def __call__(self, image):
-        crops = []
-        crops.append(self.global_transfo1(image))
-        crops.append(self.global_transfo2(image))
-        for _ in range(self.local_crops_number):
-            crops.append(self.local_transfo(image))
-        return crops
+# The projects' own objects (MoCo's TwoCropsTransform, MoCo v3's two-transform
+# form, DINO's DataAugmentationDINO with its BICUBIC crops and PIL classes).
+from recipes import DataAugmentationDINO, TwoBaseTransforms, TwoCropsTransform  # noqa: E402
 
 
 def simclr(size=224):
@@ -128,7 +72,7 @@ def test_the_recipes_transform_objects_are_read_as_views(options, stoker):
     o = options(DataAugmentationDINO((0.4, 1.0), (0.05, 0.4), 8))
     assert [v["count"] for v in o["views"]] == [1, 1, 8]
     assert op_names(o["views"][0]) == ["RandomResizedCrop", "RandomHorizontalFlip", "RandomApply",
-                                       "RandomGrayscale", "GaussianBlur"]
+                                       "RandomGrayscale", "ImageFilterGaussianBlur"]
     assert op_names(o["views"][1])[-1] == "RandomSolarize"
     assert o["views"][2]["ops"][0]["RandomResizedCrop"]["size"] == [96, 96]
     # The object itself is left as it was.
@@ -140,12 +84,12 @@ def test_the_recipes_transform_objects_are_read_as_views(options, stoker):
 def test_what_views_cannot_serve_is_refused_by_name(options, stoker):
     from stoker import InvalidRequestError
 
-    class PilBlur:  # DINO's utils.GaussianBlur: a PIL filter of its own
+    class OwnFilter:  # a class of its own that does what stoker cannot read
         def __call__(self, img):
-            return img
+            return img.rotate(3)
 
-    own = T.Compose([T.RandomResizedCrop(64), PilBlur(), T.ToTensor()])
-    with pytest.raises(InvalidRequestError, match="view 0: .*PilBlur is not served"):
+    own = T.Compose([T.RandomResizedCrop(64), OwnFilter(), T.ToTensor()])
+    with pytest.raises(InvalidRequestError, match="view 0: .*OwnFilter is not served"):
         options(TwoCropsTransform(own))
     a = T.Compose([T.RandomResizedCrop(64), T.ToTensor(), T.Normalize(MEAN, STD)])
     b = T.Compose([T.RandomResizedCrop(32), T.PILToTensor()])

@@ -96,3 +96,7 @@ def test_python_reads_exactly_the_op_tables_torchvision_transforms(stoker):
     for name in tv:
         assert name in _transforms._SUPPORTED
     assert "RandomZoomOut" not in _transforms._SUPPORTED  # given by name in ops=, not read
+    # The recipe-class rows are what _recipe_ops reads such classes into.
+    from stoker import _recipe_ops
+    recipe = {n for n, r in rows.items() if r["source"] == "recipe_class"}
+    assert recipe == set(_recipe_ops.MAKES) - tv, recipe

@@ -27,6 +27,11 @@ attributes are transforms and whose ``__call__`` returns a list of their
 results on the same image). Each view's transform is read as above; the
 views must share their tensor conversion (dtype, Normalize).
 
+A recipe's own class in place of an op (DINO's ``GaussianBlur`` and
+``Solarization``, MoCo's ``GaussianBlur`` and ``Solarize``: PIL's
+ImageFilter.GaussianBlur or ImageOps.solarize behind a random gate) is read
+by what it does to a stand-in image (stoker/_recipe_ops.py).
+
 Anything else, or an op after the tensor conversion, is refused with an error
 naming the transform and listing what is served: stoker never silently drops
 a transform. Whether the parameters are in range is for the daemon's
@@ -39,7 +44,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from . import _native
+from . import _native, _recipe_ops
 
 
 def _ints(v: Any) -> List[int]:
@@ -192,9 +197,10 @@ def _composed(t: Any) -> List[Dict[str, Any]]:
     out = []
     for c in list(t.transforms):
         name = type(c).__name__
-        if name not in _OPS:
+        recipe = None if name in _OPS else _recipe_ops.read(c)
+        if name not in _OPS and recipe is None:
             raise _refuse(f"{type(t).__name__} holds {name}, which is not served")
-        out.append({name: _OPS[name](c)})
+        out.append(recipe or {name: _OPS[name](c)})
     return out
 
 
@@ -263,7 +269,9 @@ _TENSOR_STEPS = ("ToTensor or PILToTensor", "ConvertImageDtype", "Normalize")
 _TENSOR_NAMES = ("ToTensor", "PILToTensor", "ConvertImageDtype", "Normalize")
 
 _SUPPORTED = (", ".join(k for k in _OPS if k not in _TENSOR_OPS)
-              + " (the ops, before the tensor conversion), then " + ", ".join(_TENSOR_STEPS)
+              + " (the ops, before the tensor conversion; also a recipe's own class that "
+              "blurs with PIL's ImageFilter.GaussianBlur or solarizes with ImageOps.solarize, "
+              "as DINO's and MoCo's do), then " + ", ".join(_TENSOR_STEPS)
               + ", then " + ", ".join(_TENSOR_OPS) + " (on the output tensor, last)")
 
 
@@ -516,6 +524,8 @@ def loader_options(transform: Any) -> Dict[str, Any]:
                 raise _refuse(f"{name} after {converted_by}: the ops run on the decoded image, "
                               f"so {name} must come before the tensor conversion")
             ops.append({name: _OPS[name](t)})
+        elif dtype is None and name not in _TENSOR_NAMES and (recipe := _recipe_ops.read(t)):
+            ops.append(recipe)
         elif dtype is None and name in ("ToTensor", "PILToTensor"):
             dtype = "float32" if name == "ToTensor" else "uint8"
             converted_by = f"{name}()"
