@@ -23,6 +23,15 @@ using Sizes = pb::RepeatedField<uint32_t>;
 using Floats = pb::RepeatedField<float>;
 using Doubles = pb::RepeatedField<double>;
 
+// The ranges, written once for this file and the workers' ValidateParams.
+using image::kMaxAugMixSeverity;
+using image::kMaxElasticSigma;
+using image::kMaxHueShift;
+using image::kMaxIoUOptions;
+using image::kMaxIoUTrials;
+using image::kMaxPosterizeBits;
+using image::kMaxZoomOutSide;
+
 namespace {
 
 // torchvision's RandomResizedCrop defaults, computed as it computes them.
@@ -36,7 +45,6 @@ constexpr float kDefaultDistortionScale = 0.5f;        // and distortion_scale
 constexpr absl::string_view kDefaultPerspectiveInterpolation = "bilinear";
 constexpr float kDefaultElasticAlpha = 50.0f;  // ElasticTransform's
 constexpr float kDefaultElasticSigma = 5.0f;
-constexpr float kMaxElasticSigma = 1000.0f;    // a kernel of 8001 taps
 constexpr float kDefaultGrayscaleP = 0.1f;
 // ImageFilterGaussianBlur's: DINO's and MoCo's radius range; applied always
 // unless p says otherwise (MoCo's class has no p).
@@ -50,13 +58,11 @@ constexpr absl::string_view kNearest = "nearest";
 constexpr absl::string_view kDefaultAffineInterpolation = kNearest;  // AugMix's is bilinear
 constexpr uint32_t kDefaultFill = 0;     // torchvision's 0 (the policies' None is 0 on PIL)
 constexpr float kDefaultRandomP = 0.5f;  // RandomPosterize ... RandomInvert, RandomErasing
-constexpr uint32_t kMaxPosterizeBits = 8;
 constexpr uint32_t kDefaultRandAugmentOps = 2;
 constexpr uint32_t kDefaultRandAugmentMagnitude = 9;
 constexpr uint32_t kDefaultMagnitudeBins = 31;  // RandAugment, TrivialAugmentWide
 constexpr uint32_t kMinMagnitudeBins = 2;       // Posterize's bins divide by bins - 1
 constexpr uint32_t kDefaultAugMixSeverity = 3;
-constexpr uint32_t kMaxAugMixSeverity = 10;  // torchvision's _PARAMETER_MAX
 constexpr uint32_t kDefaultAugMixWidth = 3;
 constexpr int32_t kDefaultAugMixDepth = -1;  // drawn from 1..3 per chain
 constexpr float kDefaultAugMixAlpha = 1.0f;
@@ -448,9 +454,9 @@ absl::Status FillOp(Op* op, const std::string& at) {  // `at`: "ops[i] Name: "
         for (float v : kDefaultZoomOutSides) o->add_side_range(v);
       }
       if (o->side_range_size() != 2 || !(o->side_range(0) >= 1) ||
-          !(o->side_range(0) <= o->side_range(1)) || !(o->side_range(1) <= 16)) {
+          !(o->side_range(0) <= o->side_range(1)) || !(o->side_range(1) <= kMaxZoomOutSide)) {
         return Bad(at, "side_range ", ListText(o->side_range()),
-                   " must be [min, max] with 1 <= min <= max <= 16");
+                   " must be [min, max] with 1 <= min <= max <= ", FloatText(kMaxZoomOutSide));
       }
       return Probability(o, kDefaultRandomP, at);
     }
@@ -472,14 +478,18 @@ absl::Status FillOp(Op* op, const std::string& at) {  // `at`: "ops[i] Name: "
             std::isfinite(o->max_aspect_ratio()))) {
         return Bad(at, "need 0 < min_aspect_ratio <= max_aspect_ratio (finite)");
       }
-      if (o->sampler_options_size() > 8) return Bad(at, "at most 8 sampler_options");
+      if (o->sampler_options_size() > static_cast<int>(kMaxIoUOptions)) {
+        return Bad(at, "at most ", absl::StrCat(kMaxIoUOptions), " sampler_options");
+      }
       for (float v : o->sampler_options()) {
         if (!(v >= 0) || !std::isfinite(v)) {
           return Bad(at, "sampler_options ", ListText(o->sampler_options()),
                      " must be finite and >= 0 (>= 1: leave the image as it is)");
         }
       }
-      if (o->trials() < 1 || o->trials() > 1000) return Bad(at, "trials must be within 1..1000");
+      if (o->trials() < 1 || o->trials() > kMaxIoUTrials) {
+        return Bad(at, "trials must be within 1..", absl::StrCat(kMaxIoUTrials));
+      }
       return absl::OkStatus();
     }
     case Op::kRandomPhotometricDistort: {
@@ -496,7 +506,7 @@ absl::Status FillOp(Op* op, const std::string& at) {  // `at`: "ops[i] Name: "
           {o->mutable_brightness(), kDefaultDistortBrightness, 1, 0, kInf, true, "brightness"},
           {o->mutable_contrast(), kDefaultDistortContrast, 1, 0, kInf, true, "contrast"},
           {o->mutable_saturation(), kDefaultDistortSaturation, 1, 0, kInf, true, "saturation"},
-          {o->mutable_hue(), kDefaultDistortHue, 0, -0.5, 0.5, false, "hue"},
+          {o->mutable_hue(), kDefaultDistortHue, 0, -kMaxHueShift, kMaxHueShift, false, "hue"},
       };
       for (const Part& part : parts) {
         if (part.range->empty()) part.range->Add(part.def, part.def + 2);
@@ -611,7 +621,7 @@ absl::Status FillOp(Op* op, const std::string& at) {  // `at`: "ops[i] Name: "
           !st.ok()) {
         return st;
       }
-      return JitterRange(o->mutable_hue(), 0, -0.5, 0.5, false, at + "hue");
+      return JitterRange(o->mutable_hue(), 0, -kMaxHueShift, kMaxHueShift, false, at + "hue");
     }
     case Op::kGrayscale: {
       v1::Grayscale* o = op->mutable_grayscale();
@@ -731,8 +741,8 @@ absl::Status FillOp(Op* op, const std::string& at) {  // `at`: "ops[i] Name: "
       v1::RandomPosterize* o = op->mutable_random_posterize();
       if (!o->has_bits()) return Bad(at, "bits is required");
       if (o->bits() > kMaxPosterizeBits) {
-        return Bad(at, "The number of bits should be between 0 and 8. Got ",
-                   absl::StrCat(o->bits()));
+        return Bad(at, "The number of bits should be between 0 and ",
+                   absl::StrCat(kMaxPosterizeBits), ". Got ", absl::StrCat(o->bits()));
       }
       return Probability(o, kDefaultRandomP, at);
     }

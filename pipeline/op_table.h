@@ -23,9 +23,15 @@
 //
 // Tests hold every other place to this table: each Op oneof field and each
 // OpKind has one row (op_table_test.cc; a kind added without a row does not
-// compile: op_table.cc switches over OpKind with -Werror=switch), and
-// Python's transform readers cover exactly the torchvision.transforms rows
+// compile: op_table.cc switches over OpKind with -Werror=switch, as does
+// the workers' DrawSteps); every row's op is filled with its defaults and
+// checked (op_defaults.cc), lowered (lower_pipeline.cc), taken by the
+// workers' ValidateParams and drawn into steps (op_table_test.cc fails on a
+// row any of them lacks); Python's transform readers cover exactly the
+// torchvision.transforms rows and _recipe_ops the recipe_class ones
 // (tests/python/test_one_definition.py, through stoker._native.op_table()).
+// The parameters' ranges are pipeline_params.h's constants, used by the
+// front end's checks and the workers' alike.
 //
 // Thread safety: immutable; every function may be called from any thread.
 

@@ -1,5 +1,6 @@
 #include "pipeline/op_table.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string>
@@ -8,6 +9,8 @@
 
 #include "pipeline/lower_pipeline.h"
 #include "pipeline/pipeline_spec.h"
+#include "server/image/pipeline_params.h"
+#include "server/image/steps.h"
 #include "stoker/v1/stoker.pb.h"
 
 namespace stoker::pipeline {
@@ -38,12 +41,14 @@ TEST_CASE("the op table has one row per Op field of stoker.proto, numbered as it
   CHECK(OpSourceName(OpSource::kRecipeClass) == "recipe_class");
 }
 
-// Parameters an op must be given (torchvision's required arguments); the
-// others take their defaults.
+// Parameters an op must be given (torchvision's required arguments, and
+// ColorJitter's one adjustment: by default it makes none); the others take
+// their defaults. Sizes differ from the 48 x 40 test image's.
 const std::map<std::string, std::string>& Required() {
   static const auto* m = new std::map<std::string, std::string>{
       {"RandomResizedCrop", R"({"size": [32]})"},
-      {"Resize", R"({"size": [40]})"},
+      {"Resize", R"({"size": [24]})"},
+      {"ColorJitter", R"({"brightness": 0.5})"},
       {"CenterCrop", R"({"size": [32]})"},
       {"RandomCrop", R"({"size": [32]})"},
       {"GaussianBlur", R"({"kernel_size": [3]})"},
@@ -85,6 +90,23 @@ TEST_CASE("every row is an op the keywords take and the lowering runs as its kin
     bool found = false;
     for (uint32_t i = 0; i < lowered->op_count; ++i) found |= lowered->ops[i].kind == r.kind;
     CHECK(found);
+    // The workers take it (ValidateParams) and draw its steps (DrawSteps):
+    // over 64 keys, an op that acts with its default probability makes a step
+    // at least once. RandomIoUCrop draws from boxes; the others need none.
+    const absl::Status valid = image::ValidateParams(*lowered);
+    INFO(valid.ToString());
+    CHECK(valid.ok());
+    if (!valid.ok() || r.needs_boxes) continue;
+    uint32_t most = 0;
+    for (uint64_t index = 0; index < 64; ++index) {
+      image::SampleSteps steps;
+      const absl::Status drawn =
+          image::DrawSteps(*lowered, 48, 40, image::SampleKey{7, 0, index, 0}, &steps);
+      INFO(drawn.ToString());
+      REQUIRE(drawn.ok());
+      most = std::max(most, steps.count);
+    }
+    CHECK(most >= 1);
   }
 }
 

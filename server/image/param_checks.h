@@ -75,7 +75,7 @@ inline absl::Status OpError(uint32_t i, OpKind kind, absl::string_view what) {
 // bounds.
 inline bool JitterInRange(uint32_t j, float v) {
   if (!Finite(v)) return false;
-  return j == kHue ? v >= -0.5f && v <= 0.5f : v >= 0.0f;
+  return j == kHue ? v >= -kMaxHueShift && v <= kMaxHueShift : v >= 0.0f;
 }
 
 }  // namespace stoker::image::internal

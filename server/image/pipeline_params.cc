@@ -53,8 +53,8 @@ absl::Status ValidateOp(uint32_t i, const OpParams& op) {
     case OpKind::kRandomZoomOut:
       if (!(op.p >= 0.0f && op.p <= 1.0f)) return bad("p must be in [0, 1]");
       if (!Finite(op.side_range[0]) || !Finite(op.side_range[1]) || !(op.side_range[0] >= 1) ||
-          !(op.side_range[0] <= op.side_range[1]) || op.side_range[1] > 16) {
-        return bad("need 1 <= side_range[0] <= side_range[1] <= 16");
+          !(op.side_range[0] <= op.side_range[1]) || op.side_range[1] > kMaxZoomOutSide) {
+        return bad(absl::StrCat("need 1 <= side_range[0] <= side_range[1] <= ", kMaxZoomOutSide));
       }
       return absl::OkStatus();
     case OpKind::kRandomIoUCrop: {
@@ -66,13 +66,17 @@ absl::Status ValidateOp(uint32_t i, const OpParams& op) {
           !(op.iou_aspect[0] <= op.iou_aspect[1])) {
         return bad("need 0 < min_aspect_ratio <= max_aspect_ratio");
       }
-      if (op.iou_option_count < 1 || op.iou_option_count > 8) return bad("1..8 sampler_options");
+      if (op.iou_option_count < 1 || op.iou_option_count > kMaxIoUOptions) {
+        return bad(absl::StrCat("1..", kMaxIoUOptions, " sampler_options"));
+      }
       for (uint32_t k = 0; k < op.iou_option_count; ++k) {
         if (!Finite(op.iou_options[k]) || op.iou_options[k] < 0) {
           return bad("sampler_options must be >= 0");
         }
       }
-      if (op.iou_trials < 1 || op.iou_trials > 1000) return bad("trials must be in 1..1000");
+      if (op.iou_trials < 1 || op.iou_trials > kMaxIoUTrials) {
+        return bad(absl::StrCat("trials must be in 1..", kMaxIoUTrials));
+      }
       return absl::OkStatus();
     }
     case OpKind::kRandomPhotometricDistort:
@@ -142,15 +146,16 @@ absl::Status ValidateOp(uint32_t i, const OpParams& op) {
     case OpKind::kImageFilterGaussianBlur:
       if (!(op.sigma[0] >= 0 && op.sigma[0] <= op.sigma[1] &&
             op.sigma[1] <= kMaxBoxBlurRadius)) {
-        return bad("radius must be [min, max], 0 <= min <= max <= 1000");
+        return bad(absl::StrCat("radius must be [min, max], 0 <= min <= max <= ",
+                                kMaxBoxBlurRadius));
       }
       if (!(op.p >= 0.0f && op.p <= 1.0f)) return bad("p must be in [0, 1]");
       return absl::OkStatus();
     case OpKind::kElasticTransform:
       for (int a = 0; a < 2; ++a) {
         if (!Finite(op.elastic_alpha[a])) return bad("alpha must be finite");
-        if (!(op.elastic_sigma[a] >= 0 && op.elastic_sigma[a] <= 1000)) {
-          return bad("sigma must be in [0, 1000]");
+        if (!(op.elastic_sigma[a] >= 0 && op.elastic_sigma[a] <= kMaxElasticSigma)) {
+          return bad(absl::StrCat("sigma must be in [0, ", kMaxElasticSigma, "]"));
         }
       }
       if ((op.elastic_sigma[0] == 0) != (op.elastic_sigma[1] == 0)) {
@@ -215,7 +220,9 @@ absl::Status ValidateOp(uint32_t i, const OpParams& op) {
     case OpKind::kRandomEqualize:
     case OpKind::kRandomInvert:
       if (!(op.p >= 0.0f && op.p <= 1.0f)) return bad("p must be in [0, 1]");
-      if (op.kind == OpKind::kRandomPosterize && op.bits > 8) return bad("bits must be in 0..8");
+      if (op.kind == OpKind::kRandomPosterize && op.bits > kMaxPosterizeBits) {
+        return bad(absl::StrCat("bits must be in 0..", kMaxPosterizeBits));
+      }
       if (op.kind == OpKind::kRandomSolarize && !Finite(op.threshold)) {
         return bad("threshold must be finite");
       }
@@ -250,7 +257,9 @@ absl::Status ValidateOp(uint32_t i, const OpParams& op) {
         }
       }
       if (op.kind == OpKind::kAugMix) {
-        if (op.severity < 1 || op.severity > 10) return bad("severity must be in 1..10");
+        if (op.severity < 1 || op.severity > kMaxAugMixSeverity) {
+          return bad(absl::StrCat("severity must be in 1..", kMaxAugMixSeverity));
+        }
         if (op.mixture_width < 1 || op.mixture_width > kMaxAugMixWidth) {
           return bad(absl::StrCat("mixture_width must be in 1..", kMaxAugMixWidth));
         }
@@ -512,7 +521,7 @@ uint64_t MaxOutputPixels(const PipelineParams& p) {
         h = w = 0, pixels = p.max_decode_pixels;
         break;
       case OpKind::kRandomZoomOut: {
-        // The canvas is int(side * r), r <= side_range[1] <= 16.
+        // The canvas is int(side * r), r <= side_range[1] <= kMaxZoomOutSide.
         const double r = op.side_range[1];
         if (h != 0) h = static_cast<uint64_t>(std::ceil(static_cast<double>(h) * r));
         if (w != 0) w = static_cast<uint64_t>(std::ceil(static_cast<double>(w) * r));

@@ -224,6 +224,17 @@ static_assert(sizeof(OpParams::weights) / sizeof(float) == kMaxChildren);
 inline constexpr uint32_t kMaxPolicyOps = 8;    // RandAugment num_ops
 inline constexpr uint32_t kMaxAugMixWidth = 8;
 inline constexpr uint32_t kMaxAugMixDepth = 8;
+inline constexpr uint32_t kMaxAugMixSeverity = 10;  // torchvision's _PARAMETER_MAX
+
+// The other ops' parameter ranges, checked by the front ends' keywords
+// (pipeline/op_defaults.cc) and the workers' ValidateParams alike: each
+// bound is written here only.
+inline constexpr uint32_t kMaxPosterizeBits = 8;      // RandomPosterize: 0..8
+inline constexpr float kMaxHueShift = 0.5f;           // ColorJitter's hue: [-0.5, 0.5]
+inline constexpr float kMaxZoomOutSide = 16.0f;       // RandomZoomOut: 1 <= side_range <= 16
+inline constexpr uint32_t kMaxIoUOptions = 8;         // RandomIoUCrop's sampler_options
+inline constexpr uint32_t kMaxIoUTrials = 1000;       // and trials: 1..1000
+inline constexpr float kMaxElasticSigma = 1000.0f;    // ElasticTransform: a kernel of 8001 taps
 // RandAugment's and TrivialAugmentWide's num_magnitude_bins: 2..this (the
 // bins are torch's float32 linspace values, reproduced up to this many:
 // policy.h's TorchLinspace).

@@ -158,6 +158,26 @@ TEST_CASE("ValidateParams checks the affine, point, policy and erasing ops", "[p
   OpParams inv = Op(OpKind::kRandomInvert);
   inv.p = 1.5f;
   CHECK(bad(inv));
+  OpParams pil = Op(OpKind::kImageFilterGaussianBlur);
+  pil.p = 1.0f, pil.sigma[0] = 0.0f, pil.sigma[1] = 1000.0f;
+  CHECK_FALSE(bad(pil));
+  for (auto edit : std::vector<void (*)(OpParams&)>{
+           [](OpParams& o) { o.sigma[0] = -0.5f; },
+           [](OpParams& o) { o.sigma[0] = 2.0f, o.sigma[1] = 1.0f; },
+           [](OpParams& o) { o.sigma[1] = 1000.5f; },
+           [](OpParams& o) { o.sigma[1] = NAN; },
+           [](OpParams& o) { o.p = -0.1f; },
+       }) {
+    OpParams o = pil;
+    edit(o);
+    CHECK(bad(o));
+  }
+  // Interpolations: the resizes take bicubic, the affine ops do not.
+  OpParams rs = Op(OpKind::kResize);
+  rs.height = 8, rs.interpolation = Interpolation::kBicubic;
+  CHECK_FALSE(bad(rs));
+  rs.interpolation = static_cast<Interpolation>(9);
+  CHECK(bad(rs));
   CHECK_FALSE(bad(testing::AutoAugmentOp()));
   OpParams aa = testing::AutoAugmentOp();
   aa.policy = static_cast<AutoAugmentPolicy>(4);

@@ -128,7 +128,7 @@ absl::Status CheckSteps(const SampleSteps& steps, uint32_t height, uint32_t widt
       }
       case StepKind::kBoxBlur:
         if (!(s.sigma >= 0 && s.sigma <= kMaxBoxBlurRadius)) {
-          return StepError(i, s, "radius must be in [0, 1000]");
+          return StepError(i, s, absl::StrCat("radius must be in [0, ", kMaxBoxBlurRadius, "]"));
         }
         break;
       case StepKind::kGaussianBlur:
@@ -160,7 +160,9 @@ absl::Status CheckSteps(const SampleSteps& steps, uint32_t height, uint32_t widt
         break;
       }
       case StepKind::kPosterize:
-        if (s.bits > 8) return StepError(i, s, "bits must be in 0..8");
+        if (s.bits > kMaxPosterizeBits) {
+          return StepError(i, s, absl::StrCat("bits must be in 0..", kMaxPosterizeBits));
+        }
         break;
       case StepKind::kSolarize:
         if (!Finite(s.threshold)) return StepError(i, s, "threshold must be finite");
@@ -177,8 +179,13 @@ absl::Status CheckSteps(const SampleSteps& steps, uint32_t height, uint32_t widt
       case StepKind::kElastic: {
         bool ok = ValidAffineInterpolation(s.interpolation);
         for (float v : s.elastic) ok = ok && Finite(v);
-        for (int a = 2; a < 4; ++a) ok = ok && s.elastic[a] >= 0 && s.elastic[a] <= 1000;
-        if (!ok) return StepError(i, s, "needs finite alpha, sigma in [0, 1000], nearest or bilinear");
+        for (int a = 2; a < 4; ++a) {
+          ok = ok && s.elastic[a] >= 0 && s.elastic[a] <= kMaxElasticSigma;
+        }
+        if (!ok) {
+          return StepError(i, s, absl::StrCat("needs finite alpha, sigma in [0, ", kMaxElasticSigma,
+                                              "], nearest or bilinear"));
+        }
         for (int a = 2; a < 4; ++a) {
           // torch's reflect padding needs the pad to be smaller than the side.
           const uint32_t k = s.elastic[a] > 0 ? ElasticKernelSize(s.elastic[a]) : 1;
