@@ -30,6 +30,19 @@ absl::Status CheckInterpolation(absl::string_view value, absl::string_view what)
 absl::Status OutputSize(google::protobuf::RepeatedField<uint32_t>* size, absl::string_view what,
                         bool required);
 
+// The policies' and RandomErasing's part of FillOp (policy_defaults.cc).
+absl::Status FillPolicyOp(v1::Op* op, const std::string& at);
+
+// Checks FillOp's parts share:
+// [min, max] with 0 < min <= max, both finite; empty -> `def`.
+absl::Status PositiveRange(google::protobuf::RepeatedField<float>* r, const float (&def)[2],
+                           absl::string_view what);
+// A constant fill: [v] -> [v, v, v]; 3 values, each 0..255; empty -> 0.
+absl::Status FillValues(google::protobuf::RepeatedField<uint32_t>* fill, absl::string_view at);
+// The affine ops' and the policies' resampling: empty -> `def`; nearest or
+// bilinear (kAffineInterpolations).
+absl::Status AffineInterpolation(std::string* v, absl::string_view def, absl::string_view at);
+
 // RandomErasing's values against the output's ring dtype (uint8: whole
 // values, no "random").
 absl::Status CheckEraseForOutput(const v1::RandomErasing& o, uint32_t dtype,
