@@ -6,10 +6,11 @@
 // "kind" (pipeline.h's StepKindName) and "op" (the index of the op that drew
 // it), and by kind: crop "top" "left" "height" "width" (RandomIoUCrop's also
 // "box_centers": true and "min_iou"); permute "permutation" [3]; resize "height"
-// "width" "antialias"; pad "padding" [l, t, r, b] "padding_mode" "fill"
+// "width" "antialias" (and "interpolation": "bicubic" for Pillow's BICUBIC); pad "padding" [l, t, r, b] "padding_mode" "fill"
 // [r, g, b]; color_jitter "order" (adjustment names, in order) and each
 // one's factor under its name ("brightness", "contrast", "saturation",
-// "hue"); gaussian_blur "kernel_size" [x, y] "sigma"; affine "angle"
+// "hue"); gaussian_blur "kernel_size" [x, y] "sigma"; box_blur (PIL's
+// ImageFilter.GaussianBlur) "radius"; affine "angle"
 // "translate" [x, y] (integers) "scale" "shear" [x, y] "center" [x, y]
 // (absent: the image's center) "interpolation" ("nearest" | "bilinear")
 // "fill" [r, g, b]; rotate "angle" "center" (absent: PIL's) "interpolation"
