@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 namespace stoker::image {
@@ -9,33 +10,51 @@ namespace {
 
 constexpr int kPasses = 3;
 
-// One pass along a line of n values, `stride` bytes apart (3 for a row's
-// channel, 3 * width for a column's), from `in` to `out` (not overlapping).
-// Pillow's ImagingLineBoxBlur: the window's sum moves along the line, the
-// two pixels just outside it weigh `outer`; indexes past either end read the
-// end pixel. The unsigned wrap-around of the running sum is Pillow's too.
-void BoxLine(const uint8_t* in, uint8_t* out, size_t stride, int32_t n, const BoxWeights& w) {
+// One box pass down the columns of a rows x cols matrix of bytes (cols: a
+// row's bytes, every channel its own column), from `in` to `out` (not
+// overlapping). Pillow's ImagingLineBoxBlur along each column, written with
+// its three loops' indexes as clamps (an index past either end reads the end
+// row): the window's sum moves down, the two rows just outside it weigh
+// `outer`. All columns advance together, so the loops vectorize. `acc`
+// holds cols values. The unsigned wrap-around of the running sum is Pillow's.
+void BoxColumns(const uint8_t* in, uint8_t* out, int32_t rows, size_t cols, const BoxWeights& w,
+                uint32_t* acc) {
   const int32_t r = w.radius;
-  const int32_t last = n - 1;
-  const int32_t edge_a = std::min(r + 1, n);
-  const int32_t edge_b = std::max(n - r - 1, 0);
-  auto at = [&](int32_t i) -> uint32_t { return in[static_cast<size_t>(i) * stride]; };
-  uint32_t acc = at(0) * static_cast<uint32_t>(r + 1);
-  for (int32_t x = 0; x < edge_a - 1; ++x) acc += at(x);
-  acc += at(last) * static_cast<uint32_t>(r - edge_a + 1);
-  auto step = [&](int32_t x, int32_t sub, int32_t add, int32_t left, int32_t right) {
-    acc += at(add) - at(sub);
-    const uint32_t bulk = acc * w.inner + (at(left) + at(right)) * w.outer;
-    out[static_cast<size_t>(x) * stride] = static_cast<uint8_t>((bulk + (1u << 23)) >> 24);
-  };
-  if (edge_a <= edge_b) {
-    for (int32_t x = 0; x < edge_a; ++x) step(x, 0, x + r, 0, x + r + 1);
-    for (int32_t x = edge_a; x < edge_b; ++x) step(x, x - r - 1, x + r, x - r - 1, x + r + 1);
-    for (int32_t x = edge_b; x <= last; ++x) step(x, x - r - 1, last, x - r - 1, last);
-  } else {
-    for (int32_t x = 0; x < edge_b; ++x) step(x, 0, x + r, 0, x + r + 1);
-    for (int32_t x = edge_b; x < edge_a; ++x) step(x, 0, last, 0, last);
-    for (int32_t x = edge_a; x <= last; ++x) step(x, x - r - 1, last, x - r - 1, last);
+  const int32_t last = rows - 1;
+  auto row = [&](int32_t k) { return in + static_cast<size_t>(std::clamp(k, 0, last)) * cols; };
+  const uint8_t* first = row(0);
+  for (size_t c = 0; c < cols; ++c) acc[c] = first[c] * static_cast<uint32_t>(r + 1);
+  for (int32_t k = 0; k < r; ++k) {
+    const uint8_t* p = row(k);
+    for (size_t c = 0; c < cols; ++c) acc[c] += p[c];
+  }
+  const uint32_t inner = w.inner, outer = w.outer;
+  for (int32_t y = 0; y < rows; ++y) {
+    const uint8_t* add = row(y + r);
+    const uint8_t* sub = row(y - r - 1);
+    const uint8_t* right = row(y + r + 1);
+    uint8_t* o = out + static_cast<size_t>(y) * cols;
+    for (size_t c = 0; c < cols; ++c) {
+      acc[c] += static_cast<uint32_t>(add[c]) - static_cast<uint32_t>(sub[c]);
+      const uint32_t bulk = acc[c] * inner + (static_cast<uint32_t>(sub[c]) + right[c]) * outer;
+      o[c] = static_cast<uint8_t>((bulk + (1u << 23)) >> 24);
+    }
+  }
+}
+
+// dst[x][y] = src[y][x] for an RGB image of height x width (dst is width x
+// height), in tiles that stay in cache.
+void Transpose(const uint8_t* src, uint32_t height, uint32_t width, uint8_t* dst) {
+  constexpr uint32_t kTile = 32;
+  for (uint32_t y0 = 0; y0 < height; y0 += kTile) {
+    for (uint32_t x0 = 0; x0 < width; x0 += kTile) {
+      const uint32_t y1 = std::min(height, y0 + kTile), x1 = std::min(width, x0 + kTile);
+      for (uint32_t y = y0; y < y1; ++y) {
+        for (uint32_t x = x0; x < x1; ++x) {
+          std::memcpy(dst + (size_t{x} * height + y) * 3, src + (size_t{y} * width + x) * 3, 3);
+        }
+      }
+    }
   }
 }
 
@@ -58,30 +77,27 @@ BoxWeights GaussianBoxWeights(float radius) {
 }
 
 size_t BoxBlurScratch(uint32_t height, uint32_t width) {
-  return size_t{std::max(height, width)} * 3;
+  return size_t{height} * width * 3 + size_t{std::max(height, width)} * 3 * sizeof(uint32_t);
 }
 
 void BoxBlur(uint8_t* img, uint32_t height, uint32_t width, float radius, uint8_t* scratch,
              uint8_t* dst) {
   const BoxWeights w = GaussianBoxWeights(radius);
+  auto* acc = reinterpret_cast<uint32_t*>(scratch);
+  uint8_t* spare = scratch + size_t{std::max(height, width)} * 3 * sizeof(uint32_t);
+  // As Pillow: the passes along rows on the transposed image, then along
+  // columns. img -> spare (transposed) -> dst -> spare -> dst; dst -> img
+  // (transposed back) -> dst -> spare -> dst.
+  Transpose(img, height, width, spare);
+  const size_t trow = size_t{height} * 3;
+  BoxColumns(spare, dst, static_cast<int32_t>(width), trow, w, acc);
+  BoxColumns(dst, spare, static_cast<int32_t>(width), trow, w, acc);
+  BoxColumns(spare, dst, static_cast<int32_t>(width), trow, w, acc);
+  Transpose(dst, width, height, img);
   const size_t row = size_t{width} * 3;
-  // Rows in place, one line buffer: each pass reads the previous pass' row.
-  for (uint32_t y = 0; y < height; ++y) {
-    uint8_t* line = img + y * row;
-    for (int pass = 0; pass < kPasses; ++pass) {
-      for (int c = 0; c < 3; ++c) BoxLine(line + c, scratch + c, 3, static_cast<int32_t>(width), w);
-      std::memcpy(line, scratch, row);
-    }
-  }
-  // Columns: img -> dst -> img -> dst.
-  uint8_t* from = img;
-  uint8_t* to = dst;
-  for (int pass = 0; pass < kPasses; ++pass) {
-    for (size_t col = 0; col < row; ++col) {
-      BoxLine(from + col, to + col, row, static_cast<int32_t>(height), w);
-    }
-    std::swap(from, to);
-  }
+  BoxColumns(img, dst, static_cast<int32_t>(height), row, w, acc);
+  BoxColumns(dst, spare, static_cast<int32_t>(height), row, w, acc);
+  BoxColumns(spare, dst, static_cast<int32_t>(height), row, w, acc);
 }
 
 }  // namespace stoker::image

@@ -38,9 +38,11 @@ BoxWeights GaussianBoxWeights(float radius);
 size_t BoxBlurScratch(uint32_t height, uint32_t width);
 
 // dst = img.filter(ImageFilter.GaussianBlur(radius)) for an RGB image,
-// 0 <= radius <= kMaxBoxBlurRadius. `img` is blurred in place along its rows
-// first (its contents are then lost); `scratch` holds BoxBlurScratch() bytes;
-// img and dst (height * width * 3 bytes) may not overlap.
+// 0 <= radius <= kMaxBoxBlurRadius. As Pillow, the row passes run down the
+// columns of the transposed image; every pass moves all columns together.
+// `img` serves as a buffer (its contents are lost); `scratch` holds
+// BoxBlurScratch() bytes, aligned for uint32_t (as any heap block is); img,
+// scratch and dst (height * width * 3 bytes) may not overlap.
 void BoxBlur(uint8_t* img, uint32_t height, uint32_t width, float radius, uint8_t* scratch,
              uint8_t* dst);
 
