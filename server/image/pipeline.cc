@@ -1,10 +1,8 @@
 #include "server/image/pipeline.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <new>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -14,7 +12,7 @@
 #include "server/image/ops/box_blur.h"
 #include "server/image/ops/boxes.h"
 #include "server/image/param_checks.h"
-#include "server/image/decode/decode_planner.h"
+#include "server/image/processor_impl.h"
 #include "server/image/decode/image_decoder.h"
 #include "server/image/decode/jpeg_decoder.h"
 #include "server/image/ops/ops.h"
@@ -27,7 +25,7 @@
 namespace stoker::image {
 namespace {
 
-using namespace internal;  // NOLINT: param_checks.h, this folder's own
+using namespace internal;  // NOLINT: param_checks.h and processor_impl.h, this folder's own
 
 // "47 49 46 38 39 61 (\"GIF89a\")": a file's first bytes, for the message
 // naming a format stoker does not read.
@@ -43,59 +41,6 @@ std::string StartBytes(const uint8_t* data, size_t size) {
   return absl::StrCat(hex, " (\"", text, "\")");
 }
 
-// One axis' resample plan for a resize's interpolation (kAntialias,
-// kBicubic or kBilinear).
-void BuildPlan(Interpolation interpolation, const AxisSpec& spec, uint32_t size, AxisPlan* plan) {
-  if (interpolation == Interpolation::kBilinear) {
-    BuildBilinearPlan(spec, size, plan);
-  } else if (interpolation == Interpolation::kBicubic) {
-    BuildAntialiasPlan(spec, size, plan, PilFilter::kBicubic);
-  } else {
-    BuildAntialiasPlan(spec, size, plan);
-  }
-}
-
-constexpr uint32_t kChunkRows = 16;
-constexpr uint32_t kCropMargin = 16;  // decoded pixels, see DecodeFused
-
-// A DCT-scaled decode filters differently from Pillow's full decode + resize
-// (each 8x8 block's spectrum truncated; chroma upsampling and the clipping of
-// the RGB pixels done at the reduced size), an error that fades only when the
-// resize after it still averages several decoded pixels per output pixel.
-// The fewest (per output pixel, on each axis) that keep the mean absolute
-// error against Pillow under 0.8 levels of 255 on finely textured images
-// (print, fur, woven fabric at 4:2:0 and 4:4:4: tests/python/
-// textured_corpus.py), measured: worst 0.72 at half scale, fabric, 32 px
-// output. At 1 (scaled whenever the crop stayed as large as the output) the
-// worst was 11 levels; at 4, 0.94; at 5, 0.81.
-constexpr double kMinDecodedPerOutput = 6.5;
-
-
-uint64_t NowNs() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now().time_since_epoch())
-                                   .count());
-}
-
-// Grows `v` to at least n elements, never shrinking its storage.
-template <typename T>
-T* Room(std::vector<T>& v, size_t n) {
-  if (v.size() < n) v.resize(n);
-  return v.data();
-}
-
-}  // namespace
-
-namespace {
-
-// The leading steps the decode can do itself: [crop] [resize [crop]], as
-// one resample of a decoded region. `next` is the first step left.
-struct FusedGeometry {
-  bool fused = false;
-  AxisSpec y, x;  // in displayed coordinates
-  Interpolation interpolation = Interpolation::kAntialias;
-  uint32_t next = 0;
-};
 
 // Whether a step changes its image where it lies (else it writes a new one).
 bool WorksInPlace(StepKind k) {
@@ -145,109 +90,6 @@ FusedGeometry PlanFused(const SampleSteps& steps, uint32_t height, uint32_t widt
 }
 
 }  // namespace
-
-struct SampleProcessor::Impl {
-  // The next draw's boxes (set_boxes; not owned).
-  const float* boxes = nullptr;
-  uint32_t box_count = 0;
-  // Constant after construction: none. Everything below is scratch reused
-  // between samples; it grows to the largest sample seen and stays.
-  JpegDecoder decoder;
-  // The other formats' decoders, made on first use (MakeDecoder).
-  std::unique_ptr<ImageDecoder> decoders[kImageFormatCount];
-  // The current sample's: its format, and its decoder unless a JPEG. For
-  // the other formats `header` holds the size, orientation 1.
-  ImageFormat format = ImageFormat::kJpeg;
-  ImageDecoder* other = nullptr;
-  JpegHeader header;
-  std::vector<uint8_t> chunk;  // kChunkRows decoded rows
-  std::vector<uint8_t> region;  // a non-JPEG image's rows the fused geometry reads
-  std::vector<uint8_t*> row_ptrs;
-  std::vector<uint8_t> rgb_row;  // one row converted from CMYK
-  std::vector<uint8_t> hpass;    // horizontal pass output, one row per source row
-  std::vector<uint8_t> decoded;  // a multi-view sample's image, decoded once
-  std::vector<uint8_t> image;    // the image the steps work on
-  std::vector<uint8_t> spare;    // where a step that cannot work in place writes
-  std::vector<int32_t> acc;
-  std::vector<float> blur;
-  std::vector<float> field;     // an elastic step's displacement
-  std::vector<uint8_t> scratch8;   // sharpness's copy of the image; a box blur's line
-  std::vector<uint8_t> mix_start;  // the image at kMixBegin
-  std::vector<float> mix_acc;      // AugMix's weighted sum
-  AxisPlan plan_x, plan_y;
-  SampleSteps drawn;
-  uint64_t decode_ns = 0;
-  bool skip_unneeded_scans = true;
-  bool inputs_are_baseline_copies = false;
-  DecodePath decode_path = DecodePath::kWhole;  // of the current sample
-  uint32_t dct_scale = 8;
-
-  absl::Status Open(const uint8_t* jpeg, size_t size, const PipelineParams& p);
-  // `source`: the image already decoded whole (raw orientation, header's
-  // size), which Execute reads and leaves as it is; nullptr: decode it here.
-  absl::Status Execute(const PipelineParams& p, const SampleSteps& steps, void* out,
-                       size_t capacity, SampleResult* result,
-                       const uint8_t* source = nullptr);
-  absl::Status DecodeFused(const PipelineParams& p, const FusedGeometry& g, uint8_t* dst);
-  absl::Status DecodeWhole(uint8_t* dst);
-  absl::Status DecodeFusedOther(const PipelineParams& p, const FusedGeometry& g, uint8_t* dst);
-  absl::Status ResizeImage(const uint8_t* src, uint32_t h, uint32_t w, const Step& s,
-                           uint64_t max_pixels, uint8_t* dst);
-
-  uint32_t OrientedHeight() const {
-    return SwapsAxes(header.orientation) ? header.width : header.height;
-  }
-  uint32_t OrientedWidth() const {
-    return SwapsAxes(header.orientation) ? header.height : header.width;
-  }
-
-  // Reads up to `rows` rows into the chunk buffer; timed as decode.
-  absl::Status ReadChunk(uint32_t rows, uint32_t* got) {
-    const uint64_t t0 = NowNs();
-    absl::Status s = decoder.ReadRows(row_ptrs.data(), rows, got);
-    decode_ns += NowNs() - t0;
-    if (s.ok() && *got == 0) return absl::InternalError("libjpeg returned no rows");
-    return s;
-  }
-
-  // The frame of Process and ProcessSteps: checks, Open, then `render`
-  // with the oriented height and width. A failed sample leaves the decoder
-  // reset and an empty result; both report their stage times.
-  template <typename Render>
-  absl::Status Run(const uint8_t* jpeg, size_t size, const PipelineParams& p, const void* out,
-                   SampleResult* result, Render&& render) {
-    const uint64_t start = NowNs();
-    *result = SampleResult();
-    decode_ns = 0;
-    decode_path = DecodePath::kWhole;
-    dct_scale = 8;
-    format = ImageFormat::kUnknown;
-    other = nullptr;
-    absl::Status s = ValidateParams(p);
-    if (!s.ok()) return s;
-    if (out == nullptr) return absl::InvalidArgumentError("no output buffer");
-    try {
-      s = Open(jpeg, size, p);
-      if (s.ok()) s = render(OrientedHeight(), OrientedWidth());
-    } catch (const std::bad_alloc&) {
-      s = absl::ResourceExhaustedError("out of memory while decoding");
-    }
-    if (!s.ok()) {
-      decoder.Abort();
-      *result = SampleResult();
-    }
-    result->format = format;
-    const uint64_t total = NowNs() - start;
-    result->decode_ns = decode_ns;
-    result->augment_ns = total > decode_ns ? total - decode_ns : 0;
-    if (s.ok()) {
-      result->decode_path = decode_path;
-      result->dct_scale = dct_scale;
-      result->progressive = header.progressive;
-    }
-    return s;
-  }
-};
 
 absl::Status SampleProcessor::Impl::Open(const uint8_t* jpeg, size_t size,
                                          const PipelineParams& p) {
@@ -550,211 +392,6 @@ absl::Status SampleProcessor::Impl::Execute(const PipelineParams& p, const Sampl
   result->width = fw;
   result->channels = 3;
   result->bytes = bytes;
-  return absl::OkStatus();
-}
-
-absl::Status SampleProcessor::Impl::DecodeFused(const PipelineParams& p, const FusedGeometry& g,
-                                                uint8_t* dst) {
-  const int o = header.orientation;
-  const bool swap = SwapsAxes(o);
-  // The resample runs in raw (as coded) coordinates; the orientation and
-  // the flips are applied when the small result is written out.
-  AxisSpec rx = swap ? g.y : g.x;
-  AxisSpec ry = swap ? g.x : g.y;
-  const bool mirror_x = o == 2 || o == 3 || o == 7 || o == 8;
-  const bool mirror_y = o == 3 || o == 4 || o == 6 || o == 7;
-  if (mirror_x) rx = MirrorAxis(rx, header.width);
-  if (mirror_y) ry = MirrorAxis(ry, header.height);
-
-  // The smallest DCT scale M/8 that keeps the decoded crop at least
-  // kMinDecodedPerOutput times the output in both directions. Only M = 1, 2,
-  // 4 (and 8): libjpeg-turbo has SIMD IDCTs for those; the other scaled
-  // IDCTs are plain C and measured slower than decoding at the next power of
-  // two. A scale the daemon's calibration disabled (decode_planner.h) is
-  // passed over for the next larger allowed one; 8 is always allowed.
-  // Bicubic's bound was not measured: it decodes at full scale.
-  int num = 8;
-  if (p.exact_decode == 0 && g.interpolation != Interpolation::kBicubic) {
-    for (int m : {1, 2, 4}) {
-      if ((p.disabled_dct_scales & DctScaleBit(m)) != 0) continue;
-      if (rx.scale * m >= 8.0 * kMinDecodedPerOutput &&
-          ry.scale * m >= 8.0 * kMinDecodedPerOutput) {
-        num = m;
-        break;
-      }
-    }
-  }
-  if (num == 1 && inputs_are_baseline_copies && skip_unneeded_scans) {
-    return absl::AbortedError(
-        "a baseline copy at DCT scale 1/8: its progressive original decodes faster");
-  }
-  // At 1/8 a progressive file's AC scans of 1x1-IDCT components are never
-  // read: the decoder leaves them out (same pixels, jpeg_decoder.h).
-  const ScanSelection scans = num == 1 && header.progressive && skip_unneeded_scans
-                                  ? ScanSelection::kNeeded
-                                  : ScanSelection::kAll;
-  DecodeInfo info;
-  uint64_t t0 = NowNs();
-  absl::Status s = decoder.Start(num, &info, scans);
-  decode_ns += NowNs() - t0;
-  if (!s.ok()) return s;
-  dct_scale = static_cast<uint32_t>(num);
-  decode_path = info.skipped_scans ? DecodePath::kDcScans : DecodePath::kWhole;
-  const AxisSpec sx = ScaleAxis(rx, num, info.width);
-  const AxisSpec sy = ScaleAxis(ry, num, info.height);
-  BuildPlan(g.interpolation, sx, info.width, &plan_x);
-  BuildPlan(g.interpolation, sy, info.height, &plan_y);
-  const auto y0 = static_cast<uint32_t>(plan_y.min_index);
-  const auto y1 = static_cast<uint32_t>(plan_y.end_index);
-  uint32_t x0 = static_cast<uint32_t>(plan_x.min_index);
-  uint32_t width = static_cast<uint32_t>(plan_x.end_index) - x0;
-  if (y1 <= y0 || width == 0 || y1 > info.height || x0 + width > info.width) {
-    return absl::InternalError("empty resample region");
-  }
-  // libjpeg's fancy upsampling treats the edges of a cropped region as image
-  // edges; a margin keeps the columns we read identical to a full decode.
-  if (x0 > 0 || width < info.width) {
-    const uint32_t left = x0 > kCropMargin ? x0 - kCropMargin : 0;
-    width = std::min(info.width, x0 + width + kCropMargin) - left;
-    x0 = left;
-  }
-  t0 = NowNs();
-  bool seeked = false;  // columns may widen to an iMCU boundary
-  s = decoder.Window(&x0, &width, y0, &seeked);
-  decode_ns += NowNs() - t0;
-  if (!s.ok()) return s;
-  if (seeked) decode_path = DecodePath::kRestartWindow;
-
-  if (uint64_t{plan_x.out_size} * (y1 - y0) > p.max_decode_pixels) {
-    return absl::ResourceExhaustedError(
-        "the resample's intermediate image is over max_decode_pixels");
-  }
-  const size_t src_row_bytes = size_t{width} * info.channels;
-  const size_t hrow = size_t{plan_x.out_size} * 3;
-  uint8_t* chunk_data = Room(chunk, src_row_bytes * kChunkRows + kResamplePadBytes);
-  Room(row_ptrs, kChunkRows);
-  for (uint32_t i = 0; i < kChunkRows; ++i) row_ptrs[i] = chunk_data + i * src_row_bytes;
-  uint8_t* rgb =
-      info.channels == 4 ? Room(rgb_row, size_t{width} * 3 + kResamplePadBytes) : nullptr;
-  uint8_t* hp = Room(hpass, hrow * (y1 - y0));
-  for (uint32_t y = y0; y < y1;) {
-    uint32_t got = 0;
-    s = ReadChunk(std::min(kChunkRows, y1 - y), &got);
-    if (!s.ok()) return s;
-    for (uint32_t i = 0; i < got; ++i, ++y) {
-      const uint8_t* row = row_ptrs[i];
-      if (rgb != nullptr) {
-        CmykRowToRgb(row, width, rgb);
-        row = rgb;
-      }
-      ResampleRow(row, static_cast<int32_t>(x0), plan_x, hp + size_t{y - y0} * hrow);
-    }
-  }
-  t0 = NowNs();
-  s = decoder.Stop();  // checks the rest of the file is there
-  decode_ns += NowNs() - t0;
-  if (!s.ok()) return s;
-  ResampleColumns(hp, hrow, static_cast<int32_t>(y0), hrow, plan_y, dst, hrow, Room(acc, hrow));
-  return absl::OkStatus();
-}
-
-absl::Status SampleProcessor::Impl::DecodeFusedOther(const PipelineParams& p,
-                                                     const FusedGeometry& g, uint8_t* dst) {
-  // No DCT scaling, no orientation: the region the resample reads is
-  // decoded, exactly the whole decode's pixels there (image_decoder.h).
-  const AxisSpec sx = ScaleAxis(g.x, 8, header.width);
-  const AxisSpec sy = ScaleAxis(g.y, 8, header.height);
-  BuildPlan(g.interpolation, sx, header.width, &plan_x);
-  BuildPlan(g.interpolation, sy, header.height, &plan_y);
-  DecodeRegion r;
-  r.top = static_cast<uint32_t>(plan_y.min_index);
-  r.left = static_cast<uint32_t>(plan_x.min_index);
-  r.height = static_cast<uint32_t>(plan_y.end_index) - r.top;
-  r.width = static_cast<uint32_t>(plan_x.end_index) - r.left;
-  if (r.height == 0 || r.width == 0 || r.top + r.height > header.height ||
-      r.left + r.width > header.width) {
-    return absl::InternalError("empty resample region");
-  }
-  if (uint64_t{plan_x.out_size} * r.height > p.max_decode_pixels) {
-    return absl::ResourceExhaustedError(
-        "the resample's intermediate image is over max_decode_pixels");
-  }
-  const size_t row_bytes = size_t{r.width} * 3;
-  uint8_t* rows = Room(region, row_bytes * r.height + kResamplePadBytes);
-  const uint64_t t0 = NowNs();
-  absl::Status s = other->Decode(r, rows, row_bytes);
-  decode_ns += NowNs() - t0;
-  if (!s.ok()) return s;
-  const size_t hrow = size_t{plan_x.out_size} * 3;
-  uint8_t* hp = Room(hpass, hrow * r.height);
-  for (uint32_t y = 0; y < r.height; ++y) {
-    ResampleRow(rows + y * row_bytes, static_cast<int32_t>(r.left), plan_x, hp + y * hrow);
-  }
-  ResampleColumns(hp, hrow, static_cast<int32_t>(r.top), hrow, plan_y, dst, hrow, Room(acc, hrow));
-  return absl::OkStatus();
-}
-
-absl::Status SampleProcessor::Impl::DecodeWhole(uint8_t* dst) {
-  if (other != nullptr) {
-    const uint64_t t0 = NowNs();
-    absl::Status s = other->Decode(DecodeRegion{0, 0, header.height, header.width}, dst,
-                                   size_t{header.width} * 3);
-    decode_ns += NowNs() - t0;
-    return s;
-  }
-  DecodeInfo info;
-  uint64_t t0 = NowNs();
-  absl::Status s = decoder.Start(8, &info);
-  decode_ns += NowNs() - t0;
-  if (!s.ok()) return s;
-  if (info.width != header.width || info.height != header.height) {
-    return absl::InternalError("libjpeg's output size is not the header's");
-  }
-  const size_t row_bytes = size_t{info.width} * 3;
-  const size_t src_row_bytes = size_t{info.width} * info.channels;
-  Room(row_ptrs, kChunkRows);
-  uint8_t* chunk_data = info.channels == 4 ? Room(chunk, src_row_bytes * kChunkRows) : nullptr;
-  for (uint32_t y = 0; y < info.height;) {
-    const uint32_t want = std::min(kChunkRows, info.height - y);
-    for (uint32_t i = 0; i < want; ++i) {
-      row_ptrs[i] =
-          chunk_data != nullptr ? chunk_data + i * src_row_bytes : dst + size_t{y + i} * row_bytes;
-    }
-    uint32_t got = 0;
-    s = ReadChunk(want, &got);
-    if (!s.ok()) return s;
-    if (chunk_data != nullptr) {
-      for (uint32_t i = 0; i < got; ++i) {
-        CmykRowToRgb(row_ptrs[i], info.width, dst + size_t{y + i} * row_bytes);
-      }
-    }
-    y += got;
-  }
-  t0 = NowNs();
-  s = decoder.Finish();
-  decode_ns += NowNs() - t0;
-  return s;
-}
-
-absl::Status SampleProcessor::Impl::ResizeImage(const uint8_t* src, uint32_t h, uint32_t w,
-                                                const Step& s, uint64_t max_pixels, uint8_t* dst) {
-  const AxisSpec ay = ResizeCropAxis(h, s.height, 0, s.height);
-  const AxisSpec ax = ResizeCropAxis(w, s.width, 0, s.width);
-  BuildPlan(s.interpolation, ax, w, &plan_x);
-  BuildPlan(s.interpolation, ay, h, &plan_y);
-  const size_t hrow = size_t{s.width} * 3;
-  const auto y0 = static_cast<uint32_t>(plan_y.min_index);
-  const auto y1 = static_cast<uint32_t>(plan_y.end_index);
-  if (uint64_t{s.width} * (y1 - y0) > max_pixels) {
-    return absl::ResourceExhaustedError(
-        "the resize's intermediate image is over max_decode_pixels");
-  }
-  uint8_t* hp = Room(hpass, hrow * (y1 - y0));
-  // Rows are contiguous and `src` has kResamplePadBytes after its last row.
-  for (uint32_t y = y0; y < y1; ++y) {
-    ResampleRow(src + size_t{y} * w * 3, 0, plan_x, hp + size_t{y - y0} * hrow);
-  }
-  ResampleColumns(hp, hrow, static_cast<int32_t>(y0), hrow, plan_y, dst, hrow, Room(acc, hrow));
   return absl::OkStatus();
 }
 
