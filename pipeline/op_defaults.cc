@@ -11,7 +11,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "pipeline/op_table.h"
-#include "server/image/ops/box_blur.h"
 #include "pipeline/pipeline_spec.h"
 #include "pipeline/spec_text.h"
 #include "stoker/ring_layout.h"

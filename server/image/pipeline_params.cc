@@ -4,7 +4,6 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "server/image/ops/box_blur.h"
 #include "server/image/ops/policy.h"
 #include "server/image/param_checks.h"
 #include "stoker/ring_layout.h"

@@ -235,6 +235,10 @@ inline constexpr float kMaxZoomOutSide = 16.0f;       // RandomZoomOut: 1 <= sid
 inline constexpr uint32_t kMaxIoUOptions = 8;         // RandomIoUCrop's sampler_options
 inline constexpr uint32_t kMaxIoUTrials = 1000;       // and trials: 1..1000
 inline constexpr float kMaxElasticSigma = 1000.0f;    // ElasticTransform: a kernel of 8001 taps
+// ImageFilterGaussianBlur's radius: wider than any image it meets (every pixel
+// tends to the image's mean long before), small enough that Pillow's 32-bit
+// box sums (ops/box_blur.h) cannot overflow.
+inline constexpr float kMaxBoxBlurRadius = 1000.0f;
 // RandAugment's and TrivialAugmentWide's num_magnitude_bins: 2..this (the
 // bins are torch's float32 linspace values, reproduced up to this many:
 // policy.h's TorchLinspace).

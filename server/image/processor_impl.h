@@ -78,7 +78,7 @@ struct SampleProcessor::Impl {
   std::vector<int32_t> acc;
   std::vector<float> blur;
   std::vector<float> field;     // an elastic step's displacement
-  std::vector<uint8_t> scratch8;   // sharpness's copy of the image; a box blur's line
+  std::vector<uint8_t> scratch8;   // sharpness's copy of the image; a box blur's sums and transposed image
   std::vector<uint8_t> mix_start;  // the image at kMixBegin
   std::vector<float> mix_acc;      // AugMix's weighted sum
   AxisPlan plan_x, plan_y;

@@ -5,7 +5,6 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "server/image/ops/box_blur.h"
 #include "server/image/ops/boxes.h"
 #include "server/image/ops/ops.h"
 #include "server/image/ops/perspective.h"

@@ -18,11 +18,6 @@
 
 namespace stoker::image {
 
-// The largest radius accepted: a blur wider than any image it meets (every
-// pixel tends to the image's mean long before), small enough that Pillow's
-// 32-bit sums cannot overflow.
-inline constexpr float kMaxBoxBlurRadius = 1000.0f;
-
 // One box pass's integer weights for a Gaussian of `radius` (Pillow's
 // ImagingGaussianBlur with 3 passes, in its float arithmetic): the box's
 // integer radius, the weight of each pixel inside it and of the two just
@@ -38,7 +33,7 @@ BoxWeights GaussianBoxWeights(float radius);
 size_t BoxBlurScratch(uint32_t height, uint32_t width);
 
 // dst = img.filter(ImageFilter.GaussianBlur(radius)) for an RGB image,
-// 0 <= radius <= kMaxBoxBlurRadius. As Pillow, the row passes run down the
+// 0 <= radius <= kMaxBoxBlurRadius (pipeline_params.h). As Pillow, the row passes run down the
 // columns of the transposed image; every pass moves all columns together.
 // `img` serves as a buffer (its contents are lost); `scratch` holds
 // BoxBlurScratch() bytes, aligned for uint32_t (as any heap block is); img,

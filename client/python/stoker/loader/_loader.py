@@ -134,8 +134,8 @@ class Loader(_PipelineMixin, _EpochsMixin, _ResumeMixin, _BatchesMixin):
             a private daemon (see above).
         transform: a torchvision transform (``T.Compose([...])`` or a list) to
             run in the daemon, read one to one into ``ops``: RandomResizedCrop,
-            Resize (bilinear), CenterCrop, RandomCrop, RandomHorizontalFlip,
-            RandomVerticalFlip, ColorJitter, Grayscale, RandomGrayscale,
+            Resize (bilinear or bicubic), CenterCrop, RandomCrop,
+            RandomHorizontalFlip, RandomVerticalFlip, ColorJitter, Grayscale, RandomGrayscale,
             GaussianBlur, RandomRotation, RandomAffine, RandomPerspective,
             ElasticTransform (nearest or bilinear), Pad, RandomApply,
             RandomChoice and RandomOrder of pixel ops, RandomPosterize,
@@ -147,7 +147,9 @@ class Loader(_PipelineMixin, _EpochsMixin, _ResumeMixin, _BatchesMixin):
             (on the output tensor, last, as torchvision applies it after
             Normalize). torchvision's reference ``ClassificationPresetTrain``
             (any callable whose ``transforms`` is a Compose) is read as its
-            Compose. A multi-view transform (``stoker.MultiView``, or an
+            Compose; DINO's and MoCo's own blur and solarize classes (PIL's
+            ImageFilter.GaussianBlur, ImageOps.solarize) are read by what
+            they do. A multi-view transform (``stoker.MultiView``, or an
             object such as MoCo's TwoCropsTransform or DINO's
             DataAugmentationDINO whose call returns a list of its transforms'
             results) gives each sample's views: batches are then ``(views,
