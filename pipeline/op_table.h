@@ -2,7 +2,8 @@
 // asks of it by name.
 //
 // An op is torchvision's transform of the same name (PIL backend). Its row
-// says:
+// is its line of server/image/op_list.h, the one place an op is listed
+// (the workers' OpKind and OpKindName come from the same line), and says:
 //   name         torchvision's class name: the Op oneof's JSON name in
 //                stoker.proto and the key of Loader(ops=[{name: {...}}])
 //   kind         image::OpKind, which is also the Op oneof's field number
@@ -21,13 +22,15 @@
 //                `transforms` are ops, each of a row that moves pixels only
 //                and holds none
 //
-// Tests hold every other place to this table: each Op oneof field and each
-// OpKind has one row (op_table_test.cc; a kind added without a row does not
-// compile: op_table.cc switches over OpKind with -Werror=switch, as does
-// the workers' DrawSteps); every row's op is filled with its defaults and
-// checked (op_defaults.cc), lowered (lower_pipeline.cc), taken by the
-// workers' ValidateParams and drawn into steps (op_table_test.cc fails on a
-// row any of them lacks); Python's transform readers cover exactly the
+// Tests hold every other place to this table: each Op oneof field of
+// stoker.proto and each row are one op of the same number and name
+// (op_table_test.cc, which also shows the check naming an op added to the
+// proto only and to the table only); the workers' ValidateParams and
+// DrawSteps switch over OpKind with -Werror=switch, so a line added to
+// op_list.h without them does not compile; every row's op is filled with its
+// defaults and checked (op_defaults.cc), lowered (lower_pipeline.cc), taken
+// by ValidateParams and drawn into steps (op_table_test.cc fails on a row any
+// of them lacks); Python's transform readers cover exactly the
 // torchvision.transforms rows and _recipe_ops the recipe_class ones
 // (tests/python/test_one_definition.py, through stoker._native.op_table()).
 // The parameters' ranges are pipeline_params.h's constants, used by the

@@ -4,6 +4,10 @@
 #include <map>
 #include <set>
 #include <string>
+#include <vector>
+
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/descriptor.pb.h>
 
 #include <catch2/catch.hpp>
 
@@ -16,29 +20,99 @@
 namespace stoker::pipeline {
 namespace {
 
+// Where the op table and an Op message's oneof (stoker.proto's, or a test's
+// copy of it) disagree: one line per op found in one only, or numbered or
+// named differently.
+std::vector<std::string> Mismatches(const std::vector<OpRow>& table,
+                                    const google::protobuf::Descriptor* op_message) {
+  std::vector<std::string> out;
+  const google::protobuf::OneofDescriptor* oneof = op_message->FindOneofByName("op");
+  if (oneof == nullptr) return {"the Op message has no oneof op"};
+  std::set<int> rows;
+  for (const OpRow& r : table) {
+    const int number = static_cast<int>(r.kind);
+    rows.insert(number);
+    const google::protobuf::FieldDescriptor* f = op_message->FindFieldByNumber(number);
+    if (f == nullptr || f->containing_oneof() != oneof) {
+      out.push_back(std::string(r.name) + " (" + std::to_string(number) +
+                    ") is in the op table only");
+    } else if (f->json_name() != r.name) {
+      out.push_back(std::string(r.name) + " is named " + f->json_name() + " in stoker.proto");
+    }
+  }
+  for (int i = 0; i < oneof->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* f = oneof->field(i);
+    if (rows.count(f->number()) == 0) {
+      out.push_back(f->json_name() + " (" + std::to_string(f->number()) +
+                    ") is in stoker.proto only");
+    }
+  }
+  return out;
+}
+
 TEST_CASE("the op table has one row per Op field of stoker.proto, numbered as its OpKind") {
-  const google::protobuf::OneofDescriptor* oneof = v1::Op::descriptor()->FindOneofByName("op");
-  REQUIRE(oneof != nullptr);
-  REQUIRE(OpTable().size() == static_cast<size_t>(oneof->field_count()));
+  CHECK(Mismatches(OpTable(), v1::Op::descriptor()) == std::vector<std::string>{});
   std::set<std::string> names;
+  uint32_t number = 0;
   for (const OpRow& r : OpTable()) {
     CAPTURE(r.name);
-    const google::protobuf::FieldDescriptor* f =
-        v1::Op::descriptor()->FindFieldByNumber(static_cast<int>(r.kind));
-    REQUIRE(f != nullptr);
-    CHECK(f->containing_oneof() == oneof);
-    CHECK(f->json_name() == std::string(r.name));
+    CHECK(static_cast<uint32_t>(r.kind) == ++number);  // from 1, without gaps
+    CHECK(r.name == image::OpKindName(r.kind));
     CHECK(names.insert(std::string(r.name)).second);
     CHECK(FindOp(r.name) == &r);
     CHECK(FindOp(r.kind) == &r);
+    CHECK(r.holds_ops == image::IsComposition(r.kind));
   }
   CHECK(FindOp("ToTensor") == nullptr);
   CHECK(FindOp(image::OpKind::kNone) == nullptr);
   CHECK(FindOp("RandomIoUCrop")->needs_boxes);
+  CHECK(FindOp("RandomApply")->holds_ops);
   CHECK(FindOp("RandomErasing")->moves == OpMoves::kOutputTensor);
   CHECK(FindOp("RandomZoomOut")->source == OpSource::kDetectionReference);
   CHECK(FindOp("ImageFilterGaussianBlur")->source == OpSource::kRecipeClass);
   CHECK(OpSourceName(OpSource::kRecipeClass) == "recipe_class");
+}
+
+TEST_CASE("an op added to the op table only is named by the check") {
+  std::vector<OpRow> table = OpTable();
+  table.push_back(OpRow{"RandomFoo", static_cast<image::OpKind>(table.size() + 1)});
+  CHECK(Mismatches(table, v1::Op::descriptor()) ==
+        std::vector<std::string>{"RandomFoo (36) is in the op table only"});
+  table.pop_back();
+  table[6].name = "ColourJitter";
+  CHECK(Mismatches(table, v1::Op::descriptor()) ==
+        std::vector<std::string>{"ColourJitter is named ColorJitter in stoker.proto"});
+}
+
+TEST_CASE("an op added to stoker.proto only is named by the check") {
+  // stoker.proto's Op with one more oneof member, built beside the real one.
+  namespace pb = google::protobuf;
+  pb::FileDescriptorProto file;
+  file.set_name("op_table_test/op.proto");
+  file.set_package("stoker.op_table_test");
+  file.set_syntax("proto3");
+  file.add_dependency(v1::Op::descriptor()->file()->name());
+  pb::FileDescriptorProto stoker_proto;
+  v1::Op::descriptor()->file()->CopyTo(&stoker_proto);
+  v1::Op::descriptor()->file()->CopyJsonNameTo(&stoker_proto);
+  pb::DescriptorProto* op = file.add_message_type();
+  for (const pb::DescriptorProto& m : stoker_proto.message_type()) {
+    if (m.name() == "Op") *op = m;
+  }
+  REQUIRE(op->name() == "Op");
+  pb::FieldDescriptorProto* added = op->add_field();
+  added->set_name("random_foo");
+  added->set_number(static_cast<int>(OpTable().size()) + 1);
+  added->set_label(pb::FieldDescriptorProto::LABEL_OPTIONAL);
+  added->set_type(pb::FieldDescriptorProto::TYPE_MESSAGE);
+  added->set_type_name(".stoker.v1.RandomInvert");
+  added->set_json_name("RandomFoo");
+  added->set_oneof_index(v1::Op::descriptor()->FindOneofByName("op")->index());
+  pb::DescriptorPool pool(pb::DescriptorPool::generated_pool());
+  const pb::FileDescriptor* built = pool.BuildFile(file);
+  REQUIRE(built != nullptr);
+  CHECK(Mismatches(OpTable(), built->FindMessageTypeByName("Op")) ==
+        std::vector<std::string>{"RandomFoo (36) is in stoker.proto only"});
 }
 
 // Parameters an op must be given (torchvision's required arguments, and

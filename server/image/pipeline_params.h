@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "server/image/op_list.h"
 
 namespace stoker::image {
 
@@ -24,55 +25,23 @@ namespace stoker::image {
 // Image.rotate resample them (NEAREST, BILINEAR).
 enum class Interpolation : uint32_t { kAntialias = 1, kBilinear = 2, kNearest = 3, kBicubic = 4 };
 
-// The ops a pipeline is made of: torchvision's transforms of the same names
-// (stoker.proto's Op documents each one's semantics).
+// The ops a pipeline is made of: torchvision's transforms of the same names,
+// as op_list.h lists them (stoker.proto's Op documents each one's semantics).
 enum class OpKind : uint32_t {
   kNone = 0,
-  kRandomResizedCrop = 1,
-  kResize = 2,
-  kCenterCrop = 3,
-  kRandomCrop = 4,
-  kHorizontalFlip = 5,   // RandomHorizontalFlip
-  kVerticalFlip = 6,     // RandomVerticalFlip
-  kColorJitter = 7,
-  kGrayscale = 8,
-  kRandomGrayscale = 9,
-  kGaussianBlur = 10,
-  kRandomRotation = 11,
-  kRandomAffine = 12,
-  kRandomPosterize = 13,
-  kRandomSolarize = 14,
-  kRandomAdjustSharpness = 15,
-  kRandomAutocontrast = 16,
-  kRandomEqualize = 17,
-  kRandomInvert = 18,
-  kAutoAugment = 19,
-  kRandAugment = 20,
-  kTrivialAugmentWide = 21,
-  kAugMix = 22,
-  kRandomErasing = 23,  // on the output tensor: only after every other op
-  kRandomResize = 24,
-  // torchvision's detection reference transforms (references/detection/
-  // transforms.py; v2 has the same), for SSD-style recipes.
-  kRandomZoomOut = 25,
-  kRandomIoUCrop = 26,              // needs the sample's boxes (DrawSteps)
-  kRandomPhotometricDistort = 27,
-  kRandomShortestSize = 28,  // v2's and the detection reference's
-  // Compositions: the `children` ops after them are theirs (pixel ops, none
-  // a composition or RandomErasing), drawn as the composition says.
-  kRandomApply = 29,
-  kRandomChoice = 30,
-  kRandomOrder = 31,
-  kPad = 32,  // padding, padding_mode, fill as RandomCrop's
-  kRandomPerspective = 33,  // distortion, p, interpolation, fill
-  kElasticTransform = 34,   // elastic_alpha, elastic_sigma, interpolation, fill
-  kImageFilterGaussianBlur = 35,  // radius [min, max] in sigma, p
+#define STOKER_OP_KIND(kind, number, ...) kind = number,
+  STOKER_OP_LIST(STOKER_OP_KIND)
+#undef STOKER_OP_KIND
 };
 
-// Whether `kind` is a composition (RandomApply, RandomChoice, RandomOrder).
+// Whether `kind` is a composition (RandomApply, RandomChoice, RandomOrder):
+// its op_list.h flags hold kOpHoldsOps.
 inline constexpr bool IsComposition(OpKind kind) {
-  return kind == OpKind::kRandomApply || kind == OpKind::kRandomChoice ||
-         kind == OpKind::kRandomOrder;
+#define STOKER_OP_HOLDS(k, number, name, moves, source, flags) \
+  if (kind == OpKind::k) return ((flags) & kOpHoldsOps) != 0;
+  STOKER_OP_LIST(STOKER_OP_HOLDS)
+#undef STOKER_OP_HOLDS
+  return false;
 }
 // The most ops one composition holds.
 inline constexpr uint32_t kMaxChildren = 8;
