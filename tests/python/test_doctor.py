@@ -13,16 +13,22 @@ from conftest import make_dataset
 
 
 @contextlib.contextmanager
-def trainer(stoker, socket, step_s, dtype):
+def trainer(stoker, socket, step_s, dtype, warm_batches):
     """A trainer consuming "imgs" on a thread, sleeping step_s per batch, for
-    the duration of the with block."""
+    the duration of the with block, which waits until it has taken
+    warm_batches batches (so that doctor's window sees it running)."""
     stop = threading.Event()
+    warm = threading.Event()
 
     def consume():
+        taken = 0
         with stoker.Loader("imgs", socket=socket, batch_size=8, size=64, epochs=None,
                            dtype=dtype) as ld:
             while not stop.is_set():
                 for _ in ld:
+                    taken += 1
+                    if taken >= warm_batches:
+                        warm.set()
                     time.sleep(step_s)
                     if stop.is_set():
                         break
@@ -30,6 +36,7 @@ def trainer(stoker, socket, step_s, dtype):
     t = threading.Thread(target=consume)
     t.start()
     try:
+        assert warm.wait(120), "the trainer took no batch"
         yield
     finally:
         stop.set()
@@ -45,8 +52,7 @@ def test_doctor_names_a_data_bound_trainer_and_a_healthy_one(stoker, daemon_fact
     d = daemon_factory(workers=1)
     make_dataset(os.path.join(d.data_root, "imgs"), classes=2, per_class=20, sizes=(200, 320),
                  seed=4)
-    with trainer(stoker, d.socket, 0, "float32"):
-        time.sleep(1)
+    with trainer(stoker, d.socket, 0, "float32", warm_batches=8):
         code, out = doctor(d, "--json")
         j = json.loads(out)
         assert code == 2 and j["verdict"] == "data-bound" and j["exit_code"] == 2, out
@@ -59,8 +65,7 @@ def test_doctor_names_a_data_bound_trainer_and_a_healthy_one(stoker, daemon_fact
         assert code == 2 and text.startswith("stokerd doctor: data-bound"), text
         assert "what would help:" in text
 
-    with trainer(stoker, d.socket, 0.5, "uint8"):
-        time.sleep(2)
+    with trainer(stoker, d.socket, 0.5, "uint8", warm_batches=4):
         code, out = doctor(d, "--json")
         j = json.loads(out)
         assert code == 0 and j["verdict"] == "healthy", out
@@ -84,8 +89,7 @@ def test_doctor_points_at_slow_storage(stoker, daemon_factory, tmp_path_factory)
     d = daemon_factory(workers=1, data_root=root,
                        extra_args=["--io-threads", "0", "--simulate-read-latency-us", "40000"])
     evict(root)
-    with trainer(stoker, d.socket, 0, "uint8"):
-        time.sleep(0.5)
+    with trainer(stoker, d.socket, 0, "uint8", warm_batches=2):
         code, out = doctor(d, "--json")
         j = json.loads(out)
         (s,) = j["sessions"]
