@@ -95,9 +95,6 @@ def throughput(name: str, root: str, rel: str, daemon: Daemon, build: str, round
                 if c[2] == "tool" and is_recipe(c[3])}
     for pipeline, kw in keywords.items():
         log(f"    {pipeline}: {json.dumps(kw)}")
-    # What the tool's start-up (reading every file into memory) costs in CPU.
-    setup_cpu = min(run_tool(build, root, "eval", "uint8", "nhwc", 0.01)["cpu_s"]
-                    for _ in range(2))
     runs: Dict[str, List[Dict[str, float]]] = {c[0]: [] for c in configs}
     for r in range(rounds):
         order = configs[r % len(configs):] + configs[:r % len(configs)]
@@ -107,8 +104,8 @@ def throughput(name: str, root: str, rel: str, daemon: Daemon, build: str, round
             t0 = time.monotonic()
             if kind == "tool":
                 threads, ring_mb = TOOL_SHAPE.get(key, (1, 0))
-                res = run_tool(build, files, pipeline, dtype, layout, tool_s, setup_cpu,
-                               threads=threads, ring_mb=ring_mb, keywords=keywords.get(pipeline))
+                res = run_tool(build, files, pipeline, dtype, layout, tool_s, threads=threads,
+                               ring_mb=ring_mb, keywords=keywords.get(pipeline))
             elif kind == "pil":
                 res = run_pil(files, tool_s)
             else:

@@ -127,8 +127,6 @@ def throughput(sets: Dict[str, Dict[str, Any]], data_root: str, daemon: bench.Da
     runs: Dict[str, Dict[str, List[Dict[str, Any]]]] = {s: {c: [] for c in configs}
                                                         for s in SETS}
     lists = {s: write_list(sets[s]["files"], os.path.join(lists_dir, s + ".txt")) for s in SETS}
-    setup = {s: min(bench.run_tool(build, lists[s], "eval", "uint8", "nhwc", 0.01)["cpu_s"]
-                    for _ in range(2)) for s in SETS}
     for r in range(rounds):
         t_round = time.monotonic()
         line = []
@@ -139,7 +137,7 @@ def throughput(sets: Dict[str, Dict[str, Any]], data_root: str, daemon: bench.Da
                 t0 = time.monotonic()
                 if c == "loop":
                     res = bench.run_tool(build, lists[s], "train", "float32", "nchw", tool_s,
-                                         setup[s], keywords=keywords[kind])
+                                         keywords=keywords[kind])
                 else:
                     src = (DataLoaderSource(sets[s]["path"], tfs[kind], bs) if c == "dl" else
                            StokerSource(daemon, os.path.relpath(sets[s]["path"], data_root),
@@ -253,9 +251,6 @@ def decoders(sets: Dict[str, Dict[str, Any]], build: str, rounds: int, seconds: 
                 if os.path.splitext(os.path.relpath(p, sets[f"photos_{fmt}"]["path"]))[0] in names]
         assert len(mine) == n_dec, (fmt, len(mine), n_dec)
         files[fmt] = write_list(mine, os.path.join(lists_dir, f"decode-{fmt}.txt"))
-    setup = {fmt: min(bench.run_tool(build, files[fmt], "decode", "uint8", "nhwc", 0.01,
-                                     size=(0, 0))["cpu_s"] for _ in range(2))
-             for fmt in DECODER_FORMATS}
     out: Dict[str, List[Dict[str, Any]]] = {fmt: [] for fmt in DECODER_FORMATS}
     blobs: Dict[str, bytes] = {}
     log(f"==> decoders: {rounds} rounds x {len(DECODER_FORMATS)} formats x (stoker, PIL), "
@@ -270,7 +265,7 @@ def decoders(sets: Dict[str, Dict[str, Any]], build: str, rounds: int, seconds: 
             for side in (("tool", "pil") if r % 2 == 0 else ("pil", "tool")):
                 if side == "tool":
                     t = bench.run_tool(build, files[fmt], "decode", "uint8", "nhwc", seconds,
-                                       setup[fmt], size=(0, 0))
+                                       size=(0, 0))
                     t["ms"] = 1000 / t["images_per_s"]
                     pair["tool"] = t
                 else:

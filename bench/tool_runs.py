@@ -9,7 +9,6 @@ import gc
 import json
 import os
 import re
-import resource
 import shutil
 import statistics
 import subprocess
@@ -21,12 +20,12 @@ from harness import Daemon, StokerSource, _cmd, log, touch
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def run_tool(build: str, files: str, pipeline: str, dtype: str, layout: str,
-             seconds: float, setup_cpu_s: float = 0.0, threads: int = 1,
+             seconds: float, threads: int = 1,
              ring_mb: int = 0, keywords: Optional[Dict[str, Any]] = None,
              extra: Optional[List[str]] = None, size: Tuple[int, int] = (224, 224),
              prefix: Optional[List[str]] = None) -> Dict[str, float]:
-    """stoker-image-tool bench, no daemon. `setup_cpu_s`: the CPU its start
-    (loading the files into memory) costs, left out of its cores. `ring_mb`:
+    """stoker-image-tool bench, no daemon; its cores are the CPU it reports
+    for its loop (loading the files into memory left out). `ring_mb`:
     each thread writes round a shared mapping of this size, as a worker
     writes into a ring (0: into one buffer that stays in cache). `keywords`:
     the whole pipeline as keywords (a recipe's), instead of the preset
@@ -37,20 +36,18 @@ def run_tool(build: str, files: str, pipeline: str, dtype: str, layout: str,
     cmd = [*(prefix or []), os.path.join(build, "bin", "stoker-image-tool"), "bench",
            "--files", files, *spec, "--threads", str(threads), "--seconds", str(seconds),
            "--ring-mb", str(ring_mb), *(extra or [])]
-    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds * 10 + 120)
-    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime)
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited with {r.returncode}:\n{r.stderr}")
     d = json.loads(r.stdout.strip().splitlines()[-1])
     if d.get("errors"):
         log(f"!! stoker-image-tool reported {d['errors']} errors on {files}")
-    # The tool's CPU time less its start-up, over its timed seconds.
-    loop_cpu = max(cpu - setup_cpu_s, 1e-3)
+    # Its loop's CPU time over its timed seconds (every file at least once,
+    # then until `seconds`).
+    cpu = float(d["cpu_s"])
     return dict(images_per_s=float(d["images_per_s"]), images=int(d["images"]),
                 seconds=float(d["seconds"]), cpu_s=cpu,
-                producer_cores=min(float(threads), loop_cpu / max(float(d["seconds"]), 1e-9)),
+                producer_cores=min(float(threads), cpu / max(float(d["seconds"]), 1e-9)),
                 consumer_cores=0.0,
                 decode_ms=float(d.get("decode_ms", 0)), augment_ms=float(d.get("augment_ms", 0)),
                 paths=d.get("paths") or {})
