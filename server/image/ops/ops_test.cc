@@ -104,37 +104,6 @@ TEST_CASE("Brightness, contrast and saturation are PIL's ImageEnhance", "[ops]")
   }
 }
 
-TEST_CASE("Hue is torchvision's adjust_hue through PIL's HSV", "[ops]") {
-  std::vector<uint8_t> a = Pixels(), b = Pixels(), z = Pixels();
-  AdjustHue(a.data(), 8, 0.5f);
-  AdjustHue(b.data(), 8, -0.23f);
-  AdjustHue(z.data(), 8, 0.0f);  // PIL's HSV round trip is not lossless
-  CHECK(a == Flat({{0, 255, 252},
-                   {252, 0, 255},
-                   {255, 246, 0},
-                   {200, 10, 126},
-                   {128, 128, 128},
-                   {4, 250, 68},
-                   {3, 2, 1},
-                   {55, 67, 77}}));
-  CHECK(b == Flat({{168, 0, 255},
-                   {255, 162, 0},
-                   {0, 255, 162},
-                   {193, 200, 10},
-                   {128, 128, 128},
-                   {4, 21, 250},
-                   {1, 3, 1},
-                   {77, 55, 74}}));
-  CHECK(z == Flat({{255, 0, 0},
-                   {0, 255, 0},
-                   {0, 0, 255},
-                   {10, 200, 86},
-                   {128, 128, 128},
-                   {250, 4, 178},
-                   {1, 2, 3},
-                   {77, 66, 55}}));
-}
-
 TEST_CASE("ColorJitter runs its adjustments in its order", "[ops]") {
   Step s;
   s.kind = StepKind::kColorJitter;
