@@ -86,15 +86,15 @@ class HueTables {
     const auto h = static_cast<uint8_t>(hue_[hue_case][cr][maxc - mid] + shift);
     const uint8_t s = sat_[maxc][cr];
     const uint8_t v = maxc;
-    // hsv2rgb: S = 0 (only when cr * 255 < max rounds so) gives (v, v, v).
     const uint8_t sector = sector_[h];
     const float fs = fs_[s];
     const double x = (sector & 1) != 0 ? static_cast<double>(fs * f_[h])
                                        : static_cast<double>(fs) * one_minus_f_[h];
     const int qt = RoundHalfUp(static_cast<double>(static_cast<float>(v)) * (1.0 - x));
     const uint8_t vals[3] = {v, static_cast<uint8_t>(qt > 255 ? 255 : qt), p_[s][v]};
-    const uint8_t* order = kSectorOrder[s == 0 ? 0 : sector];
-    const uint8_t grey = s == 0;
+    // hsv2rgb gives (v, v, v) for S = 0.
+    const uint8_t* order = kSectorOrder[sector];
+    const bool grey = s == 0;
     px[0] = grey ? v : vals[order[0]];
     px[1] = grey ? v : vals[order[1]];
     px[2] = grey ? v : vals[order[2]];
