@@ -541,6 +541,7 @@ def write_report(path: str, raw: Dict[str, Any]) -> List[str]:
         a("")
         a("The daemon's per-format session status (last round): " + "; ".join(
             f"`{s}`: `{json.dumps(v)}`" for s, v in fm.items()))
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
     return lines
