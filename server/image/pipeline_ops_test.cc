@@ -21,16 +21,12 @@
 namespace stoker::image {
 namespace {
 
-using testing::DecodeParams;
 using testing::DecodeRgb;
 using testing::EncodeJpeg;
 using testing::EncodeOptions;
-using testing::EvalParams;
 using testing::MakePhoto;
 using testing::MeanAbsDiff;
-using testing::MultiViewParams;
 using testing::Op;
-using testing::RegionSteps;
 using testing::TrainParams;
 using testing::WithOps;
 
@@ -176,6 +172,24 @@ void EraseOnOutput(std::vector<uint8_t>& out, uint32_t h, uint32_t w, const Samp
   }
 }
 
+// `p` run on `jpeg` by the executor (Process, with its own draw for `key`)
+// and with `steps` forced (ProcessSteps) both give `want`, an image of wh x ww.
+void CheckExecutorGives(SampleProcessor& proc, const std::vector<uint8_t>& jpeg,
+                        const PipelineParams& p, const SampleKey& key, const SampleSteps& steps,
+                        const std::vector<uint8_t>& want, uint32_t wh, uint32_t ww) {
+  std::vector<uint8_t> out(p.out_height != 0 ? MaxSampleBytes(p) : want.size());
+  SampleResult r;
+  REQUIRE(proc.Process(jpeg.data(), jpeg.size(), p, key, out.data(), out.size(), &r).ok());
+  REQUIRE(r.height == wh);
+  REQUIRE(r.width == ww);
+  out.resize(r.bytes);
+  CHECK(out == want);
+  std::vector<uint8_t> forced(out.size());
+  REQUIRE(proc.ProcessSteps(jpeg.data(), jpeg.size(), p, steps, forced.data(), forced.size(), &r)
+              .ok());
+  CHECK(forced == out);
+}
+
 TEST_CASE("Op lists run on the decoded image as their kernels do", "[pipeline][ops]") {
   SampleProcessor proc;
   OpParams crop = Op(OpKind::kRandomCrop);
@@ -220,20 +234,8 @@ TEST_CASE("Op lists run on the decoded image as their kernels do", "[pipeline][o
         REQUIRE(DrawSteps(p, ih, iw, key, &steps).ok());
         uint32_t wh = ih, ww = iw;
         const std::vector<uint8_t> want = ApplySteps(img, &wh, &ww, steps);
-        std::vector<uint8_t> out(p.out_height != 0 ? MaxSampleBytes(p) : want.size());
-        SampleResult r;
         CAPTURE(orientation, l, i);
-        REQUIRE(proc.Process(jpeg.data(), jpeg.size(), p, key, out.data(), out.size(), &r).ok());
-        REQUIRE(r.height == wh);
-        REQUIRE(r.width == ww);
-        out.resize(r.bytes);
-        CHECK(out == want);
-        // The same steps forced give the same pixels.
-        std::vector<uint8_t> forced(out.size());
-        REQUIRE(
-            proc.ProcessSteps(jpeg.data(), jpeg.size(), p, steps, forced.data(), forced.size(), &r)
-                .ok());
-        CHECK(forced == out);
+        CheckExecutorGives(proc, jpeg, p, key, steps, want, wh, ww);
       }
     }
   }
@@ -485,18 +487,8 @@ TEST_CASE("Policy, affine and point steps run on the image as their kernels do",
         uint32_t wh = ih, ww = iw;
         std::vector<uint8_t> want = ApplySteps(img, &wh, &ww, steps);
         EraseOnOutput(want, wh, ww, steps);
-        std::vector<uint8_t> out(want.size());
-        SampleResult r;
         CAPTURE(orientation, l, i);
-        REQUIRE(proc.Process(jpeg.data(), jpeg.size(), p, key, out.data(), out.size(), &r).ok());
-        REQUIRE(r.height == wh);
-        REQUIRE(r.width == ww);
-        CHECK(out == want);
-        std::vector<uint8_t> forced(out.size());
-        REQUIRE(
-            proc.ProcessSteps(jpeg.data(), jpeg.size(), p, steps, forced.data(), forced.size(), &r)
-                .ok());
-        CHECK(forced == out);
+        CheckExecutorGives(proc, jpeg, p, key, steps, want, wh, ww);
       }
     }
   }

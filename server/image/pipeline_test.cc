@@ -26,10 +26,8 @@ using testing::EvalParams;
 using testing::MakePhoto;
 using testing::MeanAbsDiff;
 using testing::MultiViewParams;
-using testing::Op;
 using testing::RegionSteps;
 using testing::TrainParams;
-using testing::WithOps;
 
 // README's fidelity promise: mean absolute error (uint8 levels) against
 // Pillow's full decode + resize, DCT scaling or not.
