@@ -57,7 +57,7 @@ from harness import (CLK, BLOCKED_S, CycleSampler, Daemon, DataLoaderSource, _cm
                      pss_kb, recipe_keywords, recipe_transform, rss_kb, side_by_side,
                      torchvision_transform, touch)
 # The measurements beside the daemon's loop (tool_runs.py).
-from tool_runs import (epoch_time, first_epochs, first_jpeg, jpeg_paths,  # noqa: E402,F401
+from tool_runs import (epoch_time, first_epochs, first_jpeg, jpeg_paths, time_each,  # noqa: E402,F401
                        libjpeg_module, libjpeg_symbols, mix_runs, restart_check, rotated_list,
                        run_opcost, run_perf, run_pil, run_tool, status_fields,
                        transcode_supported)

@@ -181,16 +181,8 @@ def run_pil_convert(paths: List[str], seconds: float, blobs_cache: Dict[str, byt
         if p not in blobs_cache:
             with open(p, "rb") as f:
                 blobs_cache[p] = f.read()
-    blobs = [blobs_cache[p] for p in paths]
-    gc.collect()
-    n, c0, t0 = 0, time.process_time(), time.perf_counter()
-    while True:
-        Image.open(io.BytesIO(blobs[n % len(blobs)])).convert("RGB")
-        n += 1
-        dt = time.perf_counter() - t0
-        if dt >= seconds:
-            break
-    cpu = time.process_time() - c0
+    n, dt, cpu = bench.time_each([blobs_cache[p] for p in paths], seconds,
+                                 lambda b: Image.open(io.BytesIO(b)).convert("RGB"))
     return dict(images_per_s=n / dt, images=n, seconds=dt, cpu_s=cpu, ms=1000 * dt / n,
                 cpu_ms=1000 * cpu / n)
 

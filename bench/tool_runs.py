@@ -13,7 +13,7 @@ import shutil
 import statistics
 import subprocess
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from harness import Daemon, StokerSource, _cmd, log, touch
 
@@ -91,6 +91,21 @@ def rotated_list(root: str, r: int, rounds: int, out_dir: str) -> str:
     return path
 
 
+def time_each(blobs: List[bytes], seconds: float, fn: Callable[[bytes], Any]
+              ) -> Tuple[int, float, float]:
+    """`fn` on `blobs` in turn from the first, in this thread, until
+    `seconds` have passed: (calls, wall seconds, this process's CPU seconds)."""
+    gc.collect()
+    n, c0, t0 = 0, time.process_time(), time.perf_counter()
+    while True:
+        fn(blobs[n % len(blobs)])
+        n += 1
+        dt = time.perf_counter() - t0
+        if dt >= seconds:
+            break
+    return n, dt, time.process_time() - c0
+
+
 def run_pil(files: str, seconds: float) -> Dict[str, float]:
     """PIL's full decode (`Image.open(BytesIO).load()`, what ImageFolder's
     loader does before `convert`) of the JPEGs of `files` (a folder or a list
@@ -104,17 +119,12 @@ def run_pil(files: str, seconds: float) -> Dict[str, float]:
         for p in paths:
             with open(p, "rb") as f:
                 _PIL_FILES[p] = f.read()
-    blobs = [_PIL_FILES[p] for p in paths]
-    gc.collect()
-    n, c0, t0 = 0, time.process_time(), time.perf_counter()
-    while True:
-        with Image.open(io.BytesIO(blobs[n % len(blobs)])) as im:
+
+    def load(blob: bytes) -> None:
+        with Image.open(io.BytesIO(blob)) as im:
             im.load()
-        n += 1
-        dt = time.perf_counter() - t0
-        if dt >= seconds:
-            break
-    cpu = time.process_time() - c0
+
+    n, dt, cpu = time_each([_PIL_FILES[p] for p in paths], seconds, load)
     return dict(images_per_s=n / dt, images=n, seconds=dt, producer_cores=min(1.0, cpu / dt),
                 consumer_cores=0.0, decode_ms=1000 * dt / n, augment_ms=0.0)
 
