@@ -30,6 +30,7 @@ RUN apt-get update -q \
       libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc \
       libjpeg62-turbo-dev libturbojpeg0-dev libspdlog-dev libcli11-dev catch2 libseccomp-dev \
       libspng-dev libdeflate-dev libwebp-dev libtiff-dev libstb-dev libmicrohttpd-dev \
+      libavformat-dev libavcodec-dev libavutil-dev libswscale-dev \
  && rm -rf /var/lib/apt/lists/*
 
 # Only the folders CMake reads, so that edits to docs, scripts, examples or

@@ -7,6 +7,7 @@ STOKER_PACKAGES=(
   libjpeg62-turbo-dev libturbojpeg0-dev libjpeg-turbo-progs
   libspng-dev libdeflate-dev libwebp-dev libtiff-dev libstb-dev webp libtiff-tools libmicrohttpd-dev
   libspdlog-dev libcli11-dev catch2 pybind11-dev libseccomp-dev
+  libavformat-dev libavcodec-dev libavutil-dev libswscale-dev ffmpeg python3-av
   python3 python3-dev python3-pytest python3-numpy python3-pil
   python3-pip python3-venv python3-setuptools python3-wheel
   python3-torch python3-torchvision python3-matplotlib python3-prometheus-client

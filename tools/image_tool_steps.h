@@ -32,15 +32,11 @@
 #include <string>
 #include <string_view>
 
+#include "common/json_text.h"  // JsonString, FloatJson, DoubleJson
 #include "server/image/steps.h"
 
 namespace stoker::image {
 
-// `s` as a JSON string, quoted and escaped.
-std::string JsonString(std::string_view s);
-// The shortest text that reads back as the same float (double).
-std::string FloatJson(float v);
-std::string DoubleJson(double v);
 // "antialias", "bilinear", "nearest".
 std::string InterpolationName(Interpolation i);
 // ColorJitter's adjustment names (stoker.v1.ColorJitter's fields).

@@ -1,0 +1,335 @@
+#include "server/video/clip_decoder.h"
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "catch2/catch.hpp"
+#include "common/posix.h"
+#include "server/video/video_probe.h"
+
+extern "C" {
+#include <libavcodec/avcodec.h>
+#include <libavformat/avformat.h>
+#include <libavutil/opt.h>
+}
+
+namespace stoker::video {
+namespace {
+
+constexpr int kWidth = 160;
+constexpr int kHeight = 96;
+constexpr int kSquare = 16;
+
+// The column where frame k's bright square starts.
+int SquareX(int k) { return (k * 5) % (kWidth - kSquare); }
+
+// Encodes `frames` frames with `codec_name` into a `format` container at
+// `path`: a gradient with a bright square that moves 5 px a frame, GOPs of
+// `gop` frames, B-frames where the codec has them. Returns false (and the
+// test skips) only when this FFmpeg lacks the encoder.
+bool WriteVideo(const std::string& path, const char* format, const char* codec_name, int frames,
+                int gop, int b_frames) {
+  const AVCodec* codec = avcodec_find_encoder_by_name(codec_name);
+  if (codec == nullptr) return false;
+  AVFormatContext* oc = nullptr;
+  REQUIRE(avformat_alloc_output_context2(&oc, nullptr, format, path.c_str()) >= 0);
+  AVStream* st = avformat_new_stream(oc, nullptr);
+  AVCodecContext* enc = avcodec_alloc_context3(codec);
+  enc->width = kWidth;
+  enc->height = kHeight;
+  enc->time_base = AVRational{1, 24};
+  enc->framerate = AVRational{24, 1};
+  enc->pix_fmt = codec->id == AV_CODEC_ID_MJPEG ? AV_PIX_FMT_YUVJ420P : AV_PIX_FMT_YUV420P;
+  enc->gop_size = gop;
+  enc->max_b_frames = b_frames;
+  enc->flags |= AV_CODEC_FLAG_QSCALE;
+  enc->global_quality = FF_QP2LAMBDA * 2;
+  av_opt_set_int(enc->priv_data, "sc_threshold", 1000000000, 0);  // keyframes every `gop` only
+  if (oc->oformat->flags & AVFMT_GLOBALHEADER) enc->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
+  REQUIRE(avcodec_open2(enc, codec, nullptr) >= 0);
+  REQUIRE(avcodec_parameters_from_context(st->codecpar, enc) >= 0);
+  st->time_base = enc->time_base;
+  REQUIRE(avio_open(&oc->pb, path.c_str(), AVIO_FLAG_WRITE) >= 0);
+  REQUIRE(avformat_write_header(oc, nullptr) >= 0);
+  AVFrame* frame = av_frame_alloc();
+  frame->format = enc->pix_fmt;
+  frame->width = kWidth;
+  frame->height = kHeight;
+  REQUIRE(av_frame_get_buffer(frame, 0) >= 0);
+  AVPacket* pkt = av_packet_alloc();
+  auto drain = [&] {
+    while (avcodec_receive_packet(enc, pkt) >= 0) {
+      av_packet_rescale_ts(pkt, enc->time_base, st->time_base);
+      pkt->stream_index = st->index;
+      REQUIRE(av_interleaved_write_frame(oc, pkt) >= 0);
+    }
+  };
+  for (int k = 0; k < frames; ++k) {
+    REQUIRE(av_frame_make_writable(frame) >= 0);
+    for (int y = 0; y < kHeight; ++y) {
+      for (int x = 0; x < kWidth; ++x) {
+        const bool in_square = y >= 40 && y < 40 + kSquare && x >= SquareX(k) &&
+                               x < SquareX(k) + kSquare;
+        frame->data[0][y * frame->linesize[0] + x] =
+            static_cast<uint8_t>(in_square ? 235 : 30 + (x + y) / 4);
+      }
+    }
+    for (int y = 0; y < kHeight / 2; ++y) {
+      std::memset(frame->data[1] + y * frame->linesize[1], 128, kWidth / 2);
+      std::memset(frame->data[2] + y * frame->linesize[2], 128, kWidth / 2);
+    }
+    frame->pts = k;
+    REQUIRE(avcodec_send_frame(enc, frame) >= 0);
+    drain();
+  }
+  REQUIRE(avcodec_send_frame(enc, nullptr) >= 0);
+  drain();
+  REQUIRE(av_write_trailer(oc) >= 0);
+  av_packet_free(&pkt);
+  av_frame_free(&frame);
+  avcodec_free_context(&enc);
+  avio_closep(&oc->pb);
+  avformat_free_context(oc);
+  return true;
+}
+
+// A temporary file removed at the end of the test.
+struct TempFile {
+  explicit TempFile(const char* suffix) {
+    char name[] = "/tmp/stoker-video-XXXXXX";
+    int fd = mkstemp(name);
+    REQUIRE(fd >= 0);
+    close(fd);
+    unlink(name);
+    path = std::string(name) + suffix;
+  }
+  ~TempFile() { unlink(path.c_str()); }
+  UniqueFd Open() const { return UniqueFd(open(path.c_str(), O_RDONLY | O_CLOEXEC)); }
+  uint64_t Size() const {
+    struct stat s {};
+    stat(path.c_str(), &s);
+    return static_cast<uint64_t>(s.st_size);
+  }
+  std::string path;
+};
+
+// The column where the square of a decoded RGB frame starts: the first
+// bright pixel on the square's middle row.
+int FoundSquareX(const uint8_t* rgb) {
+  const uint8_t* row = rgb + size_t{48} * kWidth * 3;
+  for (int x = 0; x < kWidth; ++x) {
+    if (row[3 * x] > 200) return x;
+  }
+  return -1;
+}
+
+struct Clip {
+  absl::Status status;
+  std::vector<uint8_t> rgb;
+  ClipShape shape;
+  ClipDecodeStats stats;
+};
+
+// A video written for one test, opened and indexed.
+struct TestVideo {
+  TestVideo(const char* suffix, const char* format, const char* codec, int frames, int gop,
+            int b_frames)
+      : file(suffix) {
+    REQUIRE(WriteVideo(file.path, format, codec, frames, gop, b_frames));
+    fd = file.Open();
+    absl::StatusOr<VideoIndex> probed = Probe(fd.get(), 0, file.Size(), file.path);
+    REQUIRE(probed.ok());
+    index = *std::move(probed);
+  }
+  std::unique_ptr<ClipDecoder> Decoder(const VideoLimits& limits = {}) {
+    absl::StatusOr<std::unique_ptr<ClipDecoder>> d =
+        ClipDecoder::Open(fd.get(), 0, file.Size(), file.path, limits);
+    REQUIRE(d.ok());
+    return *std::move(d);
+  }
+  TempFile file;
+  UniqueFd fd;
+  VideoIndex index;
+};
+
+Clip DecodeClip(ClipDecoder& d, const VideoIndex& index, std::vector<int64_t> pts,
+                size_t capacity = 0) {
+  Clip c;
+  if (capacity == 0) capacity = pts.size() * kWidth * kHeight * 3;
+  c.rgb.assign(capacity + 64, 0xAB);  // 64 guard bytes
+  c.status = d.Decode(index, pts.data(), pts.size(), c.rgb.data(), capacity, &c.shape, &c.stats);
+  return c;
+}
+
+TEST_CASE("probe lists every frame's pts and the keyframes without decoding") {
+  TestVideo v(".mp4", "mp4", "mpeg4", 60, 12, 2);
+  const VideoIndex* index = &v.index;
+  CHECK(index->pts.size() == 60);
+  // Keyframes every 12 frames (the encoder ends on one more: its last
+  // frame, with no B-frame after it, is coded as an I-frame).
+  std::vector<size_t> at;
+  for (int64_t k : index->keyframes) {
+    at.push_back(std::lower_bound(index->pts.begin(), index->pts.end(), k) - index->pts.begin());
+  }
+  CHECK(at == std::vector<size_t>{0, 12, 24, 36, 48, 59});
+  // mp4's average rate counts the muxed duration (B-frames shift it): near
+  // 24, exactly PyAV's (tests/test_video.py).
+  CHECK(index->fps == Approx(24.0).epsilon(0.05));
+  CHECK(index->width == kWidth);
+  CHECK(index->height == kHeight);
+  CHECK(index->codec == "mpeg4");
+  CHECK(index->warning.empty());
+  for (size_t k = 1; k < index->pts.size(); ++k) CHECK(index->pts[k] > index->pts[k - 1]);
+}
+
+TEST_CASE("a clip is exactly its frames, wherever in the GOP it starts") {
+  TestVideo v(".mp4", "mp4", "mpeg4", 60, 12, 2);
+  const VideoIndex* index = &v.index;
+  std::unique_ptr<ClipDecoder> d = v.Decoder();
+  // The whole video from its start: the reference the clips are cut from.
+  Clip all = DecodeClip(*d, *index, index->pts);
+  REQUIRE(all.status.ok());
+  REQUIRE(all.shape.frames == 60);
+  const size_t frame_bytes = size_t{kWidth} * kHeight * 3;
+  for (int k = 0; k < 60; ++k) CHECK(FoundSquareX(all.rgb.data() + k * frame_bytes) == SquareX(k));
+  // Clips starting on a keyframe, just after one, just before one, in any
+  // order (the decoder seeks back and forth).
+  for (int first : {17, 0, 36, 11, 23, 50, 13}) {
+    std::vector<int64_t> pts(index->pts.begin() + first, index->pts.begin() + first + 8);
+    Clip c = DecodeClip(*d, *index, pts);
+    INFO("clip from frame " << first);
+    REQUIRE(c.status.ok());
+    CHECK(c.shape.frames == 8);
+    CHECK(c.shape.height == kHeight);
+    CHECK(c.shape.width == kWidth);
+    CHECK(std::memcmp(c.rgb.data(), all.rgb.data() + first * frame_bytes, 8 * frame_bytes) == 0);
+    // From the keyframe at or before the clip, never more than a GOP and
+    // the clip.
+    CHECK(c.stats.seeks == 1);
+    CHECK(c.stats.decoded_frames <= 12 + 8 + 2);
+    CHECK(c.rgb[8 * frame_bytes] == 0xAB);  // nothing past the clip
+  }
+  // Resampled clips skip and repeat frames.
+  std::vector<int64_t> pts = {index->pts[20], index->pts[20], index->pts[22], index->pts[25]};
+  Clip c = DecodeClip(*d, *index, pts);
+  REQUIRE(c.status.ok());
+  CHECK(std::memcmp(c.rgb.data(), all.rgb.data() + 20 * frame_bytes, frame_bytes) == 0);
+  CHECK(std::memcmp(c.rgb.data() + frame_bytes, all.rgb.data() + 20 * frame_bytes, frame_bytes) == 0);
+  CHECK(std::memcmp(c.rgb.data() + 2 * frame_bytes, all.rgb.data() + 22 * frame_bytes, frame_bytes) == 0);
+  CHECK(std::memcmp(c.rgb.data() + 3 * frame_bytes, all.rgb.data() + 25 * frame_bytes, frame_bytes) == 0);
+}
+
+TEST_CASE("a video inside a larger file is read from its byte range") {
+  TempFile f(".mkv");
+  REQUIRE(WriteVideo(f.path, "matroska", "mjpeg", 20, 1, 0));
+  std::vector<uint8_t> video(f.Size());
+  {
+    UniqueFd fd = f.Open();
+    REQUIRE(pread(fd.get(), video.data(), video.size(), 0) == static_cast<ssize_t>(video.size()));
+  }
+  TempFile shard(".tar");
+  {
+    UniqueFd out(open(shard.path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+    const std::string before(1536, 'x');  // what lies before the member
+    const std::string after(4096, 'y');   // and after it
+    REQUIRE(write(out.get(), before.data(), before.size()) == 1536);
+    REQUIRE(write(out.get(), video.data(), video.size()) == static_cast<ssize_t>(video.size()));
+    REQUIRE(write(out.get(), after.data(), after.size()) == 4096);
+  }
+  UniqueFd fd = shard.Open();
+  absl::StatusOr<VideoIndex> index = Probe(fd.get(), 1536, video.size(), "shard.tar:v.mkv");
+  REQUIRE(index.ok());
+  CHECK(index->pts.size() == 20);
+  CHECK(index->codec == "mjpeg");
+  CHECK(index->keyframes.size() == 20);
+  absl::StatusOr<std::unique_ptr<ClipDecoder>> d =
+      ClipDecoder::Open(fd.get(), 1536, video.size(), "shard.tar:v.mkv");
+  REQUIRE(d.ok());
+  std::vector<int64_t> pts(index->pts.begin() + 12, index->pts.begin() + 16);
+  Clip c = DecodeClip(**d, *index, pts);
+  REQUIRE(c.status.ok());
+  const size_t frame_bytes = size_t{kWidth} * kHeight * 3;
+  for (int k = 0; k < 4; ++k) CHECK(FoundSquareX(c.rgb.data() + k * frame_bytes) == SquareX(12 + k));
+}
+
+TEST_CASE("a clip's bounds are kept: room, frame budget, frame size") {
+  TestVideo v(".mp4", "mp4", "mpeg4", 60, 30, 2);
+  const VideoIndex* index = &v.index;
+  std::vector<int64_t> pts(index->pts.begin() + 25, index->pts.begin() + 29);
+  const size_t frame_bytes = size_t{kWidth} * kHeight * 3;
+  {
+    std::unique_ptr<ClipDecoder> d = v.Decoder();
+    Clip c = DecodeClip(*d, *index, pts, 3 * frame_bytes);
+    CHECK(c.status.code() == absl::StatusCode::kResourceExhausted);
+    CHECK(c.status.message().find("room") != std::string::npos);
+    CHECK(c.rgb[3 * frame_bytes] == 0xAB);
+    // The decoder goes on to the next clip.
+    CHECK(DecodeClip(*d, *index, pts).status.ok());
+  }
+  {
+    VideoLimits tight;
+    tight.max_frames_per_clip = 10;  // the clip is 25 frames past its keyframe
+    std::unique_ptr<ClipDecoder> d = v.Decoder(tight);
+    Clip c = DecodeClip(*d, *index, pts);
+    CHECK(c.status.code() == absl::StatusCode::kResourceExhausted);
+    CHECK(c.status.message().find("frame budget") != std::string::npos);
+  }
+  {
+    VideoLimits small;
+    small.max_decode_pixels = 100 * 100;
+    absl::StatusOr<VideoIndex> refused = Probe(v.fd.get(), 0, v.file.Size(), v.file.path, small);
+    CHECK(refused.status().code() == absl::StatusCode::kResourceExhausted);
+    CHECK(refused.status().message().find("160x96") != std::string::npos);
+    CHECK(ClipDecoder::Open(v.fd.get(), 0, v.file.Size(), v.file.path, small).status().code() ==
+          absl::StatusCode::kResourceExhausted);
+  }
+}
+
+TEST_CASE("a truncated video keeps the frames before its end, and clips past it fail by name") {
+  TempFile f(".mkv");
+  REQUIRE(WriteVideo(f.path, "matroska", "mpeg4", 48, 12, 2));
+  const uint64_t half = f.Size() / 2;
+  UniqueFd fd = f.Open();
+  absl::StatusOr<VideoIndex> index = Probe(fd.get(), 0, half, f.path);
+  REQUIRE(index.ok());
+  CHECK(index->pts.size() > 5);
+  CHECK(index->pts.size() < 48);
+  // A clip named from the whole file's index runs past the truncated end.
+  absl::StatusOr<VideoIndex> whole = Probe(fd.get(), 0, f.Size(), f.path);
+  REQUIRE(whole.ok());
+  absl::StatusOr<std::unique_ptr<ClipDecoder>> d = ClipDecoder::Open(fd.get(), 0, half, f.path);
+  REQUIRE(d.ok());
+  std::vector<int64_t> past(whole->pts.end() - 8, whole->pts.end());
+  Clip c = DecodeClip(**d, *whole, past);
+  CHECK(c.status.code() == absl::StatusCode::kDataLoss);
+  CHECK(c.status.message().find("did not decode") != std::string::npos);
+  // The frames that are there still decode.
+  std::vector<int64_t> early(index->pts.begin(), index->pts.begin() + 4);
+  CHECK(DecodeClip(**d, *index, early).status.ok());
+}
+
+TEST_CASE("bytes that are no video, and a file without a video stream, are named errors") {
+  TempFile junk(".mp4");
+  {
+    UniqueFd out(open(junk.path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+    std::string bytes(5000, '\0');
+    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>((i * 7919) >> 3);
+    REQUIRE(write(out.get(), bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size()));
+  }
+  UniqueFd fd = junk.Open();
+  absl::StatusOr<VideoIndex> index = Probe(fd.get(), 0, junk.Size(), "junk.mp4");
+  CHECK(index.status().code() == absl::StatusCode::kDataLoss);
+  CHECK(index.status().message().find("junk.mp4") != std::string::npos);
+  CHECK(Probe(fd.get(), 0, 0, "empty.mp4").status().code() == absl::StatusCode::kDataLoss);
+}
+
+}  // namespace
+}  // namespace stoker::video

@@ -1,0 +1,160 @@
+"""Video clips against torchvision: the index, the clip lists, the samplers
+and the decoded frames, on videos that look real (video_corpus.py: H.264
+with B-frames and long GOPs, open-GOP HEVC, VP8, VP9, AV1, MPEG-4 in AVI,
+MJPEG; odd frame rates; an audio stream first).
+
+The reference is torchvision 0.14 with PyAV (Debian's python3-torchvision
+and python3-av): read_video_timestamps, VideoClips, UniformClipSampler and
+VideoClips.get_clip (read_video). stoker's side is stoker-video-tool, which
+runs the daemon's own code (server/video/): probe, clips, decode.
+"""
+
+import json
+import os
+import subprocess
+import warnings
+
+import numpy as np
+import pytest
+
+from video_corpus import write_videos
+
+av = pytest.importorskip("av")
+torch = pytest.importorskip("torch")
+from torchvision.datasets.samplers import RandomClipSampler, UniformClipSampler  # noqa: E402
+from torchvision.datasets.video_utils import VideoClips  # noqa: E402
+from torchvision.io import read_video_timestamps  # noqa: E402
+
+# (frames_per_clip, step_between_clips, frame_rate): the reference's
+# defaults (16 frames, 1 apart), Kinetics training (16 at 15 fps), and a
+# rate above most of these videos' (frames repeat).
+CLIP_PARAMS = [(16, 1, None), (16, 5, 15), (8, 6, 60)]
+
+
+@pytest.fixture(scope="module")
+def videos(tmp_path_factory):
+    return write_videos(tmp_path_factory.mktemp("videos"))
+
+
+@pytest.fixture(scope="module")
+def tool(build_dir):
+    path = os.path.join(build_dir, "bin", "stoker-video-tool")
+    if not os.path.exists(path):
+        pytest.skip(f"{path} is not built")
+    return path
+
+
+def _clips_json(tool, paths, frames, step, rate, *extra):
+    args = [tool, "clips", "--frames-per-clip", str(frames), "--step", str(step),
+            "--frame-rate", str(rate or 0), *extra, *map(str, paths)]
+    return json.loads(subprocess.check_output(args))
+
+
+def _video_clips(paths, frames, step, rate):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torchvision's progress bar, short videos
+        return VideoClips([str(p) for p in paths], frames, step, rate, num_workers=0)
+
+
+def test_index_is_read_video_timestamps(videos, tool):
+    """Every frame's pts and the fps, as torchvision lists them, without a
+    frame decoded (torchvision decodes every frame of the files whose
+    extradata does not name Lavc)."""
+    for name, path in videos:
+        pts, fps = read_video_timestamps(str(path))
+        got = json.loads(subprocess.check_output([tool, "probe", str(path)]))
+        assert got["warning"] == "", name
+        assert got["pts"] == pts, name
+        assert got["fps"] == fps, name
+        assert len(got["keyframes"]) >= 1 and got["keyframes"][0] == pts[0], name
+
+
+@pytest.mark.parametrize("frames,step,rate", CLIP_PARAMS)
+def test_clip_lists_are_videoclips(videos, tool, frames, step, rate):
+    paths = [p for _, p in videos]
+    reference = _video_clips(paths, frames, step, rate)
+    got = _clips_json(tool, paths, frames, step, rate)
+    for v, (name, _) in enumerate(videos):
+        assert got["videos"][v] == reference.clips[v].tolist(), name
+    assert sum(len(c) for c in got["videos"]) == reference.num_clips()
+
+
+@pytest.mark.parametrize("frames,step,rate", CLIP_PARAMS[1:])
+def test_clips_are_read_videos_frames(videos, tool, tmp_path, frames, step, rate):
+    """The first, a middle and the last clip of every video: the same
+    frames, byte for byte, as VideoClips.get_clip (read_video, PyAV's
+    to_rgb): the seek to a keyframe, the decode forward, the pick by
+    timestamp, the resampling and the YUV->RGB conversion all agree."""
+    paths = [p for _, p in videos]
+    reference = _video_clips(paths, frames, step, rate)
+    out = tmp_path / "clip.raw"
+    for v, (name, path) in enumerate(videos):
+        n = len(reference.clips[v])
+        first = reference.cumulative_sizes[v] - n
+        for clip in sorted({0, n // 2, n - 1}):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # read_video's "pts_unit 'pts'" (it is exact here)
+                want, _, _, video_idx = reference.get_clip(first + clip)
+            assert video_idx == v
+            line = subprocess.check_output(
+                [tool, "decode", str(path), "--clip", str(clip), "--frames-per-clip", str(frames),
+                 "--step", str(step), "--frame-rate", str(rate or 0), "--out", str(out)])
+            info = json.loads(line)
+            got = np.fromfile(out, np.uint8).reshape(info["frames"], info["height"],
+                                                     info["width"], 3)
+            assert got.shape == tuple(want.shape), (name, clip)
+            diff = np.argwhere(got != want.numpy())
+            assert diff.size == 0, f"{name} clip {clip}: first difference at {diff[0]}"
+
+
+def test_uniform_clip_sampler_is_torchvisions(videos, tool):
+    paths = [p for _, p in videos]
+    reference = _video_clips(paths, 16, 1, None)
+    for k in (1, 5, 10):
+        got = _clips_json(tool, paths, 16, 1, None, "--sampler", "uniform",
+                          "--clips-per-video", str(k))
+        assert got["order"] == list(UniformClipSampler(reference, k)), k
+
+
+def test_random_clip_sampler_draws_as_torchvisions(videos, tool):
+    """torch's random stream is not reproduced (stoker draws from its seed,
+    the same for any worker count): the shape of the draw is torchvision's:
+    min(clips, k) distinct clips of each video, all shuffled together."""
+    paths = [p for _, p in videos]
+    reference = _video_clips(paths, 16, 5, 15)
+    k = 3
+    got = _clips_json(tool, paths, 16, 5, 15, "--sampler", "random", "--clips-per-video", str(k),
+                      "--seed", "7", "--epoch", "2")["order"]
+    assert len(got) == len(RandomClipSampler(reference, k))
+    assert len(set(got)) == len(got)
+    for v in range(len(paths)):
+        first = reference.cumulative_sizes[v] - len(reference.clips[v])
+        mine = [c for c in got if first <= c < reference.cumulative_sizes[v]]
+        assert len(mine) == min(len(reference.clips[v]), k)
+    again = _clips_json(tool, paths, 16, 5, 15, "--sampler", "random", "--clips-per-video",
+                        str(k), "--seed", "7", "--epoch", "2")["order"]
+    assert again == got
+    other = _clips_json(tool, paths, 16, 5, 15, "--sampler", "random", "--clips-per-video",
+                        str(k), "--seed", "7", "--epoch", "3")["order"]
+    assert other != got
+
+
+def test_theora_without_a_stated_rate_decodes_as_pyav(tmp_path, tool):
+    """Ogg states no average rate: torchvision's read_video_timestamps fails
+    on such a file (float(None)); stoker takes the stream's base rate and
+    its frames are still PyAV's."""
+    from video_corpus import encode, _texture
+    path = tmp_path / "theora.ogv"
+    encode(path, ["-c:v", "libtheora", "-q:v", "7", "-g", "30"], "25", (320, 240), 3,
+           _texture("photo", tmp_path, 320, 240))
+    info = json.loads(subprocess.check_output([tool, "probe", str(path)]))
+    assert info["fps"] == 25.0 and len(info["pts"]) == 75
+    with av.open(str(path)) as container:
+        frames = {f.pts: f.to_rgb().to_ndarray() for f in container.decode(video=0)}
+    pts = info["pts"][40:48]
+    out = tmp_path / "clip.raw"
+    subprocess.check_output([tool, "decode", str(path), "--pts", ",".join(map(str, pts)),
+                             "--out", str(out)])
+    got = np.fromfile(out, np.uint8).reshape(8, 240, 320, 3)
+    for k, p in enumerate(pts):
+        assert np.array_equal(got[k], frames[p]), p

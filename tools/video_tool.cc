@@ -1,0 +1,276 @@
+// stoker-video-tool: videos without a daemon, for tests, the bench and
+// looking at a file.
+//
+//   probe   FILE...  each file's index (server/video/video_probe.h): one
+//           JSON line {"path", "pts", "keyframes", "fps", "rate",
+//           "time_base", "width", "height", "codec", "container",
+//           "warning"}, or {"path", "error"}
+//   clips   FILE...  the clips of the files taken together as one dataset
+//           (server/video/clips.h) under --frames-per-clip, --step,
+//           --frame-rate: one JSON line {"videos": [[clip pts...] per clip]
+//           per file, "order": the clip numbers --sampler (all, random,
+//           uniform) visits in --epoch with --clips-per-video and --seed}
+//   decode  FILE     one clip to a raw file (--out; [T, H, W, 3] uint8): the
+//           frames with timestamps --pts (comma-separated), or clip --clip
+//           of the file under the clip flags; prints {"frames", "height",
+//           "width", "decoded_frames", "seeks"}. --repeat N decodes it N
+//           times in one decoder (and reports "seconds", "max_rss_kb").
+//
+// Errors go to stderr with exit code 1 (decode: a clip that fails prints
+// {"error", "code"} on stdout and exits 2).
+
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/json_text.h"
+#include "common/posix.h"
+#include "server/video/clip_decoder.h"
+#include "server/video/clips.h"
+#include "server/video/video_probe.h"
+
+namespace stoker::video {
+namespace {
+
+struct Opened {
+  UniqueFd fd;
+  uint64_t size = 0;
+};
+
+absl::StatusOr<Opened> OpenFile(const std::string& path) {
+  Opened o;
+  o.fd = UniqueFd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!o.fd.valid()) return PosixError(path, errno);
+  struct stat st {};
+  if (fstat(o.fd.get(), &st) != 0) return PosixError(path, errno);
+  o.size = static_cast<uint64_t>(st.st_size);
+  return o;
+}
+
+absl::StatusOr<VideoIndex> ProbeFile(const std::string& path) {
+  absl::StatusOr<Opened> f = OpenFile(path);
+  if (!f.ok()) return f.status();
+  return Probe(f->fd.get(), 0, f->size, path);
+}
+
+std::string Ints(const std::vector<int64_t>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) absl::StrAppend(&out, i ? "," : "", v[i]);
+  return out + "]";
+}
+
+int RunProbe(const std::vector<std::string>& files) {
+  for (const std::string& path : files) {
+    absl::StatusOr<VideoIndex> index = ProbeFile(path);
+    if (!index.ok()) {
+      std::printf("{\"path\":%s,\"error\":%s}\n", JsonString(path).c_str(),
+                  JsonString(index.status().ToString()).c_str());
+      continue;
+    }
+    std::printf(
+        "{\"path\":%s,\"pts\":%s,\"keyframes\":%s,\"fps\":%s,\"rate\":[%d,%d],"
+        "\"time_base\":[%d,%d],\"width\":%d,\"height\":%d,\"codec\":%s,\"container\":%s,"
+        "\"warning\":%s}\n",
+        JsonString(path).c_str(), Ints(index->pts).c_str(), Ints(index->keyframes).c_str(),
+        DoubleJson(index->fps).c_str(), index->rate_num, index->rate_den, index->time_base_num,
+        index->time_base_den, index->width, index->height, JsonString(index->codec).c_str(),
+        JsonString(index->container).c_str(), JsonString(index->warning).c_str());
+  }
+  return 0;
+}
+
+struct ClipFlags {
+  ClipOptions options;
+  std::string sampler = "all";
+  uint32_t clips_per_video = 0;
+  uint64_t seed = 0;
+  uint32_t epoch = 0;
+};
+
+void AddClipFlags(CLI::App* app, ClipFlags* f) {
+  app->add_option("--frames-per-clip", f->options.frames_per_clip, "frames in a clip")
+      ->capture_default_str();
+  app->add_option("--step", f->options.step_between_clips, "frames between clip starts")
+      ->capture_default_str();
+  app->add_option("--frame-rate", f->options.frame_rate, "resample to this rate (0: none)")
+      ->capture_default_str();
+}
+
+std::vector<int64_t> ClipPts(const VideoIndex& index, const VideoClipPlan& plan, uint64_t clip,
+                             uint32_t frames) {
+  std::vector<int64_t> pts;
+  for (uint32_t j = 0; j < frames; ++j) pts.push_back(index.pts[plan.ClipFrame(clip, j)]);
+  return pts;
+}
+
+int RunClips(const std::vector<std::string>& files, const ClipFlags& f) {
+  if (absl::Status s = ValidateClipOptions(f.options); !s.ok()) {
+    std::cerr << s.message() << "\n";
+    return 1;
+  }
+  std::vector<VideoIndex> indexes;
+  std::vector<uint64_t> frames;
+  std::vector<double> fps;
+  for (const std::string& path : files) {
+    absl::StatusOr<VideoIndex> index = ProbeFile(path);
+    // A file that cannot be indexed has no clip (torchvision: empty pts).
+    indexes.push_back(index.ok() ? *std::move(index) : VideoIndex{});
+    frames.push_back(indexes.back().pts.size());
+    fps.push_back(indexes.back().fps);
+  }
+  ClipIndex clips(frames, fps, f.options);
+  std::string out = "{\"videos\":[";
+  for (size_t v = 0; v < files.size(); ++v) {
+    absl::StrAppend(&out, v ? "," : "", "[");
+    for (uint64_t c = 0; c < clips.clips_of(v); ++c) {
+      absl::StrAppend(&out, c ? "," : "",
+                      Ints(ClipPts(indexes[v], clips.plan(v), c, f.options.frames_per_clip)));
+    }
+    absl::StrAppend(&out, "]");
+  }
+  ClipSampling sampling = ClipSampling::kAll;
+  if (f.sampler == "random") sampling = ClipSampling::kRandom;
+  if (f.sampler == "uniform") sampling = ClipSampling::kUniform;
+  std::vector<uint64_t> order = SampleClips(clips, sampling, f.clips_per_video, f.seed, f.epoch);
+  absl::StrAppend(&out, "],\"order\":[");
+  for (size_t i = 0; i < order.size(); ++i) absl::StrAppend(&out, i ? "," : "", order[i]);
+  absl::StrAppend(&out, "]}\n");
+  std::fputs(out.c_str(), stdout);
+  return 0;
+}
+
+// A clip that could not be decoded: {"error", "code"} on stdout, exit 2.
+int PrintFailure(const absl::Status& s) {
+  std::printf("{\"error\":%s,\"code\":%s}\n", JsonString(std::string(s.message())).c_str(),
+              JsonString(absl::StatusCodeToString(s.code())).c_str());
+  return 2;
+}
+
+int RunDecode(const std::string& path, const std::string& pts_text, int64_t clip,
+              const ClipFlags& f, const std::string& out_path, int repeat, int threads) {
+  absl::StatusOr<Opened> file = OpenFile(path);
+  if (!file.ok()) {
+    std::cerr << file.status() << "\n";
+    return 1;
+  }
+  absl::StatusOr<VideoIndex> index = Probe(file->fd.get(), 0, file->size, path);
+  if (!index.ok()) {
+    return PrintFailure(index.status());
+  }
+  std::vector<int64_t> pts;
+  if (!pts_text.empty()) {
+    for (absl::string_view part : absl::StrSplit(pts_text, ',')) {
+      int64_t p;
+      if (!absl::SimpleAtoi(part, &p)) {
+        std::cerr << "--pts: not an integer: " << std::string(part) << "\n";
+        return 1;
+      }
+      pts.push_back(p);
+    }
+  } else {
+    VideoClipPlan plan(index->pts.size(), index->fps, f.options);
+    if (clip < 0 || static_cast<uint64_t>(clip) >= plan.clips()) {
+      std::cerr << "--clip " << clip << ": the file has " << plan.clips() << " clips\n";
+      return 1;
+    }
+    pts = ClipPts(*index, plan, static_cast<uint64_t>(clip), f.options.frames_per_clip);
+  }
+  absl::StatusOr<std::unique_ptr<ClipDecoder>> decoder =
+      ClipDecoder::Open(file->fd.get(), 0, file->size, path, VideoLimits{}, threads);
+  if (!decoder.ok()) {
+    return PrintFailure(decoder.status());
+  }
+  const size_t capacity = pts.size() * static_cast<size_t>(index->width) * index->height * 3;
+  std::vector<uint8_t> rgb(capacity);
+  ClipShape shape;
+  ClipDecodeStats stats;
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status s;
+  for (int r = 0; r < std::max(repeat, 1) && s.ok(); ++r) {
+    s = (*decoder)->Decode(*index, pts.data(), pts.size(), rgb.data(), rgb.size(), &shape,
+                           &stats);
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!s.ok()) {
+    return PrintFailure(s);
+  }
+  if (!out_path.empty()) {
+    std::ofstream out(out_path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(rgb.data()),
+              static_cast<std::streamsize>(size_t{shape.frames} * shape.height * shape.width * 3));
+    if (!out) {
+      std::cerr << out_path << ": cannot write\n";
+      return 1;
+    }
+  }
+  struct rusage usage {};
+  getrusage(RUSAGE_SELF, &usage);
+  std::printf(
+      "{\"frames\":%u,\"height\":%u,\"width\":%u,\"decoded_frames\":%u,\"seeks\":%u,"
+      "\"seconds\":%s,\"max_rss_kb\":%ld}\n",
+      shape.frames, shape.height, shape.width, stats.decoded_frames, stats.seeks,
+      DoubleJson(seconds).c_str(), usage.ru_maxrss);
+  return 0;
+}
+
+}  // namespace
+}  // namespace stoker::video
+
+int main(int argc, char** argv) {
+  using namespace stoker::video;
+  CLI::App app{"stoker-video-tool: videos without a daemon"};
+  app.require_subcommand(1);
+
+  std::vector<std::string> probe_files;
+  CLI::App* probe = app.add_subcommand("probe", "each file's index, one JSON line each");
+  probe->add_option("files", probe_files)->required();
+
+  std::vector<std::string> clip_files;
+  ClipFlags clip_flags;
+  CLI::App* clips = app.add_subcommand("clips", "the clips of the files as one dataset");
+  clips->add_option("files", clip_files)->required();
+  AddClipFlags(clips, &clip_flags);
+  clips->add_option("--sampler", clip_flags.sampler, "all, random or uniform")
+      ->check(CLI::IsMember({"all", "random", "uniform"}));
+  clips->add_option("--clips-per-video", clip_flags.clips_per_video, "the sampler's k");
+  clips->add_option("--seed", clip_flags.seed, "random's seed");
+  clips->add_option("--epoch", clip_flags.epoch, "random's epoch");
+
+  std::string decode_file;
+  std::string pts_text;
+  int64_t clip = -1;
+  std::string out_path;
+  int repeat = 1;
+  int threads = 1;
+  ClipFlags decode_flags;
+  CLI::App* decode = app.add_subcommand("decode", "one clip to a raw [T, H, W, 3] file");
+  decode->add_option("file", decode_file)->required();
+  decode->add_option("--pts", pts_text, "the frames' timestamps, comma-separated");
+  decode->add_option("--clip", clip, "the clip number under the clip flags");
+  AddClipFlags(decode, &decode_flags);
+  decode->add_option("--out", out_path, "the raw file to write");
+  decode->add_option("--repeat", repeat, "decode the clip this many times");
+  decode->add_option("--threads", threads, "the decoder's slice threads");
+
+  CLI11_PARSE(app, argc, argv);
+  if (probe->parsed()) return RunProbe(probe_files);
+  if (clips->parsed()) return RunClips(clip_files, clip_flags);
+  if (pts_text.empty() == (clip < 0)) {
+    std::cerr << "decode: give --pts or --clip (one of them)\n";
+    return 1;
+  }
+  return RunDecode(decode_file, pts_text, clip, decode_flags, out_path, repeat, threads);
+}
