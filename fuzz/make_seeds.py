@@ -1,6 +1,6 @@
 """Writes the seed corpora of the fuzz targets (scripts/fuzz.sh runs it).
 
-    /usr/bin/python3 fuzz/make_seeds.py OUT_DIR   -> OUT_DIR/{decode,ring,tar}/*
+    /usr/bin/python3 fuzz/make_seeds.py OUT_DIR   -> OUT_DIR/{decode,ring,tar,video,...}/*
 
 decode: small JPEGs of every coding tests/python/hostile_corpus.py makes (PIL's
 4:2:0/4:2:2/4:4:4/gray/progressive, CMYK, YCCK, arithmetic, restart markers,
@@ -9,6 +9,9 @@ ones, each behind the 8 parameter bytes of decode_fuzzer.cc, one per mode.
 png, webp, tiff, stb (BMP and PPM/PGM): small files of each mode PIL
 writes, behind each target's parameter bytes (FORMAT_PARAMS), and behind
 decode's too (the pipeline's path).
+video: tiny videos of each container and codec family (H.264 in MP4 with
+B-frames, VP9 in WebM, MJPEG in AVI, MPEG-4 in Matroska) and a truncated
+one, made with Debian's ffmpeg, behind one byte (where the clip starts).
 ring: valid headers for a few geometries (mode 1, no patch), with valid
 field records of each of their fields (image, label, boxes).
 """
@@ -117,6 +120,27 @@ def ring_seeds():
     return seeds
 
 
+def video_seeds():
+    """Tiny videos (64x48, 12 frames), one per container/codec family."""
+    import subprocess
+    import tempfile
+    out = {}
+    cases = {"h264.mp4": ["-c:v", "libx264", "-bf", "2", "-g", "6"],
+             "vp9.webm": ["-c:v", "libvpx-vp9", "-g", "6", "-deadline", "realtime"],
+             "mjpeg.avi": ["-c:v", "mjpeg"],
+             "mpeg4.mkv": ["-c:v", "mpeg4", "-bf", "1", "-g", "6"]}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, args in cases.items():
+            path = os.path.join(tmp, name)
+            subprocess.run(["ffmpeg", "-hide_banner", "-loglevel", "error", "-y", "-f", "lavfi",
+                            "-i", "testsrc2=size=64x48:rate=12:duration=1", "-pix_fmt", "yuv420p",
+                            *args, path], check=True)
+            with open(path, "rb") as f:
+                out[name] = f.read()
+    out["trunc.mkv"] = out["mpeg4.mkv"][: len(out["mpeg4.mkv"]) * 2 // 3]
+    return out
+
+
 def tar_seeds():
     """Small WebDataset shards: ustar, GNU long names, pax paths, labels."""
     import io
@@ -164,6 +188,11 @@ for target, files in format_seeds().items():
         for k in (0, 3):  # train, and decode at the image's own size
             with open(os.path.join(OUT, "decode", f"{target}_{name}_m{k}"), "wb") as f:
                 f.write(PARAMS[k] + data)
+os.makedirs(os.path.join(OUT, "video"), exist_ok=True)
+for name, data in video_seeds().items():
+    for where in (0, 5):
+        with open(os.path.join(OUT, "video", f"{name}_{where}"), "wb") as f:
+            f.write(bytes([where]) + data)
 for name, data in ring_seeds().items():
     with open(os.path.join(OUT, "ring", name), "wb") as f:
         f.write(data)
@@ -171,4 +200,5 @@ print(f"seeds: {len(os.listdir(os.path.join(OUT, 'decode')))} decode, "
       + "".join(f"{len(os.listdir(os.path.join(OUT, t)))} {t}, " for t in ("png", "webp", "tiff", "stb"))
       + 
       f"{len(os.listdir(os.path.join(OUT, 'ring')))} ring, "
-      f"{len(os.listdir(os.path.join(OUT, 'tar')))} tar")
+      f"{len(os.listdir(os.path.join(OUT, 'tar')))} tar, "
+      f"{len(os.listdir(os.path.join(OUT, 'video')))} video")
