@@ -189,6 +189,15 @@ absl::Status ClipDecoder::DecodeFrom(int64_t seek_pts, const int64_t* pts, size_
         av_packet_unref(packet_);
         continue;
       }
+      // A frame the clip does not want and no other frame references (a
+      // non-reference B-frame before the clip, or between a resampled clip's
+      // frames) need not be decoded: skipping it changes no other frame.
+      // The decision is made packet by packet, which slice threading (the
+      // only threading used) allows.
+      const int64_t p = packet_->pts;
+      codec_->skip_frame = p != AV_NOPTS_VALUE && !std::binary_search(pts, pts + count, p)
+                               ? AVDISCARD_NONREF
+                               : AVDISCARD_DEFAULT;
       const int sent = avcodec_send_packet(codec_, packet_);
       av_packet_unref(packet_);
       if (sent < 0 && sent != AVERROR(EAGAIN)) continue;  // a damaged packet

@@ -9,7 +9,9 @@
 //      number of clips: seeks to the last keyframe at or before pts[0]
 //      (index.keyframes), decodes forward and keeps exactly the frames whose
 //      pts are in pts[0..count) -- by timestamp, never the frame an
-//      approximate seek lands on. When the demuxer's seek lands past pts[0]
+//      approximate seek lands on. Frames the clip does not want that no
+//      other frame references (non-reference B-frames) are skipped, not
+//      decoded (AVDISCARD_NONREF). When the demuxer's seek lands past pts[0]
 //      (an index that lies), it seeks again from an earlier keyframe, then
 //      from the start.
 //   3. Destroy: frees the decoder and closes the container.

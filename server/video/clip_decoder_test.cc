@@ -217,6 +217,19 @@ TEST_CASE("a clip is exactly its frames, wherever in the GOP it starts") {
     CHECK(c.stats.decoded_frames <= 12 + 8 + 2);
     CHECK(c.rgb[8 * frame_bytes] == 0xAB);  // nothing past the clip
   }
+  // A clip of every third frame: the frames between are not wanted, and
+  // those no frame references (the B-frames) are skipped, not decoded.
+  {
+    std::vector<int64_t> pts;
+    for (int k = 13; k <= 46; k += 3) pts.push_back(index->pts[k]);
+    Clip c = DecodeClip(*d, *index, pts);
+    REQUIRE(c.status.ok());
+    for (size_t j = 0; j < pts.size(); ++j) {
+      CHECK(std::memcmp(c.rgb.data() + j * frame_bytes, all.rgb.data() + (13 + 3 * j) * frame_bytes,
+                        frame_bytes) == 0);
+    }
+    CHECK(c.stats.decoded_frames < 46 - 12 + 1);  // from the keyframe at 12
+  }
   // Resampled clips skip and repeat frames.
   std::vector<int64_t> pts = {index->pts[20], index->pts[20], index->pts[22], index->pts[25]};
   Clip c = DecodeClip(*d, *index, pts);
