@@ -15,6 +15,11 @@
 //           of the file under the clip flags; prints {"frames", "height",
 //           "width", "decoded_frames", "seeks"}. --repeat N decodes it N
 //           times in one decoder (and reports "seconds", "max_rss_kb").
+//           With --resize H,W and/or --crop H,W the clip goes through the
+//           video preset's transforms (server/video/clip_ops.h) with the
+//           given draw (--crop-at TOP,LEFT, else the center; --flip) and
+//           the output is float32 in --layout (TCHW or CTHW), normalized
+//           with the reference's Kinetics mean/std unless --no-normalize.
 //
 // Errors go to stderr with exit code 1 (decode: a clip that fails prints
 // {"error", "code"} on stdout and exits 2).
@@ -38,6 +43,7 @@
 #include "common/json_text.h"
 #include "common/posix.h"
 #include "server/video/clip_decoder.h"
+#include "server/video/clip_ops.h"
 #include "server/video/clips.h"
 #include "server/video/video_probe.h"
 
@@ -115,6 +121,16 @@ std::vector<int64_t> ClipPts(const VideoIndex& index, const VideoClipPlan& plan,
   return pts;
 }
 
+struct TransformFlags {
+  std::vector<uint32_t> resize;   // H, W
+  std::vector<uint32_t> crop;     // H, W
+  std::vector<uint32_t> crop_at;  // TOP, LEFT
+  bool flip = false;
+  bool no_normalize = false;
+  std::string layout = "CTHW";
+  bool any() const { return !resize.empty() || !crop.empty(); }
+};
+
 int RunClips(const std::vector<std::string>& files, const ClipFlags& f) {
   if (absl::Status s = ValidateClipOptions(f.options); !s.ok()) {
     std::cerr << s.message() << "\n";
@@ -158,8 +174,35 @@ int PrintFailure(const absl::Status& s) {
   return 2;
 }
 
+// The clip through the preset's transforms: float32 in the layout asked.
+absl::StatusOr<std::vector<float>> Transform(const std::vector<uint8_t>& rgb, const ClipShape& shape,
+                                             const TransformFlags& tf) {
+  ClipTransform t;
+  if (tf.resize.size() == 2) {
+    t.resize_height = tf.resize[0];
+    t.resize_width = tf.resize[1];
+  }
+  const uint32_t rh = t.resize_height != 0 ? t.resize_height : shape.height;
+  const uint32_t rw = t.resize_width != 0 ? t.resize_width : shape.width;
+  if (tf.crop.size() == 2) {
+    t.crop_height = tf.crop[0];
+    t.crop_width = tf.crop[1];
+    t.crop_top = tf.crop_at.size() == 2 ? tf.crop_at[0] : CenterCropOffset(rh, t.crop_height);
+    t.crop_left = tf.crop_at.size() == 2 ? tf.crop_at[1] : CenterCropOffset(rw, t.crop_width);
+  }
+  t.flip = tf.flip;
+  t.normalize = !tf.no_normalize;
+  t.layout = tf.layout == "TCHW" ? ClipLayout::kTCHW : ClipLayout::kCTHW;
+  std::vector<float> out(ClipOutputElements(shape.frames, t, shape.height, shape.width));
+  absl::Status s =
+      ApplyClipTransform(rgb.data(), shape.frames, shape.height, shape.width, t, out.data());
+  if (!s.ok()) return s;
+  return out;
+}
+
 int RunDecode(const std::string& path, const std::string& pts_text, int64_t clip,
-              const ClipFlags& f, const std::string& out_path, int repeat, int threads) {
+              const ClipFlags& f, const TransformFlags& tf, const std::string& out_path,
+              int repeat, int threads) {
   absl::StatusOr<Opened> file = OpenFile(path);
   if (!file.ok()) {
     std::cerr << file.status() << "\n";
@@ -207,10 +250,24 @@ int RunDecode(const std::string& path, const std::string& pts_text, int64_t clip
   if (!s.ok()) {
     return PrintFailure(s);
   }
+  std::vector<float> transformed;
+  if (tf.any()) {
+    absl::StatusOr<std::vector<float>> t = Transform(rgb, shape, tf);
+    if (!t.ok()) {
+      std::cerr << t.status().message() << "\n";
+      return 1;
+    }
+    transformed = *std::move(t);
+  }
   if (!out_path.empty()) {
     std::ofstream out(out_path, std::ios::binary);
-    out.write(reinterpret_cast<const char*>(rgb.data()),
-              static_cast<std::streamsize>(size_t{shape.frames} * shape.height * shape.width * 3));
+    if (tf.any()) {
+      out.write(reinterpret_cast<const char*>(transformed.data()),
+                static_cast<std::streamsize>(transformed.size() * sizeof(float)));
+    } else {
+      out.write(reinterpret_cast<const char*>(rgb.data()),
+                static_cast<std::streamsize>(size_t{shape.frames} * shape.height * shape.width * 3));
+    }
     if (!out) {
       std::cerr << out_path << ": cannot write\n";
       return 1;
@@ -264,6 +321,16 @@ int main(int argc, char** argv) {
   decode->add_option("--out", out_path, "the raw file to write");
   decode->add_option("--repeat", repeat, "decode the clip this many times");
   decode->add_option("--threads", threads, "the decoder's slice threads");
+  TransformFlags transform_flags;
+  decode->add_option("--resize", transform_flags.resize, "Resize to H,W (antialias=False)")
+      ->delimiter(',')->expected(2);
+  decode->add_option("--crop", transform_flags.crop, "crop H,W")->delimiter(',')->expected(2);
+  decode->add_option("--crop-at", transform_flags.crop_at, "the crop's TOP,LEFT (else centered)")
+      ->delimiter(',')->expected(2);
+  decode->add_flag("--flip", transform_flags.flip, "flip every frame horizontally");
+  decode->add_flag("--no-normalize", transform_flags.no_normalize, "leave values in [0, 1]");
+  decode->add_option("--layout", transform_flags.layout, "TCHW or CTHW")
+      ->check(CLI::IsMember({"TCHW", "CTHW"}));
 
   CLI11_PARSE(app, argc, argv);
   if (probe->parsed()) return RunProbe(probe_files);
@@ -272,5 +339,6 @@ int main(int argc, char** argv) {
     std::cerr << "decode: give --pts or --clip (one of them)\n";
     return 1;
   }
-  return RunDecode(decode_file, pts_text, clip, decode_flags, out_path, repeat, threads);
+  return RunDecode(decode_file, pts_text, clip, decode_flags, transform_flags, out_path, repeat,
+                   threads);
 }

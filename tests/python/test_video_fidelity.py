@@ -23,7 +23,7 @@ av = pytest.importorskip("av")
 torch = pytest.importorskip("torch")
 from torchvision.datasets.samplers import RandomClipSampler, UniformClipSampler  # noqa: E402
 from torchvision.datasets.video_utils import VideoClips  # noqa: E402
-from torchvision.io import read_video_timestamps  # noqa: E402
+from torchvision.io import read_video, read_video_timestamps  # noqa: E402
 
 # (frames_per_clip, step_between_clips, frame_rate): the reference's
 # defaults (16 frames, 1 apart), Kinetics training (16 at 15 fps), and a
@@ -158,3 +158,73 @@ def test_theora_without_a_stated_rate_decodes_as_pyav(tmp_path, tool):
     got = np.fromfile(out, np.uint8).reshape(8, 240, 320, 3)
     for k, p in enumerate(pts):
         assert np.array_equal(got[k], frames[p]), p
+
+
+KINETICS_MEAN = (0.43216, 0.394666, 0.37645)
+KINETICS_STD = (0.22803, 0.22145, 0.216989)
+
+
+def _preset(train, flip, top=0, left=0):
+    """torchvision's VideoClassificationPresetTrain / Eval (the video
+    reference's presets.py, written out: it is not an installed module) with
+    RandomCrop's draw and the flip forced."""
+    import torchvision.transforms as T
+
+    class ForcedCrop(T.RandomCrop):
+        @staticmethod
+        def get_params(img, output_size):
+            return top, left, output_size[0], output_size[1]
+
+    steps = [T.ConvertImageDtype(torch.float32), T.Resize((128, 171), antialias=False)]
+    if train:
+        steps += [T.RandomHorizontalFlip(1.0 if flip else 0.0), T.Normalize(KINETICS_MEAN, KINETICS_STD),
+                  ForcedCrop((112, 112))]
+    else:
+        steps += [T.Normalize(KINETICS_MEAN, KINETICS_STD), T.CenterCrop((112, 112))]
+    compose = T.Compose(steps)
+    return lambda x: compose(x).permute(1, 0, 2, 3)  # ConvertBCHWtoCBHW
+
+
+@pytest.mark.parametrize("train,flip,top,left", [(True, False, 0, 0), (True, True, 7, 30),
+                                                 (True, True, 16, 59), (False, False, 0, 0)])
+def test_video_presets_match_torchvision(videos, tool, tmp_path, train, flip, top, left):
+    """The reference's train and eval presets on decoded clips (TCHW uint8 in,
+    CTHW float32 out) with the same draw: within one float32 ulp of torch's
+    upsample_bilinear2d (clip_ops.h says why not always bit for bit), most
+    values equal."""
+    out = tmp_path / "clip.f32"
+    for name, path in videos[:4]:
+        info = json.loads(subprocess.check_output([tool, "probe", str(path)]))
+        pts = info["pts"][20:36]
+        frames, _, _ = read_video(str(path), pts[0], pts[-1])
+        assert frames.shape[0] == 16, name
+        want = _preset(train, flip, top, left)(frames.permute(0, 3, 1, 2)).contiguous().numpy()
+        args = [tool, "decode", str(path), "--pts", ",".join(map(str, pts)), "--resize", "128,171",
+                "--crop", "112,112", "--out", str(out)]
+        if train:
+            args += ["--crop-at", f"{top},{left}"] + (["--flip"] if flip else [])
+        subprocess.check_output(args)
+        got = np.fromfile(out, np.float32).reshape(want.shape)
+        diff = np.abs(got - want)
+        # One ulp (1.2e-7) of a resized value below 1, a few ulps of its
+        # normalized value (magnitudes up to ~2.7).
+        assert diff.max() <= 8e-7, (name, float(diff.max()))
+        assert (diff == 0).mean() > 0.55, name
+
+
+def test_video_resize_is_within_one_ulp_of_torch(videos, tool, tmp_path):
+    """Before Normalize: ConvertImageDtype + Resize((128, 171),
+    antialias=False) within 1.2e-7 (one float32 ulp below 1) of torch's."""
+    import torchvision.transforms as T
+    out = tmp_path / "clip.f32"
+    for name, path in videos:
+        info = json.loads(subprocess.check_output([tool, "probe", str(path)]))
+        pts = info["pts"][:8]
+        frames, _, _ = read_video(str(path), pts[0], pts[-1])
+        x = T.Resize((128, 171), antialias=False)(
+            T.ConvertImageDtype(torch.float32)(frames.permute(0, 3, 1, 2)))
+        subprocess.check_output([tool, "decode", str(path), "--pts", ",".join(map(str, pts)),
+                                 "--resize", "128,171", "--no-normalize", "--layout", "TCHW",
+                                 "--out", str(out)])
+        got = np.fromfile(out, np.float32).reshape(x.shape)
+        assert np.abs(got - x.numpy()).max() <= 1.2e-7, name

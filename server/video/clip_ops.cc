@@ -1,0 +1,110 @@
+#include "server/video/clip_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace stoker::video {
+namespace {
+
+// One output coordinate's two source taps and weights along one axis
+// (torch's compute_indices_weights_linear, align_corners=False).
+struct Tap {
+  uint32_t i0 = 0;
+  uint32_t i1 = 0;
+  float w0 = 1;
+  float w1 = 0;
+};
+
+// The scale is float32 (in / out), the source coordinate double, the
+// weights float32 with w0 = 1 - w1 (matched against torch's weights for
+// many (in, out) pairs).
+Tap LinearTap(uint32_t in, uint32_t out, uint32_t o) {
+  const double scale = static_cast<float>(in) / static_cast<float>(out);
+  double real = scale * (o + 0.5) - 0.5;
+  if (real < 0) real = 0;
+  Tap t;
+  t.i0 = static_cast<uint32_t>(real);
+  t.i1 = t.i0 + (t.i0 < in - 1 ? 1 : 0);
+  t.w1 = static_cast<float>(std::min(std::max(real - t.i0, 0.0), 1.0));
+  t.w0 = 1.0f - t.w1;
+  return t;
+}
+
+}  // namespace
+
+uint32_t CenterCropOffset(uint32_t size, uint32_t crop) {
+  if (crop >= size) return 0;
+  return static_cast<uint32_t>(std::nearbyint((static_cast<double>(size) - crop) / 2.0));
+}
+
+size_t ClipOutputElements(uint32_t frames, const ClipTransform& t, uint32_t height,
+                          uint32_t width) {
+  const uint32_t h = t.crop_height != 0 ? t.crop_height
+                                        : (t.resize_height != 0 ? t.resize_height : height);
+  const uint32_t w = t.crop_width != 0 ? t.crop_width : (t.resize_width != 0 ? t.resize_width : width);
+  return size_t{frames} * 3 * h * w;
+}
+
+absl::Status ApplyClipTransform(const uint8_t* clip, uint32_t frames, uint32_t height,
+                                uint32_t width, const ClipTransform& t, float* out) {
+  const uint32_t rh = t.resize_height != 0 ? t.resize_height : height;
+  const uint32_t rw = t.resize_width != 0 ? t.resize_width : width;
+  const uint32_t ch = t.crop_height != 0 ? t.crop_height : rh;
+  const uint32_t cw = t.crop_width != 0 ? t.crop_width : rw;
+  if (height == 0 || width == 0 || rh == 0 || rw == 0) {
+    return absl::InvalidArgumentError("a clip transform of an empty frame");
+  }
+  if (uint64_t{t.crop_top} + ch > rh || uint64_t{t.crop_left} + cw > rw) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the crop (", ch, "x", cw, " at ", t.crop_top, ",", t.crop_left,
+        ") does not lie inside the resized frame (", rh, "x", rw, ")"));
+  }
+  if (t.normalize && (t.std[0] == 0 || t.std[1] == 0 || t.std[2] == 0)) {
+    return absl::InvalidArgumentError("Normalize's std must not be 0");
+  }
+  // The crop's rows and columns, as taps into the decoded frame.
+  std::vector<Tap> rows(ch);
+  std::vector<Tap> cols(cw);
+  for (uint32_t y = 0; y < ch; ++y) rows[y] = LinearTap(height, rh, t.crop_top + y);
+  for (uint32_t x = 0; x < cw; ++x) {
+    const uint32_t c = t.crop_left + x;
+    cols[x] = LinearTap(width, rw, t.flip ? rw - 1 - c : c);
+  }
+  // ConvertImageDtype once per value: a table.
+  float unit[256];
+  for (int v = 0; v < 256; ++v) unit[v] = static_cast<float>(v) / 255.0f;
+
+  const size_t plane = size_t{ch} * cw;
+  const size_t frame_bytes = size_t{height} * width * 3;
+  for (uint32_t f = 0; f < frames; ++f) {
+    const uint8_t* src = clip + f * frame_bytes;
+    for (uint32_t c = 0; c < 3; ++c) {
+      // TCHW: [f][c]; CTHW: [c][f].
+      float* dst = out + (t.layout == ClipLayout::kTCHW ? (size_t{f} * 3 + c) * plane
+                                                        : (size_t{c} * frames + f) * plane);
+      const float mean = t.mean[c];
+      const float std = t.std[c];
+      for (uint32_t y = 0; y < ch; ++y) {
+        const Tap& r = rows[y];
+        const uint8_t* row0 = src + size_t{r.i0} * width * 3 + c;
+        const uint8_t* row1 = src + size_t{r.i1} * width * 3 + c;
+        float* o = dst + size_t{y} * cw;
+        for (uint32_t x = 0; x < cw; ++x) {
+          const Tap& k = cols[x];
+          const float top = unit[row0[3 * k.i0]] * k.w0 + unit[row0[3 * k.i1]] * k.w1;
+          const float bottom = unit[row1[3 * k.i0]] * k.w0 + unit[row1[3 * k.i1]] * k.w1;
+          float v = top * r.w0 + bottom * r.w1;
+          if (t.normalize) v = (v - mean) / std;
+          o[x] = v;
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace stoker::video
