@@ -14,7 +14,8 @@
 //           frames with timestamps --pts (comma-separated), or clip --clip
 //           of the file under the clip flags; prints {"frames", "height",
 //           "width", "decoded_frames", "seeks"}. --repeat N decodes it N
-//           times in one decoder (and reports "seconds", "max_rss_kb").
+//           times in one decoder, transforms included (and reports
+//           "seconds", "max_rss_kb").
 //           With --resize H,W and/or --crop H,W the clip goes through the
 //           video preset's transforms (server/video/clip_ops.h) with the
 //           given draw (--crop-at TOP,LEFT, else the center; --flip) and
@@ -241,23 +242,23 @@ int RunDecode(const std::string& path, const std::string& pts_text, int64_t clip
   ClipDecodeStats stats;
   const auto start = std::chrono::steady_clock::now();
   absl::Status s;
+  std::vector<float> transformed;
   for (int r = 0; r < std::max(repeat, 1) && s.ok(); ++r) {
     s = (*decoder)->Decode(*index, pts.data(), pts.size(), rgb.data(), rgb.size(), &shape,
                            &stats);
+    if (s.ok() && tf.any()) {
+      absl::StatusOr<std::vector<float>> t = Transform(rgb, shape, tf);
+      if (!t.ok()) {
+        std::cerr << t.status().message() << "\n";
+        return 1;
+      }
+      transformed = *std::move(t);
+    }
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!s.ok()) {
     return PrintFailure(s);
-  }
-  std::vector<float> transformed;
-  if (tf.any()) {
-    absl::StatusOr<std::vector<float>> t = Transform(rgb, shape, tf);
-    if (!t.ok()) {
-      std::cerr << t.status().message() << "\n";
-      return 1;
-    }
-    transformed = *std::move(t);
   }
   if (!out_path.empty()) {
     std::ofstream out(out_path, std::ios::binary);
