@@ -3,15 +3,20 @@
 #include <errno.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
 extern "C" {
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
+#include <libavutil/dict.h>
 #include <libavutil/error.h>
 #include <libavutil/log.h>
 #include <libavutil/mem.h>
@@ -125,8 +130,36 @@ absl::StatusOr<std::unique_ptr<AvInput>> AvInput::Open(int fd, uint64_t offset, 
     in->format_ = nullptr;
     return AvError(name + ": not a video container FFmpeg reads", err);
   }
-  err = avformat_find_stream_info(in->format_, nullptr);
-  if (err < 0) return AvError(name + ": reading the streams' parameters", err);
+  // The frames find_stream_info decodes are bounded as ClipDecoder's are.
+  // The sizes the container declares are kept: where the bounded decoder
+  // refused every frame, they are the sizes PickVideo checks.
+  std::vector<std::pair<int, int>> declared;
+  for (unsigned i = 0; i < in->format_->nb_streams; ++i) {
+    const AVCodecParameters* par = in->format_->streams[i]->codecpar;
+    declared.emplace_back(par->width, par->height);
+  }
+  std::vector<AVDictionary*> options(in->format_->nb_streams, nullptr);
+  if (max_decode_pixels != 0) {
+    for (AVDictionary*& o : options) {
+      av_dict_set_int(&o, "max_pixels",
+                      static_cast<int64_t>(std::min<uint64_t>(max_decode_pixels, INT_MAX)), 0);
+    }
+  }
+  err = avformat_find_stream_info(in->format_, options.empty() ? nullptr : options.data());
+  for (AVDictionary*& o : options) av_dict_free(&o);
+  // The end of the file before a frame (a video stream without packets) is
+  // a video of no frames, which yields no clip, as in torchvision; other
+  // failures are the file's.
+  if (err < 0 && err != AVERROR_EOF) {
+    return AvError(name + ": reading the streams' parameters", err);
+  }
+  for (unsigned i = 0; i < declared.size() && i < in->format_->nb_streams; ++i) {
+    AVCodecParameters* par = in->format_->streams[i]->codecpar;
+    if (par->width <= 0 || par->height <= 0) {
+      par->width = declared[i].first;
+      par->height = declared[i].second;
+    }
+  }
   if (absl::Status s = in->PickVideo(max_decode_pixels); !s.ok()) return s;
   return in;
 }

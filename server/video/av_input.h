@@ -43,7 +43,8 @@ class AvInput {
   // rate it settles, avg_frame_rate, is the fps torchvision's clips are
   // computed from), and picks the first video stream (torchvision reads
   // container.streams.video[0]); every other stream's packets are dropped
-  // by the demuxer (not copied). `name` is only for messages.
+  // by the demuxer (not copied). The frames find_stream_info decodes are
+  // bounded by max_decode_pixels too. `name` is only for messages.
   //  - DATA_LOSS: the bytes are no container FFmpeg reads, or truncated
   //    before their headers end;
   //  - FAILED_PRECONDITION: no video stream (an audio-only file), or no

@@ -296,14 +296,29 @@ TEST_CASE("a clip's bounds are kept: room, frame budget, frame size") {
     CHECK(c.status.message().find("frame budget") != std::string::npos);
   }
   {
+    // Frames over max_decode_pixels, their size stated only in the
+    // bitstream (MPEG-4 in MP4): the bounded decoder refuses each, and the
+    // clip fails by name; nothing of their size is allocated.
     VideoLimits small;
     small.max_decode_pixels = 100 * 100;
-    absl::StatusOr<VideoIndex> refused = Probe(v.fd.get(), 0, v.file.Size(), v.file.path, small);
-    CHECK(refused.status().code() == absl::StatusCode::kResourceExhausted);
-    CHECK(refused.status().message().find("160x96") != std::string::npos);
-    CHECK(ClipDecoder::Open(v.fd.get(), 0, v.file.Size(), v.file.path, small).status().code() ==
-          absl::StatusCode::kResourceExhausted);
+    absl::StatusOr<VideoIndex> unknown = Probe(v.fd.get(), 0, v.file.Size(), v.file.path, small);
+    REQUIRE(unknown.ok());
+    CHECK(unknown->width == 0);
+    std::unique_ptr<ClipDecoder> d = v.Decoder(small);
+    Clip c = DecodeClip(*d, *index, pts);
+    CHECK(c.status.code() == absl::StatusCode::kDataLoss);
   }
+}
+
+TEST_CASE("a container stating frames over max_decode_pixels is refused before decoding") {
+  TestVideo v(".mkv", "matroska", "mpeg4", 10, 5, 0);  // Matroska states 160x96
+  VideoLimits small;
+  small.max_decode_pixels = 100 * 100;
+  absl::StatusOr<VideoIndex> refused = Probe(v.fd.get(), 0, v.file.Size(), v.file.path, small);
+  CHECK(refused.status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK(refused.status().message().find("160x96") != std::string::npos);
+  CHECK(ClipDecoder::Open(v.fd.get(), 0, v.file.Size(), v.file.path, small).status().code() ==
+        absl::StatusCode::kResourceExhausted);
 }
 
 TEST_CASE("a truncated video keeps the frames before its end, and clips past it fail by name") {

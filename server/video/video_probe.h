@@ -56,7 +56,7 @@ struct VideoIndex {
   int32_t rate_num = 0;
   int32_t rate_den = 1;
   double fps = 0;
-  int32_t width = 0;
+  int32_t width = 0;   // 0: unknown (see Probe)
   int32_t height = 0;
   std::string codec;      // FFmpeg's codec name: "h264", "vp9", ...
   std::string container;  // FFmpeg's demuxer name: "mov,mp4,m4a,3gp,3g2,mj2", ...
@@ -69,8 +69,11 @@ struct VideoIndex {
 //    headers end;
 //  - FAILED_PRECONDITION: no video stream (an audio-only file), or no
 //    decoder for its codec in this FFmpeg;
-//  - RESOURCE_EXHAUSTED: frames over limits.max_decode_pixels, or more
-//    packets than limits.max_frames.
+//  - RESOURCE_EXHAUSTED: frames over limits.max_decode_pixels, where the
+//    container states their size or its first frames decode within the
+//    bound (a size stated only in frames over it stays unknown, width and
+//    height 0, and ClipDecoder refuses those frames), or more packets than
+//    limits.max_frames.
 // A video with no frame at all is not an error: its pts are empty (it
 // yields no clip, as in torchvision).
 absl::StatusOr<VideoIndex> Probe(int fd, uint64_t offset, uint64_t length, const std::string& name,
