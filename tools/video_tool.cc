@@ -21,6 +21,12 @@
 //           given draw (--crop-at TOP,LEFT, else the center; --flip) and
 //           the output is float32 in --layout (TCHW or CTHW), normalized
 //           with the reference's Kinetics mean/std unless --no-normalize.
+//   sweep   FILE     every clip of the file under the clip flags, in a
+//           shuffled order (--seed), through one decoder (and the transforms
+//           with --resize/--crop, as decode): {"clips", "failed",
+//           "decoded_frames", "seconds", "rss_kb": [resident memory after
+//           clip 1, 10, 100, 1000, ... and the last]}: memory that grows
+//           with the clips decoded shows here.
 //
 // Errors go to stderr with exit code 1 (decode: a clip that fails prints
 // {"error", "code"} on stdout and exits 2).
@@ -28,6 +34,7 @@
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -47,6 +54,7 @@
 #include "server/video/clip_ops.h"
 #include "server/video/clips.h"
 #include "server/video/video_probe.h"
+#include "server/image/ops/rng.h"
 
 namespace stoker::video {
 namespace {
@@ -284,6 +292,65 @@ int RunDecode(const std::string& path, const std::string& pts_text, int64_t clip
   return 0;
 }
 
+// Resident memory now, in KB (/proc/self/statm).
+long ResidentKb() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return -1;
+  long pages = 0, resident = 0;
+  const int n = std::fscanf(f, "%ld %ld", &pages, &resident);
+  std::fclose(f);
+  return n == 2 ? resident * (sysconf(_SC_PAGESIZE) / 1024) : -1;
+}
+
+int RunSweep(const std::string& path, const ClipFlags& f, const TransformFlags& tf,
+             uint64_t seed) {
+  absl::StatusOr<Opened> file = OpenFile(path);
+  if (!file.ok()) {
+    std::cerr << file.status() << "\n";
+    return 1;
+  }
+  absl::StatusOr<VideoIndex> index = Probe(file->fd.get(), 0, file->size, path);
+  if (!index.ok()) return PrintFailure(index.status());
+  absl::StatusOr<std::unique_ptr<ClipDecoder>> decoder =
+      ClipDecoder::Open(file->fd.get(), 0, file->size, path);
+  if (!decoder.ok()) return PrintFailure(decoder.status());
+  VideoClipPlan plan(index->pts.size(), index->fps, f.options);
+  ClipIndex one({index->pts.size()}, {index->fps}, f.options);
+  std::vector<uint64_t> order = SampleClips(one, ClipSampling::kAll, 0, 0, 0);
+  KeyedRng rng(seed, 0, 0);
+  for (uint64_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng.Below(i)]);
+  std::vector<uint8_t> rgb(size_t{f.options.frames_per_clip} * std::max(index->width, 1) *
+                           std::max(index->height, 1) * 3);
+  uint64_t failed = 0, decoded = 0;
+  std::string rss = "[";
+  uint64_t next_report = 1;
+  const auto start = std::chrono::steady_clock::now();
+  for (uint64_t k = 0; k < order.size(); ++k) {
+    std::vector<int64_t> pts = ClipPts(*index, plan, order[k], f.options.frames_per_clip);
+    ClipShape shape;
+    ClipDecodeStats stats;
+    absl::Status s = (*decoder)->Decode(*index, pts.data(), pts.size(), rgb.data(), rgb.size(),
+                                        &shape, &stats);
+    decoded += stats.decoded_frames;
+    if (!s.ok()) {
+      ++failed;
+    } else if (tf.any() && !Transform(rgb, shape, tf).ok()) {
+      ++failed;
+    }
+    if (k + 1 == next_report || k + 1 == order.size()) {
+      absl::StrAppend(&rss, rss.size() > 1 ? "," : "", "[", k + 1, ",", ResidentKb(), "]");
+      next_report *= 10;
+    }
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("{\"clips\":%zu,\"failed\":%lu,\"decoded_frames\":%lu,\"seconds\":%s,"
+              "\"rss_kb\":%s]}\n",
+              order.size(), static_cast<unsigned long>(failed),
+              static_cast<unsigned long>(decoded), DoubleJson(seconds).c_str(), rss.c_str());
+  return 0;
+}
+
 }  // namespace
 }  // namespace stoker::video
 
@@ -333,7 +400,19 @@ int main(int argc, char** argv) {
   decode->add_option("--layout", transform_flags.layout, "TCHW or CTHW")
       ->check(CLI::IsMember({"TCHW", "CTHW"}));
 
+  std::string sweep_file;
+  ClipFlags sweep_flags;
+  TransformFlags sweep_transform;
+  uint64_t sweep_seed = 0;
+  CLI::App* sweep = app.add_subcommand("sweep", "every clip of a file through one decoder");
+  sweep->add_option("file", sweep_file)->required();
+  AddClipFlags(sweep, &sweep_flags);
+  sweep->add_option("--seed", sweep_seed, "the clips' shuffled order");
+  sweep->add_option("--resize", sweep_transform.resize, "Resize to H,W")->delimiter(',')->expected(2);
+  sweep->add_option("--crop", sweep_transform.crop, "crop H,W")->delimiter(',')->expected(2);
+
   CLI11_PARSE(app, argc, argv);
+  if (sweep->parsed()) return RunSweep(sweep_file, sweep_flags, sweep_transform, sweep_seed);
   if (probe->parsed()) return RunProbe(probe_files);
   if (clips->parsed()) return RunClips(clip_files, clip_flags);
   if (pts_text.empty() == (clip < 0)) {

@@ -186,3 +186,20 @@ def test_damaged_packets_fail_clips_by_name_or_decode(tool, tmp_path):
         if code == 2:
             assert line["code"] in ("DATA_LOSS", "RESOURCE_EXHAUSTED"), line
     assert outcomes <= {0, 2}
+
+
+def test_memory_does_not_grow_with_the_clips_decoded(tool, tmp_path):
+    """Every clip of a 720p H.264 video with a GOP longer than the video
+    (each clip decodes from its first frame), in a shuffled order, through
+    one decoder: resident memory after the 10th clip is what it is after
+    the last (the decoder's references and one clip's frames, whatever the
+    number of clips)."""
+    video = _ffmpeg(tmp_path / "hd.mp4", "-c:v", "libx264", "-preset", "veryfast", "-bf", "3",
+                    "-g", "250", "-pix_fmt", "yuv420p",
+                    source="testsrc2=size=1280x720:rate=30:duration=2,noise=alls=10:allf=t+u")
+    got = json.loads(subprocess.check_output(
+        [tool, "sweep", str(video), "--frames-per-clip", "8", "--step", "1", "--seed", "5"],
+        timeout=120))
+    assert got["clips"] == 53 and got["failed"] == 0
+    rss = dict(got["rss_kb"])
+    assert rss[53] - rss[10] < 4096, got["rss_kb"]
