@@ -7,7 +7,8 @@ the way phones, cameras and web sites code them.
 What makes real video hard, and is here: B-frames (H.264 with b-pyramid,
 MPEG-4 in AVI), long GOPs (a keyframe every 250 frames, past the end of
 these clips), open GOPs (x265's default), odd frame rates (30000/1001,
-24000/1001, 25), an audio stream before the video one, full-range JPEG
+24000/1001, 25), a variable frame rate (a phone's dropped frames), an
+audio stream before the video one, full-range JPEG
 frames (MJPEG), and the web codecs (VP8, VP9, AV1 through dav1d). Each
 entry: (name, file name, ffmpeg output arguments, frame rate, size,
 seconds, texture).  Sizes stay small so that the tests that decode every
@@ -43,12 +44,20 @@ VIDEOS = [
                         "lp=1"], "24", (320, 240), 3, "photo"),
     ("mpeg4_avi", "mpeg4.avi", ["-c:v", "mpeg4", "-bf", "2", "-q:v", "4", "-g", "36"],
      "30000/1001", (320, 240), 3, "fabric"),
+    ("h264_vfr", "h264_vfr.mp4",
+     ["-c:v", "libx264", "-bf", "3", "-g", "250", "-crf", "23", "-pix_fmt", "yuv420p"], "30",
+     (320, 240), 4, "fur"),
     ("mjpeg_avi", "mjpeg.avi", ["-c:v", "mjpeg", "-q:v", "4", "-pix_fmt", "yuvj422p"], "15",
      (320, 240), 3, "text"),
 ]
 # The audio track of h264_camera comes first in the file (stream 0), the
 # video second: torchvision reads streams.video[0], and so does stoker.
 _AUDIO_FIRST = {"h264_camera"}
+# A phone's variable frame rate: frames dropped at irregular places (every
+# 5th from the 3rd, every 11th from the 5th) and the rest kept at their
+# times, so the gaps between timestamps vary and the average rate (87/4)
+# is no rate the camera ran at.
+_VFR = {"h264_vfr"}
 
 
 def _texture(kind, folder, width, height):
@@ -62,18 +71,20 @@ def _texture(kind, folder, width, height):
     return path
 
 
-def encode(path, args, rate, size, seconds, texture_png, audio_first=False):
+def encode(path, args, rate, size, seconds, texture_png, audio_first=False, vfr=False):
     """Pans a `size` window across the texture (diagonally, with a slow
     zoom-like drift) at `rate` for `seconds`, adds temporal noise, and codes
-    it with `args` into `path`."""
+    it with `args` into `path` (with `vfr`, dropping frames as _VFR says)."""
     width, height = size
     pan = (f"crop={width}:{height}:x='mod(t*{width // 3},{2 * width})':"
            f"y='{height}+{height // 2}*sin(t)',noise=alls=10:allf=t+u,format=yuv420p")
+    if vfr:
+        pan += r",select='not(eq(mod(n\,5)\,2))*not(eq(mod(n\,11)\,4))'"
     cmd = ["ffmpeg", "-hide_banner", "-loglevel", "error", "-y", "-loop", "1", "-framerate", rate,
            "-i", str(texture_png)]
     if audio_first or "-c:a" in args:
         cmd += ["-f", "lavfi", "-i", "sine=frequency=440:sample_rate=48000"]
-    cmd += ["-t", str(seconds), "-vf", pan, "-r", rate]
+    cmd += ["-t", str(seconds), "-vf", pan] + (["-fps_mode", "vfr"] if vfr else ["-r", rate])
     if audio_first:
         cmd += ["-map", "1:a", "-map", "0:v"]
     elif "-c:a" in args:
@@ -93,7 +104,7 @@ def write_videos(folder):
         if not path.exists():
             tmp = folder / f".{os.getpid()}.{file_name}"
             encode(tmp, args, rate, size, seconds, _texture(texture, folder, *size),
-                   audio_first=name in _AUDIO_FIRST)
+                   audio_first=name in _AUDIO_FIRST, vfr=name in _VFR)
             os.replace(tmp, path)
         out.append((name, path))
     return out
