@@ -88,6 +88,13 @@ struct IndexOptions {
   // class without samples instead of an error (torchvision's
   // ImageFolder(allow_empty=True)).
   bool allow_empty = false;
+  // ImageFolder: the file names a class folder's walk lists, as
+  // torchvision's DatasetFolder(extensions=...) lists them: a file whose
+  // name, lowercased, ends with one of these ("avi" matches "x.AVI", and
+  // "xavi" too, as in torchvision). Empty: IMG_EXTENSIONS. A video folder
+  // passes its own (torchvision's Kinetics: "avi", "mp4"). Part of the
+  // dataset's identity.
+  std::vector<std::string> extensions;
   // Accepted and ignored: stoker 0.1 read only .jpg/.jpeg and this left the
   // other IMG_EXTENSIONS out; every one of them is read now.
   bool skip_unsupported_formats = false;
@@ -112,10 +119,19 @@ struct IndexOptions {
   // The files beyond the dataset path that are part of its identity, as
   // text to append to the path in those keys: paired folders' masks folder
   // and suffixes, else COCO's annotations, else "" (one images folder may
-  // have several of either).
+  // have several of either); then the extensions a walk lists, if given.
   std::string identity() const {
-    if (!masks.empty()) return "\n" + masks + "\n" + image_suffix + "\n" + mask_suffix;
-    return annotations.empty() ? std::string() : "\n" + annotations;
+    std::string id;
+    if (!masks.empty()) {
+      id = "\n" + masks + "\n" + image_suffix + "\n" + mask_suffix;
+    } else if (!annotations.empty()) {
+      id = "\n" + annotations;
+    }
+    if (!extensions.empty()) {
+      id += "\nextensions:";
+      for (const std::string& e : extensions) id += e + "\t";
+    }
+    return id;
   }
 };
 

@@ -268,6 +268,55 @@ void AgeFolders(const std::string& dir) {
   std::filesystem::last_write_time(dir, past);
 }
 
+TEST_CASE("ImageFolder: extensions list files as DatasetFolder(extensions=...) does",
+          "[dataset][image_folder]") {
+  // torchvision 0.14's make_dataset(root, classes, extensions=("avi", "mp4"))
+  // on this tree (without class c) lists exactly these, in this order; with
+  // c it raises "Found no valid file for the classes c".
+  TempDir tmp;
+  tmp.Write("root/ds/a/clip1.mp4");
+  tmp.Write("root/ds/a/clip2.AVI");
+  tmp.Write("root/ds/a/photo.jpg");
+  tmp.Write("root/ds/a/movie.webm");
+  tmp.Write("root/ds/a/xavi");  // ends with "avi": torchvision lists it too
+  tmp.Write("root/ds/a/notes.txt");
+  tmp.Write("root/ds/b/sub/c.mp4");
+  tmp.Write("root/ds/b/d.avi");
+  tmp.Write("root/ds/c/only.jpg");
+  AgeFolders(tmp / "root");
+  auto root = OpenRoot(tmp / "root");
+  IndexOptions videos;
+  videos.extensions = {"avi", "mp4"};
+  videos.cache_dir = tmp / "cache";
+  auto refused = Dataset::Open(*root, "ds", DatasetFormat::kImageFolder, videos);
+  CHECK(absl::IsFailedPrecondition(refused.status()));
+  CHECK(Mentions(refused.status(), "no valid file for the classes c"));
+  CHECK(Mentions(refused.status(), "its extensions are avi mp4"));
+  videos.allow_empty = true;
+  auto d = Dataset::Open(*root, "ds", DatasetFormat::kImageFolder, videos);
+  REQUIRE(d.ok());
+  const std::vector<Entry> listed = {{"ds/a/clip1.mp4", 0},
+                                     {"ds/a/clip2.AVI", 0},
+                                     {"ds/a/xavi", 0},
+                                     {"ds/b/d.avi", 1},
+                                     {"ds/b/sub/c.mp4", 1}};
+  CHECK(Entries(**d) == listed);
+  // The same folder's image index is another dataset, in the cache too.
+  IndexOptions images;
+  images.cache_dir = videos.cache_dir;
+  images.allow_empty = true;
+  auto pictures = Dataset::Open(*root, "ds", DatasetFormat::kImageFolder, images);
+  REQUIRE(pictures.ok());
+  CHECK(!(*pictures)->from_cache());
+  CHECK(Entries(**pictures) ==
+        std::vector<Entry>{{"ds/a/photo.jpg", 0}, {"ds/c/only.jpg", 2}});
+  auto cached = Dataset::Open(*root, "ds", DatasetFormat::kImageFolder, videos);
+  REQUIRE(cached.ok());
+  CHECK((*cached)->from_cache());
+  CHECK(Entries(**cached) == listed);
+  CHECK(videos.identity() != images.identity());
+}
+
 TEST_CASE("Index cache: indexes made with other options are kept apart", "[dataset][cache]") {
   TempDir tmp;
   tmp.Write("root/ds/a/1.jpg");

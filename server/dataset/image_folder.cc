@@ -50,12 +50,31 @@ constexpr size_t kMaxDirectories = size_t{1} << 22;
 constexpr size_t kMaxNamesListed = 20;
 
 
-// ".a .b .c", for messages.
-template <size_t N>
-std::string Spelled(const char* const (&extensions)[N]) {
+// The extensions a walk lists as ".a .b .c", for messages.
+std::string Spelled(const std::vector<std::string>& extensions) {
   std::string out;
-  for (const char* ext : extensions) out.append(out.empty() ? "" : " ").append(ext);
+  if (extensions.empty()) {
+    for (const char* ext : image::kImageFolderExtensions) {
+      out.append(out.empty() ? "" : " ").append(ext);
+    }
+  }
+  for (const std::string& ext : extensions) out.append(out.empty() ? "" : " ").append(ext);
   return out;
+}
+
+// Whether a walk lists the file `name` (torchvision's
+// has_file_allowed_extension: the name, lowercased, ends with one of them;
+// none given: IMG_EXTENSIONS).
+bool Listed(std::string_view name, const std::vector<std::string>& extensions) {
+  if (extensions.empty()) return image::HasImageFolderExtension(name);
+  std::string lower(name);
+  for (char& c : lower) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+  for (const std::string& ext : extensions) {
+    if (lower.size() >= ext.size() && lower.compare(lower.size() - ext.size(), ext.size(), ext) == 0) {
+      return true;
+    }
+  }
+  return false;
 }
 
 std::string NameList(const std::vector<std::string>& names) {
@@ -86,9 +105,11 @@ struct Classified {
 // with `want_files`. A directory leading outside the root is
 // PERMISSION_DENIED; a JPEG link that does, dangles or loops is a kFile
 // named by the link itself (real empty), which fails as a sample.
+// `files`: the extensions of the files wanted (see Listed), or nullptr for
+// directories only.
 absl::StatusOr<Classified> Classify(const DataRoot& root, int dir_fd, const std::string& dir_real,
                                     std::string_view dir_display, std::string_view name,
-                                    unsigned char d_type, bool want_files) {
+                                    unsigned char d_type, const std::vector<std::string>* files) {
   const std::string name_str(name);
   struct stat st;
   if (d_type == DT_UNKNOWN) {
@@ -99,7 +120,7 @@ absl::StatusOr<Classified> Classify(const DataRoot& root, int dir_fd, const std:
     d_type = S_ISDIR(st.st_mode) ? DT_DIR : S_ISLNK(st.st_mode) ? DT_LNK : DT_REG;
   }
   if (d_type == DT_DIR) return Classified{Kind::kDirectory, "", {}};
-  const Kind file_kind = want_files && image::HasImageFolderExtension(name) ? Kind::kFile : Kind::kSkip;
+  const Kind file_kind = files != nullptr && Listed(name, *files) ? Kind::kFile : Kind::kSkip;
   if (d_type != DT_LNK) return Classified{file_kind, "", {}};
 
   const bool target_exists = fstatat(dir_fd, name_str.c_str(), &st, 0) == 0;
@@ -148,8 +169,12 @@ class ClassWalker {
  public:
   // `dataset_dir`: the dataset's canonical folder, the start of every path
   // the walk is given.
-  ClassWalker(const DataRoot& root, std::string_view dataset_dir, size_t* directories_walked)
-      : root_(root), dataset_dir_(dataset_dir), directories_walked_(directories_walked) {}
+  ClassWalker(const DataRoot& root, std::string_view dataset_dir,
+              const std::vector<std::string>& extensions, size_t* directories_walked)
+      : root_(root),
+        dataset_dir_(dataset_dir),
+        extensions_(extensions),
+        directories_walked_(directories_walked) {}
 
   // Appends the class's entries, in torchvision's order, to `out`. Image
   // files in a format stoker cannot decode yet are counted, not listed.
@@ -195,7 +220,7 @@ class ClassWalker {
         std::move(fd), display,
         [&](std::string_view name, unsigned char d_type, int dir_fd) -> absl::Status {
           absl::StatusOr<Classified> c =
-              Classify(root_, dir_fd, real, display, name, d_type, /*want_files=*/true);
+              Classify(root_, dir_fd, real, display, name, d_type, &extensions_);
           if (!c.ok()) return c.status();
           if (c->kind == Kind::kDirectory) {
             dirs_.push_back(WalkDir{JoinPath(display, name),
@@ -257,6 +282,7 @@ class ClassWalker {
 
   const DataRoot& root_;
   const std::string_view dataset_dir_;
+  const std::vector<std::string>& extensions_;
   size_t* directories_walked_;
   std::vector<WalkDir> dirs_;
   std::vector<WalkFile> files_;
@@ -283,7 +309,7 @@ absl::Status IndexImageFolder(const DataRoot& root, const std::string& dir,
       ForEachEntry(UniqueFd(*opened), dir,
                    [&](std::string_view name, unsigned char d_type, int dir_fd) -> absl::Status {
                      absl::StatusOr<Classified> c =
-                         Classify(root, dir_fd, dir, dir, name, d_type, /*want_files=*/false);
+                         Classify(root, dir_fd, dir, dir, name, d_type, /*files=*/nullptr);
                      if (!c.ok()) return c.status();
                      if (c->kind == Kind::kDirectory) {
                        classes.push_back(ClassDir{std::string(name),
@@ -303,7 +329,7 @@ absl::Status IndexImageFolder(const DataRoot& root, const std::string& dir,
             [](const ClassDir& a, const ClassDir& b) { return a.name < b.name; });
 
   size_t directories_walked = 0;
-  ClassWalker walker(root, dir, &directories_walked);
+  ClassWalker walker(root, dir, options.extensions, &directories_walked);
   std::vector<std::string> empty;  // no image file at all: torchvision's empty classes
   uint64_t escaping = 0;
   absl::Status escape;
@@ -340,7 +366,7 @@ absl::Status IndexImageFolder(const DataRoot& root, const std::string& dir,
     problems.push_back(
         Cat("found no valid file for the classes ", NameList(empty),
             " (torchvision's ImageFolder raises FileNotFoundError for them; its extensions are ",
-            Spelled(image::kImageFolderExtensions),
+            Spelled(options.extensions),
             "). Every folder in the dataset folder, hidden ones included, is a class and takes a "
             "label: remove these folders, or pass "
             "allow_empty=True (stoker.Loader(allow_empty=True), AttachRequest.allow_empty) to keep "
