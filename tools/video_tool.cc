@@ -11,9 +11,11 @@
 //           per file, "order": the clip numbers --sampler (all, random,
 //           uniform) visits in --epoch with --clips-per-video and --seed}
 //   decode  FILE     one clip to a raw file (--out; [T, H, W, 3] uint8): the
-//           frames with timestamps --pts (comma-separated), or clip --clip
-//           of the file under the clip flags; prints {"frames", "height",
-//           "width", "decoded_frames", "seeks"}. --repeat N decodes it N
+//           frames with timestamps --pts (comma-separated), or clips --clip
+//           (comma-separated: one decoder decodes them in that order, the
+//           file holds one after another) of the file under the clip
+//           flags; prints {"frames", "height", "width", "decoded_frames",
+//           "seeks": one count a clip}. --repeat N decodes each N
 //           times in one decoder, transforms included (and reports
 //           "seconds", "max_rss_kb").
 //           With --resize H,W and/or --crop H,W the clip goes through the
@@ -209,85 +211,91 @@ absl::StatusOr<std::vector<float>> Transform(const std::vector<uint8_t>& rgb, co
   return out;
 }
 
-int RunDecode(const std::string& path, const std::string& pts_text, int64_t clip,
-              const ClipFlags& f, const TransformFlags& tf, const std::string& out_path,
-              int repeat, int threads) {
+int RunDecode(const std::string& path, const std::string& pts_text,
+              const std::vector<int64_t>& clips, const ClipFlags& f, const TransformFlags& tf,
+              const std::string& out_path, int repeat, int threads) {
   absl::StatusOr<Opened> file = OpenFile(path);
   if (!file.ok()) {
     std::cerr << file.status() << "\n";
     return 1;
   }
   absl::StatusOr<VideoIndex> index = Probe(file->fd.get(), 0, file->size, path);
-  if (!index.ok()) {
-    return PrintFailure(index.status());
-  }
-  std::vector<int64_t> pts;
+  if (!index.ok()) return PrintFailure(index.status());
+  // Each clip's timestamps, in the order given.
+  std::vector<std::vector<int64_t>> wanted;
   if (!pts_text.empty()) {
+    wanted.emplace_back();
     for (absl::string_view part : absl::StrSplit(pts_text, ',')) {
       int64_t p;
       if (!absl::SimpleAtoi(part, &p)) {
         std::cerr << "--pts: not an integer: " << std::string(part) << "\n";
         return 1;
       }
-      pts.push_back(p);
+      wanted.back().push_back(p);
     }
   } else {
     VideoClipPlan plan(index->pts.size(), index->fps, f.options);
-    if (clip < 0 || static_cast<uint64_t>(clip) >= plan.clips()) {
-      std::cerr << "--clip " << clip << ": the file has " << plan.clips() << " clips\n";
-      return 1;
+    for (int64_t clip : clips) {
+      if (clip < 0 || static_cast<uint64_t>(clip) >= plan.clips()) {
+        std::cerr << "--clip " << clip << ": the file has " << plan.clips() << " clips\n";
+        return 1;
+      }
+      wanted.push_back(ClipPts(*index, plan, static_cast<uint64_t>(clip), f.options.frames_per_clip));
     }
-    pts = ClipPts(*index, plan, static_cast<uint64_t>(clip), f.options.frames_per_clip);
   }
   absl::StatusOr<std::unique_ptr<ClipDecoder>> decoder =
       ClipDecoder::Open(file->fd.get(), 0, file->size, path, VideoLimits{}, threads);
-  if (!decoder.ok()) {
-    return PrintFailure(decoder.status());
-  }
-  const size_t capacity = pts.size() * static_cast<size_t>(index->width) * index->height * 3;
-  std::vector<uint8_t> rgb(capacity);
+  if (!decoder.ok()) return PrintFailure(decoder.status());
+  std::ofstream out;
+  if (!out_path.empty()) out.open(out_path, std::ios::binary);
   ClipShape shape;
-  ClipDecodeStats stats;
-  const auto start = std::chrono::steady_clock::now();
-  absl::Status s;
-  std::vector<float> transformed;
-  for (int r = 0; r < std::max(repeat, 1) && s.ok(); ++r) {
-    s = (*decoder)->Decode(*index, pts.data(), pts.size(), rgb.data(), rgb.size(), &shape,
-                           &stats);
-    if (s.ok() && tf.any()) {
-      absl::StatusOr<std::vector<float>> t = Transform(rgb, shape, tf);
-      if (!t.ok()) {
-        std::cerr << t.status().message() << "\n";
-        return 1;
+  uint64_t decoded = 0;
+  std::string seeks = "[";
+  double seconds = 0;
+  for (size_t c = 0; c < wanted.size(); ++c) {
+    const std::vector<int64_t>& pts = wanted[c];
+    std::vector<uint8_t> rgb(pts.size() * static_cast<size_t>(std::max(index->width, 1)) *
+                             std::max(index->height, 1) * 3);
+    ClipDecodeStats stats;
+    absl::Status s;
+    std::vector<float> transformed;
+    const auto start = std::chrono::steady_clock::now();
+    for (int r = 0; r < std::max(repeat, 1) && s.ok(); ++r) {
+      s = (*decoder)->Decode(*index, pts.data(), pts.size(), rgb.data(), rgb.size(), &shape,
+                             &stats);
+      if (s.ok() && tf.any()) {
+        absl::StatusOr<std::vector<float>> t = Transform(rgb, shape, tf);
+        if (!t.ok()) {
+          std::cerr << t.status().message() << "\n";
+          return 1;
+        }
+        transformed = *std::move(t);
       }
-      transformed = *std::move(t);
+    }
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!s.ok()) return PrintFailure(s);
+    decoded += stats.decoded_frames;
+    absl::StrAppend(&seeks, c ? "," : "", stats.seeks);
+    if (out.is_open()) {
+      if (tf.any()) {
+        out.write(reinterpret_cast<const char*>(transformed.data()),
+                  static_cast<std::streamsize>(transformed.size() * sizeof(float)));
+      } else {
+        out.write(reinterpret_cast<const char*>(rgb.data()),
+                  static_cast<std::streamsize>(size_t{shape.frames} * shape.height * shape.width * 3));
+      }
     }
   }
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (!s.ok()) {
-    return PrintFailure(s);
-  }
-  if (!out_path.empty()) {
-    std::ofstream out(out_path, std::ios::binary);
-    if (tf.any()) {
-      out.write(reinterpret_cast<const char*>(transformed.data()),
-                static_cast<std::streamsize>(transformed.size() * sizeof(float)));
-    } else {
-      out.write(reinterpret_cast<const char*>(rgb.data()),
-                static_cast<std::streamsize>(size_t{shape.frames} * shape.height * shape.width * 3));
-    }
-    if (!out) {
-      std::cerr << out_path << ": cannot write\n";
-      return 1;
-    }
+  if (out.is_open() && !out.flush()) {
+    std::cerr << out_path << ": cannot write\n";
+    return 1;
   }
   struct rusage usage {};
   getrusage(RUSAGE_SELF, &usage);
   std::printf(
-      "{\"frames\":%u,\"height\":%u,\"width\":%u,\"decoded_frames\":%u,\"seeks\":%u,"
+      "{\"frames\":%u,\"height\":%u,\"width\":%u,\"decoded_frames\":%lu,\"seeks\":%s],"
       "\"seconds\":%s,\"max_rss_kb\":%ld}\n",
-      shape.frames, shape.height, shape.width, stats.decoded_frames, stats.seeks,
+      shape.frames, shape.height, shape.width, static_cast<unsigned long>(decoded), seeks.c_str(),
       DoubleJson(seconds).c_str(), usage.ru_maxrss);
   return 0;
 }
@@ -376,7 +384,7 @@ int main(int argc, char** argv) {
 
   std::string decode_file;
   std::string pts_text;
-  int64_t clip = -1;
+  std::vector<int64_t> clip;
   std::string out_path;
   int repeat = 1;
   int threads = 1;
@@ -384,7 +392,9 @@ int main(int argc, char** argv) {
   CLI::App* decode = app.add_subcommand("decode", "one clip to a raw [T, H, W, 3] file");
   decode->add_option("file", decode_file)->required();
   decode->add_option("--pts", pts_text, "the frames' timestamps, comma-separated");
-  decode->add_option("--clip", clip, "the clip number under the clip flags");
+  decode->add_option("--clip", clip, "the clip numbers under the clip flags (comma-separated: "
+                     "decoded in that order by one decoder, written one after another)")
+      ->delimiter(',');
   AddClipFlags(decode, &decode_flags);
   decode->add_option("--out", out_path, "the raw file to write");
   decode->add_option("--repeat", repeat, "decode the clip this many times");
@@ -415,7 +425,7 @@ int main(int argc, char** argv) {
   if (sweep->parsed()) return RunSweep(sweep_file, sweep_flags, sweep_transform, sweep_seed);
   if (probe->parsed()) return RunProbe(probe_files);
   if (clips->parsed()) return RunClips(clip_files, clip_flags);
-  if (pts_text.empty() == (clip < 0)) {
+  if (pts_text.empty() == clip.empty()) {
     std::cerr << "decode: give --pts or --clip (one of them)\n";
     return 1;
   }

@@ -15,6 +15,13 @@ extern "C" {
 }
 
 namespace stoker::video {
+namespace {
+
+// DecodeFrom's target that means: no seek, go on from where the last clip
+// ended.
+constexpr int64_t kContinue = std::numeric_limits<int64_t>::max();
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<ClipDecoder>> ClipDecoder::Open(int fd, uint64_t offset,
                                                                uint64_t length,
@@ -120,17 +127,19 @@ absl::Status ClipDecoder::DecodeFrom(int64_t seek_pts, const int64_t* pts, size_
   std::fill(have_.begin(), have_.end(), 0);
   size_t have = 0;
   bool first_frame = true;
-  ++stats->seeks;
   int err;
-  if (seek_pts == std::numeric_limits<int64_t>::min()) {
-    err = avformat_seek_file(format, stream->index, std::numeric_limits<int64_t>::min(), 0, 0,
-                             AVSEEK_FLAG_BACKWARD);
-    if (err < 0) err = av_seek_frame(format, stream->index, 0, AVSEEK_FLAG_BYTE);
-  } else {
-    err = av_seek_frame(format, stream->index, seek_pts, AVSEEK_FLAG_BACKWARD);
+  if (seek_pts != kContinue) {
+    ++stats->seeks;
+    if (seek_pts == std::numeric_limits<int64_t>::min()) {
+      err = avformat_seek_file(format, stream->index, std::numeric_limits<int64_t>::min(), 0, 0,
+                               AVSEEK_FLAG_BACKWARD);
+      if (err < 0) err = av_seek_frame(format, stream->index, 0, AVSEEK_FLAG_BYTE);
+    } else {
+      err = av_seek_frame(format, stream->index, seek_pts, AVSEEK_FLAG_BACKWARD);
+    }
+    if (err < 0) return AvError(absl::StrCat(name, ": seeking to pts ", seek_pts), err);
+    avcodec_flush_buffers(codec_);
   }
-  if (err < 0) return AvError(absl::StrCat(name, ": seeking to pts ", seek_pts), err);
-  avcodec_flush_buffers(codec_);
 
   // Takes the decoder's frames until it wants input; false when the clip is
   // complete or the pass must stop.
@@ -171,6 +180,7 @@ absl::Status ClipDecoder::DecodeFrom(int64_t seek_pts, const int64_t* pts, size_
       av_frame_unref(frame_);
       if (have == count) {
         *got_all = true;
+        resume_after_ = p;
         return false;
       }
     }
@@ -184,6 +194,7 @@ absl::Status ClipDecoder::DecodeFrom(int64_t seek_pts, const int64_t* pts, size_
       // decoder's delayed frames.
       avcodec_send_packet(codec_, nullptr);
       flushed = true;
+      drained_ = true;  // nothing more comes out without a seek
     } else {
       if (packet_->stream_index != stream->index) {
         av_packet_unref(packet_);
@@ -236,11 +247,24 @@ absl::Status ClipDecoder::Decode(const VideoIndex& index, const int64_t* pts, si
     return absl::InvalidArgumentError(name + ": too many frames in one clip");
   }
   have_.assign(count, 0);
-  // Seek targets, latest first: the last keyframe at or before the clip,
-  // the one before it (a demuxer whose seek lands a keyframe late), the start.
+  // Where decoding starts, cheapest first: on from the last clip, when it
+  // ended before this one and fewer frames lie between than between the
+  // keyframe and this clip; the last keyframe at or before the clip; the
+  // one before it (a demuxer whose seek lands a keyframe late); the start.
   auto kf = std::upper_bound(index.keyframes.begin(), index.keyframes.end(), pts[0]);
-  int64_t targets[3];
+  int64_t targets[4];
   int n_targets = 0;
+  if (resumable_ && resume_after_ < pts[0]) {
+    auto frames_before = [&](int64_t from) {
+      return std::lower_bound(index.pts.begin(), index.pts.end(), pts[0]) -
+             std::upper_bound(index.pts.begin(), index.pts.end(), from);
+    };
+    const int64_t from_keyframe =
+        kf != index.keyframes.begin() ? frames_before(*(kf - 1) - 1) : frames_before(std::numeric_limits<int64_t>::min());
+    if (frames_before(resume_after_) <= from_keyframe) targets[n_targets++] = kContinue;
+  }
+  resumable_ = false;
+  drained_ = false;
   if (kf != index.keyframes.begin()) {
     targets[n_targets++] = *(kf - 1);
     if (kf - 1 != index.keyframes.begin()) targets[n_targets++] = *(kf - 2);
@@ -254,8 +278,11 @@ absl::Status ClipDecoder::Decode(const VideoIndex& index, const int64_t* pts, si
     absl::Status s = DecodeFrom(targets[t], pts, count, out, capacity, shape, stats, &got_all,
                                 &late, &first_missing);
     if (!s.ok()) return s;
-    if (got_all) return absl::OkStatus();
-    if (!late) break;  // decoded from early enough: the frames are not there
+    if (got_all) {
+      resumable_ = !drained_;  // the decoder holds the frames after this clip
+      return absl::OkStatus();
+    }
+    if (!late && targets[t] != kContinue) break;  // from early enough: the frames are not there
     first_missing = pts[0];
   }
   return absl::DataLossError(absl::StrCat(name, ": the frame at pts ", first_missing,

@@ -9,7 +9,10 @@
 //      number of clips: seeks to the last keyframe at or before pts[0]
 //      (index.keyframes), decodes forward and keeps exactly the frames whose
 //      pts are in pts[0..count) -- by timestamp, never the frame an
-//      approximate seek lands on. Frames the clip does not want that no
+//      approximate seek lands on. When the last clip decoded ended before
+//      this one, closer to it than the keyframe is, decoding goes on from
+//      there without a seek (a video's clips in order: each frame decoded
+//      once). Frames the clip does not want that no
 //      other frame references (non-reference B-frames) are skipped, not
 //      decoded (AVDISCARD_NONREF). When the demuxer's seek lands past pts[0]
 //      (an index that lies), it seeks again from an earlier keyframe, then
@@ -118,6 +121,11 @@ class ClipDecoder {
   int rgb_width_ = 0;
   int rgb_height_ = 0;
   std::vector<uint8_t> have_;  // per wanted frame, during one Decode
+  // After a clip that decoded (and did not reach the end of the stream):
+  // the decoder and demuxer stand just after it, its last frame's pts.
+  bool resumable_ = false;
+  int64_t resume_after_ = 0;
+  bool drained_ = false;  // this Decode reached the end of the stream
 };
 
 }  // namespace stoker::video

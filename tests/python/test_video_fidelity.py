@@ -228,3 +228,31 @@ def test_video_resize_is_within_one_ulp_of_torch(videos, tool, tmp_path):
                                  "--out", str(out)])
         got = np.fromfile(out, np.float32).reshape(x.shape)
         assert np.abs(got - x.numpy()).max() <= 1.2e-7, name
+
+
+def test_clips_in_order_through_one_decoder_are_read_videos_frames(videos, tool, tmp_path):
+    """A video's clips in ascending order through one decoder: a clip that
+    starts after the last one ended goes on from there without a seek when
+    that is closer than its keyframe (clip_decoder.h); its frames are still
+    get_clip's, byte for byte, on every codec."""
+    frames, step, rate = 8, 3, None
+    paths = [p for _, p in videos]
+    reference = _video_clips(paths, frames, step, rate)
+    out = tmp_path / "clips.raw"
+    went_on = 0
+    for v, (name, path) in enumerate(videos):
+        n = len(reference.clips[v])
+        first = reference.cumulative_sizes[v] - n
+        clips = sorted({0, 3, 6, n // 2, n // 2 + 3, n - 4, n - 1} & set(range(n)))
+        line = json.loads(subprocess.check_output(
+            [tool, "decode", str(path), "--clip", ",".join(map(str, clips)), "--frames-per-clip",
+             str(frames), "--step", str(step), "--out", str(out)]))
+        got = np.fromfile(out, np.uint8).reshape(len(clips), frames, line["height"],
+                                                 line["width"], 3)
+        went_on += line["seeks"].count(0)
+        for k, clip in enumerate(clips):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                want = reference.get_clip(first + clip)[0].numpy()
+            assert np.array_equal(got[k], want), (name, clip, line["seeks"])
+    assert went_on > 0  # the long-GOP videos' later clips went on without a seek
