@@ -256,3 +256,27 @@ def test_clips_in_order_through_one_decoder_are_read_videos_frames(videos, tool,
                 want = reference.get_clip(first + clip)[0].numpy()
             assert np.array_equal(got[k], want), (name, clip, line["seeks"])
     assert went_on > 0  # the long-GOP videos' later clips went on without a seek
+
+
+def test_slice_threads_do_not_change_a_frame(videos, tool, tmp_path):
+    """Decoding with slice threads (the only threading stoker uses inside a
+    worker) gives the same bytes as one thread: on the corpus, and on two
+    videos coded so that slice threads have work (H.264 in 4 slices a frame,
+    VP9 in 2 tile columns)."""
+    from video_corpus import encode, _texture
+    sliced = tmp_path / "sliced.mp4"
+    encode(sliced, ["-c:v", "libx264", "-x264-params", "slices=4", "-bf", "2", "-g", "30",
+                    "-pix_fmt", "yuv420p"], "25", (640, 360), 2, _texture("fur", tmp_path, 640, 360))
+    tiled = tmp_path / "tiled.webm"
+    encode(tiled, ["-c:v", "libvpx-vp9", "-tile-columns", "1", "-g", "30", "-deadline", "realtime",
+                   "-cpu-used", "8", "-b:v", "1M"], "25", (640, 360), 2,
+           _texture("fur", tmp_path, 640, 360))
+    for name, path in list(videos) + [("sliced", sliced), ("tiled", tiled)]:
+        outs = []
+        for threads in (1, 3):
+            out = tmp_path / f"t{threads}.raw"
+            subprocess.check_output([tool, "decode", str(path), "--clip", "0,1", "--frames-per-clip",
+                                     "8", "--step", "20", "--threads", str(threads), "--out",
+                                     str(out)])
+            outs.append(out.read_bytes())
+        assert outs[0] == outs[1], name
