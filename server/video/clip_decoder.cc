@@ -228,10 +228,35 @@ absl::Status ClipDecoder::DecodeFrom(int64_t seek_pts, const int64_t* pts, size_
   return absl::OkStatus();
 }
 
-absl::Status ClipDecoder::Decode(const VideoIndex& index, const int64_t* pts, size_t count,
-                                 uint8_t* out, size_t capacity, ClipShape* shape,
-                                 ClipDecodeStats* stats) {
+ClipRequest MakeClipRequest(const VideoIndex& index, const int64_t* pts, size_t count) {
+  ClipRequest r;
+  r.pts = pts;
+  r.count = count;
+  if (count == 0) return r;
+  auto position = [&](int64_t p) {
+    return static_cast<uint64_t>(std::lower_bound(index.pts.begin(), index.pts.end(), p) -
+                                 index.pts.begin());
+  };
+  r.first_frame = position(pts[0]);
+  r.last_frame = position(pts[count - 1]);
+  auto kf = std::upper_bound(index.keyframes.begin(), index.keyframes.end(), pts[0]);
+  if (kf != index.keyframes.begin()) {
+    r.has_keyframe = true;
+    r.keyframe_pts = *(kf - 1);
+    r.keyframe_frame = position(r.keyframe_pts);
+    if (kf - 1 != index.keyframes.begin()) {
+      r.has_earlier_keyframe = true;
+      r.earlier_keyframe_pts = *(kf - 2);
+    }
+  }
+  return r;
+}
+
+absl::Status ClipDecoder::Decode(const ClipRequest& clip, uint8_t* out, size_t capacity,
+                                 ClipShape* shape, ClipDecodeStats* stats) {
   const std::string& name = input_->name();
+  const int64_t* pts = clip.pts;
+  const size_t count = clip.count;
   ClipDecodeStats local;
   if (stats == nullptr) stats = &local;
   *stats = {};
@@ -251,23 +276,21 @@ absl::Status ClipDecoder::Decode(const VideoIndex& index, const int64_t* pts, si
   // ended before this one and fewer frames lie between than between the
   // keyframe and this clip; the last keyframe at or before the clip; the
   // one before it (a demuxer whose seek lands a keyframe late); the start.
-  auto kf = std::upper_bound(index.keyframes.begin(), index.keyframes.end(), pts[0]);
   int64_t targets[4];
   int n_targets = 0;
-  if (resumable_ && resume_after_ < pts[0]) {
-    auto frames_before = [&](int64_t from) {
-      return std::lower_bound(index.pts.begin(), index.pts.end(), pts[0]) -
-             std::upper_bound(index.pts.begin(), index.pts.end(), from);
-    };
-    const int64_t from_keyframe =
-        kf != index.keyframes.begin() ? frames_before(*(kf - 1) - 1) : frames_before(std::numeric_limits<int64_t>::min());
-    if (frames_before(resume_after_) <= from_keyframe) targets[n_targets++] = kContinue;
+  if (resumable_ && resume_after_ < pts[0] && resume_frame_ < clip.first_frame) {
+    const uint64_t between = clip.first_frame - resume_frame_ - 1;
+    const uint64_t from_keyframe =
+        clip.has_keyframe && clip.keyframe_frame <= clip.first_frame
+            ? clip.first_frame - clip.keyframe_frame
+            : clip.first_frame;
+    if (between <= from_keyframe) targets[n_targets++] = kContinue;
   }
   resumable_ = false;
   drained_ = false;
-  if (kf != index.keyframes.begin()) {
-    targets[n_targets++] = *(kf - 1);
-    if (kf - 1 != index.keyframes.begin()) targets[n_targets++] = *(kf - 2);
+  if (clip.has_keyframe) {
+    targets[n_targets++] = clip.keyframe_pts;
+    if (clip.has_earlier_keyframe) targets[n_targets++] = clip.earlier_keyframe_pts;
   }
   targets[n_targets++] = std::numeric_limits<int64_t>::min();
   int64_t first_missing = pts[0];
@@ -280,6 +303,7 @@ absl::Status ClipDecoder::Decode(const VideoIndex& index, const int64_t* pts, si
     if (!s.ok()) return s;
     if (got_all) {
       resumable_ = !drained_;  // the decoder holds the frames after this clip
+      resume_frame_ = clip.last_frame;
       return absl::OkStatus();
     }
     if (!late && targets[t] != kContinue) break;  // from early enough: the frames are not there

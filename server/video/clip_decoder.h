@@ -5,9 +5,12 @@
 // Call sequence (one video, one thread):
 //   1. ClipDecoder::Open(fd, offset, length, name, limits): opens the
 //      container (AvInput) and the first video stream's decoder.
-//   2. Decode(index, pts, count, out, capacity, &shape), once per clip, any
-//      number of clips: seeks to the last keyframe at or before pts[0]
-//      (index.keyframes), decodes forward and keeps exactly the frames whose
+//   2. Decode(request, out, capacity, &shape), once per clip, any number of
+//      clips (a ClipRequest: the clip's pts and where decoding may start,
+//      what a worker's task carries; MakeClipRequest builds it from the
+//      video's index, and Decode(index, pts, count, ...) does both): seeks
+//      to the last keyframe at or before pts[0], decodes forward and keeps
+//      exactly the frames whose
 //      pts are in pts[0..count) -- by timestamp, never the frame an
 //      approximate seek lands on. When the last clip decoded ended before
 //      this one, closer to it than the keyframe is, decoding goes on from
@@ -70,6 +73,31 @@ struct ClipDecodeStats {
   uint32_t seeks = 0;
 };
 
+// What ClipDecoder needs to know of a clip, without its video's whole
+// index: what a daemon's task carries to a worker. MakeClipRequest builds
+// one from an index.
+struct ClipRequest {
+  // The clip's frames' timestamps, non-descending (a repeated pts repeats
+  // its frame, as a clip resampled to a higher frame rate does); not owned.
+  const int64_t* pts = nullptr;
+  size_t count = 0;
+  // Positions in the video's sorted pts (VideoIndex::pts) of the clip's
+  // first and last frames.
+  uint64_t first_frame = 0;
+  uint64_t last_frame = 0;
+  // Where decoding may start: the last keyframe at or before pts[0] (its
+  // pts and position), and the keyframe before it; none: from the start.
+  bool has_keyframe = false;
+  int64_t keyframe_pts = 0;
+  uint64_t keyframe_frame = 0;
+  bool has_earlier_keyframe = false;
+  int64_t earlier_keyframe_pts = 0;
+};
+
+// The request for the clip pts[0..count) of the video `index` describes
+// (each pts one of index.pts).
+ClipRequest MakeClipRequest(const VideoIndex& index, const int64_t* pts, size_t count);
+
 class ClipDecoder {
  public:
   // DATA_LOSS / FAILED_PRECONDITION / RESOURCE_EXHAUSTED as Probe; INTERNAL
@@ -83,11 +111,8 @@ class ClipDecoder {
   ClipDecoder(const ClipDecoder&) = delete;
   ClipDecoder& operator=(const ClipDecoder&) = delete;
 
-  // Decodes the frames with timestamps pts[0..count) (non-descending, each
-  // in index.pts: a clip's frames; a repeated pts repeats its frame, as a
-  // clip resampled to a higher frame rate does) into `out`, frame k at
-  // out + k * H * W * 3. `index` is this video's Probe. On success
-  // `shape` holds (count, H, W).
+  // Decodes the frames of `clip` (ClipRequest) into `out`, frame k at
+  // out + k * H * W * 3. On success `shape` holds (count, H, W).
   //  - INVALID_ARGUMENT: count 0, or pts descending somewhere;
   //  - DATA_LOSS: a wanted frame did not decode (damaged packets, or the
   //    clip runs past the frames that are really there), or frames change
@@ -96,8 +121,13 @@ class ClipDecoder {
   //    decoded, a frame over max_decode_pixels, or count * H * W * 3 over
   //    `capacity` (nothing is written past capacity).
   // After an error the decoder may be used for the next clip.
+  absl::Status Decode(const ClipRequest& clip, uint8_t* out, size_t capacity, ClipShape* shape,
+                      ClipDecodeStats* stats = nullptr);
+  // The same for pts[0..count) of the video `index` describes (its Probe).
   absl::Status Decode(const VideoIndex& index, const int64_t* pts, size_t count, uint8_t* out,
-                      size_t capacity, ClipShape* shape, ClipDecodeStats* stats = nullptr);
+                      size_t capacity, ClipShape* shape, ClipDecodeStats* stats = nullptr) {
+    return Decode(MakeClipRequest(index, pts, count), out, capacity, shape, stats);
+  }
 
  private:
   ClipDecoder() = default;
@@ -125,6 +155,7 @@ class ClipDecoder {
   // the decoder and demuxer stand just after it, its last frame's pts.
   bool resumable_ = false;
   int64_t resume_after_ = 0;
+  uint64_t resume_frame_ = 0;  // its position in the video's pts
   bool drained_ = false;  // this Decode reached the end of the stream
 };
 

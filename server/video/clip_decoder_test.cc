@@ -266,6 +266,36 @@ TEST_CASE("a clip is exactly its frames, wherever in the GOP it starts") {
   CHECK(std::memcmp(c.rgb.data() + 3 * frame_bytes, all.rgb.data() + 25 * frame_bytes, frame_bytes) == 0);
 }
 
+TEST_CASE("a clip request carries what decoding needs, without the index") {
+  TestVideo v(".mp4", "mp4", "mpeg4", 60, 12, 2);
+  const VideoIndex& index = v.index;
+  std::vector<int64_t> pts(index.pts.begin() + 30, index.pts.begin() + 34);
+  ClipRequest r = MakeClipRequest(index, pts.data(), pts.size());
+  CHECK(r.first_frame == 30);
+  CHECK(r.last_frame == 33);
+  CHECK(r.has_keyframe);
+  CHECK(r.keyframe_pts == index.pts[24]);
+  CHECK(r.keyframe_frame == 24);
+  CHECK(r.has_earlier_keyframe);
+  CHECK(r.earlier_keyframe_pts == index.pts[12]);
+  // A request copied field by field (as a task crosses to a worker) decodes
+  // what the index form decodes.
+  std::vector<int64_t> carried = pts;
+  ClipRequest copy = r;
+  copy.pts = carried.data();
+  std::unique_ptr<ClipDecoder> a = v.Decoder();
+  std::unique_ptr<ClipDecoder> b = v.Decoder();
+  const size_t bytes = pts.size() * kWidth * kHeight * 3;
+  std::vector<uint8_t> x(bytes), y(bytes);
+  ClipShape sx, sy;
+  REQUIRE(a->Decode(index, pts.data(), pts.size(), x.data(), bytes, &sx).ok());
+  REQUIRE(b->Decode(copy, y.data(), bytes, &sy).ok());
+  CHECK(x == y);
+  // The first GOP's clip has no earlier keyframe.
+  ClipRequest early = MakeClipRequest(index, index.pts.data() + 3, 2);
+  CHECK((early.has_keyframe && early.keyframe_frame == 0 && !early.has_earlier_keyframe));
+}
+
 TEST_CASE("a video inside a larger file is read from its byte range") {
   TempFile f(".mkv");
   REQUIRE(WriteVideo(f.path, "matroska", "mjpeg", 20, 1, 0));
