@@ -185,6 +185,20 @@ int PrintFailure(const absl::Status& s) {
   return 2;
 }
 
+// Opens and indexes `path`: 0, or the exit code after saying why.
+int OpenIndexed(const std::string& path, Opened* file, VideoIndex* index) {
+  absl::StatusOr<Opened> opened = OpenFile(path);
+  if (!opened.ok()) {
+    std::cerr << opened.status() << "\n";
+    return 1;
+  }
+  *file = *std::move(opened);
+  absl::StatusOr<VideoIndex> probed = Probe(file->fd.get(), 0, file->size, path);
+  if (!probed.ok()) return PrintFailure(probed.status());
+  *index = *std::move(probed);
+  return 0;
+}
+
 // The clip through the preset's transforms: float32 in the layout asked.
 absl::StatusOr<std::vector<float>> Transform(const std::vector<uint8_t>& rgb, const ClipShape& shape,
                                              const TransformFlags& tf) {
@@ -214,13 +228,11 @@ absl::StatusOr<std::vector<float>> Transform(const std::vector<uint8_t>& rgb, co
 int RunDecode(const std::string& path, const std::string& pts_text,
               const std::vector<int64_t>& clips, const ClipFlags& f, const TransformFlags& tf,
               const std::string& out_path, int repeat, int threads) {
-  absl::StatusOr<Opened> file = OpenFile(path);
-  if (!file.ok()) {
-    std::cerr << file.status() << "\n";
-    return 1;
-  }
-  absl::StatusOr<VideoIndex> index = Probe(file->fd.get(), 0, file->size, path);
-  if (!index.ok()) return PrintFailure(index.status());
+  Opened opened;
+  VideoIndex index_value;
+  if (int rc = OpenIndexed(path, &opened, &index_value); rc != 0) return rc;
+  Opened* file = &opened;
+  VideoIndex* index = &index_value;
   // Each clip's timestamps, in the order given.
   std::vector<std::vector<int64_t>> wanted;
   if (!pts_text.empty()) {
@@ -312,13 +324,11 @@ long ResidentKb() {
 
 int RunSweep(const std::string& path, const ClipFlags& f, const TransformFlags& tf,
              uint64_t seed) {
-  absl::StatusOr<Opened> file = OpenFile(path);
-  if (!file.ok()) {
-    std::cerr << file.status() << "\n";
-    return 1;
-  }
-  absl::StatusOr<VideoIndex> index = Probe(file->fd.get(), 0, file->size, path);
-  if (!index.ok()) return PrintFailure(index.status());
+  Opened opened;
+  VideoIndex index_value;
+  if (int rc = OpenIndexed(path, &opened, &index_value); rc != 0) return rc;
+  Opened* file = &opened;
+  VideoIndex* index = &index_value;
   absl::StatusOr<std::unique_ptr<ClipDecoder>> decoder =
       ClipDecoder::Open(file->fd.get(), 0, file->size, path);
   if (!decoder.ok()) return PrintFailure(decoder.status());

@@ -15,6 +15,7 @@ Fixtures (function scope unless said otherwise):
                     data_root=None, extra_args=())`` -> `Daemon`; every daemon
                     still running at teardown is stopped cleanly (asserted).
     daemon          one running daemon (2 workers) with an empty data root.
+    video_tool      (session) the path of the build's stoker-video-tool.
 
 Helpers importable from here (``from conftest import ...``): make_dataset,
 write_jpeg, imagefolder_samples, samples_in_order, read_terminal, Daemon,
@@ -86,6 +87,15 @@ def build_dir() -> str:
     if py not in sys.path:
         sys.path.insert(0, py)
     return build
+
+
+@pytest.fixture(scope="session")
+def video_tool(build_dir) -> str:
+    """The build's stoker-video-tool (server/video/ without a daemon)."""
+    path = os.path.join(build_dir, "bin", "stoker-video-tool")
+    if not os.path.exists(path):
+        pytest.skip(f"{path} is not built")
+    return path
 
 
 @pytest.fixture(scope="session")

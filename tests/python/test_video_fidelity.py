@@ -36,16 +36,8 @@ def videos(tmp_path_factory):
     return write_videos(tmp_path_factory.mktemp("videos"))
 
 
-@pytest.fixture(scope="module")
-def tool(build_dir):
-    path = os.path.join(build_dir, "bin", "stoker-video-tool")
-    if not os.path.exists(path):
-        pytest.skip(f"{path} is not built")
-    return path
-
-
-def _clips_json(tool, paths, frames, step, rate, *extra):
-    args = [tool, "clips", "--frames-per-clip", str(frames), "--step", str(step),
+def _clips_json(video_tool, paths, frames, step, rate, *extra):
+    args = [video_tool, "clips", "--frames-per-clip", str(frames), "--step", str(step),
             "--frame-rate", str(rate or 0), *extra, *map(str, paths)]
     return json.loads(subprocess.check_output(args))
 
@@ -56,13 +48,13 @@ def _video_clips(paths, frames, step, rate):
         return VideoClips([str(p) for p in paths], frames, step, rate, num_workers=0)
 
 
-def test_index_is_read_video_timestamps(videos, tool):
+def test_index_is_read_video_timestamps(videos, video_tool):
     """Every frame's pts and the fps, as torchvision lists them, without a
     frame decoded (torchvision decodes every frame of the files whose
     extradata does not name Lavc)."""
     for name, path in videos:
         pts, fps = read_video_timestamps(str(path))
-        got = json.loads(subprocess.check_output([tool, "probe", str(path)]))
+        got = json.loads(subprocess.check_output([video_tool, "probe", str(path)]))
         assert got["warning"] == "", name
         assert got["pts"] == pts, name
         assert got["fps"] == fps, name
@@ -70,17 +62,17 @@ def test_index_is_read_video_timestamps(videos, tool):
 
 
 @pytest.mark.parametrize("frames,step,rate", CLIP_PARAMS)
-def test_clip_lists_are_videoclips(videos, tool, frames, step, rate):
+def test_clip_lists_are_videoclips(videos, video_tool, frames, step, rate):
     paths = [p for _, p in videos]
     reference = _video_clips(paths, frames, step, rate)
-    got = _clips_json(tool, paths, frames, step, rate)
+    got = _clips_json(video_tool, paths, frames, step, rate)
     for v, (name, _) in enumerate(videos):
         assert got["videos"][v] == reference.clips[v].tolist(), name
     assert sum(len(c) for c in got["videos"]) == reference.num_clips()
 
 
 @pytest.mark.parametrize("frames,step,rate", CLIP_PARAMS[1:])
-def test_clips_are_read_videos_frames(videos, tool, tmp_path, frames, step, rate):
+def test_clips_are_read_videos_frames(videos, video_tool, tmp_path, frames, step, rate):
     """The first, a middle and the last clip of every video: the same
     frames, byte for byte, as VideoClips.get_clip (read_video, PyAV's
     to_rgb): the seek to a keyframe, the decode forward, the pick by
@@ -97,7 +89,7 @@ def test_clips_are_read_videos_frames(videos, tool, tmp_path, frames, step, rate
                 want, _, _, video_idx = reference.get_clip(first + clip)
             assert video_idx == v
             line = subprocess.check_output(
-                [tool, "decode", str(path), "--clip", str(clip), "--frames-per-clip", str(frames),
+                [video_tool, "decode", str(path), "--clip", str(clip), "--frames-per-clip", str(frames),
                  "--step", str(step), "--frame-rate", str(rate or 0), "--out", str(out)])
             info = json.loads(line)
             got = np.fromfile(out, np.uint8).reshape(info["frames"], info["height"],
@@ -107,23 +99,23 @@ def test_clips_are_read_videos_frames(videos, tool, tmp_path, frames, step, rate
             assert diff.size == 0, f"{name} clip {clip}: first difference at {diff[0]}"
 
 
-def test_uniform_clip_sampler_is_torchvisions(videos, tool):
+def test_uniform_clip_sampler_is_torchvisions(videos, video_tool):
     paths = [p for _, p in videos]
     reference = _video_clips(paths, 16, 1, None)
     for k in (1, 5, 10):
-        got = _clips_json(tool, paths, 16, 1, None, "--sampler", "uniform",
+        got = _clips_json(video_tool, paths, 16, 1, None, "--sampler", "uniform",
                           "--clips-per-video", str(k))
         assert got["order"] == list(UniformClipSampler(reference, k)), k
 
 
-def test_random_clip_sampler_draws_as_torchvisions(videos, tool):
+def test_random_clip_sampler_draws_as_torchvisions(videos, video_tool):
     """torch's random stream is not reproduced (stoker draws from its seed,
     the same for any worker count): the shape of the draw is torchvision's:
     min(clips, k) distinct clips of each video, all shuffled together."""
     paths = [p for _, p in videos]
     reference = _video_clips(paths, 16, 5, 15)
     k = 3
-    got = _clips_json(tool, paths, 16, 5, 15, "--sampler", "random", "--clips-per-video", str(k),
+    got = _clips_json(video_tool, paths, 16, 5, 15, "--sampler", "random", "--clips-per-video", str(k),
                       "--seed", "7", "--epoch", "2")["order"]
     assert len(got) == len(RandomClipSampler(reference, k))
     assert len(set(got)) == len(got)
@@ -131,15 +123,15 @@ def test_random_clip_sampler_draws_as_torchvisions(videos, tool):
         first = reference.cumulative_sizes[v] - len(reference.clips[v])
         mine = [c for c in got if first <= c < reference.cumulative_sizes[v]]
         assert len(mine) == min(len(reference.clips[v]), k)
-    again = _clips_json(tool, paths, 16, 5, 15, "--sampler", "random", "--clips-per-video",
+    again = _clips_json(video_tool, paths, 16, 5, 15, "--sampler", "random", "--clips-per-video",
                         str(k), "--seed", "7", "--epoch", "2")["order"]
     assert again == got
-    other = _clips_json(tool, paths, 16, 5, 15, "--sampler", "random", "--clips-per-video",
+    other = _clips_json(video_tool, paths, 16, 5, 15, "--sampler", "random", "--clips-per-video",
                         str(k), "--seed", "7", "--epoch", "3")["order"]
     assert other != got
 
 
-def test_theora_without_a_stated_rate_decodes_as_pyav(tmp_path, tool):
+def test_theora_without_a_stated_rate_decodes_as_pyav(tmp_path, video_tool):
     """Ogg states no average rate: torchvision's read_video_timestamps fails
     on such a file (float(None)); stoker takes the stream's base rate and
     its frames are still PyAV's."""
@@ -147,13 +139,13 @@ def test_theora_without_a_stated_rate_decodes_as_pyav(tmp_path, tool):
     path = tmp_path / "theora.ogv"
     encode(path, ["-c:v", "libtheora", "-q:v", "7", "-g", "30"], "25", (320, 240), 3,
            _texture("photo", tmp_path, 320, 240))
-    info = json.loads(subprocess.check_output([tool, "probe", str(path)]))
+    info = json.loads(subprocess.check_output([video_tool, "probe", str(path)]))
     assert info["fps"] == 25.0 and len(info["pts"]) == 75
     with av.open(str(path)) as container:
         frames = {f.pts: f.to_rgb().to_ndarray() for f in container.decode(video=0)}
     pts = info["pts"][40:48]
     out = tmp_path / "clip.raw"
-    subprocess.check_output([tool, "decode", str(path), "--pts", ",".join(map(str, pts)),
+    subprocess.check_output([video_tool, "decode", str(path), "--pts", ",".join(map(str, pts)),
                              "--out", str(out)])
     got = np.fromfile(out, np.uint8).reshape(8, 240, 320, 3)
     for k, p in enumerate(pts):
@@ -187,19 +179,19 @@ def _preset(train, flip, top=0, left=0):
 
 @pytest.mark.parametrize("train,flip,top,left", [(True, False, 0, 0), (True, True, 7, 30),
                                                  (True, True, 16, 59), (False, False, 0, 0)])
-def test_video_presets_match_torchvision(videos, tool, tmp_path, train, flip, top, left):
+def test_video_presets_match_torchvision(videos, video_tool, tmp_path, train, flip, top, left):
     """The reference's train and eval presets on decoded clips (TCHW uint8 in,
     CTHW float32 out) with the same draw: within one float32 ulp of torch's
     upsample_bilinear2d (clip_ops.h says why not always bit for bit), most
     values equal."""
     out = tmp_path / "clip.f32"
     for name, path in videos[:4]:
-        info = json.loads(subprocess.check_output([tool, "probe", str(path)]))
+        info = json.loads(subprocess.check_output([video_tool, "probe", str(path)]))
         pts = info["pts"][20:36]
         frames, _, _ = read_video(str(path), pts[0], pts[-1])
         assert frames.shape[0] == 16, name
         want = _preset(train, flip, top, left)(frames.permute(0, 3, 1, 2)).contiguous().numpy()
-        args = [tool, "decode", str(path), "--pts", ",".join(map(str, pts)), "--resize", "128,171",
+        args = [video_tool, "decode", str(path), "--pts", ",".join(map(str, pts)), "--resize", "128,171",
                 "--crop", "112,112", "--out", str(out)]
         if train:
             args += ["--crop-at", f"{top},{left}"] + (["--flip"] if flip else [])
@@ -212,25 +204,25 @@ def test_video_presets_match_torchvision(videos, tool, tmp_path, train, flip, to
         assert (diff == 0).mean() > 0.55, name
 
 
-def test_video_resize_is_within_one_ulp_of_torch(videos, tool, tmp_path):
+def test_video_resize_is_within_one_ulp_of_torch(videos, video_tool, tmp_path):
     """Before Normalize: ConvertImageDtype + Resize((128, 171),
     antialias=False) within 1.2e-7 (one float32 ulp below 1) of torch's."""
     import torchvision.transforms as T
     out = tmp_path / "clip.f32"
     for name, path in videos:
-        info = json.loads(subprocess.check_output([tool, "probe", str(path)]))
+        info = json.loads(subprocess.check_output([video_tool, "probe", str(path)]))
         pts = info["pts"][:8]
         frames, _, _ = read_video(str(path), pts[0], pts[-1])
         x = T.Resize((128, 171), antialias=False)(
             T.ConvertImageDtype(torch.float32)(frames.permute(0, 3, 1, 2)))
-        subprocess.check_output([tool, "decode", str(path), "--pts", ",".join(map(str, pts)),
+        subprocess.check_output([video_tool, "decode", str(path), "--pts", ",".join(map(str, pts)),
                                  "--resize", "128,171", "--no-normalize", "--layout", "TCHW",
                                  "--out", str(out)])
         got = np.fromfile(out, np.float32).reshape(x.shape)
         assert np.abs(got - x.numpy()).max() <= 1.2e-7, name
 
 
-def test_clips_in_order_through_one_decoder_are_read_videos_frames(videos, tool, tmp_path):
+def test_clips_in_order_through_one_decoder_are_read_videos_frames(videos, video_tool, tmp_path):
     """A video's clips in ascending order through one decoder: a clip that
     starts after the last one ended goes on from there without a seek when
     that is closer than its keyframe (clip_decoder.h); its frames are still
@@ -245,7 +237,7 @@ def test_clips_in_order_through_one_decoder_are_read_videos_frames(videos, tool,
         first = reference.cumulative_sizes[v] - n
         clips = sorted({0, 3, 6, n // 2, n // 2 + 3, n - 4, n - 1} & set(range(n)))
         line = json.loads(subprocess.check_output(
-            [tool, "decode", str(path), "--clip", ",".join(map(str, clips)), "--frames-per-clip",
+            [video_tool, "decode", str(path), "--clip", ",".join(map(str, clips)), "--frames-per-clip",
              str(frames), "--step", str(step), "--out", str(out)]))
         got = np.fromfile(out, np.uint8).reshape(len(clips), frames, line["height"],
                                                  line["width"], 3)
@@ -258,7 +250,7 @@ def test_clips_in_order_through_one_decoder_are_read_videos_frames(videos, tool,
     assert went_on > 0  # the long-GOP videos' later clips went on without a seek
 
 
-def test_slice_threads_do_not_change_a_frame(videos, tool, tmp_path):
+def test_slice_threads_do_not_change_a_frame(videos, video_tool, tmp_path):
     """Decoding with slice threads (the only threading stoker uses inside a
     worker) gives the same bytes as one thread: on the corpus, and on two
     videos coded so that slice threads have work (H.264 in 4 slices a frame,
@@ -275,7 +267,7 @@ def test_slice_threads_do_not_change_a_frame(videos, tool, tmp_path):
         outs = []
         for threads in (1, 3):
             out = tmp_path / f"t{threads}.raw"
-            subprocess.check_output([tool, "decode", str(path), "--clip", "0,1", "--frames-per-clip",
+            subprocess.check_output([video_tool, "decode", str(path), "--clip", "0,1", "--frames-per-clip",
                                      "8", "--step", "20", "--threads", str(threads), "--out",
                                      str(out)])
             outs.append(out.read_bytes())

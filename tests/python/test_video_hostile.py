@@ -20,59 +20,50 @@ import pytest
 TIMEOUT_S = 30  # per command: far above what any case takes (tens of ms)
 
 
-@pytest.fixture(scope="module")
-def tool(build_dir):
-    import os
-    path = os.path.join(build_dir, "bin", "stoker-video-tool")
-    if not os.path.exists(path):
-        pytest.skip(f"{path} is not built")
-    return path
-
-
 def _ffmpeg(out, *args, source="testsrc2=size=64x48:rate=10:duration=2"):
     subprocess.run(["ffmpeg", "-hide_banner", "-loglevel", "error", "-y", "-f", "lavfi", "-i",
                     source, *args, str(out)], check=True, timeout=60)
     return out
 
 
-def _probe(tool, path):
-    return json.loads(subprocess.check_output([tool, "probe", str(path)], timeout=TIMEOUT_S))
+def _probe(video_tool, path):
+    return json.loads(subprocess.check_output([video_tool, "probe", str(path)], timeout=TIMEOUT_S))
 
 
-def _decode(tool, path, pts):
+def _decode(video_tool, path, pts):
     """(exit code, the JSON line) of decoding the frames `pts`."""
-    r = subprocess.run([tool, "decode", str(path), "--pts", ",".join(map(str, pts))],
+    r = subprocess.run([video_tool, "decode", str(path), "--pts", ",".join(map(str, pts))],
                        capture_output=True, text=True, timeout=TIMEOUT_S)
     assert r.returncode in (0, 2), r.stderr  # 2: a clip that failed, said on stdout
     return r.returncode, json.loads(r.stdout)
 
 
-def test_truncated_mp4_with_its_index_at_the_end_is_data_loss(tool, tmp_path):
+def test_truncated_mp4_with_its_index_at_the_end_is_data_loss(video_tool, tmp_path):
     whole = _ffmpeg(tmp_path / "v.mp4", "-c:v", "libx264", "-bf", "2")
     cut = tmp_path / "cut.mp4"
     cut.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
-    got = _probe(tool, cut)
+    got = _probe(video_tool, cut)
     assert got["error"].startswith("DATA_LOSS"), got
     assert "cut.mp4" in got["error"]
 
 
-def test_truncated_packets_keep_the_frames_before_the_cut(tool, tmp_path):
+def test_truncated_packets_keep_the_frames_before_the_cut(video_tool, tmp_path):
     whole = _ffmpeg(tmp_path / "v.mkv", "-c:v", "mpeg4", "-g", "5")
-    full = _probe(tool, whole)
+    full = _probe(video_tool, whole)
     cut = tmp_path / "cut.mkv"
     cut.write_bytes(whole.read_bytes()[: whole.stat().st_size * 2 // 3])
-    got = _probe(tool, cut)
+    got = _probe(video_tool, cut)
     assert 0 < len(got["pts"]) < len(full["pts"])
     assert got["pts"] == full["pts"][: len(got["pts"])]
     # A clip named by the whole file's index past the cut: a named failure.
-    code, line = _decode(tool, cut, full["pts"][-4:])
+    code, line = _decode(video_tool, cut, full["pts"][-4:])
     assert code == 2 and line["code"] == "DATA_LOSS" and "did not decode" in line["error"]
     # The frames before it decode.
-    code, line = _decode(tool, cut, got["pts"][:4])
+    code, line = _decode(video_tool, cut, got["pts"][:4])
     assert code == 0 and line["frames"] == 4
 
 
-def test_a_container_that_over_reports_its_frames_is_indexed_by_what_is_there(tool, tmp_path):
+def test_a_container_that_over_reports_its_frames_is_indexed_by_what_is_there(video_tool, tmp_path):
     """AVI's headers claim 100,000 frames (avih dwTotalFrames, strh dwLength)
     over 20 real ones: the index counts packets, not the header, and a clip
     past the 20th fails at once instead of waiting for frames that never
@@ -87,15 +78,15 @@ def test_a_container_that_over_reports_its_frames_is_indexed_by_what_is_there(to
     struct.pack_into("<I", data, strh + 8 + 32, 100000)
     liar = tmp_path / "liar.avi"
     liar.write_bytes(bytes(data))
-    got = _probe(tool, liar)
+    got = _probe(video_tool, liar)
     assert len(got["pts"]) == 20
-    code, line = _decode(tool, liar, [18, 19, 20, 21])
+    code, line = _decode(video_tool, liar, [18, 19, 20, 21])
     assert code == 2 and line["code"] == "DATA_LOSS"
 
 
-def test_no_video_stream_and_no_frame(tool, tmp_path):
+def test_no_video_stream_and_no_frame(video_tool, tmp_path):
     audio = _ffmpeg(tmp_path / "a.m4a", source="sine=duration=1")
-    got = _probe(tool, audio)
+    got = _probe(video_tool, audio)
     assert got["error"].startswith("FAILED_PRECONDITION") and "no video stream" in got["error"]
     # A Matroska file cut before its first cluster: its tracks and no frame.
     # FFmpeg's demuxer does not open it (PyAV neither: torchvision lists no
@@ -106,13 +97,13 @@ def test_no_video_stream_and_no_frame(tool, tmp_path):
     assert cluster > 0
     empty = tmp_path / "empty.mkv"
     empty.write_bytes(data[:cluster])
-    got = _probe(tool, empty)
+    got = _probe(video_tool, empty)
     assert got["error"].startswith("DATA_LOSS") and "empty.mkv" in got["error"]
 
 
-def _max_rss_kb(tool, *args):
-    """(exit code, stdout, peak RSS in KB) of one tool command."""
-    r = subprocess.run(["/usr/bin/time", "-f", "%M", tool, *map(str, args)], capture_output=True,
+def _max_rss_kb(video_tool, *args):
+    """(exit code, stdout, peak RSS in KB) of one video_tool command."""
+    r = subprocess.run(["/usr/bin/time", "-f", "%M", video_tool, *map(str, args)], capture_output=True,
                        text=True, timeout=TIMEOUT_S)
     return r.returncode, r.stdout, int(r.stderr.strip().splitlines()[-1])
 
@@ -136,7 +127,7 @@ def _claim_size(data, width, height, container=True, frames=True):
 
 
 @pytest.mark.parametrize("width,height", [(16384, 16384), (8200, 8200)])
-def test_a_frame_size_claim_is_never_allocated(tool, tmp_path, width, height):
+def test_a_frame_size_claim_is_never_allocated(video_tool, tmp_path, width, height):
     """16K x 16K (FFmpeg refuses it itself) and 8200 x 8200 (just over the
     default max_decode_pixels, 8192 x 8192): claimed by the container only,
     the real frames decide (its claim is not trusted); claimed by the frames,
@@ -144,51 +135,51 @@ def test_a_frame_size_claim_is_never_allocated(tool, tmp_path, width, height):
     data = _ffmpeg(tmp_path / "v.avi", "-c:v", "mjpeg").read_bytes()
     container_only = tmp_path / "container.avi"
     container_only.write_bytes(_claim_size(data, width, height, frames=False))
-    got = _probe(tool, container_only)
+    got = _probe(video_tool, container_only)
     assert (got["width"], got["height"], len(got["pts"])) == (64, 48, 20)
-    code, line = _decode(tool, container_only, [3, 4])
+    code, line = _decode(video_tool, container_only, [3, 4])
     assert code == 0 and (line["width"], line["height"]) == (64, 48)
 
     lying = tmp_path / "frames.avi"
     lying.write_bytes(_claim_size(data, width, height))
-    code, out, rss = _max_rss_kb(tool, "probe", lying)
+    code, out, rss = _max_rss_kb(video_tool, "probe", lying)
     assert rss < 200_000, rss  # KB: no frame of that size was allocated
     got = json.loads(out)
     if "error" in got:
         assert got["error"].startswith("RESOURCE_EXHAUSTED") and f"{width}x{height}" in got["error"]
     else:
         assert len(got["pts"]) == 20
-        code, out, rss = _max_rss_kb(tool, "decode", lying, "--pts", "3,4")
+        code, out, rss = _max_rss_kb(video_tool, "decode", lying, "--pts", "3,4")
         assert rss < 200_000, rss
         line = json.loads(out)
         assert code == 2 and line["code"] in ("DATA_LOSS", "RESOURCE_EXHAUSTED"), line
 
 
-def test_damaged_packets_fail_clips_by_name_or_decode(tool, tmp_path):
+def test_damaged_packets_fail_clips_by_name_or_decode(video_tool, tmp_path):
     """Bytes overwritten through an H.264 file's frames: every clip either
     decodes (the decoder conceals the damage, as it does for PyAV) or fails
     naming its first missing frame; the index still lists every packet."""
     mp4 = _ffmpeg(tmp_path / "v.mp4", "-c:v", "libx264", "-bf", "2", "-g", "8",
                   source="testsrc2=size=160x120:rate=10:duration=3")
-    full = _probe(tool, mp4)
+    full = _probe(video_tool, mp4)
     data = bytearray(mp4.read_bytes())
     mdat = data.find(b"mdat")
     for k in range(mdat + 2000, len(data) - 3000, 1500):
         data[k:k + 40] = bytes((k * 7 + i) & 255 for i in range(40))
     bad = tmp_path / "bad.mp4"
     bad.write_bytes(bytes(data))
-    got = _probe(tool, bad)
+    got = _probe(video_tool, bad)
     assert got["pts"] == full["pts"]
     outcomes = set()
     for start in range(0, len(full["pts"]) - 4, 4):
-        code, line = _decode(tool, bad, full["pts"][start:start + 4])
+        code, line = _decode(video_tool, bad, full["pts"][start:start + 4])
         outcomes.add(code)
         if code == 2:
             assert line["code"] in ("DATA_LOSS", "RESOURCE_EXHAUSTED"), line
     assert outcomes <= {0, 2}
 
 
-def test_memory_does_not_grow_with_the_clips_decoded(tool, tmp_path):
+def test_memory_does_not_grow_with_the_clips_decoded(video_tool, tmp_path):
     """Every clip of a 720p H.264 video with a GOP longer than the video
     (each clip decodes from its first frame), in a shuffled order, through
     one decoder: resident memory after the 10th clip is what it is after
@@ -198,7 +189,7 @@ def test_memory_does_not_grow_with_the_clips_decoded(tool, tmp_path):
                     "-g", "250", "-pix_fmt", "yuv420p",
                     source="testsrc2=size=1280x720:rate=30:duration=2,noise=alls=10:allf=t+u")
     got = json.loads(subprocess.check_output(
-        [tool, "sweep", str(video), "--frames-per-clip", "8", "--step", "1", "--seed", "5"],
+        [video_tool, "sweep", str(video), "--frames-per-clip", "8", "--step", "1", "--seed", "5"],
         timeout=120))
     assert got["clips"] == 53 and got["failed"] == 0
     rss = dict(got["rss_kb"])
