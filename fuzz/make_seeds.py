@@ -21,7 +21,6 @@ import os
 import struct
 import sys
 
-import numpy as np
 from PIL import Image
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -10,7 +10,6 @@ runs the daemon's own code (server/video/): probe, clips, decode.
 """
 
 import json
-import os
 import subprocess
 import warnings
 
