@@ -200,6 +200,13 @@ absl::Status ClipDecoder::DecodeFrom(int64_t seek_pts, const int64_t* pts, size_
         av_packet_unref(packet_);
         continue;
       }
+      if (++stats->packets > 2 * uint64_t{limits_.max_frames_per_clip} + count) {
+        av_packet_unref(packet_);
+        return absl::ResourceExhaustedError(absl::StrCat(
+            name, ": more than ", 2 * uint64_t{limits_.max_frames_per_clip} + count,
+            " packets read for one clip (twice the daemon's per-clip frame budget, and the "
+            "clip's frames)"));
+      }
       // A frame the clip does not want and no other frame references (a
       // non-reference B-frame before the clip, or between a resampled clip's
       // frames) need not be decoded: skipping it changes no other frame.

@@ -66,11 +66,13 @@ struct ClipShape {
   uint32_t width = 0;  // channels: 3
 };
 
-// What one Decode did: frames decoded (those before the clip included) and
-// seeks made (1, or more when a seek landed late).
+// What one Decode did: frames decoded (those before the clip included),
+// seeks made (0 going on from the last clip; 1, or more when a seek landed
+// late) and packets read.
 struct ClipDecodeStats {
   uint32_t decoded_frames = 0;
   uint32_t seeks = 0;
+  uint32_t packets = 0;  // of the video stream, read (decoded or skipped)
 };
 
 // What ClipDecoder needs to know of a clip, without its video's whole
@@ -118,7 +120,9 @@ class ClipDecoder {
   //    clip runs past the frames that are really there), or frames change
   //    size within the clip; the message names the first missing pts;
   //  - RESOURCE_EXHAUSTED: more than limits.max_frames_per_clip frames
-  //    decoded, a frame over max_decode_pixels, or count * H * W * 3 over
+  //    decoded (or 2 * max_frames_per_clip + count packets read: a stream
+  //    of packets that never make frames ends too), a frame over
+  //    max_decode_pixels, or count * H * W * 3 over
   //    `capacity` (nothing is written past capacity).
   // After an error the decoder may be used for the next clip.
   absl::Status Decode(const ClipRequest& clip, uint8_t* out, size_t capacity, ClipShape* shape,

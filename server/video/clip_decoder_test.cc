@@ -259,6 +259,23 @@ TEST_CASE("a clip's bounds are kept: room, frame budget, frame size") {
     CHECK(c.status.message().find("frame budget") != std::string::npos);
   }
   {
+    // Packets read are bounded too: a clip 25 packets past its keyframe,
+    // most of them B-frames the clip skips, against a budget of 2 * 8 + 4.
+    VideoLimits tight;
+    tight.max_frames_per_clip = 8;
+    std::unique_ptr<ClipDecoder> d = v.Decoder(tight);
+    Clip c = DecodeClip(*d, *index, pts);
+    CHECK(c.status.code() == absl::StatusCode::kResourceExhausted);
+    CHECK(c.status.message().find("packets read") != std::string::npos);
+    VideoLimits enough;
+    enough.max_frames_per_clip = 40;
+    std::unique_ptr<ClipDecoder> e = v.Decoder(enough);
+    Clip ok = DecodeClip(*e, *index, pts);
+    REQUIRE(ok.status.ok());
+    CHECK(ok.stats.packets >= 29);
+    CHECK(ok.stats.packets <= 2 * 40 + 4);
+  }
+  {
     // Frames over max_decode_pixels, their size stated only in the
     // bitstream (MPEG-4 in MP4): the bounded decoder refuses each, and the
     // clip fails by name; nothing of their size is allocated.

@@ -43,6 +43,8 @@ struct VideoLimits {
   // The most frames ClipDecoder decodes for one clip, those before the clip
   // (from the keyframe it starts at) included: a clip behind a GOP of
   // thousands of frames fails as a sample instead of stalling its worker.
+  // The packets it reads for one clip (skipped or undecodable ones too) are
+  // bounded at twice this plus the clip's frames.
   uint32_t max_frames_per_clip = 1200;
 };
 
