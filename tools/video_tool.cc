@@ -22,7 +22,8 @@
 //           video preset's transforms (server/video/clip_ops.h) with the
 //           given draw (--crop-at TOP,LEFT, else the center; --flip) and
 //           the output is float32 in --layout (TCHW or CTHW), normalized
-//           with the reference's Kinetics mean/std unless --no-normalize.
+//           with the reference's Kinetics mean/std unless --no-normalize;
+//           --uint8: uint8, not normalized (for Normalize on the device).
 //   sweep   FILE     every clip of the file under the clip flags, in a
 //           shuffled order (--seed), through one decoder (and the transforms
 //           with --resize/--crop, as decode): {"clips", "failed",
@@ -138,6 +139,7 @@ struct TransformFlags {
   std::vector<uint32_t> crop_at;  // TOP, LEFT
   bool flip = false;
   bool no_normalize = false;
+  bool uint8 = false;  // uint8 out, Normalize left to the device
   std::string layout = "CTHW";
   bool any() const { return !resize.empty() || !crop.empty(); }
 };
@@ -200,8 +202,9 @@ int OpenIndexed(const std::string& path, Opened* file, VideoIndex* index) {
 }
 
 // The clip through the preset's transforms: float32 in the layout asked.
-absl::StatusOr<std::vector<float>> Transform(const std::vector<uint8_t>& rgb, const ClipShape& shape,
-                                             const TransformFlags& tf) {
+// The clip through the preset: its bytes (float32, or uint8 with --uint8).
+absl::StatusOr<std::string> Transform(const std::vector<uint8_t>& rgb, const ClipShape& shape,
+                                      const TransformFlags& tf) {
   ClipTransform t;
   if (tf.resize.size() == 2) {
     t.resize_height = tf.resize[0];
@@ -216,11 +219,15 @@ absl::StatusOr<std::vector<float>> Transform(const std::vector<uint8_t>& rgb, co
     t.crop_left = tf.crop_at.size() == 2 ? tf.crop_at[1] : CenterCropOffset(rw, t.crop_width);
   }
   t.flip = tf.flip;
-  t.normalize = !tf.no_normalize;
+  t.normalize = !tf.no_normalize && !tf.uint8;
   t.layout = tf.layout == "TCHW" ? ClipLayout::kTCHW : ClipLayout::kCTHW;
-  std::vector<float> out(ClipOutputElements(shape.frames, t, shape.height, shape.width));
+  const size_t elements = ClipOutputElements(shape.frames, t, shape.height, shape.width);
+  std::string out(elements * (tf.uint8 ? 1 : sizeof(float)), '\0');
   absl::Status s =
-      ApplyClipTransform(rgb.data(), shape.frames, shape.height, shape.width, t, out.data());
+      tf.uint8 ? ApplyClipTransform(rgb.data(), shape.frames, shape.height, shape.width, t,
+                                    reinterpret_cast<uint8_t*>(out.data()))
+               : ApplyClipTransform(rgb.data(), shape.frames, shape.height, shape.width, t,
+                                    reinterpret_cast<float*>(out.data()));
   if (!s.ok()) return s;
   return out;
 }
@@ -270,13 +277,13 @@ int RunDecode(const std::string& path, const std::string& pts_text,
                              std::max(index->height, 1) * 3);
     ClipDecodeStats stats;
     absl::Status s;
-    std::vector<float> transformed;
+    std::string transformed;
     const auto start = std::chrono::steady_clock::now();
     for (int r = 0; r < std::max(repeat, 1) && s.ok(); ++r) {
       s = (*decoder)->Decode(*index, pts.data(), pts.size(), rgb.data(), rgb.size(), &shape,
                              &stats);
       if (s.ok() && tf.any()) {
-        absl::StatusOr<std::vector<float>> t = Transform(rgb, shape, tf);
+        absl::StatusOr<std::string> t = Transform(rgb, shape, tf);
         if (!t.ok()) {
           std::cerr << t.status().message() << "\n";
           return 1;
@@ -290,8 +297,7 @@ int RunDecode(const std::string& path, const std::string& pts_text,
     absl::StrAppend(&seeks, c ? "," : "", stats.seeks);
     if (out.is_open()) {
       if (tf.any()) {
-        out.write(reinterpret_cast<const char*>(transformed.data()),
-                  static_cast<std::streamsize>(transformed.size() * sizeof(float)));
+        out.write(transformed.data(), static_cast<std::streamsize>(transformed.size()));
       } else {
         out.write(reinterpret_cast<const char*>(rgb.data()),
                   static_cast<std::streamsize>(size_t{shape.frames} * shape.height * shape.width * 3));
@@ -417,6 +423,8 @@ int main(int argc, char** argv) {
       ->delimiter(',')->expected(2);
   decode->add_flag("--flip", transform_flags.flip, "flip every frame horizontally");
   decode->add_flag("--no-normalize", transform_flags.no_normalize, "leave values in [0, 1]");
+  decode->add_flag("--uint8", transform_flags.uint8,
+                   "uint8 out (nearest of value * 255), Normalize left to the device");
   decode->add_option("--layout", transform_flags.layout, "TCHW or CTHW")
       ->check(CLI::IsMember({"TCHW", "CTHW"}));
 

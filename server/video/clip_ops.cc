@@ -49,8 +49,19 @@ size_t ClipOutputElements(uint32_t frames, const ClipTransform& t, uint32_t heig
   return size_t{frames} * 3 * h * w;
 }
 
-absl::Status ApplyClipTransform(const uint8_t* clip, uint32_t frames, uint32_t height,
-                                uint32_t width, const ClipTransform& t, float* out) {
+namespace {
+
+// The resized value's store: float32 as it is, or uint8 as the nearest
+// of v * 255 (for Normalize on the device).
+inline void Store(float v, float* o) { *o = v; }
+inline void Store(float v, uint8_t* o) {
+  const long q = std::lrint(v * 255.0f);
+  *o = static_cast<uint8_t>(q < 0 ? 0 : q > 255 ? 255 : q);
+}
+
+template <typename Out>
+absl::Status Apply(const uint8_t* clip, uint32_t frames, uint32_t height, uint32_t width,
+                   const ClipTransform& t, Out* out) {
   const uint32_t rh = t.resize_height != 0 ? t.resize_height : height;
   const uint32_t rw = t.resize_width != 0 ? t.resize_width : width;
   const uint32_t ch = t.crop_height != 0 ? t.crop_height : rh;
@@ -84,27 +95,43 @@ absl::Status ApplyClipTransform(const uint8_t* clip, uint32_t frames, uint32_t h
     const uint8_t* src = clip + f * frame_bytes;
     for (uint32_t c = 0; c < 3; ++c) {
       // TCHW: [f][c]; CTHW: [c][f].
-      float* dst = out + (t.layout == ClipLayout::kTCHW ? (size_t{f} * 3 + c) * plane
-                                                        : (size_t{c} * frames + f) * plane);
+      Out* dst = out + (t.layout == ClipLayout::kTCHW ? (size_t{f} * 3 + c) * plane
+                                                      : (size_t{c} * frames + f) * plane);
       const float mean = t.mean[c];
       const float std = t.std[c];
       for (uint32_t y = 0; y < ch; ++y) {
         const Tap& r = rows[y];
         const uint8_t* row0 = src + size_t{r.i0} * width * 3 + c;
         const uint8_t* row1 = src + size_t{r.i1} * width * 3 + c;
-        float* o = dst + size_t{y} * cw;
+        Out* o = dst + size_t{y} * cw;
         for (uint32_t x = 0; x < cw; ++x) {
           const Tap& k = cols[x];
           const float top = unit[row0[3 * k.i0]] * k.w0 + unit[row0[3 * k.i1]] * k.w1;
           const float bottom = unit[row1[3 * k.i0]] * k.w0 + unit[row1[3 * k.i1]] * k.w1;
           float v = top * r.w0 + bottom * r.w1;
           if (t.normalize) v = (v - mean) / std;
-          o[x] = v;
+          Store(v, o + x);
         }
       }
     }
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ApplyClipTransform(const uint8_t* clip, uint32_t frames, uint32_t height,
+                                uint32_t width, const ClipTransform& t, float* out) {
+  return Apply(clip, frames, height, width, t, out);
+}
+
+absl::Status ApplyClipTransform(const uint8_t* clip, uint32_t frames, uint32_t height,
+                                uint32_t width, const ClipTransform& t, uint8_t* out) {
+  if (t.normalize) {
+    return absl::InvalidArgumentError(
+        "a uint8 clip leaves Normalize to the device: set normalize = false");
+  }
+  return Apply(clip, frames, height, width, t, out);
 }
 
 }  // namespace stoker::video

@@ -8,7 +8,8 @@
 //
 // The input is what ClipDecoder writes, uint8 [T, H, W, 3]; the output
 // float32 [T, 3, h, w] (TCHW, torchvision's output_format="TCHW") or
-// [3, T, h, w] (CTHW: after ConvertBCHWtoCBHW), h x w the crop.
+// [3, T, h, w] (CTHW: after ConvertBCHWtoCBHW), h x w the crop; or uint8
+// in the same layouts with Normalize left to the device.
 //
 // Arithmetic, against torch 1.13's CPU kernels:
 //   - ConvertImageDtype: float32(x) / 255 (exact: one IEEE division);
@@ -70,6 +71,12 @@ size_t ClipOutputElements(uint32_t frames, const ClipTransform& t, uint32_t heig
 // lie inside the resized frame or a std is 0.
 absl::Status ApplyClipTransform(const uint8_t* clip, uint32_t frames, uint32_t height,
                                 uint32_t width, const ClipTransform& t, float* out);
+// The same to uint8 (ClipOutputElements bytes), for Normalize on the device
+// as images do: each resized value v in [0, 1] stored as the nearest of
+// v * 255, so that value / 255 is within 0.5 / 255 of the float32 path's
+// (plus its one ulp). INVALID_ARGUMENT when t.normalize is set.
+absl::Status ApplyClipTransform(const uint8_t* clip, uint32_t frames, uint32_t height,
+                                uint32_t width, const ClipTransform& t, uint8_t* out);
 
 }  // namespace stoker::video
 

@@ -1,5 +1,6 @@
 #include "server/video/clip_ops.h"
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -96,6 +97,32 @@ TEST_CASE("flip, crop, normalize and the layouts move the same values") {
       CHECK(whole[(c * 16 + 5) * 20 + x] == (v - full.mean[c]) / full.std[c]);
     }
   }
+}
+
+TEST_CASE("the uint8 form stores the nearest of each resized value times 255") {
+  const uint32_t frames = 2, h = 24, w = 34;
+  std::vector<uint8_t> clip = Pattern(frames, h, w);
+  ClipTransform t;
+  t.resize_height = 16;
+  t.resize_width = 20;
+  t.crop_height = 9;
+  t.crop_width = 11;
+  t.crop_top = 3;
+  t.crop_left = 5;
+  t.flip = true;
+  t.normalize = false;
+  std::vector<float> f = Run(clip, frames, h, w, t);
+  std::vector<uint8_t> u(ClipOutputElements(frames, t, h, w));
+  REQUIRE(ApplyClipTransform(clip.data(), frames, h, w, t, u.data()).ok());
+  int rounded_up = 0;
+  for (size_t i = 0; i < f.size(); ++i) {
+    CHECK(std::abs(u[i] / 255.0f - f[i]) <= 0.5f / 255 + 1e-6f);
+    rounded_up += u[i] > f[i] * 255;
+  }
+  CHECK(rounded_up > 0);  // rounded, not truncated
+  t.normalize = true;
+  CHECK(ApplyClipTransform(clip.data(), frames, h, w, t, u.data()).code() ==
+        absl::StatusCode::kInvalidArgument);
 }
 
 TEST_CASE("CenterCrop's offset rounds half to even, as Python's round") {

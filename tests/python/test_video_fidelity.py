@@ -271,3 +271,23 @@ def test_slice_threads_do_not_change_a_frame(videos, video_tool, tmp_path):
                                      str(out)])
             outs.append(out.read_bytes())
         assert outs[0] == outs[1], name
+
+
+def test_uint8_clips_are_within_half_a_level_of_torchvision(videos, video_tool, tmp_path):
+    """For Normalize on the device: the resized clip as uint8 (nearest of
+    value * 255) is within 0.5 / 255 (and torch's one ulp) of
+    ConvertImageDtype + Resize((128, 171), antialias=False), so the
+    device's Normalize lands within 0.5 / 255 / std of the float path."""
+    import torchvision.transforms as T
+    out = tmp_path / "clip.u8"
+    for name, path in videos[:3]:
+        info = json.loads(subprocess.check_output([video_tool, "probe", str(path)]))
+        pts = info["pts"][:8]
+        frames, _, _ = read_video(str(path), pts[0], pts[-1])
+        x = T.Resize((128, 171), antialias=False)(
+            T.ConvertImageDtype(torch.float32)(frames.permute(0, 3, 1, 2))).numpy()
+        subprocess.check_output([video_tool, "decode", str(path), "--pts", ",".join(map(str, pts)),
+                                 "--resize", "128,171", "--uint8", "--layout", "TCHW",
+                                 "--out", str(out)])
+        got = np.fromfile(out, np.uint8).reshape(x.shape)
+        assert np.abs(got / np.float32(255) - x).max() <= 0.5 / 255 + 2e-7, name
