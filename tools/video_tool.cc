@@ -43,6 +43,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -235,11 +236,9 @@ absl::StatusOr<std::string> Transform(const std::vector<uint8_t>& rgb, const Cli
 int RunDecode(const std::string& path, const std::string& pts_text,
               const std::vector<int64_t>& clips, const ClipFlags& f, const TransformFlags& tf,
               const std::string& out_path, int repeat, int threads) {
-  Opened opened;
-  VideoIndex index_value;
-  if (int rc = OpenIndexed(path, &opened, &index_value); rc != 0) return rc;
-  Opened* file = &opened;
-  VideoIndex* index = &index_value;
+  Opened file;
+  VideoIndex index;
+  if (int rc = OpenIndexed(path, &file, &index); rc != 0) return rc;
   // Each clip's timestamps, in the order given.
   std::vector<std::vector<int64_t>> wanted;
   if (!pts_text.empty()) {
@@ -253,17 +252,17 @@ int RunDecode(const std::string& path, const std::string& pts_text,
       wanted.back().push_back(p);
     }
   } else {
-    VideoClipPlan plan(index->pts.size(), index->fps, f.options);
+    VideoClipPlan plan(index.pts.size(), index.fps, f.options);
     for (int64_t clip : clips) {
       if (clip < 0 || static_cast<uint64_t>(clip) >= plan.clips()) {
         std::cerr << "--clip " << clip << ": the file has " << plan.clips() << " clips\n";
         return 1;
       }
-      wanted.push_back(ClipPts(*index, plan, static_cast<uint64_t>(clip), f.options.frames_per_clip));
+      wanted.push_back(ClipPts(index, plan, static_cast<uint64_t>(clip), f.options.frames_per_clip));
     }
   }
   absl::StatusOr<std::unique_ptr<ClipDecoder>> decoder =
-      ClipDecoder::Open(file->fd.get(), 0, file->size, path, VideoLimits{}, threads);
+      ClipDecoder::Open(file.fd.get(), 0, file.size, path, VideoLimits{}, threads);
   if (!decoder.ok()) return PrintFailure(decoder.status());
   std::ofstream out;
   if (!out_path.empty()) out.open(out_path, std::ios::binary);
@@ -273,14 +272,14 @@ int RunDecode(const std::string& path, const std::string& pts_text,
   double seconds = 0;
   for (size_t c = 0; c < wanted.size(); ++c) {
     const std::vector<int64_t>& pts = wanted[c];
-    std::vector<uint8_t> rgb(pts.size() * static_cast<size_t>(std::max(index->width, 1)) *
-                             std::max(index->height, 1) * 3);
+    std::vector<uint8_t> rgb(pts.size() * static_cast<size_t>(std::max(index.width, 1)) *
+                             std::max(index.height, 1) * 3);
     ClipDecodeStats stats;
     absl::Status s;
     std::string transformed;
     const auto start = std::chrono::steady_clock::now();
     for (int r = 0; r < std::max(repeat, 1) && s.ok(); ++r) {
-      s = (*decoder)->Decode(*index, pts.data(), pts.size(), rgb.data(), rgb.size(), &shape,
+      s = (*decoder)->Decode(index, pts.data(), pts.size(), rgb.data(), rgb.size(), &shape,
                              &stats);
       if (s.ok() && tf.any()) {
         absl::StatusOr<std::string> t = Transform(rgb, shape, tf);
@@ -330,30 +329,28 @@ long ResidentKb() {
 
 int RunSweep(const std::string& path, const ClipFlags& f, const TransformFlags& tf,
              uint64_t seed) {
-  Opened opened;
-  VideoIndex index_value;
-  if (int rc = OpenIndexed(path, &opened, &index_value); rc != 0) return rc;
-  Opened* file = &opened;
-  VideoIndex* index = &index_value;
+  Opened file;
+  VideoIndex index;
+  if (int rc = OpenIndexed(path, &file, &index); rc != 0) return rc;
   absl::StatusOr<std::unique_ptr<ClipDecoder>> decoder =
-      ClipDecoder::Open(file->fd.get(), 0, file->size, path);
+      ClipDecoder::Open(file.fd.get(), 0, file.size, path);
   if (!decoder.ok()) return PrintFailure(decoder.status());
-  VideoClipPlan plan(index->pts.size(), index->fps, f.options);
-  ClipIndex one({index->pts.size()}, {index->fps}, f.options);
-  std::vector<uint64_t> order = SampleClips(one, ClipSampling::kAll, 0, 0, 0);
+  VideoClipPlan plan(index.pts.size(), index.fps, f.options);
+  std::vector<uint64_t> order(plan.clips());
+  std::iota(order.begin(), order.end(), uint64_t{0});
   KeyedRng rng(seed, 0, 0);
-  for (uint64_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng.Below(i)]);
-  std::vector<uint8_t> rgb(size_t{f.options.frames_per_clip} * std::max(index->width, 1) *
-                           std::max(index->height, 1) * 3);
+  Shuffle(order.data(), order.size(), rng);
+  std::vector<uint8_t> rgb(size_t{f.options.frames_per_clip} * std::max(index.width, 1) *
+                           std::max(index.height, 1) * 3);
   uint64_t failed = 0, decoded = 0;
   std::string rss = "[";
   uint64_t next_report = 1;
   const auto start = std::chrono::steady_clock::now();
   for (uint64_t k = 0; k < order.size(); ++k) {
-    std::vector<int64_t> pts = ClipPts(*index, plan, order[k], f.options.frames_per_clip);
+    std::vector<int64_t> pts = ClipPts(index, plan, order[k], f.options.frames_per_clip);
     ClipShape shape;
     ClipDecodeStats stats;
-    absl::Status s = (*decoder)->Decode(*index, pts.data(), pts.size(), rgb.data(), rgb.size(),
+    absl::Status s = (*decoder)->Decode(index, pts.data(), pts.size(), rgb.data(), rgb.size(),
                                         &shape, &stats);
     decoded += stats.decoded_frames;
     if (!s.ok()) {

@@ -30,6 +30,8 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "server/dataset/beneath.h"
 #include "server/dataset/dataset.h"
 #include "server/dataset/index_builder.h"
@@ -67,12 +69,9 @@ std::string Spelled(const std::vector<std::string>& extensions) {
 // none given: IMG_EXTENSIONS).
 bool Listed(std::string_view name, const std::vector<std::string>& extensions) {
   if (extensions.empty()) return image::HasImageFolderExtension(name);
-  std::string lower(name);
-  for (char& c : lower) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+  const std::string lower = absl::AsciiStrToLower(absl::string_view(name.data(), name.size()));
   for (const std::string& ext : extensions) {
-    if (lower.size() >= ext.size() && lower.compare(lower.size() - ext.size(), ext.size(), ext) == 0) {
-      return true;
-    }
+    if (absl::EndsWith(lower, ext)) return true;
   }
   return false;
 }

@@ -3,7 +3,6 @@
 #include <cstdint>
 #include <limits>
 #include <numeric>
-#include <utility>
 #include <vector>
 
 #include "server/image/ops/rng.h"
@@ -24,10 +23,7 @@ std::vector<T> Permutation(uint64_t n, uint64_t seed, uint32_t epoch) {
   // The third key word keeps this stream apart from every sample's
   // augmentation stream, keyed (seed, epoch, dataset index).
   KeyedRng rng(seed, epoch, kShuffleStream);
-  for (uint64_t i = n - 1; i > 0; --i) {
-    uint64_t j = rng.Below(i + 1);
-    std::swap(perm[i], perm[j]);
-  }
+  Shuffle(perm.data(), n, rng);
   return perm;
 }
 

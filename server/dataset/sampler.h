@@ -10,9 +10,10 @@
 // Batching: consecutive shard positions; with drop_last the last, partial
 // batch of each epoch is dropped (DataLoader's drop_last).
 //
-// The permutation (shuffle = true) is Fisher-Yates driven by
-// KeyedRng(seed, epoch, ~0) from server/image/ops/rng.h (the third word keeps it
-// apart from the per-sample augmentation streams), starting from the identity:
+// The permutation (shuffle = true) is rng.h's Shuffle (Fisher-Yates) driven
+// by KeyedRng(seed, epoch, ~0) from server/image/ops/rng.h (the third word
+// keeps it apart from the per-sample augmentation streams), starting from
+// the identity:
 //   for i = n-1 down to 1: j = rng.Below(i + 1); swap(perm[i], perm[j])
 // so any implementation (a test, a Python reference) can reproduce it.
 // world_size 0 is taken as 1, batch_size 0 as 1. Pure functions: thread-safe.

@@ -164,15 +164,23 @@ absl::Status ClipDecoder::DecodeFrom(int64_t seek_pts, const int64_t* pts, size_
         }
       }
       // Every position that wants this frame (a clip resampled to a higher
-      // frame rate repeats frames).
+      // frame rate repeats frames): converted into the first, copied into
+      // the others.
+      const uint8_t* converted = nullptr;
       for (const int64_t* at = std::lower_bound(pts, pts + count, p);
            at != pts + count && *at == p; ++at) {
         const size_t k = static_cast<size_t>(at - pts);
         if (have_[k] != 0) continue;
-        absl::Status kept = Keep(frame_, k, out, capacity, shape);
-        if (!kept.ok()) {
-          av_frame_unref(frame_);
-          return kept;
+        if (converted != nullptr) {
+          const size_t frame_bytes = size_t{shape->height} * shape->width * 3;
+          std::memcpy(out + k * frame_bytes, converted, frame_bytes);
+        } else {
+          absl::Status kept = Keep(frame_, k, out, capacity, shape);
+          if (!kept.ok()) {
+            av_frame_unref(frame_);
+            return kept;
+          }
+          converted = out + k * size_t{shape->height} * shape->width * 3;
         }
         have_[k] = 1;
         ++have;

@@ -34,22 +34,20 @@ Tap LinearTap(uint32_t in, uint32_t out, uint32_t o) {
   return t;
 }
 
-}  // namespace
+// The resized frame's size and the crop's (each defaulting to the size
+// before it), for a frame of height x width.
+struct Sizes {
+  uint32_t resized_height, resized_width, crop_height, crop_width;
+};
 
-uint32_t CenterCropOffset(uint32_t size, uint32_t crop) {
-  if (crop >= size) return 0;
-  return static_cast<uint32_t>(std::nearbyint((static_cast<double>(size) - crop) / 2.0));
+Sizes SizesOf(const ClipTransform& t, uint32_t height, uint32_t width) {
+  Sizes z;
+  z.resized_height = t.resize_height != 0 ? t.resize_height : height;
+  z.resized_width = t.resize_width != 0 ? t.resize_width : width;
+  z.crop_height = t.crop_height != 0 ? t.crop_height : z.resized_height;
+  z.crop_width = t.crop_width != 0 ? t.crop_width : z.resized_width;
+  return z;
 }
-
-size_t ClipOutputElements(uint32_t frames, const ClipTransform& t, uint32_t height,
-                          uint32_t width) {
-  const uint32_t h = t.crop_height != 0 ? t.crop_height
-                                        : (t.resize_height != 0 ? t.resize_height : height);
-  const uint32_t w = t.crop_width != 0 ? t.crop_width : (t.resize_width != 0 ? t.resize_width : width);
-  return size_t{frames} * 3 * h * w;
-}
-
-namespace {
 
 // The resized value's store: float32 as it is, or uint8 as the nearest
 // of v * 255 (for Normalize on the device).
@@ -62,10 +60,11 @@ inline void Store(float v, uint8_t* o) {
 template <typename Out>
 absl::Status Apply(const uint8_t* clip, uint32_t frames, uint32_t height, uint32_t width,
                    const ClipTransform& t, Out* out) {
-  const uint32_t rh = t.resize_height != 0 ? t.resize_height : height;
-  const uint32_t rw = t.resize_width != 0 ? t.resize_width : width;
-  const uint32_t ch = t.crop_height != 0 ? t.crop_height : rh;
-  const uint32_t cw = t.crop_width != 0 ? t.crop_width : rw;
+  const Sizes z = SizesOf(t, height, width);
+  const uint32_t rh = z.resized_height;
+  const uint32_t rw = z.resized_width;
+  const uint32_t ch = z.crop_height;
+  const uint32_t cw = z.crop_width;
   if (height == 0 || width == 0 || rh == 0 || rw == 0) {
     return absl::InvalidArgumentError("a clip transform of an empty frame");
   }
@@ -119,6 +118,17 @@ absl::Status Apply(const uint8_t* clip, uint32_t frames, uint32_t height, uint32
 }
 
 }  // namespace
+
+uint32_t CenterCropOffset(uint32_t size, uint32_t crop) {
+  if (crop >= size) return 0;
+  return static_cast<uint32_t>(std::nearbyint((static_cast<double>(size) - crop) / 2.0));
+}
+
+size_t ClipOutputElements(uint32_t frames, const ClipTransform& t, uint32_t height,
+                          uint32_t width) {
+  const Sizes z = SizesOf(t, height, width);
+  return size_t{frames} * 3 * z.crop_height * z.crop_width;
+}
 
 absl::Status ApplyClipTransform(const uint8_t* clip, uint32_t frames, uint32_t height,
                                 uint32_t width, const ClipTransform& t, float* out) {

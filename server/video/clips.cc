@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <unordered_set>
-#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "server/image/ops/policy.h"
@@ -125,9 +124,7 @@ std::vector<uint64_t> SampleClips(const ClipIndex& index, ClipSampling sampling,
         }
       }
       KeyedRng rng(seed, epoch, kOrderStream);
-      for (uint64_t i = order.size(); i > 1; --i) {
-        std::swap(order[i - 1], order[rng.Below(i)]);
-      }
+      Shuffle(order.data(), order.size(), rng);
       return order;
     }
   }

@@ -41,6 +41,20 @@ class KeyedRng {
   uint64_t state_;
 };
 
+// Shuffles data[0..n) in place, Fisher-Yates driven by `rng`:
+//   for i = n-1 down to 1: j = rng.Below(i + 1); swap(data[i], data[j])
+// (the sampler's epoch permutation, and the clip samplers' order, are this
+// applied to their lists).
+template <typename T>
+void Shuffle(T* data, uint64_t n, KeyedRng& rng) {
+  for (uint64_t i = n; i > 1; --i) {
+    const uint64_t j = rng.Below(i);
+    T t = data[i - 1];
+    data[i - 1] = data[j];
+    data[j] = t;
+  }
+}
+
 // A standard normal draw (Box-Muller, one of the pair; two uniform draws).
 inline double StandardNormal(KeyedRng& rng) {
   const double u1 = 1.0 - rng.Uniform();  // (0, 1]: log(u1) is finite
