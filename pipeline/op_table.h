@@ -21,6 +21,8 @@
 //   holds_ops    a composition (RandomApply, RandomChoice, RandomOrder): its
 //                `transforms` are ops, each of a row that moves pixels only
 //                and holds none
+//   on_clips     legal on a video clip (AttachRequest.clips): drawn once
+//                per clip, every frame moved alike (server/video/clip_ops.h)
 //
 // Tests hold every other place to this table: each Op oneof field of
 // stoker.proto and each row are one op of the same number and name
@@ -58,6 +60,7 @@ struct OpRow {
   OpSource source = OpSource::kTorchvisionTransforms;
   bool needs_boxes = false;
   bool holds_ops = false;
+  bool on_clips = false;
 };
 
 // Every op, in OpKind (and Op field number) order.

@@ -302,6 +302,7 @@ py::list OpTablePy() {
     d["source"] = std::string(pipeline::OpSourceName(r.source));
     d["needs_boxes"] = r.needs_boxes;
     d["holds_ops"] = r.holds_ops;
+    d["on_clips"] = r.on_clips;
     out.append(d);
   }
   return out;

@@ -76,8 +76,14 @@ uint64_t Batch::data_bytes() const {
 }
 
 void* Batch::sample_data(uint32_t i) const { return fields_[roles_.image].data(i); }
-uint32_t Batch::height(uint32_t i) const { return fields_[roles_.image].shape(i)[nchw_ ? 1 : 0]; }
-uint32_t Batch::width(uint32_t i) const { return fields_[roles_.image].shape(i)[nchw_ ? 2 : 1]; }
+uint32_t Batch::height(uint32_t i) const {
+  if (roles_.clip >= 0) return fields_[roles_.clip].shape(i)[2];
+  return fields_[roles_.image].shape(i)[nchw_ ? 1 : 0];
+}
+uint32_t Batch::width(uint32_t i) const {
+  if (roles_.clip >= 0) return fields_[roles_.clip].shape(i)[3];
+  return fields_[roles_.image].shape(i)[nchw_ ? 2 : 1];
+}
 
 const float* Batch::boxes(uint32_t i) const {
   return roles_.boxes < 0 ? nullptr : static_cast<const float*>(fields_[roles_.boxes].data(i));

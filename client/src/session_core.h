@@ -207,6 +207,7 @@ class SessionCore {
                   : name == ring::kBoxesField     ? &roles_.boxes
                   : name == ring::kBoxLabelsField ? &roles_.box_labels
                   : name == ring::kBoxFlagsField  ? &roles_.box_flags
+                  : name == ring::kClipField      ? &roles_.clip
                                                   : nullptr;
       if (role != nullptr) *role = static_cast<int>(k);
       if (name.substr(0, sizeof(ring::kViewFieldPrefix) - 1) == ring::kViewFieldPrefix) {
@@ -222,15 +223,28 @@ class SessionCore {
       return absl::DataLossError(absl::StrCat("the daemon's ", std::string(what), " field is not as this "
                                               "client reads it"));
     };
+    // clip: [T, 3, H, W] or [3, T, H, W] of the output dtype, fixed, the
+    // AttachResponse's size; a video session has no image field.
+    if (roles_.clip >= 0) {
+      const ring::FieldSpec& c = fields_[roles_.clip];
+      const bool tchw = c.max_shape[1] == 3;
+      if (roles_.image >= 0 || !views.empty() || c.dtype != dtype_ || c.rank != 4 ||
+          (c.flags & ring::kFieldFixedShape) == 0 || (!tchw && c.max_shape[0] != 3) ||
+          c.max_shape[2] != r.height() || c.max_shape[3] != r.width() || r.channels() != 3) {
+        return bad("clip");
+      }
+      roles_.image = roles_.clip;
+    }
     // image: [H, W, 3] or [3, H, W] of the output dtype, fixed exactly when
     // the output has a size (the AttachResponse's).
     if (roles_.image < 0) return bad("image");
     const ring::FieldSpec& img = fields_[roles_.image];
     const uint32_t c = nhwc_ ? 2 : 0, y = nhwc_ ? 0 : 1, x = nhwc_ ? 1 : 2;
     const bool fixed = (img.flags & ring::kFieldFixedShape) != 0;
-    if (img.dtype != dtype_ || img.rank != 3 || img.max_shape[c] != 3 || r.channels() != 3 ||
-        img.max_shape[y] != r.height() || img.max_shape[x] != r.width() ||
-        fixed != (r.height() != 0 && r.width() != 0)) {
+    if (roles_.clip < 0 &&
+        (img.dtype != dtype_ || img.rank != 3 || img.max_shape[c] != 3 || r.channels() != 3 ||
+         img.max_shape[y] != r.height() || img.max_shape[x] != r.width() ||
+         fixed != (r.height() != 0 && r.width() != 0))) {
       return bad("image");
     }
     // Every view as the image is, fixed, of its own size.

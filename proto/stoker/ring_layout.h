@@ -238,6 +238,9 @@ inline constexpr char kMaskField[] = "mask";
 inline constexpr char kBoxesField[] = "boxes";
 inline constexpr char kBoxLabelsField[] = "box_labels";
 inline constexpr char kBoxFlagsField[] = "box_flags";
+// A video session's sample: one clip, [T, 3, H, W] or [3, T, H, W]
+// (AttachRequest.clips' layout), beside its "label".
+inline constexpr char kClipField[] = "clip";
 // A multi-view sample's views (PipelineSpec.views): "view0", "view1", ...,
 // each laid out as the image field would be.
 inline constexpr char kViewFieldPrefix[] = "view";

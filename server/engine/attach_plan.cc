@@ -33,7 +33,8 @@ absl::StatusOr<PipelinePlan> PlanPipeline(const v1::PipelineSpec& spec) {
 
 // --- The rest of the plan. ---
 
-absl::StatusOr<RequestPlan> PlanRequest(const v1::AttachRequest& req) {
+absl::StatusOr<RequestPlan> PlanRequest(const v1::AttachRequest& req,
+                                        const video::VideoLimits& video_limits) {
   if (req.batch_size() == 0) return absl::InvalidArgumentError("batch_size must be at least 1");
   if (req.batch_size() > ring::kMaxBatchSize) {
     return absl::InvalidArgumentError(
@@ -58,9 +59,16 @@ absl::StatusOr<RequestPlan> PlanRequest(const v1::AttachRequest& req) {
     return absl::InvalidArgumentError("unknown failure_policy");
   }
   r.policy_error = req.failure_policy() == v1::FAILURE_POLICY_ERROR;
-  auto pipeline = PlanPipeline(req.pipeline());
-  if (!pipeline.ok()) return pipeline.status();
-  r.pipeline = *std::move(pipeline);
+  if (req.has_clips()) {
+    auto clip = PlanClipPipeline(req.pipeline(), req.clips(), video_limits);
+    if (!clip.ok()) return clip.status();
+    r.pipeline.effective = clip->effective;
+    r.clip = *std::move(clip);
+  } else {
+    auto pipeline = PlanPipeline(req.pipeline());
+    if (!pipeline.ok()) return pipeline.status();
+    r.pipeline = *std::move(pipeline);
+  }
   if (req.dataset().empty()) return absl::InvalidArgumentError("dataset is empty");
   if (req.dataset().size() > kMaxDatasetBytes) {
     return absl::InvalidArgumentError(absl::StrCat("dataset is ", req.dataset().size(),
@@ -132,8 +140,8 @@ absl::StatusOr<AttachPlan> PlanSession(const v1::AttachRequest& req, const Reque
   }
   const image::PipelineParams& params = p.params();
   const uint32_t slots = request.depth;
-  p.variable_size = params.out_height == 0;
-  const uint64_t sample_bytes = image::MaxSampleBytes(params);
+  p.variable_size = params.out_height == 0 && !request.clip.has_value();
+  uint64_t sample_bytes = image::MaxSampleBytes(params);
   const bool nchw = params.layout == ring::kNCHW;
   const uint32_t h = params.out_height, w = params.out_width;
   auto add = [&p](int* index, ring::FieldSpec f) {
@@ -143,7 +151,16 @@ absl::StatusOr<AttachPlan> PlanSession(const v1::AttachRequest& req, const Reque
   const auto image_shape = [nchw](uint32_t h, uint32_t w) {
     return nchw ? std::vector<uint32_t>{3, h, w} : std::vector<uint32_t>{h, w, 3};
   };
-  if (params.view_count != 0) {
+  if (request.clip.has_value()) {
+    const video::ClipParams& c = request.clip->params;
+    sample_bytes = video::ClipOutputBytes(c);
+    const std::vector<uint32_t> shape =
+        c.layout == video::ClipLayout::kCTHW
+            ? std::vector<uint32_t>{3, c.frames, c.out_height, c.out_width}
+            : std::vector<uint32_t>{c.frames, 3, c.out_height, c.out_width};
+    add(&p.clip_field, MakeField(ring::kClipField, c.normalize != 0 ? ring::kFloat32 : ring::kUint8,
+                                 shape, sample_bytes, true));
+  } else if (params.view_count != 0) {
     if (masks || fields.boxes) {
       return absl::InvalidArgumentError(absl::StrCat(
           "views with a dataset that has ", masks ? "masks" : "boxes",
@@ -278,13 +295,14 @@ v1::AttachResponse AttachResponseFor(const AttachPlan& plan, const Dataset& data
   ri->set_data_offset(g.data_offset);
   ri->set_descriptor_offset(g.descriptor_offset);
   for (const ring::FieldSpec& f : plan.fields) *ri->add_fields() = FieldInfoOf(f);
-  resp.set_dataset_size(dataset.size());
+  resp.set_dataset_size(plan.dataset_size);
   resp.set_shard_size(plan.shard_size);
   resp.set_batches_per_epoch(plan.batches_per_epoch);
   resp.set_total_batches(plan.total_batches);
   for (const auto& c : dataset.class_names()) resp.add_class_names(c);
-  resp.set_height(plan.params().out_height);
-  resp.set_width(plan.params().out_width);
+  const bool clip = plan.request.clip.has_value();
+  resp.set_height(clip ? plan.request.clip->params.out_height : plan.params().out_height);
+  resp.set_width(clip ? plan.request.clip->params.out_width : plan.params().out_width);
   resp.set_channels(3);
   *resp.mutable_effective_pipeline() = plan.request.pipeline.effective;
   resp.set_heartbeat_timeout_ms(heartbeat_timeout_ms);

@@ -25,6 +25,7 @@
 
 #include "absl/status/statusor.h"
 #include "server/dataset/dataset.h"
+#include "pipeline/clip_pipeline.h"
 #include "server/dataset/sampler.h"
 #include "server/image/pipeline_params.h"
 #include "server/engine/ring_owner.h"
@@ -67,14 +68,21 @@ struct RequestPlan {
   uint32_t depth = kDefaultSlots;
   uint32_t slots = kDefaultSlots;
   bool policy_error = false;  // FAILURE_POLICY_ERROR (else skip)
+  // A still-image session's pipeline; a video session's effective spec
+  // only (its params unused).
   PipelinePlan pipeline;
+  // A video session (AttachRequest.clips): its clips and clip pipeline.
+  std::optional<ClipPlan> clip;
 };
 
 // INVALID_ARGUMENT for a batch_size of 0 or over ring::kMaxBatchSize, a rank
 // not below world_size, ring_slots outside 2..kMaxSlotsPerSession, an unknown
-// failure policy, a pipeline PlanPipeline refuses, an empty dataset name or
-// one over kMaxDatasetBytes, an unknown dataset format; in that order.
-absl::StatusOr<RequestPlan> PlanRequest(const v1::AttachRequest& req);
+// failure policy, a pipeline PlanPipeline refuses (a video session's:
+// PlanClipPipeline, under the daemon's `video_limits`), an empty dataset
+// name or one over kMaxDatasetBytes, an unknown dataset format; in that
+// order.
+absl::StatusOr<RequestPlan> PlanRequest(const v1::AttachRequest& req,
+                                        const video::VideoLimits& video_limits = {});
 
 // What an Attach leaves of the memory available to the daemon.
 inline constexpr uint64_t kMemoryHeadroomBytes = uint64_t{64} << 20;
@@ -99,6 +107,8 @@ struct AttachLimits {
 struct AttachPlan {
   RequestPlan request;
   SamplerOptions sampler;
+  // Samples an epoch visits before sharding: the dataset's entries, or a
+  // video session's clips (ClipSource::epoch_size).
   uint64_t dataset_size = 0;
   uint64_t shard_size = 0;         // samples per epoch for this rank
   uint64_t batches_per_epoch = 0;  // for this rank
@@ -116,6 +126,8 @@ struct AttachPlan {
   // image_field is view0's there. Empty otherwise.
   std::vector<int> view_fields;
   int boxes_field = -1, box_labels_field = -1, box_flags_field = -1;
+  // A video session's "clip" field (its label is label_field; no image).
+  int clip_field = -1;
   uint64_t slot_data_bytes = 0;  // the fields' rooms for a batch
   uint64_t ring_bytes = 0;       // of slot data at the first depth: slot_data_bytes * depth
 
@@ -153,8 +165,10 @@ struct SampleFields {
   uint32_t max_boxes = 0;  // the most boxes a sample has
 };
 
-// Plans a session over a dataset of `dataset_size` entries; its samples'
-// fields are the image and label, and the mask and boxes as `fields` says.
+// Plans a session over a dataset of `dataset_size` entries (a video
+// session: its epoch's clips); its samples' fields are the image and
+// label, and the mask and boxes as `fields` says; a video session's the
+// clip (ring::kClipField, [T, 3, h, w] or [3, T, h, w], fixed) and label.
 //  - INVALID_ARGUMENT when drop_last and the batch is larger than this rank's shard;
 //  - OUT_OF_RANGE for a start_batch not below the batches per epoch, or a
 //    start at or past the last epoch (with epochs != 0);

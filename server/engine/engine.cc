@@ -233,6 +233,16 @@ absl::Status Engine::Start() {
         *binary, data_root_->fd(), config_.worker_sandbox(),
         transcode_cache_fd_.valid() ? transcode_cache_fd_.get() : -1);
     launcher_ = own_launcher_.get();
+    probe_launcher_ =
+        std::make_unique<PosixSpawnLauncher>(*binary, data_root_->fd(), config_.worker_sandbox());
+  }
+  prober_ = env_.video_prober;
+  if (prober_ == nullptr && probe_launcher_ != nullptr) {
+    VideoProberOptions po;
+    po.parallelism = std::max<uint32_t>(1, std::min<uint32_t>(8, std::thread::hardware_concurrency()));
+    po.max_decode_pixels = video::VideoLimits().max_decode_pixels;
+    own_prober_ = std::make_unique<WorkerVideoProber>(probe_launcher_.get(), po);
+    prober_ = own_prober_.get();
   }
   task_options_.max_file_bytes = config_.max_file_bytes();
   task_options_.simulate_latency_us = config_.simulate_read_latency_us();
@@ -308,9 +318,38 @@ absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) 
   io.masks = req.masks();
   io.image_suffix = req.image_suffix();
   io.mask_suffix = req.mask_suffix();
+  io.extensions.assign(req.extensions().begin(), req.extensions().end());
+  if (request->clip.has_value()) {
+    if (prober_ == nullptr) {
+      return absl::FailedPreconditionError("this daemon cannot index videos (no video prober)");
+    }
+    if (io.extensions.empty()) io.extensions.assign(std::begin(kVideoExtensions), std::end(kVideoExtensions));
+  }
   auto indexed = registry_->Get(req.dataset(), req.format(), io);
   if (!indexed.ok()) return indexed.status();
   std::shared_ptr<const Dataset> ds = *std::move(indexed);
+  std::shared_ptr<const ClipSource> clips;
+  if (request->clip.has_value()) {
+    const std::string cache_dir = config_.index_cache();
+    std::shared_ptr<const VideoTable> table = video_tables_.Get(
+        ds, DatasetKey(ds->name(), req.format(), io), [&](const Dataset& d) {
+          const int64_t t0 = MonotonicNs();
+          auto t = VideoTable::Build(*data_root_, d, *prober_, cache_dir);
+          spdlog::info("video index of {}: {} videos ({} probed, {} from the cache, {} without "
+                       "clips) in {:.2f} s",
+                       d.name(), t->videos(), t->probed(), t->reused(), t->failed(),
+                       (MonotonicNs() - t0) / 1e9);
+          for (const std::string& w : t->warnings()) spdlog::warn("video index of {}: {}", d.name(), w);
+          return t;
+        });
+    clips = std::make_shared<const ClipSource>(table, *request->clip);
+    if (clips->epoch_size() == 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "dataset '", ds->name(), "' has no clip of ", request->clip->options.frames_per_clip,
+          " frames: ", table->videos(), " videos, ", table->failed(),
+          " of them could not be indexed (the daemon's log names them); use shorter clips"));
+    }
+  }
   AttachLimits limits;
   limits.max_ring_bytes = config_.max_ring_bytes();
   {
@@ -322,12 +361,14 @@ absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) 
   fields.masks = ds->has_masks();
   fields.boxes = ds->has_boxes();
   fields.max_boxes = ds->max_boxes();
-  auto plan = PlanSession(req, *request, ds->size(), limits, fields);
+  auto plan = PlanSession(req, *request, clips != nullptr ? clips->epoch_size() : ds->size(),
+                          limits, fields);
   if (!plan.ok()) return plan.status();
 
   auto s = std::make_shared<DaemonSession>();
   s->req = req;
   s->dataset = ds;
+  s->clips = clips;
   s->plan = *std::move(plan);
   // The ring is made outside mu_: reserving gigabytes of memory takes a
   // while, and mu_ also serves the dispatcher, the heartbeats and Status.

@@ -78,6 +78,8 @@
 #include "server/engine/scheduler.h"
 #include "server/engine/session.h"
 #include "server/engine/transcode_cache.h"
+#include "server/engine/video_prober.h"
+#include "server/engine/video_tables.h"
 #include "server/engine/worker_launcher.h"
 #include "server/engine/worker_pool.h"
 #include "stoker/v1/stoker.pb.h"
@@ -100,6 +102,10 @@ struct EngineEnv {
   const CpuBudgetEnv* cpu_budget = nullptr;
   // The autotuner's rules (dwell times, thresholds). Null: the defaults.
   const AutotuneOptions* autotune = nullptr;
+  // Who indexes video datasets (server/engine/video_prober.h). Null: sandboxed
+  // stoker-worker processes, when the workers are real (with an injected
+  // launcher and no prober, video sessions are refused).
+  VideoProber* video_prober = nullptr;
 };
 
 class Engine {
@@ -210,6 +216,11 @@ class Engine {
   std::unique_ptr<Prefetcher> prefetch_;  // null: readahead off; uses data_root_
   std::unique_ptr<WorkerLauncher> own_launcher_;  // when env_ names none
   WorkerLauncher* launcher_ = nullptr;
+  // Video datasets' indexing (null: no video sessions) and their tables.
+  std::unique_ptr<WorkerLauncher> probe_launcher_;
+  std::unique_ptr<VideoProber> own_prober_;
+  VideoProber* prober_ = nullptr;
+  VideoTables video_tables_;  // thread-safe (its own lock)
   TaskOptions task_options_;
   // The transcode cache (all null / invalid when off). The cache is
   // thread-safe (its own lock, taken under mu_, never the other way).

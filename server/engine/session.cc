@@ -30,7 +30,8 @@ const std::vector<uint64_t>& ShardFor(DaemonSession& s, uint32_t epoch) {
   auto it = s.shards.find(epoch);
   if (it != s.shards.end()) return it->second;
   while (s.shards.size() >= 4) s.shards.erase(s.shards.begin());
-  return s.shards[epoch] = ShardIndices(s.dataset->size(), s.plan.sampler, epoch);
+  return s.shards[epoch] = s.clips != nullptr ? s.clips->Shard(s.plan.sampler, epoch)
+                                              : ShardIndices(s.dataset->size(), s.plan.sampler, epoch);
 }
 
 void StartBatches(DaemonSession& s, BatchContext& ctx) {
@@ -75,7 +76,9 @@ void StartBatches(DaemonSession& s, BatchContext& ctx) {
       t.planned_index = shard[first + i];
       t.index = t.planned_index;
       s.queue.push_back(&t);
-      if (ctx.prefetch != nullptr) {
+      // (A clip reads a part of its video, where its decoder seeks: no
+      // whole-file readahead.)
+      if (ctx.prefetch != nullptr && s.clips == nullptr) {
         t.prefetch_key = ctx.next_prefetch_key++;
         const Dataset& ds = *s.dataset;
         ctx.prefetch->Enqueue(t.prefetch_key, std::string(ds.path(t.index)), ds.has_range(t.index),
@@ -133,10 +136,15 @@ void ReleaseReadahead(SampleTask& t, BatchContext& ctx) {
   }
 }
 
+std::string DisplayOf(const DaemonSession& s, uint64_t index) {
+  return s.clips != nullptr ? s.clips->Display(*s.dataset, index) : s.dataset->display(index);
+}
+
 size_t BuildTaskMsg(const DaemonSession& s, const SampleTask& t, const TaskOptions& o,
                     worker::TaskMsg* msg) {
   const Dataset& ds = *s.dataset;
-  const std::string_view path = ds.path(t.index);
+  const uint64_t entry = EntryOf(s, t.index);
+  const std::string_view path = ds.path(entry);
   const std::string_view mask = s.plan.mask_dtype() != 0 ? ds.mask_path(t.index) : std::string_view();
   if (path.size() + mask.size() > worker::kMaxPathBytes) return 0;
   const BatchFill& f = s.filling.at(t.seq);
@@ -145,8 +153,10 @@ size_t BuildTaskMsg(const DaemonSession& s, const SampleTask& t, const TaskOptio
   msg->ring_id = s.number;
   const uint64_t slot_base = s.ring->geometry().slot_bytes * f.slot;
   // Any-size samples too have sample_bytes each: the most their ops can make.
-  msg->out_offset = slot_base + s.plan.room_offset(s.plan.image_field, t.pos);
-  msg->out_capacity = s.plan.room_bytes(s.plan.image_field);
+  const int out_field = s.clips != nullptr ? s.plan.clip_field : s.plan.image_field;
+  msg->out_offset = slot_base + s.plan.room_offset(out_field, t.pos);
+  msg->out_capacity = s.plan.room_bytes(out_field);
+  if (s.clips != nullptr) s.clips->FillTask(t.index, &msg->clip);
   for (size_t k = 0; k < s.plan.view_fields.size(); ++k) {
     msg->view_out_offset[k] = slot_base + s.plan.room_offset(s.plan.view_fields[k], t.pos);
     msg->view_out_capacity[k] = s.plan.room_bytes(s.plan.view_fields[k]);
@@ -175,10 +185,10 @@ size_t BuildTaskMsg(const DaemonSession& s, const SampleTask& t, const TaskOptio
     }
   }
   msg->max_file_bytes = o.max_file_bytes;
-  if (ds.has_range(t.index)) {
+  if (ds.has_range(entry)) {
     msg->has_range = 1;
-    msg->file_offset = ds.range_offset(t.index);
-    msg->file_length = ds.range_length(t.index);
+    msg->file_offset = ds.range_offset(entry);
+    msg->file_length = ds.range_length(entry);
   }
   msg->key.seed = s.plan.sampler.seed;
   msg->key.epoch = t.epoch;
@@ -215,6 +225,17 @@ bool CompleteSample(DaemonSession& s, SampleTask& t, const worker::ResultMsg& r,
   s.read_latency.Add(r.read_ns);
   s.decode_latency.Add(r.decode_ns);
   s.augment_latency.Add(r.augment_ns);
+  if (s.clips != nullptr) {
+    const video::ClipParams& c = s.plan.request.clip->params;
+    if (r.bytes != s.plan.room_bytes(s.plan.clip_field) || r.height != c.out_height ||
+        r.width != c.out_width || r.channels != 3) {
+      FailSample(s, t,
+                 absl::StrCat("worker reported a clip (", r.bytes, " bytes, ", r.width, "x",
+                              r.height, ") that does not fit its slot"),
+                 ctx, "bad_result");
+      return true;
+    }
+  }
   // A multi-view sample's bytes are all its views' (each of a fixed size).
   uint64_t want =
       uint64_t{r.height} * r.width * r.channels * ring::DTypeBytes(s.plan.params().dtype);
@@ -235,8 +256,8 @@ bool CompleteSample(DaemonSession& s, SampleTask& t, const worker::ResultMsg& r,
       s.plan.box_stride() == 0 ? r.boxes_kept == 0
                              : r.boxes_kept <= std::min(s.dataset->box_count(t.index),
                                                         s.plan.box_stride());
-  if (r.bytes != want || r.bytes > room || !mask_ok || !boxes_ok ||
-      (!s.plan.variable_size && r.bytes != room)) {
+  if (s.clips == nullptr && (r.bytes != want || r.bytes > room || !mask_ok || !boxes_ok ||
+                             (!s.plan.variable_size && r.bytes != room))) {
     if (format != nullptr) ++format->failed;
     FailSample(s, t,
                absl::StrCat("worker reported a sample (", r.bytes, " bytes, ", r.width, "x",
@@ -271,7 +292,7 @@ bool CompleteSample(DaemonSession& s, SampleTask& t, const worker::ResultMsg& r,
 void FailSample(DaemonSession& s, SampleTask& t, const std::string& reason, BatchContext& ctx,
                 const std::string& kind) {
   BatchFill& f = s.filling[t.seq];
-  const std::string path = s.dataset->display(t.index);
+  const std::string path = DisplayOf(s, t.index);
   // Counted once where the trainer sees it (the planned sample, replaced or
   // failed); a replacement that fails too is a replacement failure, and its
   // file is known bad from then on (listed, never chosen again).
@@ -358,10 +379,18 @@ void FinishBatch(DaemonSession& s, uint64_t seq) {
     r.planned_index = f.tasks[i]->planned_index;
     r.dataset_index = o.index;
     r.status = o.status;
-    const int64_t label = s.dataset->label(o.index);
+    const int64_t label = s.dataset->label(EntryOf(s, o.index));
     std::memcpy(data + p.room_offset(p.label_field, i), &label, sizeof(label));
     set_shape(&fr[p.label_field], {});
     uint32_t h = o.height, w = o.width, c = o.channels, boxes = o.box_count;
+    if (p.clip_field >= 0) {  // fixed: as its field says; a failed clip all zeros
+      if (o.status == ring::kSampleFailed) {
+        std::memset(data + p.room_offset(p.clip_field, i), 0, p.room_bytes(p.clip_field));
+      }
+      fr[p.clip_field] = ring::FieldRecord{};
+      std::copy_n(p.fields[p.clip_field].max_shape, ring::kMaxRank, fr[p.clip_field].shape);
+      continue;
+    }
     if (o.status == ring::kSampleFailed) {
       // Zeros of the output shape, so that a fixed-shape batch keeps it,
       // and a mask all fill ("ignore": the sample adds nothing to a loss);

@@ -48,6 +48,7 @@
 #include <vector>
 
 #include "server/engine/attach_plan.h"
+#include "server/engine/clip_source.h"
 #include "server/dataset/dataset.h"
 #include "server/engine/failure_memory.h"
 #include "server/engine/latency.h"
@@ -137,6 +138,9 @@ struct DaemonSession {
   uint64_t number = 0;
   v1::AttachRequest req;
   std::shared_ptr<const Dataset> dataset;
+  // A video session: its clips (a sample index is a clip number; its
+  // dataset entry the clip's video). Null for still images.
+  std::shared_ptr<const ClipSource> clips;
   AttachPlan plan;
   std::unique_ptr<RingOwner> ring;
   std::string ring_token;  // what the ring socket takes for the ring's fd
@@ -214,6 +218,13 @@ struct BatchContext {
 // the keepalive grace running from `now_ns`). The plan, ring and dataset
 // must be set.
 void InitSession(DaemonSession& s, int64_t now_ns);
+
+// The dataset entry of sample index `index`: itself, or a clip's video.
+inline uint64_t EntryOf(const DaemonSession& s, uint64_t index) {
+  return s.clips != nullptr ? s.clips->VideoOf(index) : index;
+}
+// How to name sample `index` to a person: its file, and a clip's place.
+std::string DisplayOf(const DaemonSession& s, uint64_t index);
 
 // The shard of `epoch`, computed once (a ring spans few epochs at once: the
 // last four are kept).

@@ -14,9 +14,11 @@
 //   source  kTorchvision (torchvision.transforms, read from a Compose),
 //           kDetection (the detection reference's, given by name) or
 //           kRecipeClass (a recipe's own class, read by what it does)
-//   flags   0, kOpNeedsBoxes (its draw reads the sample's boxes) or
+//   flags   0, or any of kOpNeedsBoxes (its draw reads the sample's boxes),
 //           kOpHoldsOps (a composition: the `children` ops after it are its
-//           own, each a pixel op that holds none)
+//           own, each a pixel op that holds none), kOpOnClips (legal on a
+//           video clip: drawn once per clip, applied to every frame by
+//           server/video/clip_ops.h)
 // moves and source are bare names, resolved where X expands them
 // (pipeline/op_table.cc).
 //
@@ -32,15 +34,16 @@
 namespace stoker::image {
 inline constexpr uint32_t kOpNeedsBoxes = 1;
 inline constexpr uint32_t kOpHoldsOps = 2;
+inline constexpr uint32_t kOpOnClips = 4;
 }  // namespace stoker::image
 
 // clang-format off
 #define STOKER_OP_LIST(X)                                                                 \
   X(kRandomResizedCrop,        1, "RandomResizedCrop",        kGeometry, kTorchvision, 0)   \
-  X(kResize,                   2, "Resize",                   kGeometry, kTorchvision, 0)   \
-  X(kCenterCrop,               3, "CenterCrop",               kGeometry, kTorchvision, 0)   \
-  X(kRandomCrop,               4, "RandomCrop",               kGeometry, kTorchvision, 0)   \
-  X(kHorizontalFlip,           5, "RandomHorizontalFlip",     kGeometry, kTorchvision, 0)   \
+  X(kResize,                   2, "Resize",                   kGeometry, kTorchvision, kOpOnClips) \
+  X(kCenterCrop,               3, "CenterCrop",               kGeometry, kTorchvision, kOpOnClips) \
+  X(kRandomCrop,               4, "RandomCrop",               kGeometry, kTorchvision, kOpOnClips) \
+  X(kHorizontalFlip,           5, "RandomHorizontalFlip",     kGeometry, kTorchvision, kOpOnClips) \
   X(kVerticalFlip,             6, "RandomVerticalFlip",       kGeometry, kTorchvision, 0)   \
   X(kColorJitter,              7, "ColorJitter",              kPixels,   kTorchvision, 0)   \
   X(kGrayscale,                8, "Grayscale",                kPixels,   kTorchvision, 0)   \

@@ -244,27 +244,8 @@ absl::Status ClipDecoder::DecodeFrom(int64_t seek_pts, const int64_t* pts, size_
 }
 
 ClipRequest MakeClipRequest(const VideoIndex& index, const int64_t* pts, size_t count) {
-  ClipRequest r;
-  r.pts = pts;
-  r.count = count;
-  if (count == 0) return r;
-  auto position = [&](int64_t p) {
-    return static_cast<uint64_t>(std::lower_bound(index.pts.begin(), index.pts.end(), p) -
-                                 index.pts.begin());
-  };
-  r.first_frame = position(pts[0]);
-  r.last_frame = position(pts[count - 1]);
-  auto kf = std::upper_bound(index.keyframes.begin(), index.keyframes.end(), pts[0]);
-  if (kf != index.keyframes.begin()) {
-    r.has_keyframe = true;
-    r.keyframe_pts = *(kf - 1);
-    r.keyframe_frame = position(r.keyframe_pts);
-    if (kf - 1 != index.keyframes.begin()) {
-      r.has_earlier_keyframe = true;
-      r.earlier_keyframe_pts = *(kf - 2);
-    }
-  }
-  return r;
+  return MakeClipRequest(index.pts.data(), index.pts.size(), index.keyframes.data(),
+                         index.keyframes.size(), pts, count);
 }
 
 absl::Status ClipDecoder::Decode(const ClipRequest& clip, uint8_t* out, size_t capacity,

@@ -49,6 +49,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "server/video/clip_request.h"
 #include "server/video/video_probe.h"
 
 struct AVCodecContext;
@@ -75,29 +76,8 @@ struct ClipDecodeStats {
   uint32_t packets = 0;  // of the video stream, read (decoded or skipped)
 };
 
-// What ClipDecoder needs to know of a clip, without its video's whole
-// index: what a daemon's task carries to a worker. MakeClipRequest builds
-// one from an index.
-struct ClipRequest {
-  // The clip's frames' timestamps, non-descending (a repeated pts repeats
-  // its frame, as a clip resampled to a higher frame rate does); not owned.
-  const int64_t* pts = nullptr;
-  size_t count = 0;
-  // Positions in the video's sorted pts (VideoIndex::pts) of the clip's
-  // first and last frames.
-  uint64_t first_frame = 0;
-  uint64_t last_frame = 0;
-  // Where decoding may start: the last keyframe at or before pts[0] (its
-  // pts and position), and the keyframe before it; none: from the start.
-  bool has_keyframe = false;
-  int64_t keyframe_pts = 0;
-  uint64_t keyframe_frame = 0;
-  bool has_earlier_keyframe = false;
-  int64_t earlier_keyframe_pts = 0;
-};
-
 // The request for the clip pts[0..count) of the video `index` describes
-// (each pts one of index.pts).
+// (each pts one of index.pts): clip_request.h's MakeClipRequest over it.
 ClipRequest MakeClipRequest(const VideoIndex& index, const int64_t* pts, size_t count);
 
 class ClipDecoder {

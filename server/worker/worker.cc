@@ -23,6 +23,7 @@
 #include "server/image/decode/transcode.h"
 #include "common/posix.h"
 #include "server/engine/transcode_cache.h"
+#include "server/worker/video_work.h"
 #include "server/worker/worker_protocol.h"
 
 namespace stoker::worker {
@@ -356,6 +357,8 @@ int Serve(const WorkerFds& fds) {
   MaskWriter masks(fds.data_root);
   std::vector<double> box_scratch;
   image::SampleSteps steps;
+  ClipWork clips;
+  std::vector<int64_t> probe_values;
   auto msg_buf = std::make_unique<TaskMsg>();
   char* raw = reinterpret_cast<char*>(msg_buf.get());
 
@@ -398,6 +401,34 @@ int Serve(const WorkerFds& fds) {
       }
       case kShutdown:
         return 0;
+      case kProbe: {
+        ProbeMsg m;
+        if (static_cast<size_t>(n) < ProbeHeaderBytes() ||
+            static_cast<size_t>(n) > sizeof(ProbeMsg)) {
+          return 2;
+        }
+        std::memcpy(&m, raw, static_cast<size_t>(n));
+        if (m.path_bytes > kMaxPathBytes || static_cast<size_t>(n) != ProbeHeaderBytes() + m.path_bytes) {
+          return 2;
+        }
+        ProbeResultMsg r{};
+        r.type = kProbeResult;
+        r.probe_id = m.probe_id;
+        ProbeVideo(m, fds.data_root, &r, &probe_values);
+        if (!SendAll(fds.channel, &r, sizeof(r))) return 1;
+        ProbePtsMsg chunk;
+        for (size_t at = 0; at < probe_values.size(); at += kProbePtsPerMsg) {
+          chunk.count = static_cast<uint32_t>(
+              std::min<size_t>(kProbePtsPerMsg, probe_values.size() - at));
+          std::memcpy(chunk.values, probe_values.data() + at, chunk.count * sizeof(int64_t));
+          if (!SendAll(fds.channel, &chunk,
+                       offsetof(ProbePtsMsg, values) + chunk.count * sizeof(int64_t))) {
+            return 1;
+          }
+        }
+        if (probe_values.capacity() > (8u << 20)) std::vector<int64_t>().swap(probe_values);
+        break;
+      }
       case kTask: {
         const TaskMsg& t = *msg_buf;
         if (static_cast<size_t>(n) < TaskHeaderBytes() || t.path_bytes > kMaxPathBytes ||
@@ -424,6 +455,13 @@ int Serve(const WorkerFds& fds) {
         }
         if (t.fault == kFaultCrash) ::abort();
         if (t.fault == kFaultHang) ::pause();
+        if (t.clip.params.frames != 0) {  // a video session's clip
+          clips.Run(t, path, fds.data_root,
+                    static_cast<uint8_t*>(it->second.map.addr()) + t.out_offset, &r);
+          if (!SendAll(fds.channel, &r, sizeof(r))) return 1;
+          clips.Trim(size_t{256} << 20);
+          break;
+        }
         int64_t t0 = MonotonicNs();
         Input in;
         absl::Status st = OpenInput(fds.data_root, t, path, &in);

@@ -6,9 +6,11 @@
 // fd 5, when the daemon runs with --transcode-cache, is the cache's
 // directory (server/engine/transcode_cache.h); absent otherwise.
 //
-//   daemon -> worker: kMapRing, kUnmapRing, kTask, kShutdown
+//   daemon -> worker: kMapRing, kUnmapRing, kTask, kShutdown, kProbe
 //   worker -> daemon: kHello (once, at start), kResult (one per kTask, in
-//                     the order the tasks were sent)
+//                     the order the tasks were sent), kProbeResult then its
+//                     kProbePts (per kProbe: a video's index, for a video
+//                     dataset's indexing; server/engine/video_prober.h)
 //
 // A worker handles its messages strictly in order, so the oldest task the
 // daemon has not yet seen a result for is the one a dead worker was on.
@@ -21,6 +23,7 @@
 #include <type_traits>
 
 #include "server/image/pipeline.h"
+#include "server/video/clip_params.h"
 
 namespace stoker::worker {
 
@@ -35,8 +38,11 @@ enum MsgType : uint32_t {
   kUnmapRing = 2,
   kTask = 3,
   kShutdown = 4,
+  kProbe = 5,
   kHello = 100,
   kResult = 101,
+  kProbeResult = 102,
+  kProbePts = 103,
 };
 
 struct MapRingMsg {
@@ -60,6 +66,24 @@ struct UnmapRingMsg {
   uint32_t type = kUnmapRing;
   uint32_t reserved = 0;
   uint64_t ring_id = 0;
+};
+
+// A video session's sample: one clip of the file the task names (the
+// whole file, or its byte range), to decode and transform into out_offset
+// (ClipOutputBytes(params) bytes). Its frames' pts and where decoding may
+// start are the daemon's, from the dataset's video index (video::
+// ClipRequest's fields); its draws are keyed by key.seed, key.epoch and
+// key.dataset_index (the clip number).
+struct ClipTask {
+  video::ClipParams params;  // params.frames == 0: not a clip (an image task)
+  uint32_t has_keyframe = 0;
+  uint32_t has_earlier_keyframe = 0;
+  uint64_t first_frame = 0;
+  uint64_t last_frame = 0;
+  int64_t keyframe_pts = 0;
+  uint64_t keyframe_frame = 0;
+  int64_t earlier_keyframe_pts = 0;
+  int64_t pts[video::kMaxClipFrames];  // params.frames of them
 };
 
 struct TaskMsg {
@@ -104,6 +128,7 @@ struct TaskMsg {
   // output 0's is out_offset / out_capacity too.
   uint64_t view_out_offset[image::kMaxViews];
   uint64_t view_out_capacity[image::kMaxViews];
+  ClipTask clip;
   // The image's path then the mask's, relative to the data root; sent
   // truncated to path_bytes + mask_path_bytes.
   char path[kMaxPathBytes];
@@ -116,6 +141,48 @@ enum TaskCache : uint32_t {
   kTaskCacheOff = 0,
   kTaskCacheRead = 1,       // use an entry; do not write one (the budget is full)
   kTaskCacheReadWrite = 2,  // and write the copy of a multi-scan original that has none
+};
+
+// Indexes one video (video::Probe) of the file at `path` beneath the data
+// root (its byte range with has_range). Answered by one ProbeResultMsg and,
+// when it succeeded, ceil((frames + keyframes) / kProbePtsPerMsg)
+// ProbePtsMsgs: the frames' pts then the keyframes', in order.
+struct ProbeMsg {
+  uint32_t type = kProbe;
+  uint32_t path_bytes = 0;
+  uint64_t probe_id = 0;
+  uint32_t has_range = 0;
+  uint32_t reserved = 0;
+  uint64_t file_offset = 0;
+  uint64_t file_length = 0;
+  uint64_t max_file_bytes = 0;  // 0: no cap
+  uint64_t max_decode_pixels = 0;
+  uint64_t max_frames = 0;
+  char path[kMaxPathBytes];  // sent truncated to path_bytes
+};
+
+struct ProbeResultMsg {
+  uint32_t type = kProbeResult;
+  uint32_t code = 0;  // absl::StatusCode
+  uint64_t probe_id = 0;
+  uint64_t frames = 0;
+  uint64_t keyframes = 0;
+  int32_t time_base_num = 0;
+  int32_t time_base_den = 1;
+  int32_t rate_num = 0;
+  int32_t rate_den = 1;
+  double fps = 0;
+  int32_t width = 0;
+  int32_t height = 0;
+  char warning[kReasonBytes];  // NUL-terminated
+  char reason[kReasonBytes];   // NUL-terminated when code != 0
+};
+
+inline constexpr uint32_t kProbePtsPerMsg = 2048;
+struct ProbePtsMsg {
+  uint32_t type = kProbePts;
+  uint32_t count = 0;  // values used
+  int64_t values[kProbePtsPerMsg];
 };
 
 enum FaultKind : uint32_t { kFaultNone = 0, kFaultCrash = 1, kFaultHang = 2 };
@@ -161,11 +228,17 @@ struct ResultMsg {
 };
 
 inline constexpr uint64_t TaskHeaderBytes() { return offsetof(TaskMsg, path); }
+inline constexpr uint64_t ProbeHeaderBytes() { return offsetof(ProbeMsg, path); }
 
 // The structs cross as bytes. A task (the op list is most of its header)
 // must stay one small datagram: far under the socket's send buffer, so that
 // a send never fails with EMSGSIZE.
-static_assert(std::is_trivially_copyable_v<TaskMsg> && std::is_trivially_copyable_v<ResultMsg>);
+static_assert(std::is_trivially_copyable_v<TaskMsg> && std::is_trivially_copyable_v<ResultMsg> &&
+              std::is_trivially_copyable_v<ProbeMsg> &&
+              std::is_trivially_copyable_v<ProbeResultMsg> &&
+              std::is_trivially_copyable_v<ProbePtsMsg>);
+static_assert(sizeof(ProbeMsg) <= sizeof(TaskMsg), "the worker receives into a TaskMsg");
+static_assert(sizeof(ProbePtsMsg) <= 32768, "one datagram");
 static_assert(TaskHeaderBytes() <= 20480, "the task header is meant to fit in five pages");
 static_assert(sizeof(TaskMsg) <= 32768, "a task is one SOCK_SEQPACKET datagram");
 static_assert(sizeof(ResultMsg) <= 1024, "a result is one small datagram");

@@ -45,6 +45,9 @@ class RpcChannel;
 // which Batch's own accessors view.
 struct FieldRoles {
   int image = -1, label = -1, mask = -1, boxes = -1, box_labels = -1, box_flags = -1;
+  // A video session's "clip" ([T, 3, H, W] or [3, T, H, W]); `image` is it
+  // too there (the sample's tensor: data(), sample_data(), height(), width()).
+  int clip = -1;
 };
 }  // namespace internal
 

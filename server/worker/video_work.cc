@@ -1,0 +1,175 @@
+#include "server/worker/video_work.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "server/dataset/dataset.h"
+#include "server/video/clip_decoder.h"
+#include "server/video/clip_ops.h"
+#include "server/video/video_probe.h"
+
+namespace stoker::worker {
+namespace {
+
+void CopyText(std::string_view text, char (&out)[kReasonBytes]) {
+  const size_t n = std::min(text.size(), sizeof(out) - 1);
+  std::memcpy(out, text.data(), n);
+  out[n] = '\0';
+}
+
+// Opens `path` beneath the root and checks the byte range against its size;
+// the range to read in *offset / *length.
+absl::StatusOr<UniqueFd> OpenVideo(int data_root, std::string_view path, bool has_range,
+                                   uint64_t* offset, uint64_t* length) {
+  absl::StatusOr<int> fd = OpenBeneath(data_root, path);
+  if (!fd.ok()) return fd.status();
+  UniqueFd owned(*fd);
+  struct stat st;
+  if (::fstat(owned.get(), &st) != 0) return PosixError("fstat", errno);
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (!has_range) {
+    *offset = 0;
+    *length = size;
+  } else if (*offset > size || *length > size - *offset) {
+    return absl::OutOfRangeError(absl::StrCat("member [", *offset, ", +", *length,
+                                              ") lies beyond the end of the file (", size,
+                                              " bytes): a truncated shard?"));
+  }
+  if (*length == 0) return absl::InvalidArgumentError("empty file");
+  return owned;
+}
+
+// The most a clip's decoded frames may take (64 frames of 4K).
+constexpr uint64_t kMaxClipBufferBytes = uint64_t{64} * 3840 * 2160 * 3;
+
+}  // namespace
+
+void ProbeVideo(const ProbeMsg& m, int data_root, ProbeResultMsg* result,
+                std::vector<int64_t>* values) {
+  values->clear();
+  result->warning[0] = '\0';
+  result->reason[0] = '\0';
+  const std::string path(m.path, m.path_bytes);
+  uint64_t offset = m.file_offset, length = m.file_length;
+  absl::StatusOr<UniqueFd> fd = OpenVideo(data_root, path, m.has_range != 0, &offset, &length);
+  absl::StatusOr<video::VideoIndex> index = fd.status();
+  if (fd.ok()) {
+    video::VideoLimits limits;
+    limits.max_decode_pixels = m.max_decode_pixels;
+    if (m.max_frames != 0) limits.max_frames = m.max_frames;
+    index = video::Probe(fd->get(), offset, length, path, limits);
+  }
+  if (!index.ok()) {
+    result->code = static_cast<uint32_t>(index.status().code());
+    CopyText(std::string(index.status().message()), result->reason);
+    return;
+  }
+  result->code = 0;
+  result->frames = index->pts.size();
+  result->keyframes = index->keyframes.size();
+  result->time_base_num = index->time_base_num;
+  result->time_base_den = index->time_base_den;
+  result->rate_num = index->rate_num;
+  result->rate_den = index->rate_den;
+  result->fps = index->fps;
+  result->width = index->width;
+  result->height = index->height;
+  CopyText(index->warning, result->warning);
+  values->reserve(index->pts.size() + index->keyframes.size());
+  values->insert(values->end(), index->pts.begin(), index->pts.end());
+  values->insert(values->end(), index->keyframes.begin(), index->keyframes.end());
+}
+
+ClipWork::ClipWork() = default;
+ClipWork::~ClipWork() = default;
+
+void ClipWork::Trim(size_t keep) {
+  if (frames_.capacity() > keep) std::vector<uint8_t>().swap(frames_);
+}
+
+void ClipWork::Run(const TaskMsg& t, std::string_view path, int data_root, uint8_t* out,
+                   ResultMsg* r) {
+  const absl::Status st = Decode(t, path, data_root, out, r);
+  if (st.ok()) return;
+  r->code = static_cast<uint32_t>(st.code());
+  CopyText(std::string(st.message()), r->reason);
+}
+
+absl::Status ClipWork::Decode(const TaskMsg& t, std::string_view path, int data_root,
+                              uint8_t* out, ResultMsg* r) {
+  const ClipTask& c = t.clip;
+  const video::ClipParams& p = c.params;
+  if (p.frames == 0 || p.frames > video::kMaxClipFrames) {
+    return absl::InternalError("a clip task without its frames");
+  }
+  if (video::ClipOutputBytes(p) > t.out_capacity) {
+    return absl::InternalError("the clip's room is smaller than its output");
+  }
+  int64_t t0 = MonotonicNs();
+  const uint64_t offset = t.has_range != 0 ? t.file_offset : 0;
+  const uint64_t length = t.has_range != 0 ? t.file_length : 0;
+  if (decoder_ == nullptr || path != path_ || offset != offset_ || length != length_) {
+    decoder_.reset();
+    fd_.Reset();
+    uint64_t o = offset, l = length;
+    absl::StatusOr<UniqueFd> fd = OpenVideo(data_root, path, t.has_range != 0, &o, &l);
+    if (!fd.ok()) return fd.status();
+    video::VideoLimits limits;
+    limits.max_decode_pixels = p.max_decode_pixels;
+    if (p.max_frames_per_clip != 0) limits.max_frames_per_clip = p.max_frames_per_clip;
+    auto decoder = video::ClipDecoder::Open(fd->get(), o, l, std::string(path), limits);
+    if (!decoder.ok()) return decoder.status();
+    fd_ = *std::move(fd);
+    decoder_ = *std::move(decoder);
+    path_ = std::string(path);
+    offset_ = offset;
+    length_ = length;
+  }
+  r->read_ns = static_cast<uint64_t>(MonotonicNs() - t0);
+  t0 = MonotonicNs();
+  video::ClipRequest req;
+  req.pts = c.pts;
+  req.count = p.frames;
+  req.first_frame = c.first_frame;
+  req.last_frame = c.last_frame;
+  req.has_keyframe = c.has_keyframe != 0;
+  req.keyframe_pts = c.keyframe_pts;
+  req.keyframe_frame = c.keyframe_frame;
+  req.has_earlier_keyframe = c.has_earlier_keyframe != 0;
+  req.earlier_keyframe_pts = c.earlier_keyframe_pts;
+  // Room for the clip at the largest frame the limits allow is far too
+  // much; grow as the frames need (the decoder says how big they are when
+  // the room is short, and nothing is written past it).
+  video::ClipShape shape;
+  absl::Status st = decoder_->Decode(req, frames_.data(), frames_.size(), &shape);
+  const uint64_t need = uint64_t{p.frames} * shape.height * shape.width * 3;
+  if (st.code() == absl::StatusCode::kResourceExhausted && need > frames_.size()) {
+    if (need > kMaxClipBufferBytes) return st;
+    frames_.resize(need);
+    st = decoder_->Decode(req, frames_.data(), frames_.size(), &shape);
+  }
+  if (!st.ok()) return st;
+  r->decode_ns = static_cast<uint64_t>(MonotonicNs() - t0);
+  t0 = MonotonicNs();
+  absl::StatusOr<video::ClipTransform> tr = video::DrawClipTransform(
+      p, shape.height, shape.width, t.key.seed, t.key.epoch, t.key.dataset_index);
+  if (!tr.ok()) return tr.status();
+  st = p.normalize != 0
+           ? video::ApplyClipTransform(frames_.data(), shape.frames, shape.height, shape.width, *tr,
+                                       reinterpret_cast<float*>(out))
+           : video::ApplyClipTransform(frames_.data(), shape.frames, shape.height, shape.width, *tr,
+                                       out);
+  if (!st.ok()) return st;
+  r->augment_ns = static_cast<uint64_t>(MonotonicNs() - t0);
+  r->height = p.out_height;
+  r->width = p.out_width;
+  r->channels = 3;
+  r->bytes = video::ClipOutputBytes(p);
+  return absl::OkStatus();
+}
+
+}  // namespace stoker::worker

@@ -1,0 +1,64 @@
+// What a worker does for a video dataset: index a video (kProbe) and decode
+// one clip of it into the ring (a kTask whose clip.params.frames != 0).
+// Internal to the worker (worker.cc's Serve calls it); a library so that
+// its unit test runs it in process on real video files.
+//
+// A worker keeps the decoder of the last video it decoded a clip of (its
+// container open, its decoder at the end of that clip): the daemon sends a
+// video's clips of one epoch to the same worker when it can, in order, so
+// the next clip goes on decoding from there (clip_decoder.h). Memory: that
+// decoder plus one clip's decoded frames, whatever the number of clips.
+//
+// Not thread-safe (one per worker).
+
+#ifndef STOKER_SERVER_WORKER_VIDEO_WORK_H_
+#define STOKER_SERVER_WORKER_VIDEO_WORK_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/posix.h"
+#include "server/worker/worker_protocol.h"
+
+namespace stoker::video {
+class ClipDecoder;
+}
+
+namespace stoker::worker {
+
+// Indexes the video `m` names beneath `data_root`: fills `result` (its code
+// and reason on failure) and `values` (the frames' pts, then the
+// keyframes'), to be sent as worker_protocol.h says.
+void ProbeVideo(const ProbeMsg& m, int data_root, ProbeResultMsg* result,
+                std::vector<int64_t>* values);
+
+class ClipWork {
+ public:
+  ClipWork();
+  ~ClipWork();
+  // Decodes task `t`'s clip of the file `path` beneath `data_root` into
+  // `out` (t.out_capacity bytes of the ring) and fills `r` (height, width,
+  // channels 3, bytes, read/decode/augment times); a failed clip is r's code
+  // and reason (the caller sends r either way).
+  void Run(const TaskMsg& t, std::string_view path, int data_root, uint8_t* out, ResultMsg* r);
+  // Frees the decoded frames' buffer when it is over `keep` bytes.
+  void Trim(size_t keep);
+
+ private:
+  absl::Status Decode(const TaskMsg& t, std::string_view path, int data_root, uint8_t* out,
+                      ResultMsg* r);
+  // The open video (path, range) and its decoder.
+  std::string path_;
+  uint64_t offset_ = 0, length_ = 0;
+  UniqueFd fd_;
+  std::unique_ptr<video::ClipDecoder> decoder_;
+  std::vector<uint8_t> frames_;
+};
+
+}  // namespace stoker::worker
+
+#endif  // STOKER_SERVER_WORKER_VIDEO_WORK_H_
