@@ -175,6 +175,23 @@ AttachOptions ParseAttach(const std::string& dataset, const py::kwargs& kw) {
       o.pipeline = py::cast<std::string>(v);
     } else if (key == "allow_empty") {
       o.allow_empty = ToBool(v);
+    } else if (key == "extensions") {
+      if (!PySequence_Check(v.ptr()) || PyUnicode_Check(v.ptr())) {
+        RaiseInvalid("extensions must be a list of str");
+      }
+      for (auto e : py::reinterpret_borrow<py::sequence>(v)) o.extensions.push_back(py::cast<std::string>(e));
+    } else if (key == "frames_per_clip") {
+      o.clips.frames_per_clip = ToU32(v, k);
+    } else if (key == "step_between_clips") {
+      o.clips.step_between_clips = ToU32(v, k);
+    } else if (key == "frame_rate") {
+      o.clips.frame_rate = ToU32(v, k);
+    } else if (key == "clip_sampler") {
+      o.clips.sampler = ToLowerStr(v, k);
+    } else if (key == "clips_per_video") {
+      o.clips.clips_per_video = ToU32(v, k);
+    } else if (key == "clip_layout") {
+      o.clips.layout = py::cast<std::string>(v);
     } else if (key == "skip_unsupported_formats") {
       o.skip_unsupported_formats = ToBool(v);
     } else if (key == "batch_size") {

@@ -361,10 +361,11 @@ absl::StatusOr<Batch> Session::Next(int64_t timeout_ms) {
                                                                size_t{i} * ring::kMaxRank);
       b.fields_[k].bytes_[i] = bytes;
     }
-    // The views the Batch's own accessors make assume these shapes.
+    // The views the Batch's own accessors make assume these shapes (a
+    // clip's is fixed: its field's, checked above).
     const uint32_t* img = fr[roles.image].shape;
     const uint32_t h = img[c.nhwc_ ? 0 : 1], w = img[c.nhwc_ ? 1 : 2];
-    if (img[c.nhwc_ ? 2 : 0] != 3) {
+    if (roles.clip < 0 && img[c.nhwc_ ? 2 : 0] != 3) {
       return absl::DataLossError(absl::StrCat("ring: sample ", i, " has ",
                                               img[c.nhwc_ ? 2 : 0], " channels, not 3"));
     }
@@ -453,6 +454,23 @@ absl::StatusOr<std::unique_ptr<Session>> Client::Attach(const AttachOptions& o) 
   req.set_client_pid(static_cast<uint32_t>(::getpid()));
   req.set_allow_empty(o.allow_empty);
   req.set_skip_unsupported_formats(o.skip_unsupported_formats);
+  for (const std::string& e : o.extensions) req.add_extensions(e);
+  if (o.clips.frames_per_clip != 0) {
+    v1::ClipSpec* c = req.mutable_clips();
+    c->set_frames_per_clip(o.clips.frames_per_clip);
+    c->set_step_between_clips(o.clips.step_between_clips);
+    c->set_frame_rate(o.clips.frame_rate);
+    if (o.clips.sampler == "random") {
+      c->set_sampler(v1::CLIP_SAMPLER_RANDOM);
+    } else if (o.clips.sampler == "uniform") {
+      c->set_sampler(v1::CLIP_SAMPLER_UNIFORM);
+    } else if (!o.clips.sampler.empty() && o.clips.sampler != "all") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "clips.sampler '", o.clips.sampler, "': \"all\", \"random\" or \"uniform\""));
+    }
+    c->set_clips_per_video(o.clips.clips_per_video);
+    c->set_layout(o.clips.layout);
+  }
 
   grpc::ClientContext ctx;
   ctx.set_deadline(

@@ -272,7 +272,7 @@ RingSpec RingSpecFor(const AttachPlan& plan, uint64_t session_number) {
   rs.depth = plan.depth();
   rs.batch_size = plan.batch_size();
   rs.fields = plan.fields;
-  rs.layout = plan.params().layout;
+  rs.layout = plan.request.clip.has_value() ? ring::kNCHW : plan.params().layout;  // a clip: channels-first frames
   rs.session_number = session_number;
   rs.batches_per_epoch = plan.batches_per_epoch;
   rs.total_batches = plan.total_batches;

@@ -56,12 +56,14 @@ void ProbeVideo(const ProbeMsg& m, int data_root, ProbeResultMsg* result,
   const std::string path(m.path, m.path_bytes);
   uint64_t offset = m.file_offset, length = m.file_length;
   absl::StatusOr<UniqueFd> fd = OpenVideo(data_root, path, m.has_range != 0, &offset, &length);
-  absl::StatusOr<video::VideoIndex> index = fd.status();
+  absl::StatusOr<video::VideoIndex> index = absl::UnknownError("not probed");
   if (fd.ok()) {
     video::VideoLimits limits;
     limits.max_decode_pixels = m.max_decode_pixels;
     if (m.max_frames != 0) limits.max_frames = m.max_frames;
     index = video::Probe(fd->get(), offset, length, path, limits);
+  } else {
+    index = fd.status();
   }
   if (!index.ok()) {
     result->code = static_cast<uint32_t>(index.status().code());

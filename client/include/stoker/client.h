@@ -137,6 +137,22 @@ struct AttachOptions {
   // Accepted and ignored (AttachRequest.skip_unsupported_formats): every
   // format of torchvision's IMG_EXTENSIONS is read.
   bool skip_unsupported_formats = false;
+  // ImageFolder: the file names a walk lists (AttachRequest.extensions);
+  // empty: the images', or a video session's video extensions.
+  std::vector<std::string> extensions;
+  // A video session (AttachRequest.clips) when frames_per_clip != 0: each
+  // sample is a clip of that many frames (torchvision's VideoClips), served
+  // as the field "clip". sampler: "all" (every clip; ""), "random"
+  // (RandomClipSampler) or "uniform" (UniformClipSampler), with
+  // clips_per_video; layout "TCHW" ("") or "CTHW".
+  struct Clips {
+    uint32_t frames_per_clip = 0;
+    uint32_t step_between_clips = 1;
+    uint32_t frame_rate = 0;  // 0: each video's own
+    std::string sampler;
+    uint32_t clips_per_video = 0;
+    std::string layout;
+  } clips;
   // Device copies (stoker/cuda.h): pin the mapped ring with cudaHostRegister
   // at the first Batch::CopyToDevice, so copies DMA from the slots. false:
   // always go through pinned staging buffers (one extra host copy).

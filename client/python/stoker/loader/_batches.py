@@ -86,7 +86,7 @@ class _BatchesMixin:
         whose host array is `src`."""
         torch = _torch_module()
         output = self.effective_pipeline["output"]  # what the user asked for
-        if output["dtype"] == "uint8" or self._erases():
+        if output["dtype"] == "uint8" or self._erases() or getattr(self, "_clips", False):
             # Served as it is (a pipeline that erases its output is served
             # float, normalized by the daemon: bytes copied unchanged).
             tdtype = torch.from_numpy(np.empty(0, dtype=src.dtype)).dtype
@@ -115,6 +115,34 @@ class _BatchesMixin:
                                    scratch_bytes=scratch.numel(), sample=sample)
             del scratch
         return out[0] if single else out
+
+    def _make_clips(self, raw: tuple, views: bool) -> Any:
+        """A video batch: (clips, labels) as the video reference's collate_fn
+        gives them (the audio dropped): clips [n, T, 3, h, w] (or [n, 3, T, h,
+        w] after ConvertBCHWtoCBHW), float32 or uint8 as the transform makes
+        them."""
+        fields, indices, planned, statuses, epoch, batch_in_epoch, sequence = raw
+        torch = _torch_module()
+        clips = fields["clip"][0]
+        labels = fields["label"][0].copy()
+        if self._mode == "cuda":
+            clips = self._to_cuda(clips)
+            labels = torch.from_numpy(labels).to(clips.device, non_blocking=True)
+        else:
+            clips = torch.from_numpy(clips.copy() if self.copy else clips)
+            labels = torch.from_numpy(labels)
+            if self._pin:
+                clips, labels = clips.pin_memory(), labels.pin_memory()
+        self.last_indices = indices
+        shape = tuple(clips.shape)
+        self.last_image_sizes = [(int(shape[-2]), int(shape[-1]))] * len(indices)
+        self._epoch = epoch
+        if views:
+            return BatchView(clips, labels, indices, planned, statuses, epoch, batch_in_epoch,
+                             sequence, None, None, self.last_image_sizes)
+        if self.output == "dict":
+            return {"clip": clips, "label": labels}
+        return clips, labels
 
     def _make_views(self, raw: tuple, views: bool) -> Any:
         """A multi-view batch: (list of view tensors, labels), as DataLoader's
@@ -156,6 +184,8 @@ class _BatchesMixin:
         fields, indices, planned, statuses, epoch, batch_in_epoch, sequence = raw
         if "view0" in fields:
             return self._make_views(raw, views)
+        if "clip" in fields:
+            return self._make_clips(raw, views)
         images = fields["image"][0]
         labels = fields["label"][0].copy()  # a few bytes, free of the slot's lease
         masks = fields["mask"][0] if "mask" in fields else None  # a segmentation set's

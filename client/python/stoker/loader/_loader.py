@@ -22,6 +22,7 @@ from ._options import (ATTACH_DEFAULTS, _DECODE_KEYWORDS, _DEFAULT_RING_SLOTS,
 from ._pipeline import _PipelineMixin
 from ._resume import _ResumeMixin
 from ._torch import _torch_module
+from ._video import clip_sampler_options, is_clip_sampler, is_video_dataset, video_request
 from ._views import DatasetView
 
 
@@ -387,6 +388,11 @@ class Loader(_PipelineMixin, _EpochsMixin, _ResumeMixin, _BatchesMixin):
         allow_empty: Optional[bool] = None,
         skip_unsupported_formats: bool = False,
         output: str = "tuple",
+        frames_per_clip: Optional[int] = None,
+        step_between_clips: Optional[int] = None,
+        frame_rate: Optional[int] = None,
+        clip_layout: Optional[str] = None,
+        extensions: Optional[List[str]] = None,
         **dataloader_keywords: Any,
     ) -> None:
         # The arguments as given (before anything below rebinds them): what a
@@ -398,6 +404,12 @@ class Loader(_PipelineMixin, _EpochsMixin, _ResumeMixin, _BatchesMixin):
         # DataLoader's sampler: a DistributedSampler maps onto rank/world_size/
         # shuffle/seed, and its set_epoch is followed (_follow_sampler).
         self._sampler = dataloader_keywords.pop("sampler", None)
+        clip_options: Dict[str, Any] = {}
+        if self._sampler is not None and is_clip_sampler(self._sampler):
+            # RandomClipSampler / UniformClipSampler: the daemon's clip sampler.
+            clip_options = clip_sampler_options(
+                self._sampler, None if isinstance(dataset, (str, bytes, os.PathLike)) else dataset)
+            self._sampler = None
         if self._sampler is not None:
             order = _plain_sampler_shuffle(self._sampler, dataset)
             if order is not None:  # RandomSampler / SequentialSampler: an order, nothing more
@@ -420,9 +432,26 @@ class Loader(_PipelineMixin, _EpochsMixin, _ResumeMixin, _BatchesMixin):
                 shuffle, seed = bool(sm.shuffle), int(sm.seed)
         self._sampler_epoch = None if self._sampler is None else self._sampler.epoch
         _refuse_dataloader_keywords(dataloader_keywords)
-        # A torchvision ImageFolder: its root, transform and classes.
+        # A video dataset (a Kinetics object, or frames_per_clip=): its
+        # clips, transform and samplers become the daemon's clip request.
         self._dataset_object: Any = None
-        if not isinstance(dataset, (str, bytes, os.PathLike)):
+        self._clips = is_video_dataset(dataset) or frames_per_clip is not None
+        video: Optional[Dict[str, Any]] = None
+        if clip_options and not self._clips:
+            raise _native.InvalidRequestError(
+                "sampler= is a clip sampler (RandomClipSampler, UniformClipSampler): give a "
+                "video dataset (torchvision's Kinetics, or a folder with frames_per_clip=)")
+        if self._clips:
+            video = video_request(dataset, transform, frames_per_clip, step_between_clips,
+                                  frame_rate, clip_layout, extensions)
+            if not isinstance(dataset, (str, bytes, os.PathLike)):
+                self._dataset_object = dataset
+            dataset, transform = video["root"], None
+            allow_empty = bool(allow_empty)
+        elif extensions is not None or clip_layout is not None:
+            raise _native.InvalidRequestError(
+                "extensions= and clip_layout= are for video datasets (give frames_per_clip=)")
+        elif not isinstance(dataset, (str, bytes, os.PathLike)):
             folder = _folder_dataset(dataset, transform)
             self._dataset_object = dataset
             dataset, transform = folder["root"], folder["transform"]
@@ -441,6 +470,12 @@ class Loader(_PipelineMixin, _EpochsMixin, _ResumeMixin, _BatchesMixin):
                     f"{_transforms.step_setting(k, transform)}. Drop {k}=, or change the "
                     "transform")
             given = _transforms.loader_options(transform)
+        if video is not None:
+            if given:
+                raise _native.InvalidRequestError(
+                    f"{sorted(given)} with a video dataset: a clip's pipeline comes from its "
+                    "transform (torchvision's video presets)")
+            given = dict(video["pipeline"])
         given.update((k, args[k]) for k in _DECODE_KEYWORDS if args[k] is not _UNSET)
         if prefetch_factor is not None:
             if ring_slots is not _UNSET:
@@ -527,6 +562,9 @@ class Loader(_PipelineMixin, _EpochsMixin, _ResumeMixin, _BatchesMixin):
         if masks is not None:
             self._options.update(masks=os.fspath(masks), image_suffix=image_suffix,
                                  mask_suffix=mask_suffix)
+        if video is not None:
+            self._options.update(video["options"])
+            self._options.update(clip_options)
         self._client: Optional[Client] = None
         self._session: Optional[_native.Session] = None
         self._info: Optional[Dict[str, Any]] = None
@@ -637,6 +675,8 @@ class Loader(_PipelineMixin, _EpochsMixin, _ResumeMixin, _BatchesMixin):
         except ValueError:
             info["effective_pipeline"] = {}
         self._info = info
+        if self._clips and info["effective_pipeline"]:
+            self.effective_pipeline = info["effective_pipeline"]  # the daemon's clip planner's
         self._bpe = info["batches_per_epoch"]
         self._session_origin = start_epoch * self._bpe + start_batch
         try:

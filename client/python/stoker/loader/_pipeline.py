@@ -47,6 +47,15 @@ class _PipelineMixin:
         if self._channels_last:
             request["layout"] = _PYTHON_LAYOUTS[layout.lower()]
         self._request = request
+        if getattr(self, "_clips", False):
+            # A clip's pipeline is the daemon's clip planner's
+            # (pipeline/clip_pipeline.h); what it made replaces this at attach.
+            self._mask_fill = 0
+            self.effective_pipeline = {
+                "ops": request.get("ops", []), "size": [],
+                "output": {"dtype": request.get("dtype", "float32"), "layout": "nchw"}}
+            self.pipeline = ""
+            return
         effective = json.loads(_native.effective_pipeline(_keywords_json(request)))
         self._mask_fill = effective["mask_fill"]  # Effective fills it in
         if effective.get("views") and (pad_to_multiple is not None or detection):
@@ -148,7 +157,8 @@ class _PipelineMixin:
         (unless the pipeline erases its output: then the output as given)."""
         request = dict(self._request)
         # Views are served as asked: each is copied to the device as it is.
-        if self._mode == "cuda" and not self._erases() and not self._has_views():
+        if (self._mode == "cuda" and not self._erases() and not self._has_views()
+                and not getattr(self, "_clips", False)):
             out = self.effective_pipeline["output"]
             if out["dtype"] != "uint8":  # normalized on the GPU from uint8 NHWC
                 request.update(dtype="uint8", layout="nhwc")
