@@ -410,6 +410,7 @@ class Loader(_PipelineMixin, _EpochsMixin, _ResumeMixin, _BatchesMixin):
             clip_options = clip_sampler_options(
                 self._sampler, None if isinstance(dataset, (str, bytes, os.PathLike)) else dataset)
             self._sampler = None
+            shuffle = False  # the sampler's order (RandomClipSampler's is drawn per epoch)
         if self._sampler is not None:
             order = _plain_sampler_shuffle(self._sampler, dataset)
             if order is not None:  # RandomSampler / SequentialSampler: an order, nothing more
@@ -730,6 +731,8 @@ class Loader(_PipelineMixin, _EpochsMixin, _ResumeMixin, _BatchesMixin):
         assert self._info is not None
         have = (int(self._info["dataset_size"]), list(self._info["class_names"]))
         want = (len(ds.samples), list(ds.classes))
+        if self._clips:  # a video dataset: its clips (Kinetics' len), or the sampler's
+            want = (len(ds) if "clip_sampler" not in self._options else have[0], want[1])
         if have != want:
             raise _native.InvalidRequestError(
                 f"dataset: the {type(ds).__name__} object has {want[0]} samples in classes "

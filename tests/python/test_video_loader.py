@@ -1,0 +1,222 @@
+"""Video clips through the daemon: stoker.Loader over a Kinetics-layout
+folder of videos that look real (video_corpus.py) against torchvision's
+Kinetics / VideoClips + DataLoader on the same files and transforms.
+
+The daemon indexes the videos in its sandboxed workers, cuts the clips as
+VideoClips does and decodes and transforms them in its workers into the
+ring; the Loader yields (clips, labels) as the video reference's collate_fn
+gives them.
+"""
+
+import os
+import shutil
+import warnings
+
+import numpy as np
+import pytest
+
+from video_corpus import write_videos
+
+av = pytest.importorskip("av")
+torch = pytest.importorskip("torch")
+from torchvision import transforms as T  # noqa: E402
+from torchvision.datasets import Kinetics  # noqa: E402
+from torchvision.datasets.samplers import RandomClipSampler, UniformClipSampler  # noqa: E402
+
+EXTENSIONS = ("mp4", "avi", "webm", "mkv")
+MEAN = (0.43216, 0.394666, 0.37645)
+STD = (0.22803, 0.22145, 0.216989)
+
+
+class ConvertBCHWtoCBHW(torch.nn.Module):
+    """The video reference's (references/video_classification/transforms.py)."""
+
+    def forward(self, vid):
+        return vid.permute(1, 0, 2, 3)
+
+
+def eval_preset(layout_cthw=False):
+    steps = [T.ConvertImageDtype(torch.float32), T.Resize((128, 171), antialias=False),
+             T.Normalize(mean=MEAN, std=STD), T.CenterCrop((112, 112))]
+    if layout_cthw:
+        steps.append(ConvertBCHWtoCBHW())
+    return T.Compose(steps)
+
+
+@pytest.fixture(scope="module")
+def kinetics_root(tmp_path_factory):
+    """root/train/<class>/<video>: the corpus' videos in two classes."""
+    corpus = write_videos(tmp_path_factory.mktemp("corpus"))
+    root = tmp_path_factory.mktemp("kinetics")
+    for k, (name, path) in enumerate(corpus):
+        ext = path.suffix.lstrip(".")
+        if ext not in EXTENSIONS:
+            continue
+        cls = root / "train" / ("abseiling" if k % 2 == 0 else "bowling")
+        cls.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, cls / f"{name}.{ext}")
+    return root
+
+
+def kinetics(root, frames, step, transform, rate=None):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return Kinetics(str(root), frames, split="train", step_between_clips=step,
+                        frame_rate=rate, transform=transform, extensions=EXTENSIONS,
+                        output_format="TCHW", num_workers=0)
+
+
+def test_every_clip_equals_torchvision_kinetics(stoker, kinetics_root, daemon_factory):
+    """Loader(Kinetics(...)): every clip of every video, in clip order, within
+    torch's own float32 ulp of Kinetics[i] through the same eval preset
+    (CTHW), and the labels are the class folders'."""
+    d = daemon_factory(workers=2, data_root=str(kinetics_root))
+    ds = kinetics(kinetics_root, 8, 12, eval_preset(layout_cthw=True))
+    n = ds.video_clips.num_clips()
+    assert n > 20
+    got_clips, got_labels = [], []
+    with stoker.Loader(ds, socket=d.socket, batch_size=4, shuffle=False, epochs=1,
+                       copy=True) as loader:
+        for clips, labels in loader:
+            assert clips.shape[1:] == (3, 8, 112, 112) and clips.dtype == torch.float32
+            got_clips += list(clips)
+            got_labels += labels.tolist()
+        assert loader.class_names == ds.classes
+    assert len(got_clips) == n
+    worst = 0.0
+    for i in range(n):
+        want, _, label = ds[i]
+        assert got_labels[i] == label, i
+        worst = max(worst, float((got_clips[i] - want).abs().max()))
+    # torch's bilinear kernel orders its sums its own way: one float32 ulp
+    # of a resized value, scaled by 1/std (test_video_fidelity's bound).
+    assert worst <= 8e-7, worst
+
+
+def test_keywords_random_clip_sampler_exactly_once_and_worker_count(stoker, kinetics_root,
+                                                                     daemon_factory):
+    """Loader(path, frames_per_clip=..., sampler=RandomClipSampler(...)): each
+    epoch min(clips, k) distinct clips of each video, as many as torchvision's
+    sampler yields; the same batches for one seed whatever the worker count;
+    another epoch another draw."""
+    ds = kinetics(kinetics_root, 16, 4, None)
+    sampler = RandomClipSampler(ds.video_clips, 3)
+    per_video = [min(len(c), 3) for c in ds.video_clips.clips]
+    train = T.Compose([T.ConvertImageDtype(torch.float32), T.Resize((128, 171), antialias=False),
+                       T.RandomHorizontalFlip(), T.Normalize(mean=MEAN, std=STD),
+                       T.RandomCrop((112, 112))])
+
+    def run(workers):
+        d = daemon_factory(workers=workers, data_root=str(kinetics_root))
+        out = []
+        with stoker.Loader(str(kinetics_root / "train"), frames_per_clip=16, step_between_clips=4,
+                           transform=train, extensions=EXTENSIONS, sampler=sampler,
+                           socket=d.socket, batch_size=5, seed=11, epochs=2) as loader:
+            assert len(loader) == -(-sum(per_video) // 5)
+            for epoch in range(2):
+                loader.set_epoch(epoch)
+                clips_seen = []
+                for clips, labels in loader:
+                    assert clips.shape[1:] == (16, 3, 112, 112)
+                    clips_seen += loader.last_indices.tolist()
+                    out.append((clips.clone(), labels.clone()))
+                assert len(clips_seen) == sum(per_video) == len(sampler)
+                assert len(set(clips_seen)) == len(clips_seen)  # no clip twice
+                video_of = np.searchsorted(ds.video_clips.cumulative_sizes, clips_seen,
+                                           side="right")
+                counts = np.bincount(video_of, minlength=len(per_video))
+                assert counts.tolist() == per_video
+        return out
+
+    one, three = run(1), run(3)
+    assert len(one) == len(three)
+    for (a, la), (b, lb) in zip(one, three):
+        assert torch.equal(la, lb)
+        assert torch.equal(a, b)
+    half = len(one) // 2
+    assert any(not torch.equal(a[0], b[0]) for (a, _), (b, _) in zip(one[:half], one[half:]))
+
+
+def test_uniform_sampler_and_uint8_clips(stoker, kinetics_root, daemon_factory):
+    """UniformClipSampler's clips in its order, uint8 (no Normalize: for the
+    device), within half a level of torchvision's float path x 255."""
+    d = daemon_factory(workers=2, data_root=str(kinetics_root))
+    tr = T.Compose([T.Resize((64, 86), antialias=False), T.CenterCrop((56, 56))])
+    ds = kinetics(kinetics_root, 8, 8, None)
+    sampler = UniformClipSampler(ds.video_clips, 2)
+    order = list(iter(sampler))
+    got, idx = [], []
+    with stoker.Loader(ds, transform=tr, sampler=sampler, socket=d.socket, batch_size=3,
+                       epochs=1, copy=True) as loader:
+        for clips, _ in loader:
+            assert clips.dtype == torch.uint8 and clips.shape[1:] == (8, 3, 56, 56)
+            got += list(clips)
+            idx += loader.last_indices.tolist()
+    assert idx == order
+    ref = T.Compose([T.ConvertImageDtype(torch.float32), T.Resize((64, 86), antialias=False),
+                     T.CenterCrop((56, 56))])
+    for clip, i in zip(got[:12], order[:12]):
+        want = ref(ds.video_clips.get_clip(i)[0]) * 255
+        assert float((clip.float() - want).abs().max()) <= 0.5 + 1e-3, i
+
+
+def test_bad_videos_cost_their_clips_not_the_dataset(stoker, kinetics_root, daemon_factory,
+                                                     tmp_path):
+    """A truncated video, a text file named .mp4 and an audio-only file beside
+    good ones: indexed as what can be decoded (the text and audio files give
+    no clip, the truncated one its frames before the cut), the daemon lives,
+    every clip served is whole."""
+    root = tmp_path / "bad" / "train"
+    shutil.copytree(kinetics_root / "train", root)
+    good = sorted((root / "abseiling").iterdir())[0]
+    data = good.read_bytes()
+    (root / "abseiling" / "truncated.mp4").write_bytes(data[: len(data) * 2 // 3])
+    (root / "bowling" / "notes.mp4").write_bytes(b"this is not a video\n" * 100)
+    audio = root / "bowling" / "audio_only.mp4"
+    container = av.open(str(audio), "w")
+    stream = container.add_stream("aac", rate=16000)
+    for _ in range(20):
+        frame = av.AudioFrame.from_ndarray(np.zeros((1, 1024), np.float32), format="fltp",
+                                           layout="mono")
+        frame.rate = 16000
+        for p in stream.encode(frame):
+            container.mux(p)
+    for p in stream.encode():
+        container.mux(p)
+    container.close()
+    d = daemon_factory(workers=2, data_root=str(tmp_path / "bad"))
+    n = 0
+    with stoker.Loader(str(root), frames_per_clip=8, step_between_clips=8, transform=eval_preset(),
+                       extensions=EXTENSIONS, socket=d.socket, batch_size=4, epochs=1) as loader:
+        batches = len(loader)
+        for clips, _ in loader:
+            assert torch.isfinite(clips).all()
+            n += 1
+        status = stoker.Client(d.socket).status()["sessions"][0]
+    assert n == batches > 0
+    assert int(status.get("samples_failed", 0)) == 0
+    log = open(d.log_path, errors="replace").read()
+    assert "notes.mp4: no clip (DATA_LOSS" in log
+    assert "audio_only.mp4: no clip (FAILED_PRECONDITION" in log
+    assert "truncated.mp4" in log  # no clip, or its frames before the cut
+    d.stop()
+
+
+def test_refusals_name_the_fix(stoker, kinetics_root, daemon_factory):
+    d = daemon_factory(workers=1, data_root=str(kinetics_root))
+    with pytest.raises(stoker.InvalidRequestError, match="ColorJitter"):
+        stoker.Loader(str(kinetics_root / "train"), frames_per_clip=8,
+                      transform=T.Compose([T.ConvertImageDtype(torch.float32),
+                                           T.ColorJitter(0.4), T.CenterCrop(112)]),
+                      socket=d.socket, batch_size=2)
+    with pytest.raises(stoker.InvalidRequestError, match="need one size"):
+        with stoker.Loader(str(kinetics_root / "train"), frames_per_clip=8,
+                           transform=T.Compose([T.RandomHorizontalFlip()]),
+                           extensions=EXTENSIONS, socket=d.socket, batch_size=2) as loader:
+            next(iter(loader))
+    with pytest.raises(stoker.InvalidRequestError, match="frames_per_clip must be 1..256"):
+        with stoker.Loader(str(kinetics_root / "train"), frames_per_clip=300,
+                           transform=eval_preset(), extensions=EXTENSIONS, socket=d.socket,
+                           batch_size=2) as loader:
+            next(iter(loader))
+    assert os.path.exists(d.socket)
