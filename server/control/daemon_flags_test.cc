@@ -6,6 +6,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "server/video/video_probe.h"
+
 #include "absl/strings/str_split.h"
 
 namespace stoker {
@@ -70,6 +72,10 @@ TEST_CASE("the defaults: one place, the user's cache folder from XDG_CACHE_HOME 
   CHECK_FALSE(c.has_reserve_cpus());
   CHECK(c.index_cache() == "/home/ann/.cache/stoker/index");
   CHECK(c.transcode_cache() == "/home/ann/.cache/stoker/transcode");
+  // The video bounds' defaults are video::VideoLimits' (a tool without the
+  // daemon decodes under the same).
+  CHECK(c.video_max_decode_pixels() == video::VideoLimits().max_decode_pixels);
+  CHECK(c.video_max_frames_per_clip() == video::VideoLimits().max_frames_per_clip);
   c = DefaultDaemonConfig(FakeEnv({{"HOME", "/home/ann"}, {"XDG_CACHE_HOME", "/var/c"}}));
   CHECK(c.transcode_cache() == "/var/c/stoker/transcode");
   c = DefaultDaemonConfig(FakeEnv({{"XDG_CACHE_HOME", "relative"}}));

@@ -240,7 +240,8 @@ absl::Status Engine::Start() {
   if (prober_ == nullptr && probe_launcher_ != nullptr) {
     VideoProberOptions po;
     po.parallelism = std::max<uint32_t>(1, std::min<uint32_t>(8, std::thread::hardware_concurrency()));
-    po.max_decode_pixels = video::VideoLimits().max_decode_pixels;
+    po.max_decode_pixels = config_.video_max_decode_pixels();
+    po.timeout_ms = config_.video_probe_timeout_ms();
     own_prober_ = std::make_unique<WorkerVideoProber>(probe_launcher_.get(), po);
     prober_ = own_prober_.get();
   }
@@ -303,7 +304,10 @@ absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) 
     --attaches_waiting_;
     if (absl::Status room = RoomForSessionLocked(); !room.ok()) return room;
   }
-  auto request = PlanRequest(req);
+  video::VideoLimits video_limits;
+  video_limits.max_decode_pixels = config_.video_max_decode_pixels();
+  video_limits.max_frames_per_clip = config_.video_max_frames_per_clip();
+  auto request = PlanRequest(req, video_limits);
   if (!request.ok()) return request.status();
   // The one place a session's pipeline learns the daemon's calibration.
   request->pipeline.params.disabled_dct_scales = decode_calibration_.disabled_dct_scales;
