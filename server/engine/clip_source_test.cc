@@ -110,7 +110,7 @@ TEST_CASE("a video table probes only what changed, and keeps failures that last"
   CHECK(retried->frames(3) == 33);
 }
 
-TEST_CASE("every clip once an epoch across ranks; the samplers' counts", "[clip_source]") {
+TEST_CASE("every clip once an epoch across ranks, and the samplers' counts", "[clip_source]") {
   Fixture f;
   auto table = f.Build();
   // 8 frames, 4 apart: long (20) 4 clips, short (5) none, broken none, mid (33) 7.
