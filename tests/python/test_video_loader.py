@@ -220,3 +220,48 @@ def test_refusals_name_the_fix(stoker, kinetics_root, daemon_factory):
                            batch_size=2) as loader:
             next(iter(loader))
     assert os.path.exists(d.socket)
+
+
+def test_resume_mid_epoch_and_a_manifest_of_videos(stoker, kinetics_root, daemon_factory):
+    """load_state_dict after 3 batches: the rest of the epoch as an
+    uninterrupted run serves it (RandomClipSampler's draw and each clip's
+    crop and flip alike). A manifest listing the videos gives VideoClips'
+    clips of that list."""
+    d = daemon_factory(workers=2, data_root=str(kinetics_root))
+    ds = kinetics(kinetics_root, 8, 4, None)
+    train = T.Compose([T.ConvertImageDtype(torch.float32), T.Resize((64, 86), antialias=False),
+                       T.RandomHorizontalFlip(), T.RandomCrop((56, 56))])
+
+    def loader():
+        return stoker.Loader(ds, transform=train, sampler=RandomClipSampler(ds.video_clips, 4),
+                             socket=d.socket, batch_size=4, seed=3, copy=True)
+
+    with loader() as ld:
+        ld.set_epoch(1)
+        whole = [(c, loader_idx) for c, loader_idx in
+                 ((clips, ld.last_indices.copy()) for clips, _ in ld)]
+    with loader() as ld:
+        ld.set_epoch(1)
+        it = iter(ld)
+        for _ in range(3):
+            next(it)
+        state = ld.state_dict()
+    with loader() as ld:
+        ld.load_state_dict(state)
+        rest = [(clips, ld.last_indices.copy()) for clips, _ in ld]
+    assert len(rest) == len(whole) - 3
+    for (a, ia), (b, ib) in zip(whole[3:], rest):
+        assert ia.tolist() == ib.tolist()
+        assert torch.equal(a, b)
+
+    manifest = kinetics_root / "videos.tsv"
+    videos = [p for p, _ in ds.samples]
+    manifest.write_text("".join(f"{os.path.relpath(p, kinetics_root)}\t{k % 3}\n"
+                                for k, p in enumerate(videos)))
+    with stoker.Loader(str(manifest), frames_per_clip=8, step_between_clips=4,
+                       transform=eval_preset(), socket=d.socket, batch_size=5, shuffle=False,
+                       epochs=1) as ld:
+        labels = [int(v) for _, lb in ld for v in lb]
+    assert len(labels) == ds.video_clips.num_clips()
+    video_of = np.searchsorted(ds.video_clips.cumulative_sizes, range(len(labels)), side="right")
+    assert labels == [int(v) % 3 for v in video_of]
