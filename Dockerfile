@@ -66,7 +66,8 @@ RUN --mount=type=cache,target=/ccache,id=stoker-ccache \
 # Runtime stage: the three executables and the Debian runtime libraries they
 # link (ldd: gRPC++ and gRPC core with abseil, re2, c-ares and OpenSSL;
 # protobuf; libjpeg-turbo, libspng + libdeflate, libwebp, libtiff, stb: the
-# image formats; spdlog with fmt; libseccomp; libmicrohttpd for
+# image formats; FFmpeg's libavformat, libavcodec, libavutil and libswscale:
+# the video clips; spdlog with fmt; libseccomp; libmicrohttpd for
 # --metrics-addr), plus tini as PID 1.
 FROM debian:bookworm-slim
 
@@ -74,6 +75,7 @@ RUN apt-get update -q \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
       libgrpc++1.51 libgrpc29 libprotobuf32 libabsl20220623 \
       libjpeg62-turbo libspng0 libdeflate0 libwebp7 libwebpdemux2 libtiff6 libstb0 \
+      libavformat59 libavcodec59 libavutil57 libswscale6 \
       libspdlog1.10 libfmt9 libseccomp2 libmicrohttpd12 tini \
  && rm -rf /var/lib/apt/lists/*
 
@@ -90,7 +92,7 @@ COPY --from=build /out/stokerd /out/stoker-worker /out/stokerctl /usr/local/bin/
 COPY docker/entrypoint.sh /usr/local/bin/stoker-entrypoint
 
 LABEL org.opencontainers.image.title="stokerd" \
-      org.opencontainers.image.description="stoker's daemon: decodes and augments image datasets (JPEG, PNG, WebP, TIFF, BMP, PPM) into shared-memory rings for a trainer beside it" \
+      org.opencontainers.image.description="stoker's daemon: decodes and augments image datasets (JPEG, PNG, WebP, TIFF, BMP, PPM) and video clips into shared-memory rings for a trainer beside it" \
       org.opencontainers.image.documentation="docker/README.md" \
       io.stoker.socket="/run/stoker/stoker.sock" \
       io.stoker.data-root="/data" \
