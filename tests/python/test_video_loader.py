@@ -265,3 +265,33 @@ def test_resume_mid_epoch_and_a_manifest_of_videos(stoker, kinetics_root, daemon
     assert len(labels) == ds.video_clips.num_clips()
     video_of = np.searchsorted(ds.video_clips.cumulative_sizes, range(len(labels)), side="right")
     assert labels == [int(v) % 3 for v in video_of]
+
+
+def test_workers_killed_mid_batch_lose_and_repeat_no_clip(stoker, kinetics_root, daemon_factory):
+    """Workers SIGKILLed while they decode clips are replaced and their clips
+    redone: the epoch is the uninterrupted run's, clip for clip."""
+    import signal
+    ds = kinetics(kinetics_root, 8, 4, None)
+
+    def run(kill):
+        d = daemon_factory(workers=2, data_root=str(kinetics_root))
+        client = stoker.Client(d.socket)
+        out, killed = [], 0
+        with stoker.Loader(ds, transform=eval_preset(), socket=d.socket, batch_size=4, seed=9,
+                           epochs=1, copy=True, ring_slots=2) as ld:
+            for k, (clips, labels) in enumerate(ld):
+                out.append((clips, ld.last_indices.tolist()))
+                if kill and k % 3 == 0:
+                    live = [int(w["pid"]) for w in client.status()["workers"]
+                            if int(w.get("pid", 0))]
+                    if live:
+                        os.kill(live[k % len(live)], signal.SIGKILL)
+                        killed += 1
+        return out, killed
+
+    calm, _ = run(False)
+    stormy, killed = run(True)
+    assert killed >= 3
+    assert [i for _, i in calm] == [i for _, i in stormy]
+    for (a, _), (b, _) in zip(calm, stormy):
+        assert torch.equal(a, b)
