@@ -123,14 +123,7 @@ std::string Serialize(const std::vector<Record>& records) {
     w.Put(static_cast<uint32_t>(r.outcome.status.code()));
     w.PutString(std::string(r.outcome.status.message()));
     w.PutString(r.outcome.warning);
-    const VideoInfo& i = r.outcome.info;
-    w.Put(i.time_base_num);
-    w.Put(i.time_base_den);
-    w.Put(i.rate_num);
-    w.Put(i.rate_den);
-    w.Put(i.fps);
-    w.Put(i.width);
-    w.Put(i.height);
+    w.Put(r.outcome.info);
     w.PutArray(r.outcome.pts);
     w.PutArray(r.outcome.keyframes);
   }
@@ -153,12 +146,10 @@ std::vector<Record> Parse(const std::string& bytes) {
     Record rec;
     uint32_t code;
     std::string message;
-    VideoInfo& i = rec.outcome.info;
     if (!r.GetString(&rec.id.path) || !r.Get(&rec.id.offset) || !r.Get(&rec.id.length) ||
         !r.Get(&rec.id.ino) || !r.Get(&rec.id.size) || !r.Get(&rec.id.mtime_ns) || !r.Get(&code) ||
-        !r.GetString(&message) || !r.GetString(&rec.outcome.warning) || !r.Get(&i.time_base_num) ||
-        !r.Get(&i.time_base_den) || !r.Get(&i.rate_num) || !r.Get(&i.rate_den) || !r.Get(&i.fps) ||
-        !r.Get(&i.width) || !r.Get(&i.height) || !r.GetArray(&rec.outcome.pts) ||
+        !r.GetString(&message) || !r.GetString(&rec.outcome.warning) ||
+        !r.Get(&rec.outcome.info) || !r.GetArray(&rec.outcome.pts) ||
         !r.GetArray(&rec.outcome.keyframes) || code > 16) {
       return {};
     }

@@ -33,7 +33,8 @@
 
 namespace stoker {
 
-// What the clips need of one video besides its timestamps.
+// What the clips need of one video besides its timestamps. Plain old data
+// (it crosses the worker socket and goes into the cache file as bytes).
 struct VideoInfo {
   int32_t time_base_num = 0;
   int32_t time_base_den = 1;
@@ -43,6 +44,7 @@ struct VideoInfo {
   int32_t width = 0;
   int32_t height = 0;
 };
+static_assert(sizeof(VideoInfo) == 32, "no padding: its bytes are its fields");
 
 // One video to index: a file beneath the data root, whole or a byte range.
 struct ProbeTarget {

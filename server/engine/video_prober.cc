@@ -174,13 +174,7 @@ std::vector<ProbeOutcome> WorkerVideoProber::ProbeAll(
           } else {
             ProbeOutcome& o = p.outcome;
             o = ProbeOutcome();
-            o.info.time_base_num = m.time_base_num;
-            o.info.time_base_den = m.time_base_den;
-            o.info.rate_num = m.rate_num;
-            o.info.rate_den = m.rate_den;
-            o.info.fps = m.fps;
-            o.info.width = m.width;
-            o.info.height = m.height;
+            o.info = m.info;
             o.warning = m.warning;
             o.pts.reserve(m.frames);
             o.keyframes.reserve(m.keyframes);

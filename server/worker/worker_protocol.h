@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "server/dataset/video_table.h"
 #include "server/image/pipeline.h"
 #include "server/video/clip_params.h"
 
@@ -167,13 +168,7 @@ struct ProbeResultMsg {
   uint64_t probe_id = 0;
   uint64_t frames = 0;
   uint64_t keyframes = 0;
-  int32_t time_base_num = 0;
-  int32_t time_base_den = 1;
-  int32_t rate_num = 0;
-  int32_t rate_den = 1;
-  double fps = 0;
-  int32_t width = 0;
-  int32_t height = 0;
+  VideoInfo info;
   char warning[kReasonBytes];  // NUL-terminated
   char reason[kReasonBytes];   // NUL-terminated when code != 0
 };
