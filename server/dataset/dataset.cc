@@ -401,13 +401,18 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::Open(const DataRoot& roo
     status = dataset_internal::IndexPairedFolders(root, name, masks, options.image_suffix,
                                                   options.mask_suffix, &index);
   } else {
-    status = dataset_internal::IndexWebDataset(root, shards, &index);
+    status = dataset_internal::IndexWebDataset(root, shards, options.extensions, &index);
   }
   index.progress = nullptr;
   if (!status.ok()) return status;
   if (index.size() == 0) {
+    std::string keys;
+    for (const std::string& e : options.extensions) keys += (keys.empty() ? "" : ", ") + e;
     return absl::FailedPreconditionError(
-        format == DatasetFormat::kImageFolder
+        !options.extensions.empty()
+            ? Cat("'", user_path, "' has no ", format == DatasetFormat::kWebDataset ? "member" : "file",
+                  " named with one of ", keys)
+        : format == DatasetFormat::kImageFolder
             ? Cat("ImageFolder '", user_path, "' has no .jpg/.jpeg file in a class folder")
         : format == DatasetFormat::kManifest
             ? Cat("manifest '", user_path, "' lists no entry")

@@ -93,7 +93,9 @@ struct IndexOptions {
   // name, lowercased, ends with one of these ("avi" matches "x.AVI", and
   // "xavi" too, as in torchvision). Empty: IMG_EXTENSIONS. A video folder
   // passes its own (torchvision's Kinetics: "avi", "mp4"). Part of the
-  // dataset's identity.
+  // dataset's identity. WebDataset: when given, a sample is its group's
+  // first member of one of these keys ("mp4", "avi", "webm": a video set)
+  // instead of its image.
   std::vector<std::string> extensions;
   // Accepted and ignored: stoker 0.1 read only .jpg/.jpeg and this left the
   // other IMG_EXTENSIONS out; every one of them is read now.

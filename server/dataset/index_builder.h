@@ -160,10 +160,12 @@ absl::Status IndexPairedFolders(const DataRoot& root, const std::string& images,
                                 const std::string& masks, const std::string& image_suffix,
                                 const std::string& mask_suffix, DatasetIndex* out);
 
-// Indexes the tar shards at the canonical file paths `shards`, in order.
-// See Dataset::Open.
+// Indexes the tar shards at the canonical file paths `shards`, in order;
+// with `sample_keys` (IndexOptions::extensions: a video set's "mp4", "avi",
+// ...), a sample is its group's first member of one of those keys instead
+// of an image. See Dataset::Open.
 absl::Status IndexWebDataset(const DataRoot& root, const std::vector<std::string>& shards,
-                             DatasetIndex* out);
+                             const std::vector<std::string>& sample_keys, DatasetIndex* out);
 
 // The index cache: the file that would hold the index of `name` made with
 // the IndexOptions::flags() `flags` under `cache_dir`; Save writes it

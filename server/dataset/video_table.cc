@@ -71,7 +71,7 @@ class Writer {
   }
   void PutArray(const std::vector<int64_t>& a) {
     Put(static_cast<uint64_t>(a.size()));
-    out.append(reinterpret_cast<const char*>(a.data()), a.size() * sizeof(int64_t));
+    if (!a.empty()) out.append(reinterpret_cast<const char*>(a.data()), a.size() * sizeof(int64_t));
   }
   std::string out;
 };
@@ -97,7 +97,7 @@ class Reader {
     uint64_t n;
     if (!Get(&n) || (in_.size() - at_) / sizeof(int64_t) < n) return false;
     a->resize(n);
-    std::memcpy(a->data(), in_.data() + at_, n * sizeof(int64_t));
+    if (n != 0) std::memcpy(a->data(), in_.data() + at_, n * sizeof(int64_t));
     at_ += n * sizeof(int64_t);
     return true;
   }

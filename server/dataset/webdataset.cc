@@ -15,6 +15,7 @@
 
 #include <cerrno>
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <string_view>
@@ -25,6 +26,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
 #include "server/dataset/beneath.h"
 #include "server/dataset/dataset.h"
 #include "server/dataset/index_builder.h"
@@ -230,8 +232,8 @@ struct Group {
 class ShardIndexer {
  public:
   ShardIndexer(const std::string& shard, uint32_t file, int fd, uint64_t size,
-               DatasetIndex* out)
-      : shard_(shard), file_(file), fd_(fd), size_(size), out_(out) {}
+               const std::vector<std::string>& sample_keys, DatasetIndex* out)
+      : shard_(shard), file_(file), fd_(fd), size_(size), sample_keys_(sample_keys), out_(out) {}
 
   void Run() {
     uint64_t at = 0;
@@ -283,13 +285,24 @@ class ShardIndexer {
       group_ = Group{};
       group_.key = std::string(key);
     }
-    if (ext == "mask.png" || ext == "seg.png") {
+    if (!sample_keys_.empty()) {  // a video set: the first member of those keys
+      if (std::find(sample_keys_.begin(), sample_keys_.end(), ext) != sample_keys_.end()) {
+        if (!group_.has_image) {
+          group_.has_image = true;
+          group_.image_rank = 1;
+          group_.image_offset = data;
+          group_.image_length = size;
+          group_.image_name = name;
+        }
+        return;
+      }
+    } else if (ext == "mask.png" || ext == "seg.png") {
       group_.has_mask = true;
       group_.mask_offset = data;
       group_.mask_length = size;
       return;
     }
-    if (const int rank = ImageKeyRank(ext); rank != 0) {
+    if (const int rank = sample_keys_.empty() ? ImageKeyRank(ext) : 0; rank != 0) {
       if (group_.has_image && group_.image_rank <= rank) {
         // A "png" beside a "jpg" image: the sample's mask.
         if (ext == "png" && group_.image_rank == 1 && !group_.has_mask) {
@@ -374,6 +387,9 @@ class ShardIndexer {
   const uint32_t file_;
   const int fd_;
   const uint64_t size_;
+  // A video set's member keys (lower case, no dot), any of which is a
+  // sample; empty: the image keys (ImageKeyRank) and masks.
+  const std::vector<std::string>& sample_keys_;
   DatasetIndex* out_;
   Group group_;
 };
@@ -381,7 +397,11 @@ class ShardIndexer {
 }  // namespace
 
 absl::Status IndexWebDataset(const DataRoot& root, const std::vector<std::string>& shards,
-                             DatasetIndex* out) {
+                             const std::vector<std::string>& sample_keys, DatasetIndex* out) {
+  std::vector<std::string> keys;
+  for (const std::string& k : sample_keys) {
+    keys.push_back(absl::AsciiStrToLower(ToAbsl(k.substr(k.rfind('.') + 1))));
+  }
   if (shards.size() > UINT32_MAX) return absl::InvalidArgumentError("too many shards");
   uint64_t without_image = 0, without_label = 0;
   for (uint32_t f = 0; f < shards.size(); ++f) {
@@ -394,12 +414,15 @@ absl::Status IndexWebDataset(const DataRoot& root, const std::vector<std::string
     out->Watch(shards[f], fd.get(), /*is_dir=*/false);
     out->paths.append(shards[f]);
     out->offsets.push_back(out->paths.size());
-    ShardIndexer indexer(shards[f], f, fd.get(), static_cast<uint64_t>(st.st_size), out);
+    ShardIndexer indexer(shards[f], f, fd.get(), static_cast<uint64_t>(st.st_size), keys, out);
     indexer.Run();
     without_image += indexer.without_image_;
     without_label += indexer.without_label_;
   }
-  if (without_image > 0) {
+  if (without_image > 0 && !keys.empty()) {
+    out->warnings.push_back(Cat(without_image, " sample key(s) have no member keyed ",
+                                absl::StrJoin(keys, ", "), "; skipped"));
+  } else if (without_image > 0) {
     out->warnings.push_back(Cat(without_image,
                                 " sample key(s) have no image member (jpg, jpeg, png, webp, tif, "
                                 "tiff, bmp, ppm, pgm); skipped"));

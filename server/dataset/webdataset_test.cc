@@ -185,6 +185,42 @@ TEST_CASE("WebDataset: every image key is an image, jpg first, else the first im
   CHECK(d.warnings().size() == 2);  // g without an image, n without a label
 }
 
+TEST_CASE("WebDataset: a video set's samples are its mp4, avi or webm members",
+          "[dataset][webdataset]") {
+  TempDir tmp;
+  TarWriter a;
+  a.File("v0.mp4", "VIDEO-0");
+  a.File("v0.cls", "4");
+  a.File("v1.jpg", "A-THUMBNAIL");  // not a sample of a video set
+  a.File("v1.WEBM", "VIDEO-1");
+  a.File("v1.json", R"({"label": 7})");
+  a.File("v2.jpg", "IMAGE-ONLY");  // no video member: skipped
+  a.File("v3.avi", "VIDEO-3");
+  a.File("v3.mp4", "SECOND");  // one video a sample: the first
+  a.End();
+  WriteFile(tmp / "root/videos.tar", a.bytes());
+  auto root = OpenRoot(tmp / "root");
+  IndexOptions io;
+  io.extensions = {"mp4", ".avi", "webm"};
+  auto opened = Dataset::Open(*root, "videos.tar", DatasetFormat::kAuto, io);
+  REQUIRE(opened.ok());
+  const Dataset& d = **opened;
+  REQUIRE(d.size() == 3);
+  CHECK(ReadRange(tmp / "root/videos.tar", d.range_offset(0), d.range_length(0)) == "VIDEO-0");
+  CHECK(d.label(0) == 4);
+  CHECK(ReadRange(tmp / "root/videos.tar", d.range_offset(1), d.range_length(1)) == "VIDEO-1");
+  CHECK(d.label(1) == 7);
+  CHECK(ReadRange(tmp / "root/videos.tar", d.range_offset(2), d.range_length(2)) == "VIDEO-3");
+  CHECK_FALSE(d.has_masks());
+  bool named = false;
+  for (const std::string& w : d.warnings()) named |= w.find("no member keyed mp4, avi, webm") != std::string::npos;
+  CHECK(named);
+  // The same shard as an image set: its jpg members.
+  auto images = Dataset::Open(*root, "videos.tar", DatasetFormat::kAuto);
+  REQUIRE(images.ok());
+  CHECK((*images)->size() == 2);
+}
+
 TEST_CASE("WebDataset: a png beside a jpg is the mask, json boxes make a detection set",
           "[dataset][webdataset][cache]") {
   TempDir tmp;

@@ -199,7 +199,7 @@ std::vector<ProbeOutcome> WorkerVideoProber::ProbeAll(
           } else {
             const size_t at = p.values.size();
             p.values.resize(at + count);
-            std::memcpy(p.values.data() + at, buf.get() + offsetof(worker::ProbePtsMsg, values),
+            if (count != 0) std::memcpy(p.values.data() + at, buf.get() + offsetof(worker::ProbePtsMsg, values),
                         count * sizeof(int64_t));
           }
         } else {

@@ -17,7 +17,7 @@ namespace {
 
 void CopyText(std::string_view text, char (&out)[kReasonBytes]) {
   const size_t n = std::min(text.size(), sizeof(out) - 1);
-  std::memcpy(out, text.data(), n);
+  if (n != 0) std::memcpy(out, text.data(), n);
   out[n] = '\0';
 }
 

@@ -295,3 +295,44 @@ def test_workers_killed_mid_batch_lose_and_repeat_no_clip(stoker, kinetics_root,
     assert [i for _, i in calm] == [i for _, i in stormy]
     for (a, _), (b, _) in zip(calm, stormy):
         assert torch.equal(a, b)
+
+
+def test_webdataset_shards_with_video_members(stoker, kinetics_root, daemon_factory, tmp_path):
+    """Videos as WebDataset members (mp4/avi/webm keys, .cls labels): the
+    clips are VideoClips' over the same files, in shard order, each equal to
+    the one read from the file itself."""
+    import tarfile
+    ds = kinetics(kinetics_root, 8, 8, None)
+    videos = [p for p, _ in ds.samples if not p.endswith(".mkv")]
+    data = tmp_path / "wds"
+    data.mkdir()
+    for s in range(2):
+        with tarfile.open(data / f"videos-{s}.tar", "w") as tar:
+            for k, path in enumerate(videos[s::2]):
+                key = f"s{s}k{k:03d}"
+                tar.add(path, arcname=f"{key}.{path.rsplit('.', 1)[1]}")
+                label = tmp_path / "label.cls"
+                label.write_text(str(10 * s + k))
+                tar.add(label, arcname=f"{key}.cls")
+    order = videos[0::2] + videos[1::2]
+    d = daemon_factory(workers=2, data_root=str(data))
+    got, labels = [], []
+    with stoker.Loader(str(data / "videos-{0..1}.tar"), frames_per_clip=8, step_between_clips=8,
+                       transform=eval_preset(), socket=d.socket, batch_size=4, shuffle=False,
+                       epochs=1, copy=True) as ld:
+        for clips, lb in ld:
+            got += list(clips)
+            labels += lb.tolist()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from torchvision.datasets.video_utils import VideoClips
+        vc = VideoClips(order, 8, 8, num_workers=0, output_format="TCHW")
+    assert len(got) == vc.num_clips()
+    preset = eval_preset()
+    for i in range(0, len(got), 5):
+        want = preset(vc.get_clip(i)[0])
+        assert float((got[i] - want).abs().max()) <= 8e-7, i
+    video_of = np.searchsorted(vc.cumulative_sizes, range(len(got)), side="right")
+    want_labels = [10 * (v >= len(videos[0::2])) + (v if v < len(videos[0::2])
+                                                   else v - len(videos[0::2])) for v in video_of]
+    assert labels == want_labels
