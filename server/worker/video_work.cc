@@ -11,6 +11,7 @@
 #include "server/video/clip_decoder.h"
 #include "server/video/clip_ops.h"
 #include "server/video/video_probe.h"
+#include "server/worker/worker_input.h"
 
 namespace stoker::worker {
 namespace {
@@ -19,28 +20,6 @@ void CopyText(std::string_view text, char (&out)[kReasonBytes]) {
   const size_t n = std::min(text.size(), sizeof(out) - 1);
   if (n != 0) std::memcpy(out, text.data(), n);
   out[n] = '\0';
-}
-
-// Opens `path` beneath the root and checks the byte range against its size;
-// the range to read in *offset / *length.
-absl::StatusOr<UniqueFd> OpenVideo(int data_root, std::string_view path, bool has_range,
-                                   uint64_t* offset, uint64_t* length) {
-  absl::StatusOr<int> fd = OpenBeneath(data_root, path);
-  if (!fd.ok()) return fd.status();
-  UniqueFd owned(*fd);
-  struct stat st;
-  if (::fstat(owned.get(), &st) != 0) return PosixError("fstat", errno);
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
-  if (!has_range) {
-    *offset = 0;
-    *length = size;
-  } else if (*offset > size || *length > size - *offset) {
-    return absl::OutOfRangeError(absl::StrCat("member [", *offset, ", +", *length,
-                                              ") lies beyond the end of the file (", size,
-                                              " bytes): a truncated shard?"));
-  }
-  if (*length == 0) return absl::InvalidArgumentError("empty file");
-  return owned;
 }
 
 // The most a clip's decoded frames may take (64 frames of 4K).
@@ -54,16 +33,17 @@ void ProbeVideo(const ProbeMsg& m, int data_root, ProbeResultMsg* result,
   result->warning[0] = '\0';
   result->reason[0] = '\0';
   const std::string path(m.path, m.path_bytes);
-  uint64_t offset = m.file_offset, length = m.file_length;
-  absl::StatusOr<UniqueFd> fd = OpenVideo(data_root, path, m.has_range != 0, &offset, &length);
+  Input in;
+  const absl::Status opened =
+      OpenChecked(data_root, path, m.has_range != 0, m.file_offset, m.file_length, 0, &in);
   absl::StatusOr<video::VideoIndex> index = absl::UnknownError("not probed");
-  if (fd.ok()) {
+  if (opened.ok()) {
     video::VideoLimits limits;
     limits.max_decode_pixels = m.max_decode_pixels;
     if (m.max_frames != 0) limits.max_frames = m.max_frames;
-    index = video::Probe(fd->get(), offset, length, path, limits);
+    index = video::Probe(in.fd.get(), in.begin, in.length, path, limits);
   } else {
-    index = fd.status();
+    index = opened;
   }
   if (!index.ok()) {
     result->code = static_cast<uint32_t>(index.status().code());
@@ -118,15 +98,16 @@ absl::Status ClipWork::Decode(const TaskMsg& t, std::string_view path, int data_
   if (decoder_ == nullptr || path != path_ || offset != offset_ || length != length_) {
     decoder_.reset();
     fd_.Reset();
-    uint64_t o = offset, l = length;
-    absl::StatusOr<UniqueFd> fd = OpenVideo(data_root, path, t.has_range != 0, &o, &l);
-    if (!fd.ok()) return fd.status();
+    Input in;
+    absl::Status opened = OpenChecked(data_root, path, t.has_range != 0, offset, length, 0, &in);
+    if (!opened.ok()) return opened;
     video::VideoLimits limits;
     limits.max_decode_pixels = p.max_decode_pixels;
     if (p.max_frames_per_clip != 0) limits.max_frames_per_clip = p.max_frames_per_clip;
-    auto decoder = video::ClipDecoder::Open(fd->get(), o, l, std::string(path), limits);
+    auto decoder = video::ClipDecoder::Open(in.fd.get(), in.begin, in.length, std::string(path),
+                                            limits);
     if (!decoder.ok()) return decoder.status();
-    fd_ = *std::move(fd);
+    fd_ = std::move(in.fd);
     decoder_ = *std::move(decoder);
     path_ = std::string(path);
     offset_ = offset;

@@ -24,6 +24,7 @@
 #include "common/posix.h"
 #include "server/engine/transcode_cache.h"
 #include "server/worker/video_work.h"
+#include "server/worker/worker_input.h"
 #include "server/worker/worker_protocol.h"
 
 namespace stoker::worker {
@@ -40,42 +41,6 @@ void SetReason(ResultMsg* r, absl::StatusCode code, std::string_view reason) {
   size_t n = std::min(reason.size(), sizeof(r->reason) - 1);
   std::memcpy(r->reason, reason.data(), n);
   r->reason[n] = '\0';
-}
-
-// The task's input, opened and checked (a regular file, the member inside
-// it, under the size cap).
-struct Input {
-  UniqueFd fd;
-  struct stat st;
-  uint64_t begin = 0;
-  uint64_t length = 0;
-};
-
-// Opens `path` beneath the data root: [offset, offset + length) of it with
-// `has_range`, else the whole file; at most `max_file_bytes` (0: no cap).
-absl::Status OpenChecked(int root_fd, std::string_view path, bool has_range, uint64_t offset,
-                         uint64_t length, uint64_t max_file_bytes, Input* in) {
-  absl::StatusOr<int> fd_or = OpenBeneath(root_fd, path);
-  if (!fd_or.ok()) return fd_or.status();
-  in->fd = UniqueFd(*fd_or);
-  struct stat& st = in->st;
-  if (::fstat(in->fd.get(), &st) != 0) return PosixError("fstat", errno);
-  if (S_ISDIR(st.st_mode)) return absl::InvalidArgumentError("is a directory");
-  if (!S_ISREG(st.st_mode)) return absl::InvalidArgumentError("not a regular file");
-  uint64_t size = static_cast<uint64_t>(st.st_size);
-  in->begin = has_range ? offset : 0;
-  in->length = has_range ? length : size;
-  if (in->begin > size || in->length > size - in->begin) {
-    return absl::OutOfRangeError(absl::StrCat("member [", in->begin, ", +", in->length,
-                                              ") lies beyond the end of the file (", size,
-                                              " bytes): a truncated shard?"));
-  }
-  if (in->length == 0) return absl::InvalidArgumentError("empty file");
-  if (max_file_bytes != 0 && in->length > max_file_bytes) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("file is ", in->length, " bytes, over the cap of ", max_file_bytes));
-  }
-  return absl::OkStatus();
 }
 
 absl::Status OpenInput(int root_fd, const TaskMsg& t, std::string_view path, Input* in) {

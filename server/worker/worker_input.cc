@@ -1,0 +1,35 @@
+#include "server/worker/worker_input.h"
+
+#include <cerrno>
+
+#include "absl/strings/str_cat.h"
+#include "server/dataset/dataset.h"
+
+namespace stoker::worker {
+
+absl::Status OpenChecked(int root_fd, std::string_view path, bool has_range, uint64_t offset,
+                         uint64_t length, uint64_t max_file_bytes, Input* in) {
+  absl::StatusOr<int> fd_or = OpenBeneath(root_fd, path);
+  if (!fd_or.ok()) return fd_or.status();
+  in->fd = UniqueFd(*fd_or);
+  struct stat& st = in->st;
+  if (::fstat(in->fd.get(), &st) != 0) return PosixError("fstat", errno);
+  if (S_ISDIR(st.st_mode)) return absl::InvalidArgumentError("is a directory");
+  if (!S_ISREG(st.st_mode)) return absl::InvalidArgumentError("not a regular file");
+  uint64_t size = static_cast<uint64_t>(st.st_size);
+  in->begin = has_range ? offset : 0;
+  in->length = has_range ? length : size;
+  if (in->begin > size || in->length > size - in->begin) {
+    return absl::OutOfRangeError(absl::StrCat("member [", in->begin, ", +", in->length,
+                                              ") lies beyond the end of the file (", size,
+                                              " bytes): a truncated shard?"));
+  }
+  if (in->length == 0) return absl::InvalidArgumentError("empty file");
+  if (max_file_bytes != 0 && in->length > max_file_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("file is ", in->length, " bytes, over the cap of ", max_file_bytes));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace stoker::worker
