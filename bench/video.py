@@ -5,6 +5,7 @@ files, clips and transforms (the video reference's train preset).
 
     /usr/bin/python3 bench/video.py [--quick] [--rounds N] [--epochs N]
         [--build build] [--data /tmp/stoker-video-bench] [--out bench]
+        [--profile SET]
 
 Sets: bench/video_kernel.py's (made once with Debian's ffmpeg in --data,
 a camera panning over fine texture with sensor noise): Kinetics-sized
@@ -24,12 +25,18 @@ stoker's index (its cache keeps it). stoker's side also reports its
 workers' peak resident memory after the first timed epoch and at the end.
 Medians over --rounds rounds, the sides alternated, the CPU named. Nothing
 here asserts a timing.
+
+--profile SET (needs Debian's linux-perf) runs instead each side once on
+SET under `perf record`, sampling the timed epochs only, and splits each
+side's CPU per clip by where it goes (libavcodec, libswscale, the pixel
+ops, Python, libc and the kernel): VIDEO.md's "Why not 4x".
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -104,6 +111,71 @@ def collate(batch):
     return torch.utils.data.default_collate([(d[0], d[2]) for d in batch])
 
 
+def perf_control(args, command):
+    """Under --profile: turns perf's sampling on or off (its control fifo),
+    waiting for its acknowledgement."""
+    if not args.perf_ctl:
+        return
+    with open(args.perf_ctl + ".ctl", "w") as ctl:
+        ctl.write(command + "\n")
+    with open(args.perf_ctl + ".ack") as ack:
+        ack.readline()
+
+
+#: Where a side's CPU goes, by the shared object perf samples land in (first
+#: match wins; stoker's own code is its worker binary, torch's its libraries).
+CATEGORIES = (
+    ("video decode (libavcodec)", ("libavcodec", "libdav1d", "libvpx")),
+    ("demux (libavformat)", ("libavformat",)),
+    ("YUV to RGB (libswscale)", ("libswscale",)),
+    ("resize, flip, crop, normalize", ("stoker-worker", "libtorch", "libgomp", "libsleef",
+                                       "libc10", "libblas", "libopenblas")),
+    ("Python (interpreter, numpy, PyAV glue)", ("python3", "libpython", "_multiarray",
+                                                "av/", ".cpython-")),
+    ("memory and system (libc, kernel)", ("libc.so", "libc-", "[kernel", "ld-linux",
+                                          "libstdc++", "libm.so")),
+)
+
+
+def profile(a, name, root):
+    """--profile: each side once under perf (sampling its whole process tree
+    during the timed epochs only) and its CPU per clip split by where it
+    goes: prints a table and returns it."""
+    import tempfile
+    cut = {}
+    for s in ("torchvision", "stoker"):
+        tmp = tempfile.mkdtemp(prefix="stoker-video-perf-")
+        fifo = os.path.join(tmp, "perf")
+        os.mkfifo(fifo + ".ctl")
+        os.mkfifo(fifo + ".ack")
+        data = os.path.join(tmp, "perf.data")
+        cmd = ["perf", "record", "-q", "-F", "499", "-D", "-1", "--control",
+               f"fifo:{fifo}.ctl,{fifo}.ack", "-o", data, "--", sys.executable,
+               os.path.abspath(__file__), "--side", s, "--root", root, "--build", a.build,
+               "--epochs", str(a.epochs), "--perf-ctl", fifo]
+        line = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        run = json.loads(line.strip().splitlines()[-1])
+        report = subprocess.run(["perf", "report", "-i", data, "--no-children", "--sort", "dso",
+                                 "--stdio", "-F", "overhead,dso"], check=True,
+                                capture_output=True, text=True).stdout
+        shares = {c: 0.0 for c, _ in CATEGORIES}
+        shares["other"] = 0.0
+        for row in report.splitlines():
+            m = re.match(r"\s*([0-9.]+)%\s+(\S.*)$", row)
+            if not m:
+                continue
+            dso = m.group(2).strip()
+            cat = next((c for c, keys in CATEGORIES if any(k in dso for k in keys)), "other")
+            shares[cat] += float(m.group(1)) / 100
+        per_clip = 1000 * run["cpu"] / run["clips"]
+        cut[s] = {c: per_clip * v for c, v in shares.items()}
+        cut[s]["total"] = per_clip
+    print(f"{name}: CPU ms per clip by where it goes (perf, timed epochs only)")
+    for c in list(cut["torchvision"]):
+        print(f"  {c:>40}: torchvision {cut['torchvision'][c]:7.1f}  stoker {cut['stoker'][c]:7.1f}")
+    return cut
+
+
 def side(args):
     """One side, one round, in this process: prints a JSON line."""
     import torch
@@ -134,6 +206,7 @@ def side(args):
     seen = 0
     for clips, _ in loader:  # warm-up epoch
         seen += clips.shape[0]
+    perf_control(args, "enable")
     t0, c0 = time.monotonic(), tree_cpu(os.getpid())
     clips_n, peaks_first = 0, None
     for e in range(args.epochs):
@@ -144,6 +217,7 @@ def side(args):
         if e == 0 and args.side == "stoker":
             peaks_first = worker_peaks()
     wall, cpu = time.monotonic() - t0, tree_cpu(os.getpid()) - c0
+    perf_control(args, "disable")
     out = dict(clips=clips_n, seconds=wall, cpu=cpu)
     if args.side == "stoker":
         out.update(peak_mb_first=max(peaks_first or [0]), peak_mb_end=max(worker_peaks() or [0]))
@@ -161,6 +235,10 @@ def main():
     ap.add_argument("--out", default=HERE)
     ap.add_argument("--side")
     ap.add_argument("--root")
+    ap.add_argument("--perf-ctl")
+    ap.add_argument("--profile", metavar="SET",
+                    help="only: each side once under perf on SET (kinetics_h264, ...): where "
+                    "the CPU per clip goes; written to <out>/video_profile.json")
     a = ap.parse_args()
     if a.side:
         sys.modules.setdefault("video_bench", sys.modules[__name__])
@@ -168,6 +246,12 @@ def main():
     cpu_model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
                       if line.startswith("model name")), "?")
     sets = video_kernel.make_sets(a.data, a.quick)
+    if a.profile:
+        root = kinetics_layout(sets[a.profile], os.path.join(a.data, "kinetics", a.profile))
+        cut = profile(a, a.profile, root)
+        with open(os.path.join(a.out, "video_profile.json"), "w") as f:
+            json.dump(dict(cpu=cpu_model, set=a.profile, ms_per_clip=cut), f, indent=1)
+        return
     rows = []
     for name, files in sets.items():
         root = kinetics_layout(files, os.path.join(a.data, "kinetics", name))
