@@ -8,6 +8,7 @@ ring; the Loader yields (clips, labels) as the video reference's collate_fn
 gives them.
 """
 
+import json
 import os
 import shutil
 import warnings
@@ -158,6 +159,52 @@ def test_uniform_sampler_and_uint8_clips(stoker, kinetics_root, daemon_factory):
     for clip, i in zip(got[:12], order[:12]):
         want = ref(ds.video_clips.get_clip(i)[0]) * 255
         assert float((clip.float() - want).abs().max()) <= 0.5 + 1e-3, i
+
+
+def test_float_clips_for_the_device_come_uint8_and_are_normalized_there(stoker, kinetics_root,
+                                                                       daemon_factory):
+    """device='cuda' with a float preset: the daemon serves the clips uint8
+    (a quarter of the bytes through the ring and PCIe) and the loader's
+    normalize_clips makes them float on the device. Its arithmetic is
+    ConvertImageDtype + Normalize's own (equal on the served uint8), and the
+    result is within the daemon's uint8 rounding (0.5 / 255 / std) of the
+    daemon's float clips and of torchvision's, in TCHW and CTHW. (The device
+    copy itself needs a GPU: scripts/gpu-check.sh.)"""
+    from stoker.loader._video import normalize_clips
+    d = daemon_factory(workers=2, data_root=str(kinetics_root))
+    ds = kinetics(kinetics_root, 8, 12, None)
+    bound = 0.5 / 255 / min(STD) + 1e-6
+    for cthw in (False, True):
+        layout = "CTHW" if cthw else "TCHW"
+        float_tr = eval_preset(layout_cthw=cthw)
+        planned = stoker.Loader(ds, transform=float_tr, socket=d.socket, batch_size=4)
+        planned._mode = "cuda"  # what a CUDA loader asks the daemon for
+        request = json.loads(planned._daemon_request())
+        assert request["dtype"] == "uint8" and "mean" not in request and "std" not in request
+        steps = [T.Resize((128, 171), antialias=False), T.CenterCrop((112, 112))]
+        uint8_tr = T.Compose(steps + ([ConvertBCHWtoCBHW()] if cthw else []))
+        kw = dict(socket=d.socket, batch_size=4, shuffle=False, epochs=1, copy=True)
+        with stoker.Loader(ds, transform=float_tr, **kw) as f_loader, \
+                stoker.Loader(ds, transform=uint8_tr, **kw) as u_loader:
+            n = 0
+            for (f, _), (u, _) in zip(f_loader, u_loader):
+                assert u.dtype == torch.uint8 and f.dtype == torch.float32
+                got = normalize_clips(u, list(MEAN), list(STD), layout)
+                assert got.dtype == torch.float32 and got.shape == f.shape
+                assert float((got - f).abs().max()) <= bound
+                for k in range(u.shape[0]):
+                    tchw = u[k].permute(1, 0, 2, 3) if cthw else u[k]
+                    ref = T.Normalize(MEAN, STD)(T.ConvertImageDtype(torch.float32)(tchw))
+                    assert torch.equal(got[k], ref.permute(1, 0, 2, 3) if cthw else ref)
+                    want = ds.video_clips.get_clip(n)[0]
+                    want = float_tr(want)
+                    assert float((got[k] - want).abs().max()) <= bound + 8e-7, n
+                    n += 1
+            assert n == ds.video_clips.num_clips()
+    # Without Normalize: ConvertImageDtype alone is x / 255.
+    u = torch.arange(256, dtype=torch.uint8).view(1, 1, 1, 16, 16).expand(2, 4, 3, 16, 16)
+    assert torch.equal(normalize_clips(u, [], [], "TCHW"),
+                       T.ConvertImageDtype(torch.float32)(u.contiguous()))
 
 
 def test_bad_videos_cost_their_clips_not_the_dataset(stoker, kinetics_root, daemon_factory,

@@ -15,6 +15,7 @@ from .. import _native
 from .. import batch as _batch
 from ._options import _NO_INDEX, _cuda_unavailable_reason
 from ._torch import _torch_module
+from ._video import normalize_clips
 from ._views import BatchView, _targets
 
 
@@ -86,7 +87,8 @@ class _BatchesMixin:
         whose host array is `src`."""
         torch = _torch_module()
         output = self.effective_pipeline["output"]  # what the user asked for
-        if output["dtype"] == "uint8" or self._erases() or getattr(self, "_clips", False):
+        clips = getattr(self, "_clips", False)
+        if output["dtype"] == "uint8" or self._erases() or clips:
             # Served as it is (a pipeline that erases its output is served
             # float, normalized by the daemon: bytes copied unchanged).
             tdtype = torch.from_numpy(np.empty(0, dtype=src.dtype)).dtype
@@ -95,6 +97,9 @@ class _BatchesMixin:
                 _native.copy_to_device(owner, stream.cuda_stream, out.data_ptr(),
                                        out.numel() * out.element_size(), dtype="asis",
                                        device=index, sample=sample)
+            if clips and self._clip_normalize_on_device():  # served uint8 for the device
+                out = normalize_clips(out, output["mean"], output["std"],
+                                      self._options["clip_layout"])
             return out.to(torch.bfloat16) if self._bfloat16 else out  # the daemon served float32
         single = src.ndim == 3  # one sample, [h, w, 3] uint8
         n, h, w, _ = (1,) + src.shape if single else src.shape

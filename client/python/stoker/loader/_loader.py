@@ -97,7 +97,10 @@ class Loader(_PipelineMixin, _EpochsMixin, _ResumeMixin, _BatchesMixin):
     the copy has completed on the GPU. Labels are copied to the device too.
     A pipeline that ends in RandomErasing (whose values are in the output's
     normalized units) is instead served by the daemon in its output dtype and
-    layout, and copied to the device as it is.
+    layout, and copied to the device as it is. Float video clips are served
+    uint8 in their layout and made float there by torch's ops
+    (``_video.normalize_clips``: within 0.5 / 255 / std of the CPU path,
+    whose resize stays float).
 
     The session attaches lazily, at the first iteration, ``len()``, ``info``
     or `attach`. `close` (or leaving a ``with`` block) detaches.
@@ -677,7 +680,11 @@ class Loader(_PipelineMixin, _EpochsMixin, _ResumeMixin, _BatchesMixin):
             info["effective_pipeline"] = {}
         self._info = info
         if self._clips and info["effective_pipeline"]:
+            asked = self.effective_pipeline["output"]
             self.effective_pipeline = info["effective_pipeline"]  # the daemon's clip planner's
+            if self._clip_normalize_on_device():  # what the device makes of its uint8
+                self.effective_pipeline["output"].update(
+                    dtype=asked["dtype"], mean=asked["mean"], std=asked["std"])
         self._bpe = info["batches_per_epoch"]
         self._session_origin = start_epoch * self._bpe + start_batch
         try:

@@ -53,7 +53,8 @@ class _PipelineMixin:
             self._mask_fill = 0
             self.effective_pipeline = {
                 "ops": request.get("ops", []), "size": [],
-                "output": {"dtype": request.get("dtype", "float32"), "layout": "nchw"}}
+                "output": {"dtype": request.get("dtype", "float32"), "layout": "nchw",
+                           "mean": request.get("mean", []), "std": request.get("std", [])}}
             self.pipeline = ""
             return
         effective = json.loads(_native.effective_pipeline(_keywords_json(request)))
@@ -151,11 +152,23 @@ class _PipelineMixin:
         """Whether each sample is several views (PipelineSpec.views)."""
         return bool(self.effective_pipeline.get("views"))
 
+    def _clip_normalize_on_device(self) -> bool:
+        """Whether float clips are served uint8 and converted on the GPU."""
+        return (getattr(self, "_clips", False) and self._mode == "cuda"
+                and self._request.get("dtype", "float32") == "float32")
+
     def _daemon_request(self) -> str:
         """The pipeline keywords the daemon is sent for the current mode: as
         given on the CPU; uint8 to be normalized on the GPU for device copies
         (unless the pipeline erases its output: then the output as given)."""
         request = dict(self._request)
+        if self._clip_normalize_on_device():
+            # A float clip's /255 and Normalize run on the device (the
+            # daemon rounds its resized clip to uint8: _video.normalize_clips).
+            request["dtype"] = "uint8"
+            request.pop("mean", None)
+            request.pop("std", None)
+            return _keywords_json(request)
         # Views are served as asked: each is copied to the device as it is.
         if (self._mode == "cuda" and not self._erases() and not self._has_views()
                 and not getattr(self, "_clips", False)):

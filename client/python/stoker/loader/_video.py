@@ -128,6 +128,26 @@ def transform_keywords(transform: Any) -> Tuple[Dict[str, Any], str]:
     return kw, layout
 
 
+def normalize_clips(clips: Any, mean: List[float], std: List[float], layout: str) -> Any:
+    """A batch of uint8 clips as the reference's float transform gives them:
+    ``x / 255``, then ``(x - mean) / std`` per channel when mean and std are
+    given, in torch's float32 arithmetic on the tensor's own device (the
+    CUDA path's normalize: the daemon served uint8 for it).
+
+    `clips` is [n, T, 3, h, w] (layout "TCHW") or [n, 3, T, h, w] ("CTHW").
+    Against the daemon's float32 clip, the one difference is the daemon's
+    rounding of its resized values to uint8: at most 0.5 / 255 / std."""
+    from ._torch import _torch_module
+    torch = _torch_module()
+    out = clips.to(torch.float32).div_(255)
+    if mean:
+        shape = [1, 1, 3, 1, 1] if layout.upper() == "TCHW" else [1, 3, 1, 1, 1]
+        m = torch.tensor(mean, dtype=torch.float32, device=out.device).view(shape)
+        d = torch.tensor(std, dtype=torch.float32, device=out.device).view(shape)
+        out.sub_(m).div_(d)
+    return out
+
+
 def video_request(dataset: Any, transform: Any, frames_per_clip: Optional[int],
                   step_between_clips: Optional[int], frame_rate: Optional[int],
                   clip_layout: Optional[str], extensions: Any) -> Dict[str, Any]:
