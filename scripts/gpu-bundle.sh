@@ -36,10 +36,14 @@ fi
 
 rm -rf "$OUT"
 mkdir -p "$OUT/bin" "$OUT/libexec" "$OUT/lib" "$OUT/data"
-bins=("$BUILD/bin/stokerd" "$BUILD/bin/stoker-worker" "$BUILD/bin/stokerctl"
+# The worker is the images-only one (server/worker/video_work.h): FFmpeg
+# and what its libraries need are over 150 MiB, more than the device tool
+# carries; the bundle serves images.
+bins=("$BUILD/bin/stokerd" "$BUILD/bin/stoker-worker-images" "$BUILD/bin/stokerctl"
   "$BUILD/bin/stoker-gpu-feed")
+bundled_name() { local n; n=$(basename "$1"); echo "${n%-images}"; }
 for b in "${bins[@]}"; do
-  strip --strip-unneeded -o "$OUT/libexec/$(basename "$b")" "$b"
+  strip --strip-unneeded -o "$OUT/libexec/$(bundled_name "$b")" "$b"
 done
 
 # The shared libraries, resolved to their files, under their sonames; glibc's
@@ -64,7 +68,7 @@ fi
 strip --strip-unneeded "$OUT"/lib/*.so* 2>/dev/null || true
 
 for b in "${bins[@]}"; do
-  name=$(basename "$b")
+  name=$(bundled_name "$b")
   cat >"$OUT/bin/$name" <<EOF
 #!/bin/sh
 # $name from the stoker GPU bundle (scripts/gpu-bundle.sh).

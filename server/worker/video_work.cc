@@ -67,23 +67,35 @@ void ProbeVideo(const ProbeMsg& m, int data_root, ProbeResultMsg* result,
   values->insert(values->end(), index->keyframes.begin(), index->keyframes.end());
 }
 
-ClipWork::ClipWork() = default;
+struct ClipWork::State {
+  // The open video (path, range) and its decoder.
+  std::string open_path;
+  uint64_t open_offset = 0, open_length = 0;
+  UniqueFd fd;
+  std::unique_ptr<video::ClipDecoder> decoder;
+  std::vector<uint8_t> frames;
+
+  absl::Status Decode(const TaskMsg& t, std::string_view path, int data_root, uint8_t* out,
+                      ResultMsg* r);
+};
+
+ClipWork::ClipWork() : state_(std::make_unique<State>()) {}
 ClipWork::~ClipWork() = default;
 
 void ClipWork::Trim(size_t keep) {
-  if (frames_.capacity() > keep) std::vector<uint8_t>().swap(frames_);
+  if (state_->frames.capacity() > keep) std::vector<uint8_t>().swap(state_->frames);
 }
 
 void ClipWork::Run(const TaskMsg& t, std::string_view path, int data_root, uint8_t* out,
                    ResultMsg* r) {
-  const absl::Status st = Decode(t, path, data_root, out, r);
+  const absl::Status st = state_->Decode(t, path, data_root, out, r);
   if (st.ok()) return;
   r->code = static_cast<uint32_t>(st.code());
   CopyText(std::string(st.message()), r->reason);
 }
 
-absl::Status ClipWork::Decode(const TaskMsg& t, std::string_view path, int data_root,
-                              uint8_t* out, ResultMsg* r) {
+absl::Status ClipWork::State::Decode(const TaskMsg& t, std::string_view path, int data_root,
+                                     uint8_t* out, ResultMsg* r) {
   const ClipTask& c = t.clip;
   const video::ClipParams& p = c.params;
   if (p.frames == 0 || p.frames > video::kMaxClipFrames) {
@@ -95,23 +107,24 @@ absl::Status ClipWork::Decode(const TaskMsg& t, std::string_view path, int data_
   int64_t t0 = MonotonicNs();
   const uint64_t offset = t.has_range != 0 ? t.file_offset : 0;
   const uint64_t length = t.has_range != 0 ? t.file_length : 0;
-  if (decoder_ == nullptr || path != path_ || offset != offset_ || length != length_) {
-    decoder_.reset();
-    fd_.Reset();
+  if (decoder == nullptr || path != open_path || offset != open_offset ||
+      length != open_length) {
+    decoder.reset();
+    fd.Reset();
     Input in;
     absl::Status opened = OpenChecked(data_root, path, t.has_range != 0, offset, length, 0, &in);
     if (!opened.ok()) return opened;
     video::VideoLimits limits;
     limits.max_decode_pixels = p.max_decode_pixels;
     if (p.max_frames_per_clip != 0) limits.max_frames_per_clip = p.max_frames_per_clip;
-    auto decoder = video::ClipDecoder::Open(in.fd.get(), in.begin, in.length, std::string(path),
-                                            limits);
-    if (!decoder.ok()) return decoder.status();
-    fd_ = std::move(in.fd);
-    decoder_ = *std::move(decoder);
-    path_ = std::string(path);
-    offset_ = offset;
-    length_ = length;
+    auto opened_decoder = video::ClipDecoder::Open(in.fd.get(), in.begin, in.length,
+                                                   std::string(path), limits);
+    if (!opened_decoder.ok()) return opened_decoder.status();
+    fd = std::move(in.fd);
+    decoder = *std::move(opened_decoder);
+    open_path = std::string(path);
+    open_offset = offset;
+    open_length = length;
   }
   r->read_ns = static_cast<uint64_t>(MonotonicNs() - t0);
   t0 = MonotonicNs();
@@ -129,12 +142,12 @@ absl::Status ClipWork::Decode(const TaskMsg& t, std::string_view path, int data_
   // much; grow as the frames need (the decoder says how big they are when
   // the room is short, and nothing is written past it).
   video::ClipShape shape;
-  absl::Status st = decoder_->Decode(req, frames_.data(), frames_.size(), &shape);
+  absl::Status st = decoder->Decode(req, frames.data(), frames.size(), &shape);
   const uint64_t need = uint64_t{p.frames} * shape.height * shape.width * 3;
-  if (st.code() == absl::StatusCode::kResourceExhausted && need > frames_.size()) {
+  if (st.code() == absl::StatusCode::kResourceExhausted && need > frames.size()) {
     if (need > kMaxClipBufferBytes) return st;
-    frames_.resize(need);
-    st = decoder_->Decode(req, frames_.data(), frames_.size(), &shape);
+    frames.resize(need);
+    st = decoder->Decode(req, frames.data(), frames.size(), &shape);
   }
   if (!st.ok()) return st;
   r->decode_ns = static_cast<uint64_t>(MonotonicNs() - t0);
@@ -143,9 +156,9 @@ absl::Status ClipWork::Decode(const TaskMsg& t, std::string_view path, int data_
       p, shape.height, shape.width, t.key.seed, t.key.epoch, t.key.dataset_index);
   if (!tr.ok()) return tr.status();
   st = p.normalize != 0
-           ? video::ApplyClipTransform(frames_.data(), shape.frames, shape.height, shape.width, *tr,
+           ? video::ApplyClipTransform(frames.data(), shape.frames, shape.height, shape.width, *tr,
                                        reinterpret_cast<float*>(out))
-           : video::ApplyClipTransform(frames_.data(), shape.frames, shape.height, shape.width, *tr,
+           : video::ApplyClipTransform(frames.data(), shape.frames, shape.height, shape.width, *tr,
                                        out);
   if (!st.ok()) return st;
   r->augment_ns = static_cast<uint64_t>(MonotonicNs() - t0);

@@ -4,12 +4,16 @@
 // its unit test runs it in process on real video files.
 //
 // A worker keeps the decoder of the last video it decoded a clip of (its
-// container open, its decoder at the end of that clip): the daemon sends a
-// video's clips of one epoch to the same worker when it can, in order, so
-// the next clip goes on decoding from there (clip_decoder.h). Memory: that
-// decoder plus one clip's decoded frames, whatever the number of clips.
+// container open, its decoder at the end of that clip): when its next task
+// is a later clip of the same video (UniformClipSampler's clips in order,
+// an unshuffled epoch), decoding goes on from there (clip_decoder.h) instead
+// of seeking. Memory: that decoder plus one clip's decoded frames, whatever
+// the number of clips.
 //
-// Not thread-safe (one per worker).
+// Two implementations: video_work.cc (FFmpeg) and video_work_absent.cc,
+// for the images-only worker of scripts/gpu-bundle.sh (FFmpeg's libraries
+// are too big to carry), where every probe and clip fails UNAVAILABLE,
+// saying so. Not thread-safe (one per worker).
 
 #ifndef STOKER_SERVER_WORKER_VIDEO_WORK_H_
 #define STOKER_SERVER_WORKER_VIDEO_WORK_H_
@@ -21,12 +25,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "common/posix.h"
 #include "server/worker/worker_protocol.h"
-
-namespace stoker::video {
-class ClipDecoder;
-}
 
 namespace stoker::worker {
 
@@ -49,14 +48,10 @@ class ClipWork {
   void Trim(size_t keep);
 
  private:
-  absl::Status Decode(const TaskMsg& t, std::string_view path, int data_root, uint8_t* out,
-                      ResultMsg* r);
-  // The open video (path, range) and its decoder.
-  std::string path_;
-  uint64_t offset_ = 0, length_ = 0;
-  UniqueFd fd_;
-  std::unique_ptr<video::ClipDecoder> decoder_;
-  std::vector<uint8_t> frames_;
+  // The open video and its decoder, the decoded frames' buffer: the
+  // implementation's.
+  struct State;
+  std::unique_ptr<State> state_;
 };
 
 }  // namespace stoker::worker
