@@ -12,10 +12,13 @@ decode's too (the pipeline's path).
 video: tiny videos of each container and codec family (H.264 in MP4 with
 B-frames, VP9 in WebM, MJPEG in AVI, MPEG-4 in Matroska) and a truncated
 one, made with Debian's ffmpeg, behind one byte (where the clip starts).
+volume: small NIfTI-1 and NIfTI-2 files (int16, big-endian float32 4-D with
+scaling, uint8 with a qform), plain and gzip'd, and a truncated one.
 ring: valid headers for a few geometries (mode 1, no patch), with valid
 field records of each of their fields (image, label, boxes).
 """
 
+import gzip
 import io
 import os
 import struct
@@ -140,6 +143,51 @@ def video_seeds():
     return out
 
 
+def nifti(version, endian, dims, datatype, elem, voxels, slope=0.0, inter=0.0, qform=False):
+    """One NIfTI file's bytes, written field by field (nifti.h's layout)."""
+    e = endian
+    if version == 1:
+        h = bytearray(348)
+        struct.pack_into(e + "i", h, 0, 348)
+        struct.pack_into(e + "8h", h, 40, len(dims), *dims, *([1] * (7 - len(dims))))
+        struct.pack_into(e + "hh", h, 70, datatype, elem * 8)
+        struct.pack_into(e + "8f", h, 76, -1.0 if qform else 1.0, 0.8, 0.8, 2.5, 1, 1, 1, 1)
+        struct.pack_into(e + "3f", h, 108, 352.0, slope, inter)
+        struct.pack_into(e + "hh", h, 252, 1 if qform else 0, 0 if qform else 1)
+        struct.pack_into(e + "6f", h, 256, 0.0, 0.0, 0.38268343, 10.0, -20.0, 30.0)
+        struct.pack_into(e + "12f", h, 280, 0.8, 0, 0, -90, 0, 0.8, 0, -120, 0, 0, 2.5, 40)
+        h[344:348] = b"n+1\0"
+    else:
+        h = bytearray(540)
+        struct.pack_into(e + "i", h, 0, 540)
+        h[4:12] = b"n+2\0\r\n\x1a\n"
+        struct.pack_into(e + "hh", h, 12, datatype, elem * 8)
+        struct.pack_into(e + "8q", h, 16, len(dims), *dims, *([1] * (7 - len(dims))))
+        struct.pack_into(e + "8d", h, 104, 1.0, 0.8, 0.8, 2.5, 1, 1, 1, 1)
+        struct.pack_into(e + "q2d", h, 168, 544, slope, inter)
+        struct.pack_into(e + "ii", h, 344, 0, 1)
+        struct.pack_into(e + "12d", h, 400, 0.8, 0, 0, -90, 0, 0.8, 0, -120, 0, 0, 2.5, 40)
+    return bytes(h) + b"\0\0\0\0" + voxels
+
+
+def volume_seeds():
+    """Small NIfTI files of each kind nifti.h reads, plain and gzip'd."""
+    ramp16 = b"".join(struct.pack("<h", (i * 397) % 4001 - 2000) for i in range(8 * 6 * 4))
+    f32be = b"".join(struct.pack(">f", i * 0.25 - 3) for i in range(5 * 4 * 3 * 2))
+    files = {
+        "int16": nifti(1, "<", [8, 6, 4], 4, 2, ramp16),
+        "float32_be_4d_scaled": nifti(1, ">", [5, 4, 3, 2], 16, 4, f32be, 0.5, -1.0),
+        "uint8_qform": nifti(1, "<", [6, 5, 4], 2, 1, bytes(range(120)), qform=True),
+        "nifti2_int16": nifti(2, "<", [8, 6, 4], 4, 2, ramp16),
+    }
+    out = {}
+    for name, data in files.items():
+        out[name] = data
+        out[name + "_gz"] = gzip.compress(data, mtime=0)
+    out["int16_truncated_gz"] = out["int16_gz"][: len(out["int16_gz"]) // 2]
+    return out
+
+
 def tar_seeds():
     """Small WebDataset shards: ustar, GNU long names, pax paths, labels."""
     import io
@@ -192,6 +240,10 @@ for name, data in video_seeds().items():
     for where in (0, 5):
         with open(os.path.join(OUT, "video", f"{name}_{where}"), "wb") as f:
             f.write(bytes([where]) + data)
+os.makedirs(os.path.join(OUT, "volume"), exist_ok=True)
+for name, data in volume_seeds().items():
+    with open(os.path.join(OUT, "volume", name), "wb") as f:
+        f.write(data)
 for name, data in ring_seeds().items():
     with open(os.path.join(OUT, "ring", name), "wb") as f:
         f.write(data)
@@ -200,4 +252,5 @@ print(f"seeds: {len(os.listdir(os.path.join(OUT, 'decode')))} decode, "
       + 
       f"{len(os.listdir(os.path.join(OUT, 'ring')))} ring, "
       f"{len(os.listdir(os.path.join(OUT, 'tar')))} tar, "
-      f"{len(os.listdir(os.path.join(OUT, 'video')))} video")
+      f"{len(os.listdir(os.path.join(OUT, 'video')))} video, "
+      f"{len(os.listdir(os.path.join(OUT, 'volume')))} volume")

@@ -22,7 +22,7 @@ if [[ ! -f $dir/build.ninja ]]; then
   CC=clang-14 CXX=clang++-14 cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     $(stoker_ccache_args) -DSTOKER_FUZZ=ON -DSTOKER_PYTHON=OFF -DSTOKER_CUDA=OFF >/dev/null
 fi
-targets=(decode ring tar video png webp tiff stb)
+targets=(decode ring tar video volume png webp tiff stb)
 cmake --build "$dir" -j "$(nproc)" --target "${targets[@]/#/stoker_fuzz_}"
 
 rm -rf "$dir/seeds"

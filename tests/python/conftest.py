@@ -16,6 +16,7 @@ Fixtures (function scope unless said otherwise):
                     still running at teardown is stopped cleanly (asserted).
     daemon          one running daemon (2 workers) with an empty data root.
     video_tool      (session) the path of the build's stoker-video-tool.
+    volume_tool     (session) the path of the build's stoker-volume-tool.
 
 Helpers importable from here (``from conftest import ...``): make_dataset,
 write_jpeg, imagefolder_samples, samples_in_order, read_terminal, Daemon,
@@ -87,6 +88,15 @@ def build_dir() -> str:
     if py not in sys.path:
         sys.path.insert(0, py)
     return build
+
+
+@pytest.fixture(scope="session")
+def volume_tool(build_dir) -> str:
+    """The build's stoker-volume-tool (server/volume/ without a daemon)."""
+    path = os.path.join(build_dir, "bin", "stoker-volume-tool")
+    if not os.path.exists(path):
+        pytest.skip(f"{path} is not built")
+    return path
 
 
 @pytest.fixture(scope="session")
