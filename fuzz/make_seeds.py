@@ -13,7 +13,8 @@ video: tiny videos of each container and codec family (H.264 in MP4 with
 B-frames, VP9 in WebM, MJPEG in AVI, MPEG-4 in Matroska) and a truncated
 one, made with Debian's ffmpeg, behind one byte (where the clip starts).
 volume: small NIfTI-1 and NIfTI-2 files (int16, big-endian float32 4-D with
-scaling, uint8 with a qform), plain and gzip'd, and a truncated one.
+scaling, uint8 with a qform), plain and gzip'd, a truncated one, and .npy
+arrays (C and Fortran order, 4-D, big-endian, bool).
 ring: valid headers for a few geometries (mode 1, no patch), with valid
 field records of each of their fields (image, label, boxes).
 """
@@ -185,6 +186,15 @@ def volume_seeds():
         out[name] = data
         out[name + "_gz"] = gzip.compress(data, mtime=0)
     out["int16_truncated_gz"] = out["int16_gz"][: len(out["int16_gz"]) // 2]
+
+    def npy(descr, fortran, shape, data):
+        d = f"{{'descr': '{descr}', 'fortran_order': {fortran}, 'shape': {shape}, }}"
+        d += " " * ((64 - (10 + len(d) + 1) % 64) % 64) + "\n"
+        return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(d)) + d.encode() + data
+    out["npy_c_int16"] = npy("<i2", False, (8, 6, 4), ramp16)
+    out["npy_f_int16"] = npy("<i2", True, (8, 6, 4), ramp16)
+    out["npy_4d_f4_be"] = npy(">f4", False, (2, 5, 4, 3), f32be)
+    out["npy_bool"] = npy("|b1", False, (6, 5), bytes(i % 3 for i in range(30)))
     return out
 
 

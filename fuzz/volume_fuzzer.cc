@@ -1,7 +1,7 @@
-// libFuzzer target: the NIfTI reader (server/volume/nifti.h) on arbitrary
-// bytes, plain or gzip'd: a volume or an error, never a crash, a hang, a
-// read past its buffers or an allocation past the limits (a gzip bomb
-// included: nothing is inflated past the header's voxels).
+// libFuzzer target: the volume readers (server/volume/reader.h: NIfTI plain
+// or gzip'd, NumPy .npy) on arbitrary bytes: a volume or an error, never a
+// crash, a hang, a read past its buffers or an allocation past the limits
+// (a gzip bomb included: nothing is inflated past the header's voxels).
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -10,7 +10,8 @@
 #include <cstdlib>
 #include <vector>
 
-#include "server/volume/nifti.h"
+#include "server/volume/npy.h"
+#include "server/volume/reader.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int fd = memfd_create("stoker_fuzz_volume", MFD_CLOEXEC);
@@ -21,7 +22,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   limits.max_bytes = uint64_t{32} << 20;
   // Header alone, from memory, as the index reads it.
   (void)stoker::volume::ParseNiftiHeader(data, size, "x");
-  absl::StatusOr<stoker::volume::Volume> v = stoker::volume::ReadNifti(fd, 0, 0, "x", limits);
+  (void)stoker::volume::ParseNpyHeader(data, size, "x");
+  absl::StatusOr<stoker::volume::Volume> v =
+      stoker::volume::ReadVolume(fd, 0, 0, "x", limits, {0.5, 0.5, 2.0});
   if (v.ok()) {
     const int64_t n = v->Voxels();
     if (n <= 0 || static_cast<uint64_t>(n) > limits.max_voxels) std::abort();

@@ -1,7 +1,8 @@
 // stoker-volume-tool: volumes without a daemon, for tests and looking at a
 // file.
 //
-//   read FILE [--out RAW]  reads FILE (server/volume/nifti.h) and prints one
+//   read FILE [--out RAW] [--spacing X,Y,Z]  reads FILE (a NIfTI or a .npy,
+//        server/volume/reader.h; --spacing for a .npy) and prints one
 //        JSON line {"type", "shape": [ni, nj, nk], "channels", "spacing",
 //        "affine": 16 numbers row-major, "scaled", "slope", "inter"}; with
 //        --out, writes its values as float32 (volume.h's ToFloat32) in
@@ -13,6 +14,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <array>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -23,7 +25,7 @@
 #include "absl/strings/str_join.h"
 #include "common/json_text.h"
 #include "common/posix.h"
-#include "server/volume/nifti.h"
+#include "server/volume/reader.h"
 
 namespace {
 
@@ -33,14 +35,14 @@ std::string Number(double v) {
   return buf;
 }
 
-int Read(const std::string& path, const std::string& out) {
+int Read(const std::string& path, const std::string& out, const std::array<double, 3>& spacing) {
   using stoker::volume::Volume;
   stoker::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) {
     std::fprintf(stderr, "%s: cannot open\n", path.c_str());
     return 1;
   }
-  absl::StatusOr<Volume> v = stoker::volume::ReadNifti(fd.get(), 0, 0, path, {});
+  absl::StatusOr<Volume> v = stoker::volume::ReadVolume(fd.get(), 0, 0, path, {}, spacing);
   if (!v.ok()) {
     std::printf("{\"error\":%s,\"code\":%s}\n",
                 stoker::JsonString(std::string(v.status().message())).c_str(),
@@ -85,6 +87,10 @@ int main(int argc, char** argv) {
   CLI::App* read = app.add_subcommand("read", "a volume's header and values");
   read->add_option("file", path, "a .nii or .nii.gz")->required();
   read->add_option("--out", out, "write the values here as float32, voxel order");
+  std::vector<double> spacing;
+  read->add_option("--spacing", spacing, "a .npy's voxel sizes")->delimiter(',')->expected(3);
   CLI11_PARSE(app, argc, argv);
-  return Read(path, out);
+  std::array<double, 3> s = {0, 0, 0};
+  if (spacing.size() == 3) s = {spacing[0], spacing[1], spacing[2]};
+  return Read(path, out, s);
 }

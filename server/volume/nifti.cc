@@ -208,7 +208,7 @@ absl::StatusOr<VoxelType> NiftiVoxelType(int16_t datatype, const std::string& na
 }
 
 absl::StatusOr<NiftiHeader> ParseNiftiHeader(const uint8_t* b, size_t n, const std::string& name) {
-  if (n < kNifti1Bytes) return Bad(name, "shorter than a NIfTI header (348 bytes)");
+  if (n < kNifti1Bytes) return Bad(name, "shorter than a NIfTI header (348 bytes), and not a .npy");
   NiftiHeader h;
   const int32_t size = Load<int32_t>(b, false);
   const int32_t swapped_size = Load<int32_t>(b, true);
@@ -220,7 +220,7 @@ absl::StatusOr<NiftiHeader> ParseNiftiHeader(const uint8_t* b, size_t n, const s
     h.version = 2;
     h.swapped = size != static_cast<int32_t>(kNifti2Bytes);
   } else {
-    return Bad(name, "not a NIfTI file (sizeof_hdr is neither 348 nor 540)");
+    return Bad(name, "neither a NIfTI file (sizeof_hdr is neither 348 nor 540) nor a .npy");
   }
   const bool s = h.swapped;
   if (h.version == 1) {

@@ -172,3 +172,40 @@ def test_bad_files_are_named_errors(volume_tool, tmp_path):
         assert out.returncode == 2, out.stdout + out.stderr
         err = json.loads(out.stdout)
         assert err["code"] == code and words in err["error"] and name in err["error"]
+
+
+@pytest.mark.parametrize("dtype", DTYPES + ["bool", ">i2", ">f8"])
+def test_npy_arrays_equal_numpys(volume_tool, tmp_path, dtype):
+    """np.save'd arrays, C and Fortran order, 2-D, 3-D and 4-D (channel
+    first), numpy's format versions 1 and 2: the values numpy reads, in the
+    volume's order (axis 0 being i), and the spacing given as the affine."""
+    rng = np.random.default_rng(len(dtype))
+    for shape in ((9, 7), (9, 7, 5), (3, 9, 7, 5)):
+        if dtype == "bool":
+            arr = rng.integers(0, 2, size=shape).astype(bool)
+        else:
+            arr = random_array(np.dtype(dtype).newbyteorder("="), shape, rng).astype(dtype)
+        for order in ("C", "F"):
+            a = np.asarray(arr, order=order)
+            for version in ((1, 0), (2, 0)):
+                path = tmp_path / f"a_{order}_{version[0]}.npy"
+                with open(path, "wb") as f:
+                    np.lib.format.write_array(f, a, version=version)
+                out = subprocess.run([volume_tool, "read", str(path), "--out",
+                                      str(tmp_path / "v.f32"), "--spacing", "0.7,0.8,2.5"],
+                                     capture_output=True, text=True)
+                assert out.returncode == 0, out.stdout + out.stderr
+                info = json.loads(out.stdout)
+                got = np.fromfile(tmp_path / "v.f32", dtype=np.float32)
+                back = np.load(path)
+                if back.ndim == 4:
+                    want = np.concatenate([back[c].astype(np.float32).ravel(order="F")
+                                           for c in range(back.shape[0])])
+                    assert info["channels"] == back.shape[0]
+                    assert info["shape"] == list(back.shape[1:])
+                else:
+                    want = back.astype(np.float32).ravel(order="F")
+                    assert info["shape"] == list(back.shape) + [1] * (3 - back.ndim)
+                assert np.array_equal(got, want)
+                assert np.allclose(np.array(info["affine"]).reshape(4, 4),
+                                   np.diag([0.7, 0.8, 2.5, 1.0]), rtol=0, atol=0)
