@@ -85,4 +85,15 @@ absl::Status ToFloat32(const Volume& v, float* out) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<FloatVolume> ToFloatVolume(const Volume& v) {
+  FloatVolume f;
+  f.shape = v.shape;
+  f.channels = v.channels;
+  f.affine = v.affine;
+  f.values.resize(static_cast<size_t>(v.Voxels()));
+  absl::Status st = ToFloat32(v, f.values.data());
+  if (!st.ok()) return st;
+  return f;
+}
+
 }  // namespace stoker::volume

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace stoker::volume {
 
@@ -65,6 +66,27 @@ struct Volume {
 // `out` in voxel order. Fails (INTERNAL) only when `voxels` holds fewer
 // bytes than the shape needs.
 absl::Status ToFloat32(const Volume& v, float* out);
+
+// A volume's values as float32, in the same voxel order, with its geometry:
+// what the deterministic prefix's ops take and give (intensity.h,
+// crop_foreground.h, orientation.h). A label volume is one too (its class
+// numbers are exact in float32).
+struct FloatVolume {
+  std::array<int64_t, 3> shape = {1, 1, 1};
+  int64_t channels = 1;
+  std::array<double, 16> affine = {1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1};
+  std::vector<float> values;  // Voxels() of them
+
+  int64_t Voxels() const { return shape[0] * shape[1] * shape[2] * channels; }
+  int64_t ChannelVoxels() const { return shape[0] * shape[1] * shape[2]; }
+  // Element of voxel (i, j, k) of channel c.
+  size_t At(int64_t c, int64_t i, int64_t j, int64_t k) const {
+    return static_cast<size_t>(((c * shape[2] + k) * shape[1] + j) * shape[0] + i);
+  }
+};
+
+// The volume's values (ToFloat32) with its shape, channels and affine.
+absl::StatusOr<FloatVolume> ToFloatVolume(const Volume& v);
 
 }  // namespace stoker::volume
 

@@ -1,0 +1,197 @@
+"""The deterministic prefix's ops (server/volume/: orientation.h,
+intensity.h, crop_foreground.h, through stoker-volume-tool prefix) against
+references users trust, on CT-like volumes (volume_corpus.py):
+
+  * Orientation: nibabel's io_orientation / ornt_transform /
+    apply_orientation / inv_ornt_aff (what MONAI's Orientation calls):
+    equal voxels, the same affine;
+  * ScaleIntensityRange: MONAI's arithmetic run with torch on the same
+    float32 tensor: bit-equal; and a float64 reference of the documented
+    formula ((x - a_min) / (a_max - a_min) * (b_max - b_min) + b_min, then
+    the clip) within 2 float32 ulps of 1;
+  * NormalizeIntensity: a float64 reference of MONAI's formula ((x - mean)
+    / std, population std, over the nonzero voxels with nonzero=True, per
+    channel with channel_wise=True) within 8 float32 ulps of max(1, |x|)
+    (stoker takes the mean and std in float64, MONAI in float32);
+  * CropForeground: a numpy transcription of MONAI's
+    generate_spatial_bounding_box and CropForeground's divisible box and
+    zero padding: equal voxels, the affine moved to the box."""
+
+import json
+import subprocess
+
+import numpy as np
+import pytest
+
+from volume_corpus import ct_volume
+
+nib = pytest.importorskip("nibabel")
+torch = pytest.importorskip("torch")
+EPS = np.finfo(np.float32).eps
+
+
+def prefix(tool, path, ops, tmp_path):
+    cmd = [tool, "prefix", str(path), "--out", str(tmp_path / "out.f32")]
+    for op in ops:
+        cmd += ["--op", op]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    info = json.loads(out.stdout)
+    shape = info["shape"]
+    values = np.fromfile(tmp_path / "out.f32", dtype=np.float32)
+    # voxel order (i fastest, channel slowest) -> (c, i, j, k)
+    arr = values.reshape(info["channels"], shape[2], shape[1], shape[0]).transpose(0, 3, 2, 1)
+    return arr, np.array(info["affine"]).reshape(4, 4)
+
+
+def oblique_lps_affine(spacing=(0.78, 0.78, 2.5), theta=0.12):
+    """A scanner's LPS-stored affine, tilted about z (a gantry tilt)."""
+    rot = np.array([[np.cos(theta), -np.sin(theta), 0], [np.sin(theta), np.cos(theta), 0],
+                    [0, 0, 1]])
+    aff = np.eye(4)
+    aff[:3, :3] = rot @ np.diag([-spacing[0], -spacing[1], spacing[2]])
+    aff[:3, 3] = [120.5, 98.25, -310.0]
+    return aff
+
+
+@pytest.fixture(scope="module")
+def ct(tmp_path_factory):
+    d = tmp_path_factory.mktemp("ct")
+    hu, label, _ = ct_volume((160, 144, 20), np.random.default_rng(5))
+    aff = oblique_lps_affine()
+    nib.save(nib.Nifti1Image(hu, aff), d / "ct.nii.gz")
+    nib.save(nib.Nifti1Image(label, aff), d / "label.nii.gz")
+    return d, hu, label, nib.load(d / "ct.nii.gz").affine  # as stored: float32
+
+
+def ref_orientation(arr, aff, codes):
+    ornt = nib.orientations.ornt_transform(nib.io_orientation(aff),
+                                           nib.orientations.axcodes2ornt(codes))
+    return (nib.orientations.apply_orientation(arr, ornt),
+            aff @ nib.orientations.inv_ornt_aff(ornt, arr.shape))
+
+
+@pytest.mark.parametrize("codes", ["RAS", "LPS", "PIL", "SAR"])
+def test_orientation_is_nibabels(volume_tool, ct, tmp_path, codes):
+    d, hu, _, aff = ct
+    got, got_aff = prefix(volume_tool, d / "ct.nii.gz", [f"Orientation:{codes}"], tmp_path)
+    want, want_aff = ref_orientation(hu.astype(np.float32), aff, codes)
+    assert np.array_equal(got[0], want)
+    assert np.allclose(got_aff, want_aff, rtol=0, atol=1e-9)
+    assert "".join(nib.aff2axcodes(got_aff)) == codes
+
+
+def monai_scale(x, a_min, a_max, b_min, b_max, clip):
+    """MONAI's ScaleIntensityRange.__call__, on a torch float32 tensor."""
+    img = torch.from_numpy(x.copy())
+    img = (img - a_min) / (a_max - a_min)
+    img = img * (b_max - b_min) + b_min
+    if clip:
+        img = torch.clamp(img, b_min, b_max)
+    return img.numpy()
+
+
+def test_scale_intensity_range_is_monais_arithmetic(volume_tool, ct, tmp_path):
+    d, hu, _, _ = ct
+    for a_min, a_max, b_min, b_max, clip in ((-57, 164, 0.0, 1.0, True),
+                                             (-175, 250, -1.0, 1.0, False),
+                                             (-1000, 1000, 0.0, 255.0, True)):
+        op = f"ScaleIntensityRange:{a_min},{a_max},{b_min},{b_max}" + (",clip" if clip else "")
+        got, _ = prefix(volume_tool, d / "ct.nii.gz", [op], tmp_path)
+        x = hu.astype(np.float32)
+        assert np.array_equal(got[0], monai_scale(x, a_min, a_max, b_min, b_max, clip))
+        ref = (x.astype(np.float64) - a_min) / (a_max - a_min) * (b_max - b_min) + b_min
+        if clip:
+            ref = np.clip(ref, b_min, b_max)
+        assert np.max(np.abs(got[0] - ref) / np.maximum(1.0, np.abs(ref))) <= 2 * EPS
+
+
+@pytest.mark.parametrize("nonzero", [False, True])
+@pytest.mark.parametrize("channel_wise", [False, True])
+def test_normalize_intensity_is_the_formula(volume_tool, tmp_path, nonzero, channel_wise):
+    """Four MRI-like channels (BraTS' modalities: zero outside the head,
+    each its own scale) as one 4-D file."""
+    rng = np.random.default_rng(9)
+    x = np.zeros((48, 40, 12, 4), np.float32)
+    head = np.zeros((48, 40, 12), bool)
+    head[8:40, 6:34, 2:10] = True
+    for c in range(4):
+        x[..., c][head] = (rng.gamma(2.0 + c, 150.0 * (c + 1), size=head.sum())).astype(np.float32)
+    nib.save(nib.Nifti1Image(x, np.eye(4)), tmp_path / "mri.nii.gz")
+    args = ",".join(a for a, on in (("nonzero", nonzero), ("channel_wise", channel_wise)) if on)
+    got, _ = prefix(volume_tool, tmp_path / "mri.nii.gz",
+                    ["NormalizeIntensity" + (f":{args}" if args else "")], tmp_path)
+    cf = np.moveaxis(x, -1, 0).astype(np.float64)  # channel first
+    ref = cf.copy()
+    groups = [ref[c:c + 1] for c in range(4)] if channel_wise else [ref]
+    for g in groups:
+        mask = g != 0 if nonzero else np.ones_like(g, bool)
+        mean, std = g[mask].mean(), g[mask].std()
+        g[mask] = (g[mask] - mean) / (std if std != 0 else 1.0)
+    assert np.max(np.abs(got - ref) / np.maximum(1.0, np.abs(ref))) <= 8 * EPS
+    if nonzero:
+        assert np.all(got[np.moveaxis(x, -1, 0) == 0] == 0)
+
+
+def monai_crop_foreground(img, margin, allow_smaller, k):
+    """generate_spatial_bounding_box + CropForeground.compute_bounding_box +
+    crop_pad (constant 0), transcribed with numpy: (cropped, start)."""
+    fg = (img > 0).any(0)
+    start, end = [], []
+    for ax in range(3):
+        other = tuple(a for a in range(3) if a != ax)
+        hits = np.where(fg.any(axis=other))[0]
+        lo, hi = hits[0] - margin, hits[-1] + margin + 1
+        if allow_smaller:
+            lo, hi = max(lo, 0), min(hi, fg.shape[ax])
+        size = hi - lo
+        new = int(np.ceil(size / k) * k)
+        lo -= (new - size) // 2
+        start.append(lo)
+        end.append(lo + new)
+    out = np.zeros((img.shape[0],) + tuple(e - s for s, e in zip(start, end)), img.dtype)
+    src = tuple(slice(max(s, 0), min(e, n)) for s, e, n in zip(start, end, img.shape[1:]))
+    dst = tuple(slice(max(s, 0) - s, max(s, 0) - s + (sl.stop - sl.start))
+                for s, sl in zip(start, src))
+    out[(slice(None),) + dst] = img[(slice(None),) + src]
+    return out, np.array(start)
+
+
+@pytest.mark.parametrize("margin,allow_smaller,k", [(0, False, 1), (10, True, 1), (10, False, 1),
+                                                    (3, True, 16)])
+def test_crop_foreground_is_monais_box(volume_tool, ct, tmp_path, margin, allow_smaller, k):
+    d, hu, _, aff = ct
+    scale = "ScaleIntensityRange:-57,164,0,1,clip"
+    op = f"CropForeground:{margin}" + (",allow_smaller" if allow_smaller else "") + f",k={k}"
+    got, got_aff = prefix(volume_tool, d / "ct.nii.gz", [scale, op], tmp_path)
+    scaled = monai_scale(hu.astype(np.float32), -57, 164, 0.0, 1.0, True)[None]
+    want, start = monai_crop_foreground(scaled, margin, allow_smaller, k)
+    assert got.shape == want.shape
+    assert np.array_equal(got, want)
+    shift = np.eye(4)
+    shift[:3, 3] = start
+    assert np.allclose(got_aff, aff @ shift, rtol=0, atol=1e-9)
+
+
+def test_spleen_prefix_in_order(volume_tool, ct, tmp_path):
+    """The Decathlon spleen recipe's prefix without Spacing (Orientation RAS,
+    ScaleIntensityRange -57..164 -> 0..1 clip, CropForeground), each step
+    its reference in turn; a volume with no foreground fails, named."""
+    d, hu, _, aff = ct
+    got, got_aff = prefix(volume_tool, d / "ct.nii.gz",
+                          ["Orientation:RAS", "ScaleIntensityRange:-57,164,0,1,clip",
+                           "CropForeground"], tmp_path)
+    ras, ras_aff = ref_orientation(hu.astype(np.float32), aff, "RAS")
+    scaled = monai_scale(ras, -57, 164, 0.0, 1.0, True)[None]
+    want, start = monai_crop_foreground(scaled, 0, False, 1)
+    assert np.array_equal(got, want)
+    shift = np.eye(4)
+    shift[:3, 3] = start
+    assert np.allclose(got_aff, ras_aff @ shift, rtol=0, atol=1e-9)
+    nib.save(nib.Nifti1Image(np.full((8, 8, 8), -1000, np.int16), aff), tmp_path / "air.nii.gz")
+    out = subprocess.run([volume_tool, "prefix", str(tmp_path / "air.nii.gz"), "--op",
+                          "ScaleIntensityRange:-57,164,0,1,clip", "--op", "CropForeground"],
+                         capture_output=True, text=True)
+    assert out.returncode == 2
+    err = json.loads(out.stdout)
+    assert err["code"] == "FAILED_PRECONDITION" and "no foreground" in err["error"]
