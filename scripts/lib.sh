@@ -11,7 +11,7 @@ STOKER_PACKAGES=(
   python3 python3-dev python3-pytest python3-numpy python3-pil
   python3-pip python3-venv python3-setuptools python3-wheel
   python3-torch python3-torchvision python3-matplotlib python3-prometheus-client
-  python3-nibabel
+  python3-nibabel python3-scipy
   procps
 )
 # --- sanitizers and fuzzing: scripts/fuzz.sh adds these (clang + libFuzzer) ---

@@ -15,6 +15,7 @@
 //          ScaleIntensityRange:A_MIN,A_MAX[,B_MIN,B_MAX[,clip]]
 //          NormalizeIntensity[:nonzero][,channel_wise]
 //          CropForeground[:MARGIN[,allow_smaller][,k=K]]
+//          Spacing:X,Y,Z[,nearest]              (trilinear unless nearest)
 //
 // A file that does not read, or an op that fails on it, prints {"error",
 // "code"} and exits 2; bad usage exits 1.
@@ -40,6 +41,7 @@
 #include "server/volume/intensity.h"
 #include "server/volume/orientation.h"
 #include "server/volume/reader.h"
+#include "server/volume/spacing.h"
 
 namespace {
 
@@ -109,6 +111,14 @@ absl::Status RunOp(const std::string& op, stoker::volume::FloatVolume* v, const 
     if (!box.ok()) return box.status();
     vol::CropToBox(*box, v);
     return absl::OkStatus();
+  }
+  if (kind == "Spacing") {
+    absl::StatusOr<vol::SpacingPlan> plan =
+        vol::PlanSpacing(v->affine, v->shape, {number(0), number(1), number(2)});
+    if (!plan.ok()) return plan.status();
+    const bool nearest = args.size() > 3 && args[3] == "nearest";
+    return vol::Resample(*plan, nearest ? vol::Interpolation::kNearest
+                                        : vol::Interpolation::kTrilinear, v);
   }
   std::fprintf(stderr, "--op %s: no such op\n", op.c_str());
   std::exit(1);

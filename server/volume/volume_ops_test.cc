@@ -6,6 +6,7 @@
 #include "server/volume/crop_foreground.h"
 #include "server/volume/intensity.h"
 #include "server/volume/orientation.h"
+#include "server/volume/spacing.h"
 
 namespace stoker::volume {
 namespace {
@@ -154,6 +155,44 @@ TEST_CASE("Orientation: codes, io_orientation of rotated affines, reorienting to
   CHECK(FromAxisCodes("xyz").status().code() == absl::StatusCode::kInvalidArgument);
   v.affine = {1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1};
   CHECK(IoOrientation(v.affine).status().code() == absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_CASE("Spacing: the plan's shape and affine, the identity shortcut, the limits") {
+  const std::array<double, 16> a = {0.75, 0, 0, -10, 0, 0.75, 0, -20, 0, 0, 2.5, -30, 0, 0, 0, 1};
+  absl::StatusOr<SpacingPlan> p = PlanSpacing(a, {100, 80, 20}, {1.5, 1.5, 2.0});
+  REQUIRE(p.ok());
+  // Extents 99 * 0.75 / 1.5 + 1 = 50.5 -> 50 (half to even), 40.5 -> 40,
+  // 19 * 2.5 / 2 + 1 = 24.75 -> 25; the origin stays the first voxel's.
+  CHECK(p->shape == std::array<int64_t, 3>{50, 40, 25});
+  CHECK(p->affine == std::array<double, 16>{1.5, 0, 0, -10, 0, 1.5, 0, -20, 0, 0, 2, -30, 0, 0,
+                                            0, 1});
+  CHECK_FALSE(p->unchanged);
+
+  p = PlanSpacing(a, {100, 80, 20}, {0.75, 0.75, 2.5});
+  REQUIRE(p.ok());
+  CHECK(p->unchanged);
+  FloatVolume v = Ramp({100, 80, 20});
+  v.affine = a;
+  const std::vector<float> before = v.values;
+  REQUIRE(Resample(*p, Interpolation::kTrilinear, &v).ok());
+  CHECK(v.values == before);
+
+  CHECK(PlanSpacing(a, {100, 80, 20}, {0, 1, 1}).status().code() ==
+        absl::StatusCode::kInvalidArgument);
+  CHECK(PlanSpacing(a, {100, 80, 20}, {0.001, 0.001, 0.001}).status().code() ==
+        absl::StatusCode::kResourceExhausted);
+  std::array<double, 16> flat = a;
+  flat[10] = 0;
+  CHECK(PlanSpacing(flat, {100, 80, 20}, {1, 1, 1}).status().code() ==
+        absl::StatusCode::kInvalidArgument);
+
+  // Halving a ramp's spacing along i: trilinear midpoints.
+  FloatVolume r = Ramp({4, 1, 1});
+  r.affine = {2, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1};
+  p = PlanSpacing(r.affine, r.shape, {1, 1, 1});
+  REQUIRE(p.ok());
+  REQUIRE(Resample(*p, Interpolation::kTrilinear, &r).ok());
+  CHECK(r.values == std::vector<float>{0, 0.5f, 1, 1.5f, 2, 2.5f, 3});
 }
 
 }  // namespace
