@@ -56,6 +56,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/clock.h"
+#include "common/hash64.h"
 
 namespace stoker {
 
@@ -72,11 +73,7 @@ inline constexpr uint64_t MaxPayloadBytes(uint64_t source_bytes) {
   return 2 * source_bytes + (uint64_t{1} << 20);
 }
 
-// A stable 64-bit hash (the same in every process and run, unlike
-// absl::Hash): a multiply-xor mix of 8-byte words, then a final avalanche.
-// Not cryptographic: it detects corruption, not forgery (the directory is
-// the daemon user's own).
-uint64_t Hash64(const void* data, size_t bytes, uint64_t seed);
+// Envelopes are checked with common/hash64.h's Hash64.
 
 // 128 bits naming one version of one input: the dataset-relative path, the
 // member range (shards), and the file's size, mtime and inode number.
