@@ -1,0 +1,211 @@
+#include "server/volume/volume_cache.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "common/hash64.h"
+
+namespace stoker::volume {
+namespace {
+
+constexpr char kMagic[8] = {'S', 'T', 'K', 'V', 'C', 'v', '1', '\0'};
+constexpr uint64_t kAlign = 4096;
+constexpr uint64_t kHeaderHashAt = kVolumeEntryHeaderBytes - 8;
+
+uint64_t AlignUp(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+template <typename T>
+void Put(uint8_t* h, size_t at, T v) {
+  std::memcpy(h + at, &v, sizeof(T));
+}
+template <typename T>
+T Get(const uint8_t* h, size_t at) {
+  T v;
+  std::memcpy(&v, h + at, sizeof(T));
+  return v;
+}
+
+absl::Status Errno(const std::string& what) {
+  return absl::ErrnoToStatus(errno, what);
+}
+
+}  // namespace
+
+absl::Status ForegroundBackground(const FloatVolume& image, const std::vector<uint8_t>& label,
+                                  double image_threshold, std::vector<uint32_t>* fg,
+                                  std::vector<uint32_t>* bg) {
+  const int64_t n = image.ChannelVoxels();
+  if (static_cast<int64_t>(label.size()) != n) {
+    return absl::InvalidArgumentError(absl::StrCat("the label has ", label.size(),
+                                                   " voxels and the image ", n, " a channel"));
+  }
+  if (n >= (int64_t{1} << 32)) {
+    return absl::InvalidArgumentError("a volume of 2^32 voxels or more");
+  }
+  fg->clear();
+  bg->clear();
+  for (int64_t v = 0; v < n; ++v) {
+    if (label[static_cast<size_t>(v)] != 0) {
+      fg->push_back(static_cast<uint32_t>(v));
+      continue;
+    }
+    for (int64_t c = 0; c < image.channels; ++c) {
+      if (image.values[static_cast<size_t>(c * n + v)] > image_threshold) {
+        bg->push_back(static_cast<uint32_t>(v));
+        break;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteEntry(int dir_fd, const std::string& name, uint64_t key,
+                        const PreparedVolume& v) {
+  const uint64_t voxels = static_cast<uint64_t>(v.image.Voxels());
+  const uint64_t channel_voxels = static_cast<uint64_t>(v.image.ChannelVoxels());
+  if (v.image.values.size() != voxels || (v.has_label && v.label.size() != channel_voxels)) {
+    return absl::InvalidArgumentError("a prepared volume whose values do not fit its shape");
+  }
+  const uint64_t image_at = kVolumeEntryHeaderBytes, image_bytes = voxels * 4;
+  const uint64_t label_at = AlignUp(image_at + image_bytes);
+  const uint64_t label_bytes = v.has_label ? channel_voxels : 0;
+  const uint64_t fg_at = AlignUp(label_at + label_bytes);
+  const uint64_t bg_at = AlignUp(fg_at + v.foreground.size() * 4);
+  const uint64_t end = bg_at + v.background.size() * 4;
+
+  const std::string tmp = ".tmp-" + name;
+  UniqueFd fd(::openat(dir_fd, tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  if (!fd.valid()) {
+    if (errno == EEXIST) return absl::AlreadyExistsError(tmp + ": another writer holds it");
+    return Errno("creating " + tmp);
+  }
+  auto fail = [&](absl::Status s) {
+    ::unlinkat(dir_fd, tmp.c_str(), 0);
+    return s;
+  };
+  if (::ftruncate(fd.get(), static_cast<off_t>(end)) != 0) return fail(Errno("sizing " + tmp));
+  auto put = [&](uint64_t at, const void* data, uint64_t bytes) -> bool {
+    const auto* p = static_cast<const uint8_t*>(data);
+    while (bytes != 0) {
+      const ssize_t w = ::pwrite(fd.get(), p, bytes, static_cast<off_t>(at));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) return false;
+      p += w;
+      at += static_cast<uint64_t>(w);
+      bytes -= static_cast<uint64_t>(w);
+    }
+    return true;
+  };
+  if (!put(image_at, v.image.values.data(), image_bytes) ||
+      (label_bytes != 0 && !put(label_at, v.label.data(), label_bytes)) ||
+      (!v.foreground.empty() && !put(fg_at, v.foreground.data(), v.foreground.size() * 4)) ||
+      (!v.background.empty() && !put(bg_at, v.background.data(), v.background.size() * 4))) {
+    return fail(Errno("writing " + tmp));
+  }
+  // The payload hash over what the file now holds (padding included).
+  uint64_t payload_hash = 0;
+  {
+    void* m = ::mmap(nullptr, end, PROT_READ, MAP_SHARED, fd.get(), 0);
+    if (m == MAP_FAILED) return fail(Errno("mapping " + tmp));
+    Mapping map(m, end);
+    payload_hash = Hash64(static_cast<const uint8_t*>(m) + kVolumeEntryHeaderBytes,
+                          end - kVolumeEntryHeaderBytes, kVolumeEntryVersion);
+  }
+  std::vector<uint8_t> h(kVolumeEntryHeaderBytes, 0);
+  std::memcpy(h.data(), kMagic, 8);
+  Put<uint32_t>(h.data(), 8, kVolumeEntryVersion);
+  Put<uint32_t>(h.data(), 12, static_cast<uint32_t>(kVolumeEntryHeaderBytes));
+  Put<uint64_t>(h.data(), 16, key);
+  for (int a = 0; a < 3; ++a) Put<int64_t>(h.data(), 24 + 8 * a, v.image.shape[a]);
+  Put<int64_t>(h.data(), 48, v.image.channels);
+  Put<uint32_t>(h.data(), 56, v.has_label ? 1 : 0);
+  for (int i = 0; i < 16; ++i) Put<double>(h.data(), 64 + 8 * i, v.image.affine[i]);
+  const uint64_t sections[8] = {image_at, image_bytes, label_at,  label_bytes,
+                                fg_at,    v.foreground.size(), bg_at, v.background.size()};
+  for (int i = 0; i < 8; ++i) Put<uint64_t>(h.data(), 192 + 8 * i, sections[i]);
+  Put<uint64_t>(h.data(), 256, end - kVolumeEntryHeaderBytes);
+  Put<uint64_t>(h.data(), 264, payload_hash);
+  Put<uint64_t>(h.data(), kHeaderHashAt, Hash64(h.data(), kHeaderHashAt, kVolumeEntryVersion));
+  if (!put(0, h.data(), h.size())) return fail(Errno("writing " + tmp));
+  if (::renameat(dir_fd, tmp.c_str(), dir_fd, name.c_str()) != 0) {
+    return fail(Errno("renaming " + tmp));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<MappedEntry>> MappedEntry::Open(int dir_fd, const std::string& name,
+                                                               uint64_t key, bool verify_payload) {
+  UniqueFd fd(::openat(dir_fd, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd.valid()) {
+    if (errno == ENOENT) return absl::NotFoundError(name + ": no entry");
+    return Errno("opening " + name);
+  }
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return Errno("stat " + name);
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  auto bad = [&](const std::string& why) {
+    return absl::DataLossError(absl::StrCat(name, ": ", why));
+  };
+  if (!S_ISREG(st.st_mode) || size < kVolumeEntryHeaderBytes) return bad("shorter than a header");
+  void* m = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+  if (m == MAP_FAILED) return Errno("mapping " + name);
+  std::unique_ptr<MappedEntry> e(new MappedEntry());
+  e->map_ = Mapping(m, size);
+  const auto* h = static_cast<const uint8_t*>(m);
+  if (std::memcmp(h, kMagic, 8) != 0 || Get<uint32_t>(h, 8) != kVolumeEntryVersion ||
+      Get<uint32_t>(h, 12) != kVolumeEntryHeaderBytes) {
+    return bad("not a volume cache entry of this version");
+  }
+  if (Get<uint64_t>(h, kHeaderHashAt) != Hash64(h, kHeaderHashAt, kVolumeEntryVersion)) {
+    return bad("its header hash does not match");
+  }
+  if (Get<uint64_t>(h, 16) != key) {
+    return absl::FailedPreconditionError(name + ": stale (its sources or recipe changed)");
+  }
+  for (int a = 0; a < 3; ++a) e->shape_[a] = Get<int64_t>(h, 24 + 8 * a);
+  e->channels_ = Get<int64_t>(h, 48);
+  const bool has_label = Get<uint32_t>(h, 56) != 0;
+  for (int i = 0; i < 16; ++i) e->affine_[i] = Get<double>(h, 64 + 8 * i);
+  uint64_t voxels = 1;
+  for (int64_t d : {e->shape_[0], e->shape_[1], e->shape_[2]}) {
+    if (d < 1 || d > (int64_t{1} << 32)) return bad("a shape out of range");
+    voxels *= static_cast<uint64_t>(d);
+    if (voxels >= (uint64_t{1} << 32)) return bad("a shape out of range");
+  }
+  if (e->channels_ < 1 || e->channels_ > 4096) return bad("a channel count out of range");
+  uint64_t s[8];
+  for (int i = 0; i < 8; ++i) s[i] = Get<uint64_t>(h, 192 + 8 * i);
+  auto fits = [&](uint64_t at, uint64_t bytes) {
+    return at % 4 == 0 && at >= kVolumeEntryHeaderBytes && at <= size && bytes <= size - at;
+  };
+  const uint64_t image_bytes = voxels * static_cast<uint64_t>(e->channels_) * 4;
+  if (s[1] != image_bytes || !fits(s[0], s[1])) return bad("its image section does not fit");
+  if (s[3] != (has_label ? voxels : 0) || !fits(s[2], s[3])) {
+    return bad("its label section does not fit");
+  }
+  if (s[5] > voxels || !fits(s[4], s[5] * 4) || s[7] > voxels || !fits(s[6], s[7] * 4)) {
+    return bad("its voxel lists do not fit");
+  }
+  if (Get<uint64_t>(h, 256) != size - kVolumeEntryHeaderBytes) return bad("it is cut short");
+  if (verify_payload && Get<uint64_t>(h, 264) != Hash64(h + kVolumeEntryHeaderBytes,
+                                                        size - kVolumeEntryHeaderBytes,
+                                                        kVolumeEntryVersion)) {
+    return bad("its payload hash does not match");
+  }
+  e->image_ = reinterpret_cast<const float*>(h + s[0]);
+  e->label_ = has_label ? h + s[2] : nullptr;
+  e->fg_ = reinterpret_cast<const uint32_t*>(h + s[4]);
+  e->fg_count_ = s[5];
+  e->bg_ = reinterpret_cast<const uint32_t*>(h + s[6]);
+  e->bg_count_ = s[7];
+  return e;
+}
+
+}  // namespace stoker::volume
