@@ -90,22 +90,24 @@ def build_dir() -> str:
     return build
 
 
-@pytest.fixture(scope="session")
-def volume_tool(build_dir) -> str:
-    """The build's stoker-volume-tool (server/volume/ without a daemon)."""
-    path = os.path.join(build_dir, "bin", "stoker-volume-tool")
+def _built_tool(build_dir, name) -> str:
+    """The path of the build's executable `name`; skips when it is not built."""
+    path = os.path.join(build_dir, "bin", name)
     if not os.path.exists(path):
         pytest.skip(f"{path} is not built")
     return path
+
+
+@pytest.fixture(scope="session")
+def volume_tool(build_dir) -> str:
+    """The build's stoker-volume-tool (server/volume/ without a daemon)."""
+    return _built_tool(build_dir, "stoker-volume-tool")
 
 
 @pytest.fixture(scope="session")
 def video_tool(build_dir) -> str:
     """The build's stoker-video-tool (server/video/ without a daemon)."""
-    path = os.path.join(build_dir, "bin", "stoker-video-tool")
-    if not os.path.exists(path):
-        pytest.skip(f"{path} is not built")
-    return path
+    return _built_tool(build_dir, "stoker-video-tool")
 
 
 @pytest.fixture(scope="session")
