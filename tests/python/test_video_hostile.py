@@ -12,10 +12,8 @@ patched byte by byte.
 """
 
 import json
-import os
 import struct
 import subprocess
-import threading
 
 import pytest
 
@@ -104,21 +102,10 @@ def test_no_video_stream_and_no_frame(video_tool, tmp_path):
 
 
 def _max_rss_kb(video_tool, *args):
-    """(exit code, stdout, peak RSS in KB) of one video_tool command: the
-    child's own rusage from wait4 (not /usr/bin/time, which a fresh Debian
-    lacks); killed after TIMEOUT_S."""
-    p = subprocess.Popen([video_tool, *map(str, args)], stdout=subprocess.PIPE,
-                         stderr=subprocess.DEVNULL, text=True)
-    timer = threading.Timer(TIMEOUT_S, p.kill)
-    timer.start()
-    try:
-        out = p.stdout.read()
-        _, status, usage = os.wait4(p.pid, 0)
-    finally:
-        timer.cancel()
-        p.stdout.close()
-    p.returncode = os.waitstatus_to_exitcode(status)
-    return p.returncode, out, usage.ru_maxrss
+    """(exit code, stdout, peak RSS in KB) of one video_tool command."""
+    r = subprocess.run(["/usr/bin/time", "-f", "%M", video_tool, *map(str, args)], capture_output=True,
+                       text=True, timeout=TIMEOUT_S)
+    return r.returncode, r.stdout, int(r.stderr.strip().splitlines()[-1])
 
 
 def _claim_size(data, width, height, container=True, frames=True):
