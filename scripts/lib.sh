@@ -12,6 +12,7 @@ STOKER_PACKAGES=(
   python3-pip python3-venv python3-setuptools python3-wheel
   python3-torch python3-torchvision python3-matplotlib python3-prometheus-client
   python3-nibabel python3-scipy
+  time
   procps
 )
 # --- sanitizers and fuzzing: scripts/fuzz.sh adds these (clang + libFuzzer) ---

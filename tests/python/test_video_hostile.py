@@ -102,7 +102,10 @@ def test_no_video_stream_and_no_frame(video_tool, tmp_path):
 
 
 def _max_rss_kb(video_tool, *args):
-    """(exit code, stdout, peak RSS in KB) of one video_tool command."""
+    """(exit code, stdout, peak RSS in KB) of one video_tool command, by GNU
+    time (Debian's `time`, in scripts/lib.sh's packages): a child of this
+    large process would report its parent's peak as its own (Linux keeps a
+    process's peak across exec), a child of time does not."""
     r = subprocess.run(["/usr/bin/time", "-f", "%M", video_tool, *map(str, args)], capture_output=True,
                        text=True, timeout=TIMEOUT_S)
     return r.returncode, r.stdout, int(r.stderr.strip().splitlines()[-1])
