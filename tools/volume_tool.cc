@@ -8,14 +8,26 @@
 //        --out, writes its values as float32 (volume.h's ToFloat32) in
 //        voxel order (i fastest, then j, k, channel).
 //
-//   prefix FILE --op OP... [--out RAW]  reads FILE and runs the deterministic
-//        prefix's ops in the order given (server/volume/orientation.h,
-//        intensity.h, crop_foreground.h), then prints and writes as read:
+//   prefix FILE [--label FILE] --op OP... [--out RAW] [--label-out RAW]
+//        [--entry DIR/NAME] [--image-threshold T]: FILE (and its label)
+//        through the deterministic prefix (server/volume/prefix.h, whose
+//        ParsePrefixOp reads each OP):
 //          Orientation:CODES                    (RAS, LPS, ...)
+//          Spacing:X,Y,Z                        (the label: nearest)
 //          ScaleIntensityRange:A_MIN,A_MAX[,B_MIN,B_MAX[,clip]]
 //          NormalizeIntensity[:nonzero][,channel_wise]
-//          CropForeground[:MARGIN[,allow_smaller][,k=K]]
-//          Spacing:X,Y,Z[,nearest]              (trilinear unless nearest)
+//          CropForeground[:MARGIN][,allow_smaller][,k=K]
+//        prints {"shape", "channels", "affine", "foreground", "background",
+//        "recipe": the recipe's hash, hex}, writes the image (float32) and
+//        label (uint8) in voxel order, and with --entry the cache entry
+//        (server/volume/volume_cache.h) keyed by the recipe's hash.
+//
+//   patches DIR/NAME --key HEX [--spatial-size X,Y,Z] [--pos P] [--neg N]
+//        [--num-samples K] [--seed S --epoch E --index I] [--allow-smaller]
+//        [--out RAW] [--label-out RAW]: RandCropByPosNegLabel from the entry
+//        (server/volume/patch_sampler.h): prints {"patches": [{"start",
+//        "size", "drawn", "foreground"}]} and writes the patches one after
+//        another (each channel-slowest voxel order).
 //
 // A file that does not read, or an op that fails on it, prints {"error",
 // "code"} and exits 2; bad usage exits 1.
@@ -26,6 +38,8 @@
 #include <array>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
+#include <optional>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -35,13 +49,11 @@
 #include "absl/strings/str_join.h"
 #include "common/json_text.h"
 #include "common/posix.h"
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
-#include "server/volume/crop_foreground.h"
-#include "server/volume/intensity.h"
-#include "server/volume/orientation.h"
+#include "server/image/ops/rng.h"
+#include "server/volume/patch_sampler.h"
+#include "server/volume/prefix.h"
 #include "server/volume/reader.h"
-#include "server/volume/spacing.h"
+#include "server/volume/volume_cache.h"
 
 namespace {
 
@@ -57,100 +69,124 @@ int Fail(const absl::Status& s) {
   return 2;
 }
 
-// One --op: applies it to `v`, or says why not.
-absl::Status RunOp(const std::string& op, stoker::volume::FloatVolume* v, const std::string& name) {
-  namespace vol = stoker::volume;
-  const std::vector<std::string> parts = absl::StrSplit(op, absl::MaxSplits(':', 1));
-  const std::string& kind = parts[0];
-  std::vector<std::string> args;
-  if (parts.size() > 1 && !parts[1].empty()) args = absl::StrSplit(parts[1], ',');
-  auto number = [&](size_t i) {
-    double d = 0;
-    if (i >= args.size() || !absl::SimpleAtod(args[i], &d)) {
-      std::fprintf(stderr, "--op %s: argument %zu is not a number\n", op.c_str(), i);
-      std::exit(1);
-    }
-    return d;
-  };
-  if (kind == "Orientation") return vol::Reorient(args.empty() ? "RAS" : args[0], v);
-  if (kind == "ScaleIntensityRange") {
-    vol::ScaleIntensityRangeParams p;
-    p.a_min = number(0);
-    p.a_max = number(1);
-    if (args.size() >= 4) {
-      p.b_min = number(2);
-      p.b_max = number(3);
-    }
-    p.clip = args.size() >= 5 && args[4] == "clip";
-    vol::ScaleIntensityRange(p, v);
-    return absl::OkStatus();
-  }
-  if (kind == "NormalizeIntensity") {
-    vol::NormalizeIntensityParams p;
-    for (const std::string& a : args) {
-      if (a == "nonzero") p.nonzero = true;
-      if (a == "channel_wise") p.channel_wise = true;
-    }
-    return vol::NormalizeIntensity(p, v);
-  }
-  if (kind == "CropForeground") {
-    vol::CropForegroundParams p;
-    for (size_t i = 0; i < args.size(); ++i) {
-      if (args[i] == "allow_smaller") {
-        p.allow_smaller = true;
-      } else if (args[i].rfind("k=", 0) == 0) {
-        int64_t k = 1;
-        if (!absl::SimpleAtoi(args[i].substr(2), &k)) std::exit(1);
-        p.k_divisible = {k, k, k};
-      } else {
-        const auto m = static_cast<int64_t>(number(i));
-        p.margin = {m, m, m};
-      }
-    }
-    absl::StatusOr<vol::Box> box = vol::ForegroundBox(*v, p, name);
-    if (!box.ok()) return box.status();
-    vol::CropToBox(*box, v);
-    return absl::OkStatus();
-  }
-  if (kind == "Spacing") {
-    absl::StatusOr<vol::SpacingPlan> plan =
-        vol::PlanSpacing(v->affine, v->shape, {number(0), number(1), number(2)});
-    if (!plan.ok()) return plan.status();
-    const bool nearest = args.size() > 3 && args[3] == "nearest";
-    return vol::Resample(*plan, nearest ? vol::Interpolation::kNearest
-                                        : vol::Interpolation::kTrilinear, v);
-  }
-  std::fprintf(stderr, "--op %s: no such op\n", op.c_str());
-  std::exit(1);
+absl::StatusOr<stoker::volume::Volume> ReadFile(const std::string& path) {
+  stoker::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return absl::NotFoundError(path + ": cannot open");
+  return stoker::volume::ReadVolume(fd.get(), 0, 0, path, {});
 }
 
-int Prefix(const std::string& path, const std::vector<std::string>& ops, const std::string& out) {
-  stoker::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) {
-    std::fprintf(stderr, "%s: cannot open\n", path.c_str());
+bool WriteRaw(const std::string& path, const void* data, size_t bytes) {
+  std::ofstream f(path, std::ios::binary);
+  f.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
+  return static_cast<bool>(f);
+}
+
+struct PrefixArgs {
+  std::string path, label, out, label_out, entry;
+  std::vector<std::string> ops;
+  double image_threshold = 0;
+};
+
+int Prefix(const PrefixArgs& a) {
+  namespace vol = stoker::volume;
+  vol::PrefixRecipe recipe;
+  recipe.image_threshold = a.image_threshold;
+  for (const std::string& text : a.ops) {
+    absl::StatusOr<vol::PrefixOp> op = vol::ParsePrefixOp(text);
+    if (!op.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(op.status().message()).c_str());
+      return 1;
+    }
+    recipe.ops.push_back(*op);
+  }
+  absl::StatusOr<vol::Volume> image = ReadFile(a.path);
+  if (!image.ok()) return Fail(image.status());
+  std::optional<vol::Volume> label;
+  if (!a.label.empty()) {
+    absl::StatusOr<vol::Volume> l = ReadFile(a.label);
+    if (!l.ok()) return Fail(l.status());
+    label = *std::move(l);
+  }
+  absl::StatusOr<vol::PreparedVolume> v = vol::Prepare({*image}, label, recipe, a.path);
+  if (!v.ok()) return Fail(v.status());
+  std::vector<std::string> affine;
+  for (double x : v->image.affine) affine.push_back(Number(x));
+  std::printf(
+      "{\"shape\":[%ld,%ld,%ld],\"channels\":%ld,\"affine\":[%s],\"foreground\":%zu,"
+      "\"background\":%zu,\"recipe\":\"%016lx\"}\n",
+      static_cast<long>(v->image.shape[0]), static_cast<long>(v->image.shape[1]),
+      static_cast<long>(v->image.shape[2]), static_cast<long>(v->image.channels),
+      absl::StrJoin(affine, ",").c_str(), v->foreground.size(), v->background.size(),
+      static_cast<unsigned long>(vol::RecipeHash(recipe)));
+  if (!a.out.empty() &&
+      !WriteRaw(a.out, v->image.values.data(), v->image.values.size() * sizeof(float))) {
     return 1;
   }
-  absl::StatusOr<stoker::volume::Volume> read =
-      stoker::volume::ReadVolume(fd.get(), 0, 0, path, {});
-  if (!read.ok()) return Fail(read.status());
-  absl::StatusOr<stoker::volume::FloatVolume> v = stoker::volume::ToFloatVolume(*read);
-  if (!v.ok()) return Fail(v.status());
-  for (const std::string& op : ops) {
-    absl::Status st = RunOp(op, &*v, path);
+  if (!a.label_out.empty() && !WriteRaw(a.label_out, v->label.data(), v->label.size())) return 1;
+  if (!a.entry.empty()) {
+    const size_t slash = a.entry.rfind('/');
+    const std::string dir = slash == std::string::npos ? "." : a.entry.substr(0, slash);
+    stoker::UniqueFd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!dfd.valid()) return 1;
+    absl::Status st = vol::WriteEntry(dfd.get(), a.entry.substr(slash + 1),
+                                      vol::RecipeHash(recipe), *v);
     if (!st.ok()) return Fail(st);
   }
-  std::vector<std::string> affine;
-  for (double a : v->affine) affine.push_back(Number(a));
-  std::printf("{\"shape\":[%ld,%ld,%ld],\"channels\":%ld,\"affine\":[%s]}\n",
-              static_cast<long>(v->shape[0]), static_cast<long>(v->shape[1]),
-              static_cast<long>(v->shape[2]), static_cast<long>(v->channels),
-              absl::StrJoin(affine, ",").c_str());
-  if (!out.empty()) {
-    std::ofstream f(out, std::ios::binary);
-    f.write(reinterpret_cast<const char*>(v->values.data()),
-            static_cast<std::streamsize>(v->values.size() * sizeof(float)));
-    if (!f) return 1;
+  return 0;
+}
+
+struct PatchArgs {
+  std::string entry, out, label_out;
+  std::vector<int64_t> size = {96, 96, 96};
+  double pos = 1, neg = 1;
+  int num_samples = 1;
+  uint64_t seed = 0, epoch = 0, index = 0, key = 0;
+  bool allow_smaller = false;
+};
+
+int Patches(const PatchArgs& a) {
+  namespace vol = stoker::volume;
+  const size_t slash = a.entry.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : a.entry.substr(0, slash);
+  stoker::UniqueFd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dfd.valid()) return 1;
+  absl::StatusOr<std::unique_ptr<vol::MappedEntry>> e =
+      vol::MappedEntry::Open(dfd.get(), a.entry.substr(slash + 1), a.key, true);
+  if (!e.ok()) return Fail(e.status());
+  const vol::MappedEntry& m = **e;
+  vol::PosNegParams p;
+  if (a.size.size() != 3) return 1;
+  p.spatial_size = {a.size[0], a.size[1], a.size[2]};
+  p.pos = a.pos;
+  p.neg = a.neg;
+  p.num_samples = a.num_samples;
+  p.allow_smaller = a.allow_smaller;
+  stoker::KeyedRng rng(a.seed, a.epoch, a.index);
+  absl::StatusOr<std::vector<vol::Patch>> patches =
+      vol::PosNegPatches(p, m.shape(), m.foreground(), m.foreground_count(), m.background(),
+                         m.background_count(), rng, a.entry);
+  if (!patches.ok()) return Fail(patches.status());
+  std::vector<float> values;
+  std::vector<uint8_t> labels;
+  std::vector<std::string> rows;
+  for (const vol::Patch& x : *patches) {
+    const int64_t n = x.size[0] * x.size[1] * x.size[2];
+    const size_t at = values.size();
+    values.resize(at + static_cast<size_t>(n * m.channels()));
+    vol::CutPatch(m.image(), m.shape(), m.channels(), x, values.data() + at);
+    if (m.label() != nullptr) {
+      const size_t lat = labels.size();
+      labels.resize(lat + static_cast<size_t>(n));
+      vol::CutPatch(m.label(), m.shape(), 1, x, labels.data() + lat);
+    }
+    rows.push_back(absl::StrCat("{\"start\":[", x.start[0], ",", x.start[1], ",", x.start[2],
+                                "],\"size\":[", x.size[0], ",", x.size[1], ",", x.size[2],
+                                "],\"drawn\":", x.drawn,
+                                ",\"foreground\":", x.foreground ? "true" : "false", "}"));
   }
+  std::printf("{\"patches\":[%s]}\n", absl::StrJoin(rows, ",").c_str());
+  if (!a.out.empty() && !WriteRaw(a.out, values.data(), values.size() * sizeof(float))) return 1;
+  if (!a.label_out.empty() && !WriteRaw(a.label_out, labels.data(), labels.size())) return 1;
   return 0;
 }
 
@@ -209,13 +245,36 @@ int main(int argc, char** argv) {
   std::vector<double> spacing;
   read->add_option("--spacing", spacing, "a .npy's voxel sizes")->delimiter(',')->expected(3);
   CLI::App* prefix = app.add_subcommand("prefix", "a volume through the deterministic prefix");
-  std::string prefix_path, prefix_out;
-  std::vector<std::string> ops;
-  prefix->add_option("file", prefix_path, "a .nii, .nii.gz or .npy")->required();
-  prefix->add_option("--op", ops, "an op, in order (see the header)");
-  prefix->add_option("--out", prefix_out, "write the values here as float32, voxel order");
+  PrefixArgs pa;
+  prefix->add_option("file", pa.path, "a .nii, .nii.gz or .npy")->required();
+  prefix->add_option("--op", pa.ops, "an op, in order (see the header)");
+  prefix->add_option("--label", pa.label, "its label volume (geometry ops apply to both)");
+  prefix->add_option("--image-threshold", pa.image_threshold, "the background list's");
+  prefix->add_option("--out", pa.out, "write the image's values here as float32, voxel order");
+  prefix->add_option("--label-out", pa.label_out, "write the label here as uint8, voxel order");
+  prefix->add_option("--entry", pa.entry, "write the prepared sample as this cache entry");
+  CLI::App* patches = app.add_subcommand("patches", "RandCropByPosNegLabel from a cache entry");
+  PatchArgs ca;
+  patches->add_option("entry", ca.entry, "an entry `prefix --entry` wrote")->required();
+  std::string key_hex;
+  patches->add_option("--key", key_hex, "the entry's key (prefix prints it as recipe, hex)")
+      ->required();
+  patches->add_option("--spatial-size", ca.size)->delimiter(',')->expected(3);
+  patches->add_option("--pos", ca.pos);
+  patches->add_option("--neg", ca.neg);
+  patches->add_option("--num-samples", ca.num_samples);
+  patches->add_option("--seed", ca.seed);
+  patches->add_option("--epoch", ca.epoch);
+  patches->add_option("--index", ca.index);
+  patches->add_flag("--allow-smaller", ca.allow_smaller);
+  patches->add_option("--out", ca.out, "the patches' image values, float32, one after another");
+  patches->add_option("--label-out", ca.label_out, "the patches' labels, uint8");
   CLI11_PARSE(app, argc, argv);
-  if (prefix->parsed()) return Prefix(prefix_path, ops, prefix_out);
+  if (prefix->parsed()) return Prefix(pa);
+  if (patches->parsed()) {
+    ca.key = std::stoull(key_hex, nullptr, 16);
+    return Patches(ca);
+  }
   std::array<double, 3> s = {0, 0, 0};
   if (spacing.size() == 3) s = {spacing[0], spacing[1], spacing[2]};
   return Read(path, out, s);

@@ -1,4 +1,5 @@
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -6,6 +7,7 @@
 #include "server/volume/crop_foreground.h"
 #include "server/volume/intensity.h"
 #include "server/volume/orientation.h"
+#include "server/volume/prefix.h"
 #include "server/volume/spacing.h"
 
 namespace stoker::volume {
@@ -193,6 +195,54 @@ TEST_CASE("Spacing: the plan's shape and affine, the identity shortcut, the limi
   REQUIRE(p.ok());
   REQUIRE(Resample(*p, Interpolation::kTrilinear, &r).ok());
   CHECK(r.values == std::vector<float>{0, 0.5f, 1, 1.5f, 2, 2.5f, 3});
+}
+
+Volume Int16Volume(std::array<int64_t, 3> shape, int16_t fill) {
+  Volume v;
+  v.type = VoxelType::kInt16;
+  v.shape = shape;
+  v.voxels.resize(static_cast<size_t>(v.Voxels()) * 2);
+  for (size_t n = 0; n < v.voxels.size(); n += 2) std::memcpy(&v.voxels[n], &fill, 2);
+  return v;
+}
+
+TEST_CASE("Prefix ops from text, the recipe hash, and what Prepare refuses") {
+  CHECK(ParsePrefixOp("Spacing:1.5,1.5,2")->pixdim == std::array<double, 3>{1.5, 1.5, 2});
+  CHECK(ParsePrefixOp("ScaleIntensityRange:-57,164,0,1,clip")->scale.clip);
+  CHECK(ParsePrefixOp("CropForeground:3,allow_smaller,k=16")->crop.k_divisible[2] == 16);
+  for (const char* bad : {"Spacing:1,2", "Spacing:a,b,c", "ScaleIntensityRange:1", "Resize:3",
+                          "NormalizeIntensity:sometimes", "CropForeground:-1",
+                          "ScaleIntensityRange:0,1,0,1,maybe"}) {
+    INFO(bad);
+    CHECK(ParsePrefixOp(bad).status().code() == absl::StatusCode::kInvalidArgument);
+  }
+  PrefixRecipe a, b;
+  a.ops = {*ParsePrefixOp("Orientation:RAS"), *ParsePrefixOp("Spacing:1.5,1.5,2")};
+  b.ops = {*ParsePrefixOp("Orientation:RAS"), *ParsePrefixOp("Spacing:1.5,1.5,2.5")};
+  CHECK(RecipeHash(a) != RecipeHash(b));
+  b.ops[1] = a.ops[1];
+  CHECK(RecipeHash(a) == RecipeHash(b));
+  b.image_threshold = 0.5;
+  CHECK(RecipeHash(a) != RecipeHash(b));
+
+  const Volume img = Int16Volume({4, 3, 2}, 5);
+  Volume lab = Int16Volume({4, 3, 2}, 1);
+  absl::StatusOr<PreparedVolume> p = Prepare({img, img}, lab, a, "s");
+  REQUIRE(p.ok());
+  CHECK(p->image.channels == 2);
+  CHECK(p->image.shape == std::array<int64_t, 3>{3, 2, 2});  // 1 mm voxels to 1.5 x 1.5 x 2
+  CHECK(p->foreground.size() == 12);
+  Volume other = Int16Volume({4, 3, 3}, 1);
+  CHECK(Prepare({img}, other, a, "s").status().code() == absl::StatusCode::kDataLoss);
+  CHECK(Prepare({img, other}, std::nullopt, a, "s").status().code() ==
+        absl::StatusCode::kDataLoss);
+  lab.affine[3] = 1.0;
+  CHECK(Prepare({img}, lab, a, "s").status().code() == absl::StatusCode::kDataLoss);
+  Volume fractional = Int16Volume({4, 3, 2}, 1);
+  fractional.scaled = true;
+  fractional.slope = 0.5;
+  CHECK(Prepare({img}, fractional, PrefixRecipe{}, "s").status().code() ==
+        absl::StatusCode::kDataLoss);
 }
 
 }  // namespace

@@ -36,8 +36,12 @@ torch = pytest.importorskip("torch")
 EPS = np.finfo(np.float32).eps
 
 
-def prefix(tool, path, ops, tmp_path):
+def prefix(tool, path, ops, tmp_path, label=None):
+    """The tool's prefix: (image values as (c, i, j, k), affine); with a
+    label, its values land in tmp_path / "label.u8"."""
     cmd = [tool, "prefix", str(path), "--out", str(tmp_path / "out.f32")]
+    if label is not None:
+        cmd += ["--label", str(label), "--label-out", str(tmp_path / "label.u8")]
     for op in ops:
         cmd += ["--op", op]
     out = subprocess.run(cmd, capture_output=True, text=True)
@@ -241,9 +245,12 @@ def test_spacing_is_monais_resampling(volume_tool, tmp_path, theta):
     nib.save(nib.Nifti1Image(hu, aff), tmp_path / "ct.nii.gz")
     nib.save(nib.Nifti1Image(label, aff), tmp_path / "label.nii.gz")
     stored = nib.load(tmp_path / "ct.nii.gz").affine
-    for name, data, extra, order in (("ct.nii.gz", hu, "", 1), ("label.nii.gz", label, ",nearest", 0)):
-        got, got_aff = prefix(volume_tool, tmp_path / name,
-                              ["Orientation:RAS", "Spacing:1.5,1.5,2.0" + extra], tmp_path)
+    image, image_aff = prefix(volume_tool, tmp_path / "ct.nii.gz",
+                              ["Orientation:RAS", "Spacing:1.5,1.5,2.0"], tmp_path,
+                              label=tmp_path / "label.nii.gz")
+    labels = np.fromfile(tmp_path / "label.u8", dtype=np.uint8).reshape(
+        image.shape[3], image.shape[2], image.shape[1]).transpose(2, 1, 0)[None]
+    for data, got, got_aff, order in ((hu, image, image_aff, 1), (label, labels, image_aff, 0)):
         ras, ras_aff = ref_orientation(data.astype(np.float64), stored, "RAS")
         new, shape = monai_spacing_geometry(ras_aff, ras.shape, (1.5, 1.5, 2.0))
         assert got.shape == (1,) + shape
@@ -261,3 +268,63 @@ def test_spacing_is_monais_resampling(volume_tool, tmp_path, theta):
             want = ras[tuple(np.rint(coords).astype(int))]
             assert np.array_equal(got[0], want.astype(np.float32))
             assert set(np.unique(got)) <= {0.0, 1.0}
+
+
+def test_prepared_entry_and_its_patches(volume_tool, tmp_path):
+    """The spleen recipe's prefix over a CT-like image and its label into a
+    cache entry, then RandCropByPosNegLabel(96^3 -> 32^3 here, pos 1, neg 1)
+    from it: the entry's voxel lists are MONAI's map_binary_to_indices of
+    what the prefix made (foreground = label > 0, background = label 0 with
+    the image > image_threshold), every patch is the slice of the prepared
+    image and label at its start, its drawn voxel is foreground exactly when
+    it says so, about half are (pos 1, neg 1), and the same seed, epoch and
+    index draw the same patches."""
+    hu, label, _ = ct_volume((160, 144, 30), np.random.default_rng(4))
+    aff = oblique_lps_affine(theta=0.0)
+    nib.save(nib.Nifti1Image(hu, aff), tmp_path / "ct.nii.gz")
+    nib.save(nib.Nifti1Image(label, aff), tmp_path / "seg.nii.gz")
+    ops = ["Orientation:RAS", "Spacing:1.5,1.5,2.0", "ScaleIntensityRange:-57,164,0,1,clip",
+           "CropForeground"]
+    cmd = [volume_tool, "prefix", str(tmp_path / "ct.nii.gz"), "--label",
+           str(tmp_path / "seg.nii.gz"), "--out", str(tmp_path / "img.f32"), "--label-out",
+           str(tmp_path / "seg.u8"), "--entry", str(tmp_path / "entry")]
+    for op in ops:
+        cmd += ["--op", op]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    info = json.loads(out.stdout)
+    ni, nj, nk = info["shape"]
+    img = np.fromfile(tmp_path / "img.f32", np.float32).reshape(nk, nj, ni).transpose(2, 1, 0)
+    seg = np.fromfile(tmp_path / "seg.u8", np.uint8).reshape(nk, nj, ni).transpose(2, 1, 0)
+    assert info["foreground"] == int((seg > 0).sum()) > 0
+    assert info["background"] == int(((seg == 0) & (img > 0)).sum())
+    assert img.min() >= 0 and img.max() <= 1
+
+    def patches(seed, n=200):
+        r = subprocess.run([volume_tool, "patches", str(tmp_path / "entry"), "--key",
+                            info["recipe"], "--spatial-size", "32,32,16", "--num-samples",
+                            str(n), "--seed", str(seed), "--out", str(tmp_path / "p.f32"),
+                            "--label-out", str(tmp_path / "p.u8")], capture_output=True,
+                           text=True)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return json.loads(r.stdout)["patches"]
+
+    got = patches(1)
+    values = np.fromfile(tmp_path / "p.f32", np.float32).reshape(200, 16, 32, 32)
+    labels = np.fromfile(tmp_path / "p.u8", np.uint8).reshape(200, 16, 32, 32)
+    fg = 0
+    for n, p in enumerate(got):
+        (a, b, c), size = p["start"], p["size"]
+        assert size == [32, 32, 16]
+        assert np.array_equal(values[n].transpose(2, 1, 0), img[a:a + 32, b:b + 32, c:c + 16])
+        assert np.array_equal(labels[n].transpose(2, 1, 0), seg[a:a + 32, b:b + 32, c:c + 16])
+        d = p["drawn"]
+        at = (d % ni, d // ni % nj, d // (ni * nj))
+        assert (seg[at] > 0) == p["foreground"]
+        assert all(s <= x < s + w for s, x, w in zip(p["start"], at, size))
+        fg += p["foreground"]
+    assert abs(fg - 100) < 4 * np.sqrt(200 * 0.25)  # Binomial(200, 1/2)
+    assert patches(1) == got and patches(2) != got
+    bad = subprocess.run([volume_tool, "patches", str(tmp_path / "entry"), "--key", "1"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and json.loads(bad.stdout)["code"] == "FAILED_PRECONDITION"
