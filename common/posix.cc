@@ -111,6 +111,20 @@ bool WriteAll(int fd, const void* data, size_t bytes) {
   return true;
 }
 
+absl::StatusOr<size_t> ReadFullyAt(int fd, uint64_t offset, void* out, size_t bytes,
+                                   const std::string& what) {
+  auto* p = static_cast<char*>(out);
+  size_t got = 0;
+  while (got < bytes) {
+    const ssize_t n = ::pread(fd, p + got, bytes - got, static_cast<off_t>(offset + got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return PosixError("reading " + what, errno);
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  return got;
+}
+
 bool SendWithFd(int channel, const void* msg, size_t bytes, int fd) {
   struct iovec iov = {const_cast<void*>(msg), bytes};
   struct msghdr mh = {};

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace stoker {
 
@@ -90,6 +91,12 @@ ssize_t ReceiveWithFd(int channel, void* buf, size_t bytes, UniqueFd* passed);
 // Writes all `bytes` to `fd`, retrying short writes and EINTR; false (errno
 // set) on an error or a write that made no progress.
 [[nodiscard]] bool WriteAll(int fd, const void* data, size_t bytes);
+
+// Reads up to `bytes` at `offset` of `fd` into `out`, retrying short reads
+// and EINTR: the bytes read (fewer only at the end of the file), or the
+// errno's status naming `what`.
+absl::StatusOr<size_t> ReadFullyAt(int fd, uint64_t offset, void* out, size_t bytes,
+                                   const std::string& what);
 
 int64_t MonotonicNs();
 // Whether the page holding byte `offset` of `fd` is in the page cache, asked

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/posix.h"
 
 namespace stoker::volume {
 namespace {
@@ -151,15 +152,9 @@ class ByteStream {
     *got = 0;
     if (at >= length_) return absl::OkStatus();
     n = static_cast<size_t>(std::min<uint64_t>(n, length_ - at));
-    while (*got < n) {
-      const ssize_t r = ::pread(fd_, out + *got, n - *got, static_cast<off_t>(offset_ + at + *got));
-      if (r < 0 && errno == EINTR) continue;
-      if (r < 0) {
-        return absl::InternalError(absl::StrCat(name_, ": read: ", std::strerror(errno)));
-      }
-      if (r == 0) break;
-      *got += static_cast<size_t>(r);
-    }
+    absl::StatusOr<size_t> r = ReadFullyAt(fd_, offset_ + at, out, n, name_);
+    if (!r.ok()) return r.status();
+    *got = *r;
     return absl::OkStatus();
   }
 

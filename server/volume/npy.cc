@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/posix.h"
 
 namespace stoker::volume {
 namespace {
@@ -197,17 +198,9 @@ absl::StatusOr<Volume> ReadNpy(int fd, uint64_t offset, uint64_t length, const s
     length = static_cast<uint64_t>(end) > offset ? static_cast<uint64_t>(end) - offset : 0;
   }
   auto pread_all = [&](uint64_t at, uint8_t* out, size_t n) -> absl::StatusOr<size_t> {
-    size_t got = 0;
-    if (at >= length) return got;
-    n = static_cast<size_t>(std::min<uint64_t>(n, length - at));
-    while (got < n) {
-      const ssize_t r = ::pread(fd, out + got, n - got, static_cast<off_t>(offset + at + got));
-      if (r < 0 && errno == EINTR) continue;
-      if (r < 0) return absl::InternalError(absl::StrCat(name, ": read: ", std::strerror(errno)));
-      if (r == 0) break;
-      got += static_cast<size_t>(r);
-    }
-    return got;
+    if (at >= length) return size_t{0};
+    return ReadFullyAt(fd, offset + at, out, static_cast<size_t>(std::min<uint64_t>(n, length - at)),
+                       name);
   };
   // numpy pads its header to 64 bytes (at most 65535 + 10 in version 1;
   // a header past 1 MiB is not numpy's).
