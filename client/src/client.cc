@@ -401,9 +401,14 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& addre
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
   // A trainer often starts before its sidecar: reconnect quickly once the
-  // daemon is up instead of backing off for tens of seconds.
+  // daemon is up instead of backing off for tens of seconds. gRPC reads
+  // MIN_RECONNECT_BACKOFF as the time one connection attempt may take to
+  // finish its handshake: at 100 ms a daemon on a loaded machine (its CPUs
+  // busy decoding) failed attaches with "connection attempt timed out before
+  // receiving SETTINGS frame"; it keeps gRPC's 20 s, and every RPC's own
+  // deadline still bounds a call to a hung daemon.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 20000);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   auto channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
   auto c = std::unique_ptr<Client>(new Client());
