@@ -198,12 +198,7 @@ int Read(const std::string& path, const std::string& out, const std::array<doubl
     return 1;
   }
   absl::StatusOr<Volume> v = stoker::volume::ReadVolume(fd.get(), 0, 0, path, {}, spacing);
-  if (!v.ok()) {
-    std::printf("{\"error\":%s,\"code\":%s}\n",
-                stoker::JsonString(std::string(v.status().message())).c_str(),
-                stoker::JsonString(absl::StatusCodeToString(v.status().code())).c_str());
-    return 2;
-  }
+  if (!v.ok()) return Fail(v.status());
   std::vector<std::string> affine;
   for (double a : v->affine) affine.push_back(Number(a));
   std::printf(

@@ -205,6 +205,8 @@ absl::Status Resample(const SpacingPlan& plan, Interpolation mode, FloatVolume* 
   out.affine = plan.affine;
   out.values.resize(static_cast<size_t>(out.Voxels()));
   const int64_t ni = v->shape[0], nj = v->shape[1], nk = v->shape[2];
+  const double dims[3] = {static_cast<double>(ni - 1), static_cast<double>(nj - 1),
+                          static_cast<double>(nk - 1)};
   for (int64_t k = 0; k < out.shape[2]; ++k) {
     for (int64_t j = 0; j < out.shape[1]; ++j) {
       for (int64_t i = 0; i < out.shape[0]; ++i) {
@@ -213,8 +215,6 @@ absl::Status Resample(const SpacingPlan& plan, Interpolation mode, FloatVolume* 
           p[r] = x[r * 4 + 0] * static_cast<double>(i) + x[r * 4 + 1] * static_cast<double>(j) +
                  x[r * 4 + 2] * static_cast<double>(k) + x[r * 4 + 3];
         }
-        const double dims[3] = {static_cast<double>(ni - 1), static_cast<double>(nj - 1),
-                                static_cast<double>(nk - 1)};
         for (int r = 0; r < 3; ++r) p[r] = std::min(std::max(p[r], 0.0), dims[r]);
         if (mode == Interpolation::kNearest) {
           const int64_t a = static_cast<int64_t>(std::nearbyint(p[0]));
