@@ -162,7 +162,8 @@ AttachOptions ParseAttach(const std::string& dataset, const py::kwargs& kw) {
                                         {"manifest", DatasetFormat::kManifest},
                                         {"webdataset", DatasetFormat::kWebDataset},
                                         {"coco", DatasetFormat::kCoco},
-                                        {"paired_folders", DatasetFormat::kPairedFolders}});
+                                        {"paired_folders", DatasetFormat::kPairedFolders},
+                                        {"decathlon", DatasetFormat::kDecathlon}});
     } else if (key == "annotations") {
       o.annotations = FsName(v, "annotations (a COCO JSON path)");
     } else if (key == "masks" || key == "image_suffix" || key == "mask_suffix") {
@@ -190,6 +191,11 @@ AttachOptions ParseAttach(const std::string& dataset, const py::kwargs& kw) {
       o.clips.sampler = ToLowerStr(v, k);
     } else if (key == "clips_per_video") {
       o.clips.clips_per_video = ToU32(v, k);
+    } else if (key == "volumes_json") {
+      // stoker.volume's transforms as the VolumeSpec's JSON: the daemon
+      // (pipeline/volume_pipeline.h) alone knows their defaults and checks.
+      if (!PyUnicode_Check(v.ptr())) RaiseInvalid("volumes_json must be a str");
+      o.volumes_json = py::cast<std::string>(v);
     } else if (key == "clip_layout") {
       o.clips.layout = py::cast<std::string>(v);
     } else if (key == "skip_unsupported_formats") {

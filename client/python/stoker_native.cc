@@ -141,6 +141,7 @@ class PySession {
     }
     d["class_names"] = classes;
     d["effective_pipeline_json"] = i.effective_pipeline_json;
+    d["effective_volumes_json"] = i.effective_volumes_json;
     return d;
   }
 

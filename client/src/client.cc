@@ -365,7 +365,7 @@ absl::StatusOr<Batch> Session::Next(int64_t timeout_ms) {
     // clip's is fixed: its field's, checked above).
     const uint32_t* img = fr[roles.image].shape;
     const uint32_t h = img[c.nhwc_ ? 0 : 1], w = img[c.nhwc_ ? 1 : 2];
-    if (roles.clip < 0 && img[c.nhwc_ ? 2 : 0] != 3) {
+    if (roles.clip < 0 && roles.volume < 0 && img[c.nhwc_ ? 2 : 0] != 3) {
       return absl::DataLossError(absl::StrCat("ring: sample ", i, " has ",
                                               img[c.nhwc_ ? 2 : 0], " channels, not 3"));
     }
@@ -476,6 +476,13 @@ absl::StatusOr<std::unique_ptr<Session>> Client::Attach(const AttachOptions& o) 
     c->set_clips_per_video(o.clips.clips_per_video);
     c->set_layout(o.clips.layout);
   }
+  if (!o.volumes_json.empty()) {
+    const auto parsed = google::protobuf::util::JsonStringToMessage(o.volumes_json, req.mutable_volumes());
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "volumes: not a VolumeSpec: ", std::string(parsed.message().data(), parsed.message().size())));
+    }
+  }
 
   grpc::ClientContext ctx;
   ctx.set_deadline(
@@ -529,6 +536,10 @@ absl::StatusOr<std::unique_ptr<Session>> Client::Attach(const AttachOptions& o) 
   i.fields = core->field_infos_;
   i.class_names.assign(resp.class_names().begin(), resp.class_names().end());
   i.effective_pipeline_json = pipeline::ToJson(resp.effective_pipeline());
+  if (resp.has_effective_volumes()) {
+    google::protobuf::util::JsonPrintOptions jo;
+    (void)google::protobuf::util::MessageToJsonString(resp.effective_volumes(), &i.effective_volumes_json, jo);
+  }
   core->StartDeviceTransfer(o.register_ring_with_cuda);  // device copy
   session->core_ = std::move(core);
   return session;

@@ -71,6 +71,8 @@ v1::DatasetFormat ToProto(DatasetFormat f) {
       return v1::DATASET_FORMAT_COCO;
     case DatasetFormat::kPairedFolders:
       return v1::DATASET_FORMAT_PAIRED_FOLDERS;
+    case DatasetFormat::kDecathlon:
+      return v1::DATASET_FORMAT_DECATHLON;
   }
   return static_cast<v1::DatasetFormat>(f);  // out of the enum: the daemon refuses it
 }

@@ -208,6 +208,8 @@ class SessionCore {
                   : name == ring::kBoxLabelsField ? &roles_.box_labels
                   : name == ring::kBoxFlagsField  ? &roles_.box_flags
                   : name == ring::kClipField      ? &roles_.clip
+                  : name == ring::kVolumeField    ? &roles_.volume
+                  : name == ring::kVolumeLabelField ? &roles_.volume_label
                                                   : nullptr;
       if (role != nullptr) *role = static_cast<int>(k);
       if (name.substr(0, sizeof(ring::kViewFieldPrefix) - 1) == ring::kViewFieldPrefix) {
@@ -235,13 +237,34 @@ class SessionCore {
       }
       roles_.image = roles_.clip;
     }
+    // volume: [S, C, X, Y, Z] of the output dtype, fixed, C the
+    // AttachResponse's channels; volume_label [S, 1, X, Y, Z] beside it,
+    // uint8 or int64; no image, clip or view field.
+    if (roles_.volume >= 0) {
+      const ring::FieldSpec& v = fields_[roles_.volume];
+      if (roles_.image >= 0 || roles_.clip >= 0 || !views.empty() || v.dtype != dtype_ ||
+          v.rank != 5 || (v.flags & ring::kFieldFixedShape) == 0 || v.max_shape[1] != r.channels()) {
+        return bad("volume");
+      }
+      if (roles_.volume_label >= 0) {
+        const ring::FieldSpec& l = fields_[roles_.volume_label];
+        if ((l.dtype != ring::kUint8 && l.dtype != ring::kInt64) || l.rank != 5 ||
+            (l.flags & ring::kFieldFixedShape) == 0 || l.max_shape[0] != v.max_shape[0] ||
+            l.max_shape[1] != 1 || !std::equal(l.max_shape + 2, l.max_shape + 5, v.max_shape + 2)) {
+          return bad("volume_label");
+        }
+      }
+      roles_.image = roles_.volume;
+    } else if (roles_.volume_label >= 0) {
+      return bad("volume_label");
+    }
     // image: [H, W, 3] or [3, H, W] of the output dtype, fixed exactly when
     // the output has a size (the AttachResponse's).
     if (roles_.image < 0) return bad("image");
     const ring::FieldSpec& img = fields_[roles_.image];
     const uint32_t c = nhwc_ ? 2 : 0, y = nhwc_ ? 0 : 1, x = nhwc_ ? 1 : 2;
     const bool fixed = (img.flags & ring::kFieldFixedShape) != 0;
-    if (roles_.clip < 0 &&
+    if (roles_.clip < 0 && roles_.volume < 0 &&
         (img.dtype != dtype_ || img.rank != 3 || img.max_shape[c] != 3 || r.channels() != 3 ||
          img.max_shape[y] != r.height() || img.max_shape[x] != r.width() ||
          fixed != (r.height() != 0 && r.width() != 0))) {

@@ -241,6 +241,10 @@ inline constexpr char kBoxFlagsField[] = "box_flags";
 // A video session's sample: one clip, [T, 3, H, W] or [3, T, H, W]
 // (AttachRequest.clips' layout), beside its "label".
 inline constexpr char kClipField[] = "clip";
+// A volume session's patches ([S, C, X, Y, Z]) and their label volumes
+// ([S, 1, X, Y, Z]), MONAI's axis order (AttachRequest.volumes).
+inline constexpr char kVolumeField[] = "volume";
+inline constexpr char kVolumeLabelField[] = "volume_label";
 // A multi-view sample's views (PipelineSpec.views): "view0", "view1", ...,
 // each laid out as the image field would be.
 inline constexpr char kViewFieldPrefix[] = "view";

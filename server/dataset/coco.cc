@@ -24,39 +24,8 @@ namespace stoker {
 namespace dataset_internal {
 namespace {
 
-// Larger annotation files are refused (COCO 2017's train instances are
-// 448 MB; LVIS's about 1 GB).
-constexpr uint64_t kMaxAnnotationBytes = uint64_t{4} << 30;
 // class_names() is indexed by category id: ids above this leave it empty.
 constexpr int64_t kMaxCategoryId = 1 << 20;
-
-// The whole file, watched for the index cache.
-absl::StatusOr<std::string> ReadAll(const DataRoot& root, const std::string& file,
-                                    DatasetIndex* out) {
-  absl::StatusOr<int> opened =
-      OpenBeneathImpl(root.fd(), file, OpenKind::kRegularFile, /*use_openat2=*/true);
-  if (!opened.ok()) return opened.status();
-  UniqueFd fd(*opened);
-  struct stat st;
-  if (fstat(fd.get(), &st) != 0) return PosixError(Cat("fstat annotations '", file, "'"), errno);
-  if (static_cast<uint64_t>(st.st_size) > kMaxAnnotationBytes) {
-    return absl::InvalidArgumentError(
-        Cat("annotations '", file, "' are ", st.st_size, " bytes, over the ",
-            kMaxAnnotationBytes, " a COCO file may have"));
-  }
-  out->Watch(file, fd.get(), /*is_dir=*/false);
-  std::string text(static_cast<size_t>(st.st_size), '\0');
-  size_t have = 0;
-  while (have < text.size()) {
-    const ssize_t n = read(fd.get(), text.data() + have, text.size() - have);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return PosixError(Cat("read annotations '", file, "'"), errno);
-    if (n == 0) break;
-    have += static_cast<size_t>(n);
-  }
-  text.resize(have);
-  return text;
-}
 
 }  // namespace
 
@@ -97,9 +66,30 @@ std::string QuoteNonFinite(std::string text) {
   return out;
 }
 
+absl::StatusOr<std::string> ReadJsonFile(const DataRoot& root, const std::string& file,
+                                         std::string_view what, DatasetIndex* out) {
+  absl::StatusOr<int> opened =
+      OpenBeneathImpl(root.fd(), file, OpenKind::kRegularFile, /*use_openat2=*/true);
+  if (!opened.ok()) return opened.status();
+  UniqueFd fd(*opened);
+  struct stat st;
+  if (fstat(fd.get(), &st) != 0) return PosixError(Cat("fstat ", what, " '", file, "'"), errno);
+  if (static_cast<uint64_t>(st.st_size) > kMaxJsonFileBytes) {
+    return absl::InvalidArgumentError(Cat(what, " '", file, "' are ", st.st_size,
+                                          " bytes, over the ", kMaxJsonFileBytes, " read"));
+  }
+  out->Watch(file, fd.get(), /*is_dir=*/false);
+  std::string text(static_cast<size_t>(st.st_size), '\0');
+  absl::StatusOr<size_t> have =
+      ReadFullyAt(fd.get(), 0, text.data(), text.size(), Cat("read ", what, " '", file, "'"));
+  if (!have.ok()) return have.status();
+  text.resize(*have);
+  return text;
+}
+
 absl::Status IndexCoco(const DataRoot& root, const std::string& images,
                        const std::string& annotations, DatasetIndex* out) {
-  absl::StatusOr<std::string> text = ReadAll(root, annotations, out);
+  absl::StatusOr<std::string> text = ReadJsonFile(root, annotations, "annotations", out);
   if (!text.ok()) return text.status();
   coco::Instances doc;
   {

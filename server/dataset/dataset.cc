@@ -11,6 +11,8 @@
 #include <memory>
 #include <utility>
 
+#include "absl/strings/match.h"
+
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -310,7 +312,9 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::Open(const DataRoot& roo
     if (!resolved.ok()) return resolved.status();
     switch (format) {
       case DatasetFormat::kAuto:
-        format = resolved->is_dir ? DatasetFormat::kImageFolder : DatasetFormat::kManifest;
+        format = resolved->is_dir                      ? DatasetFormat::kImageFolder
+                 : absl::EndsWith(resolved->path, ".json") ? DatasetFormat::kDecathlon
+                                                       : DatasetFormat::kManifest;
         break;
       case DatasetFormat::kImageFolder:
         if (!resolved->is_dir) {
@@ -319,6 +323,7 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::Open(const DataRoot& roo
         }
         break;
       case DatasetFormat::kManifest:
+      case DatasetFormat::kDecathlon:
         if (resolved->is_dir) {
           return absl::InvalidArgumentError(
               Cat("'", user_path, "' is a directory, not a manifest file"));
@@ -394,7 +399,9 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::Open(const DataRoot& roo
   if (format == DatasetFormat::kImageFolder) {
     status = dataset_internal::IndexImageFolder(root, name, options, &index);
   } else if (format == DatasetFormat::kManifest) {
-    status = dataset_internal::IndexManifest(root, name, &index);
+    status = dataset_internal::IndexManifest(root, name, options.label_files, &index);
+  } else if (format == DatasetFormat::kDecathlon) {
+    status = dataset_internal::IndexDecathlon(root, name, &index);
   } else if (format == DatasetFormat::kCoco) {
     status = dataset_internal::IndexCoco(root, name, annotations, &index);
   } else if (format == DatasetFormat::kPairedFolders) {
@@ -416,6 +423,8 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::Open(const DataRoot& roo
             ? Cat("ImageFolder '", user_path, "' has no .jpg/.jpeg file in a class folder")
         : format == DatasetFormat::kManifest
             ? Cat("manifest '", user_path, "' lists no entry")
+        : format == DatasetFormat::kDecathlon
+            ? Cat("dataset.json '", user_path, "' lists no training entry")
         : format == DatasetFormat::kCoco
             ? Cat("annotations '", options.annotations, "' list no image")
             : Cat("no sample with a .jpg/.jpeg member in the shards '", user_path, "'"));

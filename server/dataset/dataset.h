@@ -70,6 +70,7 @@ enum class DatasetFormat {
   kWebDataset = 3,
   kCoco = 4,
   kPairedFolders = 5,
+  kDecathlon = 6,
 };
 
 // How Dataset::Open indexes, and where it may keep what it indexed.
@@ -113,11 +114,15 @@ struct IndexOptions {
   std::string masks;
   std::string image_suffix;
   std::string mask_suffix;
+  // Manifest: the "label" column of "#columns:" names each entry's label
+  // file (a volume set's segmentation: the entry's mask), not an integer.
+  // A volume session sets it.
+  bool label_files = false;
 
   // The options above that change what an index holds, as bits: part of
   // every key an index is kept under (the daemon's table of open datasets,
   // the cache file), so that indexes made with different options never mix.
-  uint32_t flags() const { return allow_empty ? 1u : 0u; }
+  uint32_t flags() const { return (allow_empty ? 1u : 0u) | (label_files ? 2u : 0u); }
   // The files beyond the dataset path that are part of its identity, as
   // text to append to the path in those keys: paired folders' masks folder
   // and suffixes, else COCO's annotations, else "" (one images folder may
@@ -184,6 +189,8 @@ class Dataset {
   //    columns: lines then split at every tab into exactly those fields (no
   //    tab in a path); without a label column every label is -1; a mask
   //    column gives each entry its mask file (relative like the image).
+  //    With options.label_files (a volume session) the label column names
+  //    the entry's label volume instead (its mask; label -1).
   //  - kWebDataset: tar shards, named by a brace pattern
   //    ("train-{0000..0099}.tar", "{a,b}.tar") or one .tar file. Members are
   //    grouped into samples by key (the member path up to the first '.' of
@@ -228,10 +235,20 @@ class Dataset {
   //    Images without a mask are left out (a warning counts them); none
   //    paired is FAILED_PRECONDITION naming both folders and the rule. Label
   //    -1. Symlinked folders are not walked; symlinked files are listed.
+  //  - kDecathlon: the Medical Segmentation Decathlon's dataset.json (what
+  //    MONAI's load_decathlon_datalist reads): one entry per element of its
+  //    "training" list, in order, its "image" file the entry's path and its
+  //    "label" file (optional) the entry's mask (the label volume), both
+  //    relative to the json's folder ("./imagesTr/x.nii.gz") and confined
+  //    like a manifest's (not stat'ed); label -1; class_names() from its
+  //    "labels" map ({"0": "background", "1": "spleen"}, by number). An
+  //    image given as a list of files (one a channel) is INVALID_ARGUMENT
+  //    naming the entry: stoker reads a sample's channels from one 4-D file,
+  //    as the Decathlon stores them. Other keys are ignored.
   //  - kAuto: options.annotations set is COCO, options.masks paired
   //    folders; a brace pattern or a .tar
-  //    file is WebDataset, a directory an ImageFolder, another file a
-  //    manifest.
+  //    file is WebDataset, a directory an ImageFolder, a .json file a
+  //    Decathlon dataset.json, another file a manifest.
   // Every entry is confined to the root (PERMISSION_DENIED naming the entry;
   // ImageFolder files: see above). A dataset path outside the root is
   // PERMISSION_DENIED too, with the same hint (stokerd --data-root, or

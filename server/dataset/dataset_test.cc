@@ -614,6 +614,55 @@ TEST_CASE("Manifest: #columns declares image, label and mask columns, masks surv
   }
 }
 
+TEST_CASE("Volume sets: a Decathlon dataset.json and a manifest whose label column is a file",
+          "[dataset][manifest][decathlon]") {
+  TempDir tmp;
+  tmp.Write("root/Task09_Spleen/dataset.json", R"({
+    "name": "Spleen", "labels": {"0": "background", "1": "spleen"},
+    "training": [{"image": "./imagesTr/spleen_2.nii.gz", "label": "./labelsTr/spleen_2.nii.gz"},
+                 {"image": "imagesTr/spleen_3.nii.gz", "label": "labelsTr/spleen_3.nii.gz"}],
+    "test": ["./imagesTs/spleen_1.nii.gz"]})");
+  tmp.Write("root/vols/list.txt",
+            "#columns: image label\n"
+            "ct/a.nii.gz\tseg/a.nii.gz\n");
+  auto root = OpenRoot(tmp / "root");
+  for (DatasetFormat f : {DatasetFormat::kDecathlon, DatasetFormat::kAuto}) {
+    auto d = Dataset::Open(*root, "Task09_Spleen/dataset.json", f);
+    REQUIRE(d.ok());
+    CHECK((*d)->format() == DatasetFormat::kDecathlon);
+    CHECK(Entries(**d) == std::vector<Entry>{{"Task09_Spleen/imagesTr/spleen_2.nii.gz", -1},
+                                             {"Task09_Spleen/imagesTr/spleen_3.nii.gz", -1}});
+    CHECK((*d)->mask_path(1) == "Task09_Spleen/labelsTr/spleen_3.nii.gz");
+    CHECK((*d)->class_names() == std::vector<std::string>{"background", "spleen"});
+  }
+  IndexOptions volumes;
+  volumes.label_files = true;
+  auto m = Dataset::Open(*root, "vols/list.txt", DatasetFormat::kManifest, volumes);
+  REQUIRE(m.ok());
+  CHECK(Entries(**m) == std::vector<Entry>{{"vols/ct/a.nii.gz", -1}});
+  CHECK((*m)->mask_path(0) == "vols/seg/a.nii.gz");
+  // Without label_files the same column is an integer label.
+  CHECK(Mentions(Dataset::Open(*root, "vols/list.txt", DatasetFormat::kManifest).status(),
+                 "is not a signed 64-bit integer"));
+
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"[]", "not a JSON object"},
+      {R"({"training": {}})", "has no \"training\" list"},
+      {R"({"training": [{"label": "a.nii"}]})", "training[0] has no \"image\""},
+      {R"({"training": [{"image": ["t1.nii", "t2.nii"]}]})", "is a list of 2 files"},
+      {R"({"training": [{"image": "../../../x.nii"}]})", "leaves the data root"},
+      {R"({"training": []})", "lists no training entry"},
+  };
+  for (size_t i = 0; i < bad.size(); ++i) {
+    const std::string name = "bad" + std::to_string(i) + ".json";
+    tmp.Write("root/" + name, bad[i].first);
+    auto st = Dataset::Open(*root, name, DatasetFormat::kAuto).status();
+    INFO("case " << i << ": " << st.ToString());
+    CHECK(!st.ok());
+    CHECK(Mentions(st, bad[i].second));
+  }
+}
+
 TEST_CASE("Manifest: a million entries index quickly and compactly", "[dataset][manifest][large]") {
   TempDir tmp;
   constexpr uint64_t kEntries = 1'000'000;

@@ -140,13 +140,27 @@ absl::Status IndexImageFolder(const DataRoot& root, const std::string& dir,
                               const IndexOptions& options, DatasetIndex* out);
 
 // Parses the manifest at the canonical file path `file` (relative to the
-// root). See Dataset::Open.
-absl::Status IndexManifest(const DataRoot& root, const std::string& file, DatasetIndex* out);
+// root); with `label_files` a label column names each entry's label volume
+// (its mask). See Dataset::Open.
+absl::Status IndexManifest(const DataRoot& root, const std::string& file, bool label_files,
+                           DatasetIndex* out);
+
+// Indexes the Medical Segmentation Decathlon dataset.json at the canonical
+// file path `file`. See Dataset::Open.
+absl::Status IndexDecathlon(const DataRoot& root, const std::string& file, DatasetIndex* out);
 
 // `text` with the bare NaN, Infinity and -Infinity that Python's json module
 // writes (not JSON) quoted, as protobuf's JSON parser takes them for double
 // fields; strings are left alone.
 std::string QuoteNonFinite(std::string text);
+
+// The most bytes a JSON file the indexers read may have (COCO 2017's
+// train instances are 448 MB; LVIS's about 1 GB).
+inline constexpr uint64_t kMaxJsonFileBytes = uint64_t{4} << 30;
+// The whole JSON file `file` (canonical, relative to the root), watched for
+// the index cache; `what` names it in errors ("annotations").
+absl::StatusOr<std::string> ReadJsonFile(const DataRoot& root, const std::string& file,
+                                         std::string_view what, DatasetIndex* out);
 
 // Indexes the COCO instances JSON at the canonical file path `annotations`
 // over the images folder `images` (both relative to the root). See

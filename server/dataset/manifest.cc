@@ -35,8 +35,8 @@ constexpr size_t kMaxLineBytes = size_t{1} << 16;
 
 class ManifestParser {
  public:
-  ManifestParser(const DataRoot& root, std::string_view file, DatasetIndex* out)
-      : root_(root), file_(file), out_(out) {
+  ManifestParser(const DataRoot& root, std::string_view file, bool label_files, DatasetIndex* out)
+      : root_(root), file_(file), label_files_(label_files), out_(out) {
     size_t slash = file.rfind('/');
     dir_ = slash == std::string_view::npos ? std::string_view() : file.substr(0, slash);
   }
@@ -78,12 +78,15 @@ class ManifestParser {
       }
     }
     int64_t label = -1;
-    if ((columns_.empty() || has_label_) && !absl::SimpleAtoi(ToAbsl(label_text), &label)) {
+    if (label_files_ && has_label_) {  // a volume set's label volume: the entry's mask
+      if (has_mask_) return absl::InvalidArgumentError(Where("a volume set's label column is its label file: no mask column too"));
+      mask = label_text;
+    } else if ((columns_.empty() || has_label_) && !absl::SimpleAtoi(ToAbsl(label_text), &label)) {
       return absl::InvalidArgumentError(
           Where("label '", label_text, "' is not a signed 64-bit integer"));
     }
     if (absl::Status s = AppendPath(path, &out_->paths); !s.ok()) return s;
-    if (has_mask_) {
+    if (has_mask_ || (label_files_ && has_label_)) {
       if (mask.empty()) return absl::InvalidArgumentError(Where("empty mask path"));
       std::string m;
       if (absl::Status s = AppendPath(mask, &m); !s.ok()) return s;
@@ -159,6 +162,7 @@ class ManifestParser {
   const DataRoot& root_;
   std::string_view file_;
   std::string_view dir_;  // the manifest's folder, canonical
+  bool label_files_;      // IndexOptions::label_files
   DatasetIndex* out_;
   uint64_t line_number_ = 0;
   // Declared by "#columns:" (empty: path<TAB>label).
@@ -170,7 +174,8 @@ class ManifestParser {
 
 }  // namespace
 
-absl::Status IndexManifest(const DataRoot& root, const std::string& file, DatasetIndex* out) {
+absl::Status IndexManifest(const DataRoot& root, const std::string& file, bool label_files,
+                           DatasetIndex* out) {
   absl::StatusOr<int> opened =
       OpenBeneathImpl(root.fd(), file, OpenKind::kRegularFile, /*use_openat2=*/true);
   if (!opened.ok()) return opened.status();
@@ -178,7 +183,7 @@ absl::Status IndexManifest(const DataRoot& root, const std::string& file, Datase
   struct stat st;
   if (fstat(fd.get(), &st) != 0) return PosixError(Cat("fstat manifest '", file, "'"), errno);
   out->Watch(file, fd.get(), /*is_dir=*/false);
-  ManifestParser parser(root, file, out);
+  ManifestParser parser(root, file, label_files, out);
   std::vector<char> chunk(kReadChunkBytes);
   std::string partial;  // a line split across reads
   uint64_t bytes_read = 0;

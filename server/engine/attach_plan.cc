@@ -64,6 +64,13 @@ absl::StatusOr<RequestPlan> PlanRequest(const v1::AttachRequest& req,
     if (!clip.ok()) return clip.status();
     r.pipeline.effective = clip->effective;
     r.clip = *std::move(clip);
+  } else if (req.has_volumes()) {
+    auto volume = PlanVolumePipeline(req.volumes());
+    if (!volume.ok()) return volume.status();
+    r.volume = *std::move(volume);
+    // What the client reads of the output: the patches' dtype, channels first.
+    r.pipeline.effective.mutable_output()->set_dtype(r.volume->effective.dtype());
+    r.pipeline.effective.mutable_output()->set_layout("nchw");
   } else {
     auto pipeline = PlanPipeline(req.pipeline());
     if (!pipeline.ok()) return pipeline.status();
@@ -140,7 +147,8 @@ absl::StatusOr<AttachPlan> PlanSession(const v1::AttachRequest& req, const Reque
   }
   const image::PipelineParams& params = p.params();
   const uint32_t slots = request.depth;
-  p.variable_size = params.out_height == 0 && !request.clip.has_value();
+  p.variable_size =
+      params.out_height == 0 && !request.clip.has_value() && !request.volume.has_value();
   uint64_t sample_bytes = image::MaxSampleBytes(params);
   const bool nchw = params.layout == ring::kNCHW;
   const uint32_t h = params.out_height, w = params.out_width;
@@ -151,7 +159,20 @@ absl::StatusOr<AttachPlan> PlanSession(const v1::AttachRequest& req, const Reque
   const auto image_shape = [nchw](uint32_t h, uint32_t w) {
     return nchw ? std::vector<uint32_t>{3, h, w} : std::vector<uint32_t>{h, w, 3};
   };
-  if (request.clip.has_value()) {
+  if (request.volume.has_value()) {
+    const volume::VolumeTaskParams& v = request.volume->params;
+    const auto dims = [&v](uint32_t channels) {
+      return std::vector<uint32_t>{v.num_samples, channels, static_cast<uint32_t>(v.patch[0]),
+                                   static_cast<uint32_t>(v.patch[1]),
+                                   static_cast<uint32_t>(v.patch[2])};
+    };
+    sample_bytes = volume::PatchImageBytes(v);
+    add(&p.volume_field, MakeField(ring::kVolumeField, v.dtype, dims(v.channels), sample_bytes, true));
+    if (masks) {
+      add(&p.volume_label_field, MakeField(ring::kVolumeLabelField, v.label_dtype, dims(1),
+                                           volume::PatchLabelBytes(v), true));
+    }
+  } else if (request.clip.has_value()) {
     const video::ClipParams& c = request.clip->params;
     sample_bytes = video::ClipOutputBytes(c);
     const std::vector<uint32_t> shape =
@@ -183,7 +204,7 @@ absl::StatusOr<AttachPlan> PlanSession(const v1::AttachRequest& req, const Reque
                   !p.variable_size));
   }
   add(&p.label_field, MakeField(ring::kLabelField, ring::kInt64, {}, 8, true));
-  if (masks) {
+  if (masks && !request.volume.has_value()) {
     const uint32_t mask_dtype = params.mask_bpp == 2 ? ring::kUint16 : ring::kUint8;
     add(&p.mask_field, MakeField(ring::kMaskField, mask_dtype, {h, w},
                                  image::MaxOutputPixels(params) * params.mask_bpp,
@@ -272,7 +293,10 @@ RingSpec RingSpecFor(const AttachPlan& plan, uint64_t session_number) {
   rs.depth = plan.depth();
   rs.batch_size = plan.batch_size();
   rs.fields = plan.fields;
-  rs.layout = plan.request.clip.has_value() ? ring::kNCHW : plan.params().layout;  // a clip: channels-first frames
+  // A clip: channels-first frames; a volume: channel-first patches.
+  rs.layout = plan.request.clip.has_value() || plan.request.volume.has_value()
+                  ? ring::kNCHW
+                  : plan.params().layout;
   rs.session_number = session_number;
   rs.batches_per_epoch = plan.batches_per_epoch;
   rs.total_batches = plan.total_batches;
@@ -304,6 +328,13 @@ v1::AttachResponse AttachResponseFor(const AttachPlan& plan, const Dataset& data
   resp.set_height(clip ? plan.request.clip->params.out_height : plan.params().out_height);
   resp.set_width(clip ? plan.request.clip->params.out_width : plan.params().out_width);
   resp.set_channels(3);
+  if (plan.request.volume.has_value()) {
+    const volume::VolumeTaskParams& v = plan.request.volume->params;
+    resp.set_height(0);
+    resp.set_width(0);
+    resp.set_channels(v.channels);
+    *resp.mutable_effective_volumes() = plan.request.volume->effective;
+  }
   *resp.mutable_effective_pipeline() = plan.request.pipeline.effective;
   resp.set_heartbeat_timeout_ms(heartbeat_timeout_ms);
   return resp;

@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "server/dataset/dataset.h"
 #include "pipeline/clip_pipeline.h"
+#include "pipeline/volume_pipeline.h"
 #include "server/dataset/sampler.h"
 #include "server/image/pipeline_params.h"
 #include "server/engine/ring_owner.h"
@@ -73,6 +74,8 @@ struct RequestPlan {
   PipelinePlan pipeline;
   // A video session (AttachRequest.clips): its clips and clip pipeline.
   std::optional<ClipPlan> clip;
+  // A volume session (AttachRequest.volumes): its MONAI transforms.
+  std::optional<VolumePlan> volume;
 };
 
 // INVALID_ARGUMENT for a batch_size of 0 or over ring::kMaxBatchSize, a rank
@@ -128,6 +131,10 @@ struct AttachPlan {
   int boxes_field = -1, box_labels_field = -1, box_flags_field = -1;
   // A video session's "clip" field (its label is label_field; no image).
   int clip_field = -1;
+  // A volume session's "volume" and "volume_label" fields (its label is
+  // label_field, -1 each; no image). volume_label_field is -1 when the
+  // dataset has no label volumes.
+  int volume_field = -1, volume_label_field = -1;
   uint64_t slot_data_bytes = 0;  // the fields' rooms for a batch
   uint64_t ring_bytes = 0;       // of slot data at the first depth: slot_data_bytes * depth
 
@@ -168,7 +175,10 @@ struct SampleFields {
 // Plans a session over a dataset of `dataset_size` entries (a video
 // session: its epoch's clips); its samples' fields are the image and
 // label, and the mask and boxes as `fields` says; a video session's the
-// clip (ring::kClipField, [T, 3, h, w] or [3, T, h, w], fixed) and label.
+// clip (ring::kClipField, [T, 3, h, w] or [3, T, h, w], fixed) and label; a
+// volume session's the volume (ring::kVolumeField, [S, C, X, Y, Z]), the
+// label volume when fields.masks (ring::kVolumeLabelField, [S, 1, X, Y, Z])
+// and the label, all fixed.
 //  - INVALID_ARGUMENT when drop_last and the batch is larger than this rank's shard;
 //  - OUT_OF_RANGE for a start_batch not below the batches per epoch, or a
 //    start at or past the last epoch (with epochs != 0);

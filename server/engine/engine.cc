@@ -153,6 +153,16 @@ absl::Status Engine::Start() {
       config_.clear_index_cache();
     }
   }
+  if (!config_.volume_cache().empty()) {
+    auto fd = OpenCacheDirectory(config_.volume_cache());
+    if (fd.ok()) {
+      volume_cache_fd_ = UniqueFd(*fd);
+    } else {
+      spdlog::warn("volume cache {} cannot be used ({}); volumes are prepared every epoch",
+                   config_.volume_cache(), fd.status().ToString());
+      config_.clear_volume_cache();
+    }
+  }
   if (!config_.transcode_cache().empty()) {
     auto fd = OpenCacheDirectory(config_.transcode_cache());
     if (fd.ok()) {
@@ -231,7 +241,8 @@ absl::Status Engine::Start() {
     if (!binary.ok()) return binary.status();
     own_launcher_ = std::make_unique<PosixSpawnLauncher>(
         *binary, data_root_->fd(), config_.worker_sandbox(),
-        transcode_cache_fd_.valid() ? transcode_cache_fd_.get() : -1);
+        transcode_cache_fd_.valid() ? transcode_cache_fd_.get() : -1,
+        volume_cache_fd_.valid() ? volume_cache_fd_.get() : -1);
     launcher_ = own_launcher_.get();
     probe_launcher_ =
         std::make_unique<PosixSpawnLauncher>(*binary, data_root_->fd(), config_.worker_sandbox());
@@ -323,6 +334,15 @@ absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) 
   io.image_suffix = req.image_suffix();
   io.mask_suffix = req.mask_suffix();
   io.extensions.assign(req.extensions().begin(), req.extensions().end());
+  io.label_files = request->volume.has_value();
+  if (request->volume.has_value() && (req.format() == v1::DATASET_FORMAT_IMAGE_FOLDER ||
+                                      req.format() == v1::DATASET_FORMAT_WEBDATASET ||
+                                      req.format() == v1::DATASET_FORMAT_COCO ||
+                                      req.format() == v1::DATASET_FORMAT_PAIRED_FOLDERS)) {
+    return absl::InvalidArgumentError(
+        "volumes: a volume session reads a Decathlon dataset.json or a manifest "
+        "\"#columns: image label\" of volume files");
+  }
   if (request->clip.has_value()) {
     if (prober_ == nullptr) {
       return absl::FailedPreconditionError("this daemon cannot index videos (no video prober)");

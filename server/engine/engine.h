@@ -225,6 +225,7 @@ class Engine {
   // The transcode cache (all null / invalid when off). The cache is
   // thread-safe (its own lock, taken under mu_, never the other way).
   UniqueFd transcode_cache_fd_;
+  UniqueFd volume_cache_fd_;  // --volume-cache (server/volume/volume_cache.h), or none
   std::unique_ptr<CacheDir> transcode_cache_dir_;
   std::unique_ptr<TranscodeCache> transcode_cache_;
   int64_t start_ns_ = 0;

@@ -78,7 +78,8 @@ void StartBatches(DaemonSession& s, BatchContext& ctx) {
       s.queue.push_back(&t);
       // (A clip reads a part of its video, where its decoder seeks: no
       // whole-file readahead.)
-      if (ctx.prefetch != nullptr && s.clips == nullptr) {
+      // (A volume's cache entry, once made, is what its worker reads.)
+      if (ctx.prefetch != nullptr && s.clips == nullptr && s.plan.volume_field < 0) {
         t.prefetch_key = ctx.next_prefetch_key++;
         const Dataset& ds = *s.dataset;
         ctx.prefetch->Enqueue(t.prefetch_key, std::string(ds.path(t.index)), ds.has_range(t.index),
@@ -145,7 +146,10 @@ size_t BuildTaskMsg(const DaemonSession& s, const SampleTask& t, const TaskOptio
   const Dataset& ds = *s.dataset;
   const uint64_t entry = EntryOf(s, t.index);
   const std::string_view path = ds.path(entry);
-  const std::string_view mask = s.plan.mask_dtype() != 0 ? ds.mask_path(t.index) : std::string_view();
+  const bool volume = s.plan.volume_field >= 0;
+  const std::string_view mask = s.plan.mask_dtype() != 0 || s.plan.volume_label_field >= 0
+                                    ? ds.mask_path(t.index)
+                                    : std::string_view();
   if (path.size() + mask.size() > worker::kMaxPathBytes) return 0;
   const BatchFill& f = s.filling.at(t.seq);
   msg->path_bytes = static_cast<uint32_t>(path.size());
@@ -153,7 +157,9 @@ size_t BuildTaskMsg(const DaemonSession& s, const SampleTask& t, const TaskOptio
   msg->ring_id = s.number;
   const uint64_t slot_base = s.ring->geometry().slot_bytes * f.slot;
   // Any-size samples too have sample_bytes each: the most their ops can make.
-  const int out_field = s.clips != nullptr ? s.plan.clip_field : s.plan.image_field;
+  const int out_field = s.clips != nullptr ? s.plan.clip_field
+                        : volume          ? s.plan.volume_field
+                                          : s.plan.image_field;
   msg->out_offset = slot_base + s.plan.room_offset(out_field, t.pos);
   msg->out_capacity = s.plan.room_bytes(out_field);
   if (s.clips != nullptr) s.clips->FillTask(t.index, &msg->clip);
@@ -161,7 +167,14 @@ size_t BuildTaskMsg(const DaemonSession& s, const SampleTask& t, const TaskOptio
     msg->view_out_offset[k] = slot_base + s.plan.room_offset(s.plan.view_fields[k], t.pos);
     msg->view_out_capacity[k] = s.plan.room_bytes(s.plan.view_fields[k]);
   }
-  if (!mask.empty()) {
+  if (volume) {
+    msg->volume = s.plan.request.volume->params;
+    msg->has_volume = 1;
+    if (s.plan.volume_label_field >= 0) {  // zeros there when the entry has no label
+      msg->mask_out_offset = slot_base + s.plan.room_offset(s.plan.volume_label_field, t.pos);
+      msg->mask_out_capacity = s.plan.room_bytes(s.plan.volume_label_field);
+    }
+  } else if (!mask.empty()) {
     msg->mask_out_offset = slot_base + s.plan.room_offset(s.plan.mask_field, t.pos);
     msg->mask_out_capacity = s.plan.room_bytes(s.plan.mask_field);
     if (ds.has_mask_range(t.index)) {
@@ -225,7 +238,17 @@ bool CompleteSample(DaemonSession& s, SampleTask& t, const worker::ResultMsg& r,
   s.read_latency.Add(r.read_ns);
   s.decode_latency.Add(r.decode_ns);
   s.augment_latency.Add(r.augment_ns);
-  if (s.clips != nullptr) {
+  if (s.plan.volume_field >= 0) {
+    const uint64_t label_bytes =
+        s.plan.volume_label_field >= 0 ? s.plan.room_bytes(s.plan.volume_label_field) : 0;
+    if (r.bytes != s.plan.room_bytes(s.plan.volume_field) || r.mask_bytes != label_bytes) {
+      FailSample(s, t,
+                 absl::StrCat("worker reported patches (", r.bytes, " bytes, labels ",
+                              r.mask_bytes, " bytes) that do not fit their slot"),
+                 ctx, "bad_result");
+      return true;
+    }
+  } else if (s.clips != nullptr) {
     const video::ClipParams& c = s.plan.request.clip->params;
     if (r.bytes != s.plan.room_bytes(s.plan.clip_field) || r.height != c.out_height ||
         r.width != c.out_width || r.channels != 3) {
@@ -256,7 +279,7 @@ bool CompleteSample(DaemonSession& s, SampleTask& t, const worker::ResultMsg& r,
       s.plan.box_stride() == 0 ? r.boxes_kept == 0
                              : r.boxes_kept <= std::min(s.dataset->box_count(t.index),
                                                         s.plan.box_stride());
-  if (s.clips == nullptr && (r.bytes != want || r.bytes > room || !mask_ok || !boxes_ok ||
+  if (s.clips == nullptr && s.plan.volume_field < 0 && (r.bytes != want || r.bytes > room || !mask_ok || !boxes_ok ||
                              (!s.plan.variable_size && r.bytes != room))) {
     if (format != nullptr) ++format->failed;
     FailSample(s, t,
@@ -383,12 +406,16 @@ void FinishBatch(DaemonSession& s, uint64_t seq) {
     std::memcpy(data + p.room_offset(p.label_field, i), &label, sizeof(label));
     set_shape(&fr[p.label_field], {});
     uint32_t h = o.height, w = o.width, c = o.channels, boxes = o.box_count;
-    if (p.clip_field >= 0) {  // fixed: as its field says; a failed clip all zeros
-      if (o.status == ring::kSampleFailed) {
-        std::memset(data + p.room_offset(p.clip_field, i), 0, p.room_bytes(p.clip_field));
+    if (p.clip_field >= 0 || p.volume_field >= 0) {
+      // Fixed: as their fields say; a failed clip's or volume's all zeros.
+      for (int field : {p.clip_field, p.volume_field, p.volume_label_field}) {
+        if (field < 0) continue;
+        if (o.status == ring::kSampleFailed) {
+          std::memset(data + p.room_offset(field, i), 0, p.room_bytes(field));
+        }
+        fr[field] = ring::FieldRecord{};
+        std::copy_n(p.fields[field].max_shape, ring::kMaxRank, fr[field].shape);
       }
-      fr[p.clip_field] = ring::FieldRecord{};
-      std::copy_n(p.fields[p.clip_field].max_shape, ring::kMaxRank, fr[p.clip_field].shape);
       continue;
     }
     if (o.status == ring::kSampleFailed) {

@@ -64,8 +64,10 @@ absl::StatusOr<std::string> WorkerBinaryPath(const std::string& configured);
 // vfork-style and runs no atfork handlers: safe while gRPC threads run.
 class PosixSpawnLauncher : public WorkerLauncher {
  public:
+  // The cache folders' fds (-1: none) are given to each worker as
+  // worker::kTranscodeCacheFd and worker::kVolumeCacheFd.
   PosixSpawnLauncher(std::string binary, int data_root_fd, bool sandbox,
-                     int transcode_cache_fd = -1);
+                     int transcode_cache_fd = -1, int volume_cache_fd = -1);
   absl::StatusOr<LaunchedWorker> Launch(uint32_t id) override;
   void Kill(pid_t pid) override;
   WorkerExit Reap(pid_t pid) override;
@@ -77,6 +79,7 @@ class PosixSpawnLauncher : public WorkerLauncher {
   const int data_root_fd_;
   const bool sandbox_;
   const int transcode_cache_fd_;
+  const int volume_cache_fd_;
 };
 
 }  // namespace stoker

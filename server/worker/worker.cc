@@ -24,6 +24,7 @@
 #include "common/posix.h"
 #include "server/engine/transcode_cache.h"
 #include "server/worker/video_work.h"
+#include "server/worker/volume_work.h"
 #include "server/worker/worker_input.h"
 #include "server/worker/worker_protocol.h"
 
@@ -323,6 +324,7 @@ int Serve(const WorkerFds& fds) {
   std::vector<double> box_scratch;
   image::SampleSteps steps;
   ClipWork clips;
+  VolumeWork volumes;
   std::vector<int64_t> probe_values;
   auto msg_buf = std::make_unique<TaskMsg>();
   char* raw = reinterpret_cast<char*>(msg_buf.get());
@@ -409,7 +411,8 @@ int Serve(const WorkerFds& fds) {
         auto it = rings.find(t.ring_id);
         if (it == rings.end() || t.out_offset > it->second.bytes ||
             t.out_capacity > it->second.bytes - t.out_offset ||
-            (t.mask_path_bytes != 0 && (t.mask_out_offset > it->second.bytes ||
+            ((t.mask_path_bytes != 0 || t.has_volume != 0) &&
+             (t.mask_out_offset > it->second.bytes ||
                                         t.mask_out_capacity > it->second.bytes - t.mask_out_offset)) ||
             (t.has_boxes != 0 && !BoxesFit(t, it->second.bytes)) ||
             (t.params.view_count != 0 &&
@@ -420,6 +423,13 @@ int Serve(const WorkerFds& fds) {
         }
         if (t.fault == kFaultCrash) ::abort();
         if (t.fault == kFaultHang) ::pause();
+        if (t.has_volume != 0) {  // a volume session's sample
+          uint8_t* base = static_cast<uint8_t*>(it->second.map.addr());
+          volumes.Run(t, path, mask_path, fds.data_root, fds.volume_cache, base + t.out_offset,
+                      t.mask_out_capacity != 0 ? base + t.mask_out_offset : nullptr, &r);
+          if (!SendAll(fds.channel, &r, sizeof(r))) return 1;
+          break;
+        }
         if (t.clip.params.frames != 0) {  // a video session's clip
           clips.Run(t, path, fds.data_root,
                     static_cast<uint8_t*>(it->second.map.addr()) + t.out_offset, &r);

@@ -40,6 +40,9 @@ int main(int argc, char** argv) {
   const int cache = ::fcntl(stoker::worker::kTranscodeCacheFd, F_GETFD) >= 0
                         ? stoker::worker::kTranscodeCacheFd
                         : -1;
+  const int volumes = ::fcntl(stoker::worker::kVolumeCacheFd, F_GETFD) >= 0
+                          ? stoker::worker::kVolumeCacheFd
+                          : -1;
   if (sandbox && stoker::WorkerSandboxAvailable()) {
     absl::Status st = stoker::ApplyWorkerSandbox();
     if (!st.ok()) {
@@ -47,5 +50,6 @@ int main(int argc, char** argv) {
       return 4;
     }
   }
-  return stoker::worker::Serve({stoker::worker::kChannelFd, stoker::worker::kDataRootFd, cache});
+  return stoker::worker::Serve(
+      {stoker::worker::kChannelFd, stoker::worker::kDataRootFd, cache, volumes});
 }

@@ -4,7 +4,9 @@
 // verbatim. A ring's fd crosses with kMapRing as SCM_RIGHTS ancillary data.
 //
 // fd 5, when the daemon runs with --transcode-cache, is the cache's
-// directory (server/engine/transcode_cache.h); absent otherwise.
+// directory (server/engine/transcode_cache.h); absent otherwise. fd 6, with
+// --volume-cache, is that folder (server/volume/volume_cache.h: the worker
+// that prepares a volume writes its entry; later tasks map it).
 //
 //   daemon -> worker: kMapRing, kUnmapRing, kTask, kShutdown, kProbe
 //   worker -> daemon: kHello (once, at start), kResult (one per kTask, in
@@ -25,12 +27,14 @@
 #include "server/dataset/video_table.h"
 #include "server/image/pipeline.h"
 #include "server/video/clip_params.h"
+#include "server/volume/volume_task.h"
 
 namespace stoker::worker {
 
 inline constexpr int kChannelFd = 3;   // the worker's end of its socketpair
 inline constexpr int kDataRootFd = 4;  // the daemon's --data-root, O_DIRECTORY
 inline constexpr int kTranscodeCacheFd = 5;  // --transcode-cache DIR, O_DIRECTORY (if set)
+inline constexpr int kVolumeCacheFd = 6;     // --volume-cache DIR, O_DIRECTORY (if set)
 inline constexpr uint32_t kMaxPathBytes = 4096;
 inline constexpr uint32_t kReasonBytes = 480;
 
@@ -130,6 +134,14 @@ struct TaskMsg {
   uint64_t view_out_offset[image::kMaxViews];
   uint64_t view_out_capacity[image::kMaxViews];
   ClipTask clip;
+  // A volume session's sample (has_volume): the volume at `path` (and its
+  // label volume, the mask path) through the session's transforms
+  // (server/volume/volume_task.h) into out_offset (the "volume" field's
+  // room) and mask_out_offset (the "volume_label" field's, when
+  // mask_out_capacity != 0); ResultMsg.bytes and mask_bytes are their
+  // bytes.
+  uint32_t has_volume = 0;
+  volume::VolumeTaskParams volume;
   // The image's path then the mask's, relative to the data root; sent
   // truncated to path_bytes + mask_path_bytes.
   char path[kMaxPathBytes];
@@ -234,7 +246,8 @@ static_assert(std::is_trivially_copyable_v<TaskMsg> && std::is_trivially_copyabl
               std::is_trivially_copyable_v<ProbePtsMsg>);
 static_assert(sizeof(ProbeMsg) <= sizeof(TaskMsg), "the worker receives into a TaskMsg");
 static_assert(sizeof(ProbePtsMsg) <= 32768, "one datagram");
-static_assert(TaskHeaderBytes() <= 20480, "the task header is meant to fit in five pages");
+// (A volume session's transforms, volume::VolumeTaskParams, took it past five.)
+static_assert(TaskHeaderBytes() <= 24576, "the task header is meant to fit in six pages");
 static_assert(sizeof(TaskMsg) <= 32768, "a task is one SOCK_SEQPACKET datagram");
 static_assert(sizeof(ResultMsg) <= 1024, "a result is one small datagram");
 

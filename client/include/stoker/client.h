@@ -48,6 +48,9 @@ struct FieldRoles {
   // A video session's "clip" ([T, 3, H, W] or [3, T, H, W]); `image` is it
   // too there (the sample's tensor: data(), sample_data(), height(), width()).
   int clip = -1;
+  // A volume session's "volume" ([S, C, X, Y, Z]; `image` is it too there)
+  // and "volume_label" ([S, 1, X, Y, Z], when the dataset has labels).
+  int volume = -1, volume_label = -1;
 };
 }  // namespace internal
 
@@ -72,6 +75,7 @@ enum class DatasetFormat {
   kWebDataset = 3,
   kCoco = 4,
   kPairedFolders = 5,
+  kDecathlon = 6,  // a Medical Segmentation Decathlon dataset.json (volumes)
 };
 enum class FailurePolicy { kSkip = 1, kError = 2 };
 
@@ -153,6 +157,12 @@ struct AttachOptions {
     uint32_t clips_per_video = 0;
     std::string layout;
   } clips;
+  // A volume session (AttachRequest.volumes) when not empty: its
+  // VolumeSpec as the proto's JSON mapping ({"ops": [{"Spacing": {"pixdim":
+  // [1.5, 1.5, 2]}}, {"RandCropByPosNegLabel": {...}}], "dtype": ...}); each
+  // sample is a volume, served as the fields "volume" and "volume_label".
+  // INVALID_ARGUMENT from Attach when it does not parse.
+  std::string volumes_json;
   // Device copies (stoker/cuda.h): pin the mapped ring with cudaHostRegister
   // at the first Batch::CopyToDevice, so copies DMA from the slots. false:
   // always go through pinned staging buffers (one extra host copy).
@@ -241,6 +251,9 @@ struct SessionInfo {
   //   {"preset":"train","ops":[{"RandomResizedCrop":{"size":[224,224],...}},
   //    ...],"size":[224,224],"output":{"dtype":"uint8","layout":"nhwc",...},...}
   std::string effective_pipeline_json;
+  // A volume session's transforms after defaults (VolumeSpec's JSON); ""
+  // for other sessions.
+  std::string effective_volumes_json;
 };
 
 // One page of a session's dataset, in dataset index order

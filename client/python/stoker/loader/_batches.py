@@ -185,8 +185,40 @@ class _BatchesMixin:
             return out
         return tensors, labels
 
+    def _make_volumes(self, raw: tuple, views: bool) -> Any:
+        """A volume batch as MONAI's list_data_collate gives it: a dict of the
+        Compose's image and label keys, [n * num_samples, C, X, Y, Z] each
+        (each volume's patches next to each other)."""
+        fields, indices, planned, statuses, epoch, batch_in_epoch, sequence = raw
+        torch = _torch_module()
+        arrays = [fields["volume"][0]]
+        if "volume_label" in fields:
+            arrays.append(fields["volume_label"][0])
+        tensors = []
+        for a in arrays:
+            a = a.reshape((a.shape[0] * a.shape[1],) + a.shape[2:])
+            t = torch.from_numpy(a.copy() if self.copy else a)
+            if self._mode == "cuda":
+                t = t.to(self._cuda_device()[1], non_blocking=False)
+            elif self._pin:
+                t = t.pin_memory()
+            tensors.append(t)
+        self.last_indices = indices
+        self.last_image_sizes = None
+        self._epoch = epoch
+        compose = self._volumes
+        out: Dict[str, Any] = {compose.image_key: tensors[0]}
+        if len(tensors) > 1:
+            out[compose.label_key or "label"] = tensors[1]
+        if views:  # images: the patches, labels: their label patches (or None)
+            return BatchView(tensors[0], tensors[1] if len(tensors) > 1 else None, indices,
+                             planned, statuses, epoch, batch_in_epoch, sequence, None, None, None)
+        return out
+
     def _make(self, raw: tuple, views: bool) -> Any:
         fields, indices, planned, statuses, epoch, batch_in_epoch, sequence = raw
+        if "volume" in fields:
+            return self._make_volumes(raw, views)
         if "view0" in fields:
             return self._make_views(raw, views)
         if "clip" in fields:

@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import numpy as np
 
 from .. import _native, _private, _transforms
+from .. import volume as _volume
 from ..client import SOCKET_ENV, Client
 from ._batches import _BatchesMixin
 from ._epochs import _EpochIterator, _EpochsMixin
@@ -439,6 +440,15 @@ class Loader(_PipelineMixin, _EpochsMixin, _ResumeMixin, _BatchesMixin):
         # A video dataset (a Kinetics object, or frames_per_clip=): its
         # clips, transform and samplers become the daemon's clip request.
         self._dataset_object: Any = None
+        # A volume dataset: stoker.volume's Compose (MONAI's transforms)
+        # becomes the daemon's volume request.
+        self._volumes: Optional[_volume.Compose] = None
+        if isinstance(transform, _volume.Compose):
+            self._volumes, transform = transform, None
+            if not isinstance(dataset, (str, bytes, os.PathLike)):
+                raise _native.InvalidRequestError(
+                    "a volume dataset is a path: a Decathlon dataset.json, or a manifest "
+                    "'#columns: image label' of volume files")
         self._clips = is_video_dataset(dataset) or frames_per_clip is not None
         video: Optional[Dict[str, Any]] = None
         if clip_options and not self._clips:
@@ -569,6 +579,11 @@ class Loader(_PipelineMixin, _EpochsMixin, _ResumeMixin, _BatchesMixin):
         if video is not None:
             self._options.update(video["options"])
             self._options.update(clip_options)
+        if self._volumes is not None:
+            self._options["volumes_json"] = self._volumes.to_json()
+        #: A volume session's transforms as the daemon runs them (every
+        #: default filled in); None before attach and for other sessions.
+        self.effective_volumes: Optional[Dict[str, Any]] = None
         self._client: Optional[Client] = None
         self._session: Optional[_native.Session] = None
         self._info: Optional[Dict[str, Any]] = None
@@ -679,6 +694,8 @@ class Loader(_PipelineMixin, _EpochsMixin, _ResumeMixin, _BatchesMixin):
         except ValueError:
             info["effective_pipeline"] = {}
         self._info = info
+        if info.get("effective_volumes_json"):
+            self.effective_volumes = json.loads(info["effective_volumes_json"])
         if self._clips and info["effective_pipeline"]:
             asked = self.effective_pipeline["output"]
             self.effective_pipeline = info["effective_pipeline"]  # the daemon's clip planner's

@@ -1,0 +1,151 @@
+#include "server/worker/volume_work.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/hash64.h"
+#include "common/posix.h"
+#include "server/dataset/dataset.h"
+#include "server/volume/prefix.h"
+#include "server/volume/reader.h"
+#include "server/volume/volume_task.h"
+
+namespace stoker::worker {
+namespace {
+
+void Fail(ResultMsg* r, const absl::Status& st) {
+  r->code = static_cast<uint32_t>(st.code() == absl::StatusCode::kOk ? absl::StatusCode::kUnknown
+                                                                      : st.code());
+  const size_t n = std::min(st.message().size(), sizeof(r->reason) - 1);
+  std::memcpy(r->reason, st.message().data(), n);
+  r->reason[n] = '\0';
+}
+
+// One source file, open, and what identifies its content.
+struct Source {
+  UniqueFd fd;
+  struct stat st {};
+};
+
+absl::StatusOr<Source> Open(int data_root, std::string_view path) {
+  absl::StatusOr<int> fd = OpenBeneath(data_root, path);
+  if (!fd.ok()) return fd.status();
+  Source s;
+  s.fd = UniqueFd(*fd);
+  if (fstat(s.fd.get(), &s.st) != 0) return PosixError("fstat " + std::string(path), errno);
+  return s;
+}
+
+void AddIdentity(const struct stat& st, std::string* key) {
+  const int64_t v[4] = {static_cast<int64_t>(st.st_ino), static_cast<int64_t>(st.st_size),
+                        static_cast<int64_t>(st.st_mtim.tv_sec), st.st_mtim.tv_nsec};
+  key->append(reinterpret_cast<const char*>(v), sizeof(v));
+}
+
+}  // namespace
+
+void VolumeWork::Run(const TaskMsg& t, std::string_view path, std::string_view label_path,
+                     int data_root, int cache_dir, uint8_t* out, uint8_t* label_out,
+                     ResultMsg* r) {
+  const volume::VolumeTaskParams& p = t.volume;
+  const std::string name(path);
+  const uint64_t image_bytes = volume::PatchImageBytes(p);
+  const uint64_t label_bytes = label_out != nullptr ? volume::PatchLabelBytes(p) : 0;
+  if (image_bytes > t.out_capacity || label_bytes > t.mask_out_capacity) {
+    Fail(r, absl::InternalError("the task's rooms are smaller than its patches"));
+    return;
+  }
+  const int64_t t0 = MonotonicNs();
+  absl::StatusOr<Source> image = Open(data_root, path);
+  if (!image.ok()) return Fail(r, image.status());
+  std::optional<Source> label;
+  if (!label_path.empty()) {
+    absl::StatusOr<Source> l = Open(data_root, label_path);
+    if (!l.ok()) return Fail(r, l.status());
+    label = *std::move(l);
+  }
+  // The entry: named by what the sample is, keyed by what its files hold.
+  std::string what = std::string(path) + "\n" + std::string(label_path) + "\n";
+  what.append(reinterpret_cast<const char*>(&p.recipe_hash), sizeof(p.recipe_hash));
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016" PRIx64, Hash64(what.data(), what.size(), 0x766f6c));
+  const std::string entry_name = absl::StrCat(hex, ".stkv");
+  std::string identity = what;
+  AddIdentity(image->st, &identity);
+  if (label.has_value()) AddIdentity(label->st, &identity);
+  const uint64_t key = Hash64(identity.data(), identity.size(), 0x6b6579);
+
+  if (cache_dir >= 0 && (entry_ == nullptr || entry_name_ != entry_name || entry_key_ != key)) {
+    entry_.reset();
+    absl::StatusOr<std::unique_ptr<volume::MappedEntry>> e =
+        volume::MappedEntry::Open(cache_dir, entry_name, key, /*verify_payload=*/false);
+    if (e.ok()) {
+      entry_ = *std::move(e);
+      entry_name_ = entry_name;
+      entry_key_ = key;
+      ++mapped_;
+    }
+  }
+  volume::PreparedView view;
+  std::optional<volume::PreparedVolume> prepared;
+  const int64_t t1 = MonotonicNs();
+  if (cache_dir >= 0 && entry_ != nullptr) {
+    const volume::MappedEntry& e = *entry_;
+    view.shape = e.shape();
+    view.channels = e.channels();
+    view.image = e.image();
+    view.label = e.label();
+    view.foreground = e.foreground();
+    view.foreground_count = e.foreground_count();
+    view.background = e.background();
+    view.background_count = e.background_count();
+    r->input_bytes = e.bytes();
+  } else {
+    volume::VolumeLimits limits;
+    std::vector<volume::Volume> channels;
+    absl::StatusOr<volume::Volume> v = volume::ReadVolume(image->fd.get(), 0, 0, name, limits);
+    if (!v.ok()) return Fail(r, v.status());
+    r->input_bytes = static_cast<uint64_t>(image->st.st_size);
+    channels.push_back(*std::move(v));
+    std::optional<volume::Volume> lab;
+    if (label.has_value()) {
+      absl::StatusOr<volume::Volume> l =
+          volume::ReadVolume(label->fd.get(), 0, 0, std::string(label_path), limits);
+      if (!l.ok()) return Fail(r, l.status());
+      r->input_bytes += static_cast<uint64_t>(label->st.st_size);
+      lab = *std::move(l);
+    }
+    r->read_ns = static_cast<uint64_t>(MonotonicNs() - t0);
+    absl::StatusOr<volume::PreparedVolume> ready =
+        volume::Prepare(channels, lab, volume::RecipeOf(p), name);
+    if (!ready.ok()) return Fail(r, ready.status());
+    prepared = *std::move(ready);
+    ++prepared_;
+    view = volume::ViewOf(*prepared);
+    if (cache_dir >= 0) {
+      // ALREADY_EXISTS: another worker is writing it; any other failure
+      // costs the next epoch a preparation, not this sample.
+      (void)volume::WriteEntry(cache_dir, entry_name, key, *prepared);
+    }
+  }
+  const int64_t t2 = MonotonicNs();
+  r->decode_ns = static_cast<uint64_t>(t2 - t1);
+  absl::Status st = volume::CutPatches(p, view, t.key.seed, t.key.epoch, t.key.dataset_index, out,
+                                       label_out, name);
+  if (!st.ok()) return Fail(r, st);
+  r->augment_ns = static_cast<uint64_t>(MonotonicNs() - t2);
+  r->bytes = image_bytes;
+  r->mask_bytes = label_bytes;
+  r->channels = static_cast<uint32_t>(view.channels);
+  r->code = 0;
+}
+
+}  // namespace stoker::worker

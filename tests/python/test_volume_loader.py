@@ -1,0 +1,271 @@
+"""Volume sessions end to end: a real stokerd serving a Decathlon
+dataset.json of CT-like NIfTI volumes (volume_corpus.py: int16 and uint16
+with scl_inter, gzip'd, LPS and tilted affines) through stoker.volume's
+MONAI transforms, to stoker.Loader.
+
+  * every patch is a block of the prepared volume (the deterministic
+    prefix as stoker-volume-tool computes it, which test_volume_ops.py
+    checks against nibabel / MONAI's formulas), its label patch the same
+    block of the prepared label, and RandCropByPosNegLabel's pos/neg
+    centres land in foreground / background at the asked ratio;
+  * each volume once per epoch, num_samples patches each, the same batches
+    whatever the worker count;
+  * the volume cache: later epochs read entries (the sources untouched), a
+    changed file is prepared again (its new values served);
+  * a corrupt volume or a label that does not match is a counted, named
+    sample failure; bad transforms are refused naming the fix.
+"""
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from volume_corpus import ct_volume
+from test_volume_ops import oblique_lps_affine, prefix
+
+nib = pytest.importorskip("nibabel")
+torch = pytest.importorskip("torch")
+
+SPLEEN_PREFIX = ["Orientation:RAS", "Spacing:1.5,1.5,2", "ScaleIntensityRange:-57,164,0,1,clip",
+                 "CropForeground"]
+
+
+def spleen(V, patch=16, samples=3, pos=1.0, neg=1.0, extra=()):
+    keys = ["image", "label"]
+    return V.Compose([
+        V.LoadImaged(keys=keys), V.EnsureChannelFirstd(keys=keys),
+        V.Orientationd(keys=keys, axcodes="RAS"),
+        V.Spacingd(keys=keys, pixdim=(1.5, 1.5, 2.0), mode=("bilinear", "nearest")),
+        V.ScaleIntensityRanged(keys=["image"], a_min=-57, a_max=164, b_min=0.0, b_max=1.0,
+                               clip=True),
+        V.CropForegroundd(keys=keys, source_key="image"),
+        V.RandCropByPosNegLabeld(keys=keys, label_key="label", spatial_size=(patch,) * 3,
+                                 pos=pos, neg=neg, num_samples=samples, image_key="image",
+                                 image_threshold=0),
+        *extra])
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory):
+    """data/Task09/dataset.json over 4 volumes (one uint16 + scl_inter, one
+    tilted), and what the prefix makes of each: (root, dataset, prepared)."""
+    root = tmp_path_factory.mktemp("vol") / "data"
+    d = root / "Task09"
+    (d / "imagesTr").mkdir(parents=True)
+    (d / "labelsTr").mkdir()
+    rng = np.random.default_rng(11)
+    training = []
+    for n, (shape, spacing) in enumerate([((64, 56, 14), (0.8, 0.8, 2.5)),
+                                          ((60, 60, 12), (0.75, 0.75, 3.0)),
+                                          ((56, 64, 16), (0.9, 0.9, 2.0)),
+                                          ((64, 64, 10), (0.7, 0.7, 4.0))]):
+        hu, label, aff = ct_volume(shape, rng, spacing)
+        if n == 2:
+            aff = oblique_lps_affine(spacing, theta=0.1)
+        if n == 1:  # stored as scanners store unsigned data: uint16, scl_inter -1024
+            img = nib.Nifti1Image((hu.astype(np.int32) + 1024).astype(np.uint16), aff)
+            img.header.set_slope_inter(1.0, -1024.0)
+        else:
+            img = nib.Nifti1Image(hu, aff)
+        nib.save(img, d / "imagesTr" / f"ct_{n}.nii.gz")
+        nib.save(nib.Nifti1Image(label, aff), d / "labelsTr" / f"ct_{n}.nii.gz")
+        training.append({"image": f"./imagesTr/ct_{n}.nii.gz", "label": f"./labelsTr/ct_{n}.nii.gz"})
+    (d / "dataset.json").write_text(json.dumps({"name": "CT", "labels": {"0": "background",
+                                                                         "1": "organ"},
+                                                "training": training}))
+    return root, d
+
+
+def prepared(volume_tool, task, n, tmp_path):
+    """Volume n after the spleen prefix: (image (i, j, k), label (i, j, k))."""
+    _, d = task
+    img, _ = prefix(volume_tool, d / "imagesTr" / f"ct_{n}.nii.gz", SPLEEN_PREFIX, tmp_path,
+                    label=d / "labelsTr" / f"ct_{n}.nii.gz")
+    lab = np.fromfile(tmp_path / "label.u8", np.uint8)
+    shape = img.shape[1:]
+    return img[0], lab.reshape(shape[2], shape[1], shape[0]).transpose(2, 1, 0)
+
+
+def locate(patch, volume):
+    """The corners where `patch` (x, y, z) is a block of `volume`."""
+    p = patch.shape
+    win = np.lib.stride_tricks.sliding_window_view(volume, p)
+    hits = np.argwhere((win[..., 0, 0, 0] == patch[0, 0, 0]))
+    return [tuple(h) for h in hits if np.array_equal(win[tuple(h)], patch)]
+
+
+def epoch_batches(stoker, socket, dataset, compose, seed, epochs=1, **kw):
+    out = []
+    with stoker.Loader(dataset, transform=compose, socket=socket, batch_size=2, seed=seed,
+                       epochs=epochs, **kw) as loader:
+        for _ in range(epochs):  # one iteration an epoch, as DataLoader's
+            for batch in loader:
+                out.append((loader.last_indices.copy(), {k: v.clone() for k, v in batch.items()}))
+    return out
+
+
+def test_patches_are_blocks_of_the_prepared_volume(stoker, task, daemon_factory, volume_tool,
+                                                    tmp_path):
+    root, d = task
+    daemon = daemon_factory(workers=2, data_root=str(root),
+                            extra_args=[f"--volume-cache={tmp_path / 'vcache'}"])
+    from stoker import volume as V
+    batches = epoch_batches(stoker, daemon.socket, "Task09/dataset.json", spleen(V), seed=3)
+    assert len(batches) == 2
+    seen = []
+    refs = {n: prepared(volume_tool, task, n, tmp_path) for n in range(4)}
+    fg_hits = 0
+    for indices, b in batches:
+        assert set(b) == {"image", "label"}
+        assert b["image"].shape == (6, 1, 16, 16, 16) and b["image"].dtype == torch.float32
+        assert b["label"].shape == (6, 1, 16, 16, 16) and b["label"].dtype == torch.uint8
+        seen += indices.tolist()
+        for s in range(6):
+            n = int(indices[s // 3])
+            img, lab = refs[n]
+            patch = b["image"][s, 0].numpy()
+            corners = locate(patch, img)
+            assert corners, f"patch {s} of volume {n} is no block of its prepared volume"
+            c = corners[0]
+            block = lab[c[0]:c[0] + 16, c[1]:c[1] + 16, c[2]:c[2] + 16]
+            assert np.array_equal(b["label"][s, 0].numpy(), block)
+            fg_hits += int(b["label"][s, 0, 8, 8, 8] > 0 or b["label"][s, 0].numpy().any())
+    assert sorted(seen) == [0, 1, 2, 3]  # each volume once
+    assert fg_hits >= 3  # pos=1, neg=1: about half the patches hold the organ
+    assert os.listdir(tmp_path / "vcache"), "no cache entry was written"
+
+
+def test_same_batches_whatever_the_workers_and_cache(stoker, task, daemon_factory, tmp_path):
+    root, _ = task
+    from stoker import volume as V
+    compose = spleen(V, extra=[V.RandFlipd(keys=["image", "label"], prob=0.5, spatial_axis=[0]),
+                               V.RandRotate90d(keys=["image", "label"], prob=0.5),
+                               V.RandShiftIntensityd(keys=["image"], offsets=0.1, prob=0.5)])
+    runs = []
+    for workers, cache in ((1, None), (3, tmp_path / "c"), (2, tmp_path / "c")):
+        args = [f"--volume-cache={cache}"] if cache else []
+        daemon = daemon_factory(workers=workers, data_root=str(root), extra_args=args)
+        batches = epoch_batches(stoker, daemon.socket, "Task09/dataset.json", compose,
+                                   seed=5, epochs=2, shuffle=True)
+        runs.append(batches)
+        daemon.stop()
+    for other in runs[1:]:
+        assert len(other) == len(runs[0]) == 4
+        for (ia, ba), (ib, bb) in zip(runs[0], other):
+            assert np.array_equal(ia, ib)
+            assert torch.equal(ba["image"], bb["image"]) and torch.equal(ba["label"], bb["label"])
+    # Two epochs differ (other draws).
+    assert not torch.equal(runs[0][0][1]["image"], runs[0][2][1]["image"])
+
+
+def test_a_changed_volume_is_prepared_again(stoker, task, daemon_factory, tmp_path):
+    root, d = task
+    work = tmp_path / "data"
+    shutil.copytree(root, work)
+    cache = tmp_path / "vc"
+    from stoker import volume as V
+    compose = V.Compose([V.RandSpatialCropd(keys=["image"], roi_size=(8, 8, 8),
+                                            random_center=False)])
+    daemon = daemon_factory(workers=1, data_root=str(work), extra_args=[f"--volume-cache={cache}"])
+    ds = "Task09/dataset.json"
+    first = epoch_batches(stoker, daemon.socket, ds, compose, seed=1, shuffle=False)
+    entries = sorted(os.listdir(cache))
+    assert len(entries) == 4
+    again = epoch_batches(stoker, daemon.socket, ds, compose, seed=1, shuffle=False)
+    assert all(torch.equal(a[1]["image"], b[1]["image"]) for a, b in zip(first, again))
+    assert sorted(os.listdir(cache)) == entries  # served from them
+    # Volume 0 changes: its new values are served, from a rebuilt entry.
+    hu, label, aff = ct_volume((64, 56, 14), np.random.default_rng(99), (0.8, 0.8, 2.5))
+    path = work / "Task09" / "imagesTr" / "ct_0.nii.gz"
+    nib.save(nib.Nifti1Image(hu, aff), path)
+    changed = epoch_batches(stoker, daemon.socket, ds, compose, seed=1, shuffle=False)
+    want = np.asanyarray(nib.load(path).dataobj).astype(np.float32)
+    c = [(s - 8) // 2 for s in want.shape]
+    block = want[c[0]:c[0] + 8, c[1]:c[1] + 8, c[2]:c[2] + 8]
+    assert np.array_equal(changed[0][1]["image"][0, 0].numpy(), block)
+    assert not torch.equal(changed[0][1]["image"][0], first[0][1]["image"][0])
+    assert torch.equal(changed[1][1]["image"], first[1][1]["image"])
+
+
+def test_bad_volumes_are_named_sample_failures(stoker, task, daemon_factory, tmp_path):
+    root, d = task
+    work = tmp_path / "data"
+    shutil.copytree(root, work)
+    t = work / "Task09"
+    (t / "imagesTr" / "ct_1.nii.gz").write_bytes(b"\x1f\x8b" + os.urandom(300))  # not a volume
+    hu, label, aff = ct_volume((30, 30, 8), np.random.default_rng(2))
+    nib.save(nib.Nifti1Image(label, aff), t / "labelsTr" / "ct_2.nii.gz")  # another shape
+    daemon = daemon_factory(workers=2, data_root=str(work))
+    from stoker import volume as V
+    with stoker.Loader("Task09/dataset.json", transform=spleen(V), socket=daemon.socket,
+                       batch_size=2, seed=1, epochs=1, shuffle=False) as loader:
+        statuses = []
+        for batch in loader:
+            statuses.append(loader.last_indices.copy())
+    assert len(statuses) == 2  # the epoch completes: failures replaced, not fatal
+    log = open(daemon.log_path).read()
+    assert "ct_1.nii.gz" in log and "ct_2.nii.gz" in log
+    assert "its label is" in log
+
+
+def test_refusals_name_the_fix(stoker, task, daemon_factory):
+    root, _ = task
+    from stoker import volume as V
+    daemon = daemon_factory(workers=1, data_root=str(root))
+    keys = ["image", "label"]
+    with pytest.raises(stoker.InvalidRequestError, match="no patch op"):
+        with stoker.Loader("Task09/dataset.json", socket=daemon.socket, transform=V.Compose(
+                [V.Orientationd(keys=keys, axcodes="RAS")])) as loader:
+            next(iter(loader))
+    with pytest.raises(stoker.InvalidRequestError, match="pixdim"):
+        with stoker.Loader("Task09/dataset.json", socket=daemon.socket, transform=V.Compose(
+                [V.Spacingd(keys=keys, pixdim=(1, 2)),
+                 V.RandSpatialCropd(keys=keys, roi_size=8)])) as loader:
+            next(iter(loader))
+    with pytest.raises(stoker.InvalidRequestError, match="mode=\\('bilinear', 'nearest'\\)"):
+        V.Spacingd(keys=keys, pixdim=1.5, mode="bilinear")
+    with pytest.raises(stoker.InvalidRequestError, match="image only"):
+        V.Compose([V.ScaleIntensityRanged(keys=keys, a_min=0, a_max=1),
+                   V.RandCropByPosNegLabeld(keys=keys, label_key="label", spatial_size=8)])
+
+
+def test_resume_mid_epoch_and_a_manifest_of_volumes(stoker, task, daemon_factory, tmp_path):
+    """load_state_dict after one batch: the rest of the epoch as an
+    uninterrupted run serves it, patches and all. A manifest '#columns:
+    image label' of the same files serves the same volumes."""
+    root, d = task
+    daemon = daemon_factory(workers=2, data_root=str(root))
+    from stoker import volume as V
+    compose = spleen(V, samples=2)
+
+    def loader(ds="Task09/dataset.json"):
+        return stoker.Loader(ds, transform=compose, socket=daemon.socket, batch_size=1, seed=4,
+                             copy=True)
+
+    with loader() as ld:
+        ld.set_epoch(1)
+        whole = [(b["image"], ld.last_indices.copy()) for b in ld]
+    with loader() as ld:
+        ld.set_epoch(1)
+        it = iter(ld)
+        next(it)
+        state = ld.state_dict()
+    with loader() as ld:
+        ld.load_state_dict(state)
+        rest = [(b["image"], ld.last_indices.copy()) for b in ld]
+    assert len(whole) == 4 and len(rest) == 3
+    for (a, ia), (b, ib) in zip(whole[1:], rest):
+        assert ia.tolist() == ib.tolist()
+        assert torch.equal(a, b)
+
+    (d / "list.tsv").write_text("#columns: image label\n" + "".join(
+        f"imagesTr/ct_{n}.nii.gz\tlabelsTr/ct_{n}.nii.gz\n" for n in range(4)))
+    with loader("Task09/list.tsv") as ld:
+        ld.set_epoch(1)
+        listed = [(b["image"], ld.last_indices.copy()) for b in ld]
+    for (a, ia), (b, ib) in zip(whole, listed):
+        assert ia.tolist() == ib.tolist()
+        assert torch.equal(a, b)
