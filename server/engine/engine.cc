@@ -31,10 +31,10 @@ namespace stoker {
 
 namespace {
 
-// The transcode cache's budget when none is given: 4 GiB, and at most a
-// quarter of its file system's free space now.
-uint64_t DefaultTranscodeBudget(int dir_fd) {
-  uint64_t budget = uint64_t{4} << 30;
+// A cache's budget when none is given: `most`, and at most a quarter of
+// its file system's free space now.
+uint64_t DefaultCacheBudget(int dir_fd, uint64_t most) {
+  uint64_t budget = most;
   struct statvfs vfs;
   if (::fstatvfs(dir_fd, &vfs) == 0) {
     budget = std::min<uint64_t>(budget, uint64_t{vfs.f_bavail} * vfs.f_frsize / 4);
@@ -157,6 +157,19 @@ absl::Status Engine::Start() {
     auto fd = OpenCacheDirectory(config_.volume_cache());
     if (fd.ok()) {
       volume_cache_fd_ = UniqueFd(*fd);
+      volume_cache_dir_ = PosixCacheDir(volume_cache_fd_.get());
+      if (config_.volume_cache_mb() == 0) {
+        config_.set_volume_cache_mb(
+            DefaultCacheBudget(volume_cache_fd_.get(), uint64_t{64} << 30) / 1048576.0);
+      }
+      volume_cache_ = std::make_unique<VolumeCacheBudget>(
+          volume_cache_dir_.get(), static_cast<uint64_t>(config_.volume_cache_mb() * 1048576.0));
+      if (absl::Status st = volume_cache_->Load(WallNs()); !st.ok()) {
+        spdlog::warn("volume cache {}: {}", config_.volume_cache(), st.ToString());
+      }
+      const VolumeCacheBudget::Stats vs = volume_cache_->stats();
+      spdlog::info("volume cache {}: {} entries, {:.1f} of {:.0f} MiB", config_.volume_cache(),
+                   vs.entries, vs.bytes / 1048576.0, config_.volume_cache_mb());
     } else {
       spdlog::warn("volume cache {} cannot be used ({}); volumes are prepared every epoch",
                    config_.volume_cache(), fd.status().ToString());
@@ -170,7 +183,7 @@ absl::Status Engine::Start() {
       transcode_cache_dir_ = PosixCacheDir(transcode_cache_fd_.get());
       if (config_.transcode_cache_mb() == 0) {
         // Status shows the budget in effect.
-        config_.set_transcode_cache_mb(DefaultTranscodeBudget(transcode_cache_fd_.get()) /
+        config_.set_transcode_cache_mb(DefaultCacheBudget(transcode_cache_fd_.get(), uint64_t{4} << 30) /
                                        1048576.0);
       }
       transcode_cache_ = std::make_unique<TranscodeCache>(
@@ -598,7 +611,10 @@ DaemonSession* Engine::FindByNumberLocked(uint64_t number) {
 }
 
 void Engine::OnResultLocked(uint32_t w, const worker::ResultMsg& r) {
-  // First, whatever became of the task: a copy written is on disk.
+  // First, whatever became of the task: an entry written is on disk.
+  if (volume_cache_ != nullptr && r.volume_entry_bytes != 0) {
+    volume_cache_->Added(volume::VolumeEntryName(r.volume_entry_id), r.volume_entry_bytes);
+  }
   if (transcode_cache_ != nullptr && r.cache_event != kCacheNone) {
     CacheReport cr;
     cr.event = static_cast<CacheEvent>(r.cache_event);

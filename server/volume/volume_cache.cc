@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cinttypes>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 
@@ -66,6 +68,35 @@ absl::Status ForegroundBackground(const FloatVolume& image, const std::vector<ui
   return absl::OkStatus();
 }
 
+namespace {
+
+// Where an entry's sections lie (the header's table).
+struct Sections {
+  uint64_t image_at, image_bytes, label_at, label_bytes, fg_at, bg_at, end;
+};
+
+Sections SectionsOf(const PreparedVolume& v) {
+  Sections s;
+  s.image_at = kVolumeEntryHeaderBytes;
+  s.image_bytes = static_cast<uint64_t>(v.image.Voxels()) * 4;
+  s.label_at = AlignUp(s.image_at + s.image_bytes);
+  s.label_bytes = v.has_label ? static_cast<uint64_t>(v.image.ChannelVoxels()) : 0;
+  s.fg_at = AlignUp(s.label_at + s.label_bytes);
+  s.bg_at = AlignUp(s.fg_at + v.foreground.size() * 4);
+  s.end = s.bg_at + v.background.size() * 4;
+  return s;
+}
+
+}  // namespace
+
+uint64_t EntryBytes(const PreparedVolume& v) { return SectionsOf(v).end; }
+
+std::string VolumeEntryName(uint64_t id) {
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016" PRIx64, id);
+  return std::string(hex) + ".stkv";
+}
+
 absl::Status WriteEntry(int dir_fd, const std::string& name, uint64_t key,
                         const PreparedVolume& v) {
   const uint64_t voxels = static_cast<uint64_t>(v.image.Voxels());
@@ -73,12 +104,10 @@ absl::Status WriteEntry(int dir_fd, const std::string& name, uint64_t key,
   if (v.image.values.size() != voxels || (v.has_label && v.label.size() != channel_voxels)) {
     return absl::InvalidArgumentError("a prepared volume whose values do not fit its shape");
   }
-  const uint64_t image_at = kVolumeEntryHeaderBytes, image_bytes = voxels * 4;
-  const uint64_t label_at = AlignUp(image_at + image_bytes);
-  const uint64_t label_bytes = v.has_label ? channel_voxels : 0;
-  const uint64_t fg_at = AlignUp(label_at + label_bytes);
-  const uint64_t bg_at = AlignUp(fg_at + v.foreground.size() * 4);
-  const uint64_t end = bg_at + v.background.size() * 4;
+  const Sections sec = SectionsOf(v);
+  const uint64_t image_at = sec.image_at, image_bytes = sec.image_bytes;
+  const uint64_t label_at = sec.label_at, label_bytes = sec.label_bytes;
+  const uint64_t fg_at = sec.fg_at, bg_at = sec.bg_at, end = sec.end;
 
   const std::string tmp = ".tmp-" + name;
   UniqueFd fd(::openat(dir_fd, tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
@@ -90,7 +119,6 @@ absl::Status WriteEntry(int dir_fd, const std::string& name, uint64_t key,
     ::unlinkat(dir_fd, tmp.c_str(), 0);
     return s;
   };
-  if (::ftruncate(fd.get(), static_cast<off_t>(end)) != 0) return fail(Errno("sizing " + tmp));
   auto put = [&](uint64_t at, const void* data, uint64_t bytes) -> bool {
     const auto* p = static_cast<const uint8_t*>(data);
     while (bytes != 0) {
@@ -103,9 +131,16 @@ absl::Status WriteEntry(int dir_fd, const std::string& name, uint64_t key,
     }
     return true;
   };
-  if (!put(image_at, v.image.values.data(), image_bytes) ||
+  // Every byte up to `end` written, the padding between sections as zeros
+  // (no ftruncate: the workers' sandbox does not allow it).
+  static const uint8_t kZeros[4096] = {};
+  auto pad = [&](uint64_t from, uint64_t to) { return from >= to || put(from, kZeros, to - from); };
+  if (!put(0, kZeros, kVolumeEntryHeaderBytes) ||
+      !put(image_at, v.image.values.data(), image_bytes) || !pad(image_at + image_bytes, label_at) ||
       (label_bytes != 0 && !put(label_at, v.label.data(), label_bytes)) ||
+      !pad(label_at + label_bytes, fg_at) ||
       (!v.foreground.empty() && !put(fg_at, v.foreground.data(), v.foreground.size() * 4)) ||
+      !pad(fg_at + v.foreground.size() * 4, bg_at) ||
       (!v.background.empty() && !put(bg_at, v.background.data(), v.background.size() * 4))) {
     return fail(Errno("writing " + tmp));
   }

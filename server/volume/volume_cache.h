@@ -66,6 +66,13 @@ absl::Status ForegroundBackground(const FloatVolume& image, const std::vector<ui
                                   double image_threshold, std::vector<uint32_t>* foreground,
                                   std::vector<uint32_t>* background);
 
+// An entry's file name in the cache's folder: the 16 hex digits of `id` (a
+// hash of what the sample is: its files' paths and the recipe) and ".stkv".
+std::string VolumeEntryName(uint64_t id);
+
+// The bytes WriteEntry writes for `v` (its file's size).
+uint64_t EntryBytes(const PreparedVolume& v);
+
 // Writes `v` as entry `name` in `dir_fd` (through ".tmp-NAME" and a rename).
 // ALREADY_EXISTS when another writer holds the temporary; the errno's code
 // for the file system's errors.

@@ -3,8 +3,6 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <cinttypes>
-#include <cstdio>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -75,9 +73,8 @@ void VolumeWork::Run(const TaskMsg& t, std::string_view path, std::string_view l
   // The entry: named by what the sample is, keyed by what its files hold.
   std::string what = std::string(path) + "\n" + std::string(label_path) + "\n";
   what.append(reinterpret_cast<const char*>(&p.recipe_hash), sizeof(p.recipe_hash));
-  char hex[17];
-  std::snprintf(hex, sizeof(hex), "%016" PRIx64, Hash64(what.data(), what.size(), 0x766f6c));
-  const std::string entry_name = absl::StrCat(hex, ".stkv");
+  const uint64_t entry_id = Hash64(what.data(), what.size(), 0x766f6c);
+  const std::string entry_name = volume::VolumeEntryName(entry_id);
   std::string identity = what;
   AddIdentity(image->st, &identity);
   if (label.has_value()) AddIdentity(label->st, &identity);
@@ -133,7 +130,10 @@ void VolumeWork::Run(const TaskMsg& t, std::string_view path, std::string_view l
     if (cache_dir >= 0) {
       // ALREADY_EXISTS: another worker is writing it; any other failure
       // costs the next epoch a preparation, not this sample.
-      (void)volume::WriteEntry(cache_dir, entry_name, key, *prepared);
+      if (volume::WriteEntry(cache_dir, entry_name, key, *prepared).ok()) {
+        r->volume_entry_id = entry_id;
+        r->volume_entry_bytes = volume::EntryBytes(*prepared);
+      }
     }
   }
   const int64_t t2 = MonotonicNs();

@@ -230,6 +230,11 @@ struct ResultMsg {
   uint32_t cache_write_errno = 0;  // writing the copy failed: its errno (0: it did not)
   uint32_t cache_temp_left = 0;
   uint64_t transcode_ns = 0;  // re-coding the file and writing its entry
+  // A volume session's task that wrote a volume cache entry: its id (the
+  // name's hex digits, server/engine/volume_cache_budget.h) and bytes (0:
+  // none written).
+  uint64_t volume_entry_id = 0;
+  uint64_t volume_entry_bytes = 0;
   uint64_t input_bytes = 0;   // of the file, member or cache copy read
   char reason[kReasonBytes];  // NUL-terminated when code != 0
 };

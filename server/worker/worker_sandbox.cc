@@ -21,9 +21,10 @@ absl::Status ApplyWorkerSandbox() {
   if (ctx == nullptr) return absl::InternalError("seccomp_init failed");
   // Reading files beneath the data root, talking to the daemon, memory,
   // time, signals and exit; what glibc and libjpeg-turbo use for those.
-  // The transcode cache adds only the rename of a written entry into place,
-  // below, within the cache's folder (openat and write are here already);
-  // its files are deleted by the daemon, so no unlink.
+  // The caches add only the rename of a written entry into place, below,
+  // within the cache's folder (openat and write are here already), and the
+  // volume cache the unlink of a temporary its worker failed to fill; their
+  // entries are deleted by the daemon.
   static const char* const kAllowed[] = {
       "read",          "pread64",        "preadv2",        "readv",        "write",         "writev",
       "openat",        "openat2",        "close",        "fstat",         "newfstatat",
@@ -37,6 +38,9 @@ absl::Status ApplyWorkerSandbox() {
       // glibc's qsort (libtiff sorts its tag tables with it) asks how much
       // memory the machine has.
       "sysinfo",
+      // The volume cache's entries are written in place (write is allowed:
+      // pwrite adds only the offset).
+      "pwrite64",
       // PageResidency, for the test-only --simulate-read-latency-us: it
       // tells only whether pages of a file this worker has open are cached.
       "mincore",
@@ -51,21 +55,36 @@ absl::Status ApplyWorkerSandbox() {
                                  std::strerror(-rc));
     }
   }
-  // renameat(2) only with worker::kTranscodeCacheFd as both directory fds,
-  // what the cache's temp-then-rename needs. A filter sees numbers, not
+  // renameat(2) only with worker::kTranscodeCacheFd, or
+  // worker::kVolumeCacheFd, as both directory fds, what the caches'
+  // temp-then-rename needs; unlinkat(2) only in the volume cache's folder
+  // (a worker removes the temporary of an entry it failed to write). A filter sees numbers, not
   // paths: an absolute or "../" path would still resolve elsewhere, so this
   // narrows the call, it does not confine it (openat, allowed above, can
   // already create files wherever the worker's user may).
-  for (const char* name : {"renameat", "renameat2"}) {
-    int nr = seccomp_syscall_resolve_name(name);
-    if (nr == __NR_SCMP_ERROR) continue;
-    int rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 2,
-                              SCMP_A0(SCMP_CMP_EQ, worker::kTranscodeCacheFd),
-                              SCMP_A2(SCMP_CMP_EQ, worker::kTranscodeCacheFd));
+  for (const scmp_datum_t dir : {scmp_datum_t{worker::kTranscodeCacheFd},
+                                 scmp_datum_t{worker::kVolumeCacheFd}}) {
+    for (const char* name : {"renameat", "renameat2"}) {
+      int nr = seccomp_syscall_resolve_name(name);
+      if (nr == __NR_SCMP_ERROR) continue;
+      int rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 2, SCMP_A0(SCMP_CMP_EQ, dir),
+                                SCMP_A2(SCMP_CMP_EQ, dir));
+      if (rc != 0) {
+        seccomp_release(ctx);
+        return absl::InternalError(std::string("seccomp_rule_add ") + name + ": " +
+                                   std::strerror(-rc));
+      }
+    }
+  }
+  {
+    const int nr = seccomp_syscall_resolve_name("unlinkat");
+    const int rc = nr == __NR_SCMP_ERROR
+                       ? 0
+                       : seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 1,
+                                          SCMP_A0(SCMP_CMP_EQ, worker::kVolumeCacheFd));
     if (rc != 0) {
       seccomp_release(ctx);
-      return absl::InternalError(std::string("seccomp_rule_add ") + name + ": " +
-                                 std::strerror(-rc));
+      return absl::InternalError(std::string("seccomp_rule_add unlinkat: ") + std::strerror(-rc));
     }
   }
   int rc = seccomp_load(ctx);

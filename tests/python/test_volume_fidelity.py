@@ -1,7 +1,7 @@
 """NIfTI volumes read as nibabel reads them (server/volume/nifti.h, through
 stoker-volume-tool): every datatype stoker reads, plain and gzip'd, either
 byte order, NIfTI-1 and -2, 3-D and 4-D, scaled and not, sform, qform and
-neither; and CT-like volumes as CT scanners store them (volume_corpus.py).
+neither; and CT-like volumes as CT scanners store them (bench/volume_corpus.py).
 
 The reference is nibabel's `np.asanyarray(img.dataobj)` (float64 scaling)
 cast to float32, which is what MONAI's LoadImage gives: equal, bit for bit.

@@ -1,5 +1,5 @@
 """Volume sessions end to end: a real stokerd serving a Decathlon
-dataset.json of CT-like NIfTI volumes (volume_corpus.py: int16 and uint16
+dataset.json of CT-like NIfTI volumes (bench/volume_corpus.py: int16 and uint16
 with scl_inter, gzip'd, LPS and tilted affines) through stoker.volume's
 MONAI transforms, to stoker.Loader.
 
@@ -161,7 +161,14 @@ def test_same_batches_whatever_the_workers_and_cache(stoker, task, daemon_factor
     assert not torch.equal(runs[0][0][1]["image"], runs[0][2][1]["image"])
 
 
-def test_a_changed_volume_is_prepared_again(stoker, task, daemon_factory, tmp_path):
+def entries(cache):
+    names = sorted(os.listdir(cache))
+    assert not [n for n in names if n.startswith(".tmp")], names  # every write completed
+    return names
+
+
+def test_later_epochs_read_the_cache_and_a_changed_volume_is_prepared_again(
+        stoker, task, daemon_factory, tmp_path):
     root, d = task
     work = tmp_path / "data"
     shutil.copytree(root, work)
@@ -172,11 +179,24 @@ def test_a_changed_volume_is_prepared_again(stoker, task, daemon_factory, tmp_pa
     daemon = daemon_factory(workers=1, data_root=str(work), extra_args=[f"--volume-cache={cache}"])
     ds = "Task09/dataset.json"
     first = epoch_batches(stoker, daemon.socket, ds, compose, seed=1, shuffle=False)
-    entries = sorted(os.listdir(cache))
-    assert len(entries) == 4
+    names = entries(cache)
+    assert len(names) == 4 and all(n.endswith(".stkv") for n in names)
+    # What later epochs serve is the entries' voxels: overwrite them (the
+    # headers kept, so each still opens) and the patches are what was written.
+    for n in names:
+        with open(cache / n, "r+b") as f:
+            at, size = np.frombuffer(f.read(208)[192:208], np.uint64)  # the image section
+            f.seek(int(at))
+            f.write(np.full(int(size) // 4, 7.0, np.float32).tobytes())
+    cached = epoch_batches(stoker, daemon.socket, ds, compose, seed=1, shuffle=False)
+    assert all(torch.all(b["image"] == 7.0) for _, b in cached)
+    assert entries(cache) == names
+    # Gone: prepared again, the same patches as the first time.
+    for n in names:
+        os.unlink(cache / n)
     again = epoch_batches(stoker, daemon.socket, ds, compose, seed=1, shuffle=False)
     assert all(torch.equal(a[1]["image"], b[1]["image"]) for a, b in zip(first, again))
-    assert sorted(os.listdir(cache)) == entries  # served from them
+    assert entries(cache) == names
     # Volume 0 changes: its new values are served, from a rebuilt entry.
     hu, label, aff = ct_volume((64, 56, 14), np.random.default_rng(99), (0.8, 0.8, 2.5))
     path = work / "Task09" / "imagesTr" / "ct_0.nii.gz"
@@ -188,6 +208,24 @@ def test_a_changed_volume_is_prepared_again(stoker, task, daemon_factory, tmp_pa
     assert np.array_equal(changed[0][1]["image"][0, 0].numpy(), block)
     assert not torch.equal(changed[0][1]["image"][0], first[0][1]["image"][0])
     assert torch.equal(changed[1][1]["image"], first[1][1]["image"])
+    assert entries(cache) == names  # the same name, rewritten
+
+
+def test_the_cache_keeps_to_its_budget(stoker, task, daemon_factory, tmp_path):
+    """--volume-cache-mb: the oldest entries go; what is served is the same."""
+    root, _ = task
+    cache = tmp_path / "vc"
+    from stoker import volume as V
+    compose = spleen(V)
+    plain = daemon_factory(workers=2, data_root=str(root))
+    want = epoch_batches(stoker, plain.socket, "Task09/dataset.json", compose, seed=2, epochs=2)
+    small = daemon_factory(workers=2, data_root=str(root),
+                           extra_args=[f"--volume-cache={cache}", "--volume-cache-mb=0.25"])
+    got = epoch_batches(stoker, small.socket, "Task09/dataset.json", compose, seed=2, epochs=2)
+    for (ia, a), (ib, b) in zip(want, got):
+        assert np.array_equal(ia, ib) and torch.equal(a["image"], b["image"])
+    sizes = [os.path.getsize(cache / n) for n in entries(cache)]
+    assert 0 < len(sizes) < 4 and sum(sizes) <= 0.25 * 2**20
 
 
 def test_bad_volumes_are_named_sample_failures(stoker, task, daemon_factory, tmp_path):

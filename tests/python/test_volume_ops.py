@@ -1,6 +1,6 @@
 """The deterministic prefix's ops (server/volume/: orientation.h,
 intensity.h, crop_foreground.h, through stoker-volume-tool prefix) against
-references users trust, on CT-like volumes (volume_corpus.py):
+references users trust, on CT-like volumes (bench/volume_corpus.py):
 
   * Orientation: nibabel's io_orientation / ornt_transform /
     apply_orientation / inv_ornt_aff (what MONAI's Orientation calls):

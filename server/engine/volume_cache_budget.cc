@@ -1,0 +1,69 @@
+#include "server/engine/volume_cache_budget.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/match.h"
+
+namespace stoker {
+
+VolumeCacheBudget::VolumeCacheBudget(CacheDir* dir, uint64_t budget_bytes) : dir_(dir) {
+  stats_.budget_bytes = budget_bytes;
+}
+
+absl::Status VolumeCacheBudget::Load(int64_t now_ns) {
+  std::vector<CacheDirEntry> files;
+  if (absl::Status st = dir_->List(&files); !st.ok()) return st;
+  std::sort(files.begin(), files.end(), [](const CacheDirEntry& a, const CacheDirEntry& b) {
+    return a.mtime_ns != b.mtime_ns ? a.mtime_ns < b.mtime_ns : a.name < b.name;
+  });
+  absl::MutexLock l(&mu_);
+  entries_.clear();
+  stats_.bytes = 0;
+  for (const CacheDirEntry& f : files) {
+    if (absl::StartsWith(f.name, ".tmp-")) {
+      if (now_ns - f.mtime_ns > kStaleTempNs && dir_->Remove(f.name).ok()) ++stats_.temps_removed;
+      continue;
+    }
+    if (!absl::EndsWith(f.name, ".stkv")) continue;  // not ours
+    entries_.push_back({f.name, f.bytes});
+    stats_.bytes += f.bytes;
+  }
+  EvictLocked();
+  stats_.entries = entries_.size();
+  return absl::OkStatus();
+}
+
+void VolumeCacheBudget::Added(const std::string& name, uint64_t bytes) {
+  absl::MutexLock l(&mu_);
+  // A rewrite of a stale entry replaces it (the same name, a new key).
+  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+    if (it->name == name) {
+      stats_.bytes -= it->bytes;
+      entries_.erase(it);
+      break;
+    }
+  }
+  entries_.push_back({name, bytes});
+  stats_.bytes += bytes;
+  ++stats_.written;
+  EvictLocked();
+  stats_.entries = entries_.size();
+}
+
+void VolumeCacheBudget::EvictLocked() {
+  while (stats_.bytes > stats_.budget_bytes && !entries_.empty()) {
+    const Entry e = entries_.front();
+    entries_.pop_front();
+    (void)dir_->Remove(e.name);  // absent: OK; a failure leaves a file the next Load counts
+    stats_.bytes -= e.bytes;
+    ++stats_.evicted;
+  }
+}
+
+VolumeCacheBudget::Stats VolumeCacheBudget::stats() const {
+  absl::MutexLock l(&mu_);
+  return stats_;
+}
+
+}  // namespace stoker

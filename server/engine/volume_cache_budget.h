@@ -1,0 +1,69 @@
+// The volume cache's budget: the daemon's side of server/volume/
+// volume_cache.h. Workers write entries (one file a prepared volume,
+// "<16 hex digits>.stkv") into --volume-cache and report each write; this
+// room counts them and removes the oldest (by when they were written:
+// entries are never rewritten in place, so the order is the cache's
+// insertion order, FIFO) until they fit --volume-cache-mb. A removed entry a
+// worker still maps stays readable to it (the mapping holds the inode).
+// Load() also removes temporaries (".tmp-NAME") older than kStaleTempNs: a
+// write that died with its worker, or whose unlink the sandbox did not
+// reach; younger ones may be another daemon's write in progress.
+//
+// The folder comes through CacheDir (transcode_cache.h), so the unit test
+// needs no real files. Thread-safe (an internal mutex).
+
+#ifndef STOKER_SERVER_ENGINE_VOLUME_CACHE_BUDGET_H_
+#define STOKER_SERVER_ENGINE_VOLUME_CACHE_BUDGET_H_
+
+#include <cstdint>
+#include <deque>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "server/engine/transcode_cache.h"
+#include "server/volume/volume_cache.h"  // VolumeEntryName
+
+namespace stoker {
+
+class VolumeCacheBudget {
+ public:
+  static constexpr int64_t kStaleTempNs = int64_t{600} * 1'000'000'000;
+
+  struct Stats {
+    uint64_t budget_bytes = 0;
+    uint64_t entries = 0;
+    uint64_t bytes = 0;
+    uint64_t written = 0;       // entries reported since start
+    uint64_t evicted = 0;       // entries removed to keep the budget
+    uint64_t temps_removed = 0; // stale temporaries removed by Load
+  };
+
+  // `dir` is borrowed (outlives this).
+  VolumeCacheBudget(CacheDir* dir, uint64_t budget_bytes);
+
+  // Lists the folder (now_ns: the wall clock, for the temporaries' age),
+  // then evicts down to the budget (the budget may have shrunk).
+  absl::Status Load(int64_t now_ns);
+  // A worker wrote entry `name`, `bytes` long: counted, then the oldest
+  // entries are removed until the total fits (the new one last of all).
+  void Added(const std::string& name, uint64_t bytes);
+  Stats stats() const;
+
+ private:
+  void EvictLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  CacheDir* const dir_;
+  mutable absl::Mutex mu_;
+  struct Entry {
+    std::string name;
+    uint64_t bytes = 0;
+  };
+  std::deque<Entry> entries_ ABSL_GUARDED_BY(mu_);  // oldest first
+  Stats stats_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace stoker
+
+#endif  // STOKER_SERVER_ENGINE_VOLUME_CACHE_BUDGET_H_
