@@ -1,6 +1,7 @@
 #include "server/volume/volume_cache.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -97,8 +98,47 @@ std::string VolumeEntryName(uint64_t id) {
   return std::string(hex) + ".stkv";
 }
 
+absl::StatusOr<UniqueFd> ClaimEntry(int dir_fd, const std::string& name) {
+  const std::string tmp = ".tmp-" + name;
+  UniqueFd fd(::openat(dir_fd, tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  if (!fd.valid()) {
+    if (errno == EEXIST) return absl::AlreadyExistsError(tmp + ": another writer holds it");
+    return Errno("creating " + tmp);
+  }
+  if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+    const absl::Status st = Errno("locking " + tmp);
+    ::unlinkat(dir_fd, tmp.c_str(), 0);
+    return st;
+  }
+  return fd;
+}
+
+ClaimState ProbeClaim(int dir_fd, const std::string& name, int64_t stale_after_ns) {
+  const std::string tmp = ".tmp-" + name;
+  UniqueFd fd(::openat(dir_fd, tmp.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return ClaimState::kNone;
+  if (::flock(fd.get(), LOCK_SH | LOCK_NB) != 0) return ClaimState::kHeld;
+  // Unlocked: its writer is gone, or has only just created it (it locks
+  // right after): gone only once it is old enough.
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return ClaimState::kHeld;
+  struct timespec now;
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  const int64_t age = (now.tv_sec - st.st_mtim.tv_sec) * 1'000'000'000 + (now.tv_nsec - st.st_mtim.tv_nsec);
+  if (age < stale_after_ns) return ClaimState::kHeld;
+  ::unlinkat(dir_fd, tmp.c_str(), 0);
+  return ClaimState::kNone;
+}
+
 absl::Status WriteEntry(int dir_fd, const std::string& name, uint64_t key,
                         const PreparedVolume& v) {
+  absl::StatusOr<UniqueFd> claimed = ClaimEntry(dir_fd, name);
+  if (!claimed.ok()) return claimed.status();
+  return WriteClaimedEntry(dir_fd, *std::move(claimed), name, key, v);
+}
+
+absl::Status WriteClaimedEntry(int dir_fd, UniqueFd fd, const std::string& name, uint64_t key,
+                               const PreparedVolume& v) {
   const uint64_t voxels = static_cast<uint64_t>(v.image.Voxels());
   const uint64_t channel_voxels = static_cast<uint64_t>(v.image.ChannelVoxels());
   if (v.image.values.size() != voxels || (v.has_label && v.label.size() != channel_voxels)) {
@@ -110,11 +150,6 @@ absl::Status WriteEntry(int dir_fd, const std::string& name, uint64_t key,
   const uint64_t fg_at = sec.fg_at, bg_at = sec.bg_at, end = sec.end;
 
   const std::string tmp = ".tmp-" + name;
-  UniqueFd fd(::openat(dir_fd, tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
-  if (!fd.valid()) {
-    if (errno == EEXIST) return absl::AlreadyExistsError(tmp + ": another writer holds it");
-    return Errno("creating " + tmp);
-  }
   auto fail = [&](absl::Status s) {
     ::unlinkat(dir_fd, tmp.c_str(), 0);
     return s;

@@ -75,9 +75,27 @@ uint64_t EntryBytes(const PreparedVolume& v);
 
 // Writes `v` as entry `name` in `dir_fd` (through ".tmp-NAME" and a rename).
 // ALREADY_EXISTS when another writer holds the temporary; the errno's code
-// for the file system's errors.
+// for the file system's errors. ClaimEntry then WriteClaimedEntry.
 absl::Status WriteEntry(int dir_fd, const std::string& name, uint64_t key,
                         const PreparedVolume& v);
+
+// Claiming an entry before preparing its volume, so that two workers given
+// the same volume at once (a session's next epoch planned while this one's
+// volumes are still being prepared) prepare it once: ClaimEntry creates
+// ".tmp-NAME" (O_EXCL) and holds flock(LOCK_EX) on it until the entry is
+// written (or its writer dies: the kernel drops the lock). ALREADY_EXISTS
+// when another writer holds it.
+absl::StatusOr<UniqueFd> ClaimEntry(int dir_fd, const std::string& name);
+// Writes `v` into the claimed temporary `fd` and renames it to `name`; the
+// temporary is removed on failure.
+absl::Status WriteClaimedEntry(int dir_fd, UniqueFd fd, const std::string& name, uint64_t key,
+                               const PreparedVolume& v);
+// Whether entry `name` is being written: kHeld while its temporary's lock
+// is held (or the temporary is younger than `stale_after_ns`: its writer may
+// not have locked it yet); kNone when there is no temporary, or its writer
+// is gone (the temporary is then removed).
+enum class ClaimState { kNone, kHeld };
+ClaimState ProbeClaim(int dir_fd, const std::string& name, int64_t stale_after_ns);
 
 class MappedEntry {
  public:

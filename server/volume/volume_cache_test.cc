@@ -148,5 +148,27 @@ TEST_CASE("A second writer of the same entry is turned away, the first's file ke
   CHECK_FALSE(std::filesystem::exists(dir.path + "/a"));
 }
 
+TEST_CASE("A claim is held while its writer lives, and taken back once it is gone") {
+  TempDir dir;
+  absl::StatusOr<UniqueFd> claim = ClaimEntry(dir.fd.get(), "v");
+  REQUIRE(claim.ok());
+  CHECK(ClaimEntry(dir.fd.get(), "v").status().code() == absl::StatusCode::kAlreadyExists);
+  CHECK(ProbeClaim(dir.fd.get(), "v", 0) == ClaimState::kHeld);  // locked
+  CHECK(ProbeClaim(dir.fd.get(), "w", 0) == ClaimState::kNone);  // no temporary
+  // The writer dies (its fd closed: the lock goes): young, still taken as
+  // held; stale, removed.
+  *claim = UniqueFd();
+  CHECK(ProbeClaim(dir.fd.get(), "v", int64_t{3600} * 1'000'000'000) == ClaimState::kHeld);
+  CHECK(ProbeClaim(dir.fd.get(), "v", 0) == ClaimState::kNone);
+  CHECK_FALSE(std::filesystem::exists(dir.path + "/.tmp-v"));
+  // Claimed and written: the entry is there, the temporary gone.
+  absl::StatusOr<UniqueFd> again = ClaimEntry(dir.fd.get(), "v");
+  REQUIRE(again.ok());
+  REQUIRE(WriteClaimedEntry(dir.fd.get(), *std::move(again), "v", 5, Sample()).ok());
+  CHECK(MappedEntry::Open(dir.fd.get(), "v", 5, true).ok());
+  CHECK_FALSE(std::filesystem::exists(dir.path + "/.tmp-v"));
+  CHECK(std::filesystem::file_size(dir.path + "/v") == EntryBytes(Sample()));
+}
+
 }  // namespace
 }  // namespace stoker::volume

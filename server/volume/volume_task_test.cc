@@ -112,6 +112,28 @@ TEST_CASE("RandCropByPosNegLabel's patches lie in the volume, the same for the s
   CHECK(other != img);  // another epoch, other draws
 }
 
+TEST_CASE("random ops run on the cut patch: RandFlip(prob=1) on axis 0 reverses X") {
+  const PreparedVolume v = Sample(1);
+  VolumeTaskParams p = Params(PatchKind::kSpatialCrop, 4, 6, 8, 1);
+  p.random_center = 0;
+  std::vector<float> plain(PatchImageBytes(p) / 4), flipped(plain.size());
+  std::vector<uint8_t> plain_lab(PatchLabelBytes(p)), flipped_lab(plain_lab.size());
+  REQUIRE(CutPatches(p, ViewOf(v), 1, 0, 0, reinterpret_cast<uint8_t*>(plain.data()),
+                     plain_lab.data(), "v").ok());
+  p.augment_count = 1;
+  p.augment[0].kind = static_cast<uint32_t>(AugmentKind::kFlip);
+  p.augment[0].prob = 1;
+  p.augment[0].axes = 1;
+  REQUIRE(CutPatches(p, ViewOf(v), 1, 0, 0, reinterpret_cast<uint8_t*>(flipped.data()),
+                     flipped_lab.data(), "v").ok());
+  for (int64_t i = 0; i < 4; ++i) {
+    for (int64_t jk = 0; jk < 6 * 8; ++jk) {
+      CHECK(flipped[i * 48 + jk] == plain[(3 - i) * 48 + jk]);
+      CHECK(flipped_lab[i * 48 + jk] == plain_lab[(3 - i) * 48 + jk]);
+    }
+  }
+}
+
 TEST_CASE("float16 and bfloat16 round to nearest even as torch does") {
   PreparedVolume v = Sample(1);
   v.image.values[0] = 1.0f + 0x1.0p-11f;  // a half's tie: rounds to even (1.0)

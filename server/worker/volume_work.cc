@@ -1,6 +1,7 @@
 #include "server/worker/volume_work.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -50,6 +51,17 @@ void AddIdentity(const struct stat& st, std::string* key) {
 
 }  // namespace
 
+bool VolumeWork::MapEntry(int cache_dir, const std::string& name, uint64_t key) {
+  absl::StatusOr<std::unique_ptr<volume::MappedEntry>> e =
+      volume::MappedEntry::Open(cache_dir, name, key, /*verify_payload=*/false);
+  if (!e.ok()) return false;
+  entry_ = *std::move(e);
+  entry_name_ = name;
+  entry_key_ = key;
+  ++mapped_;
+  return true;
+}
+
 void VolumeWork::Run(const TaskMsg& t, std::string_view path, std::string_view label_path,
                      int data_root, int cache_dir, uint8_t* out, uint8_t* label_out,
                      ResultMsg* r) {
@@ -80,21 +92,31 @@ void VolumeWork::Run(const TaskMsg& t, std::string_view path, std::string_view l
   if (label.has_value()) AddIdentity(label->st, &identity);
   const uint64_t key = Hash64(identity.data(), identity.size(), 0x6b6579);
 
+  // The entry, or the claim to write it; while another worker holds the
+  // claim (it is preparing this volume), wait for its entry.
+  UniqueFd claim;
   if (cache_dir >= 0 && (entry_ == nullptr || entry_name_ != entry_name || entry_key_ != key)) {
     entry_.reset();
-    absl::StatusOr<std::unique_ptr<volume::MappedEntry>> e =
-        volume::MappedEntry::Open(cache_dir, entry_name, key, /*verify_payload=*/false);
-    if (e.ok()) {
-      entry_ = *std::move(e);
-      entry_name_ = entry_name;
-      entry_key_ = key;
-      ++mapped_;
+    const int64_t deadline = MonotonicNs() + kWaitForWriterNs;
+    for (int tries = 0; tries < 3 && entry_ == nullptr; ++tries) {
+      if (MapEntry(cache_dir, entry_name, key)) break;
+      absl::StatusOr<UniqueFd> claimed = volume::ClaimEntry(cache_dir, entry_name);
+      if (claimed.ok()) {
+        claim = *std::move(claimed);
+        break;
+      }
+      if (claimed.status().code() != absl::StatusCode::kAlreadyExists) break;
+      while (volume::ProbeClaim(cache_dir, entry_name, kFreshClaimNs) == volume::ClaimState::kHeld &&
+             MonotonicNs() < deadline) {
+        ::usleep(5000);
+      }
+      if (MonotonicNs() >= deadline) break;  // prepare it here, unwritten
     }
   }
   volume::PreparedView view;
   std::optional<volume::PreparedVolume> prepared;
   const int64_t t1 = MonotonicNs();
-  if (cache_dir >= 0 && entry_ != nullptr) {
+  if (cache_dir >= 0 && entry_ != nullptr && entry_name_ == entry_name && entry_key_ == key) {
     const volume::MappedEntry& e = *entry_;
     view.shape = e.shape();
     view.channels = e.channels();
@@ -108,29 +130,40 @@ void VolumeWork::Run(const TaskMsg& t, std::string_view path, std::string_view l
   } else {
     volume::VolumeLimits limits;
     std::vector<volume::Volume> channels;
+    const auto unclaim = [&] {
+      if (claim.valid()) ::unlinkat(cache_dir, (".tmp-" + entry_name).c_str(), 0);
+    };
     absl::StatusOr<volume::Volume> v = volume::ReadVolume(image->fd.get(), 0, 0, name, limits);
-    if (!v.ok()) return Fail(r, v.status());
+    if (!v.ok()) {
+      unclaim();
+      return Fail(r, v.status());
+    }
     r->input_bytes = static_cast<uint64_t>(image->st.st_size);
     channels.push_back(*std::move(v));
     std::optional<volume::Volume> lab;
     if (label.has_value()) {
       absl::StatusOr<volume::Volume> l =
           volume::ReadVolume(label->fd.get(), 0, 0, std::string(label_path), limits);
-      if (!l.ok()) return Fail(r, l.status());
+      if (!l.ok()) {
+        unclaim();
+        return Fail(r, l.status());
+      }
       r->input_bytes += static_cast<uint64_t>(label->st.st_size);
       lab = *std::move(l);
     }
     r->read_ns = static_cast<uint64_t>(MonotonicNs() - t0);
     absl::StatusOr<volume::PreparedVolume> ready =
         volume::Prepare(channels, lab, volume::RecipeOf(p), name);
-    if (!ready.ok()) return Fail(r, ready.status());
+    if (!ready.ok()) {
+      unclaim();
+      return Fail(r, ready.status());
+    }
     prepared = *std::move(ready);
     ++prepared_;
     view = volume::ViewOf(*prepared);
-    if (cache_dir >= 0) {
-      // ALREADY_EXISTS: another worker is writing it; any other failure
-      // costs the next epoch a preparation, not this sample.
-      if (volume::WriteEntry(cache_dir, entry_name, key, *prepared).ok()) {
+    if (claim.valid()) {
+      // A failure costs the next epoch a preparation, not this sample.
+      if (volume::WriteClaimedEntry(cache_dir, std::move(claim), entry_name, key, *prepared).ok()) {
         r->volume_entry_id = entry_id;
         r->volume_entry_bytes = volume::EntryBytes(*prepared);
       }

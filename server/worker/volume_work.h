@@ -9,8 +9,11 @@
 // is named by the sample's paths and the recipe, keyed by them and by each
 // file's identity (inode, size, mtime): a changed file or recipe makes the
 // old entry stale (it is rebuilt and replaced), never served. The worker
-// that prepares a volume writes its entry; the worker keeps the last entry
-// it mapped (the next task is often the same volume's, a later epoch's).
+// that prepares a volume claims its entry first (volume_cache.h's
+// ClaimEntry) and writes it; a worker given the same volume meanwhile waits
+// for that entry instead of preparing the volume again (the next epoch is
+// planned while this one's volumes are prepared). The worker keeps the last
+// entry it mapped.
 // A cache that cannot be written costs the next epoch a preparation, never
 // the sample.
 //
@@ -45,6 +48,16 @@ class VolumeWork {
   uint64_t mapped() const { return mapped_; }
 
  private:
+  // How long a worker waits for another's claim on an entry (it is
+  // preparing that volume) before it prepares the volume itself, unwritten;
+  // how young an unlocked claim is still taken as held.
+  static constexpr int64_t kWaitForWriterNs = int64_t{120} * 1'000'000'000;
+  static constexpr int64_t kFreshClaimNs = int64_t{2} * 1'000'000'000;
+
+  // Maps entry `name` (with `key`) as entry_: false when there is none (or
+  // it is stale, torn).
+  bool MapEntry(int cache_dir, const std::string& name, uint64_t key);
+
   std::string entry_name_;  // of `entry_`
   uint64_t entry_key_ = 0;
   std::unique_ptr<volume::MappedEntry> entry_;

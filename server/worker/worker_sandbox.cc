@@ -41,6 +41,8 @@ absl::Status ApplyWorkerSandbox() {
       // The volume cache's entries are written in place (write is allowed:
       // pwrite adds only the offset).
       "pwrite64",
+      // ... and claimed with flock (volume_cache.h's ClaimEntry).
+      "flock",
       // PageResidency, for the test-only --simulate-read-latency-us: it
       // tells only whether pages of a file this worker has open are cached.
       "mincore",
