@@ -91,11 +91,11 @@ class Planner {
         "", "Orientation", "Spacing", "ScaleIntensityRange", "NormalizeIntensity",
         "CropForeground", "RandCropByPosNegLabel", "RandSpatialCrop", "RandFlip",
         "RandRotate90", "RandScaleIntensity", "RandShiftIntensity", "RandGaussianNoise",
-        "RandAdjustContrast"};
+        "RandAdjustContrast", "RandAffine"};
     if (at_ < 0) return absl::InvalidArgumentError(absl::StrCat("volumes: ", why));
     const int c = static_cast<int>(spec_.ops(at_).op_case());
     return absl::InvalidArgumentError(absl::StrCat("volumes: ops[", at_, "] ",
-                                                   c >= 0 && c < 14 ? kNames[c] : "?",
+                                                   c >= 0 && c < 15 ? kNames[c] : "?",
                                                    c == 0 ? "" : ": ", why));
   }
 
@@ -345,6 +345,30 @@ class Planner {
         if (m->gamma_size() == 1 && !(m->gamma(0) > 0.5)) return Bad("gamma: one value must be > 0.5");
         st = Range("gamma", m->mutable_gamma(), false, 0.5, &a.lo, &a.hi);
         if (st.ok() && !(a.lo > 0)) return Bad("gamma must be > 0");
+        break;
+      }
+      case v1::VolumeOp::kRandAffine: {
+        v1::RandAffine* m = op->mutable_rand_affine();
+        a.kind = static_cast<uint32_t>(AugmentKind::kAffine);
+        if (!m->has_prob()) m->set_prob(0.1);
+        if (m->padding_mode().empty()) m->set_padding_mode("reflection");
+        a.prob = m->prob();
+        const std::string& pad = m->padding_mode();
+        a.pad = pad == "reflection" ? 0u : pad == "border" ? 1u : pad == "zeros" ? 2u : 3u;
+        if (a.pad == 3) return Bad(absl::StrCat("padding_mode '", pad, "': \"reflection\", \"border\" or \"zeros\""));
+        if (m->rotate_range_size() > 3 || m->scale_range_size() > 3) {
+          return Bad("rotate_range and scale_range: one number a spatial axis, at most 3");
+        }
+        for (int x = 0; x < m->rotate_range_size(); ++x) {
+          a.rotate[x] = std::fabs(m->rotate_range(x));
+          if (!std::isfinite(a.rotate[x])) return Bad("rotate_range must be numbers");
+        }
+        for (int x = 0; x < m->scale_range_size(); ++x) {
+          a.scale[x] = std::fabs(m->scale_range(x));
+          if (!(a.scale[x] < 1)) return Bad("scale_range: each below 1 (a factor 1 + uniform[-s, s) stays > 0)");
+        }
+        a.rotate_count = static_cast<uint32_t>(m->rotate_range_size());
+        a.scale_count = static_cast<uint32_t>(m->scale_range_size());
         break;
       }
       default:

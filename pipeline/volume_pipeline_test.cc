@@ -120,6 +120,29 @@ TEST_CASE("order rules and bad values name the fix") {
              Contains("channels 9"));
   CHECK_THAT(Error(R"({"ops": [{"RandSpatialCrop": {"roi_size": 4096}}]})"), Contains("over the"));
   CHECK_THAT(Error(R"({"ops": [{"Resize": {}}]})"), Contains("not a VolumeSpec"));
+  CHECK_THAT(Error(R"({"ops": [{"RandSpatialCrop": {"roi_size": 8}},
+      {"RandAffine": {"padding_mode": "wrap"}}]})"), Contains("ops[1] RandAffine: padding_mode 'wrap'"));
+  CHECK_THAT(Error(R"({"ops": [{"RandSpatialCrop": {"roi_size": 8}},
+      {"RandAffine": {"scale_range": [1.5]}}]})"), Contains("scale_range: each below 1"));
+  CHECK_THAT(Error(R"({"ops": [{"RandSpatialCrop": {"roi_size": 8}},
+      {"RandAffine": {"rotate_range": [1, 2, 3, 4]}}]})"), Contains("at most 3"));
+}
+
+TEST_CASE("RandAffine: MONAI's defaults, ranges axis by axis") {
+  const VolumePlan p = Plan(R"({"ops": [{"RandSpatialCrop": {"roi_size": 8}},
+      {"RandAffine": {"prob": 0.5, "rotate_range": [0, 0, 0.26], "scale_range": [0.1, -0.1]}},
+      {"RandAffine": {}}]})");
+  const volume::AugmentOpParams& a = p.params.augment[0];
+  CHECK(a.kind == static_cast<uint32_t>(volume::AugmentKind::kAffine));
+  CHECK(a.prob == 0.5);
+  CHECK(a.rotate_count == 3);
+  CHECK(a.rotate[2] == 0.26);
+  CHECK(a.scale_count == 2);
+  CHECK(a.scale[1] == 0.1);
+  CHECK(a.pad == 0);  // reflection
+  CHECK(p.params.augment[1].prob == 0.1);
+  CHECK(p.params.augment[1].rotate_count == 0);
+  CHECK(p.effective.ops(2).rand_affine().padding_mode() == "reflection");
 }
 
 }  // namespace

@@ -83,6 +83,133 @@ void ApplyRot90(const Rot90Draw& d, const Shape3& s, int64_t channels, const T* 
   }
 }
 
+AffineDraw DrawRandAffine(KeyedRng& rng, double prob, const double* rotate, int rotate_count,
+                          const double* scale, int scale_count) {
+  AffineDraw d;
+  d.apply = rng.Uniform() < prob;
+  double angle[3] = {0, 0, 0}, factor[3] = {1, 1, 1};
+  for (int a = 0; a < rotate_count; ++a) angle[a] = rng.Uniform(-rotate[a], rotate[a]);
+  for (int a = 0; a < scale_count; ++a) factor[a] = 1.0 + rng.Uniform(-scale[a], scale[a]);
+  if (!d.apply) return d;
+  // create_rotate: about axis 0 (the j-k plane), then 1, then 2, multiplied
+  // in that order.
+  auto mul = [](const std::array<double, 9>& x, const std::array<double, 9>& y) {
+    std::array<double, 9> z{};
+    for (int r = 0; r < 3; ++r) {
+      for (int c = 0; c < 3; ++c) {
+        for (int k = 0; k < 3; ++k) z[r * 3 + c] += x[r * 3 + k] * y[k * 3 + c];
+      }
+    }
+    return z;
+  };
+  std::array<double, 9> m = {1, 0, 0, 0, 1, 0, 0, 0, 1};
+  if (rotate_count >= 1) {
+    const double s = std::sin(angle[0]), c = std::cos(angle[0]);
+    m = mul(m, {1, 0, 0, 0, c, -s, 0, s, c});
+  }
+  if (rotate_count >= 2) {
+    const double s = std::sin(angle[1]), c = std::cos(angle[1]);
+    m = mul(m, {c, 0, s, 0, 1, 0, -s, 0, c});
+  }
+  if (rotate_count >= 3) {
+    const double s = std::sin(angle[2]), c = std::cos(angle[2]);
+    m = mul(m, {c, -s, 0, s, c, 0, 0, 0, 1});
+  }
+  d.m = mul(m, {factor[0], 0, 0, 0, factor[1], 0, 0, 0, factor[2]});
+  return d;
+}
+
+namespace {
+
+// grid_sample's coordinate handling (align_corners=False), one axis: the
+// coordinate for an input of n voxels after padding, and whether it falls
+// outside (zeros).
+double PadCoordinate(double x, int64_t n, AffinePad pad, bool* outside) {
+  *outside = false;
+  if (pad == AffinePad::kBorder) return std::clamp(x, 0.0, static_cast<double>(n - 1));
+  if (pad == AffinePad::kReflection) {
+    // Reflect about -0.5 and n - 0.5, then clip (torch: reflect_coordinates
+    // over [-1, 2n - 1] in doubled units, clip_coordinates).
+    const double lo = -0.5, span = static_cast<double>(n);
+    double y = std::fabs(x - lo);
+    const double flips = std::floor(y / span);
+    const double extra = std::fmod(y, span);
+    y = static_cast<int64_t>(flips) % 2 == 0 ? extra + lo : span - extra + lo;
+    return std::clamp(y, 0.0, static_cast<double>(n - 1));
+  }
+  *outside = x <= -1.0 || x >= static_cast<double>(n);
+  return x;
+}
+
+}  // namespace
+
+void ApplyAffine(const AffineDraw& d, const Shape3& s, int64_t channels, AffinePad pad,
+                 const float* in, float* out) {
+  const double ci = (s[0] - 1) / 2.0, cj = (s[1] - 1) / 2.0, ck = (s[2] - 1) / 2.0;
+  const int64_t per = s[0] * s[1] * s[2];
+  for (int64_t k = 0; k < s[2]; ++k) {
+    for (int64_t j = 0; j < s[1]; ++j) {
+      for (int64_t i = 0; i < s[0]; ++i) {
+        const double x = i - ci, y = j - cj, z = k - ck;
+        double p[3] = {d.m[0] * x + d.m[1] * y + d.m[2] * z + ci,
+                       d.m[3] * x + d.m[4] * y + d.m[5] * z + cj,
+                       d.m[6] * x + d.m[7] * y + d.m[8] * z + ck};
+        int64_t lo[3];
+        double w[3];
+        bool skip = false;
+        for (int a = 0; a < 3; ++a) {
+          bool outside = false;
+          p[a] = PadCoordinate(p[a], s[a], pad, &outside);
+          skip |= outside;
+          lo[a] = static_cast<int64_t>(std::floor(p[a]));
+          w[a] = p[a] - lo[a];
+        }
+        const size_t at = static_cast<size_t>((k * s[1] + j) * s[0] + i);
+        for (int64_t c = 0; c < channels; ++c) {
+          const float* v = in + c * per;
+          double sum = 0;
+          if (!skip) {
+            for (int t = 0; t < 8; ++t) {
+              const int64_t ti = lo[0] + (t & 1), tj = lo[1] + ((t >> 1) & 1), tk = lo[2] + (t >> 2);
+              const double wt = ((t & 1) ? w[0] : 1 - w[0]) * (((t >> 1) & 1) ? w[1] : 1 - w[1]) *
+                                ((t >> 2) ? w[2] : 1 - w[2]);
+              if (wt == 0 || ti < 0 || tj < 0 || tk < 0 || ti >= s[0] || tj >= s[1] || tk >= s[2]) {
+                continue;  // a tap outside: zero (zeros padding), or weight 0 at the last voxel
+              }
+              sum += wt * v[(tk * s[1] + tj) * s[0] + ti];
+            }
+          }
+          out[c * per + static_cast<int64_t>(at)] = static_cast<float>(sum);
+        }
+      }
+    }
+  }
+}
+
+void ApplyAffineNearest(const AffineDraw& d, const Shape3& s, AffinePad pad, const uint8_t* in,
+                        uint8_t* out) {
+  const double ci = (s[0] - 1) / 2.0, cj = (s[1] - 1) / 2.0, ck = (s[2] - 1) / 2.0;
+  for (int64_t k = 0; k < s[2]; ++k) {
+    for (int64_t j = 0; j < s[1]; ++j) {
+      for (int64_t i = 0; i < s[0]; ++i) {
+        const double x = i - ci, y = j - cj, z = k - ck;
+        double p[3] = {d.m[0] * x + d.m[1] * y + d.m[2] * z + ci,
+                       d.m[3] * x + d.m[4] * y + d.m[5] * z + cj,
+                       d.m[6] * x + d.m[7] * y + d.m[8] * z + ck};
+        int64_t n[3];
+        bool skip = false;
+        for (int a = 0; a < 3; ++a) {
+          bool outside = false;
+          p[a] = PadCoordinate(p[a], s[a], pad, &outside);
+          n[a] = static_cast<int64_t>(std::nearbyint(p[a]));
+          skip |= outside || n[a] < 0 || n[a] >= s[a];
+        }
+        out[(k * s[1] + j) * s[0] + i] = skip ? 0 : in[(n[2] * s[1] + n[1]) * s[0] + n[0]];
+      }
+    }
+  }
+}
+
 IntensityDraw DrawUniform(KeyedRng& rng, double prob, double lo, double hi) {
   IntensityDraw d;
   d.apply = rng.Uniform() < prob;

@@ -50,6 +50,28 @@ Shape3 Rot90Shape(const Rot90Draw& d, const Shape3& shape);
 template <typename T>
 void ApplyRot90(const Rot90Draw& d, const Shape3& shape, int64_t channels, const T* in, T* out);
 
+// RandAffine(prob, rotate_range, scale_range, padding_mode), MONAI's
+// geometry: when it applies, an angle uniform in [-r_a, r_a) about each axis
+// a given a range (create_rotate: R = R0 R1 R2, as many as given) and a
+// factor 1 + uniform[-s_a, s_a) along each (create_scale), then A = R S maps
+// each output voxel's coordinates, centred on the patch ((n - 1) / 2), to
+// the input's: the image sampled trilinearly, the label by its nearest
+// voxel (round half to even, as torch's grid_sample), outside the patch as
+// `pad` says (torch's grid_sample with align_corners=False: reflection about
+// -0.5 and n - 0.5, border, or zeros). The output has the patch's shape.
+enum class AffinePad : uint32_t { kReflection = 0, kBorder = 1, kZeros = 2 };
+struct AffineDraw {
+  bool apply = false;
+  std::array<double, 9> m = {1, 0, 0, 0, 1, 0, 0, 0, 1};  // row-major, output -> input
+};
+// `rotate` and `scale`: up to 3 ranges each (count given), axis by axis.
+AffineDraw DrawRandAffine(KeyedRng& rng, double prob, const double* rotate, int rotate_count,
+                          const double* scale, int scale_count);
+void ApplyAffine(const AffineDraw& d, const Shape3& shape, int64_t channels, AffinePad pad,
+                 const float* in, float* out);
+void ApplyAffineNearest(const AffineDraw& d, const Shape3& shape, AffinePad pad,
+                        const uint8_t* in, uint8_t* out);
+
 // RandScaleIntensity(factors=(lo, hi)): x * (1 + factor), factor uniform in
 // [lo, hi). RandShiftIntensity(offsets=(lo, hi)): x + offset.
 struct IntensityDraw {

@@ -1,5 +1,6 @@
 #include "server/volume/augment.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -132,6 +133,109 @@ TEST_CASE("AdjustContrast: the patch's range kept, gamma bends the values betwee
   std::vector<float> same = v;
   ApplyAdjustContrast(1.0, same.data(), 4);
   for (int i = 0; i < 4; ++i) CHECK(same[i] == Approx(v[i]).margin(1e-6));
+}
+
+}  // namespace
+}  // namespace stoker::volume
+
+namespace stoker::volume {
+namespace {
+
+// A ramp along axis 0 (value = i), 4 x 3 x 2.
+std::vector<float> Ramp(const Shape3& s) {
+  std::vector<float> v;
+  for (int64_t k = 0; k < s[2]; ++k) {
+    for (int64_t j = 0; j < s[1]; ++j) {
+      for (int64_t i = 0; i < s[0]; ++i) v.push_back(static_cast<float>(i));
+    }
+  }
+  return v;
+}
+
+AffineDraw Scale0(double f) {
+  AffineDraw d;
+  d.apply = true;
+  d.m = {f, 0, 0, 0, 1, 0, 0, 0, 1};
+  return d;
+}
+
+TEST_CASE("RandAffine: the identity, a quarter turn, and torch's padding by hand") {
+  const Shape3 s = {4, 3, 2};
+  const std::vector<float> ramp = Ramp(s);
+  std::vector<float> out(ramp.size());
+  ApplyAffine(Scale0(1), s, 1, AffinePad::kReflection, ramp.data(), out.data());
+  CHECK(out == ramp);
+  // Zoom in x2 (coordinates halved about the centre 1.5): a linear ramp is
+  // sampled exactly: 0.75, 1.25, 1.75, 2.25.
+  ApplyAffine(Scale0(0.5), s, 1, AffinePad::kReflection, ramp.data(), out.data());
+  CHECK(out[0] == Approx(0.75).margin(1e-6));
+  CHECK(out[3] == Approx(2.25).margin(1e-6));
+  // Zoom out x2: i = 0 samples x = -1.5, i = 3 x = 4.5. grid_sample
+  // (align_corners=False): reflection about -0.5 and 3.5 gives 0.5 and 2.5;
+  // border clamps to 0 and 3; zeros: both taps outside.
+  ApplyAffine(Scale0(2), s, 1, AffinePad::kReflection, ramp.data(), out.data());
+  CHECK(out[0] == Approx(0.5).margin(1e-6));
+  CHECK(out[3] == Approx(2.5).margin(1e-6));
+  CHECK(out[1] == Approx(0.5).margin(1e-6));  // x = 0.5: inside
+  ApplyAffine(Scale0(2), s, 1, AffinePad::kBorder, ramp.data(), out.data());
+  CHECK(out[0] == 0.0f);
+  CHECK(out[3] == 3.0f);
+  ApplyAffine(Scale0(2), s, 1, AffinePad::kZeros, ramp.data(), out.data());
+  CHECK(out[0] == 0.0f);
+  CHECK(out[3] == 0.0f);
+  CHECK(out[1] == Approx(0.5).margin(1e-6));
+  // x = 3.5 (i = 3, factor 4/3): zeros weigh voxel 3 by a half; border and
+  // reflection (3.5 reflects onto itself, then is clipped) give voxel 3.
+  ApplyAffine(Scale0(4.0 / 3), s, 1, AffinePad::kZeros, ramp.data(), out.data());
+  CHECK(out[3] == Approx(1.5).margin(1e-6));
+  ApplyAffine(Scale0(4.0 / 3), s, 1, AffinePad::kBorder, ramp.data(), out.data());
+  CHECK(out[3] == Approx(3.0).margin(1e-6));
+  ApplyAffine(Scale0(4.0 / 3), s, 1, AffinePad::kReflection, ramp.data(), out.data());
+  CHECK(out[3] == Approx(3.0).margin(1e-6));
+
+  // A quarter turn about axis 2 on a square plane is rot90: out(i, j) =
+  // in(n - 1 - j, i).
+  const Shape3 q = {3, 3, 1};
+  std::vector<float> in(9), turned(9);
+  for (int n = 0; n < 9; ++n) in[n] = static_cast<float>(n * n);
+  KeyedRng rng(1);
+  const double quarter[3] = {0, 0, M_PI / 2};
+  AffineDraw d = DrawRandAffine(rng, 1.0, quarter, 3, nullptr, 0);
+  d.m = {0, -1, 0, 1, 0, 0, 0, 0, 1};  // the drawn angle's exact quarter
+  ApplyAffine(d, q, 1, AffinePad::kZeros, in.data(), turned.data());
+  std::vector<uint8_t> lin(9), lout(9);
+  for (int n = 0; n < 9; ++n) lin[n] = static_cast<uint8_t>(n);
+  ApplyAffineNearest(d, q, AffinePad::kZeros, lin.data(), lout.data());
+  for (int64_t j = 0; j < 3; ++j) {
+    for (int64_t i = 0; i < 3; ++i) {
+      CHECK(turned[j * 3 + i] == Approx(in[i * 3 + (2 - j)]).margin(1e-4));
+      CHECK(lout[j * 3 + i] == lin[i * 3 + (2 - j)]);
+    }
+  }
+}
+
+TEST_CASE("RandAffine's draws: angles and factors uniform in their ranges, prob kept") {
+  const double rotate[3] = {0.1, 0.2, 0.3}, scale[2] = {0.1, 0.2};
+  int applied = 0;
+  double most = 0;
+  for (uint64_t n = 0; n < 4000; ++n) {
+    KeyedRng rng(7, n);
+    const AffineDraw d = DrawRandAffine(rng, 0.25, rotate, 3, scale, 2);
+    if (!d.apply) {
+      CHECK(d.m == AffineDraw{}.m);
+      continue;
+    }
+    ++applied;
+    // det(R S) = the factors' product: within (0.9 * 0.8, 1.1 * 1.2).
+    const auto& m = d.m;
+    const double det = m[0] * (m[4] * m[8] - m[5] * m[7]) - m[1] * (m[3] * m[8] - m[5] * m[6]) +
+                       m[2] * (m[3] * m[7] - m[4] * m[6]);
+    CHECK(det > 0.72);
+    CHECK(det < 1.32);
+    most = std::max(most, std::fabs(det - 1));
+  }
+  CHECK(std::abs(applied - 1000) < 4 * std::sqrt(4000 * 0.25 * 0.75));
+  CHECK(most > 0.15);  // the ranges are used, not just their middle
 }
 
 }  // namespace

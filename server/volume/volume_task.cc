@@ -219,7 +219,8 @@ absl::Status CutPatches(const VolumeTaskParams& p, const PreparedView& v, uint64
   bool spatial = false;  // an op that moves voxels: the patch is cut out first
   for (uint32_t n = 0; n < std::min(p.augment_count, kMaxAugmentOps); ++n) {
     spatial |= p.augment[n].kind == static_cast<uint32_t>(AugmentKind::kFlip) ||
-               p.augment[n].kind == static_cast<uint32_t>(AugmentKind::kRotate90);
+               p.augment[n].kind == static_cast<uint32_t>(AugmentKind::kRotate90) ||
+               p.augment[n].kind == static_cast<uint32_t>(AugmentKind::kAffine);
   }
   const Shape3 origin = {0, 0, 0};
   for (uint32_t s = 0; s < patches.size(); ++s) {
@@ -261,6 +262,21 @@ absl::Status CutPatches(const VolumeTaskParams& p, const PreparedView& v, uint64
             lab.swap(lab2);
           }
           shape = Rot90Shape(d, shape);  // the planner keeps the plane square
+          break;
+        }
+        case AugmentKind::kAffine: {
+          const AffineDraw d = DrawRandAffine(aug, o.prob, o.rotate, static_cast<int>(o.rotate_count),
+                                              o.scale, static_cast<int>(o.scale_count));
+          if (!d.apply) break;
+          const AffinePad pad = static_cast<AffinePad>(o.pad);
+          img2.resize(img.size());
+          ApplyAffine(d, shape, v.channels, pad, img.data(), img2.data());
+          img.swap(img2);
+          if (v.label != nullptr) {
+            lab2.resize(lab.size());
+            ApplyAffineNearest(d, shape, pad, lab.data(), lab2.data());
+            lab.swap(lab2);
+          }
           break;
         }
         case AugmentKind::kScaleIntensity: {

@@ -61,6 +61,7 @@ enum class AugmentKind : uint32_t {
   kShiftIntensity = 4, // RandShiftIntensity(offsets: lo, hi, prob)
   kGaussianNoise = 5,  // RandGaussianNoise(prob, mean, std)
   kAdjustContrast = 6, // RandAdjustContrast(prob, gamma: lo, hi)
+  kAffine = 7,         // RandAffine(prob, rotate_range, scale_range, padding_mode)
 };
 
 struct AugmentOpParams {
@@ -70,6 +71,9 @@ struct AugmentOpParams {
   double lo = 0, hi = 0;     // the uniform draw's range
   double mean = 0, std = 0;  // kGaussianNoise
   int32_t max_k = 3, a = 0, b = 1;  // kRotate90
+  uint32_t rotate_count = 0, scale_count = 0;  // kAffine: ranges given, axis by axis
+  double rotate[3] = {}, scale[3] = {};
+  uint32_t pad = 0;                            // kAffine: AffinePad
 };
 
 enum class PatchKind : uint32_t {

@@ -143,6 +143,9 @@ def test_same_batches_whatever_the_workers_and_cache(stoker, task, daemon_factor
     from stoker import volume as V
     compose = spleen(V, extra=[V.RandFlipd(keys=["image", "label"], prob=0.5, spatial_axis=[0]),
                                V.RandRotate90d(keys=["image", "label"], prob=0.5),
+                               V.RandAffined(keys=["image", "label"], mode=("bilinear", "nearest"),
+                                             prob=0.5, rotate_range=(0.2, 0.2, 0.2),
+                                             scale_range=(0.1, 0.1, 0.1)),
                                V.RandShiftIntensityd(keys=["image"], offsets=0.1, prob=0.5)])
     runs = []
     for workers, cache in ((1, None), (3, tmp_path / "c"), (2, tmp_path / "c")):

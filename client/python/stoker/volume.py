@@ -44,7 +44,7 @@ from . import _native
 __all__ = [
     "Compose", "LoadImaged", "EnsureChannelFirstd", "EnsureTyped", "ToTensord", "Orientationd",
     "Spacingd", "ScaleIntensityRanged", "NormalizeIntensityd", "CropForegroundd",
-    "RandCropByPosNegLabeld", "RandSpatialCropd", "RandFlipd", "RandRotate90d",
+    "RandCropByPosNegLabeld", "RandSpatialCropd", "RandFlipd", "RandRotate90d", "RandAffined",
     "RandScaleIntensityd", "RandShiftIntensityd", "RandGaussianNoised", "RandAdjustContrastd",
 ]
 
@@ -224,6 +224,29 @@ class RandRotate90d(_Transform):
                  spatial_axes: Tuple[int, int] = (0, 1), **kw: Any) -> None:
         super().__init__(keys, prob=float(prob), max_k=int(max_k),
                          spatial_axes=[int(x) for x in spatial_axes])
+
+
+class RandAffined(_Transform):
+    name = "RandAffine"
+
+    def __init__(self, keys: Any, mode: Any = ("bilinear", "nearest"), prob: float = 0.1,
+                 rotate_range: Any = None, scale_range: Any = None,
+                 padding_mode: str = "reflection", **kw: Any) -> None:
+        for k in ("shear_range", "translate_range", "spatial_size"):
+            if kw.get(k) is not None:
+                raise _bad(f"RandAffined({k}=...) is not served (rotations and scales are)")
+        for name, rng in (("rotate_range", rotate_range), ("scale_range", scale_range)):
+            if rng is not None and any(isinstance(r, (list, tuple)) for r in _seq(rng)):
+                raise _bad(f"RandAffined({name}={rng!r}): one number an axis (MONAI's "
+                           "(-r, r)); (min, max) pairs are not served")
+        super().__init__(keys, prob=float(prob),
+                         rotate_range=None if rotate_range is None else [float(r) for r in _seq(rotate_range)],
+                         scale_range=None if scale_range is None else [float(r) for r in _seq(scale_range)],
+                         padding_mode=str(padding_mode))
+        modes = [str(m).lower() for m in _seq(mode)]
+        if len(self.keys) == 2 and modes != ["bilinear", "nearest"]:
+            raise _bad(f"RandAffined(mode={mode!r}): stoker samples the image trilinearly and the "
+                       "label by nearest voxel; give mode=('bilinear', 'nearest')")
 
 
 class RandScaleIntensityd(_Transform):
