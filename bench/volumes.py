@@ -34,7 +34,10 @@ per volume is MONAI's. For each side: the first epoch's seconds (stoker:
 preparing and caching; ram_cached: filling its cache), then --epochs timed
 epochs: volumes/s (wall), CPU seconds per volume of the whole process tree,
 and the tree's proportional resident memory (PSS, /proc/PID/smaps_rollup:
-shared pages counted once) at the end. Medians over --rounds rounds, the
+shared pages counted once) at the end: the whole tree's, the loader's (less
+the trainer's own before the loader was made: Python, torch), and the
+loader's pinned memory (its anonymous and shared memory: PSS less clean
+file pages such as a mapped cache entry's, which the kernel may drop). Medians over --rounds rounds, the
 sides alternated, the CPU named. Nothing here asserts a timing.
 """
 from __future__ import annotations
@@ -212,7 +215,9 @@ def list_data_collate(batch):
 # ---------------------------------------------------------------------------
 
 def tree(pid):
-    """(CPU seconds, PSS MiB) of `pid` and every process below it."""
+    """(CPU seconds, PSS MiB, pinned MiB) of `pid` and every process below
+    it: pinned is PSS less the file-backed pages (Pss_Anon + Pss_Shmem: what
+    the kernel cannot drop; a mapped cache entry's clean pages it can)."""
     children, cpu = {}, {}
     for p in os.listdir("/proc"):
         if not p.isdigit():
@@ -223,18 +228,21 @@ def tree(pid):
             continue
         children.setdefault(int(fields[1]), []).append(int(p))
         cpu[int(p)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    total, pss, todo = 0.0, 0.0, [pid]
+    total, pss, pinned, todo = 0.0, 0.0, 0.0, [pid]
     while todo:
         p = todo.pop()
         total += cpu.get(p, 0.0)
         try:
             for line in open(f"/proc/{p}/smaps_rollup"):
-                if line.startswith("Pss:"):
+                key = line.split(":")[0]
+                if key == "Pss":
                     pss += int(line.split()[1]) / 1024
+                elif key in ("Pss_Anon", "Pss_Shmem"):
+                    pinned += int(line.split()[1]) / 1024
         except OSError:
             pass
         todo += children.get(p, [])
-    return total, pss
+    return total, pss, pinned
 
 
 def side(a):
@@ -243,6 +251,7 @@ def side(a):
     global PATCH
     PATCH = a.patch
     task = a.root
+    _, base_pss, base_pinned = tree(os.getpid())  # the trainer's own: Python, torch
     t0 = time.monotonic()
     if a.side == "stoker":
         sys.path.insert(0, os.path.join(a.build, "python"))
@@ -263,9 +272,12 @@ def side(a):
         cache = os.path.join(a.data, "stoker-volume-cache")
         shutil.rmtree(cache, ignore_errors=True)
         os.environ["STOKER_VOLUME_CACHE"] = cache  # the private daemon reads STOKER_<FLAG>
+        # The same prefetch depth as DataLoader's (num_workers x
+        # prefetch_factor = 4 batches): a ring of 4 slots, not deepened.
         loader = stoker.Loader(os.path.join(task, "dataset.json"), transform=compose,
                                batch_size=2, num_workers=2, seed=0,
-                               data_root=os.path.dirname(task))
+                               data_root=os.path.dirname(task),
+                               **({"ring_slots": a.ring_slots} if a.ring_slots else {}))
     else:
         cache = None
         if a.side == "ram_cached":  # CacheDataset(cache_rate=1.0, num_workers=2)
@@ -289,10 +301,11 @@ def side(a):
             volumes += batch["image"].shape[0] // SAMPLES
             assert tuple(batch["image"].shape[1:]) == (1, PATCH, PATCH, PATCH)
     wall, cpu = time.monotonic() - t1, tree(os.getpid())[0] - c1
-    pss = tree(os.getpid())[1]
+    _, pss, pinned = tree(os.getpid())
     if hasattr(loader, "close"):
         loader.close()
-    print(json.dumps(dict(first_s=first, volumes=volumes, seconds=wall, cpu=cpu, pss_mb=pss)))
+    print(json.dumps(dict(first_s=first, volumes=volumes, seconds=wall, cpu=cpu, pss_mb=pss,
+                          loader_pss_mb=pss - base_pss, loader_pinned_mb=pinned - base_pinned)))
 
 
 def main():
@@ -305,6 +318,9 @@ def main():
     ap.add_argument("--data", default="/tmp/stoker-volume-bench")
     ap.add_argument("--out", default=HERE)
     ap.add_argument("--patch", type=int, default=0, help="the patch side (default 96; --quick 48)")
+    ap.add_argument("--ring-slots", type=int, default=4,
+                    help="stoker's ring (its prefetch depth; default 4, DataLoader's 2 workers x "
+                    "prefetch_factor 2); 0: the daemon's adaptive depth")
     ap.add_argument("--side")
     ap.add_argument("--root")
     a = ap.parse_args()
@@ -322,6 +338,7 @@ def main():
         for s in order:
             cmd = [sys.executable, os.path.abspath(__file__), "--side", s, "--root", task,
                    "--build", a.build, "--data", data, "--patch", str(a.patch),
+                   "--ring-slots", str(a.ring_slots),
                    "--epochs", str(1 if a.quick else a.epochs)]
             line = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
             runs[s].append(json.loads(line.strip().splitlines()[-1]))
@@ -332,19 +349,28 @@ def main():
             first_epoch_s=statistics.median(x["first_s"] for x in runs[s]),
             volumes_per_s=statistics.median(x["volumes"] / x["seconds"] for x in runs[s]),
             cpu_s_per_volume=statistics.median(x["cpu"] / x["volumes"] for x in runs[s]),
-            pss_mb=statistics.median(x["pss_mb"] for x in runs[s]))
+            pss_mb=statistics.median(x["pss_mb"] for x in runs[s]),
+            loader_pss_mb=statistics.median(x["loader_pss_mb"] for x in runs[s]),
+            loader_pinned_mb=statistics.median(x["loader_pinned_mb"] for x in runs[s]))
     for s in ("uncached", "ram_cached"):
         row[f"speedup_vs_{s}"] = row["stoker"]["volumes_per_s"] / row[s]["volumes_per_s"]
         row[f"memory_vs_{s}"] = row["stoker"]["pss_mb"] / row[s]["pss_mb"]
+        row[f"loader_memory_vs_{s}"] = row["stoker"]["loader_pss_mb"] / row[s]["loader_pss_mb"]
+        row[f"loader_pinned_vs_{s}"] = (row["stoker"]["loader_pinned_mb"]
+                                        / row[s]["loader_pinned_mb"])
     with open(os.path.join(a.out, "volumes.json"), "w") as f:
         json.dump(dict(cpu=cpu_model, rounds=rounds, row=row), f, indent=1)
     print(f"CPU: {cpu_model}; {row['volumes']} volumes, medians of {rounds} round(s)")
     for s in SIDES:
         x = row[s]
         print(f"{s:>11}: first epoch {x['first_epoch_s']:6.1f} s; then {x['volumes_per_s']:6.2f} "
-              f"volumes/s, {x['cpu_s_per_volume']:.3f} CPU s/volume, PSS {x['pss_mb']:.0f} MiB")
+              f"volumes/s, {x['cpu_s_per_volume']:.3f} CPU s/volume; PSS {x['pss_mb']:.0f} MiB, "
+              f"the loader's {x['loader_pss_mb']:.0f} (pinned {x['loader_pinned_mb']:.0f})")
     print(f"stoker vs uncached: {row['speedup_vs_uncached']:.1f}x; vs RAM-cached: "
-          f"{row['speedup_vs_ram_cached']:.1f}x at {row['memory_vs_ram_cached']:.2f} of its memory")
+          f"{row['speedup_vs_ram_cached']:.1f}x; memory vs RAM-cached: "
+          f"{row['memory_vs_ram_cached']:.2f} of the whole tree's, "
+          f"{row['loader_memory_vs_ram_cached']:.2f} of the loader's, "
+          f"{row['loader_pinned_vs_ram_cached']:.2f} of the loader's pinned")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/hash64.h"
 #include "google/protobuf/util/json_util.h"
 #include "server/volume/orientation.h"
 #include "stoker/ring_layout.h"
@@ -61,11 +62,21 @@ class Planner {
                               volume::kMaxVolumeChannels));
     }
     p.channels = effective_.channels();
+    if (effective_.spacing_size() != 0) {
+      if (effective_.spacing_size() != 3) return Bad("spacing: 3 values (mm), for .npy volumes");
+      for (int a = 0; a < 3; ++a) {
+        p.spacing[a] = effective_.spacing(a);
+        if (!(p.spacing[a] > 0) || !std::isfinite(p.spacing[a])) return Bad("spacing: each > 0");
+      }
+    }
     if (volume::PatchImageBytes(p) > kMaxPatchBytes) {
       return Bad(absl::StrCat("num_samples x channels x the patch is ", volume::PatchImageBytes(p),
                               " bytes a volume, over the ", kMaxPatchBytes, " a sample may have"));
     }
-    p.recipe_hash = volume::RecipeHash(volume::RecipeOf(p));
+    // The entries' key: the prefix, and the spacing given to .npy files.
+    p.recipe_hash = p.spacing[0] == 0 ? volume::RecipeHash(volume::RecipeOf(p))
+                                      : Hash64(p.spacing, sizeof(p.spacing),
+                                               volume::RecipeHash(volume::RecipeOf(p)));
     plan_.effective = effective_;
     return plan_;
   }

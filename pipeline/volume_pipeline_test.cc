@@ -88,6 +88,10 @@ TEST_CASE("MONAI's defaults for the random ops") {
   CHECK(p.params.recipe_hash == Plan(R"({"ops": [{"RandSpatialCrop": {"roi_size": 8}}]})").params.recipe_hash);
   CHECK(p.params.recipe_hash != Plan(R"({"ops": [{"Orientation": {}},
       {"RandSpatialCrop": {"roi_size": 8}}]})").params.recipe_hash);
+  // The .npy spacing changes what Spacing makes of a file: another key.
+  const VolumePlan npy = Plan(R"({"ops": [{"RandSpatialCrop": {"roi_size": 8}}], "spacing": [1, 1, 2.5]})");
+  CHECK(npy.params.spacing[2] == 2.5);
+  CHECK(npy.params.recipe_hash != p.params.recipe_hash);
 }
 
 TEST_CASE("order rules and bad values name the fix") {
@@ -119,6 +123,10 @@ TEST_CASE("order rules and bad values name the fix") {
   CHECK_THAT(Error(R"({"ops": [{"RandSpatialCrop": {"roi_size": 8}}], "channels": 9})"),
              Contains("channels 9"));
   CHECK_THAT(Error(R"({"ops": [{"RandSpatialCrop": {"roi_size": 4096}}]})"), Contains("over the"));
+  CHECK_THAT(Error(R"({"ops": [{"RandSpatialCrop": {"roi_size": 8}}], "spacing": [1, 2]})"),
+             Contains("spacing: 3 values"));
+  CHECK_THAT(Error(R"({"ops": [{"RandSpatialCrop": {"roi_size": 8}}], "spacing": [1, 0, 2]})"),
+             Contains("spacing: each > 0"));
   CHECK_THAT(Error(R"({"ops": [{"Resize": {}}]})"), Contains("not a VolumeSpec"));
   CHECK_THAT(Error(R"({"ops": [{"RandSpatialCrop": {"roi_size": 8}},
       {"RandAffine": {"padding_mode": "wrap"}}]})"), Contains("ops[1] RandAffine: padding_mode 'wrap'"));

@@ -93,6 +93,7 @@ struct VolumeTaskParams {
   uint32_t augment_count = 0;
   AugmentOpParams augment[kMaxAugmentOps];
   uint32_t channels = 1;
+  double spacing[3] = {0, 0, 0};  // for files without one (.npy); zeros: 1 mm
   uint32_t dtype = 0;        // ring::DType: kFloat32, kFloat16 or kBFloat16
   uint32_t label_dtype = 0;  // ring::DType: kUint8 or kInt64
   uint32_t reserved = 0;

@@ -133,7 +133,9 @@ void VolumeWork::Run(const TaskMsg& t, std::string_view path, std::string_view l
     const auto unclaim = [&] {
       if (claim.valid()) ::unlinkat(cache_dir, (".tmp-" + entry_name).c_str(), 0);
     };
-    absl::StatusOr<volume::Volume> v = volume::ReadVolume(image->fd.get(), 0, 0, name, limits);
+    const std::array<double, 3> spacing = {p.spacing[0], p.spacing[1], p.spacing[2]};
+    absl::StatusOr<volume::Volume> v =
+        volume::ReadVolume(image->fd.get(), 0, 0, name, limits, spacing);
     if (!v.ok()) {
       unclaim();
       return Fail(r, v.status());
@@ -143,7 +145,7 @@ void VolumeWork::Run(const TaskMsg& t, std::string_view path, std::string_view l
     std::optional<volume::Volume> lab;
     if (label.has_value()) {
       absl::StatusOr<volume::Volume> l =
-          volume::ReadVolume(label->fd.get(), 0, 0, std::string(label_path), limits);
+          volume::ReadVolume(label->fd.get(), 0, 0, std::string(label_path), limits, spacing);
       if (!l.ok()) {
         unclaim();
         return Fail(r, l.status());

@@ -310,3 +310,79 @@ def test_resume_mid_epoch_and_a_manifest_of_volumes(stoker, task, daemon_factory
     for (a, ia), (b, ib) in zip(whole, listed):
         assert ia.tolist() == ib.tolist()
         assert torch.equal(a, b)
+
+
+def test_axial_slices_with_neighbours_as_channels(stoker, task, daemon_factory, volume_tool,
+                                                  tmp_path):
+    """AxialSlicesd: each sample's slices are [2k + 1, X, Y] blocks of the
+    prepared volume (z-k .. z+k as channels), their labels the centre
+    slice's; pos/neg centres as RandCropByPosNegLabel draws them."""
+    root, _ = task
+    daemon = daemon_factory(workers=2, data_root=str(root))
+    from stoker import volume as V
+    keys = ["image", "label"]
+    compose = V.Compose([
+        V.Orientationd(keys=keys, axcodes="RAS"),
+        V.Spacingd(keys=keys, pixdim=(1.5, 1.5, 2.0), mode=("bilinear", "nearest")),
+        V.ScaleIntensityRanged(keys=["image"], a_min=-57, a_max=164, b_min=0.0, b_max=1.0,
+                               clip=True),
+        V.CropForegroundd(keys=keys, source_key="image"),
+        V.AxialSlicesd(keys=keys, label_key="label", roi_size=(24, 20), neighbours=2,
+                       num_samples=5, pos=3, neg=1),
+        V.RandFlipd(keys=keys, prob=0.5, spatial_axis=[0])])
+    with pytest.raises(stoker.InvalidRequestError, match="not with AxialSlicesd"):
+        V.Compose(compose.transforms + [V.RandRotate90d(keys=keys, prob=0.5)])
+    batches = epoch_batches(stoker, daemon.socket, "Task09/dataset.json", compose, seed=6)
+    refs = {n: prepared(volume_tool, task, n, tmp_path) for n in range(4)}
+    organ = 0
+    for indices, b in batches:
+        assert b["image"].shape == (10, 5, 24, 20) and b["label"].shape == (10, 1, 24, 20)
+        for s in range(10):
+            img, lab = refs[int(indices[s // 5])]
+            stack = b["image"][s].numpy()
+            block = np.ascontiguousarray(stack.transpose(1, 2, 0))  # (X, Y, 2k + 1)
+            corners = locate(block, img) or locate(block[::-1], img)  # RandFlip on X
+            assert corners, "a slice stack is no block of its prepared volume"
+            c = corners[0]
+            want = lab[c[0]:c[0] + 24, c[1]:c[1] + 20, c[2] + 2]
+            got = b["label"][s, 0].numpy()
+            assert np.array_equal(got, want) or np.array_equal(got, want[::-1])
+            organ += int(got.any())
+    assert organ >= 15  # pos=3: three in four centred on the organ
+
+
+def test_npy_volumes_take_the_spacing_given(stoker, daemon_factory, tmp_path):
+    """A manifest '#columns: image label' of .npy volumes: Compose(spacing=)
+    is their voxel size (they hold none). With pixdim equal to it Spacing
+    leaves the voxels as they are (the centre block is the file's); at
+    twice the pixdim's voxel size a small volume grows past the patch
+    (without it, it stays smaller and fails, named)."""
+    root = tmp_path / "data"
+    (root / "npy").mkdir(parents=True)
+    rng = np.random.default_rng(4)
+    vol = rng.normal(size=(12, 10, 8)).astype(np.float32)
+    np.save(root / "npy" / "a.npy", vol)
+    np.save(root / "npy" / "a_seg.npy", (vol > 1).astype(np.uint8))
+    small = rng.normal(size=(6, 6, 6)).astype(np.float32)
+    np.save(root / "npy" / "b.npy", small)
+    np.save(root / "npy" / "b_seg.npy", np.ones((6, 6, 6), np.uint8))
+    (root / "npy" / "a.tsv").write_text("#columns: image label\na.npy\ta_seg.npy\n")
+    (root / "npy" / "b.tsv").write_text("#columns: image label\nb.npy\tb_seg.npy\n")
+    daemon = daemon_factory(workers=1, data_root=str(root))
+    from stoker import volume as V
+
+    def compose(pixdim, spacing, roi):
+        return V.Compose([V.Spacingd(keys=["image", "label"], pixdim=pixdim),
+                          V.RandSpatialCropd(keys=["image", "label"], roi_size=roi,
+                                             random_center=False)], spacing=spacing)
+
+    got = epoch_batches(stoker, daemon.socket, "npy/a.tsv", compose(2.0, (2.0, 2.0, 2.0), 4),
+                        seed=1, shuffle=False)
+    assert np.array_equal(got[0][1]["image"][0, 0].numpy(), vol[4:8, 3:7, 2:6])
+    grown = epoch_batches(stoker, daemon.socket, "npy/b.tsv", compose(1.0, (2.0, 2.0, 2.0), 10),
+                          seed=1, shuffle=False)
+    assert grown[0][1]["image"].shape == (1, 1, 10, 10, 10)
+    with stoker.Loader("npy/b.tsv", transform=compose(1.0, None, 10), socket=daemon.socket,
+                       batch_size=1, epochs=1, failure_policy="error") as loader:
+        with pytest.raises(Exception, match="smaller than the 10 x 10 x 10 patch"):
+            next(iter(loader))

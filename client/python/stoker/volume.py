@@ -44,7 +44,7 @@ from . import _native
 __all__ = [
     "Compose", "LoadImaged", "EnsureChannelFirstd", "EnsureTyped", "ToTensord", "Orientationd",
     "Spacingd", "ScaleIntensityRanged", "NormalizeIntensityd", "CropForegroundd",
-    "RandCropByPosNegLabeld", "RandSpatialCropd", "RandFlipd", "RandRotate90d", "RandAffined",
+    "RandCropByPosNegLabeld", "AxialSlicesd", "RandSpatialCropd", "RandFlipd", "RandRotate90d", "RandAffined",
     "RandScaleIntensityd", "RandShiftIntensityd", "RandGaussianNoised", "RandAdjustContrastd",
 ]
 
@@ -197,6 +197,34 @@ class RandCropByPosNegLabeld(_Transform):
         self.image_key = image_key
 
 
+class AxialSlicesd(RandCropByPosNegLabeld):
+    """2.5-D training: axial slices of the prepared volumes with their
+    ``neighbours`` slices on each side as channels. Each of ``num_samples``
+    slices a volume gives is centred, in-plane and in z, on a foreground
+    voxel with probability pos / (pos + neg) (RandCropByPosNegLabel's draw
+    over a [roi_size[0], roi_size[1], 2 * neighbours + 1] block), so a
+    batch is image [n * num_samples, C * (2 * neighbours + 1), X, Y] (the
+    neighbours of channel 0, then of channel 1, ...) and label [n *
+    num_samples, 1, X, Y] (the centre slice's). Not a MONAI transform: the
+    slices MONAI users cut from 3-D patches by hand."""
+
+    name = "RandCropByPosNegLabel"
+
+    def __init__(self, keys: Any, label_key: str, roi_size: Any, neighbours: int = 0,
+                 pos: float = 1.0, neg: float = 1.0, num_samples: int = 1,
+                 image_key: Optional[str] = None, image_threshold: float = 0.0) -> None:
+        size = [int(x) for x in _seq(roi_size)]
+        if len(size) == 1:
+            size = size * 2
+        if len(size) != 2 or int(neighbours) < 0:
+            raise _bad(f"AxialSlicesd(roi_size={roi_size!r}, neighbours={neighbours!r}): an "
+                       "in-plane size (X, Y) and neighbours >= 0")
+        self.neighbours = int(neighbours)
+        super().__init__(keys, label_key, size + [2 * self.neighbours + 1], pos=pos, neg=neg,
+                         num_samples=num_samples, image_key=image_key,
+                         image_threshold=image_threshold)
+
+
 class RandSpatialCropd(_Transform):
     name = "RandSpatialCrop"
 
@@ -296,18 +324,28 @@ class Compose:
     """MONAI's Compose of the transforms above: what a volume session runs.
     ``channels`` is each volume's channel count (a 4-D file's fourth
     dimension); ``dtype`` the patches' ("float32", "float16", "bfloat16");
-    ``label_dtype`` the label patches' ("uint8", or "int64")."""
+    ``label_dtype`` the label patches' ("uint8", or "int64"); ``spacing``
+    the voxel spacing (mm) of NumPy .npy volumes, which hold none (default
+    1 mm: their affine is diag(spacing))."""
 
     def __init__(self, transforms: Sequence[Any], channels: int = 1, dtype: str = "float32",
-                 label_dtype: str = "uint8") -> None:
+                 label_dtype: str = "uint8", spacing: Optional[Sequence[float]] = None) -> None:
         self.transforms = list(transforms)
         self.channels = int(channels)
+        self.spacing = None if spacing is None else [float(x) for x in spacing]
         self.dtype = dtype
         self.label_dtype = label_dtype
         for t in self.transforms:
             if not isinstance(t, _Transform):
                 raise _bad(f"{t!r} is not one of stoker.volume's transforms ({', '.join(__all__[1:])})")
         self.image_key, self.label_key = self._keys()
+        #: AxialSlicesd's neighbours: batches are slices (None: 3-D patches).
+        self.slice_neighbours: Optional[int] = next(
+            (t.neighbours for t in self.transforms if isinstance(t, AxialSlicesd)), None)
+        if self.slice_neighbours is not None and any(
+                isinstance(t, (RandRotate90d, RandAffined)) for t in self.transforms):
+            raise _bad("RandRotate90d and RandAffined move voxels across slices: not with "
+                       "AxialSlicesd")
 
     def _keys(self) -> Tuple[str, Optional[str]]:
         image, label = "image", None
@@ -338,8 +376,11 @@ class Compose:
     def spec(self) -> Dict[str, Any]:
         """The VolumeSpec as a dict (the daemon's JSON form)."""
         ops = [op for op in (t.op() for t in self.transforms) if op is not None]
-        return {"ops": ops, "channels": self.channels, "dtype": self.dtype,
+        spec = {"ops": ops, "channels": self.channels, "dtype": self.dtype,
                 "label_dtype": self.label_dtype}
+        if self.spacing is not None:
+            spec["spacing"] = self.spacing
+        return spec
 
     def to_json(self) -> str:
         return json.dumps(self.spec())

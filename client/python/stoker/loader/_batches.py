@@ -188,16 +188,23 @@ class _BatchesMixin:
     def _make_volumes(self, raw: tuple, views: bool) -> Any:
         """A volume batch as MONAI's list_data_collate gives it: a dict of the
         Compose's image and label keys, [n * num_samples, C, X, Y, Z] each
-        (each volume's patches next to each other)."""
+        (each volume's patches next to each other); with AxialSlicesd,
+        slices [n * num_samples, C * (2k + 1), X, Y] and their centre
+        slices' labels [n * num_samples, 1, X, Y]."""
         fields, indices, planned, statuses, epoch, batch_in_epoch, sequence = raw
         torch = _torch_module()
         arrays = [fields["volume"][0]]
         if "volume_label" in fields:
             arrays.append(fields["volume_label"][0])
         tensors = []
-        for a in arrays:
+        k = self._volumes.slice_neighbours
+        for n, a in enumerate(arrays):
             a = a.reshape((a.shape[0] * a.shape[1],) + a.shape[2:])
-            t = torch.from_numpy(a.copy() if self.copy else a)
+            if k is not None:  # [m, C, X, Y, 2k + 1] -> slices [m, C * (2k + 1), X, Y]
+                a = (np.ascontiguousarray(a.transpose(0, 1, 4, 2, 3)).reshape(
+                    a.shape[0], -1, a.shape[2], a.shape[3]) if n == 0
+                     else np.ascontiguousarray(a[..., k]))
+            t = torch.from_numpy(a.copy() if self.copy and k is None else a)
             if self._mode == "cuda":
                 t = t.to(self._cuda_device()[1], non_blocking=False)
             elif self._pin:
