@@ -29,10 +29,10 @@ class DaemonStartError(RuntimeError):
 
 
 #: What every daemon started here runs with unless told otherwise: no
-#: transcode or volume cache (both on by default, in ~/.cache; measured and
+#: transcode or prepared cache (both on by default, in ~/.cache; measured and
 #: tested on their own), no start-up decode calibration (measured afresh it could differ
 #: between two daemons compared).
-DEFAULT_SETTINGS: Dict[str, Any] = dict(transcode_cache="off", volume_cache="off",
+DEFAULT_SETTINGS: Dict[str, Any] = dict(transcode_cache="off", prepared_cache="off",
                                         decode_calibration=False)
 
 

@@ -271,7 +271,7 @@ def side(a):
                                      image_threshold=0)])
         cache = os.path.join(a.data, "stoker-volume-cache")
         shutil.rmtree(cache, ignore_errors=True)
-        os.environ["STOKER_VOLUME_CACHE"] = cache  # the private daemon reads STOKER_<FLAG>
+        os.environ["STOKER_PREPARED_CACHE"] = cache  # the private daemon reads STOKER_<FLAG>
         # The same prefetch depth as DataLoader's (num_workers x
         # prefetch_factor = 4 batches): a ring of 4 slots, not deepened.
         loader = stoker.Loader(os.path.join(task, "dataset.json"), transform=compose,

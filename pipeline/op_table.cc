@@ -13,13 +13,15 @@ constexpr OpSource kTorchvision = OpSource::kTorchvisionTransforms,
                    kRecipeClass = OpSource::kRecipeClass;
 using image::kOpHoldsOps;
 using image::kOpNeedsBoxes;
+using image::kOpDeterministic;
 using image::kOpOnClips;
 
 std::vector<OpRow> Rows() {
   std::vector<OpRow> rows;
 #define STOKER_OP_ROW(k, number, name, moves, source, flags)                               \
   rows.push_back(OpRow{name, OpKind::k, moves, source, ((flags) & kOpNeedsBoxes) != 0, \
-                       ((flags) & kOpHoldsOps) != 0, ((flags) & kOpOnClips) != 0});
+                       ((flags) & kOpHoldsOps) != 0, ((flags) & kOpOnClips) != 0,          \
+                       ((flags) & kOpDeterministic) != 0});
   STOKER_OP_LIST(STOKER_OP_ROW)
 #undef STOKER_OP_ROW
   return rows;

@@ -23,6 +23,9 @@
 //                and holds none
 //   on_clips     legal on a video clip (AttachRequest.clips): drawn once
 //                per clip, every frame moved alike (server/video/clip_ops.h)
+//   deterministic  draws nothing: a pipeline of only such ops (an
+//                evaluation pipeline: Resize, CenterCrop) gives each image
+//                the same output every epoch, kept in the prepared cache
 //
 // Tests hold every other place to this table: each Op oneof field of
 // stoker.proto and each row are one op of the same number and name
@@ -61,6 +64,7 @@ struct OpRow {
   bool needs_boxes = false;
   bool holds_ops = false;
   bool on_clips = false;
+  bool deterministic = false;
 };
 
 // Every op, in OpKind (and Op field number) order.

@@ -4,6 +4,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/hash64.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "pipeline/op_table.h"
 #include "pipeline/lower_pipeline.h"
 #include "pipeline/pipeline_spec.h"
 #include "pipeline/sample_fields.h"
@@ -285,6 +289,29 @@ absl::StatusOr<AttachPlan> PlanSession(const v1::AttachRequest& req, const Reque
     }
   }
   return p;
+}
+
+uint64_t PreparedRecipe(const AttachPlan& p) {
+  if (p.request.clip.has_value() || p.request.volume.has_value() || p.variable_size ||
+      p.mask_field >= 0 || p.boxes_field >= 0 || !p.view_fields.empty()) {
+    return 0;
+  }
+  const v1::PipelineSpec& spec = p.request.pipeline.effective;
+  for (const v1::Op& op : spec.ops()) {
+    const pipeline::OpRow* row = pipeline::FindOp(static_cast<image::OpKind>(op.op_case()));
+    if (row == nullptr || !row->deterministic) return 0;
+  }
+  std::string bytes;
+  {
+    google::protobuf::io::StringOutputStream out(&bytes);
+    google::protobuf::io::CodedOutputStream coded(&out);
+    coded.SetSerializationDeterministic(true);
+    spec.SerializeToCodedStream(&coded);
+  }
+  const uint32_t scales = p.params().disabled_dct_scales;  // the decode the calibration allows
+  bytes.append(reinterpret_cast<const char*>(&scales), sizeof(scales));
+  const uint64_t h = Hash64(bytes.data(), bytes.size(), 0x6576616c);
+  return h == 0 ? 1 : h;
 }
 
 RingSpec RingSpecFor(const AttachPlan& plan, uint64_t session_number) {

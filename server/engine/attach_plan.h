@@ -135,6 +135,12 @@ struct AttachPlan {
   // label_field, -1 each; no image). volume_label_field is -1 when the
   // dataset has no label volumes.
   int volume_field = -1, volume_label_field = -1;
+  // An image session whose ops all draw nothing (an evaluation pipeline:
+  // Resize, CenterCrop; op_table.h's `deterministic`), of a fixed size,
+  // without masks, boxes or views: a hash of its effective pipeline, by
+  // which workers keep each image's output in the prepared cache
+  // (server/worker/image_entry.h). 0 for any other session.
+  uint64_t prepared_recipe = 0;
   uint64_t slot_data_bytes = 0;  // the fields' rooms for a batch
   uint64_t ring_bytes = 0;       // of slot data at the first depth: slot_data_bytes * depth
 
@@ -194,6 +200,11 @@ struct SampleFields {
 absl::StatusOr<AttachPlan> PlanSession(const v1::AttachRequest& req, const RequestPlan& request,
                                        uint64_t dataset_size, const AttachLimits& limits,
                                        const SampleFields& fields = {});
+
+// The prepared_recipe of a planned session (see AttachPlan): 0 unless every
+// op is deterministic, the output has one size and the samples carry no
+// masks, boxes or views.
+uint64_t PreparedRecipe(const AttachPlan& plan);
 
 // The ring of a planned session: `session_number` goes into its header.
 RingSpec RingSpecFor(const AttachPlan& plan, uint64_t session_number);

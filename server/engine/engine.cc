@@ -19,6 +19,7 @@
 #include "common/memory_available.h"
 #include "common/private_file.h"
 #include "server/engine/ring_handover.h"
+#include "server/worker/image_entry.h"
 #include "server/engine/ring_owner.h"
 #include "server/engine/status_export.h"
 #include "server/worker/worker_protocol.h"
@@ -153,27 +154,28 @@ absl::Status Engine::Start() {
       config_.clear_index_cache();
     }
   }
-  if (!config_.volume_cache().empty()) {
-    auto fd = OpenCacheDirectory(config_.volume_cache());
+  if (!config_.prepared_cache().empty()) {
+    auto fd = OpenCacheDirectory(config_.prepared_cache());
     if (fd.ok()) {
-      volume_cache_fd_ = UniqueFd(*fd);
-      volume_cache_dir_ = PosixCacheDir(volume_cache_fd_.get());
-      if (config_.volume_cache_mb() == 0) {
-        config_.set_volume_cache_mb(
-            DefaultCacheBudget(volume_cache_fd_.get(), uint64_t{64} << 30) / 1048576.0);
+      prepared_cache_fd_ = UniqueFd(*fd);
+      prepared_cache_dir_ = PosixCacheDir(prepared_cache_fd_.get());
+      if (config_.prepared_cache_mb() == 0) {
+        config_.set_prepared_cache_mb(
+            DefaultCacheBudget(prepared_cache_fd_.get(), uint64_t{64} << 30) / 1048576.0);
       }
-      volume_cache_ = std::make_unique<VolumeCacheBudget>(
-          volume_cache_dir_.get(), static_cast<uint64_t>(config_.volume_cache_mb() * 1048576.0));
-      if (absl::Status st = volume_cache_->Load(WallNs()); !st.ok()) {
-        spdlog::warn("volume cache {}: {}", config_.volume_cache(), st.ToString());
+      task_options_.prepared_cache = true;
+      prepared_cache_ = std::make_unique<PreparedCacheBudget>(
+          prepared_cache_dir_.get(), static_cast<uint64_t>(config_.prepared_cache_mb() * 1048576.0));
+      if (absl::Status st = prepared_cache_->Load(WallNs()); !st.ok()) {
+        spdlog::warn("prepared cache {}: {}", config_.prepared_cache(), st.ToString());
       }
-      const VolumeCacheBudget::Stats vs = volume_cache_->stats();
-      spdlog::info("volume cache {}: {} entries, {:.1f} of {:.0f} MiB", config_.volume_cache(),
-                   vs.entries, vs.bytes / 1048576.0, config_.volume_cache_mb());
+      const PreparedCacheBudget::Stats vs = prepared_cache_->stats();
+      spdlog::info("prepared cache {}: {} entries, {:.1f} of {:.0f} MiB", config_.prepared_cache(),
+                   vs.entries, vs.bytes / 1048576.0, config_.prepared_cache_mb());
     } else {
-      spdlog::warn("volume cache {} cannot be used ({}); volumes are prepared every epoch",
-                   config_.volume_cache(), fd.status().ToString());
-      config_.clear_volume_cache();
+      spdlog::warn("prepared cache {} cannot be used ({}); volumes and eval images are prepared every epoch",
+                   config_.prepared_cache(), fd.status().ToString());
+      config_.clear_prepared_cache();
     }
   }
   if (!config_.transcode_cache().empty()) {
@@ -255,7 +257,7 @@ absl::Status Engine::Start() {
     own_launcher_ = std::make_unique<PosixSpawnLauncher>(
         *binary, data_root_->fd(), config_.worker_sandbox(),
         transcode_cache_fd_.valid() ? transcode_cache_fd_.get() : -1,
-        volume_cache_fd_.valid() ? volume_cache_fd_.get() : -1);
+        prepared_cache_fd_.valid() ? prepared_cache_fd_.get() : -1);
     launcher_ = own_launcher_.get();
     probe_launcher_ =
         std::make_unique<PosixSpawnLauncher>(*binary, data_root_->fd(), config_.worker_sandbox());
@@ -407,6 +409,7 @@ absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) 
   s->dataset = ds;
   s->clips = clips;
   s->plan = *std::move(plan);
+  s->plan.prepared_recipe = PreparedRecipe(s->plan);
   // The ring is made outside mu_: reserving gigabytes of memory takes a
   // while, and mu_ also serves the dispatcher, the heartbeats and Status.
   {
@@ -612,8 +615,11 @@ DaemonSession* Engine::FindByNumberLocked(uint64_t number) {
 
 void Engine::OnResultLocked(uint32_t w, const worker::ResultMsg& r) {
   // First, whatever became of the task: an entry written is on disk.
-  if (volume_cache_ != nullptr && r.volume_entry_bytes != 0) {
-    volume_cache_->Added(volume::VolumeEntryName(r.volume_entry_id), r.volume_entry_bytes);
+  if (prepared_cache_ != nullptr && r.prepared_entry_bytes != 0) {
+    prepared_cache_->Added(r.prepared_entry_kind == worker::kPreparedImage
+                               ? worker::ImageEntryName(r.prepared_entry_id)
+                               : volume::VolumeEntryName(r.prepared_entry_id),
+                           r.prepared_entry_bytes);
   }
   if (transcode_cache_ != nullptr && r.cache_event != kCacheNone) {
     CacheReport cr;

@@ -78,7 +78,7 @@
 #include "server/engine/scheduler.h"
 #include "server/engine/session.h"
 #include "server/engine/transcode_cache.h"
-#include "server/engine/volume_cache_budget.h"
+#include "server/engine/prepared_cache_budget.h"
 #include "server/engine/video_prober.h"
 #include "server/engine/video_tables.h"
 #include "server/engine/worker_launcher.h"
@@ -226,9 +226,9 @@ class Engine {
   // The transcode cache (all null / invalid when off). The cache is
   // thread-safe (its own lock, taken under mu_, never the other way).
   UniqueFd transcode_cache_fd_;
-  UniqueFd volume_cache_fd_;  // --volume-cache (server/volume/volume_cache.h), or none
-  std::unique_ptr<CacheDir> volume_cache_dir_;
-  std::unique_ptr<VolumeCacheBudget> volume_cache_;  // null without a volume cache
+  UniqueFd prepared_cache_fd_;  // --prepared-cache (server/volume/volume_cache.h), or none
+  std::unique_ptr<CacheDir> prepared_cache_dir_;
+  std::unique_ptr<PreparedCacheBudget> prepared_cache_;  // null without a prepared cache
   std::unique_ptr<CacheDir> transcode_cache_dir_;
   std::unique_ptr<TranscodeCache> transcode_cache_;
   int64_t start_ns_ = 0;

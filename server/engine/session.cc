@@ -198,6 +198,7 @@ size_t BuildTaskMsg(const DaemonSession& s, const SampleTask& t, const TaskOptio
     }
   }
   msg->max_file_bytes = o.max_file_bytes;
+  if (o.prepared_cache) msg->prepared_recipe = s.plan.prepared_recipe;
   if (ds.has_range(entry)) {
     msg->has_range = 1;
     msg->file_offset = ds.range_offset(entry);

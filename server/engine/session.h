@@ -252,6 +252,9 @@ struct TaskOptions {
   // Tests: a path containing one of these makes the worker crash / hang.
   std::string fault_crash_substring;
   std::string fault_hang_substring;
+  // The daemon has a prepared cache (--prepared-cache): an evaluation
+  // pipeline's tasks carry its recipe (AttachPlan::prepared_recipe).
+  bool prepared_cache = false;
 };
 
 // The message that asks a worker for `t` (task_id left 0 for the caller),

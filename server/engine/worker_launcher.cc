@@ -39,7 +39,7 @@ PosixSpawnLauncher::PosixSpawnLauncher(std::string binary, int data_root_fd, boo
       data_root_fd_(data_root_fd),
       sandbox_(sandbox),
       transcode_cache_fd_(transcode_cache_fd),
-      volume_cache_fd_(volume_cache_fd) {}
+      prepared_cache_fd_(volume_cache_fd) {}
 
 absl::StatusOr<LaunchedWorker> PosixSpawnLauncher::Launch(uint32_t worker_id) {
   int sv[2];
@@ -55,9 +55,9 @@ absl::StatusOr<LaunchedWorker> PosixSpawnLauncher::Launch(uint32_t worker_id) {
   UniqueFd cache;
   if (transcode_cache_fd_ >= 0) cache = UniqueFd(::fcntl(transcode_cache_fd_, F_DUPFD_CLOEXEC, 10));
   UniqueFd volumes;
-  if (volume_cache_fd_ >= 0) volumes = UniqueFd(::fcntl(volume_cache_fd_, F_DUPFD_CLOEXEC, 10));
+  if (prepared_cache_fd_ >= 0) volumes = UniqueFd(::fcntl(prepared_cache_fd_, F_DUPFD_CLOEXEC, 10));
   if (!theirs.valid() || !root.valid() || (transcode_cache_fd_ >= 0 && !cache.valid()) ||
-      (volume_cache_fd_ >= 0 && !volumes.valid())) {
+      (prepared_cache_fd_ >= 0 && !volumes.valid())) {
     return PosixError("fcntl F_DUPFD_CLOEXEC", errno);
   }
 
@@ -66,7 +66,7 @@ absl::StatusOr<LaunchedWorker> PosixSpawnLauncher::Launch(uint32_t worker_id) {
   posix_spawn_file_actions_adddup2(&fa, theirs.get(), worker::kChannelFd);
   posix_spawn_file_actions_adddup2(&fa, root.get(), worker::kDataRootFd);
   if (cache.valid()) posix_spawn_file_actions_adddup2(&fa, cache.get(), worker::kTranscodeCacheFd);
-  if (volumes.valid()) posix_spawn_file_actions_adddup2(&fa, volumes.get(), worker::kVolumeCacheFd);
+  if (volumes.valid()) posix_spawn_file_actions_adddup2(&fa, volumes.get(), worker::kPreparedCacheFd);
   std::string parent = std::to_string(::getpid());
   std::string id = std::to_string(worker_id);
   char* argv[] = {const_cast<char*>(binary_.c_str()),

@@ -65,7 +65,7 @@ absl::StatusOr<std::string> WorkerBinaryPath(const std::string& configured);
 class PosixSpawnLauncher : public WorkerLauncher {
  public:
   // The cache folders' fds (-1: none) are given to each worker as
-  // worker::kTranscodeCacheFd and worker::kVolumeCacheFd.
+  // worker::kTranscodeCacheFd and worker::kPreparedCacheFd.
   PosixSpawnLauncher(std::string binary, int data_root_fd, bool sandbox,
                      int transcode_cache_fd = -1, int volume_cache_fd = -1);
   absl::StatusOr<LaunchedWorker> Launch(uint32_t id) override;
@@ -79,7 +79,7 @@ class PosixSpawnLauncher : public WorkerLauncher {
   const int data_root_fd_;
   const bool sandbox_;
   const int transcode_cache_fd_;
-  const int volume_cache_fd_;
+  const int prepared_cache_fd_;
 };
 
 }  // namespace stoker

@@ -18,7 +18,9 @@
 //           kOpHoldsOps (a composition: the `children` ops after it are its
 //           own, each a pixel op that holds none), kOpOnClips (legal on a
 //           video clip: drawn once per clip, applied to every frame by
-//           server/video/clip_ops.h)
+//           server/video/clip_ops.h), kOpDeterministic (draws nothing: the
+//           same output for the same input, so a pipeline of such ops only
+//           is computed once and kept in the prepared cache)
 // moves and source are bare names, resolved where X expands them
 // (pipeline/op_table.cc).
 //
@@ -35,18 +37,19 @@ namespace stoker::image {
 inline constexpr uint32_t kOpNeedsBoxes = 1;
 inline constexpr uint32_t kOpHoldsOps = 2;
 inline constexpr uint32_t kOpOnClips = 4;
+inline constexpr uint32_t kOpDeterministic = 8;
 }  // namespace stoker::image
 
 // clang-format off
 #define STOKER_OP_LIST(X)                                                                 \
   X(kRandomResizedCrop,        1, "RandomResizedCrop",        kGeometry, kTorchvision, 0)   \
-  X(kResize,                   2, "Resize",                   kGeometry, kTorchvision, kOpOnClips) \
-  X(kCenterCrop,               3, "CenterCrop",               kGeometry, kTorchvision, kOpOnClips) \
+  X(kResize,                   2, "Resize",                   kGeometry, kTorchvision, kOpOnClips | kOpDeterministic) \
+  X(kCenterCrop,               3, "CenterCrop",               kGeometry, kTorchvision, kOpOnClips | kOpDeterministic) \
   X(kRandomCrop,               4, "RandomCrop",               kGeometry, kTorchvision, kOpOnClips) \
   X(kHorizontalFlip,           5, "RandomHorizontalFlip",     kGeometry, kTorchvision, kOpOnClips) \
   X(kVerticalFlip,             6, "RandomVerticalFlip",       kGeometry, kTorchvision, 0)   \
   X(kColorJitter,              7, "ColorJitter",              kPixels,   kTorchvision, 0)   \
-  X(kGrayscale,                8, "Grayscale",                kPixels,   kTorchvision, 0)   \
+  X(kGrayscale,                8, "Grayscale",                kPixels,   kTorchvision, kOpDeterministic)   \
   X(kRandomGrayscale,          9, "RandomGrayscale",          kPixels,   kTorchvision, 0)   \
   X(kGaussianBlur,            10, "GaussianBlur",             kPixels,   kTorchvision, 0)   \
   X(kRandomRotation,          11, "RandomRotation",           kGeometry, kTorchvision, 0)   \
@@ -74,7 +77,7 @@ inline constexpr uint32_t kOpOnClips = 4;
   X(kRandomApply,             29, "RandomApply",              kPixels,   kTorchvision, kOpHoldsOps) \
   X(kRandomChoice,            30, "RandomChoice",             kPixels,   kTorchvision, kOpHoldsOps) \
   X(kRandomOrder,             31, "RandomOrder",              kPixels,   kTorchvision, kOpHoldsOps) \
-  X(kPad,                     32, "Pad",                      kGeometry, kTorchvision, 0)   \
+  X(kPad,                     32, "Pad",                      kGeometry, kTorchvision, kOpDeterministic)   \
   X(kRandomPerspective,       33, "RandomPerspective",        kGeometry, kTorchvision, 0)   \
   X(kElasticTransform,        34, "ElasticTransform",         kGeometry, kTorchvision, 0)   \
   X(kImageFilterGaussianBlur, 35, "ImageFilterGaussianBlur",  kPixels,   kRecipeClass, 0)

@@ -166,8 +166,9 @@ void VolumeWork::Run(const TaskMsg& t, std::string_view path, std::string_view l
     if (claim.valid()) {
       // A failure costs the next epoch a preparation, not this sample.
       if (volume::WriteClaimedEntry(cache_dir, std::move(claim), entry_name, key, *prepared).ok()) {
-        r->volume_entry_id = entry_id;
-        r->volume_entry_bytes = volume::EntryBytes(*prepared);
+        r->prepared_entry_id = entry_id;
+        r->prepared_entry_bytes = volume::EntryBytes(*prepared);
+        r->prepared_entry_kind = kPreparedVolume;
       }
     }
   }

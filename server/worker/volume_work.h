@@ -5,7 +5,7 @@
 // (server/volume/volume_task.h). Internal to the worker (worker.cc's Serve
 // calls it); a library so that its unit test runs it in process.
 //
-// The volume cache (fd kVolumeCacheFd, when the daemon has one): an entry
+// The volume cache (fd kPreparedCacheFd, when the daemon has one): an entry
 // is named by the sample's paths and the recipe, keyed by them and by each
 // file's identity (inode, size, mtime): a changed file or recipe makes the
 // old entry stale (it is rebuilt and replaced), never served. The worker

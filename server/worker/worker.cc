@@ -23,6 +23,7 @@
 #include "server/image/decode/transcode.h"
 #include "common/posix.h"
 #include "server/engine/transcode_cache.h"
+#include "server/worker/image_entry.h"
 #include "server/worker/video_work.h"
 #include "server/worker/volume_work.h"
 #include "server/worker/worker_input.h"
@@ -425,7 +426,7 @@ int Serve(const WorkerFds& fds) {
         if (t.fault == kFaultHang) ::pause();
         if (t.has_volume != 0) {  // a volume session's sample
           uint8_t* base = static_cast<uint8_t*>(it->second.map.addr());
-          volumes.Run(t, path, mask_path, fds.data_root, fds.volume_cache, base + t.out_offset,
+          volumes.Run(t, path, mask_path, fds.data_root, fds.prepared_cache, base + t.out_offset,
                       t.mask_out_capacity != 0 ? base + t.mask_out_offset : nullptr, &r);
           if (!SendAll(fds.channel, &r, sizeof(r))) return 1;
           break;
@@ -440,6 +441,31 @@ int Serve(const WorkerFds& fds) {
         int64_t t0 = MonotonicNs();
         Input in;
         absl::Status st = OpenInput(fds.data_root, t, path, &in);
+        // An evaluation pipeline's image: its output from the prepared
+        // cache, or computed below and kept there.
+        std::string prepared_name;
+        uint64_t prepared_id = 0, prepared_key = 0;
+        if (st.ok() && t.prepared_recipe != 0 && fds.prepared_cache >= 0) {
+          ImageEntryIds(t.prepared_recipe, path, in.st, in.begin, in.length, &prepared_id,
+                        &prepared_key);
+          prepared_name = ImageEntryName(prepared_id);
+          ImageEntryInfo info;
+          uint8_t* out = static_cast<uint8_t*>(it->second.map.addr()) + t.out_offset;
+          if (ReadImageEntry(fds.prepared_cache, prepared_name, prepared_key, out, t.out_capacity,
+                             &info)) {
+            r.height = info.height;
+            r.width = info.width;
+            r.channels = info.channels;
+            r.bytes = info.bytes;
+            r.format = info.format;
+            r.input_bytes = ImageEntryBytes(info);
+            r.decode_path = static_cast<uint32_t>(image::kDecodePathCount);  // none
+            r.prepared_hit = 1;
+            r.read_ns = static_cast<uint64_t>(MonotonicNs() - t0);
+            if (!SendAll(fds.channel, &r, sizeof(r))) return 1;
+            break;
+          }
+        }
         // What is decoded: `input` (the original, or a copy re-coded from
         // it) or the payload of a cache entry in `entry`.
         const uint8_t* jpeg = nullptr;
@@ -544,6 +570,17 @@ int Serve(const WorkerFds& fds) {
             st = image::ApplyBoxSteps(steps, res.drawn_height, res.drawn_width, rules, &set,
                                       &box_scratch);
             r.boxes_kept = st.ok() ? set.count : 0;
+          }
+        }
+        if (st.ok() && !prepared_name.empty()) {
+          // A failure costs a later epoch a decode, not this sample.
+          ImageEntryInfo info{r.height, r.width, r.channels, r.format, r.bytes};
+          if (WriteImageEntry(fds.prepared_cache, prepared_name, prepared_key,
+                              static_cast<uint8_t*>(it->second.map.addr()) + t.out_offset, info)
+                  .ok()) {
+            r.prepared_entry_id = prepared_id;
+            r.prepared_entry_bytes = ImageEntryBytes(info);
+            r.prepared_entry_kind = kPreparedImage;
           }
         }
         if (!st.ok()) SetReason(&r, st.code(), std::string(st.message()));

@@ -27,7 +27,7 @@ struct WorkerFds {
   int channel = -1;          // SOCK_SEQPACKET: the worker's end of its socketpair
   int data_root = -1;        // O_DIRECTORY: every file is opened beneath it
   int transcode_cache = -1;  // O_DIRECTORY of the transcode cache; -1: none
-  int volume_cache = -1;     // O_DIRECTORY of the volume cache; -1: none
+  int prepared_cache = -1;   // O_DIRECTORY of the prepared cache; -1: none
 };
 
 // Serves until the daemon is done. Returns the process's exit status: 0

@@ -40,8 +40,8 @@ int main(int argc, char** argv) {
   const int cache = ::fcntl(stoker::worker::kTranscodeCacheFd, F_GETFD) >= 0
                         ? stoker::worker::kTranscodeCacheFd
                         : -1;
-  const int volumes = ::fcntl(stoker::worker::kVolumeCacheFd, F_GETFD) >= 0
-                          ? stoker::worker::kVolumeCacheFd
+  const int volumes = ::fcntl(stoker::worker::kPreparedCacheFd, F_GETFD) >= 0
+                          ? stoker::worker::kPreparedCacheFd
                           : -1;
   if (sandbox && stoker::WorkerSandboxAvailable()) {
     absl::Status st = stoker::ApplyWorkerSandbox();

@@ -5,7 +5,7 @@
 //
 // fd 5, when the daemon runs with --transcode-cache, is the cache's
 // directory (server/engine/transcode_cache.h); absent otherwise. fd 6, with
-// --volume-cache, is that folder (server/volume/volume_cache.h: the worker
+// --prepared-cache, is that folder (server/volume/volume_cache.h: the worker
 // that prepares a volume writes its entry; later tasks map it).
 //
 //   daemon -> worker: kMapRing, kUnmapRing, kTask, kShutdown, kProbe
@@ -34,7 +34,7 @@ namespace stoker::worker {
 inline constexpr int kChannelFd = 3;   // the worker's end of its socketpair
 inline constexpr int kDataRootFd = 4;  // the daemon's --data-root, O_DIRECTORY
 inline constexpr int kTranscodeCacheFd = 5;  // --transcode-cache DIR, O_DIRECTORY (if set)
-inline constexpr int kVolumeCacheFd = 6;     // --volume-cache DIR, O_DIRECTORY (if set)
+inline constexpr int kPreparedCacheFd = 6;     // --prepared-cache DIR, O_DIRECTORY (if set)
 inline constexpr uint32_t kMaxPathBytes = 4096;
 inline constexpr uint32_t kReasonBytes = 480;
 
@@ -142,6 +142,10 @@ struct TaskMsg {
   // bytes.
   uint32_t has_volume = 0;
   volume::VolumeTaskParams volume;
+  // An evaluation pipeline's image (AttachPlan::prepared_recipe, 0: not
+  // one): its output is read from, or written to, the prepared cache
+  // (server/worker/image_entry.h), keyed by this and the file's identity.
+  uint64_t prepared_recipe = 0;
   // The image's path then the mask's, relative to the data root; sent
   // truncated to path_bytes + mask_path_bytes.
   char path[kMaxPathBytes];
@@ -230,13 +234,20 @@ struct ResultMsg {
   uint32_t cache_write_errno = 0;  // writing the copy failed: its errno (0: it did not)
   uint32_t cache_temp_left = 0;
   uint64_t transcode_ns = 0;  // re-coding the file and writing its entry
-  // A volume session's task that wrote a volume cache entry: its id (the
-  // name's hex digits, server/engine/volume_cache_budget.h) and bytes (0:
-  // none written).
-  uint64_t volume_entry_id = 0;
-  uint64_t volume_entry_bytes = 0;
+  // A task that wrote a prepared cache entry: its id (the name's hex
+  // digits), kind and bytes (0: none written), for the daemon's budget
+  // (server/engine/prepared_cache_budget.h).
+  uint64_t prepared_entry_id = 0;
+  uint64_t prepared_entry_bytes = 0;
+  uint32_t prepared_entry_kind = 0;  // PreparedEntryKind
+  uint32_t prepared_hit = 0;         // the output came from an entry (image tasks)
   uint64_t input_bytes = 0;   // of the file, member or cache copy read
   char reason[kReasonBytes];  // NUL-terminated when code != 0
+};
+
+enum PreparedEntryKind : uint32_t {
+  kPreparedVolume = 1,  // "<id>.stkv", server/volume/volume_cache.h
+  kPreparedImage = 2,   // "<id>.stki", server/worker/image_entry.h
 };
 
 inline constexpr uint64_t TaskHeaderBytes() { return offsetof(TaskMsg, path); }

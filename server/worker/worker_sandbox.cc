@@ -58,14 +58,14 @@ absl::Status ApplyWorkerSandbox() {
     }
   }
   // renameat(2) only with worker::kTranscodeCacheFd, or
-  // worker::kVolumeCacheFd, as both directory fds, what the caches'
+  // worker::kPreparedCacheFd, as both directory fds, what the caches'
   // temp-then-rename needs; unlinkat(2) only in the volume cache's folder
   // (a worker removes the temporary of an entry it failed to write). A filter sees numbers, not
   // paths: an absolute or "../" path would still resolve elsewhere, so this
   // narrows the call, it does not confine it (openat, allowed above, can
   // already create files wherever the worker's user may).
   for (const scmp_datum_t dir : {scmp_datum_t{worker::kTranscodeCacheFd},
-                                 scmp_datum_t{worker::kVolumeCacheFd}}) {
+                                 scmp_datum_t{worker::kPreparedCacheFd}}) {
     for (const char* name : {"renameat", "renameat2"}) {
       int nr = seccomp_syscall_resolve_name(name);
       if (nr == __NR_SCMP_ERROR) continue;
@@ -83,7 +83,7 @@ absl::Status ApplyWorkerSandbox() {
     const int rc = nr == __NR_SCMP_ERROR
                        ? 0
                        : seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 1,
-                                          SCMP_A0(SCMP_CMP_EQ, worker::kVolumeCacheFd));
+                                          SCMP_A0(SCMP_CMP_EQ, worker::kPreparedCacheFd));
     if (rc != 0) {
       seccomp_release(ctx);
       return absl::InternalError(std::string("seccomp_rule_add unlinkat: ") + std::strerror(-rc));

@@ -111,7 +111,7 @@ def test_patches_are_blocks_of_the_prepared_volume(stoker, task, daemon_factory,
                                                     tmp_path):
     root, d = task
     daemon = daemon_factory(workers=2, data_root=str(root),
-                            extra_args=[f"--volume-cache={tmp_path / 'vcache'}"])
+                            extra_args=[f"--prepared-cache={tmp_path / 'vcache'}"])
     from stoker import volume as V
     batches = epoch_batches(stoker, daemon.socket, "Task09/dataset.json", spleen(V), seed=3)
     assert len(batches) == 2
@@ -149,7 +149,7 @@ def test_same_batches_whatever_the_workers_and_cache(stoker, task, daemon_factor
                                V.RandShiftIntensityd(keys=["image"], offsets=0.1, prob=0.5)])
     runs = []
     for workers, cache in ((1, None), (3, tmp_path / "c"), (2, tmp_path / "c")):
-        args = [f"--volume-cache={cache}"] if cache else []
+        args = [f"--prepared-cache={cache}"] if cache else []
         daemon = daemon_factory(workers=workers, data_root=str(root), extra_args=args)
         batches = epoch_batches(stoker, daemon.socket, "Task09/dataset.json", compose,
                                    seed=5, epochs=2, shuffle=True)
@@ -179,7 +179,7 @@ def test_later_epochs_read_the_cache_and_a_changed_volume_is_prepared_again(
     from stoker import volume as V
     compose = V.Compose([V.RandSpatialCropd(keys=["image"], roi_size=(8, 8, 8),
                                             random_center=False)])
-    daemon = daemon_factory(workers=1, data_root=str(work), extra_args=[f"--volume-cache={cache}"])
+    daemon = daemon_factory(workers=1, data_root=str(work), extra_args=[f"--prepared-cache={cache}"])
     ds = "Task09/dataset.json"
     first = epoch_batches(stoker, daemon.socket, ds, compose, seed=1, shuffle=False)
     names = entries(cache)
@@ -215,7 +215,7 @@ def test_later_epochs_read_the_cache_and_a_changed_volume_is_prepared_again(
 
 
 def test_the_cache_keeps_to_its_budget(stoker, task, daemon_factory, tmp_path):
-    """--volume-cache-mb: the oldest entries go; what is served is the same."""
+    """--prepared-cache-mb: the oldest entries go; what is served is the same."""
     root, _ = task
     cache = tmp_path / "vc"
     from stoker import volume as V
@@ -223,7 +223,7 @@ def test_the_cache_keeps_to_its_budget(stoker, task, daemon_factory, tmp_path):
     plain = daemon_factory(workers=2, data_root=str(root))
     want = epoch_batches(stoker, plain.socket, "Task09/dataset.json", compose, seed=2, epochs=2)
     small = daemon_factory(workers=2, data_root=str(root),
-                           extra_args=[f"--volume-cache={cache}", "--volume-cache-mb=0.25"])
+                           extra_args=[f"--prepared-cache={cache}", "--prepared-cache-mb=0.25"])
     got = epoch_batches(stoker, small.socket, "Task09/dataset.json", compose, seed=2, epochs=2)
     for (ia, a), (ib, b) in zip(want, got):
         assert np.array_equal(ia, ib) and torch.equal(a["image"], b["image"])

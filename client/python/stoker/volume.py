@@ -21,7 +21,7 @@ These classes only name the transforms and their parameters (as MONAI
 does, keys included) and check what stoker would do differently; the daemon
 (pipeline/volume_pipeline.h) fills the defaults and checks the values. The
 deterministic transforms run once per volume and are kept in the daemon's
-volume cache (stokerd --volume-cache); the patch op and the random ones run
+volume cache (stokerd --prepared-cache); the patch op and the random ones run
 per patch, drawn from (seed, epoch, volume): the same batches whatever the
 number of workers, not MONAI's random stream.
 

@@ -1,7 +1,7 @@
-// The volume cache's budget (volume_cache_budget.h) over a fake folder: what
+// The prepared cache's budget (prepared_cache_budget.h) over a fake folder: what
 // Load counts and cleans, FIFO eviction, rewrites. No files, no process.
 
-#include "server/engine/volume_cache_budget.h"
+#include "server/engine/prepared_cache_budget.h"
 
 #include <catch2/catch.hpp>
 #include <map>
@@ -30,7 +30,7 @@ class Folder : public CacheDir {
 
 constexpr int64_t kSecond = 1'000'000'000;
 
-TEST_CASE("volume cache: Load counts entries oldest first and removes stale temporaries") {
+TEST_CASE("prepared cache: Load counts entries oldest first and removes stale temporaries") {
   Folder dir;
   dir.files[volume::VolumeEntryName(3)] = {300, 30 * kSecond};
   dir.files[volume::VolumeEntryName(1)] = {100, 10 * kSecond};
@@ -38,7 +38,7 @@ TEST_CASE("volume cache: Load counts entries oldest first and removes stale temp
   dir.files[".tmp-" + volume::VolumeEntryName(9)] = {5, 0};                // died long ago
   dir.files[".tmp-" + volume::VolumeEntryName(8)] = {5, 1000 * kSecond};    // being written now
   dir.files["notes.txt"] = {7, 0};                                  // not ours
-  VolumeCacheBudget budget(&dir, 450);
+  PreparedCacheBudget budget(&dir, 450);
   REQUIRE(budget.Load(1000 * kSecond).ok());
   // 600 bytes over a 450 budget: the oldest go (1, then 2) until it fits.
   CHECK(dir.removed == std::vector<std::string>{".tmp-" + volume::VolumeEntryName(9), volume::VolumeEntryName(1),
@@ -51,9 +51,9 @@ TEST_CASE("volume cache: Load counts entries oldest first and removes stale temp
   CHECK(dir.files.count(".tmp-" + volume::VolumeEntryName(8)) == 1);
 }
 
-TEST_CASE("volume cache: written entries evict the oldest, FIFO") {
+TEST_CASE("prepared cache: written entries evict the oldest, FIFO") {
   Folder dir;
-  VolumeCacheBudget budget(&dir, 1000);
+  PreparedCacheBudget budget(&dir, 1000);
   REQUIRE(budget.Load(0).ok());
   for (uint64_t n = 1; n <= 4; ++n) {
     dir.files[volume::VolumeEntryName(n)] = {300, 0};

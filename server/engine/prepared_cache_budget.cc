@@ -1,4 +1,4 @@
-#include "server/engine/volume_cache_budget.h"
+#include "server/engine/prepared_cache_budget.h"
 
 #include <algorithm>
 #include <vector>
@@ -7,11 +7,11 @@
 
 namespace stoker {
 
-VolumeCacheBudget::VolumeCacheBudget(CacheDir* dir, uint64_t budget_bytes) : dir_(dir) {
+PreparedCacheBudget::PreparedCacheBudget(CacheDir* dir, uint64_t budget_bytes) : dir_(dir) {
   stats_.budget_bytes = budget_bytes;
 }
 
-absl::Status VolumeCacheBudget::Load(int64_t now_ns) {
+absl::Status PreparedCacheBudget::Load(int64_t now_ns) {
   std::vector<CacheDirEntry> files;
   if (absl::Status st = dir_->List(&files); !st.ok()) return st;
   std::sort(files.begin(), files.end(), [](const CacheDirEntry& a, const CacheDirEntry& b) {
@@ -25,7 +25,7 @@ absl::Status VolumeCacheBudget::Load(int64_t now_ns) {
       if (now_ns - f.mtime_ns > kStaleTempNs && dir_->Remove(f.name).ok()) ++stats_.temps_removed;
       continue;
     }
-    if (!absl::EndsWith(f.name, ".stkv")) continue;  // not ours
+    if (!absl::EndsWith(f.name, ".stkv") && !absl::EndsWith(f.name, ".stki")) continue;  // not ours
     entries_.push_back({f.name, f.bytes});
     stats_.bytes += f.bytes;
   }
@@ -34,7 +34,7 @@ absl::Status VolumeCacheBudget::Load(int64_t now_ns) {
   return absl::OkStatus();
 }
 
-void VolumeCacheBudget::Added(const std::string& name, uint64_t bytes) {
+void PreparedCacheBudget::Added(const std::string& name, uint64_t bytes) {
   absl::MutexLock l(&mu_);
   // A rewrite of a stale entry replaces it (the same name, a new key).
   for (auto it = entries_.begin(); it != entries_.end(); ++it) {
@@ -51,7 +51,7 @@ void VolumeCacheBudget::Added(const std::string& name, uint64_t bytes) {
   stats_.entries = entries_.size();
 }
 
-void VolumeCacheBudget::EvictLocked() {
+void PreparedCacheBudget::EvictLocked() {
   while (stats_.bytes > stats_.budget_bytes && !entries_.empty()) {
     const Entry e = entries_.front();
     entries_.pop_front();
@@ -61,7 +61,7 @@ void VolumeCacheBudget::EvictLocked() {
   }
 }
 
-VolumeCacheBudget::Stats VolumeCacheBudget::stats() const {
+PreparedCacheBudget::Stats PreparedCacheBudget::stats() const {
   absl::MutexLock l(&mu_);
   return stats_;
 }

@@ -1,9 +1,10 @@
-// The volume cache's budget: the daemon's side of server/volume/
-// volume_cache.h. Workers write entries (one file a prepared volume,
-// "<16 hex digits>.stkv") into --volume-cache and report each write; this
-// room counts them and removes the oldest (by when they were written:
+// The prepared cache's budget: the daemon's side of the entries workers
+// write into --prepared-cache, one file a sample after its deterministic
+// transforms (a volume: server/volume/volume_cache.h, "<16 hex>.stkv"; an
+// evaluation pipeline's image: server/worker/image_entry.h, "<16 hex>.stki"),
+// each write reported to the daemon. This room counts them and removes the oldest (by when they were written:
 // entries are never rewritten in place, so the order is the cache's
-// insertion order, FIFO) until they fit --volume-cache-mb. A removed entry a
+// insertion order, FIFO) until they fit --prepared-cache-mb. A removed entry a
 // worker still maps stays readable to it (the mapping holds the inode).
 // Load() also removes temporaries (".tmp-NAME") older than kStaleTempNs: a
 // write that died with its worker, or whose unlink the sandbox did not
@@ -27,7 +28,7 @@
 
 namespace stoker {
 
-class VolumeCacheBudget {
+class PreparedCacheBudget {
  public:
   static constexpr int64_t kStaleTempNs = int64_t{600} * 1'000'000'000;
 
@@ -41,7 +42,7 @@ class VolumeCacheBudget {
   };
 
   // `dir` is borrowed (outlives this).
-  VolumeCacheBudget(CacheDir* dir, uint64_t budget_bytes);
+  PreparedCacheBudget(CacheDir* dir, uint64_t budget_bytes);
 
   // Lists the folder (now_ns: the wall clock, for the temporaries' age),
   // then evicts down to the budget (the budget may have shrunk).

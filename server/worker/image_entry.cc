@@ -1,0 +1,112 @@
+#include "server/worker/image_entry.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "common/hash64.h"
+#include "common/posix.h"
+
+namespace stoker::worker {
+namespace {
+
+constexpr char kMagic[8] = {'S', 'T', 'K', 'I', 'v', '1', 0, 0};
+constexpr size_t kHeaderBytes = 64;
+constexpr uint64_t kSeed = 0x53544b49;
+
+template <typename T>
+void Put(uint8_t* h, size_t at, T v) {
+  std::memcpy(h + at, &v, sizeof(v));
+}
+template <typename T>
+T Get(const uint8_t* h, size_t at) {
+  T v;
+  std::memcpy(&v, h + at, sizeof(v));
+  return v;
+}
+
+}  // namespace
+
+std::string ImageEntryName(uint64_t id) {
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016" PRIx64, id);
+  return std::string(hex) + ".stki";
+}
+
+void ImageEntryIds(uint64_t recipe, std::string_view path, const struct stat& st, uint64_t begin,
+                   uint64_t length, uint64_t* id, uint64_t* key) {
+  std::string what(path);
+  what.append(reinterpret_cast<const char*>(&recipe), sizeof(recipe));
+  *id = Hash64(what.data(), what.size(), kSeed);
+  const int64_t identity[6] = {static_cast<int64_t>(st.st_ino), static_cast<int64_t>(st.st_size),
+                               static_cast<int64_t>(st.st_mtim.tv_sec), st.st_mtim.tv_nsec,
+                               static_cast<int64_t>(begin), static_cast<int64_t>(length)};
+  what.append(reinterpret_cast<const char*>(identity), sizeof(identity));
+  *key = Hash64(what.data(), what.size(), kSeed + 1);
+}
+
+bool ReadImageEntry(int dir_fd, const std::string& name, uint64_t key, uint8_t* out,
+                    uint64_t capacity, ImageEntryInfo* info) {
+  UniqueFd fd(::openat(dir_fd, name.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return false;
+  uint8_t h[kHeaderBytes];
+  absl::StatusOr<size_t> got = ReadFullyAt(fd.get(), 0, h, sizeof(h), name);
+  if (!got.ok() || *got != sizeof(h) || std::memcmp(h, kMagic, 8) != 0 ||
+      Get<uint64_t>(h, 56) != Hash64(h, 56, kSeed) || Get<uint64_t>(h, 8) != key) {
+    return false;
+  }
+  info->height = Get<uint32_t>(h, 16);
+  info->width = Get<uint32_t>(h, 20);
+  info->channels = Get<uint32_t>(h, 24);
+  info->format = Get<uint32_t>(h, 32);
+  info->bytes = Get<uint64_t>(h, 40);
+  if (info->bytes > capacity) return false;
+  got = ReadFullyAt(fd.get(), kHeaderBytes, out, static_cast<size_t>(info->bytes), name);
+  return got.ok() && *got == info->bytes &&
+         Hash64(out, static_cast<size_t>(info->bytes), kSeed) == Get<uint64_t>(h, 48);
+}
+
+absl::Status WriteImageEntry(int dir_fd, const std::string& name, uint64_t key,
+                             const uint8_t* data, const ImageEntryInfo& info) {
+  const std::string tmp = ".tmp-" + name;
+  UniqueFd fd(::openat(dir_fd, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  if (!fd.valid()) {
+    if (errno == EEXIST) return absl::AlreadyExistsError(tmp + ": another writer holds it");
+    return PosixError("creating " + tmp, errno);
+  }
+  uint8_t h[kHeaderBytes] = {};
+  std::memcpy(h, kMagic, 8);
+  Put<uint64_t>(h, 8, key);
+  Put<uint32_t>(h, 16, info.height);
+  Put<uint32_t>(h, 20, info.width);
+  Put<uint32_t>(h, 24, info.channels);
+  Put<uint32_t>(h, 32, info.format);
+  Put<uint64_t>(h, 40, info.bytes);
+  Put<uint64_t>(h, 48, Hash64(data, static_cast<size_t>(info.bytes), kSeed));
+  Put<uint64_t>(h, 56, Hash64(h, 56, kSeed));
+  const auto put = [&](uint64_t at, const uint8_t* p, uint64_t n) {
+    while (n != 0) {
+      const ssize_t w = ::pwrite(fd.get(), p, n, static_cast<off_t>(at));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) return false;
+      p += w;
+      at += static_cast<uint64_t>(w);
+      n -= static_cast<uint64_t>(w);
+    }
+    return true;
+  };
+  if (!put(kHeaderBytes, data, info.bytes) || !put(0, h, kHeaderBytes) ||
+      ::renameat(dir_fd, tmp.c_str(), dir_fd, name.c_str()) != 0) {
+    const int e = errno;
+    ::unlinkat(dir_fd, tmp.c_str(), 0);
+    return PosixError("writing " + tmp, e);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace stoker::worker
