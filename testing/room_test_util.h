@@ -8,6 +8,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
+#include <utility>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +18,7 @@
 #include "server/dataset/dataset.h"
 #include "common/posix.h"
 #include "server/engine/session.h"
+#include "server/engine/transcode_cache.h"
 #include "stoker/ring_layout.h"
 #include "stoker/v1/stoker.pb.h"
 
@@ -30,6 +33,24 @@ class ScratchDir {
 
  private:
   std::string path_;
+};
+
+// A cache folder in memory (transcode_cache.h's CacheDir): the files'
+// (bytes, mtime) by name, and what was removed, in order.
+class FakeCacheDir : public CacheDir {
+ public:
+  absl::Status List(std::vector<CacheDirEntry>* out) override {
+    out->clear();
+    for (const auto& [name, f] : files) out->push_back({name, f.first, f.second});
+    return absl::OkStatus();
+  }
+  absl::Status Remove(const std::string& name) override {
+    files.erase(name);
+    removed.push_back(name);
+    return absl::OkStatus();
+  }
+  std::map<std::string, std::pair<uint64_t, int64_t>> files;
+  std::vector<std::string> removed;
 };
 
 // Writes `dir`/`name`: a manifest of `n` entries "img_<i>.jpg<TAB><i % 3>".

@@ -3,6 +3,8 @@
 
 #include "server/engine/prepared_cache_budget.h"
 
+#include "testing/room_test_util.h"
+
 #include <catch2/catch.hpp>
 #include <map>
 #include <string>
@@ -12,21 +14,7 @@
 namespace stoker {
 namespace {
 
-class Folder : public CacheDir {
- public:
-  absl::Status List(std::vector<CacheDirEntry>* out) override {
-    out->clear();
-    for (const auto& [name, f] : files) out->push_back({name, f.first, f.second});
-    return absl::OkStatus();
-  }
-  absl::Status Remove(const std::string& name) override {
-    files.erase(name);
-    removed.push_back(name);
-    return absl::OkStatus();
-  }
-  std::map<std::string, std::pair<uint64_t, int64_t>> files;  // name -> bytes, mtime
-  std::vector<std::string> removed;
-};
+using Folder = testing::FakeCacheDir;
 
 constexpr int64_t kSecond = 1'000'000'000;
 

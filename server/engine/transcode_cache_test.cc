@@ -23,21 +23,7 @@ namespace stoker {
 namespace {
 
 // A folder in memory: name -> (bytes, mtime); records what was removed.
-class FakeDir : public CacheDir {
- public:
-  absl::Status List(std::vector<CacheDirEntry>* out) override {
-    out->clear();
-    for (const auto& [name, f] : files) out->push_back({name, f.first, f.second});
-    return absl::OkStatus();
-  }
-  absl::Status Remove(const std::string& name) override {
-    files.erase(name);
-    removed.push_back(name);
-    return absl::OkStatus();
-  }
-  std::map<std::string, std::pair<uint64_t, int64_t>> files;
-  std::vector<std::string> removed;
-};
+using FakeDir = testing::FakeCacheDir;
 
 CacheKey Key(uint64_t n) { return CacheKey{n, ~n}; }
 std::string Name(uint64_t n) { return CacheEntryName(Key(n)); }

@@ -141,12 +141,11 @@ double PadCoordinate(double x, int64_t n, AffinePad pad, bool* outside) {
   return x;
 }
 
-}  // namespace
-
-void ApplyAffine(const AffineDraw& d, const Shape3& s, int64_t channels, AffinePad pad,
-                 const float* in, float* out) {
+// Calls fn(at, p) for each output voxel (its index `at`) with the input
+// coordinates `p` it samples (A about the centre, then padded).
+template <typename Fn>
+void ForEachSource(const AffineDraw& d, const Shape3& s, AffinePad pad, Fn&& fn) {
   const double ci = (s[0] - 1) / 2.0, cj = (s[1] - 1) / 2.0, ck = (s[2] - 1) / 2.0;
-  const int64_t per = s[0] * s[1] * s[2];
   for (int64_t k = 0; k < s[2]; ++k) {
     for (int64_t j = 0; j < s[1]; ++j) {
       for (int64_t i = 0; i < s[0]; ++i) {
@@ -154,60 +153,57 @@ void ApplyAffine(const AffineDraw& d, const Shape3& s, int64_t channels, AffineP
         double p[3] = {d.m[0] * x + d.m[1] * y + d.m[2] * z + ci,
                        d.m[3] * x + d.m[4] * y + d.m[5] * z + cj,
                        d.m[6] * x + d.m[7] * y + d.m[8] * z + ck};
-        int64_t lo[3];
-        double w[3];
-        bool skip = false;
+        bool outside = false;
         for (int a = 0; a < 3; ++a) {
-          bool outside = false;
-          p[a] = PadCoordinate(p[a], s[a], pad, &outside);
-          skip |= outside;
-          lo[a] = static_cast<int64_t>(std::floor(p[a]));
-          w[a] = p[a] - lo[a];
+          bool out = false;
+          p[a] = PadCoordinate(p[a], s[a], pad, &out);
+          outside |= out;
         }
-        const size_t at = static_cast<size_t>((k * s[1] + j) * s[0] + i);
-        for (int64_t c = 0; c < channels; ++c) {
-          const float* v = in + c * per;
-          double sum = 0;
-          if (!skip) {
-            for (int t = 0; t < 8; ++t) {
-              const int64_t ti = lo[0] + (t & 1), tj = lo[1] + ((t >> 1) & 1), tk = lo[2] + (t >> 2);
-              const double wt = ((t & 1) ? w[0] : 1 - w[0]) * (((t >> 1) & 1) ? w[1] : 1 - w[1]) *
-                                ((t >> 2) ? w[2] : 1 - w[2]);
-              if (wt == 0 || ti < 0 || tj < 0 || tk < 0 || ti >= s[0] || tj >= s[1] || tk >= s[2]) {
-                continue;  // a tap outside: zero (zeros padding), or weight 0 at the last voxel
-              }
-              sum += wt * v[(tk * s[1] + tj) * s[0] + ti];
-            }
-          }
-          out[c * per + static_cast<int64_t>(at)] = static_cast<float>(sum);
-        }
+        fn(static_cast<size_t>((k * s[1] + j) * s[0] + i), p, outside);
       }
     }
   }
 }
 
+}  // namespace
+
+void ApplyAffine(const AffineDraw& d, const Shape3& s, int64_t channels, AffinePad pad,
+                 const float* in, float* out) {
+  const int64_t per = s[0] * s[1] * s[2];
+  ForEachSource(d, s, pad, [&](size_t at, const double* p, bool outside) {
+    int64_t lo[3];
+    double w[3];
+    for (int a = 0; a < 3; ++a) {
+      lo[a] = static_cast<int64_t>(std::floor(p[a]));
+      w[a] = p[a] - lo[a];
+    }
+    for (int64_t c = 0; c < channels; ++c) {
+      const float* v = in + c * per;
+      double sum = 0;
+      for (int t = 0; t < 8 && !outside; ++t) {
+        const int64_t ti = lo[0] + (t & 1), tj = lo[1] + ((t >> 1) & 1), tk = lo[2] + (t >> 2);
+        const double wt = ((t & 1) ? w[0] : 1 - w[0]) * (((t >> 1) & 1) ? w[1] : 1 - w[1]) *
+                          ((t >> 2) ? w[2] : 1 - w[2]);
+        if (wt == 0 || ti < 0 || tj < 0 || tk < 0 || ti >= s[0] || tj >= s[1] || tk >= s[2]) {
+          continue;  // a tap outside: zero (zeros padding), or weight 0 at the last voxel
+        }
+        sum += wt * v[(tk * s[1] + tj) * s[0] + ti];
+      }
+      out[c * per + static_cast<int64_t>(at)] = static_cast<float>(sum);
+    }
+  });
+}
+
 void ApplyAffineNearest(const AffineDraw& d, const Shape3& s, AffinePad pad, const uint8_t* in,
                         uint8_t* out) {
-  const double ci = (s[0] - 1) / 2.0, cj = (s[1] - 1) / 2.0, ck = (s[2] - 1) / 2.0;
-  for (int64_t k = 0; k < s[2]; ++k) {
-    for (int64_t j = 0; j < s[1]; ++j) {
-      for (int64_t i = 0; i < s[0]; ++i) {
-        const double x = i - ci, y = j - cj, z = k - ck;
-        double p[3] = {d.m[0] * x + d.m[1] * y + d.m[2] * z + ci,
-                       d.m[3] * x + d.m[4] * y + d.m[5] * z + cj,
-                       d.m[6] * x + d.m[7] * y + d.m[8] * z + ck};
-        int64_t n[3];
-        bool skip = false;
-        for (int a = 0; a < 3; ++a) {
-          bool outside = false;
-          p[a] = PadCoordinate(p[a], s[a], pad, &outside);
-          n[a] = static_cast<int64_t>(std::nearbyint(p[a]));
-          skip |= outside || n[a] < 0 || n[a] >= s[a];
-        }
-        out[(k * s[1] + j) * s[0] + i] = skip ? 0 : in[(n[2] * s[1] + n[1]) * s[0] + n[0]];
-      }
+  ForEachSource(d, s, pad, [&](size_t at, const double* p, bool outside) {
+    int64_t n[3];
+    for (int a = 0; a < 3; ++a) {
+      n[a] = static_cast<int64_t>(std::nearbyint(p[a]));
+      outside |= n[a] < 0 || n[a] >= s[a];
     }
-  }
+    out[at] = outside ? 0 : in[(n[2] * s[1] + n[1]) * s[0] + n[0]];
+  });
 }
 
 IntensityDraw DrawUniform(KeyedRng& rng, double prob, double lo, double hi) {

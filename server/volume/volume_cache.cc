@@ -13,6 +13,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "common/bytes.h"
 #include "common/hash64.h"
 
 namespace stoker::volume {
@@ -23,17 +24,6 @@ constexpr uint64_t kAlign = 4096;
 constexpr uint64_t kHeaderHashAt = kVolumeEntryHeaderBytes - 8;
 
 uint64_t AlignUp(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
-template <typename T>
-void Put(uint8_t* h, size_t at, T v) {
-  std::memcpy(h + at, &v, sizeof(T));
-}
-template <typename T>
-T Get(const uint8_t* h, size_t at) {
-  T v;
-  std::memcpy(&v, h + at, sizeof(T));
-  return v;
-}
 
 absl::Status Errno(const std::string& what) {
   return absl::ErrnoToStatus(errno, what);
@@ -190,19 +180,19 @@ absl::Status WriteClaimedEntry(int dir_fd, UniqueFd fd, const std::string& name,
   }
   std::vector<uint8_t> h(kVolumeEntryHeaderBytes, 0);
   std::memcpy(h.data(), kMagic, 8);
-  Put<uint32_t>(h.data(), 8, kVolumeEntryVersion);
-  Put<uint32_t>(h.data(), 12, static_cast<uint32_t>(kVolumeEntryHeaderBytes));
-  Put<uint64_t>(h.data(), 16, key);
-  for (int a = 0; a < 3; ++a) Put<int64_t>(h.data(), 24 + 8 * a, v.image.shape[a]);
-  Put<int64_t>(h.data(), 48, v.image.channels);
-  Put<uint32_t>(h.data(), 56, v.has_label ? 1 : 0);
-  for (int i = 0; i < 16; ++i) Put<double>(h.data(), 64 + 8 * i, v.image.affine[i]);
+  StoreAt<uint32_t>(h.data(), 8, kVolumeEntryVersion);
+  StoreAt<uint32_t>(h.data(), 12, static_cast<uint32_t>(kVolumeEntryHeaderBytes));
+  StoreAt<uint64_t>(h.data(), 16, key);
+  for (int a = 0; a < 3; ++a) StoreAt<int64_t>(h.data(), 24 + 8 * a, v.image.shape[a]);
+  StoreAt<int64_t>(h.data(), 48, v.image.channels);
+  StoreAt<uint32_t>(h.data(), 56, v.has_label ? 1 : 0);
+  for (int i = 0; i < 16; ++i) StoreAt<double>(h.data(), 64 + 8 * i, v.image.affine[i]);
   const uint64_t sections[8] = {image_at, image_bytes, label_at,  label_bytes,
                                 fg_at,    v.foreground.size(), bg_at, v.background.size()};
-  for (int i = 0; i < 8; ++i) Put<uint64_t>(h.data(), 192 + 8 * i, sections[i]);
-  Put<uint64_t>(h.data(), 256, end - kVolumeEntryHeaderBytes);
-  Put<uint64_t>(h.data(), 264, payload_hash);
-  Put<uint64_t>(h.data(), kHeaderHashAt, Hash64(h.data(), kHeaderHashAt, kVolumeEntryVersion));
+  for (int i = 0; i < 8; ++i) StoreAt<uint64_t>(h.data(), 192 + 8 * i, sections[i]);
+  StoreAt<uint64_t>(h.data(), 256, end - kVolumeEntryHeaderBytes);
+  StoreAt<uint64_t>(h.data(), 264, payload_hash);
+  StoreAt<uint64_t>(h.data(), kHeaderHashAt, Hash64(h.data(), kHeaderHashAt, kVolumeEntryVersion));
   if (!put(0, h.data(), h.size())) return fail(Errno("writing " + tmp));
   if (::renameat(dir_fd, tmp.c_str(), dir_fd, name.c_str()) != 0) {
     return fail(Errno("renaming " + tmp));
@@ -229,20 +219,20 @@ absl::StatusOr<std::unique_ptr<MappedEntry>> MappedEntry::Open(int dir_fd, const
   std::unique_ptr<MappedEntry> e(new MappedEntry());
   e->map_ = Mapping(m, size);
   const auto* h = static_cast<const uint8_t*>(m);
-  if (std::memcmp(h, kMagic, 8) != 0 || Get<uint32_t>(h, 8) != kVolumeEntryVersion ||
-      Get<uint32_t>(h, 12) != kVolumeEntryHeaderBytes) {
+  if (std::memcmp(h, kMagic, 8) != 0 || LoadAt<uint32_t>(h, 8) != kVolumeEntryVersion ||
+      LoadAt<uint32_t>(h, 12) != kVolumeEntryHeaderBytes) {
     return bad("not a volume cache entry of this version");
   }
-  if (Get<uint64_t>(h, kHeaderHashAt) != Hash64(h, kHeaderHashAt, kVolumeEntryVersion)) {
+  if (LoadAt<uint64_t>(h, kHeaderHashAt) != Hash64(h, kHeaderHashAt, kVolumeEntryVersion)) {
     return bad("its header hash does not match");
   }
-  if (Get<uint64_t>(h, 16) != key) {
+  if (LoadAt<uint64_t>(h, 16) != key) {
     return absl::FailedPreconditionError(name + ": stale (its sources or recipe changed)");
   }
-  for (int a = 0; a < 3; ++a) e->shape_[a] = Get<int64_t>(h, 24 + 8 * a);
-  e->channels_ = Get<int64_t>(h, 48);
-  const bool has_label = Get<uint32_t>(h, 56) != 0;
-  for (int i = 0; i < 16; ++i) e->affine_[i] = Get<double>(h, 64 + 8 * i);
+  for (int a = 0; a < 3; ++a) e->shape_[a] = LoadAt<int64_t>(h, 24 + 8 * a);
+  e->channels_ = LoadAt<int64_t>(h, 48);
+  const bool has_label = LoadAt<uint32_t>(h, 56) != 0;
+  for (int i = 0; i < 16; ++i) e->affine_[i] = LoadAt<double>(h, 64 + 8 * i);
   uint64_t voxels = 1;
   for (int64_t d : {e->shape_[0], e->shape_[1], e->shape_[2]}) {
     if (d < 1 || d > (int64_t{1} << 32)) return bad("a shape out of range");
@@ -251,7 +241,7 @@ absl::StatusOr<std::unique_ptr<MappedEntry>> MappedEntry::Open(int dir_fd, const
   }
   if (e->channels_ < 1 || e->channels_ > 4096) return bad("a channel count out of range");
   uint64_t s[8];
-  for (int i = 0; i < 8; ++i) s[i] = Get<uint64_t>(h, 192 + 8 * i);
+  for (int i = 0; i < 8; ++i) s[i] = LoadAt<uint64_t>(h, 192 + 8 * i);
   auto fits = [&](uint64_t at, uint64_t bytes) {
     return at % 4 == 0 && at >= kVolumeEntryHeaderBytes && at <= size && bytes <= size - at;
   };
@@ -263,8 +253,8 @@ absl::StatusOr<std::unique_ptr<MappedEntry>> MappedEntry::Open(int dir_fd, const
   if (s[5] > voxels || !fits(s[4], s[5] * 4) || s[7] > voxels || !fits(s[6], s[7] * 4)) {
     return bad("its voxel lists do not fit");
   }
-  if (Get<uint64_t>(h, 256) != size - kVolumeEntryHeaderBytes) return bad("it is cut short");
-  if (verify_payload && Get<uint64_t>(h, 264) != Hash64(h + kVolumeEntryHeaderBytes,
+  if (LoadAt<uint64_t>(h, 256) != size - kVolumeEntryHeaderBytes) return bad("it is cut short");
+  if (verify_payload && LoadAt<uint64_t>(h, 264) != Hash64(h + kVolumeEntryHeaderBytes,
                                                         size - kVolumeEntryHeaderBytes,
                                                         kVolumeEntryVersion)) {
     return bad("its payload hash does not match");

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/bytes.h"
 #include "common/hash64.h"
 #include "common/posix.h"
 
@@ -18,17 +19,6 @@ namespace {
 constexpr char kMagic[8] = {'S', 'T', 'K', 'I', 'v', '1', 0, 0};
 constexpr size_t kHeaderBytes = 64;
 constexpr uint64_t kSeed = 0x53544b49;
-
-template <typename T>
-void Put(uint8_t* h, size_t at, T v) {
-  std::memcpy(h + at, &v, sizeof(v));
-}
-template <typename T>
-T Get(const uint8_t* h, size_t at) {
-  T v;
-  std::memcpy(&v, h + at, sizeof(v));
-  return v;
-}
 
 }  // namespace
 
@@ -57,18 +47,18 @@ bool ReadImageEntry(int dir_fd, const std::string& name, uint64_t key, uint8_t* 
   uint8_t h[kHeaderBytes];
   absl::StatusOr<size_t> got = ReadFullyAt(fd.get(), 0, h, sizeof(h), name);
   if (!got.ok() || *got != sizeof(h) || std::memcmp(h, kMagic, 8) != 0 ||
-      Get<uint64_t>(h, 56) != Hash64(h, 56, kSeed) || Get<uint64_t>(h, 8) != key) {
+      LoadAt<uint64_t>(h, 56) != Hash64(h, 56, kSeed) || LoadAt<uint64_t>(h, 8) != key) {
     return false;
   }
-  info->height = Get<uint32_t>(h, 16);
-  info->width = Get<uint32_t>(h, 20);
-  info->channels = Get<uint32_t>(h, 24);
-  info->format = Get<uint32_t>(h, 32);
-  info->bytes = Get<uint64_t>(h, 40);
+  info->height = LoadAt<uint32_t>(h, 16);
+  info->width = LoadAt<uint32_t>(h, 20);
+  info->channels = LoadAt<uint32_t>(h, 24);
+  info->format = LoadAt<uint32_t>(h, 32);
+  info->bytes = LoadAt<uint64_t>(h, 40);
   if (info->bytes > capacity) return false;
   got = ReadFullyAt(fd.get(), kHeaderBytes, out, static_cast<size_t>(info->bytes), name);
   return got.ok() && *got == info->bytes &&
-         Hash64(out, static_cast<size_t>(info->bytes), kSeed) == Get<uint64_t>(h, 48);
+         Hash64(out, static_cast<size_t>(info->bytes), kSeed) == LoadAt<uint64_t>(h, 48);
 }
 
 absl::Status WriteImageEntry(int dir_fd, const std::string& name, uint64_t key,
@@ -81,14 +71,14 @@ absl::Status WriteImageEntry(int dir_fd, const std::string& name, uint64_t key,
   }
   uint8_t h[kHeaderBytes] = {};
   std::memcpy(h, kMagic, 8);
-  Put<uint64_t>(h, 8, key);
-  Put<uint32_t>(h, 16, info.height);
-  Put<uint32_t>(h, 20, info.width);
-  Put<uint32_t>(h, 24, info.channels);
-  Put<uint32_t>(h, 32, info.format);
-  Put<uint64_t>(h, 40, info.bytes);
-  Put<uint64_t>(h, 48, Hash64(data, static_cast<size_t>(info.bytes), kSeed));
-  Put<uint64_t>(h, 56, Hash64(h, 56, kSeed));
+  StoreAt<uint64_t>(h, 8, key);
+  StoreAt<uint32_t>(h, 16, info.height);
+  StoreAt<uint32_t>(h, 20, info.width);
+  StoreAt<uint32_t>(h, 24, info.channels);
+  StoreAt<uint32_t>(h, 32, info.format);
+  StoreAt<uint64_t>(h, 40, info.bytes);
+  StoreAt<uint64_t>(h, 48, Hash64(data, static_cast<size_t>(info.bytes), kSeed));
+  StoreAt<uint64_t>(h, 56, Hash64(h, 56, kSeed));
   const auto put = [&](uint64_t at, const uint8_t* p, uint64_t n) {
     while (n != 0) {
       const ssize_t w = ::pwrite(fd.get(), p, n, static_cast<off_t>(at));

@@ -30,6 +30,7 @@ import numpy as np
 import pytest
 
 from volume_corpus import ct_volume
+from volumes import zoom_geometry
 
 nib = pytest.importorskip("nibabel")
 torch = pytest.importorskip("torch")
@@ -207,27 +208,9 @@ def test_spleen_prefix_in_order(volume_tool, ct, tmp_path):
     assert err["code"] == "FAILED_PRECONDITION" and "no foreground" in err["error"]
 
 
-def monai_spacing_geometry(aff, shape, pixdim):
-    """monai.data.utils.zoom_affine (diagonal=False) and compute_shape_offset
-    (scale_extent=False), transcribed: (new affine, output shape)."""
-    rzs = aff[:3, :3]
-    zs = np.linalg.cholesky(rzs.T @ rzs).T
-    new = np.eye(4)
-    new[:3, :3] = rzs @ np.linalg.inv(zs) @ np.diag(np.sign(np.diag(zs)) * np.abs(pixdim))
-    corners = np.asarray(np.meshgrid(*[(0.0, d - 1.0) for d in shape], indexing="ij"))
-    corners = np.concatenate((corners.reshape(3, -1), np.ones((1, 8))))
-    out = (np.linalg.solve(new, aff) @ corners)[:3]
-    world = (aff @ corners)[:3]
-    out_shape = np.round(np.ptp(out, axis=1) + 1.0).astype(int)
-    offset = None
-    for i in range(8):
-        if np.allclose(np.min(out - out[:, i:i + 1], 1), 0.0, rtol=1e-3):
-            offset = world[:, i]
-            break
-    if offset is None:
-        offset = aff[:3, :3] @ (np.array(shape) / 2.0) + aff[:3, 3] - new[:3, :3] @ (out_shape / 2.0)
-    new[:3, 3] = offset
-    return new, tuple(out_shape)
+# MONAI's zoom_affine and compute_shape_offset (diagonal=False), transcribed
+# once, for this test and bench/volumes.py's DataLoader side.
+monai_spacing_geometry = zoom_geometry
 
 
 @pytest.mark.parametrize("theta", [0.0, 0.12])
