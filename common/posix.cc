@@ -125,6 +125,20 @@ absl::StatusOr<size_t> ReadFullyAt(int fd, uint64_t offset, void* out, size_t by
   return got;
 }
 
+absl::Status WriteFullyAt(int fd, uint64_t offset, const void* data, size_t bytes,
+                          const std::string& what) {
+  const auto* p = static_cast<const char*>(data);
+  size_t put = 0;
+  while (put < bytes) {
+    const ssize_t n = ::pwrite(fd, p + put, bytes - put, static_cast<off_t>(offset + put));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return PosixError("writing " + what, errno);
+    if (n == 0) return PosixError("writing " + what, ENOSPC);
+    put += static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
 bool SendWithFd(int channel, const void* msg, size_t bytes, int fd) {
   struct iovec iov = {const_cast<void*>(msg), bytes};
   struct msghdr mh = {};

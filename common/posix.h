@@ -97,6 +97,10 @@ ssize_t ReceiveWithFd(int channel, void* buf, size_t bytes, UniqueFd* passed);
 // errno's status naming `what`.
 absl::StatusOr<size_t> ReadFullyAt(int fd, uint64_t offset, void* out, size_t bytes,
                                    const std::string& what);
+// Writes all `bytes` of `data` at `offset` of `fd`, retrying short writes
+// and EINTR; the errno's status naming `what` (ENOSPC for a write of 0).
+absl::Status WriteFullyAt(int fd, uint64_t offset, const void* data, size_t bytes,
+                          const std::string& what);
 
 int64_t MonotonicNs();
 // Whether the page holding byte `offset` of `fd` is in the page cache, asked

@@ -50,15 +50,8 @@ constexpr uint64_t kMaxMetaBytes = 1 << 20;
 constexpr uint64_t kMaxMemberBytes = uint64_t{1} << 48;
 
 bool ReadAt(int fd, uint64_t offset, void* buf, size_t bytes) {
-  size_t done = 0;
-  while (done < bytes) {
-    ssize_t n = pread(fd, static_cast<char*>(buf) + done, bytes - done,
-                      static_cast<off_t>(offset + done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    done += static_cast<size_t>(n);
-  }
-  return true;
+  absl::StatusOr<size_t> got = ReadFullyAt(fd, offset, buf, bytes, "a shard");
+  return got.ok() && *got == bytes;
 }
 
 // A tar numeric field: octal digits (space or NUL terminated), or GNU's

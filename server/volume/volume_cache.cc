@@ -144,18 +144,10 @@ absl::Status WriteClaimedEntry(int dir_fd, UniqueFd fd, const std::string& name,
     ::unlinkat(dir_fd, tmp.c_str(), 0);
     return s;
   };
-  auto put = [&](uint64_t at, const void* data, uint64_t bytes) -> bool {
-    const auto* p = static_cast<const uint8_t*>(data);
-    while (bytes != 0) {
-      const ssize_t w = ::pwrite(fd.get(), p, bytes, static_cast<off_t>(at));
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) return false;
-      p += w;
-      at += static_cast<uint64_t>(w);
-      bytes -= static_cast<uint64_t>(w);
-    }
-    return true;
+  auto put = [&](uint64_t at, const void* data, uint64_t bytes) {
+    return WriteFullyAt(fd.get(), at, data, bytes, tmp).ok();
   };
+
   // Every byte up to `end` written, the padding between sections as zeros
   // (no ftruncate: the workers' sandbox does not allow it).
   static const uint8_t kZeros[4096] = {};

@@ -79,24 +79,14 @@ absl::Status WriteImageEntry(int dir_fd, const std::string& name, uint64_t key,
   StoreAt<uint64_t>(h, 40, info.bytes);
   StoreAt<uint64_t>(h, 48, Hash64(data, static_cast<size_t>(info.bytes), kSeed));
   StoreAt<uint64_t>(h, 56, Hash64(h, 56, kSeed));
-  const auto put = [&](uint64_t at, const uint8_t* p, uint64_t n) {
-    while (n != 0) {
-      const ssize_t w = ::pwrite(fd.get(), p, n, static_cast<off_t>(at));
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) return false;
-      p += w;
-      at += static_cast<uint64_t>(w);
-      n -= static_cast<uint64_t>(w);
-    }
-    return true;
-  };
-  if (!put(kHeaderBytes, data, info.bytes) || !put(0, h, kHeaderBytes) ||
-      ::renameat(dir_fd, tmp.c_str(), dir_fd, name.c_str()) != 0) {
-    const int e = errno;
-    ::unlinkat(dir_fd, tmp.c_str(), 0);
-    return PosixError("writing " + tmp, e);
+
+  absl::Status st = WriteFullyAt(fd.get(), kHeaderBytes, data, info.bytes, tmp);
+  if (st.ok()) st = WriteFullyAt(fd.get(), 0, h, kHeaderBytes, tmp);
+  if (st.ok() && ::renameat(dir_fd, tmp.c_str(), dir_fd, name.c_str()) != 0) {
+    st = PosixError("renaming " + tmp, errno);
   }
-  return absl::OkStatus();
+  if (!st.ok()) ::unlinkat(dir_fd, tmp.c_str(), 0);
+  return st;
 }
 
 }  // namespace stoker::worker

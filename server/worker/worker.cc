@@ -53,14 +53,9 @@ absl::Status OpenInput(int root_fd, const TaskMsg& t, std::string_view path, Inp
 // Reads [begin, begin + length) of `fd` into `buf`.
 absl::Status ReadRange(int fd, uint64_t begin, uint64_t length, std::vector<uint8_t>* buf) {
   buf->resize(length);
-  uint64_t done = 0;
-  while (done < length) {
-    ssize_t n = ::pread(fd, buf->data() + done, length - done, static_cast<off_t>(begin + done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return PosixError("read", errno);
-    if (n == 0) return absl::DataLossError("file shrank while being read");
-    done += static_cast<uint64_t>(n);
-  }
+  absl::StatusOr<size_t> got = ReadFullyAt(fd, begin, buf->data(), length, "the file");
+  if (!got.ok()) return got.status();
+  if (*got != length) return absl::DataLossError("file shrank while being read");
   return absl::OkStatus();
 }
 
