@@ -135,10 +135,9 @@ class ByteStream {
   }
 
   absl::Status ResolveLength() {
-    if (length_ != 0) return absl::OkStatus();
-    const off_t end = ::lseek(fd_, 0, SEEK_END);
-    if (end < 0) return absl::InternalError(absl::StrCat(name_, ": lseek: ", std::strerror(errno)));
-    length_ = static_cast<uint64_t>(end) > offset_ ? static_cast<uint64_t>(end) - offset_ : 0;
+    absl::StatusOr<uint64_t> length = RangeLength(fd_, offset_, length_, name_);
+    if (!length.ok()) return length.status();
+    length_ = *length;
     return absl::OkStatus();
   }
 

@@ -192,11 +192,9 @@ absl::StatusOr<NpyHeader> ParseNpyHeader(const uint8_t* b, size_t n, const std::
 
 absl::StatusOr<Volume> ReadNpy(int fd, uint64_t offset, uint64_t length, const std::string& name,
                                const VolumeLimits& limits, const std::array<double, 3>& spacing) {
-  if (length == 0) {
-    const off_t end = ::lseek(fd, 0, SEEK_END);
-    if (end < 0) return absl::InternalError(absl::StrCat(name, ": lseek: ", std::strerror(errno)));
-    length = static_cast<uint64_t>(end) > offset ? static_cast<uint64_t>(end) - offset : 0;
-  }
+  absl::StatusOr<uint64_t> resolved = RangeLength(fd, offset, length, name);
+  if (!resolved.ok()) return resolved.status();
+  length = *resolved;
   auto pread_all = [&](uint64_t at, uint8_t* out, size_t n) -> absl::StatusOr<size_t> {
     if (at >= length) return size_t{0};
     return ReadFullyAt(fd, offset + at, out, static_cast<size_t>(std::min<uint64_t>(n, length - at)),

@@ -1,6 +1,11 @@
 #include "server/volume/volume.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstring>
+
+#include "absl/strings/str_cat.h"
 
 namespace stoker::volume {
 namespace {
@@ -83,6 +88,14 @@ absl::Status ToFloat32(const Volume& v, float* out) {
     case VoxelType::kFloat64: Convert<double>(b, n, s, v.slope, v.inter, out); break;
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> RangeLength(int fd, uint64_t offset, uint64_t length,
+                                     const std::string& name) {
+  if (length != 0) return length;
+  const off_t end = ::lseek(fd, 0, SEEK_END);
+  if (end < 0) return absl::InternalError(absl::StrCat(name, ": lseek: ", std::strerror(errno)));
+  return static_cast<uint64_t>(end) > offset ? static_cast<uint64_t>(end) - offset : 0;
 }
 
 absl::StatusOr<FloatVolume> ToFloatVolume(const Volume& v) {

@@ -88,6 +88,12 @@ struct FloatVolume {
 // The volume's values (ToFloat32) with its shape, channels and affine.
 absl::StatusOr<FloatVolume> ToFloatVolume(const Volume& v);
 
+// The readers' byte range [offset, offset + length) of `fd`: `length`, or
+// with length 0 the rest of the file from `offset` (0 past its end).
+// INTERNAL naming `name` when the file's end cannot be found.
+absl::StatusOr<uint64_t> RangeLength(int fd, uint64_t offset, uint64_t length,
+                                     const std::string& name);
+
 }  // namespace stoker::volume
 
 #endif  // STOKER_SERVER_VOLUME_VOLUME_H_
