@@ -29,12 +29,20 @@
 //        "size", "drawn", "foreground"}]} and writes the patches one after
 //        another (each channel-slowest voxel order).
 //
+//   affine FILE --matrix M0,...,M8 [--padding reflection|border|zeros]
+//        [--nearest] --out RAW: RandAffine's resampling (server/volume/
+//        augment.h's ApplyAffine, or ApplyAffineNearest on a uint8 volume)
+//        of FILE's values by the 3x3 matrix (row-major, output -> input
+//        coordinates about the centre), written in voxel order (float32, or
+//        uint8 with --nearest).
+//
 // A file that does not read, or an op that fails on it, prints {"error",
 // "code"} and exits 2; bad usage exits 1.
 
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <cstdlib>
@@ -50,6 +58,7 @@
 #include "common/json_text.h"
 #include "common/posix.h"
 #include "server/image/ops/rng.h"
+#include "server/volume/augment.h"
 #include "server/volume/patch_sampler.h"
 #include "server/volume/prefix.h"
 #include "server/volume/reader.h"
@@ -190,6 +199,40 @@ int Patches(const PatchArgs& a) {
   return 0;
 }
 
+struct AffineArgs {
+  std::string path, out, padding = "reflection";
+  std::vector<double> matrix;
+  bool nearest = false;
+};
+
+int Affine(const AffineArgs& a) {
+  namespace vol = stoker::volume;
+  stoker::UniqueFd fd(::open(a.path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) {
+    std::fprintf(stderr, "%s: cannot open\n", a.path.c_str());
+    return 1;
+  }
+  absl::StatusOr<vol::Volume> v = vol::ReadVolume(fd.get(), 0, 0, a.path, {});
+  if (!v.ok()) return Fail(v.status());
+  absl::StatusOr<vol::FloatVolume> f = vol::ToFloatVolume(*v);
+  if (!f.ok()) return Fail(f.status());
+  vol::AffineDraw d;
+  d.apply = true;
+  std::copy_n(a.matrix.begin(), 9, d.m.begin());
+  const vol::AffinePad pad = a.padding == "border" ? vol::AffinePad::kBorder
+                             : a.padding == "zeros" ? vol::AffinePad::kZeros
+                                                    : vol::AffinePad::kReflection;
+  if (a.nearest) {
+    std::vector<uint8_t> in(f->values.size()), out(in.size());
+    for (size_t n = 0; n < in.size(); ++n) in[n] = static_cast<uint8_t>(f->values[n]);
+    vol::ApplyAffineNearest(d, f->shape, pad, in.data(), out.data());
+    return WriteRaw(a.out, out.data(), out.size()) ? 0 : 1;
+  }
+  std::vector<float> out(f->values.size());
+  vol::ApplyAffine(d, f->shape, f->channels, pad, f->values.data(), out.data());
+  return WriteRaw(a.out, out.data(), out.size() * sizeof(float)) ? 0 : 1;
+}
+
 int Read(const std::string& path, const std::string& out, const std::array<double, 3>& spacing) {
   using stoker::volume::Volume;
   stoker::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
@@ -264,8 +307,16 @@ int main(int argc, char** argv) {
   patches->add_flag("--allow-smaller", ca.allow_smaller);
   patches->add_option("--out", ca.out, "the patches' image values, float32, one after another");
   patches->add_option("--label-out", ca.label_out, "the patches' labels, uint8");
+  CLI::App* affine = app.add_subcommand("affine", "RandAffine's resampling by a given matrix");
+  AffineArgs aa;
+  affine->add_option("file", aa.path, "a .nii, .nii.gz or .npy")->required();
+  affine->add_option("--matrix", aa.matrix, "3x3, row-major")->delimiter(',')->expected(9)->required();
+  affine->add_option("--padding", aa.padding)->check(CLI::IsMember({"reflection", "border", "zeros"}));
+  affine->add_flag("--nearest", aa.nearest, "a label: nearest voxel, uint8");
+  affine->add_option("--out", aa.out)->required();
   CLI11_PARSE(app, argc, argv);
   if (prefix->parsed()) return Prefix(pa);
+  if (affine->parsed()) return Affine(aa);
   if (patches->parsed()) {
     ca.key = std::stoull(key_hex, nullptr, 16);
     return Patches(ca);
