@@ -615,6 +615,9 @@ DaemonSession* Engine::FindByNumberLocked(uint64_t number) {
 
 void Engine::OnResultLocked(uint32_t w, const worker::ResultMsg& r) {
   // First, whatever became of the task: an entry written is on disk.
+  if (prepared_cache_ != nullptr && r.prepared_hit != 0) {
+    prepared_cache_->Hit(r.prepared_entry_kind == worker::kPreparedVolume);
+  }
   if (prepared_cache_ != nullptr && r.prepared_entry_bytes != 0) {
     prepared_cache_->Added(r.prepared_entry_kind == worker::kPreparedImage
                                ? worker::ImageEntryName(r.prepared_entry_id)
@@ -756,6 +759,9 @@ v1::StatusResponse Engine::GetStatus(bool include_failures, bool include_dataset
   if (transcode_cache_ != nullptr) {
     ExportTranscodeCache(transcode_cache_->stats(), config_, clock_->NowNs(),
                          r.mutable_transcode_cache());
+  }
+  if (prepared_cache_ != nullptr) {
+    ExportPreparedCache(prepared_cache_->stats(), config_, r.mutable_prepared_cache());
   }
   if (config_.decode_calibration()) {
     ExportDecodeCalibration(decode_calibration_, decode_calibration_source_,

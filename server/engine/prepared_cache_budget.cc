@@ -47,6 +47,7 @@ void PreparedCacheBudget::Added(const std::string& name, uint64_t bytes) {
   entries_.push_back({name, bytes});
   stats_.bytes += bytes;
   ++stats_.written;
+  ++(absl::EndsWith(name, ".stkv") ? stats_.volume_writes : stats_.image_writes);
   EvictLocked();
   stats_.entries = entries_.size();
 }
@@ -59,6 +60,11 @@ void PreparedCacheBudget::EvictLocked() {
     stats_.bytes -= e.bytes;
     ++stats_.evicted;
   }
+}
+
+void PreparedCacheBudget::Hit(bool volume) {
+  absl::MutexLock l(&mu_);
+  ++(volume ? stats_.volume_hits : stats_.image_hits);
 }
 
 PreparedCacheBudget::Stats PreparedCacheBudget::stats() const {

@@ -39,6 +39,8 @@ class PreparedCacheBudget {
     uint64_t written = 0;       // entries reported since start
     uint64_t evicted = 0;       // entries removed to keep the budget
     uint64_t temps_removed = 0; // stale temporaries removed by Load
+    uint64_t volume_hits = 0, image_hits = 0;
+    uint64_t volume_writes = 0, image_writes = 0;
   };
 
   // `dir` is borrowed (outlives this).
@@ -50,6 +52,8 @@ class PreparedCacheBudget {
   // A worker wrote entry `name`, `bytes` long: counted, then the oldest
   // entries are removed until the total fits (the new one last of all).
   void Added(const std::string& name, uint64_t bytes);
+  // A worker served a sample from an entry (volume: a .stkv, else a .stki).
+  void Hit(bool volume);
   Stats stats() const;
 
  private:

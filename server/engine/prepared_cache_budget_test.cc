@@ -60,6 +60,14 @@ TEST_CASE("prepared cache: written entries evict the oldest, FIFO") {
   CHECK(budget.stats().bytes == 0);
   CHECK(dir.removed.back() == volume::VolumeEntryName(7));
   CHECK(budget.stats().written == 6);
+  CHECK(budget.stats().volume_writes == 6);
+  budget.Added("00000000000000ff.stki", 10);
+  budget.Hit(true);
+  budget.Hit(false);
+  budget.Hit(false);
+  CHECK(budget.stats().image_writes == 1);
+  CHECK(budget.stats().volume_hits == 1);
+  CHECK(budget.stats().image_hits == 2);
 }
 
 }  // namespace

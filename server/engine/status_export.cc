@@ -35,6 +35,20 @@ void SetName(const std::string& name, std::string* display, std::string* bytes) 
 
 }  // namespace
 
+void ExportPreparedCache(const PreparedCacheBudget::Stats& st, const v1::DaemonConfig& config,
+                         v1::PreparedCacheStatus* pc) {
+  pc->set_dir(config.prepared_cache());
+  pc->set_budget_bytes(st.budget_bytes);
+  pc->set_bytes(st.bytes);
+  pc->set_entries(st.entries);
+  pc->set_volume_hits(st.volume_hits);
+  pc->set_image_hits(st.image_hits);
+  pc->set_volume_writes(st.volume_writes);
+  pc->set_image_writes(st.image_writes);
+  pc->set_evictions(st.evicted);
+  pc->set_temps_removed(st.temps_removed);
+}
+
 void ExportTranscodeCache(const TranscodeCache::Stats& st, const v1::DaemonConfig& config,
                           int64_t now_ns, v1::TranscodeCacheStatus* tc) {
   tc->set_dir(config.transcode_cache());

@@ -18,6 +18,7 @@
 #include "server/image/decode/decode_planner.h"
 #include "server/engine/prefetch.h"
 #include "server/engine/session.h"
+#include "server/engine/prepared_cache_budget.h"
 #include "server/engine/transcode_cache.h"
 #include "server/engine/worker_pool.h"
 #include "stoker/v1/stoker.pb.h"
@@ -33,6 +34,8 @@ void ExportReadahead(const Prefetcher* prefetch, const v1::DaemonConfig& config,
 
 // The transcode cache's settings and counters (`now_ns` on the engine's
 // clock, for how long writes stay paused).
+void ExportPreparedCache(const PreparedCacheBudget::Stats& stats, const v1::DaemonConfig& config,
+                         v1::PreparedCacheStatus* out);
 void ExportTranscodeCache(const TranscodeCache::Stats& stats, const v1::DaemonConfig& config,
                           int64_t now_ns, v1::TranscodeCacheStatus* out);
 

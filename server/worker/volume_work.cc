@@ -127,6 +127,8 @@ void VolumeWork::Run(const TaskMsg& t, std::string_view path, std::string_view l
     view.background = e.background();
     view.background_count = e.background_count();
     r->input_bytes = e.bytes();
+    r->prepared_hit = 1;
+    r->prepared_entry_kind = kPreparedVolume;
   } else {
     volume::VolumeLimits limits;
     std::vector<volume::Volume> channels;

@@ -456,6 +456,7 @@ int Serve(const WorkerFds& fds) {
             r.input_bytes = ImageEntryBytes(info);
             r.decode_path = static_cast<uint32_t>(image::kDecodePathCount);  // none
             r.prepared_hit = 1;
+            r.prepared_entry_kind = kPreparedImage;
             r.read_ns = static_cast<uint64_t>(MonotonicNs() - t0);
             if (!SendAll(fds.channel, &r, sizeof(r))) return 1;
             break;

@@ -47,6 +47,10 @@ def test_eval_images_are_kept_and_served_again(stoker, daemon_factory, tmp_path)
     assert len(made) == len(files) and all(n.endswith(".stki") for n in made)
     again = epoch(stoker, cached.socket, "set", **kw)
     assert entries(cache) == made  # read, not rewritten
+    pc = {k: int(v) for k, v in stoker.Client(cached.socket).status()["prepared_cache"].items()
+          if k != "dir"}  # (64-bit counters are JSON strings)
+    assert pc["image_writes"] == len(files) and pc["image_hits"] == len(files)
+    assert pc["entries"] == len(files) and pc.get("volume_hits", 0) == 0
     for runs in (first, again):
         for (a, ia), (b, ib) in zip(want, runs):
             assert np.array_equal(ia, ib) and torch.equal(a, b)
@@ -77,3 +81,4 @@ def test_a_random_pipeline_keeps_nothing(stoker, daemon_factory, tmp_path):
     epoch(stoker, d.socket, "set", ops=[{"Resize": {"size": [40]}},
                                         {"RandomCrop": {"size": [32]}}], seed=1)
     assert entries(cache) == {}
+    assert int(stoker.Client(d.socket).status()["prepared_cache"].get("image_writes", 0)) == 0

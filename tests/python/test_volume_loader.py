@@ -194,6 +194,8 @@ def test_later_epochs_read_the_cache_and_a_changed_volume_is_prepared_again(
     cached = epoch_batches(stoker, daemon.socket, ds, compose, seed=1, shuffle=False)
     assert all(torch.all(b["image"] == 7.0) for _, b in cached)
     assert entries(cache) == names
+    pc = stoker.Client(daemon.socket).status()["prepared_cache"]
+    assert [int(pc[k]) for k in ("volume_writes", "volume_hits", "entries")] == [4, 4, 4]
     # Gone: prepared again, the same patches as the first time.
     for n in names:
         os.unlink(cache / n)

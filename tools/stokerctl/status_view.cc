@@ -241,6 +241,18 @@ std::string RenderStatus(const v1::StatusResponse& s, size_t width) {
     out += Wrap(parts, width);
     out += "\n";
   }
+  if (s.has_prepared_cache()) {
+    const v1::PreparedCacheStatus& pc = s.prepared_cache();
+    out += Wrap({"prepared cache", pc.dir(),
+                 absl::StrFormat("%.1f of %.0f MiB", pc.bytes() / 1048576.0,
+                                 pc.budget_bytes() / 1048576.0),
+                 absl::StrCat(pc.entries(), " entries"),
+                 absl::StrFormat("volumes %d hits, %d written", pc.volume_hits(), pc.volume_writes()),
+                 absl::StrFormat("images %d hits, %d written", pc.image_hits(), pc.image_writes()),
+                 absl::StrCat("evicted ", pc.evictions())},
+                width);
+    out += "\n";
+  }
   if (s.has_transcode_cache()) {
     const v1::TranscodeCacheStatus& tc = s.transcode_cache();
     out += Wrap(

@@ -178,6 +178,29 @@ TEST_CASE("RenderStatus fits 80, 100 and 200 columns, and wider shows more") {
   }
 }
 
+TEST_CASE("RenderStatus shows the prepared cache") {
+  v1::StatusResponse s = Busy();
+  CHECK(RenderStatus(s, 100).find("prepared cache") == std::string::npos);  // off
+  auto* pc = s.mutable_prepared_cache();
+  pc->set_dir("/var/cache/stoker/prepared");
+  pc->set_budget_bytes(64ull << 30);
+  pc->set_bytes(600u << 20);
+  pc->set_entries(8);
+  pc->set_volume_hits(24);
+  pc->set_volume_writes(8);
+  pc->set_image_hits(0);
+  for (size_t width : {80, 200}) {
+    const std::string text = RenderStatus(s, width);
+    for (const std::string& line : Lines(text)) {
+      INFO(line);
+      CHECK(Chars(line) <= width);
+    }
+    CHECK(text.find("prepared cache") != std::string::npos);
+    CHECK(text.find("600.0 of 65536 MiB") != std::string::npos);
+    CHECK(text.find("volumes 24 hits, 8 written") != std::string::npos);
+  }
+}
+
 TEST_CASE("RenderStatus shows the transcode cache and each session's decode paths") {
   v1::StatusResponse s = Busy();
   CHECK(RenderStatus(s, 100).find("transcode cache") == std::string::npos);  // off
