@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/hash64.h"
 #include "google/protobuf/util/json_util.h"
 #include "server/volume/orientation.h"
@@ -412,6 +413,25 @@ absl::StatusOr<v1::VolumeSpec> VolumeSpecFromJson(std::string_view json) {
         "volumes: not a VolumeSpec: ", std::string(st.message().data(), st.message().size())));
   }
   return spec;
+}
+
+std::string DescribeVolumes(const v1::VolumeSpec& spec) {
+  std::string names, patch = "?";
+  uint32_t samples = 1;
+  for (const v1::VolumeOp& op : spec.ops()) {
+    const auto* field = op.GetDescriptor()->FindFieldByNumber(static_cast<int>(op.op_case()));
+    if (field == nullptr) continue;
+    absl::StrAppend(&names, names.empty() ? "" : ", ", field->json_name());
+    const google::protobuf::RepeatedField<int64_t>* size =
+        op.has_rand_crop_by_pos_neg_label() ? &op.rand_crop_by_pos_neg_label().spatial_size()
+        : op.has_rand_spatial_crop()        ? &op.rand_spatial_crop().roi_size()
+                                            : nullptr;
+    if (size != nullptr) patch = absl::StrJoin(*size, ", ");
+    if (op.has_rand_crop_by_pos_neg_label()) samples = std::max(1u, op.rand_crop_by_pos_neg_label().num_samples());
+  }
+  return absl::StrCat(names, " -> ", samples, " x [", std::max(1u, spec.channels()), ", ", patch,
+                      "] ", spec.dtype().empty() ? "float32" : spec.dtype(), ", labels ",
+                      spec.label_dtype().empty() ? "uint8" : spec.label_dtype());
 }
 
 std::string VolumeSpecToJson(const v1::VolumeSpec& spec) {

@@ -44,6 +44,12 @@ absl::StatusOr<VolumePlan> PlanVolumePipeline(const v1::VolumeSpec& spec);
 absl::StatusOr<v1::VolumeSpec> VolumeSpecFromJson(std::string_view json);
 std::string VolumeSpecToJson(const v1::VolumeSpec& spec);
 
+// One line for people (stokerctl): the transforms by name, then each
+// sample's patches, e.g. "Orientation, Spacing, ScaleIntensityRange,
+// CropForeground, RandCropByPosNegLabel, RandFlip -> 4 x [1, 96, 96, 96]
+// float32, labels uint8".
+std::string DescribeVolumes(const v1::VolumeSpec& spec);
+
 }  // namespace stoker
 
 #endif  // STOKER_PIPELINE_VOLUME_PIPELINE_H_

@@ -142,6 +142,7 @@ void ExportSession(const DaemonSession& s, int64_t now, bool include_failures,
   ss->set_world_size(s.plan.sampler.world_size);
   SetName(s.dataset->name(), ss->mutable_dataset(), ss->mutable_dataset_bytes());
   *ss->mutable_pipeline() = s.plan.request.pipeline.effective;
+  if (s.plan.request.volume.has_value()) *ss->mutable_volumes() = s.plan.request.volume->effective;
   *ss->mutable_requested_pipeline() = s.req.pipeline();
   ss->set_batch_size(s.plan.sampler.batch_size);
   ss->set_batches_produced(s.batches_produced);

@@ -13,6 +13,7 @@
 #include "common/hash64.h"
 #include "common/posix.h"
 #include "server/dataset/dataset.h"
+#include "server/image/pipeline.h"
 #include "server/volume/prefix.h"
 #include "server/volume/reader.h"
 #include "server/volume/volume_task.h"
@@ -183,6 +184,7 @@ void VolumeWork::Run(const TaskMsg& t, std::string_view path, std::string_view l
   r->bytes = image_bytes;
   r->mask_bytes = label_bytes;
   r->channels = static_cast<uint32_t>(view.channels);
+  r->decode_path = image::kDecodePathCount;  // not an image's decode
   r->code = 0;
 }
 

@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "grpcpp/grpcpp.h"
 #include "pipeline/pipeline_spec.h"
+#include "pipeline/volume_pipeline.h"
 #include "stoker/v1/stoker.grpc.pb.h"
 
 namespace stoker::ctl {
@@ -392,7 +393,9 @@ std::string RenderStatus(const v1::StatusResponse& s, size_t width) {
     // Each session's pipeline in full (the table shows only its preset).
     out += "\npipelines\n";
     for (const auto& x : s.sessions()) {
-      out += WrapWords(x.session_id(), pipeline::Describe(x.pipeline()), width, 4);
+      out += WrapWords(x.session_id(),
+                       x.has_volumes() ? DescribeVolumes(x.volumes()) : pipeline::Describe(x.pipeline()),
+                       width, 4);
     }
   }
   rows.clear();

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "pipeline/pipeline_spec.h"
+#include "pipeline/volume_pipeline.h"
 
 namespace stoker::ctl {
 namespace {
@@ -199,6 +200,13 @@ TEST_CASE("RenderStatus shows the prepared cache") {
     CHECK(text.find("600.0 of 65536 MiB") != std::string::npos);
     CHECK(text.find("volumes 24 hits, 8 written") != std::string::npos);
   }
+  // A volume session's pipeline line names its transforms and patches.
+  auto spec = VolumeSpecFromJson(R"({"ops": [{"Orientation": {}},
+      {"RandCropByPosNegLabel": {"spatial_size": [96, 96, 96], "num_samples": 4}}]})");
+  REQUIRE(spec.ok());
+  *s.mutable_sessions(0)->mutable_volumes() = *spec;
+  CHECK(RenderStatus(s, 200).find("Orientation, RandCropByPosNegLabel -> 4 x [1, 96, 96, 96] "
+                                  "float32, labels uint8") != std::string::npos);
 }
 
 TEST_CASE("RenderStatus shows the transcode cache and each session's decode paths") {
