@@ -46,6 +46,7 @@ import warnings
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import video_kernel  # noqa: E402  (the sets)
+from proc_tree import tree  # noqa: E402
 
 EXTENSIONS = ("mp4", "avi", "webm")
 
@@ -63,22 +64,7 @@ def kinetics_layout(files, root):
 
 def tree_cpu(pid):
     """CPU seconds (user + system) of `pid` and every process below it."""
-    children, stat = {}, {}
-    for p in os.listdir("/proc"):
-        if not p.isdigit():
-            continue
-        try:
-            fields = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(p))
-        stat[int(p)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    total, todo = 0.0, [pid]
-    while todo:
-        p = todo.pop()
-        total += stat.get(p, 0.0)
-        todo += children.get(p, [])
-    return total
+    return tree(pid)[0]
 
 
 def worker_peaks():

@@ -52,6 +52,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from proc_tree import tree  # noqa: E402
 
 PIXDIM = (1.5, 1.5, 2.0)
 A_MIN, A_MAX = -57.0, 164.0
@@ -213,37 +214,6 @@ def list_data_collate(batch):
 
 
 # ---------------------------------------------------------------------------
-
-def tree(pid):
-    """(CPU seconds, PSS MiB, pinned MiB) of `pid` and every process below
-    it: pinned is PSS less the file-backed pages (Pss_Anon + Pss_Shmem: what
-    the kernel cannot drop; a mapped cache entry's clean pages it can)."""
-    children, cpu = {}, {}
-    for p in os.listdir("/proc"):
-        if not p.isdigit():
-            continue
-        try:
-            fields = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(p))
-        cpu[int(p)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    total, pss, pinned, todo = 0.0, 0.0, 0.0, [pid]
-    while todo:
-        p = todo.pop()
-        total += cpu.get(p, 0.0)
-        try:
-            for line in open(f"/proc/{p}/smaps_rollup"):
-                key = line.split(":")[0]
-                if key == "Pss":
-                    pss += int(line.split()[1]) / 1024
-                elif key in ("Pss_Anon", "Pss_Shmem"):
-                    pinned += int(line.split()[1]) / 1024
-        except OSError:
-            pass
-        todo += children.get(p, [])
-    return total, pss, pinned
-
 
 def side(a):
     """One side, one round, in this process: prints a JSON line."""
