@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/half.h"
 #include "server/image/ops/rng.h"
 #include "server/volume/augment.h"
 #include "server/volume/patch_sampler.h"
@@ -13,22 +14,6 @@
 
 namespace stoker::volume {
 namespace {
-
-uint16_t ToHalf(float f) {
-  const _Float16 h = static_cast<_Float16>(f);
-  uint16_t u;
-  std::memcpy(&u, &h, 2);
-  return u;
-}
-
-// torch's float -> bfloat16: round to nearest even; NaN stays a NaN.
-uint16_t ToBFloat16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if (std::isnan(f)) return 0x7fc0;
-  u += 0x7fff + ((u >> 16) & 1);
-  return static_cast<uint16_t>(u >> 16);
-}
 
 // Writes the block `box` (start, size) of `values` (channels x `shape`, i
 // fastest) C-order [channels, X, Y, Z] (k fastest) at `out`, converted.
@@ -62,9 +47,9 @@ void EmitTransposed(const In* values, const Shape3& shape, int64_t channels, con
 void EmitImage(uint32_t dtype, const float* values, const Shape3& shape, int64_t channels,
                const Shape3& start, const Shape3& size, uint8_t* out) {
   if (dtype == ring::kFloat16) {
-    EmitTransposed(values, shape, channels, start, size, out, [](float x) { return ToHalf(x); });
+    EmitTransposed(values, shape, channels, start, size, out, [](float x) { return FloatToHalf(x); });
   } else if (dtype == ring::kBFloat16) {
-    EmitTransposed(values, shape, channels, start, size, out, [](float x) { return ToBFloat16(x); });
+    EmitTransposed(values, shape, channels, start, size, out, [](float x) { return FloatToBFloat16(x); });
   } else {
     EmitTransposed(values, shape, channels, start, size, out, [](float x) { return x; });
   }

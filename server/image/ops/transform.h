@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/half.h"  // FloatToHalf, HalfToFloat
 #include "server/image/steps.h"
 #include "server/image/ops/rng.h"
 
@@ -137,9 +138,6 @@ void CmykRowToRgb(const uint8_t* cmyk, uint32_t width, uint8_t* rgb);
 void EmitSample(const uint8_t* src, uint32_t src_height, uint32_t src_width, int orientation,
                 bool flip, const PipelineParams& p, void* out);
 
-// IEEE half from float, round to nearest even.
-uint16_t FloatToHalf(float f);
-float HalfToFloat(uint16_t h);
 
 // Orientation helpers: 5..8 swap the axes.
 inline bool SwapsAxes(int orientation) { return orientation >= 5 && orientation <= 8; }
