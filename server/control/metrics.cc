@@ -113,6 +113,23 @@ std::string RenderMetrics(const v1::StatusResponse& st) {
   w.Sample("ring_used_bytes", "", st.ring_used_bytes());
   w.Family("readahead_bytes_read_total", "counter", "Bytes read ahead of the workers.");
   w.Sample("readahead_bytes_read_total", "", st.readahead().bytes_read());
+  if (st.has_prepared_cache()) {
+    const v1::PreparedCacheStatus& pc = st.prepared_cache();
+    w.Family("prepared_cache_bytes", "gauge", "Bytes of the prepared cache's entries.");
+    w.Sample("prepared_cache_bytes", "", pc.bytes());
+    w.Family("prepared_cache_entries", "gauge", "Entries in the prepared cache.");
+    w.Sample("prepared_cache_entries", "", pc.entries());
+    w.Family("prepared_cache_hits_total", "counter",
+             "Samples served from a prepared entry, by kind (volume, image).");
+    w.Sample("prepared_cache_hits_total", "kind=\"volume\"", pc.volume_hits());
+    w.Sample("prepared_cache_hits_total", "kind=\"image\"", pc.image_hits());
+    w.Family("prepared_cache_writes_total", "counter", "Prepared entries written, by kind.");
+    w.Sample("prepared_cache_writes_total", "kind=\"volume\"", pc.volume_writes());
+    w.Sample("prepared_cache_writes_total", "kind=\"image\"", pc.image_writes());
+    w.Family("prepared_cache_evictions_total", "counter",
+             "Prepared entries removed to stay within --prepared-cache-mb.");
+    w.Sample("prepared_cache_evictions_total", "", pc.evictions());
+  }
 
   struct Counter {
     const char* name;

@@ -9,7 +9,10 @@
 //               batches_produced_total, batches_consumed_total,
 //               bytes_read_total, trainer_wait_seconds_total (the data
 //               stall), worker_restarts_total, sessions_attached_total,
-//               sessions_reclaimed_total, readahead_bytes_read_total;
+//               sessions_reclaimed_total, readahead_bytes_read_total,
+//               with --prepared-cache prepared_cache_hits_total{kind},
+//               prepared_cache_writes_total{kind} (kind volume|image),
+//               prepared_cache_evictions_total;
 //               daemon-wide per dataset (label dataset; they only grow, ended
 //               sessions included: StatusResponse.dataset_totals):
 //               dataset_sessions_total, dataset_samples_delivered_total,
@@ -20,7 +23,8 @@
 //               workers_max (what the autotuner may use now), cpu_budget,
 //               ring_budget_bytes, ring_used_bytes,
 //               ring_slots, ring_ready_slots, ring_filling_slots,
-//               ring_leased_slots, images_per_second, epoch
+//               ring_leased_slots, images_per_second, epoch, with
+//               --prepared-cache prepared_cache_bytes, prepared_cache_entries
 //   histograms  trainer_wait_seconds (per batch), stage_seconds{stage=read|
 //               decode|augment} (per sample): the Status's log2 buckets,
 //               le = 2^(b+1) microseconds

@@ -59,6 +59,16 @@ TEST_CASE("metrics: the text format of a status") {
   CHECK(m.find("stoker_cpu_budget 7.5\n") != std::string::npos);
   CHECK(m.find("stoker_worker_restarts_total 2\n") != std::string::npos);
   CHECK(m.find("stoker_info{version=\"0.1.0\",state=\"serving\"} 1\n") != std::string::npos);
+  CHECK(m.find("prepared_cache") == std::string::npos);  // off
+  v1::StatusResponse with_cache = Example();
+  with_cache.mutable_prepared_cache()->set_entries(8);
+  with_cache.mutable_prepared_cache()->set_volume_hits(24);
+  with_cache.mutable_prepared_cache()->set_image_writes(3);
+  const std::string pm = RenderMetrics(with_cache);
+  CHECK(pm.find("# TYPE stoker_prepared_cache_hits_total counter\n") != std::string::npos);
+  CHECK(pm.find("stoker_prepared_cache_entries 8\n") != std::string::npos);
+  CHECK(pm.find("stoker_prepared_cache_hits_total{kind=\"volume\"} 24\n") != std::string::npos);
+  CHECK(pm.find("stoker_prepared_cache_writes_total{kind=\"image\"} 3\n") != std::string::npos);
   // The histogram: cumulative, le in seconds (2^(b+1) us), +Inf = count.
   CHECK(m.find("# TYPE stoker_trainer_wait_seconds histogram\n") != std::string::npos);
   CHECK(m.find("stoker_trainer_wait_seconds_bucket{" + who + ",le=\"2e-06\"} 0\n") !=
