@@ -42,6 +42,20 @@ void AppendU64(std::string* s, uint64_t v) {
 
 }  // namespace
 
+SourceIdentity IdentityOf(std::string_view path, const struct stat& st, bool has_range,
+                          uint64_t range_offset, uint64_t range_length) {
+  SourceIdentity id;
+  id.path = path;
+  id.has_range = has_range;
+  id.range_offset = range_offset;
+  id.range_length = range_length;
+  id.file_size = static_cast<uint64_t>(st.st_size);
+  id.mtime_ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+  id.inode = static_cast<uint64_t>(st.st_ino);
+  id.ctime_ns = int64_t{st.st_ctim.tv_sec} * 1000000000 + st.st_ctim.tv_nsec;
+  return id;
+}
+
 CacheKey CacheKeyFor(const SourceIdentity& id) {
   std::string s = "stoker transcode cache key v2";
   s.push_back('\0');

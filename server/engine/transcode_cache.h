@@ -40,6 +40,7 @@
 #ifndef STOKER_SERVER_ENGINE_TRANSCODE_CACHE_H_
 #define STOKER_SERVER_ENGINE_TRANSCODE_CACHE_H_
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <cstddef>
@@ -96,6 +97,11 @@ struct SourceIdentity {
                            // back (cp -p or rsync -t over the same inode)
 };
 CacheKey CacheKeyFor(const SourceIdentity& id);
+// The identity of `path` (its byte range with has_range) open as `st`: what
+// every cache of a file's derived bytes keys on (this cache's copies, the
+// prepared cache's entries).
+SourceIdentity IdentityOf(std::string_view path, const struct stat& st, bool has_range,
+                          uint64_t range_offset, uint64_t range_length);
 
 // The entry's file name in DIR: 32 lowercase hex digits and ".jpg".
 std::string CacheEntryName(const CacheKey& key);

@@ -28,15 +28,12 @@ std::string ImageEntryName(uint64_t id) {
   return std::string(hex) + ".stki";
 }
 
-void ImageEntryIds(uint64_t recipe, std::string_view path, const struct stat& st, uint64_t begin,
-                   uint64_t length, uint64_t* id, uint64_t* key) {
-  std::string what(path);
+void ImageEntryIds(uint64_t recipe, const SourceIdentity& file, uint64_t* id, uint64_t* key) {
+  std::string what(file.path);
   what.append(reinterpret_cast<const char*>(&recipe), sizeof(recipe));
   *id = Hash64(what.data(), what.size(), kSeed);
-  const int64_t identity[6] = {static_cast<int64_t>(st.st_ino), static_cast<int64_t>(st.st_size),
-                               static_cast<int64_t>(st.st_mtim.tv_sec), st.st_mtim.tv_nsec,
-                               static_cast<int64_t>(begin), static_cast<int64_t>(length)};
-  what.append(reinterpret_cast<const char*>(identity), sizeof(identity));
+  const CacheKey identity = CacheKeyFor(file);
+  what.append(reinterpret_cast<const char*>(&identity), sizeof(identity));
   *key = Hash64(what.data(), what.size(), kSeed + 1);
 }
 

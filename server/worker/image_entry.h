@@ -9,7 +9,7 @@
 // An entry is named by what it is (the file's path and the session's
 // prepared_recipe: its effective pipeline and the decode scales the
 // daemon's calibration allows) and keyed by the file's identity too (inode,
-// size, mtime, the member's range): a changed file's entry is stale, never
+// size, mtime, ctime, the member's range: the transcode cache's key): a changed file's entry is stale, never
 // served, and is rewritten. Layout (little-endian):
 //      0  magic "STKIv1\0\0"       32  format, bytes read (u32, u32)
 //      8  key (u64)                40  payload bytes (u64)
@@ -32,6 +32,7 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "server/engine/transcode_cache.h"  // SourceIdentity
 
 namespace stoker::worker {
 
@@ -44,10 +45,9 @@ struct ImageEntryInfo {
   uint64_t bytes = 0;   // of the output
 };
 
-// The entry's id (its name) and key for the file `path` (range `begin`,
-// `length` of it; 0, 0 for the whole file) open as `st`, under `recipe`.
-void ImageEntryIds(uint64_t recipe, std::string_view path, const struct stat& st, uint64_t begin,
-                   uint64_t length, uint64_t* id, uint64_t* key);
+// The entry's id (its name: the file's path and `recipe`) and key (its
+// identity too: transcode_cache.h's IdentityOf, the transcode cache's).
+void ImageEntryIds(uint64_t recipe, const SourceIdentity& file, uint64_t* id, uint64_t* key);
 
 // Copies entry `name`'s output into `out` (at most `capacity` bytes) and
 // fills `info`; false when there is none, it is not whole, its key is not

@@ -13,6 +13,7 @@
 #include "common/hash64.h"
 #include "common/posix.h"
 #include "server/dataset/dataset.h"
+#include "server/engine/transcode_cache.h"  // IdentityOf, CacheKeyFor
 #include "server/image/pipeline.h"
 #include "server/volume/prefix.h"
 #include "server/volume/reader.h"
@@ -42,12 +43,6 @@ absl::StatusOr<Source> Open(int data_root, std::string_view path) {
   s.fd = UniqueFd(*fd);
   if (fstat(s.fd.get(), &s.st) != 0) return PosixError("fstat " + std::string(path), errno);
   return s;
-}
-
-void AddIdentity(const struct stat& st, std::string* key) {
-  const int64_t v[4] = {static_cast<int64_t>(st.st_ino), static_cast<int64_t>(st.st_size),
-                        static_cast<int64_t>(st.st_mtim.tv_sec), st.st_mtim.tv_nsec};
-  key->append(reinterpret_cast<const char*>(v), sizeof(v));
 }
 
 }  // namespace
@@ -89,8 +84,12 @@ void VolumeWork::Run(const TaskMsg& t, std::string_view path, std::string_view l
   const uint64_t entry_id = Hash64(what.data(), what.size(), 0x766f6c);
   const std::string entry_name = volume::VolumeEntryName(entry_id);
   std::string identity = what;
-  AddIdentity(image->st, &identity);
-  if (label.has_value()) AddIdentity(label->st, &identity);
+  const auto add = [&identity](std::string_view file, const struct stat& st) {
+    const CacheKey k = CacheKeyFor(IdentityOf(file, st, false, 0, 0));
+    identity.append(reinterpret_cast<const char*>(&k), sizeof(k));
+  };
+  add(path, image->st);
+  if (label.has_value()) add(label_path, label->st);
   const uint64_t key = Hash64(identity.data(), identity.size(), 0x6b6579);
 
   // The entry, or the claim to write it; while another worker holds the

@@ -7,8 +7,8 @@
 //
 // The volume cache (fd kPreparedCacheFd, when the daemon has one): an entry
 // is named by the sample's paths and the recipe, keyed by them and by each
-// file's identity (inode, size, mtime): a changed file or recipe makes the
-// old entry stale (it is rebuilt and replaced), never served. The worker
+// file's identity (the transcode cache's IdentityOf): a changed file or
+// recipe makes the old entry stale (it is rebuilt and replaced), never served. The worker
 // that prepares a volume claims its entry first (volume_cache.h's
 // ClaimEntry) and writes it; a worker given the same volume meanwhile waits
 // for that entry instead of preparing the volume again (the next epoch is

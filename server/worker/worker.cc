@@ -197,16 +197,7 @@ class CacheClient {
   // saying kCacheBad when the entry failed its check.
   bool Lookup(const TaskMsg& t, std::string_view path, const Input& in, std::vector<uint8_t>* entry,
               size_t* payload_offset, size_t* payload_bytes, ResultMsg* r) {
-    SourceIdentity id;
-    id.path = path;
-    id.has_range = t.has_range != 0;
-    id.range_offset = t.file_offset;
-    id.range_length = t.file_length;
-    id.file_size = static_cast<uint64_t>(in.st.st_size);
-    id.mtime_ns = MtimeNs(in.st);
-    id.inode = static_cast<uint64_t>(in.st.st_ino);
-    id.ctime_ns = int64_t{in.st.st_ctim.tv_sec} * 1000000000 + in.st.st_ctim.tv_nsec;
-    key_ = CacheKeyFor(id);
+    key_ = CacheKeyFor(IdentityOf(path, in.st, t.has_range != 0, t.file_offset, t.file_length));
     r->cache_key_hi = key_.hi;
     r->cache_key_lo = key_.lo;
     const std::string name = CacheEntryName(key_);
@@ -441,8 +432,9 @@ int Serve(const WorkerFds& fds) {
         std::string prepared_name;
         uint64_t prepared_id = 0, prepared_key = 0;
         if (st.ok() && t.prepared_recipe != 0 && fds.prepared_cache >= 0) {
-          ImageEntryIds(t.prepared_recipe, path, in.st, in.begin, in.length, &prepared_id,
-                        &prepared_key);
+          ImageEntryIds(t.prepared_recipe,
+                        IdentityOf(path, in.st, t.has_range != 0, t.file_offset, t.file_length),
+                        &prepared_id, &prepared_key);
           prepared_name = ImageEntryName(prepared_id);
           ImageEntryInfo info;
           uint8_t* out = static_cast<uint8_t*>(it->second.map.addr()) + t.out_offset;
