@@ -31,6 +31,7 @@ RUN apt-get update -q \
       libjpeg62-turbo-dev libturbojpeg0-dev libspdlog-dev libcli11-dev catch2 libseccomp-dev \
       libspng-dev libdeflate-dev libwebp-dev libtiff-dev libstb-dev libmicrohttpd-dev \
       libavformat-dev libavcodec-dev libavutil-dev libswscale-dev \
+      libhdf5-dev liblmdb-dev \
  && rm -rf /var/lib/apt/lists/*
 
 # Only the folders CMake reads, so that edits to docs, scripts, examples or
@@ -67,15 +68,16 @@ RUN --mount=type=cache,target=/ccache,id=stoker-ccache \
 # link (ldd: gRPC++ and gRPC core with abseil, re2, c-ares and OpenSSL;
 # protobuf; libjpeg-turbo, libspng + libdeflate, libwebp, libtiff, stb: the
 # image formats; FFmpeg's libavformat, libavcodec, libavutil and libswscale:
-# the video clips; spdlog with fmt; libseccomp; libmicrohttpd for
-# --metrics-addr), plus tini as PID 1.
+# the video clips; libhdf5 and liblmdb: record files, indexed by a worker;
+# spdlog with fmt; libseccomp; libmicrohttpd for --metrics-addr), plus tini
+# as PID 1.
 FROM debian:bookworm-slim
 
 RUN apt-get update -q \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
       libgrpc++1.51 libgrpc29 libprotobuf32 libabsl20220623 \
       libjpeg62-turbo libspng0 libdeflate0 libwebp7 libwebpdemux2 libtiff6 libstb0 \
-      libavformat59 libavcodec59 libavutil57 libswscale6 \
+      libavformat59 libavcodec59 libavutil57 libswscale6 libhdf5-103-1 liblmdb0 \
       libspdlog1.10 libfmt9 libseccomp2 libmicrohttpd12 tini \
  && rm -rf /var/lib/apt/lists/*
 

@@ -163,12 +163,19 @@ AttachOptions ParseAttach(const std::string& dataset, const py::kwargs& kw) {
                                         {"webdataset", DatasetFormat::kWebDataset},
                                         {"coco", DatasetFormat::kCoco},
                                         {"paired_folders", DatasetFormat::kPairedFolders},
-                                        {"decathlon", DatasetFormat::kDecathlon}});
+                                        {"decathlon", DatasetFormat::kDecathlon},
+                                        {"hdf5", DatasetFormat::kHdf5},
+                                        {"lmdb", DatasetFormat::kLmdb}});
     } else if (key == "annotations") {
       o.annotations = FsName(v, "annotations (a COCO JSON path)");
     } else if (key == "masks" || key == "image_suffix" || key == "mask_suffix") {
       (key == "masks" ? o.masks : key == "image_suffix" ? o.image_suffix : o.mask_suffix) =
           FsName(v, key);
+    } else if (key == "record_images" || key == "record_labels_key") {
+      if (!PyUnicode_Check(v.ptr())) RaiseInvalid(key + " must be a str");
+      (key == "record_images" ? o.record_images : o.record_labels_key) = py::cast<std::string>(v);
+    } else if (key == "record_labels") {
+      o.record_labels = FsName(v, "record_labels (a labels file: HDF5 or text)");
     } else if (key == "pipeline_json") {
       // The keywords go to the C++ client as they are: it (through
       // stoker/pipeline_spec.h) alone knows their defaults and checks.

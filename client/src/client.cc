@@ -432,6 +432,9 @@ absl::StatusOr<std::unique_ptr<Session>> Client::Attach(const AttachOptions& o) 
   req.set_masks(o.masks);
   req.set_image_suffix(o.image_suffix);
   req.set_mask_suffix(o.mask_suffix);
+  req.set_record_images(o.record_images);
+  req.set_record_labels(o.record_labels);
+  req.set_record_labels_key(o.record_labels_key);
   // The request form goes to the daemon; Effective only checks it here, so
   // that a bad pipeline fails before any RPC, as the daemon would fail it.
   auto spec = pipeline::SpecFromKeywordsJson(o.pipeline);

@@ -73,6 +73,10 @@ v1::DatasetFormat ToProto(DatasetFormat f) {
       return v1::DATASET_FORMAT_PAIRED_FOLDERS;
     case DatasetFormat::kDecathlon:
       return v1::DATASET_FORMAT_DECATHLON;
+    case DatasetFormat::kHdf5:
+      return v1::DATASET_FORMAT_HDF5;
+    case DatasetFormat::kLmdb:
+      return v1::DATASET_FORMAT_LMDB;
   }
   return static_cast<v1::DatasetFormat>(f);  // out of the enum: the daemon refuses it
 }

@@ -74,6 +74,15 @@ bool EndsWithTar(std::string_view p) {
   return p.size() >= 4 && absl::EqualsIgnoreCase(ToAbsl(p.substr(p.size() - 4)), ".tar");
 }
 
+// Whether the folder `dir` (canonical, relative to the root) is an LMDB's:
+// it holds a regular file data.mdb.
+bool HasLmdbData(const DataRoot& root, const std::string& dir) {
+  absl::StatusOr<int> fd = OpenBeneath(root.fd(), dir.empty() ? "data.mdb" : dir + "/data.mdb");
+  if (!fd.ok()) return false;
+  ::close(*fd);
+  return true;
+}
+
 // The shard paths of a WebDataset, canonical, in order.
 absl::StatusOr<std::vector<std::string>> ResolveShards(const DataRoot& root,
                                                        std::string_view user_path) {
@@ -310,11 +319,32 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::Open(const DataRoot& roo
     absl::StatusOr<dataset_internal::ResolvedPath> resolved =
         dataset_internal::ResolveUserPath(root, user_path);
     if (!resolved.ok()) return resolved.status();
+    const auto ends = [&](std::initializer_list<const char*> suffixes) {
+      for (const char* e : suffixes) {
+        if (absl::EndsWith(resolved->path, e)) return true;
+      }
+      return false;
+    };
     switch (format) {
       case DatasetFormat::kAuto:
-        format = resolved->is_dir                      ? DatasetFormat::kImageFolder
+        format = resolved->is_dir ? (HasLmdbData(root, resolved->path) ? DatasetFormat::kLmdb
+                                                                       : DatasetFormat::kImageFolder)
+                 : ends({".h5", ".hdf5", ".he5", ".H5"}) ? DatasetFormat::kHdf5
+                 : ends({".mdb", ".lmdb"})               ? DatasetFormat::kLmdb
                  : absl::EndsWith(resolved->path, ".json") ? DatasetFormat::kDecathlon
                                                        : DatasetFormat::kManifest;
+        break;
+      case DatasetFormat::kHdf5:
+        if (resolved->is_dir) {
+          return absl::InvalidArgumentError(
+              Cat("'", user_path, "' is a directory, not an HDF5 file"));
+        }
+        break;
+      case DatasetFormat::kLmdb:
+        if (resolved->is_dir && !HasLmdbData(root, resolved->path)) {
+          return absl::InvalidArgumentError(
+              Cat("'", user_path, "' holds no data.mdb (an LMDB's folder, or its data.mdb)"));
+        }
         break;
       case DatasetFormat::kImageFolder:
         if (!resolved->is_dir) {
@@ -348,9 +378,11 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::Open(const DataRoot& roo
   canonical.masks = masks;
   const std::string cache_name = name + canonical.identity();
 
-  // The cache first.
+  const bool records = format == DatasetFormat::kHdf5 || format == DatasetFormat::kLmdb;
+  // The cache first (record files are not cached: their index is read from
+  // their headers and keys).
   std::string cache_file;
-  if (!options.cache_dir.empty()) {
+  if (!options.cache_dir.empty() && !records) {
     if (mkdir(options.cache_dir.c_str(), 0700) != 0 && errno != EEXIST) {
       dataset->warnings_.push_back(
           Cat("index cache ", options.cache_dir, " cannot be created: ", std::strerror(errno)));
@@ -402,6 +434,16 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::Open(const DataRoot& roo
     status = dataset_internal::IndexManifest(root, name, options.label_files, &index);
   } else if (format == DatasetFormat::kDecathlon) {
     status = dataset_internal::IndexDecathlon(root, name, &index);
+  } else if (records) {
+    const std::string file =
+        format == DatasetFormat::kLmdb && HasLmdbData(root, name)
+            ? (name.empty() ? std::string("data.mdb") : name + "/data.mdb")
+            : name;
+    uint32_t raw[3] = {0, 0, 0};
+    status = dataset_internal::IndexRecords(root, format, file, options, &index, raw);
+    dataset->raw_height_ = raw[0];
+    dataset->raw_width_ = raw[1];
+    dataset->raw_channels_ = raw[2];
   } else if (format == DatasetFormat::kCoco) {
     status = dataset_internal::IndexCoco(root, name, annotations, &index);
   } else if (format == DatasetFormat::kPairedFolders) {
@@ -427,6 +469,8 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::Open(const DataRoot& roo
             ? Cat("dataset.json '", user_path, "' lists no training entry")
         : format == DatasetFormat::kCoco
             ? Cat("annotations '", options.annotations, "' list no image")
+        : records
+            ? Cat("record file '", user_path, "' holds no sample")
             : Cat("no sample with a .jpg/.jpeg member in the shards '", user_path, "'"));
   }
   if (options.progress) options.progress(index.size());

@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "server/dataset/records.h"
 
 namespace stoker {
 
@@ -71,6 +72,8 @@ enum class DatasetFormat {
   kCoco = 4,
   kPairedFolders = 5,
   kDecathlon = 6,
+  kHdf5 = 7,
+  kLmdb = 8,
 };
 
 // How Dataset::Open indexes, and where it may keep what it indexed.
@@ -118,6 +121,15 @@ struct IndexOptions {
   // file (a volume set's segmentation: the entry's mask), not an integer.
   // A volume session sets it.
   bool label_files = false;
+  // Record files (kHdf5, kLmdb; records.h's RecordTarget): the images'
+  // dataset in the HDF5 file, the labels' file (relative to the root, or
+  // absolute beneath it) and its dataset. Part of the dataset's identity.
+  std::string record_images;
+  std::string record_labels;
+  std::string record_labels_key;
+  // Who parses a record file (the daemon's: a sandboxed worker, through its
+  // VideoProber). Unset: record files cannot be opened (FAILED_PRECONDITION).
+  std::function<absl::StatusOr<RecordIndex>(const RecordTarget&)> index_records;
 
   // The options above that change what an index holds, as bits: part of
   // every key an index is kept under (the daemon's table of open datasets,
@@ -137,6 +149,9 @@ struct IndexOptions {
     if (!extensions.empty()) {
       id += "\nextensions:";
       for (const std::string& e : extensions) id += e + "\t";
+    }
+    if (!record_images.empty() || !record_labels.empty() || !record_labels_key.empty()) {
+      id += "\nrecords:" + record_images + "\t" + record_labels + "\t" + record_labels_key;
     }
     return id;
   }
@@ -245,10 +260,22 @@ class Dataset {
   //    image given as a list of files (one a channel) is INVALID_ARGUMENT
   //    naming the entry: stoker reads a sample's channels from one 4-D file,
   //    as the Decathlon stores them. Other keys are ignored.
+  //  - kHdf5 / kLmdb: a record file (records.h): an HDF5 file's image
+  //    array (options.record_images, default "x") or an LMDB's encoded
+  //    images (the dataset path is the LMDB's folder, or its data.mdb), one
+  //    entry a row or value, each a byte range of the file (display(i) is
+  //    "file:i"), labels from options.record_labels (an HDF5 file's
+  //    record_labels_key dataset, default "y", or a text file), or the HDF5
+  //    file's own "y", else -1. The file is parsed by options.index_records
+  //    (a sandboxed worker's); raw arrays' shape is raw_height() etc. Never
+  //    cached in cache_dir (indexing reads only the file's headers and
+  //    keys); re-indexed when the file or the labels file changes.
   //  - kAuto: options.annotations set is COCO, options.masks paired
   //    folders; a brace pattern or a .tar
-  //    file is WebDataset, a directory an ImageFolder, a .json file a
-  //    Decathlon dataset.json, another file a manifest.
+  //    file is WebDataset; a .h5/.hdf5/.he5 file HDF5; a folder holding a
+  //    data.mdb, or a .mdb/.lmdb file, LMDB; another directory an
+  //    ImageFolder, a .json file a Decathlon dataset.json, another file a
+  //    manifest.
   // Every entry is confined to the root (PERMISSION_DENIED naming the entry;
   // ImageFolder files: see above). A dataset path outside the root is
   // PERMISSION_DENIED too, with the same hint (stokerd --data-root, or
@@ -284,6 +311,12 @@ class Dataset {
   // the user gave. Other formats: display(i), relative to the data root.
   std::string listed_path(uint64_t i) const;
   int64_t label(uint64_t i) const { return a_.labels[i]; }
+  // Record files of raw image arrays (HDF5): each entry's range is
+  // raw_height() x raw_width() x raw_channels() bytes of pixels (records.h);
+  // all 0 for every other dataset (entries are encoded images).
+  uint32_t raw_height() const { return raw_height_; }
+  uint32_t raw_width() const { return raw_width_; }
+  uint32_t raw_channels() const { return raw_channels_; }
   // Whether entries have masks (a segmentation set), and entry i's mask
   // file relative to the root ("" for an entry without one).
   // WebDataset: the mask is a member of the entry's shard (mask_path(i) is
@@ -391,6 +424,9 @@ class Dataset {
   std::vector<std::string> warnings_;
   bool from_cache_ = false;
   uint32_t max_boxes_ = 0;
+  uint32_t raw_height_ = 0;
+  uint32_t raw_width_ = 0;
+  uint32_t raw_channels_ = 0;
   std::unique_ptr<Storage> storage_;
 };
 

@@ -474,7 +474,7 @@ TEST_CASE("Dataset::Open: errors for paths and formats", "[dataset]") {
       Dataset::Open(*root, "list.txt", DatasetFormat::kImageFolder).status()));
   CHECK(absl::IsInvalidArgument(Dataset::Open(*root, "empty", DatasetFormat::kManifest).status()));
   CHECK(absl::IsInvalidArgument(
-      Dataset::Open(*root, "list.txt", static_cast<DatasetFormat>(7)).status()));
+      Dataset::Open(*root, "list.txt", static_cast<DatasetFormat>(99)).status()));
 }
 
 TEST_CASE("Manifest: entries, comments, CRLF, labels", "[dataset][manifest]") {

@@ -148,6 +148,11 @@ absl::Status IndexManifest(const DataRoot& root, const std::string& file, bool l
 // Indexes the Medical Segmentation Decathlon dataset.json at the canonical
 // file path `file`. See Dataset::Open.
 absl::Status IndexDecathlon(const DataRoot& root, const std::string& file, DatasetIndex* out);
+// kHdf5 / kLmdb: `file` is the HDF5 file or the LMDB's data.mdb; raw_shape
+// gets the raw images' height, width and channels (0s: encoded).
+absl::Status IndexRecords(const DataRoot& root, DatasetFormat format, const std::string& file,
+                             const IndexOptions& options, DatasetIndex* out,
+                             uint32_t raw_shape[3]);
 
 // `text` with the bare NaN, Infinity and -Infinity that Python's json module
 // writes (not JSON) quoted, as protobuf's JSON parser takes them for double

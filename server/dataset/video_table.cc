@@ -299,4 +299,47 @@ uint64_t VideoTable::memory_bytes() const {
   return bytes;
 }
 
+absl::StatusOr<RecordIndex> VideoProber::IndexRecords(const RecordTarget& target) {
+  ProbeTarget t;
+  t.record_kind = static_cast<uint32_t>(target.kind);
+  for (const std::string* part :
+       {&target.file, &target.images_key, &target.labels_file, &target.labels_key}) {
+    if (part->find('\0') != std::string::npos) {
+      return absl::InvalidArgumentError("a record file's names may not hold NUL");
+    }
+    t.path.append(*part);
+    t.path.push_back('\0');
+  }
+  t.display = target.file;
+  std::vector<ProbeOutcome> out = ProbeAll({t}, nullptr);
+  if (out.size() != 1) return absl::InternalError("the record file was not indexed");
+  ProbeOutcome& o = out[0];
+  if (!o.status.ok()) return o.status;
+  // What a worker says is checked as any input is: the ranges are checked
+  // again against the file when read.
+  const std::vector<int64_t>& v = o.pts;
+  if (v.size() % 3 != 0 || v.size() / 3 > kMaxRecords ||
+      (o.record_channels != 0 && o.record_channels != 1 && o.record_channels != 3)) {
+    return absl::InternalError("the worker indexing the record file answered out of protocol");
+  }
+  RecordIndex index;
+  index.height = o.record_height;
+  index.width = o.record_width;
+  index.channels = o.record_channels;
+  index.warning = std::move(o.warning);
+  const size_t n = v.size() / 3;
+  index.offsets.resize(n);
+  index.lengths.resize(n);
+  index.labels.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (v[3 * i] < 0 || v[3 * i + 1] <= 0) {
+      return absl::InternalError("the worker indexing the record file gave a bad range");
+    }
+    index.offsets[i] = static_cast<uint64_t>(v[3 * i]);
+    index.lengths[i] = static_cast<uint64_t>(v[3 * i + 1]);
+    index.labels[i] = v[3 * i + 2];
+  }
+  return index;
+}
+
 }  // namespace stoker

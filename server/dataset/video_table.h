@@ -29,7 +29,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "server/dataset/dataset.h"
+#include "server/dataset/records.h"
 
 namespace stoker {
 
@@ -47,7 +49,10 @@ struct VideoInfo {
 static_assert(sizeof(VideoInfo) == 32, "no padding: its bytes are its fields");
 
 // One video to index: a file beneath the data root, whole or a byte range.
+// Or a record file (records.h: record_kind != 0; `path` then packs the
+// RecordTarget's four strings, each ended by a NUL).
 struct ProbeTarget {
+  uint32_t record_kind = 0;  // 0: a video; else RecordKind
   std::string path;  // relative to the root (Dataset::path)
   bool has_range = false;
   uint64_t offset = 0;
@@ -62,6 +67,11 @@ struct ProbeOutcome {
   std::vector<int64_t> pts;        // sorted
   std::vector<int64_t> keyframes;  // sorted
   std::string warning;             // its packets stopped early (it is still used)
+  // A record file's: the raw images' shape (all 0: encoded values); `pts`
+  // holds (offset, length, label) for each sample.
+  uint32_t record_height = 0;
+  uint32_t record_width = 0;
+  uint32_t record_channels = 0;
 };
 
 // Thread-safe (the daemon's indexes several datasets at once).
@@ -71,6 +81,9 @@ class VideoProber {
   // One outcome per target, in order; `progress(done)` now and then.
   virtual std::vector<ProbeOutcome> ProbeAll(const std::vector<ProbeTarget>& targets,
                                              const std::function<void(uint64_t)>& progress) = 0;
+  // Indexes a record file (records.h) as ProbeAll does a video: through
+  // ProbeAll with one target of its kind, by default.
+  virtual absl::StatusOr<RecordIndex> IndexRecords(const RecordTarget& target);
 };
 
 class VideoTable {

@@ -350,7 +350,15 @@ absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) 
   io.mask_suffix = req.mask_suffix();
   io.extensions.assign(req.extensions().begin(), req.extensions().end());
   io.label_files = request->volume.has_value();
+  io.record_images = req.record_images();
+  io.record_labels = req.record_labels();
+  io.record_labels_key = req.record_labels_key();
+  if (prober_ != nullptr) {
+    io.index_records = [this](const RecordTarget& t) { return prober_->IndexRecords(t); };
+  }
   if (request->volume.has_value() && (req.format() == v1::DATASET_FORMAT_IMAGE_FOLDER ||
+                                      req.format() == v1::DATASET_FORMAT_HDF5 ||
+                                      req.format() == v1::DATASET_FORMAT_LMDB ||
                                       req.format() == v1::DATASET_FORMAT_WEBDATASET ||
                                       req.format() == v1::DATASET_FORMAT_COCO ||
                                       req.format() == v1::DATASET_FORMAT_PAIRED_FOLDERS)) {

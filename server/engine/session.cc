@@ -204,6 +204,9 @@ size_t BuildTaskMsg(const DaemonSession& s, const SampleTask& t, const TaskOptio
     msg->file_offset = ds.range_offset(entry);
     msg->file_length = ds.range_length(entry);
   }
+  msg->raw_height = ds.raw_height();
+  msg->raw_width = ds.raw_width();
+  msg->raw_channels = ds.raw_channels();
   msg->key.seed = s.plan.sampler.seed;
   msg->key.epoch = t.epoch;
   msg->key.dataset_index = t.index;

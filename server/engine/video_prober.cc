@@ -108,13 +108,15 @@ std::vector<ProbeOutcome> WorkerVideoProber::ProbeAll(
       msg->path_bytes = static_cast<uint32_t>(t.path.size());
       msg->probe_id = next;
       msg->has_range = t.has_range ? 1 : 0;
+      msg->kind = t.record_kind;
       msg->file_offset = t.offset;
       msg->file_length = t.length;
       msg->max_decode_pixels = options_.max_decode_pixels;
       msg->max_frames = options_.max_frames;
       std::memcpy(msg->path, t.path.data(), t.path.size());
       p.current = static_cast<int64_t>(next++);
-      p.deadline_ns = MonotonicNs() + timeout_ns;
+      // A record file may hold millions of samples: it gets longer.
+      p.deadline_ns = MonotonicNs() + (t.record_kind != 0 ? 10 * timeout_ns : timeout_ns);
       if (!SendWithFd(p.channel.get(), msg.get(), worker::ProbeHeaderBytes() + t.path.size(), -1)) {
         lose(p, absl::AbortedError("the worker indexing it could not be reached"), true);
       }
@@ -163,8 +165,9 @@ std::vector<ProbeOutcome> WorkerVideoProber::ProbeAll(
           std::memcpy(&m, buf.get(), sizeof(m));
           m.reason[sizeof(m.reason) - 1] = '\0';
           m.warning[sizeof(m.warning) - 1] = '\0';
+          const bool records = targets[static_cast<size_t>(p.current)].record_kind != 0;
           if (m.probe_id != static_cast<uint64_t>(p.current) || m.code > 16 ||
-              (m.code == 0 && m.frames + m.keyframes > max_values)) {
+              (m.code == 0 && m.frames + m.keyframes > (records ? 3 * kMaxRecords : max_values))) {
             bad = true;
           } else if (m.code != 0) {
             ProbeOutcome o;
@@ -176,6 +179,9 @@ std::vector<ProbeOutcome> WorkerVideoProber::ProbeAll(
             o = ProbeOutcome();
             o.info = m.info;
             o.warning = m.warning;
+            o.record_height = m.record_height;
+            o.record_width = m.record_width;
+            o.record_channels = m.record_channels;
             o.pts.reserve(m.frames);
             o.keyframes.reserve(m.keyframes);
             p.have_header = true;
@@ -222,8 +228,11 @@ std::vector<ProbeOutcome> WorkerVideoProber::ProbeAll(
     for (Proc& p : procs) {
       if (p.pid >= 0 && p.current >= 0 && now >= p.deadline_ns) {
         lose(p,
-             absl::DeadlineExceededError(absl::StrCat("indexing it took over ",
-                                                      options_.timeout_ms / 1000.0, " s")),
+             absl::DeadlineExceededError(absl::StrCat(
+                 "indexing it took over ",
+                 (targets[static_cast<size_t>(p.current)].record_kind != 0 ? 10 : 1) *
+                     options_.timeout_ms / 1000.0,
+                 " s")),
              true);
       }
     }

@@ -16,12 +16,6 @@
 namespace stoker::worker {
 namespace {
 
-void CopyText(std::string_view text, char (&out)[kReasonBytes]) {
-  const size_t n = std::min(text.size(), sizeof(out) - 1);
-  if (n != 0) std::memcpy(out, text.data(), n);
-  out[n] = '\0';
-}
-
 // The most a clip's decoded frames may take (64 frames of 4K).
 constexpr uint64_t kMaxClipBufferBytes = uint64_t{64} * 3840 * 2160 * 3;
 

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/dataset/dataset.h"
+#include "server/dataset/records.h"
 #include "server/image/ops/boxes.h"
 #include "server/image/decode/decode_memory.h"
 #include "server/image/decode/image_decoder.h"
@@ -59,12 +60,71 @@ absl::Status ReadRange(int fd, uint64_t begin, uint64_t length, std::vector<uint
   return absl::OkStatus();
 }
 
-// Reads the task's input into `buf`.
+// Reads the task's input into `buf`: the file's bytes, or a raw record's
+// pixels after the PNM header that makes them an image.
 absl::Status ReadInput(const TaskMsg& t, const Input& in, std::vector<uint8_t>* buf) {
   if (t.simulate_latency_us != 0 && !Cached(in.fd.get(), in.begin)) {
     ::usleep(t.simulate_latency_us);
   }
-  return ReadRange(in.fd.get(), in.begin, in.length, buf);
+  if (t.raw_channels == 0) return ReadRange(in.fd.get(), in.begin, in.length, buf);
+  const uint64_t pixels = uint64_t{t.raw_height} * t.raw_width * t.raw_channels;
+  if ((t.raw_channels != 1 && t.raw_channels != 3) || in.length != pixels) {
+    return absl::InvalidArgumentError(absl::StrCat("a raw record of ", in.length, " bytes is not ",
+                                                   t.raw_height, "x", t.raw_width, "x",
+                                                   t.raw_channels, " pixels"));
+  }
+  const std::string header = PnmHeader(t.raw_height, t.raw_width, t.raw_channels);
+  buf->resize(header.size() + pixels);
+  std::memcpy(buf->data(), header.data(), header.size());
+  absl::StatusOr<size_t> got =
+      ReadFullyAt(in.fd.get(), in.begin, buf->data() + header.size(), pixels, "the file");
+  if (!got.ok()) return got.status();
+  if (*got != pixels) return absl::DataLossError("file shrank while being read");
+  return absl::OkStatus();
+}
+
+// Indexes a record file (kProbeHdf5 / kProbeLmdb): `values` gets (offset,
+// length, label) for each sample.
+void ProbeRecords(const ProbeMsg& m, int data_root, ProbeResultMsg* r,
+                  std::vector<int64_t>* values) {
+  values->clear();
+  std::string_view packed(m.path, m.path_bytes);
+  std::string parts[4];
+  for (std::string& part : parts) {
+    const size_t end = packed.find('\0');
+    if (end == std::string_view::npos) {
+      r->code = static_cast<uint32_t>(absl::StatusCode::kInvalidArgument);
+      CopyText("malformed record probe", r->reason);
+      return;
+    }
+    part = std::string(packed.substr(0, end));
+    packed.remove_prefix(end + 1);
+  }
+  RecordTarget target;
+  target.kind = m.kind == kProbeLmdb ? RecordKind::kLmdb : RecordKind::kHdf5;
+  target.file = parts[0];
+  target.images_key = parts[1];
+  target.labels_file = parts[2];
+  target.labels_key = parts[3];
+  absl::StatusOr<RecordIndex> index = IndexRecordFile(data_root, target);
+  if (!index.ok()) {
+    r->code = static_cast<uint32_t>(index.status().code());
+    CopyText(std::string(index.status().message()), r->reason);
+    return;
+  }
+  r->code = 0;
+  r->record_height = index->height;
+  r->record_width = index->width;
+  r->record_channels = index->channels;
+  CopyText(index->warning, r->warning);
+  const size_t n = index->offsets.size();
+  values->resize(3 * n);
+  for (size_t i = 0; i < n; ++i) {
+    (*values)[3 * i] = static_cast<int64_t>(index->offsets[i]);
+    (*values)[3 * i + 1] = static_cast<int64_t>(index->lengths[i]);
+    (*values)[3 * i + 2] = index->labels[i];
+  }
+  r->frames = values->size();
 }
 
 // Whether a task's box arrays lie within its ring's `bytes` of data, aligned.
@@ -368,7 +428,11 @@ int Serve(const WorkerFds& fds) {
         ProbeResultMsg r{};
         r.type = kProbeResult;
         r.probe_id = m.probe_id;
-        ProbeVideo(m, fds.data_root, &r, &probe_values);
+        if (m.kind == kProbeVideo) {
+          ProbeVideo(m, fds.data_root, &r, &probe_values);
+        } else {
+          ProbeRecords(m, fds.data_root, &r, &probe_values);
+        }
         if (!SendAll(fds.channel, &r, sizeof(r))) return 1;
         ProbePtsMsg chunk;
         for (size_t at = 0; at < probe_values.size(); at += kProbePtsPerMsg) {

@@ -20,8 +20,11 @@
 #ifndef STOKER_SERVER_WORKER_WORKER_PROTOCOL_H_
 #define STOKER_SERVER_WORKER_WORKER_PROTOCOL_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <string_view>
 #include <type_traits>
 
 #include "server/dataset/video_table.h"
@@ -101,6 +104,12 @@ struct TaskMsg {
   uint64_t file_offset = 0;   // with has_range: read [file_offset, file_offset + file_length)
   uint64_t file_length = 0;
   uint32_t has_range = 0;     // 0: read the whole file
+  // A raw record (an HDF5 image array's row, server/dataset/records.h): the
+  // input is raw_height x raw_width x raw_channels bytes of pixels, decoded
+  // as the PNM image of them. All 0: an encoded image.
+  uint32_t raw_height = 0;
+  uint32_t raw_width = 0;
+  uint32_t raw_channels = 0;
   uint64_t max_file_bytes = 0;
   image::SampleKey key;
   image::PipelineParams params;
@@ -160,16 +169,21 @@ enum TaskCache : uint32_t {
   kTaskCacheReadWrite = 2,  // and write the copy of a multi-scan original that has none
 };
 
-// Indexes one video (video::Probe) of the file at `path` beneath the data
-// root (its byte range with has_range). Answered by one ProbeResultMsg and,
-// when it succeeded, ceil((frames + keyframes) / kProbePtsPerMsg)
-// ProbePtsMsgs: the frames' pts then the keyframes', in order.
+// Indexes one file beneath the data root. kProbeVideo: one video
+// (video::Probe) at `path` (its byte range with has_range), answered by one
+// ProbeResultMsg and, when it succeeded, ceil((frames + keyframes) /
+// kProbePtsPerMsg) ProbePtsMsgs: the frames' pts then the keyframes', in
+// order. kProbeHdf5 / kProbeLmdb: a record file (server/dataset/records.h);
+// `path` is the RecordTarget's file, images_key, labels_file and labels_key,
+// each ended by a NUL; the answer's `frames` values are (offset, length,
+// label) for each sample, its record_* fields the raw images' shape.
+enum ProbeKind : uint32_t { kProbeVideo = 0, kProbeHdf5 = 1, kProbeLmdb = 2 };
 struct ProbeMsg {
   uint32_t type = kProbe;
   uint32_t path_bytes = 0;
   uint64_t probe_id = 0;
   uint32_t has_range = 0;
-  uint32_t reserved = 0;
+  uint32_t kind = kProbeVideo;  // ProbeKind
   uint64_t file_offset = 0;
   uint64_t file_length = 0;
   uint64_t max_file_bytes = 0;  // 0: no cap
@@ -185,6 +199,10 @@ struct ProbeResultMsg {
   uint64_t frames = 0;
   uint64_t keyframes = 0;
   VideoInfo info;
+  uint32_t record_height = 0;  // RecordIndex's (kProbeHdf5 / kProbeLmdb)
+  uint32_t record_width = 0;
+  uint32_t record_channels = 0;
+  uint32_t reserved = 0;
   char warning[kReasonBytes];  // NUL-terminated
   char reason[kReasonBytes];   // NUL-terminated when code != 0
 };
@@ -251,6 +269,13 @@ enum PreparedEntryKind : uint32_t {
 };
 
 inline constexpr uint64_t TaskHeaderBytes() { return offsetof(TaskMsg, path); }
+// Copies `text` into a message's NUL-terminated text field, cut to fit.
+inline void CopyText(std::string_view text, char (&out)[kReasonBytes]) {
+  const size_t n = std::min(text.size(), sizeof(out) - 1);
+  if (n != 0) std::memcpy(out, text.data(), n);
+  out[n] = '\0';
+}
+
 inline constexpr uint64_t ProbeHeaderBytes() { return offsetof(ProbeMsg, path); }
 
 // The structs cross as bytes. A task (the op list is most of its header)

@@ -43,6 +43,9 @@ absl::Status ApplyWorkerSandbox() {
       "pwrite64",
       // ... and claimed with flock (volume_cache.h's ClaimEntry).
       "flock",
+      // HDF5's H5Fopen resolves the name it is given with realpath(3)
+      // (indexing a record file, records.h): link targets, no file access.
+      "readlink",      "readlinkat",
       // PageResidency, for the test-only --simulate-read-latency-us: it
       // tells only whether pages of a file this worker has open are cached.
       "mincore",

@@ -76,6 +76,8 @@ enum class DatasetFormat {
   kCoco = 4,
   kPairedFolders = 5,
   kDecathlon = 6,  // a Medical Segmentation Decathlon dataset.json (volumes)
+  kHdf5 = 7,       // an HDF5 file's image array (AttachOptions::record_*)
+  kLmdb = 8,       // an LMDB of encoded images
 };
 enum class FailurePolicy { kSkip = 1, kError = 2 };
 
@@ -102,6 +104,13 @@ struct AttachOptions {
   std::string masks;
   std::string image_suffix;
   std::string mask_suffix;
+  // Record files (kHdf5, kLmdb; AttachRequest.record_images and the rest):
+  // the HDF5 images' dataset ("" : "x"), the labels' file (an HDF5 file or
+  // a text file of one integer a line; "" : the HDF5 file's own "y", if
+  // any) and its dataset ("" : "y").
+  std::string record_images;
+  std::string record_labels;
+  std::string record_labels_key;
   // The decode/augment pipeline as data: a JSON object of pipeline keywords,
   // the same ones Python's Loader and `stokerctl consume` take; their names,
   // defaults and checks are in pipeline/pipeline_spec.h. Empty: "{}",

@@ -311,6 +311,15 @@ class Loader(_PipelineMixin, _EpochsMixin, _ResumeMixin, _BatchesMixin):
             mask_suffix="_gtFine_labelIds"); images without a mask are left
             out. The loader yields (images, masks) as for a manifest with a
             mask column.
+        record_images, record_labels, record_labels_key: for a record file
+            (`dataset` an HDF5 file, .h5/.hdf5, or an LMDB's folder):
+            record_images is the HDF5 dataset of N x H x W [x C] uint8 images
+            (default "x", PatchCamelyon's), record_labels a file of labels
+            (an HDF5 file, its dataset record_labels_key, default "y":
+            PatchCamelyon's y file; or a text file of one integer a line),
+            by default the HDF5 file's own "y" if it has one, else -1. An
+            LMDB's values are encoded images keyed "0", "1", ... (README,
+            Records).
         box_min_size, box_min_visibility: for a dataset with boxes: after
             the ops, a box is kept when its width and height are > 0 and at
             least box_min_size pixels (default 0; torchvision v2's
@@ -386,6 +395,9 @@ class Loader(_PipelineMixin, _EpochsMixin, _ResumeMixin, _BatchesMixin):
         masks: Optional[Union[str, "os.PathLike[str]"]] = None,
         image_suffix: str = "",
         mask_suffix: str = "",
+        record_images: Optional[str] = None,
+        record_labels: Optional[Union[str, "os.PathLike[str]"]] = None,
+        record_labels_key: Optional[str] = None,
         box_min_size: Any = _UNSET,
         box_min_visibility: Any = _UNSET,
         pad_to_multiple: Optional[int] = None,
@@ -576,6 +588,12 @@ class Loader(_PipelineMixin, _EpochsMixin, _ResumeMixin, _BatchesMixin):
         if masks is not None:
             self._options.update(masks=os.fspath(masks), image_suffix=image_suffix,
                                  mask_suffix=mask_suffix)
+        if record_labels is not None:
+            self._options["record_labels"] = os.fspath(record_labels)
+        if record_images is not None:
+            self._options["record_images"] = record_images
+        if record_labels_key is not None:
+            self._options["record_labels_key"] = record_labels_key
         if video is not None:
             self._options.update(video["options"])
             self._options.update(clip_options)
@@ -680,7 +698,7 @@ class Loader(_PipelineMixin, _EpochsMixin, _ResumeMixin, _BatchesMixin):
         if self._private_wanted:
             # Paths the caller named are the caller's: relative to the working
             # folder (the private daemon's root is "/" or data_root).
-            for key in ("annotations", "masks"):
+            for key in ("annotations", "masks", "record_labels"):
                 if key in options and os.path.exists(options[key]):
                     options[key] = os.path.abspath(options[key])
         elif self._private_root is not None:
