@@ -190,3 +190,25 @@ def test_bad_records_are_sample_failures_and_bad_files_clear_errors(stoker, daem
         first_batch(stoker, "fake.lmdb", socket=d.socket)
     # The daemon lives on and still serves.
     assert stoker.Client(d.socket).status()["state"] == "serving"
+
+
+def test_a_transform_that_sizes_nothing_takes_the_arrays_size(stoker, daemon_factory, tmp_path):
+    T = pytest.importorskip("torchvision.transforms")
+    root = str(tmp_path)
+    x, y = pcam_like(root, n=12, h=32, w=40)
+    d = daemon_factory(workers=2, data_root=root)
+    mean, std = [0.7, 0.55, 0.7], [0.15, 0.17, 0.13]
+    transform = T.Compose([T.RandomHorizontalFlip(p=1.0), T.ToTensor(), T.Normalize(mean, std)])
+    with stoker.Loader("pcam/train_x.h5", socket=d.socket, record_labels="pcam/train_y.h5",
+                       transform=transform, size=(32, 40), batch_size=4, shuffle=False,
+                       epochs=1) as ld:
+        images, labels, _ = all_batches(ld)
+    want = torch.stack([transform(Image.fromarray(img)) for img in x])
+    assert images.dtype == torch.float32 and images.shape == want.shape
+    assert torch.allclose(images, want, atol=1e-5)
+    assert np.array_equal(labels.numpy(), y)
+    # A transform that sizes its images still decides the size alone.
+    with pytest.raises(stoker.InvalidRequestError,
+                       match="size is decided by the transform's RandomCrop"):
+        stoker.Loader("pcam/train_x.h5", socket=d.socket,
+                      transform=T.Compose([T.RandomCrop(16), T.ToTensor()]), size=(32, 40))

@@ -193,9 +193,12 @@ class Loader(_PipelineMixin, _EpochsMixin, _ResumeMixin, _BatchesMixin):
             "padding": [4]}}, {"RandomHorizontalFlip": {}}]``. Not with
             ``transform`` (which is read into ops) or the preset's keywords.
         size: the output size, an int or (height, width): the preset's crop,
-            or with ``ops`` the size every image must come out at. Each
-            image's own size (no size, no fixed-size op) is batched by
-            ``pad_to_multiple`` (or as a list: see there).
+            or with ``ops`` the size every image must come out at; with a
+            ``transform`` that sizes nothing (no crop, no Resize: an HDF5
+            array's images, all one size), the size every image has, so
+            that they stack (others fail as samples). Each image's own size
+            (no size, no fixed-size op) is batched by ``pad_to_multiple``
+            (or as a list: see there).
         resize_size: the eval preset's Resize (its shorter side).
         scale, ratio: the train preset's RandomResizedCrop ranges.
         flip_prob: the train preset's RandomHorizontalFlip probability.
@@ -490,12 +493,22 @@ class Loader(_PipelineMixin, _EpochsMixin, _ResumeMixin, _BatchesMixin):
                 raise _native.InvalidRequestError(
                     f"transform= and ops= both given: both are the op list (transform= is read "
                     f"into ops: {_transforms.step_setting('ops', transform)}). Give one")
-            for k, v in list(given.items())[:1]:
+            # size= beside a transform that sizes nothing is the images' own
+            # size (an HDF5 array's: every image must be it), which lets
+            # them be stacked; any other keyword is the transform's to say.
+            own_size = given.get("size") if (
+                "size" in given
+                and _transforms.step_setting("size", transform).startswith("the transform")
+            ) else None
+            for k, v in [kv for kv in given.items() if kv[0] != "size" or own_size is None][:1]:
+                where = _transforms.step_setting(k, transform)
+                by = where if where.startswith("the transform") else f"the transform's {where}"
                 raise _native.InvalidRequestError(
-                    f"transform= and {k}={v!r} both given: {k} is decided by the transform's "
-                    f"{_transforms.step_setting(k, transform)}. Drop {k}=, or change the "
-                    "transform")
+                    f"transform= and {k}={v!r} both given: {k} is decided by {by}. Drop {k}=, "
+                    "or change the transform")
             given = _transforms.loader_options(transform)
+            if own_size is not None:
+                given["size"] = own_size
         if video is not None:
             if given:
                 raise _native.InvalidRequestError(
