@@ -24,6 +24,7 @@ import io
 import os
 import struct
 import sys
+import zipfile
 
 from PIL import Image
 
@@ -195,6 +196,15 @@ def volume_seeds():
     out["npy_f_int16"] = npy("<i2", True, (8, 6, 4), ramp16)
     out["npy_4d_f4_be"] = npy(">f4", False, (2, 5, 4, 3), f32be)
     out["npy_bool"] = npy("|b1", False, (6, 5), bytes(i % 3 for i in range(30)))
+    # .npz archives as np.savez / np.savez_compressed write them (zip64
+    # member sizes, as numpy forces).
+    for name, method in (("npz_stored", zipfile.ZIP_STORED), ("npz_deflated", zipfile.ZIP_DEFLATED)):
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w", compression=method) as z:
+            for key, data in (("data", out["npy_c_int16"]), ("seg", out["npy_f_int16"])):
+                with z.open(key + ".npy", "w", force_zip64=True) as f:
+                    f.write(data)
+        out[name] = buf.getvalue()
     return out
 
 

@@ -1,5 +1,5 @@
 // libFuzzer target: the volume readers (server/volume/reader.h: NIfTI plain
-// or gzip'd, NumPy .npy) on arbitrary bytes: a volume or an error, never a
+// or gzip'd, NumPy .npy and .npz) on arbitrary bytes: a volume or an error, never a
 // crash, a hang, a read past its buffers or an allocation past the limits
 // (a gzip bomb included: nothing is inflated past the header's voxels).
 

@@ -1,7 +1,9 @@
 #include "pipeline/volume_pipeline.h"
 
 #include <cmath>
+#include <cstring>
 #include <string>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -74,10 +76,30 @@ class Planner {
       return Bad(absl::StrCat("num_samples x channels x the patch is ", volume::PatchImageBytes(p),
                               " bytes a volume, over the ", kMaxPatchBytes, " a sample may have"));
     }
-    // The entries' key: the prefix, and the spacing given to .npy files.
-    p.recipe_hash = p.spacing[0] == 0 ? volume::RecipeHash(volume::RecipeOf(p))
-                                      : Hash64(p.spacing, sizeof(p.spacing),
-                                               volume::RecipeHash(volume::RecipeOf(p)));
+    for (const auto& [keys, out, what] :
+         {std::tuple{&effective_.npz_keys(), &p.npz_keys, "npz_keys"},
+          std::tuple{&effective_.label_npz_keys(), &p.label_npz_keys, "label_npz_keys"}}) {
+      std::string joined;
+      for (const std::string& k : *keys) {
+        if (k.empty() || k.find_first_of(std::string("\n\0", 2)) != std::string::npos) {
+          return Bad(absl::StrCat(what, ": '", k, "' is not an array's name"));
+        }
+        joined += (joined.empty() ? "" : "\n") + k;
+      }
+      if (joined.size() >= sizeof(*out)) {
+        return Bad(absl::StrCat(what, ": ", joined.size(), " bytes of names, at most ",
+                                sizeof(*out) - 1));
+      }
+      std::memcpy(*out, joined.data(), joined.size());
+    }
+    // The entries' key: the prefix, the spacing given to .npy files and
+    // the .npz arrays read.
+    p.recipe_hash = volume::RecipeHash(volume::RecipeOf(p));
+    if (p.spacing[0] != 0) p.recipe_hash = Hash64(p.spacing, sizeof(p.spacing), p.recipe_hash);
+    if (p.npz_keys[0] != 0 || p.label_npz_keys[0] != 0) {
+      p.recipe_hash = Hash64(p.npz_keys, sizeof(p.npz_keys), p.recipe_hash);
+      p.recipe_hash = Hash64(p.label_npz_keys, sizeof(p.label_npz_keys), p.recipe_hash);
+    }
     plan_.effective = effective_;
     return plan_;
   }

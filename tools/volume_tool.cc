@@ -1,8 +1,9 @@
 // stoker-volume-tool: volumes without a daemon, for tests and looking at a
 // file.
 //
-//   read FILE [--out RAW] [--spacing X,Y,Z]  reads FILE (a NIfTI or a .npy,
-//        server/volume/reader.h; --spacing for a .npy) and prints one
+//   read FILE [--out RAW] [--spacing X,Y,Z] [--npz-key K]...  reads FILE (a
+//        NIfTI, a .npy or an .npz, server/volume/reader.h; --spacing for
+//        NumPy files, --npz-key for an .npz's arrays) and prints one
 //        JSON line {"type", "shape": [ni, nj, nk], "channels", "spacing",
 //        "affine": 16 numbers row-major, "scaled", "slope", "inter"}; with
 //        --out, writes its values as float32 (volume.h's ToFloat32) in
@@ -233,14 +234,16 @@ int Affine(const AffineArgs& a) {
   return WriteRaw(a.out, out.data(), out.size() * sizeof(float)) ? 0 : 1;
 }
 
-int Read(const std::string& path, const std::string& out, const std::array<double, 3>& spacing) {
+int Read(const std::string& path, const std::string& out, const std::array<double, 3>& spacing,
+         const std::vector<std::string>& npz_keys) {
   using stoker::volume::Volume;
   stoker::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) {
     std::fprintf(stderr, "%s: cannot open\n", path.c_str());
     return 1;
   }
-  absl::StatusOr<Volume> v = stoker::volume::ReadVolume(fd.get(), 0, 0, path, {}, spacing);
+  absl::StatusOr<Volume> v =
+      stoker::volume::ReadVolume(fd.get(), 0, 0, path, {}, spacing, npz_keys);
   if (!v.ok()) return Fail(v.status());
   std::vector<std::string> affine;
   for (double a : v->affine) affine.push_back(Number(a));
@@ -282,6 +285,8 @@ int main(int argc, char** argv) {
   read->add_option("--out", out, "write the values here as float32, voxel order");
   std::vector<double> spacing;
   read->add_option("--spacing", spacing, "a .npy's voxel sizes")->delimiter(',')->expected(3);
+  std::vector<std::string> npz_keys;
+  read->add_option("--npz-key", npz_keys, "an .npz's array to read (repeat: channels)");
   CLI::App* prefix = app.add_subcommand("prefix", "a volume through the deterministic prefix");
   PrefixArgs pa;
   prefix->add_option("file", pa.path, "a .nii, .nii.gz or .npy")->required();
@@ -323,5 +328,5 @@ int main(int argc, char** argv) {
   }
   std::array<double, 3> s = {0, 0, 0};
   if (spacing.size() == 3) s = {spacing[0], spacing[1], spacing[2]};
-  return Read(path, out, s);
+  return Read(path, out, s, npz_keys);
 }

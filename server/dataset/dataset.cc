@@ -226,6 +226,9 @@ absl::StatusOr<std::string> Dataset::CanonicalName(const DataRoot& root,
 
 std::string Dataset::display(uint64_t i) const {
   std::string out(path(i));
+  for (size_t at = out.find('\0'); at != std::string::npos; at = out.find('\0', at)) {
+    out.replace(at, 1, ", ");  // a volume's channel files (kDecathlon)
+  }
   if (a_.name_offsets.size != 0) {
     out.push_back(':');
     out.append(a_.names.data + a_.name_offsets[i], a_.name_offsets[i + 1] - a_.name_offsets[i]);

@@ -257,9 +257,10 @@ class Dataset {
   //    relative to the json's folder ("./imagesTr/x.nii.gz") and confined
   //    like a manifest's (not stat'ed); label -1; class_names() from its
   //    "labels" map ({"0": "background", "1": "spleen"}, by number). An
-  //    image given as a list of files (one a channel) is INVALID_ARGUMENT
-  //    naming the entry: stoker reads a sample's channels from one 4-D file,
-  //    as the Decathlon stores them. Other keys are ignored.
+  //    image given as a list of files (BraTS' modalities, one a channel, as
+  //    MONAI's LoadImaged stacks them) has them all in path(i), in order,
+  //    each ended by a NUL but the last (display(i) joins them with ", ").
+  //    Other keys are ignored.
   //  - kHdf5 / kLmdb: a record file (records.h): an HDF5 file's image
   //    array (options.record_images, default "x") or an LMDB's encoded
   //    images (the dataset path is the LMDB's folder, or its data.mdb), one

@@ -635,6 +635,18 @@ TEST_CASE("Volume sets: a Decathlon dataset.json and a manifest whose label colu
     CHECK((*d)->mask_path(1) == "Task09_Spleen/labelsTr/spleen_3.nii.gz");
     CHECK((*d)->class_names() == std::vector<std::string>{"background", "spleen"});
   }
+  // BraTS as MONAI's tutorials list it: an image's modalities, a file each.
+  tmp.Write("root/brats/dataset.json", R"({"training": [
+      {"image": ["./a/t1.nii.gz", "./a/t1ce.nii.gz", "./a/t2.nii.gz", "./a/flair.nii.gz"],
+       "label": "./a/seg.nii.gz"}]})");
+  auto brats = Dataset::Open(*root, "brats/dataset.json", DatasetFormat::kAuto);
+  REQUIRE(brats.ok());
+  CHECK((*brats)->path(0) == std::string("brats/a/t1.nii.gz\0brats/a/t1ce.nii.gz\0"
+                                         "brats/a/t2.nii.gz\0brats/a/flair.nii.gz", 76));
+  CHECK((*brats)->display(0) ==
+        "brats/a/t1.nii.gz, brats/a/t1ce.nii.gz, brats/a/t2.nii.gz, brats/a/flair.nii.gz");
+  CHECK((*brats)->mask_path(0) == "brats/a/seg.nii.gz");
+
   IndexOptions volumes;
   volumes.label_files = true;
   auto m = Dataset::Open(*root, "vols/list.txt", DatasetFormat::kManifest, volumes);
@@ -649,7 +661,10 @@ TEST_CASE("Volume sets: a Decathlon dataset.json and a manifest whose label colu
       {"[]", "not a JSON object"},
       {R"({"training": {}})", "has no \"training\" list"},
       {R"({"training": [{"label": "a.nii"}]})", "training[0] has no \"image\""},
-      {R"({"training": [{"image": ["t1.nii", "t2.nii"]}]})", "is a list of 2 files"},
+      {R"({"training": [{"image": "a.nii", "label": ["l1.nii", "l2.nii"]}]})",
+       "is a list of 2 files: a label is one file"},
+      {R"({"training": [{"image": []}]})", "an image's channels are 1 to 16 files"},
+      {R"({"training": [{"image": ["a.nii", "../../x.nii"]}]})", "leaves the data root"},
       {R"({"training": [{"image": "../../../x.nii"}]})", "leaves the data root"},
       {R"({"training": []})", "lists no training entry"},
   };

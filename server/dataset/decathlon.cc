@@ -17,16 +17,32 @@ namespace stoker {
 namespace dataset_internal {
 namespace {
 
+// The most files an image's channels may be given as (BraTS: 4).
+constexpr int kMaxChannelFiles = 16;
+
 // A file the json names (relative to its folder `dir`, "./" or not),
-// normalized beneath the root and appended to `out`.
+// normalized beneath the root and appended to `out`; an image's list of
+// files (its channels) appended each after a NUL (Dataset::Open, kDecathlon).
 absl::Status AppendFile(std::string_view json, std::string_view dir, size_t entry,
                         std::string_view key, const google::protobuf::Value& v, std::string* out) {
   if (v.kind_case() == google::protobuf::Value::kListValue) {
-    return absl::InvalidArgumentError(
-        Cat("dataset.json '", json, "': training[", entry, "].", key, " is a list of ",
-            v.list_value().values_size(),
-            " files: stoker reads a volume's channels from one 4-D file (as the Decathlon stores "
-            "them); stack them into one"));
+    const auto& files = v.list_value().values();
+    if (key != "image" || files.empty() || files.size() > kMaxChannelFiles) {
+      return absl::InvalidArgumentError(Cat(
+          "dataset.json '", json, "': training[", entry, "].", key, " is a list of ", files.size(),
+          " files: ", key != "image" ? "a label is one file"
+                                     : Cat("an image's channels are 1 to ", kMaxChannelFiles,
+                                           " files")));
+    }
+    for (int k = 0; k < files.size(); ++k) {
+      if (k != 0) out->push_back('\0');
+      if (files[k].kind_case() == google::protobuf::Value::kListValue) {
+        return absl::InvalidArgumentError(Cat("dataset.json '", json, "': training[", entry, "].",
+                                              key, "[", k, "] is a list, not a file name"));
+      }
+      if (absl::Status s = AppendFile(json, dir, entry, key, files[k], out); !s.ok()) return s;
+    }
+    return absl::OkStatus();
   }
   if (v.kind_case() != google::protobuf::Value::kStringValue || v.string_value().empty() ||
       v.string_value().find('\0') != std::string::npos) {

@@ -190,16 +190,14 @@ absl::StatusOr<NpyHeader> ParseNpyHeader(const uint8_t* b, size_t n, const std::
   return h;
 }
 
-absl::StatusOr<Volume> ReadNpy(int fd, uint64_t offset, uint64_t length, const std::string& name,
-                               const VolumeLimits& limits, const std::array<double, 3>& spacing) {
-  absl::StatusOr<uint64_t> resolved = RangeLength(fd, offset, length, name);
-  if (!resolved.ok()) return resolved.status();
-  length = *resolved;
-  auto pread_all = [&](uint64_t at, uint8_t* out, size_t n) -> absl::StatusOr<size_t> {
-    if (at >= length) return size_t{0};
-    return ReadFullyAt(fd, offset + at, out, static_cast<size_t>(std::min<uint64_t>(n, length - at)),
-                       name);
-  };
+namespace {
+
+// The array from `length` bytes that pread_all(at, out, n) reads (a file's
+// range, or memory).
+template <typename Read>
+absl::StatusOr<Volume> ReadNpyFrom(Read&& pread_all, uint64_t length, const std::string& name,
+                                   const VolumeLimits& limits,
+                                   const std::array<double, 3>& spacing) {
   // numpy pads its header to 64 bytes (at most 65535 + 10 in version 1;
   // a header past 1 MiB is not numpy's).
   std::vector<uint8_t> head(std::min<uint64_t>(length, 1 << 20));
@@ -305,6 +303,33 @@ absl::StatusOr<Volume> ReadNpy(int fd, uint64_t offset, uint64_t length, const s
     }
   }
   return v;
+}
+
+}  // namespace
+
+absl::StatusOr<Volume> ReadNpy(int fd, uint64_t offset, uint64_t length, const std::string& name,
+                               const VolumeLimits& limits, const std::array<double, 3>& spacing) {
+  absl::StatusOr<uint64_t> resolved = RangeLength(fd, offset, length, name);
+  if (!resolved.ok()) return resolved.status();
+  length = *resolved;
+  auto pread_all = [&](uint64_t at, uint8_t* out, size_t n) -> absl::StatusOr<size_t> {
+    if (at >= length) return size_t{0};
+    return ReadFullyAt(fd, offset + at, out, static_cast<size_t>(std::min<uint64_t>(n, length - at)),
+                       name);
+  };
+  return ReadNpyFrom(pread_all, length, name, limits, spacing);
+}
+
+absl::StatusOr<Volume> ReadNpyBytes(const uint8_t* data, size_t length, const std::string& name,
+                                    const VolumeLimits& limits,
+                                    const std::array<double, 3>& spacing) {
+  auto copy = [&](uint64_t at, uint8_t* out, size_t n) -> absl::StatusOr<size_t> {
+    if (at >= length) return size_t{0};
+    const size_t k = static_cast<size_t>(std::min<uint64_t>(n, length - at));
+    std::memcpy(out, data + at, k);
+    return k;
+  };
+  return ReadNpyFrom(copy, length, name, limits, spacing);
 }
 
 }  // namespace stoker::volume

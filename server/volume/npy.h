@@ -54,6 +54,11 @@ absl::StatusOr<Volume> ReadNpy(int fd, uint64_t offset, uint64_t length, const s
                                const VolumeLimits& limits,
                                const std::array<double, 3>& spacing = {0, 0, 0});
 
+// The same from `length` bytes in memory (an .npz member inflated, npz.h).
+absl::StatusOr<Volume> ReadNpyBytes(const uint8_t* data, size_t length, const std::string& name,
+                                    const VolumeLimits& limits,
+                                    const std::array<double, 3>& spacing = {0, 0, 0});
+
 }  // namespace stoker::volume
 
 #endif  // STOKER_SERVER_VOLUME_NPY_H_

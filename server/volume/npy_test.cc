@@ -6,11 +6,15 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "catch2/catch.hpp"
 #include "common/posix.h"
+#include "server/volume/npz.h"
 #include "server/volume/reader.h"
+
+#include <zlib.h>
 
 namespace stoker::volume {
 namespace {
@@ -170,6 +174,136 @@ TEST_CASE("An array over the limits is refused before it is read") {
   v = Read(Npy("{'descr': '<i2', 'fortran_order': False, 'shape': (100000, 100000, 100000), }",
                data));
   CHECK(v.status().code() == absl::StatusCode::kResourceExhausted);
+}
+
+
+// A zip archive as numpy's np.savez writes one (no zip64 here: npz_test in
+// tests/python reads numpy's own): each member stored (method 0) or raw
+// deflate (8); `stated` overrides a member's uncompressed size.
+struct ZipMember {
+  std::string name;
+  std::vector<uint8_t> data;
+  uint16_t method = 0;
+  int64_t stated = -1;
+};
+
+std::vector<uint8_t> Zip(const std::vector<ZipMember>& members) {
+  std::vector<uint8_t> out, cd;
+  auto put16 = [](std::vector<uint8_t>* v, uint32_t x) {
+    v->push_back(x & 255);
+    v->push_back(x >> 8 & 255);
+  };
+  auto put32 = [&](std::vector<uint8_t>* v, uint32_t x) {
+    put16(v, x & 0xffff);
+    put16(v, x >> 16);
+  };
+  for (const ZipMember& m : members) {
+    std::vector<uint8_t> body = m.data;
+    if (m.method == 8) {
+      z_stream z{};
+      REQUIRE(deflateInit2(&z, 6, Z_DEFLATED, -MAX_WBITS, 8, Z_DEFAULT_STRATEGY) == Z_OK);
+      body.resize(deflateBound(&z, m.data.size()));
+      z.next_in = const_cast<uint8_t*>(m.data.data());
+      z.avail_in = static_cast<uInt>(m.data.size());
+      z.next_out = body.data();
+      z.avail_out = static_cast<uInt>(body.size());
+      REQUIRE(deflate(&z, Z_FINISH) == Z_STREAM_END);
+      body.resize(z.total_out);
+      deflateEnd(&z);
+    }
+    const uint32_t size = m.stated >= 0 ? static_cast<uint32_t>(m.stated)
+                                        : static_cast<uint32_t>(m.data.size());
+    const uint32_t offset = static_cast<uint32_t>(out.size());
+    for (std::vector<uint8_t>* v : {&out, &cd}) {
+      const bool central = v == &cd;
+      put32(v, central ? 0x02014b50 : 0x04034b50);
+      if (central) put16(v, 20);
+      put16(v, 20);
+      put16(v, 0);
+      put16(v, m.method);
+      put32(v, 0);  // time, date
+      put32(v, 0);  // crc: not checked by stoker (numpy's reader does)
+      put32(v, static_cast<uint32_t>(body.size()));
+      put32(v, size);
+      put16(v, static_cast<uint32_t>(m.name.size()));
+      put16(v, 0);
+      if (central) {
+        put16(v, 0);
+        put16(v, 0);
+        put16(v, 0);
+        put32(v, 0);
+        put32(v, offset);
+      }
+      v->insert(v->end(), m.name.begin(), m.name.end());
+      if (!central) v->insert(v->end(), body.begin(), body.end());
+    }
+  }
+  const uint32_t cd_offset = static_cast<uint32_t>(out.size());
+  out.insert(out.end(), cd.begin(), cd.end());
+  put32(&out, 0x06054b50);
+  put32(&out, 0);
+  put16(&out, static_cast<uint32_t>(members.size()));
+  put16(&out, static_cast<uint32_t>(members.size()));
+  put32(&out, static_cast<uint32_t>(cd.size()));
+  put32(&out, cd_offset);
+  put16(&out, 0);
+  return out;
+}
+
+absl::StatusOr<Volume> ReadZip(const std::vector<uint8_t>& bytes,
+                               const std::vector<std::string>& keys, VolumeLimits limits = {}) {
+  UniqueFd fd(memfd_create("stoker_npz_test", MFD_CLOEXEC));
+  REQUIRE(fd.get() >= 0);
+  REQUIRE(write(fd.get(), bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size()));
+  return ReadVolume(fd.get(), 0, 0, "case.npz", limits, {0, 0, 0}, keys);
+}
+
+std::vector<uint8_t> SmallNpy(int16_t base) {
+  std::vector<int16_t> v(24);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int16_t>(base + i);
+  return Npy("{'descr': '<i2', 'fortran_order': True, 'shape': (2, 3, 4), }", Bytes(v));
+}
+
+TEST_CASE("npz: stored and deflated members, chosen by key or all stacked as channels") {
+  const std::vector<uint8_t> zip = Zip({{"data.npy", SmallNpy(0), 0},
+                                        {"seg.npy", SmallNpy(1000), 8}});
+  for (const auto& [keys, first, channels] :
+       std::vector<std::tuple<std::vector<std::string>, float, int64_t>>{
+           {{"data"}, 0.0f, 1}, {{"seg"}, 1000.0f, 1}, {{}, 0.0f, 2}, {{"seg", "data"}, 1000.0f, 2}}) {
+    auto v = ReadZip(zip, keys);
+    REQUIRE(v.ok());
+    CHECK(v->channels == channels);
+    CHECK((v->shape == std::array<int64_t, 3>{2, 3, 4}));
+    const std::vector<float> values = Values(*v);
+    CHECK(values[0] == first);
+    CHECK(values[23] == first + 23);
+    if (channels == 2) CHECK(values[24] == (first == 0 ? 1000.0f : 0.0f));
+  }
+}
+
+TEST_CASE("npz: bombs, other methods, missing keys and damage are named errors") {
+  // Deflated to far more than its stated size: inflating stops at the size.
+  std::vector<uint8_t> big = SmallNpy(0);
+  big.resize(1 << 20, 0);
+  auto bomb = ReadZip(Zip({{"data.npy", big, 8, 4096}}), {"data"});
+  CHECK(bomb.status().code() == absl::StatusCode::kDataLoss);
+  CHECK(std::string(bomb.status().message()).find("case.npz:data.npy") != std::string::npos);
+  // A stated size over the limits is refused before inflating.
+  VolumeLimits small;
+  small.max_bytes = 1000;
+  auto over = ReadZip(Zip({{"data.npy", big, 8, 1 << 30}}), {"data"}, small);
+  CHECK(over.status().code() == absl::StatusCode::kResourceExhausted);
+  auto bzip = ReadZip(Zip({{"data.npy", SmallNpy(0), 12}}), {});
+  CHECK(bzip.status().code() == absl::StatusCode::kUnimplemented);
+  auto missing = ReadZip(Zip({{"data.npy", SmallNpy(0), 0}}), {"image"});
+  CHECK(missing.status().code() == absl::StatusCode::kNotFound);
+  CHECK(std::string(missing.status().message()).find("it holds data") != std::string::npos);
+  std::vector<uint8_t> cut = Zip({{"data.npy", SmallNpy(0), 0}});
+  cut.resize(cut.size() - 30);
+  CHECK(ReadZip(cut, {}).status().code() == absl::StatusCode::kDataLoss);
+  std::vector<uint8_t> moved = Zip({{"data.npy", SmallNpy(0), 0}});
+  moved[moved.size() - 6] = 0xff;  // the central directory's offset, past the end
+  CHECK(ReadZip(moved, {}).status().code() == absl::StatusCode::kDataLoss);
 }
 
 }  // namespace

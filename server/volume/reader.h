@@ -1,7 +1,8 @@
 // One entry point for a volume file whatever its format, found by its first
-// bytes (never its name): a .npy by its NUMPY magic, else NIfTI (plain or
-// gzip'd; nifti.h says what is not one). `spacing` is for formats without
-// geometry (npy.h); NIfTI keeps its own.
+// bytes (never its name): a .npy by its NUMPY magic, an .npz by a zip's
+// (npz.h: `npz_keys` chooses its arrays), else NIfTI (plain or gzip'd;
+// nifti.h says what is not one). `spacing` is for formats without geometry
+// (npy.h); NIfTI keeps its own.
 //
 // Thread-safe: no shared state.
 
@@ -11,6 +12,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "server/volume/nifti.h"
@@ -20,7 +22,8 @@ namespace stoker::volume {
 
 absl::StatusOr<Volume> ReadVolume(int fd, uint64_t offset, uint64_t length,
                                   const std::string& name, const VolumeLimits& limits,
-                                  const std::array<double, 3>& spacing = {0, 0, 0});
+                                  const std::array<double, 3>& spacing = {0, 0, 0},
+                                  const std::vector<std::string>& npz_keys = {});
 
 }  // namespace stoker::volume
 

@@ -68,6 +68,18 @@ uint32_t DTypeBytesOf(uint32_t dtype) { return ring::DTypeBytes(static_cast<ring
 
 }  // namespace
 
+std::vector<std::string> NpzKeys(const char (&joined)[kMaxNpzKeysBytes]) {
+  std::vector<std::string> keys;
+  const std::string all(joined, strnlen(joined, kMaxNpzKeysBytes));
+  for (size_t at = 0; at < all.size();) {
+    size_t end = all.find('\n', at);
+    if (end == std::string::npos) end = all.size();
+    keys.push_back(all.substr(at, end - at));
+    at = end + 1;
+  }
+  return keys;
+}
+
 PrefixOpParams ParamsOf(const PrefixOp& op) {
   PrefixOpParams p;
   p.kind = static_cast<uint32_t>(op.kind);

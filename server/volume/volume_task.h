@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "server/volume/prefix.h"
@@ -81,6 +82,8 @@ enum class PatchKind : uint32_t {
   kSpatialCrop = 2,   // RandSpatialCrop (random_size=False)
 };
 
+inline constexpr size_t kMaxNpzKeysBytes = 256;
+
 struct VolumeTaskParams {
   uint32_t prefix_count = 0;
   PrefixOpParams prefix[kMaxPrefixOps];
@@ -97,9 +100,16 @@ struct VolumeTaskParams {
   uint32_t dtype = 0;        // ring::DType: kFloat32, kFloat16 or kBFloat16
   uint32_t label_dtype = 0;  // ring::DType: kUint8 or kInt64
   uint32_t reserved = 0;
+  // .npz arrays to read (VolumeSpec.npz_keys, label_npz_keys), joined by
+  // '\n', NUL-terminated; "": all. NpzKeys() splits them.
+  char npz_keys[kMaxNpzKeysBytes] = {};
+  char label_npz_keys[kMaxNpzKeysBytes] = {};
   uint64_t recipe_hash = 0;  // RecipeHash(RecipeOf(*this)): the cache entries' key part
 };
 static_assert(std::is_trivially_copyable_v<VolumeTaskParams>);
+
+// The keys of VolumeTaskParams::npz_keys or label_npz_keys.
+std::vector<std::string> NpzKeys(const char (&joined)[kMaxNpzKeysBytes]);
 
 PrefixOpParams ParamsOf(const PrefixOp& op);
 PrefixRecipe RecipeOf(const VolumeTaskParams& p);

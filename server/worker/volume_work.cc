@@ -62,7 +62,10 @@ void VolumeWork::Run(const TaskMsg& t, std::string_view path, std::string_view l
                      int data_root, int cache_dir, uint8_t* out, uint8_t* label_out,
                      ResultMsg* r) {
   const volume::VolumeTaskParams& p = t.volume;
-  const std::string name(path);
+  std::string name(path);  // for messages: channel files joined by ", "
+  for (size_t at = name.find('\0'); at != std::string::npos; at = name.find('\0', at)) {
+    name.replace(at, 1, ", ");
+  }
   const uint64_t image_bytes = volume::PatchImageBytes(p);
   const uint64_t label_bytes = label_out != nullptr ? volume::PatchLabelBytes(p) : 0;
   if (image_bytes > t.out_capacity || label_bytes > t.mask_out_capacity) {
@@ -70,8 +73,21 @@ void VolumeWork::Run(const TaskMsg& t, std::string_view path, std::string_view l
     return;
   }
   const int64_t t0 = MonotonicNs();
-  absl::StatusOr<Source> image = Open(data_root, path);
-  if (!image.ok()) return Fail(r, image.status());
+  // An image given as several files (its channels, NUL-separated: a
+  // Decathlon entry's list) is read file by file.
+  std::vector<std::string_view> files;
+  for (size_t at = 0;;) {
+    const size_t end = path.find('\0', at);
+    files.push_back(path.substr(at, end == std::string_view::npos ? end : end - at));
+    if (end == std::string_view::npos) break;
+    at = end + 1;
+  }
+  std::vector<Source> images;
+  for (std::string_view file : files) {
+    absl::StatusOr<Source> image = Open(data_root, file);
+    if (!image.ok()) return Fail(r, image.status());
+    images.push_back(*std::move(image));
+  }
   std::optional<Source> label;
   if (!label_path.empty()) {
     absl::StatusOr<Source> l = Open(data_root, label_path);
@@ -88,7 +104,7 @@ void VolumeWork::Run(const TaskMsg& t, std::string_view path, std::string_view l
     const CacheKey k = CacheKeyFor(IdentityOf(file, st, false, 0, 0));
     identity.append(reinterpret_cast<const char*>(&k), sizeof(k));
   };
-  add(path, image->st);
+  for (size_t f = 0; f < files.size(); ++f) add(files[f], images[f].st);
   if (label.has_value()) add(label_path, label->st);
   const uint64_t key = Hash64(identity.data(), identity.size(), 0x6b6579);
 
@@ -136,18 +152,23 @@ void VolumeWork::Run(const TaskMsg& t, std::string_view path, std::string_view l
       if (claim.valid()) ::unlinkat(cache_dir, (".tmp-" + entry_name).c_str(), 0);
     };
     const std::array<double, 3> spacing = {p.spacing[0], p.spacing[1], p.spacing[2]};
-    absl::StatusOr<volume::Volume> v =
-        volume::ReadVolume(image->fd.get(), 0, 0, name, limits, spacing);
-    if (!v.ok()) {
-      unclaim();
-      return Fail(r, v.status());
+    r->input_bytes = 0;
+    for (size_t f = 0; f < files.size(); ++f) {
+      absl::StatusOr<volume::Volume> v =
+          volume::ReadVolume(images[f].fd.get(), 0, 0, std::string(files[f]), limits, spacing,
+                             volume::NpzKeys(p.npz_keys));
+      if (!v.ok()) {
+        unclaim();
+        return Fail(r, v.status());
+      }
+      r->input_bytes += static_cast<uint64_t>(images[f].st.st_size);
+      channels.push_back(*std::move(v));
     }
-    r->input_bytes = static_cast<uint64_t>(image->st.st_size);
-    channels.push_back(*std::move(v));
     std::optional<volume::Volume> lab;
     if (label.has_value()) {
       absl::StatusOr<volume::Volume> l =
-          volume::ReadVolume(label->fd.get(), 0, 0, std::string(label_path), limits, spacing);
+          volume::ReadVolume(label->fd.get(), 0, 0, std::string(label_path), limits, spacing,
+                             volume::NpzKeys(p.label_npz_keys));
       if (!l.ok()) {
         unclaim();
         return Fail(r, l.status());

@@ -209,3 +209,57 @@ def test_npy_arrays_equal_numpys(volume_tool, tmp_path, dtype):
                 assert np.array_equal(got, want)
                 assert np.allclose(np.array(info["affine"]).reshape(4, 4),
                                    np.diag([0.7, 0.8, 2.5, 1.0]), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_npz_archives_equal_numpys(volume_tool, tmp_path, compressed):
+    """np.savez / np.savez_compressed archives as nnU-Net writes its cases
+    (data: C x X x Y x Z float32, seg: 1 x X x Y x Z int8) and plain 3-D
+    arrays: each array chosen by --npz-key is the values np.load reads; several
+    are stacked as channels, every array when none is named (MONAI's
+    NumpyReader); a missing key, arrays that do not stack and a damaged
+    archive are named errors (npz_test.cc: a deflate bomb, other methods)."""
+    rng = np.random.default_rng(5 + compressed)
+    save = np.savez_compressed if compressed else np.savez
+    data = rng.standard_normal((2, 11, 9, 7)).astype(np.float32)
+    seg = rng.integers(-1, 3, size=(1, 11, 9, 7)).astype(np.int8)
+    save(tmp_path / "case.npz", data=data, seg=seg)
+    a, b = (rng.integers(0, 4000, size=(6, 5, 4)).astype(np.int16) for _ in range(2))
+    save(tmp_path / "pair.npz", a, b)  # arr_0, arr_1
+
+    def read_npz(path, *keys):
+        args = [volume_tool, "read", str(path), "--out", str(tmp_path / "v.f32")]
+        for k in keys:
+            args += ["--npz-key", k]
+        out = subprocess.run(args, capture_output=True, text=True)
+        return out, (np.fromfile(tmp_path / "v.f32", dtype=np.float32) if out.returncode == 0
+                     else None)
+
+    def volume_order(arr):  # channel-first arrays to stoker's voxel order
+        return np.concatenate([c.astype(np.float32).ravel(order="F") for c in arr])
+
+    loaded = np.load(tmp_path / "case.npz")
+    out, got = read_npz(tmp_path / "case.npz", "data")
+    assert out.returncode == 0, out.stdout + out.stderr
+    info = json.loads(out.stdout)
+    assert info["channels"] == 2 and info["shape"] == [11, 9, 7] and info["type"] == "float32"
+    assert np.array_equal(got, volume_order(loaded["data"]))
+    out, got = read_npz(tmp_path / "case.npz", "seg")
+    assert np.array_equal(got, volume_order(loaded["seg"]))
+    out, got = read_npz(tmp_path / "pair.npz")
+    pair = np.load(tmp_path / "pair.npz")
+    assert json.loads(out.stdout)["channels"] == 2
+    assert np.array_equal(got, volume_order(np.stack([pair["arr_0"], pair["arr_1"]])))
+    out, got = read_npz(tmp_path / "pair.npz", "arr_1")
+    assert np.array_equal(got, pair["arr_1"].astype(np.float32).ravel(order="F"))
+
+    out, _ = read_npz(tmp_path / "case.npz", "image")
+    err = json.loads(out.stdout)
+    assert err["code"] == "NOT_FOUND" and "no array 'image'" in err["error"]
+    assert "data, seg" in err["error"]
+    out, _ = read_npz(tmp_path / "case.npz")  # float32 and int8: not one volume
+    assert json.loads(out.stdout)["code"] == "INVALID_ARGUMENT"
+    raw = (tmp_path / "case.npz").read_bytes()
+    (tmp_path / "cut.npz").write_bytes(raw[: len(raw) // 2])
+    out, _ = read_npz(tmp_path / "cut.npz", "data")
+    assert out.returncode == 2 and json.loads(out.stdout)["code"] == "DATA_LOSS"

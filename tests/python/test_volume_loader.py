@@ -388,3 +388,84 @@ def test_npy_volumes_take_the_spacing_given(stoker, daemon_factory, tmp_path):
                        batch_size=1, epochs=1, failure_policy="error") as loader:
         with pytest.raises(Exception, match="smaller than the 10 x 10 x 10 patch"):
             next(iter(loader))
+
+
+def test_npz_cases_as_nnunet_stores_them(stoker, daemon_factory, tmp_path):
+    """nnU-Net's preprocessed cases: one .npz per case holding "data" (C x X
+    x Y x Z float32) and "seg" (1 x X x Y x Z), both named by one manifest
+    line; LoadImaged(npz_keys=...) picks the array for each key, as MONAI's
+    NumpyReader does. Every patch is the block of the arrays np.load gives,
+    channels and label alike; a case without the array is a named failure."""
+    root = tmp_path / "data"
+    (root / "nn").mkdir(parents=True)
+    rng = np.random.default_rng(8)
+    data = rng.normal(size=(2, 12, 10, 8)).astype(np.float32)
+    seg = (data[0] > 0.5).astype(np.int8)[None]
+    np.savez_compressed(root / "nn" / "case_000.npz", data=data, seg=seg)
+    np.savez(root / "nn" / "case_001.npz", image=data)  # no "data": fails
+    (root / "nn" / "train.tsv").write_text("#columns: image label\ncase_000.npz\tcase_000.npz\n")
+    (root / "nn" / "bad.tsv").write_text("#columns: image label\ncase_001.npz\tcase_001.npz\n")
+    daemon = daemon_factory(workers=2, data_root=str(root))
+    from stoker import volume as V
+    keys = ["image", "label"]
+    compose = V.Compose([V.LoadImaged(keys=["image"], npz_keys=["data"]),
+                         V.LoadImaged(keys=["label"], npz_keys=["seg"]),
+                         V.RandSpatialCropd(keys=keys, roi_size=(6, 5, 4))], channels=2)
+    assert compose.spec()["npz_keys"] == ["data"] and compose.spec()["label_npz_keys"] == ["seg"]
+    got = epoch_batches(stoker, daemon.socket, "nn/train.tsv", compose, seed=3, epochs=2)
+    assert len(got) == 2
+    for _, batch in got:
+        image, label = batch["image"][0].numpy(), batch["label"][0, 0].numpy()
+        assert image.shape == (2, 6, 5, 4)
+        corners = locate(image[0], data[0])
+        assert len(corners) == 1
+        x, y, z = corners[0]
+        assert np.array_equal(image[1], data[1, x:x + 6, y:y + 5, z:z + 4])
+        assert np.array_equal(label, seg[0, x:x + 6, y:y + 5, z:z + 4])
+    with stoker.Loader("nn/bad.tsv", transform=compose, socket=daemon.socket, batch_size=1,
+                       epochs=1, failure_policy="error") as loader:
+        with pytest.raises(Exception, match="no array 'data' \\(it holds image\\)"):
+            next(iter(loader))
+
+
+def test_an_image_as_a_list_of_channel_files(stoker, daemon_factory, tmp_path):
+    """BraTS as MONAI's tutorials list it: "image": [t1, t1ce, t2, flair],
+    one NIfTI each. The files are the image's channels in the list's order,
+    the same patch cut from each; one file of another shape is a named
+    sample failure."""
+    root = tmp_path / "data"
+    d = root / "brats"
+    d.mkdir(parents=True)
+    rng = np.random.default_rng(12)
+    aff = np.diag([1.0, 1.0, 1.0, 1.0])
+    mods = ["t1", "t1ce", "t2", "flair"]
+    vols = {m: rng.normal(size=(14, 12, 10)).astype(np.float32) * 100 for m in mods}
+    for m in mods:
+        nib.save(nib.Nifti1Image(vols[m], aff), d / f"{m}.nii.gz")
+    seg = (vols["t1"] > 50).astype(np.uint8)
+    nib.save(nib.Nifti1Image(seg, aff), d / "seg.nii.gz")
+    nib.save(nib.Nifti1Image(np.zeros((9, 9, 9), np.float32), aff), d / "odd.nii.gz")
+    (d / "dataset.json").write_text(json.dumps({"training": [
+        {"image": [f"./{m}.nii.gz" for m in mods], "label": "./seg.nii.gz"}]}))
+    (d / "bad.json").write_text(json.dumps({"training": [
+        {"image": ["./t1.nii.gz", "./odd.nii.gz"], "label": "./seg.nii.gz"}]}))
+    daemon = daemon_factory(workers=2, data_root=str(root))
+    from stoker import volume as V
+    keys = ["image", "label"]
+    compose = V.Compose([V.LoadImaged(keys=keys),
+                         V.RandSpatialCropd(keys=keys, roi_size=(6, 5, 4))], channels=4)
+    got = epoch_batches(stoker, daemon.socket, "brats/dataset.json", compose, seed=2, epochs=2)
+    for _, batch in got:
+        image, label = batch["image"][0].numpy(), batch["label"][0, 0].numpy()
+        assert image.shape == (4, 6, 5, 4)
+        corners = locate(image[0], vols["t1"])
+        assert len(corners) == 1
+        x, y, z = corners[0]
+        for c, m in enumerate(mods):
+            assert np.array_equal(image[c], vols[m][x:x + 6, y:y + 5, z:z + 4]), m
+        assert np.array_equal(label, seg[x:x + 6, y:y + 5, z:z + 4])
+    bad = V.Compose([V.RandSpatialCropd(keys=keys, roi_size=(6, 5, 4))], channels=2)
+    with stoker.Loader("brats/bad.json", transform=bad, socket=daemon.socket, batch_size=1,
+                       epochs=1, failure_policy="error") as loader:
+        with pytest.raises(Exception, match="odd.nii.gz"):
+            next(iter(loader))

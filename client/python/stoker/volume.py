@@ -100,8 +100,17 @@ class _Implicit(_Transform):
 
 
 class LoadImaged(_Implicit):
-    """The daemon reads NIfTI (.nii, .nii.gz) and NumPy (.npy) volumes by their
-    content, values as MONAI's LoadImage gets them (nibabel's scaling)."""
+    """The daemon reads NIfTI (.nii, .nii.gz) and NumPy (.npy, .npz) volumes by
+    their content, values as MONAI's LoadImage gets them (nibabel's scaling).
+    ``npz_keys`` (MONAI's NumpyReader's) names the .npz arrays to read for
+    these keys, stacked as channels when more than one (default: all of
+    them), e.g. ``LoadImaged(["image"], npz_keys=["data"])`` and
+    ``LoadImaged(["label"], npz_keys=["seg"])`` for nnU-Net's cases."""
+
+    def __init__(self, keys: Any = ("image", "label"), npz_keys: Any = None,
+                 **options: Any) -> None:
+        super().__init__(keys, **options)
+        self.npz_keys = None if npz_keys is None else [str(k) for k in _seq(npz_keys)]
 
 
 class EnsureChannelFirstd(_Implicit):
@@ -380,6 +389,12 @@ class Compose:
                 "label_dtype": self.label_dtype}
         if self.spacing is not None:
             spec["spacing"] = self.spacing
+        for t in self.transforms:
+            if isinstance(t, LoadImaged) and t.npz_keys is not None:
+                if self.image_key in t.keys:
+                    spec["npz_keys"] = t.npz_keys
+                if self.label_key is not None and self.label_key in t.keys:
+                    spec["label_npz_keys"] = t.npz_keys
         return spec
 
     def to_json(self) -> str:

@@ -10,16 +10,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/bytes.h"
 
 namespace stoker::image {
 namespace {
 
 constexpr uint64_t kStbMaxSide = 1u << 24;  // STBI_MAX_DIMENSIONS
 
-uint32_t Le16(const uint8_t* p) { return p[0] | p[1] << 8; }
-uint32_t Le32(const uint8_t* p) {
-  return p[0] | p[1] << 8 | p[2] << 16 | static_cast<uint32_t>(p[3]) << 24;
-}
 void Put16(std::vector<uint8_t>* v, uint32_t x) {
   v->push_back(x & 255);
   v->push_back(x >> 8 & 255);
@@ -173,8 +170,8 @@ absl::Status StbDecoder::ParseBmp(const uint8_t* data, size_t size, const Decode
     return absl::InvalidArgumentError("BMP: not a BMP file (no 'BM' signature)");
   }
   if (size < 18) return absl::InvalidArgumentError("BMP: truncated in the file header");
-  const uint32_t offset = Le32(data + 10);
-  const uint32_t hsz = Le32(data + 14);
+  const uint32_t offset = LoadLe32(data + 10);
+  const uint32_t hsz = LoadLe32(data + 14);
   if (hsz == 56)
     return absl::UnimplementedError("BMP: 56-byte (V3) info headers are not supported");
   if (hsz != 12 && hsz != 40 && hsz != 64 && hsz != 108 && hsz != 124) {
@@ -189,16 +186,16 @@ absl::Status StbDecoder::ParseBmp(const uint8_t* data, size_t size, const Decode
   uint32_t bits, compression = 0, colors_used = 0;
   bool top_down = false;
   if (hsz == 12) {
-    width = Le16(h + 4);
-    height = Le16(h + 6);
-    bits = Le16(h + 10);
+    width = LoadLe16(h + 4);
+    height = LoadLe16(h + 6);
+    bits = LoadLe16(h + 10);
   } else {
-    width = Le32(h + 4);
+    width = LoadLe32(h + 4);
     top_down = h[11] == 0xFF;
-    height = top_down ? (uint64_t{1} << 32) - Le32(h + 8) : Le32(h + 8);
-    bits = Le16(h + 14);
-    compression = Le32(h + 16);
-    colors_used = Le32(h + 32);
+    height = top_down ? (uint64_t{1} << 32) - LoadLe32(h + 8) : LoadLe32(h + 8);
+    bits = LoadLe16(h + 14);
+    compression = LoadLe32(h + 16);
+    colors_used = LoadLe32(h + 32);
   }
   absl::Status s = CheckSize(width, height, limits);
   if (!s.ok()) return s;
@@ -232,10 +229,10 @@ absl::Status StbDecoder::ParseBmp(const uint8_t* data, size_t size, const Decode
     if (hsz == 40) {
       if (size < 14 + 40 + 12)
         return absl::InvalidArgumentError("BMP: truncated in the bit field masks");
-      for (int i = 0; i < 3; ++i) m[i] = Le32(data + 54 + 4 * i);
+      for (int i = 0; i < 3; ++i) m[i] = LoadLe32(data + 54 + 4 * i);
       after_header += 12;
     } else {
-      for (int i = 0; i < 4; ++i) m[i] = Le32(h + 40 + 4 * i);
+      for (int i = 0; i < 4; ++i) m[i] = LoadLe32(h + 40 + 4 * i);
     }
     bool known = false;
     if (bits == 32) {
