@@ -77,8 +77,8 @@ class Planner {
                               " bytes a volume, over the ", kMaxPatchBytes, " a sample may have"));
     }
     for (const auto& [keys, out, what] :
-         {std::tuple{&effective_.npz_keys(), &p.npz_keys, "npz_keys"},
-          std::tuple{&effective_.label_npz_keys(), &p.label_npz_keys, "label_npz_keys"}}) {
+         {std::tuple{&effective_.array_keys(), &p.array_keys, "array_keys"},
+          std::tuple{&effective_.label_array_keys(), &p.label_array_keys, "label_array_keys"}}) {
       std::string joined;
       for (const std::string& k : *keys) {
         if (k.empty() || k.find_first_of(std::string("\n\0", 2)) != std::string::npos) {
@@ -96,9 +96,9 @@ class Planner {
     // the .npz arrays read.
     p.recipe_hash = volume::RecipeHash(volume::RecipeOf(p));
     if (p.spacing[0] != 0) p.recipe_hash = Hash64(p.spacing, sizeof(p.spacing), p.recipe_hash);
-    if (p.npz_keys[0] != 0 || p.label_npz_keys[0] != 0) {
-      p.recipe_hash = Hash64(p.npz_keys, sizeof(p.npz_keys), p.recipe_hash);
-      p.recipe_hash = Hash64(p.label_npz_keys, sizeof(p.label_npz_keys), p.recipe_hash);
+    if (p.array_keys[0] != 0 || p.label_array_keys[0] != 0) {
+      p.recipe_hash = Hash64(p.array_keys, sizeof(p.array_keys), p.recipe_hash);
+      p.recipe_hash = Hash64(p.label_array_keys, sizeof(p.label_array_keys), p.recipe_hash);
     }
     plan_.effective = effective_;
     return plan_;

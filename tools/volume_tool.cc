@@ -2,8 +2,9 @@
 // file.
 //
 //   read FILE [--out RAW] [--spacing X,Y,Z] [--npz-key K]...  reads FILE (a
-//        NIfTI, a .npy or an .npz, server/volume/reader.h; --spacing for
-//        NumPy files, --npz-key for an .npz's arrays) and prints one
+//        NIfTI, a .npy, an .npz or an HDF5 file, server/volume/reader.h and
+//        hdf5_volume.h; --spacing for files without geometry, --npz-key for
+//        an .npz's arrays or an HDF5 file's datasets) and prints one
 //        JSON line {"type", "shape": [ni, nj, nk], "channels", "spacing",
 //        "affine": 16 numbers row-major, "scaled", "slope", "inter"}; with
 //        --out, writes its values as float32 (volume.h's ToFloat32) in
@@ -60,6 +61,7 @@
 #include "common/posix.h"
 #include "server/image/ops/rng.h"
 #include "server/volume/augment.h"
+#include "server/volume/hdf5_volume.h"
 #include "server/volume/patch_sampler.h"
 #include "server/volume/prefix.h"
 #include "server/volume/reader.h"
@@ -242,8 +244,7 @@ int Read(const std::string& path, const std::string& out, const std::array<doubl
     std::fprintf(stderr, "%s: cannot open\n", path.c_str());
     return 1;
   }
-  absl::StatusOr<Volume> v =
-      stoker::volume::ReadVolume(fd.get(), 0, 0, path, {}, spacing, npz_keys);
+  absl::StatusOr<Volume> v = stoker::volume::ReadAnyVolume(fd.get(), path, {}, spacing, npz_keys);
   if (!v.ok()) return Fail(v.status());
   std::vector<std::string> affine;
   for (double a : v->affine) affine.push_back(Number(a));

@@ -3,11 +3,10 @@
 //
 // Both libraries open files by name, and the data root's confinement is an
 // fd: each file is opened beneath the root first and the library given
-// "/proc/self/fd/N", the file already opened (never a path that could
-// resolve elsewhere).
+// "/proc/self/fd/N", the file already opened (common/hdf5_file.h), never a
+// path that could resolve elsewhere.
 
 #include <fcntl.h>
-#include <hdf5.h>
 #include <lmdb.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -22,6 +21,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/hdf5_file.h"
 #include "common/posix.h"
 #include "server/dataset/dataset.h"
 #include "server/dataset/records.h"
@@ -48,22 +48,7 @@ bool EndsWithAny(std::string_view s, std::initializer_list<std::string_view> end
 
 // ---- HDF5 ----
 
-// An hid_t closed by its own close function.
-class Hid {
- public:
-  Hid(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
-  ~Hid() {
-    if (id_ >= 0) close_(id_);
-  }
-  Hid(const Hid&) = delete;
-  Hid& operator=(const Hid&) = delete;
-  hid_t get() const { return id_; }
-  bool ok() const { return id_ >= 0; }
-
- private:
-  hid_t id_;
-  herr_t (*close_)(hid_t);
-};
+using hdf5::Hid;
 
 // An open HDF5 file: the fd it was opened through, its handle, its base
 // address (the user block before the superblock) and size.
@@ -81,23 +66,9 @@ absl::Status OpenH5(int root_fd, const std::string& path, H5File* f) {
   absl::StatusOr<UniqueFd> fd = OpenFile(root_fd, path, &f->st);
   if (!fd.ok()) return fd.status();
   f->fd = *std::move(fd);
-  char magic[8] = {};
-  // The superblock is at 0 or after a user block of 512, 1024, 2048, ...
-  // bytes; H5Fopen finds it. Checked here only to say "not HDF5" plainly.
-  bool found = false;
-  for (uint64_t at = 0; at + 8 <= static_cast<uint64_t>(f->st.st_size) && !found;
-       at = at == 0 ? 512 : at * 2) {
-    found = ::pread(f->fd.get(), magic, 8, static_cast<off_t>(at)) == 8 &&
-            std::memcmp(magic, "\x89HDF\r\n\x1a\n", 8) == 0;
-  }
-  if (!found) return absl::InvalidArgumentError(absl::StrCat("'", path, "' is not an HDF5 file"));
-  // Read only, so no lock (one would fail on a read-only mount).
-  Hid fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
-  if (fapl.ok()) H5Pset_file_locking(fapl.get(), false, true);
-  f->id = H5Fopen(ProcPath(f->fd.get()).c_str(), H5F_ACC_RDONLY, fapl.ok() ? fapl.get() : H5P_DEFAULT);
-  if (f->id < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", path, "' could not be opened as HDF5 (damaged or truncated?)"));
+  if (absl::Status s = hdf5::OpenFile(f->fd.get(), static_cast<uint64_t>(f->st.st_size), path, &f->id);
+      !s.ok()) {
+    return s;
   }
   Hid fcpl(H5Fget_create_plist(f->id), H5Pclose);
   hsize_t userblock = 0;
@@ -105,46 +76,12 @@ absl::Status OpenH5(int root_fd, const std::string& path, H5File* f) {
   return absl::OkStatus();
 }
 
-// Whether `key` names an object: each group on the way must exist (H5Lexists
-// fails, rather than says no, on a missing intermediate group).
-bool H5PathExists(hid_t file, const std::string& key) {
-  size_t at = key[0] == '/' ? 1 : 0;
-  for (;;) {
-    const size_t slash = key.find('/', at);
-    const std::string prefix = key.substr(0, slash);
-    if (!prefix.empty() && prefix != "/" && H5Lexists(file, prefix.c_str(), H5P_DEFAULT) <= 0) {
-      return false;
-    }
-    if (slash == std::string::npos) return true;
-    at = slash + 1;
-  }
-}
-
-// "x (uint8 262144x96x96x3), y (...)": the datasets at the file's top level,
-// for a message naming what is there.
-std::string H5Listing(hid_t file) {
-  struct Acc {
-    std::vector<std::string> names;
-  } acc;
-  H5Literate(
-      file, H5_INDEX_NAME, H5_ITER_NATIVE, nullptr,
-      [](hid_t, const char* name, const H5L_info_t*, void* data) -> herr_t {
-        auto* a = static_cast<Acc*>(data);
-        a->names.emplace_back(name);
-        return a->names.size() >= 20 ? 1 : 0;
-      },
-      &acc);
-  if (acc.names.empty()) return "nothing at its top level";
-  std::string out;
-  for (const std::string& n : acc.names) absl::StrAppend(&out, out.empty() ? "" : ", ", n);
-  return absl::StrCat("at its top level: ", out);
-}
-
 absl::StatusOr<hid_t> OpenH5Dataset(const H5File& f, const std::string& path,
                                     const std::string& key, std::string_view what) {
-  if (key.empty() || key.find('\0') != std::string::npos || !H5PathExists(f.id, key)) {
+  if (!hdf5::PathExists(f.id, key)) {
     return absl::NotFoundError(absl::StrCat("HDF5 file '", path, "' has no dataset '", key,
-                                            "' (the ", std::string(what), "; it holds ", H5Listing(f.id), ")"));
+                                            "' (the ", std::string(what), "; it holds ",
+                                            hdf5::Listing(f.id), ")"));
   }
   H5O_info_t info;
   if (H5Oget_info_by_name(f.id, key.c_str(), &info, H5P_DEFAULT) < 0 ||
@@ -334,7 +271,7 @@ absl::Status IndexHdf5(int root_fd, const RecordTarget& t, RecordIndex* out) {
   if (absl::Status s = IndexHdf5Images(f, t.file, images, out); !s.ok()) return s;
   const uint64_t n = out->offsets.size();
   if (t.labels_file.empty()) {
-    if (H5PathExists(f.id, labels_key)) return ReadHdf5Labels(f, t.file, labels_key, n, &out->labels);
+    if (hdf5::PathExists(f.id, labels_key)) return ReadHdf5Labels(f, t.file, labels_key, n, &out->labels);
     out->labels.assign(n, -1);
     return absl::OkStatus();
   }
@@ -513,8 +450,6 @@ absl::Status IndexLmdb(int root_fd, const RecordTarget& t, RecordIndex* out) {
 }  // namespace
 
 absl::StatusOr<RecordIndex> IndexRecordFile(int root_fd, const RecordTarget& target) {
-  // HDF5 prints its error stack to stderr by default; the status says it.
-  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   RecordIndex out;
   absl::Status s = target.kind == RecordKind::kLmdb ? IndexLmdb(root_fd, target, &out)
                                                      : IndexHdf5(root_fd, target, &out);

@@ -227,17 +227,11 @@ absl::StatusOr<Volume> ReadNpz(int fd, uint64_t offset, uint64_t length, const s
       out = *std::move(v);
       continue;
     }
-    if (v->shape != out.shape || v->type != out.type) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          name, ": arrays '", chosen[0]->name, "' and '", chosen[k]->name,
-          "' differ in shape or dtype: they cannot be stacked as channels (give npz_keys)"));
+    if (absl::Status s =
+            AppendChannels(&out, *std::move(v), limits, name, chosen[0]->name, chosen[k]->name);
+        !s.ok()) {
+      return s;
     }
-    if (out.voxels.size() + v->voxels.size() > limits.max_bytes ||
-        static_cast<uint64_t>(out.Voxels() + v->Voxels()) > limits.max_voxels) {
-      return absl::ResourceExhaustedError(name + ": the stacked arrays are over the limits");
-    }
-    out.voxels.insert(out.voxels.end(), v->voxels.begin(), v->voxels.end());
-    out.channels += v->channels;
   }
   return out;
 }

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "server/volume/nifti.h"
 
 namespace stoker::volume {
 namespace {
@@ -66,6 +67,23 @@ const char* VoxelTypeName(VoxelType t) {
     case VoxelType::kFloat64: return "float64";
   }
   return "?";
+}
+
+absl::Status AppendChannels(Volume* out, Volume&& next, const VolumeLimits& limits,
+                            const std::string& name, const std::string& a, const std::string& b) {
+  if (next.shape != out->shape || next.type != out->type) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": arrays '", a, "' and '", b,
+        "' differ in shape or dtype: they cannot be stacked as channels (name the arrays to "
+        "read: LoadImaged(npz_keys=...))"));
+  }
+  if (out->voxels.size() + next.voxels.size() > limits.max_bytes ||
+      static_cast<uint64_t>(out->Voxels() + next.Voxels()) > limits.max_voxels) {
+    return absl::ResourceExhaustedError(name + ": the stacked arrays are over the limits");
+  }
+  out->voxels.insert(out->voxels.end(), next.voxels.begin(), next.voxels.end());
+  out->channels += next.channels;
+  return absl::OkStatus();
 }
 
 absl::Status ToFloat32(const Volume& v, float* out) {

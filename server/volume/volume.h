@@ -62,6 +62,14 @@ struct Volume {
   int64_t Voxels() const { return shape[0] * shape[1] * shape[2] * channels; }
 };
 
+// Appends `next`'s channels to `out`'s (arrays of one file stacked, as
+// MONAI stacks them: npz.h, hdf5_volume.h). INVALID_ARGUMENT naming `name`,
+// `a` and `b` when their spatial shapes or types differ; RESOURCE_EXHAUSTED
+// past `limits` (nifti.h).
+struct VolumeLimits;
+absl::Status AppendChannels(Volume* out, Volume&& next, const VolumeLimits& limits,
+                            const std::string& name, const std::string& a, const std::string& b);
+
 // Writes the volume's Voxels() values, as the header above defines them, to
 // `out` in voxel order. Fails (INTERNAL) only when `voxels` holds fewer
 // bytes than the shape needs.

@@ -68,9 +68,9 @@ uint32_t DTypeBytesOf(uint32_t dtype) { return ring::DTypeBytes(static_cast<ring
 
 }  // namespace
 
-std::vector<std::string> NpzKeys(const char (&joined)[kMaxNpzKeysBytes]) {
+std::vector<std::string> ArrayKeys(const char (&joined)[kMaxArrayKeysBytes]) {
   std::vector<std::string> keys;
-  const std::string all(joined, strnlen(joined, kMaxNpzKeysBytes));
+  const std::string all(joined, strnlen(joined, kMaxArrayKeysBytes));
   for (size_t at = 0; at < all.size();) {
     size_t end = all.find('\n', at);
     if (end == std::string::npos) end = all.size();

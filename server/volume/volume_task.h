@@ -82,7 +82,7 @@ enum class PatchKind : uint32_t {
   kSpatialCrop = 2,   // RandSpatialCrop (random_size=False)
 };
 
-inline constexpr size_t kMaxNpzKeysBytes = 256;
+inline constexpr size_t kMaxArrayKeysBytes = 256;
 
 struct VolumeTaskParams {
   uint32_t prefix_count = 0;
@@ -100,16 +100,16 @@ struct VolumeTaskParams {
   uint32_t dtype = 0;        // ring::DType: kFloat32, kFloat16 or kBFloat16
   uint32_t label_dtype = 0;  // ring::DType: kUint8 or kInt64
   uint32_t reserved = 0;
-  // .npz arrays to read (VolumeSpec.npz_keys, label_npz_keys), joined by
-  // '\n', NUL-terminated; "": all. NpzKeys() splits them.
-  char npz_keys[kMaxNpzKeysBytes] = {};
-  char label_npz_keys[kMaxNpzKeysBytes] = {};
+  // The arrays to read (VolumeSpec.array_keys, label_array_keys), joined by
+  // '\n', NUL-terminated; "": all. ArrayKeys() splits them.
+  char array_keys[kMaxArrayKeysBytes] = {};
+  char label_array_keys[kMaxArrayKeysBytes] = {};
   uint64_t recipe_hash = 0;  // RecipeHash(RecipeOf(*this)): the cache entries' key part
 };
 static_assert(std::is_trivially_copyable_v<VolumeTaskParams>);
 
-// The keys of VolumeTaskParams::npz_keys or label_npz_keys.
-std::vector<std::string> NpzKeys(const char (&joined)[kMaxNpzKeysBytes]);
+// The keys of VolumeTaskParams::array_keys or label_array_keys.
+std::vector<std::string> ArrayKeys(const char (&joined)[kMaxArrayKeysBytes]);
 
 PrefixOpParams ParamsOf(const PrefixOp& op);
 PrefixRecipe RecipeOf(const VolumeTaskParams& p);

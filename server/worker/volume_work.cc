@@ -16,7 +16,7 @@
 #include "server/engine/transcode_cache.h"  // IdentityOf, CacheKeyFor
 #include "server/image/pipeline.h"
 #include "server/volume/prefix.h"
-#include "server/volume/reader.h"
+#include "server/volume/hdf5_volume.h"
 #include "server/volume/volume_task.h"
 
 namespace stoker::worker {
@@ -154,9 +154,8 @@ void VolumeWork::Run(const TaskMsg& t, std::string_view path, std::string_view l
     const std::array<double, 3> spacing = {p.spacing[0], p.spacing[1], p.spacing[2]};
     r->input_bytes = 0;
     for (size_t f = 0; f < files.size(); ++f) {
-      absl::StatusOr<volume::Volume> v =
-          volume::ReadVolume(images[f].fd.get(), 0, 0, std::string(files[f]), limits, spacing,
-                             volume::NpzKeys(p.npz_keys));
+      absl::StatusOr<volume::Volume> v = volume::ReadAnyVolume(
+          images[f].fd.get(), std::string(files[f]), limits, spacing, volume::ArrayKeys(p.array_keys));
       if (!v.ok()) {
         unclaim();
         return Fail(r, v.status());
@@ -167,8 +166,8 @@ void VolumeWork::Run(const TaskMsg& t, std::string_view path, std::string_view l
     std::optional<volume::Volume> lab;
     if (label.has_value()) {
       absl::StatusOr<volume::Volume> l =
-          volume::ReadVolume(label->fd.get(), 0, 0, std::string(label_path), limits, spacing,
-                             volume::NpzKeys(p.label_npz_keys));
+          volume::ReadAnyVolume(label->fd.get(), std::string(label_path), limits, spacing,
+                                volume::ArrayKeys(p.label_array_keys));
       if (!l.ok()) {
         unclaim();
         return Fail(r, l.status());

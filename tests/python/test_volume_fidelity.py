@@ -263,3 +263,66 @@ def test_npz_archives_equal_numpys(volume_tool, tmp_path, compressed):
     (tmp_path / "cut.npz").write_bytes(raw[: len(raw) // 2])
     out, _ = read_npz(tmp_path / "cut.npz", "data")
     assert out.returncode == 2 and json.loads(out.stdout)["code"] == "DATA_LOSS"
+
+
+def test_hdf5_datasets_equal_h5pys(volume_tool, tmp_path):
+    """HDF5 datasets (server/volume/hdf5_volume.h): each dtype, 3-D and 4-D
+    (channel first, as a .npy), contiguous, chunked and gzip'd, in groups;
+    the values h5py reads, in the volume's order; several datasets stacked
+    as channels; a missing dataset, a file of several datasets read without
+    a key, and a damaged file are named errors."""
+    h5py = pytest.importorskip("h5py")
+    rng = np.random.default_rng(21)
+    path = tmp_path / "vols.h5"
+    arrays = {}
+    with h5py.File(path, "w") as f:
+        for n, dtype in enumerate(DTYPES + ["bool"]):
+            shape = (9, 7, 5) if n % 2 else (2, 9, 7, 5)
+            arr = (rng.integers(0, 2, size=shape).astype(bool) if dtype == "bool"
+                   else random_array(dtype, shape, rng))
+            kw = ({} if n % 3 == 0 else {"chunks": True} if n % 3 == 1
+                  else {"compression": "gzip"})
+            f.create_dataset(f"cases/{dtype}", data=arr, **kw)
+            arrays[dtype] = arr
+        f.create_dataset("t1", data=random_array("float32", (9, 7, 5), rng))
+        f.create_dataset("t2", data=random_array("float32", (9, 7, 5), rng))
+        f.create_dataset("odd", data=random_array("float32", (3, 7, 5), rng))
+
+    def read_h5(p, *keys):
+        args = [volume_tool, "read", str(p), "--out", str(tmp_path / "v.f32")]
+        for k in keys:
+            args += ["--npz-key", k]
+        out = subprocess.run(args, capture_output=True, text=True)
+        got = (np.fromfile(tmp_path / "v.f32", dtype=np.float32) if out.returncode == 0
+               else None)
+        return out, got
+
+    def volume_order(arr):
+        if arr.ndim == 4:
+            return np.concatenate([c.astype(np.float32).ravel(order="F") for c in arr])
+        return arr.astype(np.float32).ravel(order="F")
+
+    with h5py.File(path) as f:
+        for dtype in DTYPES + ["bool"]:
+            out, got = read_h5(path, f"cases/{dtype}")
+            assert out.returncode == 0, (dtype, out.stdout + out.stderr)
+            want = f[f"cases/{dtype}"][()]
+            info = json.loads(out.stdout)
+            assert info["channels"] == (want.shape[0] if want.ndim == 4 else 1)
+            assert np.array_equal(got, volume_order(want)), dtype
+        out, got = read_h5(path, "t1", "/t2")
+        assert json.loads(out.stdout)["channels"] == 2
+        assert np.array_equal(got, np.concatenate([volume_order(f["t1"][()]),
+                                                   volume_order(f["t2"][()])]))
+    for keys, code, words in ((("cases/none",), "NOT_FOUND", "no dataset 'cases/none'"),
+                              ((), "NOT_FOUND", "name the dataset"),
+                              (("cases",), "INVALID_ARGUMENT", "not a dataset"),
+                              (("t1", "odd"), "INVALID_ARGUMENT", "differ in shape")):
+        out, _ = read_h5(path, *keys)
+        err = json.loads(out.stdout)
+        assert err["code"] == code and words in err["error"], err
+    raw = path.read_bytes()
+    (tmp_path / "cut.h5").write_bytes(raw[:3000])
+    out, _ = read_h5(tmp_path / "cut.h5", "t1")
+    assert out.returncode == 2 and json.loads(out.stdout)["code"] in (
+        "INVALID_ARGUMENT", "NOT_FOUND", "DATA_LOSS")

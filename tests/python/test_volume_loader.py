@@ -18,6 +18,7 @@ MONAI transforms, to stoker.Loader.
 
 import json
 import os
+import re
 import shutil
 
 import numpy as np
@@ -411,7 +412,7 @@ def test_npz_cases_as_nnunet_stores_them(stoker, daemon_factory, tmp_path):
     compose = V.Compose([V.LoadImaged(keys=["image"], npz_keys=["data"]),
                          V.LoadImaged(keys=["label"], npz_keys=["seg"]),
                          V.RandSpatialCropd(keys=keys, roi_size=(6, 5, 4))], channels=2)
-    assert compose.spec()["npz_keys"] == ["data"] and compose.spec()["label_npz_keys"] == ["seg"]
+    assert compose.spec()["array_keys"] == ["data"] and compose.spec()["label_array_keys"] == ["seg"]
     got = epoch_batches(stoker, daemon.socket, "nn/train.tsv", compose, seed=3, epochs=2)
     assert len(got) == 2
     for _, batch in got:
@@ -469,3 +470,50 @@ def test_an_image_as_a_list_of_channel_files(stoker, daemon_factory, tmp_path):
                        epochs=1, failure_policy="error") as loader:
         with pytest.raises(Exception, match="odd.nii.gz"):
             next(iter(loader))
+
+
+def test_hdf5_volumes_and_a_missing_dataset(stoker, daemon_factory, tmp_path):
+    """Volumes kept as HDF5 datasets (one .h5 a case, "image" and "label"
+    inside), named per key with LoadImaged(npz_keys=...): every patch is a
+    block of what h5py reads. A case whose file lacks the dataset is a
+    counted, named sample failure, replaced as any other; the session
+    goes on."""
+    h5py = pytest.importorskip("h5py")
+    root = tmp_path / "data"
+    (root / "h5").mkdir(parents=True)
+    rng = np.random.default_rng(13)
+    cases = {}
+    for n in range(3):
+        image = rng.normal(size=(12, 11, 9)).astype(np.float32)
+        label = (image > 0.8).astype(np.uint8)
+        with h5py.File(root / "h5" / f"case_{n}.h5", "w") as f:
+            f.create_dataset("image" if n != 2 else "img", data=image, compression="gzip")
+            f.create_dataset("label", data=label)
+        cases[n] = (image, label)
+    (root / "h5" / "list.tsv").write_text(
+        "#columns: image label\n" + "".join(f"case_{n}.h5\tcase_{n}.h5\n" for n in range(3)))
+    daemon = daemon_factory(workers=2, data_root=str(root))
+    from stoker import volume as V
+    keys = ["image", "label"]
+    compose = V.Compose([V.LoadImaged(keys=["image"], npz_keys="image"),
+                         V.LoadImaged(keys=["label"], npz_keys="label"),
+                         V.RandSpatialCropd(keys=keys, roi_size=(5, 4, 3))])
+    with stoker.Loader("h5/list.tsv", transform=compose, socket=daemon.socket, batch_size=1,
+                       epochs=1, shuffle=False, failure_policy="skip") as loader:
+        served = []
+        for view in loader.iter_batches():
+            served.append((view.statuses.tolist(), loader.last_indices.tolist()))
+    statuses = [s for st, _ in served for s in st]
+    assert statuses.count(1) == 1 and len(statuses) == 3  # case 2 replaced
+    assert re.search(r"case_2\.h5: no dataset 'image' \(it holds img, label\)", daemon.log())
+    got = epoch_batches(stoker, daemon.socket, "h5/list.tsv", compose, seed=4, shuffle=False,
+                        failure_policy="skip")
+    for indices, batch in got:
+        for row, n in enumerate(indices):
+            if n == 2:
+                continue
+            image, label = batch["image"][row, 0].numpy(), batch["label"][row, 0].numpy()
+            corners = locate(image, cases[n][0])
+            assert len(corners) == 1
+            x, y, z = corners[0]
+            assert np.array_equal(label, cases[n][1][x:x + 5, y:y + 4, z:z + 3])

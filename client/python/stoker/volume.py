@@ -392,9 +392,9 @@ class Compose:
         for t in self.transforms:
             if isinstance(t, LoadImaged) and t.npz_keys is not None:
                 if self.image_key in t.keys:
-                    spec["npz_keys"] = t.npz_keys
+                    spec["array_keys"] = t.npz_keys
                 if self.label_key is not None and self.label_key in t.keys:
-                    spec["label_npz_keys"] = t.npz_keys
+                    spec["label_array_keys"] = t.npz_keys
         return spec
 
     def to_json(self) -> str:
