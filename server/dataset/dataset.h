@@ -262,10 +262,10 @@ class Dataset {
   //    each ended by a NUL but the last (display(i) joins them with ", ").
   //    Other keys are ignored.
   //  - kHdf5 / kLmdb: a record file (records.h): an HDF5 file's image
-  //    array (options.record_images, default "x") or an LMDB's encoded
-  //    images (the dataset path is the LMDB's folder, or its data.mdb), one
+  //    array or encoded images (options.record_images, default "x") or an
+  //    LMDB's encoded images (the dataset path is the LMDB's folder, or its data.mdb), one
   //    entry a row or value, each a byte range of the file (display(i) is
-  //    "file:i"), labels from options.record_labels (an HDF5 file's
+  //    "file:row", the HDF5 row or the LMDB key's number), labels from options.record_labels (an HDF5 file's
   //    record_labels_key dataset, default "y", or a text file), or the HDF5
   //    file's own "y", else -1. The file is parsed by options.index_records
   //    (a sandboxed worker's); raw arrays' shape is raw_height() etc. Never

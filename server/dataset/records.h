@@ -17,11 +17,14 @@
 // fix):
 //  - HDF5: a dataset (named by its path in the file, "x" or "/train/x") of
 //    unsigned 8-bit integers shaped N x H x W (grey) or N x H x W x C (C 1
-//    or 3), stored contiguous or in uncompressed chunks of whole images (h5py's
-//    default, and PatchCamelyon's). A compressed dataset (gzip, lzf, ...)
-//    has no byte range per image: `h5repack -l CONTI` (Debian's hdf5-tools)
-//    rewrites it. A raw image reaches the decoders as the PNM image of the
-//    same pixels (PIL.Image.fromarray(x[i]) is what torchvision sees).
+//    or 3), or a 1-D dataset of variable-length byte strings (h5py's
+//    vlen_dtype(np.uint8): an encoded image each, its bytes found in HDF5's
+//    global heap; empty ones are left out with a warning), stored
+//    contiguous or in uncompressed chunks of whole images (h5py's default,
+//    and PatchCamelyon's). A compressed dataset (gzip, lzf, ...) has no byte
+//    range per image: `h5repack -l CONTI` (Debian's hdf5-tools) rewrites
+//    it. A raw image reaches the decoders as the PNM image of the same
+//    pixels (PIL.Image.fromarray(x[i]) is what torchvision sees).
 //  - LMDB: the main database's values, each an encoded image. Keys that are
 //    decimal integers ("17", "00000017") are samples in numeric order, the
 //    others (metadata such as "__len__" or "__keys__") are left out with a
@@ -76,6 +79,10 @@ struct RecordIndex {
   std::vector<uint64_t> offsets;  // absolute, in the file
   std::vector<uint64_t> lengths;  // > 0
   std::vector<int64_t> labels;    // -1: none
+  // What names each sample to a person (display: "file:row"): its row in
+  // the HDF5 dataset, or its LMDB key's number (its position in LMDB's
+  // order for keys that are not numbers).
+  std::vector<uint64_t> rows;
   std::string warning;            // what was left out, for the log ("" : nothing)
 };
 

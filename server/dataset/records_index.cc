@@ -59,7 +59,7 @@ absl::Status IndexRecords(const DataRoot& root, DatasetFormat format, const std:
   for (size_t i = 0; i < n; ++i) {
     out->ranges[2 * i] = index->offsets[i];
     out->ranges[2 * i + 1] = index->lengths[i];
-    out->names += std::to_string(i);
+    out->names += std::to_string(i < index->rows.size() ? index->rows[i] : i);
     out->name_offsets.push_back(out->names.size());
   }
   return absl::OkStatus();

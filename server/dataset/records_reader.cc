@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <map>
 #include <cerrno>
 #include <cstring>
 #include <numeric>
@@ -101,56 +102,23 @@ constexpr char kRepack[] =
     "rewrite it with `h5repack -l CONTI IN OUT` (Debian's hdf5-tools), or save it from h5py "
     "without compression";
 
-absl::Status IndexHdf5Images(const H5File& f, const std::string& path, const std::string& key,
-                             RecordIndex* out) {
-  absl::StatusOr<hid_t> opened = OpenH5Dataset(f, path, key, "images");
-  if (!opened.ok()) return opened.status();
-  Hid d(*opened, H5Dclose);
-  const std::string name = absl::StrCat("dataset '", key, "' of '", path, "'");
-  Hid type(H5Dget_type(d.get()), H5Tclose);
-  if (!type.ok() || H5Tget_class(type.get()) != H5T_INTEGER || H5Tget_size(type.get()) != 1 ||
-      H5Tget_sign(type.get()) != H5T_SGN_NONE) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name, " does not hold uint8 values: stoker reads image arrays N x H x W [x C] of uint8 "
-              "from HDF5 (keep encoded images in an LMDB or WebDataset shards)"));
-  }
-  Hid space(H5Dget_space(d.get()), H5Sclose);
-  hsize_t dims[H5S_MAX_RANK];
-  const int rank = space.ok() ? H5Sget_simple_extent_dims(space.get(), dims, nullptr) : -1;
-  if ((rank != 3 && rank != 4) || (rank == 4 && dims[3] != 1 && dims[3] != 3)) {
-    std::string shape;
-    for (int k = 0; k < rank; ++k) absl::StrAppend(&shape, k ? "x" : "", dims[k]);
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, " is shaped ", shape.empty() ? "oddly" : shape,
-                     ": image arrays are N x H x W (grey) or N x H x W x C with C 1 or 3"));
-  }
+// Where each of the dataset's n elements (elem bytes each, stored whole in
+// its chunk: chunks span every dimension but the first) starts in the file.
+absl::Status ElementOffsets(const H5File& f, hid_t d, int rank, const hsize_t* dims,
+                            uint64_t elem, const std::string& name,
+                            std::vector<uint64_t>* offsets) {
   const uint64_t n = dims[0];
-  if (n > kMaxRecords) {
-    return absl::OutOfRangeError(absl::StrCat(name, " has ", n, " images, over stoker's ",
-                                              kMaxRecords, " a file: split it"));
-  }
-  if (dims[1] == 0 || dims[2] == 0 || dims[1] > 65535 || dims[2] > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, " holds images of ", dims[1], "x", dims[2], " pixels"));
-  }
-  out->height = static_cast<uint32_t>(dims[1]);
-  out->width = static_cast<uint32_t>(dims[2]);
-  out->channels = rank == 4 ? static_cast<uint32_t>(dims[3]) : 1;
-  const uint64_t row = uint64_t{out->height} * out->width * out->channels;
-  const uint64_t file_size = static_cast<uint64_t>(f.st.st_size);
-  out->offsets.resize(n);
-  out->lengths.assign(n, row);
-
-  Hid dcpl(H5Dget_create_plist(d.get()), H5Pclose);
+  offsets->resize(n);
+  Hid dcpl(H5Dget_create_plist(d), H5Pclose);
   const H5D_layout_t layout = dcpl.ok() ? H5Pget_layout(dcpl.get()) : H5D_LAYOUT_ERROR;
   if (layout == H5D_CONTIGUOUS) {
-    const haddr_t addr = H5Dget_offset(d.get());
+    const haddr_t addr = H5Dget_offset(d);
     if (n != 0 && addr == HADDR_UNDEF) {
       return absl::FailedPreconditionError(absl::StrCat(name, " was never written"));
     }
     // H5Dget_offset counts from the file's start (a user block included);
     // chunk addresses below count from the superblock (f.base added).
-    for (uint64_t i = 0; i < n; ++i) out->offsets[i] = addr + i * row;
+    for (uint64_t i = 0; i < n; ++i) (*offsets)[i] = addr + i * elem;
   } else if (layout == H5D_CHUNKED) {
     if (const int filters = H5Pget_nfilters(dcpl.get()); filters != 0) {
       char filter[64] = "a filter";
@@ -163,41 +131,196 @@ absl::Status IndexHdf5Images(const H5File& f, const std::string& path, const std
                        "): an image has no byte range in the file to read; ", kRepack));
     }
     hsize_t chunk[H5S_MAX_RANK];
-    if (H5Pget_chunk(dcpl.get(), rank, chunk) != rank || chunk[0] == 0 || chunk[1] != dims[1] ||
-        chunk[2] != dims[2] || (rank == 4 && chunk[3] != dims[3])) {
+    bool whole = H5Pget_chunk(dcpl.get(), rank, chunk) == rank && chunk[0] != 0;
+    for (int a = 1; whole && a < rank; ++a) whole = chunk[a] == dims[a];
+    if (!whole) {
       return absl::FailedPreconditionError(absl::StrCat(
           name, " is chunked across an image's rows or columns: an image is not one byte range; ",
           kRepack));
     }
     for (uint64_t first = 0; first < n; first += chunk[0]) {
-      hsize_t at[4] = {first, 0, 0, 0};
+      hsize_t at[H5S_MAX_RANK] = {first};
       unsigned mask = 0;
       haddr_t addr = HADDR_UNDEF;
       hsize_t bytes = 0;
-      if (H5Dget_chunk_info_by_coord(d.get(), at, &mask, &addr, &bytes) < 0 ||
-          addr == HADDR_UNDEF) {
+      if (H5Dget_chunk_info_by_coord(d, at, &mask, &addr, &bytes) < 0 || addr == HADDR_UNDEF) {
         return absl::FailedPreconditionError(absl::StrCat(
             name, ": the chunk of images ", first, ".. was never written (or cannot be read)"));
       }
-      if (bytes < std::min<uint64_t>(chunk[0], n - first) * row) {
+      if (bytes < std::min<uint64_t>(chunk[0], n - first) * elem) {
         return absl::OutOfRangeError(absl::StrCat(name, ": the chunk of images ", first,
                                                   ".. is smaller than its images"));
       }
       for (uint64_t i = first; i < std::min<uint64_t>(first + chunk[0], n); ++i) {
-        out->offsets[i] = f.base + addr + (i - first) * row;
+        (*offsets)[i] = f.base + addr + (i - first) * elem;
       }
     }
   } else {
     return absl::FailedPreconditionError(
         absl::StrCat(name, " has a compact layout (stored in its header); ", kRepack));
   }
+  const uint64_t file_size = static_cast<uint64_t>(f.st.st_size);
   for (uint64_t i = 0; i < n; ++i) {
-    if (out->offsets[i] > file_size || row > file_size - out->offsets[i]) {
+    if ((*offsets)[i] > file_size || elem > file_size - (*offsets)[i]) {
       return absl::OutOfRangeError(absl::StrCat(name, ": image ", i, " lies past the file's end (",
                                                 file_size, " bytes): a truncated file?"));
     }
   }
   return absl::OkStatus();
+}
+
+// Variable-length byte strings (h5py's vlen_dtype(np.uint8): encoded
+// images). Each element is stored as its length (4 bytes) and a global heap
+// ID (the heap collection's address, then the object's index, 4 bytes); a
+// collection ("GCOL", version, 3 reserved, its size) holds objects, each an
+// index (2), a reference count (2), 4 reserved, its size, then its bytes
+// padded to 8 (HDF5's file format specification, "Global Heap"). The
+// objects' places are found by walking each collection's object headers,
+// as a tar's members are: no object is read.
+absl::Status ResolveVlen(const H5File& f, const std::string& name, RecordIndex* out) {
+  Hid fcpl(H5Fget_create_plist(f.id), H5Pclose);
+  size_t sizeof_addr = 8, sizeof_size = 8;
+  if (!fcpl.ok() || H5Pget_sizes(fcpl.get(), &sizeof_addr, &sizeof_size) < 0 ||
+      (sizeof_addr != 4 && sizeof_addr != 8) || (sizeof_size != 4 && sizeof_size != 8)) {
+    return absl::InvalidArgumentError(name + ": the file's address sizes are not HDF5's");
+  }
+  const auto le = [](const uint8_t* p, size_t n) {
+    uint64_t v = 0;
+    for (size_t k = n; k-- > 0;) v = v << 8 | p[k];
+    return v;
+  };
+  const uint64_t file_size = static_cast<uint64_t>(f.st.st_size);
+  const size_t elem = 4 + sizeof_addr + 4;
+  // Each collection's objects: index -> (data offset in the file, size).
+  std::map<uint64_t, std::map<uint32_t, std::pair<uint64_t, uint64_t>>> heaps;
+  const auto walk = [&](uint64_t collection) -> absl::Status {
+    uint8_t head[16];
+    const uint64_t at = f.base + collection;
+    if (at > file_size || file_size - at < 8 + sizeof_size ||
+        ::pread(f.fd.get(), head, 8 + sizeof_size, static_cast<off_t>(at)) !=
+            static_cast<ssize_t>(8 + sizeof_size) ||
+        std::memcmp(head, "GCOL", 4) != 0) {
+      return absl::DataLossError(absl::StrCat(name, ": a global heap collection at ", collection,
+                                              " is damaged"));
+    }
+    const uint64_t size = le(head + 8, sizeof_size);
+    if (size > file_size - at) {
+      return absl::DataLossError(absl::StrCat(name, ": a global heap collection runs past the "
+                                                    "file's end"));
+    }
+    auto& objects = heaps[collection];
+    const size_t header = 8 + sizeof_size;
+    for (uint64_t p = 8 + sizeof_size; p + header <= size;) {
+      uint8_t h[16];
+      if (::pread(f.fd.get(), h, header, static_cast<off_t>(at + p)) !=
+          static_cast<ssize_t>(header)) {
+        return absl::DataLossError(name + ": a global heap object cannot be read");
+      }
+      const uint32_t index = static_cast<uint32_t>(le(h, 2));
+      const uint64_t bytes = le(h + 8, sizeof_size);
+      if (index == 0) break;  // the collection's free space
+      if (bytes > size - p - header) {
+        return absl::DataLossError(name + ": a global heap object runs past its collection");
+      }
+      objects[index] = {at + p + header, bytes};
+      p += header + (bytes + 7) / 8 * 8;
+    }
+    return absl::OkStatus();
+  };
+  std::vector<uint8_t> raw(elem);
+  std::vector<uint64_t> offsets, lengths;
+  uint64_t empty = 0;
+  for (size_t i = 0; i < out->offsets.size(); ++i) {
+    if (::pread(f.fd.get(), raw.data(), elem, static_cast<off_t>(out->offsets[i])) !=
+        static_cast<ssize_t>(elem)) {
+      return absl::DataLossError(absl::StrCat(name, ": element ", i, " cannot be read"));
+    }
+    const uint64_t length = le(raw.data(), 4);
+    const uint64_t collection = le(raw.data() + 4, sizeof_addr);
+    const uint32_t index = static_cast<uint32_t>(le(raw.data() + 4 + sizeof_addr, 4));
+    if (length == 0) {
+      ++empty;
+      continue;
+    }
+    if (heaps.count(collection) == 0) {
+      if (heaps.size() > (uint64_t{1} << 22)) return absl::OutOfRangeError(name + ": too many heaps");
+      if (absl::Status s = walk(collection); !s.ok()) return s;
+    }
+    const auto& objects = heaps[collection];
+    auto it = objects.find(index);
+    if (it == objects.end() || it->second.second < length) {
+      return absl::DataLossError(
+          absl::StrCat(name, ": element ", i, "'s bytes are not in its global heap collection"));
+    }
+    offsets.push_back(it->second.first);
+    lengths.push_back(length);
+    out->rows.push_back(i);
+  }
+  if (empty != 0) out->warning = absl::StrCat(name, ": left out ", empty, " empty element(s)");
+  out->offsets = std::move(offsets);
+  out->lengths = std::move(lengths);
+  return absl::OkStatus();
+}
+
+absl::Status IndexHdf5Images(const H5File& f, const std::string& path, const std::string& key,
+                             RecordIndex* out, uint64_t* row_count) {
+  absl::StatusOr<hid_t> opened = OpenH5Dataset(f, path, key, "images");
+  if (!opened.ok()) return opened.status();
+  Hid d(*opened, H5Dclose);
+  const std::string name = absl::StrCat("dataset '", key, "' of '", path, "'");
+  Hid type(H5Dget_type(d.get()), H5Tclose);
+  Hid space(H5Dget_space(d.get()), H5Sclose);
+  hsize_t dims[H5S_MAX_RANK];
+  const int rank = space.ok() ? H5Sget_simple_extent_dims(space.get(), dims, nullptr) : -1;
+  std::string shape;
+  for (int k = 0; k < rank; ++k) absl::StrAppend(&shape, k ? "x" : "", dims[k]);
+  if (rank >= 1 && dims[0] > kMaxRecords) {
+    return absl::OutOfRangeError(absl::StrCat(name, " has ", dims[0], " images, over stoker's ",
+                                              kMaxRecords, " a file: split it"));
+  }
+  *row_count = rank >= 1 ? dims[0] : 0;
+  // Encoded images: a 1-D dataset of variable-length bytes.
+  if (type.ok() && H5Tget_class(type.get()) == H5T_VLEN) {
+    Hid base(H5Tget_super(type.get()), H5Tclose);
+    if (!base.ok() || H5Tget_class(base.get()) != H5T_INTEGER || H5Tget_size(base.get()) != 1 ||
+        rank != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, " holds variable-length values that are not one byte string a sample (an "
+                "encoded image each: a 1-D dataset of h5py.vlen_dtype(np.uint8))"));
+    }
+    Hid fcpl(H5Fget_create_plist(f.id), H5Pclose);
+    size_t sizeof_addr = 8, sizeof_size = 8;
+    if (fcpl.ok()) H5Pget_sizes(fcpl.get(), &sizeof_addr, &sizeof_size);
+    if (absl::Status s = ElementOffsets(f, d.get(), rank, dims, 4 + sizeof_addr + 4, name,
+                                        &out->offsets);
+        !s.ok()) {
+      return s;
+    }
+    return ResolveVlen(f, name, out);
+  }
+  if (!type.ok() || H5Tget_class(type.get()) != H5T_INTEGER || H5Tget_size(type.get()) != 1 ||
+      H5Tget_sign(type.get()) != H5T_SGN_NONE) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, " holds neither uint8 image arrays (N x H x W [x C]) nor encoded images "
+              "(variable-length bytes, h5py.vlen_dtype(np.uint8))"));
+  }
+  if ((rank != 3 && rank != 4) || (rank == 4 && dims[3] != 1 && dims[3] != 3)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " is shaped ", shape.empty() ? "oddly" : shape,
+                     ": image arrays are N x H x W (grey) or N x H x W x C with C 1 or 3"));
+  }
+  if (dims[1] == 0 || dims[2] == 0 || dims[1] > 65535 || dims[2] > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " holds images of ", dims[1], "x", dims[2], " pixels"));
+  }
+  out->height = static_cast<uint32_t>(dims[1]);
+  out->width = static_cast<uint32_t>(dims[2]);
+  out->channels = rank == 4 ? static_cast<uint32_t>(dims[3]) : 1;
+  const uint64_t row = uint64_t{out->height} * out->width * out->channels;
+  out->lengths.assign(dims[0], row);
+  out->rows.resize(dims[0]);
+  std::iota(out->rows.begin(), out->rows.end(), uint64_t{0});
+  return ElementOffsets(f, d.get(), rank, dims, row, name, &out->offsets);
 }
 
 absl::Status ReadHdf5Labels(const H5File& f, const std::string& path, const std::string& key,
@@ -268,19 +391,28 @@ absl::Status IndexHdf5(int root_fd, const RecordTarget& t, RecordIndex* out) {
   if (absl::Status s = OpenH5(root_fd, t.file, &f); !s.ok()) return s;
   const std::string images = t.images_key.empty() ? kDefaultRecordImages : t.images_key;
   const std::string labels_key = t.labels_key.empty() ? kDefaultRecordLabels : t.labels_key;
-  if (absl::Status s = IndexHdf5Images(f, t.file, images, out); !s.ok()) return s;
-  const uint64_t n = out->offsets.size();
+  uint64_t n = 0;  // the dataset's rows (some may be left out: out->rows)
+  if (absl::Status s = IndexHdf5Images(f, t.file, images, out, &n); !s.ok()) return s;
+  // Labels are one a row of the images' dataset.
+  std::vector<int64_t> labels;
+  absl::Status read = absl::OkStatus();
   if (t.labels_file.empty()) {
-    if (hdf5::PathExists(f.id, labels_key)) return ReadHdf5Labels(f, t.file, labels_key, n, &out->labels);
-    out->labels.assign(n, -1);
-    return absl::OkStatus();
-  }
-  if (EndsWithAny(t.labels_file, {".h5", ".hdf5", ".he5", ".H5"})) {
+    if (hdf5::PathExists(f.id, labels_key)) {
+      read = ReadHdf5Labels(f, t.file, labels_key, n, &labels);
+    } else {
+      labels.assign(n, -1);
+    }
+  } else if (EndsWithAny(t.labels_file, {".h5", ".hdf5", ".he5", ".H5"})) {
     H5File lf;
-    if (absl::Status s = OpenH5(root_fd, t.labels_file, &lf); !s.ok()) return s;
-    return ReadHdf5Labels(lf, t.labels_file, labels_key, n, &out->labels);
+    read = OpenH5(root_fd, t.labels_file, &lf);
+    if (read.ok()) read = ReadHdf5Labels(lf, t.labels_file, labels_key, n, &labels);
+  } else {
+    read = ReadTextLabels(root_fd, t.labels_file, n, &labels);
   }
-  return ReadTextLabels(root_fd, t.labels_file, n, &out->labels);
+  if (!read.ok()) return read;
+  out->labels.resize(out->rows.size());
+  for (size_t i = 0; i < out->rows.size(); ++i) out->labels[i] = labels[out->rows[i]];
+  return absl::OkStatus();
 }
 
 // ---- LMDB ----
@@ -431,6 +563,7 @@ absl::Status IndexLmdb(int root_fd, const RecordTarget& t, RecordIndex* out) {
   for (const Row& r : rows) {
     out->offsets.push_back(r.offset);
     out->lengths.push_back(r.length);
+    out->rows.push_back(r.key);
   }
   const uint64_t n = rows.size();
   if (t.labels_file.empty()) {

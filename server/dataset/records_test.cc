@@ -168,6 +168,51 @@ TEST_CASE("HDF5 labels come from a y file, a text file, or are -1", "[records]")
   CHECK(std::string(missing.status().message()).find("x, y") != std::string::npos);
 }
 
+TEST_CASE("an HDF5 dataset of variable-length bytes gives each value's bytes", "[records]") {
+  Root root;
+  std::vector<std::string> values;
+  std::mt19937 rng(14);
+  for (int i = 0; i < 30; ++i) {
+    std::string v(i == 7 ? 0 : 10 + (i * 977) % 20000, '\0');  // 7: empty; some past 4 KiB
+    for (char& c : v) c = static_cast<char>(rng());
+    values.push_back(v);
+  }
+  hid_t f = H5Fcreate((root.tmp / "enc.h5").c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  hsize_t n = values.size();
+  hid_t space = H5Screate_simple(1, &n, nullptr);
+  hid_t type = H5Tvlen_create(H5T_NATIVE_UINT8);
+  hid_t d = H5Dcreate2(f, "images", type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  std::vector<hvl_t> vl(values.size());
+  for (size_t i = 0; i < values.size(); ++i) vl[i] = {values[i].size(), values[i].data()};
+  REQUIRE(H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, vl.data()) >= 0);
+  std::vector<int32_t> labels(values.size());
+  for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int32_t>(100 + i);
+  hid_t ld = H5Dcreate2(f, "y", H5T_NATIVE_INT32, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  H5Dwrite(ld, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, labels.data());
+  H5Dclose(ld);
+  H5Dclose(d);
+  H5Tclose(type);
+  H5Sclose(space);
+  H5Fclose(f);
+
+  RecordTarget t;
+  t.file = "enc.h5";
+  t.images_key = "images";
+  auto index = IndexRecordFile(root.fd.get(), t);
+  REQUIRE(index.ok());
+  CHECK(index->channels == 0);
+  REQUIRE(index->offsets.size() == 29);
+  CHECK(index->warning.find("left out 1 empty") != std::string::npos);
+  for (size_t k = 0; k < 29; ++k) {
+    const size_t i = k < 7 ? k : k + 1;
+    INFO("row " << i);
+    CHECK(index->rows[k] == i);
+    CHECK(index->labels[k] == static_cast<int64_t>(100 + i));
+    REQUIRE(index->lengths[k] == values[i].size());
+    CHECK(ReadRange(root.tmp / "enc.h5", index->offsets[k], index->lengths[k]) == values[i]);
+  }
+}
+
 TEST_CASE("HDF5 files stoker cannot range-read are refused, naming the fix", "[records]") {
   Root root;
   RecordTarget t;
@@ -206,7 +251,7 @@ TEST_CASE("HDF5 files stoker cannot range-read are refused, naming the fix", "[r
   }
   H5Options f32;
   f32.type = H5T_NATIVE_FLOAT;
-  CHECK(message(f32, Pixels(10, 90, 6)).find("does not hold uint8") != std::string::npos);
+  CHECK(message(f32, Pixels(10, 90, 6)).find("neither uint8 image arrays") != std::string::npos);
   H5Options rgba;
   rgba.dims = {2, 3, 3, 4};
   CHECK(message(rgba, Pixels(2, 36, 7)).find("shaped 2x3x3x4") != std::string::npos);

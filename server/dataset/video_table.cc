@@ -318,7 +318,7 @@ absl::StatusOr<RecordIndex> VideoProber::IndexRecords(const RecordTarget& target
   // What a worker says is checked as any input is: the ranges are checked
   // again against the file when read.
   const std::vector<int64_t>& v = o.pts;
-  if (v.size() % 3 != 0 || v.size() / 3 > kMaxRecords ||
+  if (v.size() % 4 != 0 || v.size() / 4 > kMaxRecords ||
       (o.record_channels != 0 && o.record_channels != 1 && o.record_channels != 3)) {
     return absl::InternalError("the worker indexing the record file answered out of protocol");
   }
@@ -327,17 +327,19 @@ absl::StatusOr<RecordIndex> VideoProber::IndexRecords(const RecordTarget& target
   index.width = o.record_width;
   index.channels = o.record_channels;
   index.warning = std::move(o.warning);
-  const size_t n = v.size() / 3;
+  const size_t n = v.size() / 4;
   index.offsets.resize(n);
   index.lengths.resize(n);
   index.labels.resize(n);
+  index.rows.resize(n);
   for (size_t i = 0; i < n; ++i) {
-    if (v[3 * i] < 0 || v[3 * i + 1] <= 0) {
+    if (v[4 * i] < 0 || v[4 * i + 1] <= 0 || v[4 * i + 3] < 0) {
       return absl::InternalError("the worker indexing the record file gave a bad range");
     }
-    index.offsets[i] = static_cast<uint64_t>(v[3 * i]);
-    index.lengths[i] = static_cast<uint64_t>(v[3 * i + 1]);
-    index.labels[i] = v[3 * i + 2];
+    index.offsets[i] = static_cast<uint64_t>(v[4 * i]);
+    index.lengths[i] = static_cast<uint64_t>(v[4 * i + 1]);
+    index.labels[i] = v[4 * i + 2];
+    index.rows[i] = static_cast<uint64_t>(v[4 * i + 3]);
   }
   return index;
 }

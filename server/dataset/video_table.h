@@ -68,7 +68,7 @@ struct ProbeOutcome {
   std::vector<int64_t> keyframes;  // sorted
   std::string warning;             // its packets stopped early (it is still used)
   // A record file's: the raw images' shape (all 0: encoded values); `pts`
-  // holds (offset, length, label) for each sample.
+  // holds (offset, length, label, row) for each sample.
   uint32_t record_height = 0;
   uint32_t record_width = 0;
   uint32_t record_channels = 0;

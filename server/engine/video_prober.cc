@@ -167,7 +167,7 @@ std::vector<ProbeOutcome> WorkerVideoProber::ProbeAll(
           m.warning[sizeof(m.warning) - 1] = '\0';
           const bool records = targets[static_cast<size_t>(p.current)].record_kind != 0;
           if (m.probe_id != static_cast<uint64_t>(p.current) || m.code > 16 ||
-              (m.code == 0 && m.frames + m.keyframes > (records ? 3 * kMaxRecords : max_values))) {
+              (m.code == 0 && m.frames + m.keyframes > (records ? 4 * kMaxRecords : max_values))) {
             bad = true;
           } else if (m.code != 0) {
             ProbeOutcome o;

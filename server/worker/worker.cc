@@ -84,7 +84,7 @@ absl::Status ReadInput(const TaskMsg& t, const Input& in, std::vector<uint8_t>* 
 }
 
 // Indexes a record file (kProbeHdf5 / kProbeLmdb): `values` gets (offset,
-// length, label) for each sample.
+// length, label, row) for each sample.
 void ProbeRecords(const ProbeMsg& m, int data_root, ProbeResultMsg* r,
                   std::vector<int64_t>* values) {
   values->clear();
@@ -118,11 +118,17 @@ void ProbeRecords(const ProbeMsg& m, int data_root, ProbeResultMsg* r,
   r->record_channels = index->channels;
   CopyText(index->warning, r->warning);
   const size_t n = index->offsets.size();
-  values->resize(3 * n);
+  if (index->lengths.size() != n || index->labels.size() != n || index->rows.size() != n) {
+    r->code = static_cast<uint32_t>(absl::StatusCode::kInternal);
+    CopyText("the record index's arrays differ in length", r->reason);
+    return;
+  }
+  values->resize(4 * n);
   for (size_t i = 0; i < n; ++i) {
-    (*values)[3 * i] = static_cast<int64_t>(index->offsets[i]);
-    (*values)[3 * i + 1] = static_cast<int64_t>(index->lengths[i]);
-    (*values)[3 * i + 2] = index->labels[i];
+    (*values)[4 * i] = static_cast<int64_t>(index->offsets[i]);
+    (*values)[4 * i + 1] = static_cast<int64_t>(index->lengths[i]);
+    (*values)[4 * i + 2] = index->labels[i];
+    (*values)[4 * i + 3] = static_cast<int64_t>(index->rows[i]);
   }
   r->frames = values->size();
 }

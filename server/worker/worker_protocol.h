@@ -176,7 +176,7 @@ enum TaskCache : uint32_t {
 // order. kProbeHdf5 / kProbeLmdb: a record file (server/dataset/records.h);
 // `path` is the RecordTarget's file, images_key, labels_file and labels_key,
 // each ended by a NUL; the answer's `frames` values are (offset, length,
-// label) for each sample, its record_* fields the raw images' shape.
+// label, row) for each sample, its record_* fields the raw images' shape.
 enum ProbeKind : uint32_t { kProbeVideo = 0, kProbeHdf5 = 1, kProbeLmdb = 2 };
 struct ProbeMsg {
   uint32_t type = kProbe;

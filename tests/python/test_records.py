@@ -212,3 +212,45 @@ def test_a_transform_that_sizes_nothing_takes_the_arrays_size(stoker, daemon_fac
                        match="size is decided by the transform's RandomCrop"):
         stoker.Loader("pcam/train_x.h5", socket=d.socket,
                       transform=T.Compose([T.RandomCrop(16), T.ToTensor()]), size=(32, 40))
+
+
+def test_encoded_images_in_hdf5(stoker, daemon_factory, tmp_path):
+    """A 1-D HDF5 dataset of variable-length bytes, an encoded image each
+    (h5py.vlen_dtype(np.uint8)), as sets that keep JPEGs in HDF5 write it:
+    each sample is what PIL decodes from the bytes h5py reads, with its
+    row's label; an empty row is left out (the log says so), a corrupt one
+    is a counted sample failure named by its row."""
+    root = str(tmp_path)
+    rng = np.random.default_rng(15)
+    blobs = []
+    for i in range(14):
+        img = photo_like(rng, int(rng.integers(30, 60)), int(rng.integers(30, 60)))
+        blobs.append(encoded(img, "PNG" if i % 4 == 0 else "JPEG"))
+    blobs[5] = b""
+    blobs[9] = blobs[9][:200]  # truncated
+    with h5py.File(os.path.join(root, "enc.h5"), "w") as f:
+        images = f.create_dataset("images", (len(blobs),), dtype=h5py.vlen_dtype(np.uint8))
+        for i, b in enumerate(blobs):
+            images[i] = np.frombuffer(b, np.uint8)
+        f.create_dataset("labels", data=np.arange(len(blobs), dtype=np.int16) + 50)
+    d = daemon_factory(workers=2, data_root=root)
+    with stoker.Loader("enc.h5", socket=d.socket, batch_size=1, pipeline="decode", shuffle=False,
+                       epochs=1, record_images="images", record_labels_key="labels",
+                       failure_policy="skip") as ld:
+        got = []
+        for view in ld.iter_batches():
+            got.append((view.statuses.tolist()[0], int(view.labels[0]),
+                        view.images[0].numpy().copy() if view.statuses[0] == 0 else None))
+        assert ld.info["dataset_size"] == len(blobs) - 1
+    rows = [i for i in range(len(blobs)) if i != 5]
+    with h5py.File(os.path.join(root, "enc.h5")) as f:
+        for (status, label, image), row in zip(got, rows):
+            if row == 9:
+                assert status == 1
+                continue
+            assert status == 0 and label == 50 + row
+            want = np.asarray(Image.open(io.BytesIO(f["images"][row].tobytes())).convert("RGB"))
+            assert np.array_equal(image, want), row
+    log = d.log()
+    assert "left out 1 empty element" in log
+    assert "enc.h5:9) failed" in log
