@@ -375,6 +375,15 @@ absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) 
   auto indexed = registry_->Get(req.dataset(), req.format(), io);
   if (!indexed.ok()) return indexed.status();
   std::shared_ptr<const Dataset> ds = *std::move(indexed);
+  if ((request->volume.has_value() || request->clip.has_value()) &&
+      (ds->format() == DatasetFormat::kHdf5 || ds->format() == DatasetFormat::kLmdb)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", ds->name(), "' is a record file, whose samples are images: ",
+        request->volume.has_value()
+            ? "list HDF5 volumes in a manifest \"#columns: image label\" or a dataset.json "
+              "(LoadImaged(npz_keys=...) names their datasets)"
+            : "videos are served from files or WebDataset shards"));
+  }
   std::shared_ptr<const ClipSource> clips;
   if (request->clip.has_value()) {
     const std::string cache_dir = config_.index_cache();

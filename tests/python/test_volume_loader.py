@@ -517,3 +517,17 @@ def test_hdf5_volumes_and_a_missing_dataset(stoker, daemon_factory, tmp_path):
             assert len(corners) == 1
             x, y, z = corners[0]
             assert np.array_equal(label, cases[n][1][x:x + 5, y:y + 4, z:z + 3])
+
+
+def test_a_record_file_is_not_a_volume_dataset(stoker, daemon_factory, tmp_path):
+    h5py = pytest.importorskip("h5py")
+    root = tmp_path / "data"
+    root.mkdir()
+    with h5py.File(root / "x.h5", "w") as f:
+        f.create_dataset("x", data=np.zeros((2, 8, 8, 3), np.uint8))
+    daemon = daemon_factory(workers=1, data_root=str(root))
+    from stoker import volume as V
+    compose = V.Compose([V.RandSpatialCropd(keys=["image", "label"], roi_size=4)])
+    with pytest.raises(stoker.InvalidRequestError, match="is a record file.*manifest"):
+        with stoker.Loader("x.h5", transform=compose, socket=daemon.socket) as loader:
+            next(iter(loader))
