@@ -174,6 +174,11 @@ AttachOptions ParseAttach(const std::string& dataset, const py::kwargs& kw) {
     } else if (key == "record_images" || key == "record_labels_key") {
       if (!PyUnicode_Check(v.ptr())) RaiseInvalid(key + " must be a str");
       (key == "record_images" ? o.record_images : o.record_labels_key) = py::cast<std::string>(v);
+    } else if (key == "record_shape") {
+      if (!PySequence_Check(v.ptr()) || PyUnicode_Check(v.ptr())) {
+        RaiseInvalid("record_shape must be (height, width) or (height, width, channels)");
+      }
+      for (auto d : py::reinterpret_borrow<py::sequence>(v)) o.record_shape.push_back(ToU32(d, k));
     } else if (key == "record_labels") {
       o.record_labels = FsName(v, "record_labels (a labels file: HDF5 or text)");
     } else if (key == "pipeline_json") {

@@ -435,6 +435,7 @@ absl::StatusOr<std::unique_ptr<Session>> Client::Attach(const AttachOptions& o) 
   req.set_record_images(o.record_images);
   req.set_record_labels(o.record_labels);
   req.set_record_labels_key(o.record_labels_key);
+  for (uint32_t d : o.record_shape) req.add_record_shape(d);
   // The request form goes to the daemon; Effective only checks it here, so
   // that a bad pipeline fails before any RPC, as the daemon would fail it.
   auto spec = pipeline::SpecFromKeywordsJson(o.pipeline);

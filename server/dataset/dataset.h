@@ -127,6 +127,8 @@ struct IndexOptions {
   std::string record_images;
   std::string record_labels;
   std::string record_labels_key;
+  // An LMDB of raw pixels: {H, W} or {H, W, C} (records.h); empty: encoded.
+  std::vector<uint32_t> record_shape;
   // Who parses a record file (the daemon's: a sandboxed worker, through its
   // VideoProber). Unset: record files cannot be opened (FAILED_PRECONDITION).
   std::function<absl::StatusOr<RecordIndex>(const RecordTarget&)> index_records;
@@ -150,8 +152,10 @@ struct IndexOptions {
       id += "\nextensions:";
       for (const std::string& e : extensions) id += e + "\t";
     }
-    if (!record_images.empty() || !record_labels.empty() || !record_labels_key.empty()) {
+    if (!record_images.empty() || !record_labels.empty() || !record_labels_key.empty() ||
+        !record_shape.empty()) {
       id += "\nrecords:" + record_images + "\t" + record_labels + "\t" + record_labels_key;
+      for (uint32_t d : record_shape) id += "\t" + std::to_string(d);
     }
     return id;
   }

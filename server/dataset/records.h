@@ -25,7 +25,9 @@
 //    range per image: `h5repack -l CONTI` (Debian's hdf5-tools) rewrites
 //    it. A raw image reaches the decoders as the PNM image of the same
 //    pixels (PIL.Image.fromarray(x[i]) is what torchvision sees).
-//  - LMDB: the main database's values, each an encoded image. Keys that are
+//  - LMDB: the main database's values, each an encoded image (or raw
+//    pixels of the shape RecordTarget gives: a value of another size fails
+//    as a sample). Keys that are
 //    decimal integers ("17", "00000017") are samples in numeric order, the
 //    others (metadata such as "__len__" or "__keys__") are left out with a
 //    warning; with no decimal key at all, every key is a sample, in LMDB's
@@ -63,6 +65,11 @@ struct RecordTarget {
   // kDefaultRecordLabels. Any integer type; N values in any shape (PCam's y
   // is N x 1 x 1 x 1).
   std::string labels_key;
+  // LMDB: its values are raw height x width x channels uint8 pixels (all 0:
+  // encoded images). RecordIndex's shape is this.
+  uint32_t height = 0;
+  uint32_t width = 0;
+  uint32_t channels = 0;
 };
 
 // PatchCamelyon's names.

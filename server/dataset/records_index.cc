@@ -24,6 +24,22 @@ absl::Status IndexRecords(const DataRoot& root, DatasetFormat format, const std:
   target.file = file;
   target.images_key = options.record_images;
   target.labels_key = options.record_labels_key;
+  if (!options.record_shape.empty()) {
+    const auto& s = options.record_shape;
+    if (format != DatasetFormat::kLmdb) {
+      return absl::InvalidArgumentError(
+          "record_shape is for an LMDB of raw pixels: an HDF5 array has its own shape");
+    }
+    if ((s.size() != 2 && s.size() != 3) || s[0] == 0 || s[1] == 0 || s[0] > 65535 ||
+        s[1] > 65535 || (s.size() == 3 && s[2] != 1 && s[2] != 3)) {
+      return absl::InvalidArgumentError(
+          "record_shape is [height, width] or [height, width, channels], channels 1 or 3, each "
+          "side 1..65535");
+    }
+    target.height = s[0];
+    target.width = s[1];
+    target.channels = s.size() == 3 ? s[2] : 1;
+  }
   if (!options.record_labels.empty()) {
     absl::StatusOr<ResolvedPath> labels = ResolveUserPath(root, options.record_labels);
     if (!labels.ok()) return labels.status();

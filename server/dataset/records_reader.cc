@@ -565,6 +565,9 @@ absl::Status IndexLmdb(int root_fd, const RecordTarget& t, RecordIndex* out) {
     out->lengths.push_back(r.length);
     out->rows.push_back(r.key);
   }
+  out->height = t.height;
+  out->width = t.width;
+  out->channels = t.channels;
   const uint64_t n = rows.size();
   if (t.labels_file.empty()) {
     out->labels.assign(n, -1);

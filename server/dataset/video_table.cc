@@ -310,6 +310,9 @@ absl::StatusOr<RecordIndex> VideoProber::IndexRecords(const RecordTarget& target
     t.path.append(*part);
     t.path.push_back('\0');
   }
+  t.path += std::to_string(target.height) + "," + std::to_string(target.width) + "," +
+            std::to_string(target.channels);
+  t.path.push_back('\0');
   t.display = target.file;
   std::vector<ProbeOutcome> out = ProbeAll({t}, nullptr);
   if (out.size() != 1) return absl::InternalError("the record file was not indexed");

@@ -50,7 +50,8 @@ static_assert(sizeof(VideoInfo) == 32, "no padding: its bytes are its fields");
 
 // One video to index: a file beneath the data root, whole or a byte range.
 // Or a record file (records.h: record_kind != 0; `path` then packs the
-// RecordTarget's four strings, each ended by a NUL).
+// RecordTarget's four strings and "height,width,channels", each ended by a
+// NUL).
 struct ProbeTarget {
   uint32_t record_kind = 0;  // 0: a video; else RecordKind
   std::string path;  // relative to the root (Dataset::path)

@@ -353,6 +353,7 @@ absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) 
   io.record_images = req.record_images();
   io.record_labels = req.record_labels();
   io.record_labels_key = req.record_labels_key();
+  io.record_shape.assign(req.record_shape().begin(), req.record_shape().end());
   if (prober_ != nullptr) {
     io.index_records = [this](const RecordTarget& t) { return prober_->IndexRecords(t); };
   }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <unordered_map>
@@ -89,7 +90,7 @@ void ProbeRecords(const ProbeMsg& m, int data_root, ProbeResultMsg* r,
                   std::vector<int64_t>* values) {
   values->clear();
   std::string_view packed(m.path, m.path_bytes);
-  std::string parts[4];
+  std::string parts[5];
   for (std::string& part : parts) {
     const size_t end = packed.find('\0');
     if (end == std::string_view::npos) {
@@ -106,6 +107,12 @@ void ProbeRecords(const ProbeMsg& m, int data_root, ProbeResultMsg* r,
   target.images_key = parts[1];
   target.labels_file = parts[2];
   target.labels_key = parts[3];
+  if (std::sscanf(parts[4].c_str(), "%u,%u,%u", &target.height, &target.width,
+                  &target.channels) != 3) {
+    r->code = static_cast<uint32_t>(absl::StatusCode::kInvalidArgument);
+    CopyText("malformed record probe", r->reason);
+    return;
+  }
   absl::StatusOr<RecordIndex> index = IndexRecordFile(data_root, target);
   if (!index.ok()) {
     r->code = static_cast<uint32_t>(index.status().code());

@@ -174,8 +174,8 @@ enum TaskCache : uint32_t {
 // ProbeResultMsg and, when it succeeded, ceil((frames + keyframes) /
 // kProbePtsPerMsg) ProbePtsMsgs: the frames' pts then the keyframes', in
 // order. kProbeHdf5 / kProbeLmdb: a record file (server/dataset/records.h);
-// `path` is the RecordTarget's file, images_key, labels_file and labels_key,
-// each ended by a NUL; the answer's `frames` values are (offset, length,
+// `path` is the RecordTarget's file, images_key, labels_file, labels_key and
+// "height,width,channels", each ended by a NUL; the answer's `frames` values are (offset, length,
 // label, row) for each sample, its record_* fields the raw images' shape.
 enum ProbeKind : uint32_t { kProbeVideo = 0, kProbeHdf5 = 1, kProbeLmdb = 2 };
 struct ProbeMsg {

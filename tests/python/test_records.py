@@ -254,3 +254,30 @@ def test_encoded_images_in_hdf5(stoker, daemon_factory, tmp_path):
     log = d.log()
     assert "left out 1 empty element" in log
     assert "enc.h5:9) failed" in log
+
+
+def test_an_lmdb_of_raw_pixels(stoker, daemon_factory, tmp_path):
+    """record_shape=(H, W, C): each LMDB value is arr.tobytes() of an H x W x C
+    uint8 array, served as those pixels; a value of another size is a
+    counted sample failure; record_shape for an HDF5 file is refused."""
+    root = str(tmp_path)
+    rng = np.random.default_rng(16)
+    arrays = [photo_like(rng, 20, 24) for _ in range(9)]
+    values = {str(i).encode(): a.tobytes() for i, a in enumerate(arrays)}
+    values[b"6"] = values[b"6"][:100]
+    write_lmdb(os.path.join(root, "raw"), values)
+    d = daemon_factory(workers=2, data_root=root)
+    with stoker.Loader("raw", socket=d.socket, batch_size=1, pipeline="decode", size=(20, 24),
+                       shuffle=False, epochs=1, record_shape=(20, 24, 3),
+                       failure_policy="skip") as ld:
+        got = [(v.statuses.tolist()[0], v.images[0].numpy().copy()) for v in ld.iter_batches()]
+    assert len(got) == 9
+    for i, (status, image) in enumerate(got):
+        if i == 6:
+            assert status == 1
+        else:
+            assert status == 0 and np.array_equal(image, arrays[i]), i
+    assert "is not 20x24x3 pixels" in d.log()
+    pcam_like(root, n=4, h=8, w=8)
+    with pytest.raises(stoker.StokerError, match="record_shape is for an LMDB"):
+        first_batch(stoker, "pcam/train_x.h5", socket=d.socket, record_shape=(8, 8, 3))

@@ -111,6 +111,9 @@ struct AttachOptions {
   std::string record_images;
   std::string record_labels;
   std::string record_labels_key;
+  // An LMDB of raw H x W [x C] uint8 pixels: {H, W} or {H, W, C}
+  // (AttachRequest.record_shape). Empty: encoded images.
+  std::vector<uint32_t> record_shape;
   // The decode/augment pipeline as data: a JSON object of pipeline keywords,
   // the same ones Python's Loader and `stokerctl consume` take; their names,
   // defaults and checks are in pipeline/pipeline_spec.h. Empty: "{}",

@@ -322,7 +322,8 @@ class Loader(_PipelineMixin, _EpochsMixin, _ResumeMixin, _BatchesMixin):
             PatchCamelyon's y file; or a text file of one integer a line),
             by default the HDF5 file's own "y" if it has one, else -1. An
             LMDB's values are encoded images keyed "0", "1", ... (README,
-            Records).
+            Records), or with record_shape=(H, W[, C]) raw uint8 pixels of
+            that shape (numpy's tobytes() of an H x W x C array).
         box_min_size, box_min_visibility: for a dataset with boxes: after
             the ops, a box is kept when its width and height are > 0 and at
             least box_min_size pixels (default 0; torchvision v2's
@@ -401,6 +402,7 @@ class Loader(_PipelineMixin, _EpochsMixin, _ResumeMixin, _BatchesMixin):
         record_images: Optional[str] = None,
         record_labels: Optional[Union[str, "os.PathLike[str]"]] = None,
         record_labels_key: Optional[str] = None,
+        record_shape: Optional[Sequence[int]] = None,
         box_min_size: Any = _UNSET,
         box_min_visibility: Any = _UNSET,
         pad_to_multiple: Optional[int] = None,
@@ -607,6 +609,8 @@ class Loader(_PipelineMixin, _EpochsMixin, _ResumeMixin, _BatchesMixin):
             self._options["record_images"] = record_images
         if record_labels_key is not None:
             self._options["record_labels_key"] = record_labels_key
+        if record_shape is not None:
+            self._options["record_shape"] = [int(d) for d in record_shape]
         if video is not None:
             self._options.update(video["options"])
             self._options.update(clip_options)
