@@ -165,7 +165,8 @@ AttachOptions ParseAttach(const std::string& dataset, const py::kwargs& kw) {
                                         {"paired_folders", DatasetFormat::kPairedFolders},
                                         {"decathlon", DatasetFormat::kDecathlon},
                                         {"hdf5", DatasetFormat::kHdf5},
-                                        {"lmdb", DatasetFormat::kLmdb}});
+                                        {"lmdb", DatasetFormat::kLmdb},
+                                        {"volume_folder", DatasetFormat::kVolumeFolder}});
     } else if (key == "annotations") {
       o.annotations = FsName(v, "annotations (a COCO JSON path)");
     } else if (key == "masks" || key == "image_suffix" || key == "mask_suffix") {

@@ -77,6 +77,8 @@ v1::DatasetFormat ToProto(DatasetFormat f) {
       return v1::DATASET_FORMAT_HDF5;
     case DatasetFormat::kLmdb:
       return v1::DATASET_FORMAT_LMDB;
+    case DatasetFormat::kVolumeFolder:
+      return v1::DATASET_FORMAT_VOLUME_FOLDER;
   }
   return static_cast<v1::DatasetFormat>(f);  // out of the enum: the daemon refuses it
 }

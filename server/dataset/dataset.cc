@@ -256,7 +256,7 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::Open(const DataRoot& roo
     format = DatasetFormat::kCoco;
   }
   if (format == DatasetFormat::kAuto && !options.masks.empty()) {
-    format = DatasetFormat::kPairedFolders;
+    format = options.label_files ? DatasetFormat::kVolumeFolder : DatasetFormat::kPairedFolders;
   }
   if (format == DatasetFormat::kAuto && (IsPattern(user_path) || EndsWithTar(user_path))) {
     format = DatasetFormat::kWebDataset;
@@ -265,7 +265,34 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::Open(const DataRoot& roo
   std::string name;
   std::string annotations;  // COCO: the canonical JSON path
   std::string masks;        // paired folders: the canonical masks folder
-  if (format == DatasetFormat::kPairedFolders) {
+  if (format == DatasetFormat::kAuto && options.label_files) {
+    // A volume session's folder is a folder of volumes, not of classes.
+    absl::StatusOr<dataset_internal::ResolvedPath> resolved =
+        dataset_internal::ResolveUserPath(root, user_path);
+    if (resolved.ok() && resolved->is_dir && !HasLmdbData(root, resolved->path)) {
+      format = DatasetFormat::kVolumeFolder;
+    }
+  }
+  if (format == DatasetFormat::kVolumeFolder) {
+    absl::StatusOr<dataset_internal::ResolvedPath> dir =
+        dataset_internal::ResolveUserPath(root, user_path);
+    if (!dir.ok()) return dir.status();
+    if (!dir->is_dir) {
+      return absl::InvalidArgumentError(
+          Cat("'", user_path, "' is not a directory (a folder of volumes)"));
+    }
+    name = std::move(dir->path);
+    if (!options.masks.empty()) {
+      absl::StatusOr<dataset_internal::ResolvedPath> labels =
+          dataset_internal::ResolveUserPath(root, options.masks);
+      if (!labels.ok()) return labels.status();
+      if (!labels->is_dir) {
+        return absl::InvalidArgumentError(
+            Cat("'", options.masks, "' is not a directory (the label volumes' folder)"));
+      }
+      masks = std::move(labels->path);
+    }
+  } else if (format == DatasetFormat::kPairedFolders) {
     if (options.masks.empty()) {
       return absl::InvalidArgumentError(
           "paired folders need the masks folder: give masks= (the dataset path is the images "
@@ -449,6 +476,8 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::Open(const DataRoot& roo
     dataset->raw_channels_ = raw[2];
   } else if (format == DatasetFormat::kCoco) {
     status = dataset_internal::IndexCoco(root, name, annotations, &index);
+  } else if (format == DatasetFormat::kVolumeFolder) {
+    status = dataset_internal::IndexVolumeFolder(root, name, masks, &index);
   } else if (format == DatasetFormat::kPairedFolders) {
     status = dataset_internal::IndexPairedFolders(root, name, masks, options.image_suffix,
                                                   options.mask_suffix, &index);

@@ -74,6 +74,7 @@ enum class DatasetFormat {
   kDecathlon = 6,
   kHdf5 = 7,
   kLmdb = 8,
+  kVolumeFolder = 9,
 };
 
 // How Dataset::Open indexes, and where it may keep what it indexed.
@@ -275,6 +276,13 @@ class Dataset {
   //    (a sandboxed worker's); raw arrays' shape is raw_height() etc. Never
   //    cached in cache_dir (indexing reads only the file's headers and
   //    keys); re-indexed when the file or the labels file changes.
+  //  - kVolumeFolder: a folder of volumes (a volume session's folder:
+  //    kAuto picks this for a directory, or with options.masks, when
+  //    options.label_files is set): every file beneath it (sub-folders
+  //    walked) named .nii, .nii.gz, .npy, .npz, .h5 or .hdf5 (any case), by
+  //    path; with options.masks (the Decathlon's labelsTr beside imagesTr),
+  //    each with the label volume of the same relative path there (its
+  //    mask), volumes without one left out with a warning. Label -1.
   //  - kAuto: options.annotations set is COCO, options.masks paired
   //    folders; a brace pattern or a .tar
   //    file is WebDataset; a .h5/.hdf5/.he5 file HDF5; a folder holding a

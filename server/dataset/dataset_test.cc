@@ -649,6 +649,35 @@ TEST_CASE("Volume sets: a Decathlon dataset.json and a manifest whose label colu
 
   IndexOptions volumes;
   volumes.label_files = true;
+
+  // A folder of volumes, and with masks its labels' folder (same names).
+  for (const char* f : {"imagesTr/b.nii.gz", "imagesTr/a.nii.gz", "imagesTr/sub/c.npy",
+                        "imagesTr/notes.txt", "imagesTr/d.h5", "labelsTr/a.nii.gz",
+                        "labelsTr/sub/c.npy", "labelsTr/d.h5"}) {
+    tmp.Write(std::string("root/vf/") + f);
+  }
+  auto folder = Dataset::Open(*root, "vf/imagesTr", DatasetFormat::kAuto, volumes);
+  REQUIRE(folder.ok());
+  CHECK((*folder)->format() == DatasetFormat::kVolumeFolder);
+  CHECK(Entries(**folder) == std::vector<Entry>{{"vf/imagesTr/a.nii.gz", -1},
+                                                {"vf/imagesTr/b.nii.gz", -1},
+                                                {"vf/imagesTr/d.h5", -1},
+                                                {"vf/imagesTr/sub/c.npy", -1}});
+  CHECK(!(*folder)->has_masks());
+  IndexOptions with_labels = volumes;
+  with_labels.masks = "vf/labelsTr";
+  auto paired = Dataset::Open(*root, "vf/imagesTr", DatasetFormat::kAuto, with_labels);
+  REQUIRE(paired.ok());
+  CHECK((*paired)->format() == DatasetFormat::kVolumeFolder);
+  REQUIRE((*paired)->size() == 3);  // b has no label: left out
+  CHECK((*paired)->mask_path(0) == "vf/labelsTr/a.nii.gz");
+  CHECK((*paired)->mask_path(2) == "vf/labelsTr/sub/c.npy");
+  CHECK((*paired)->warnings().size() == 1);
+  CHECK(Mentions(Dataset::Open(*root, "vf/labelsTr/sub", DatasetFormat::kVolumeFolder,
+                               with_labels).status(), "has a label of the same name"));
+  // Without a volume session the same folder is an ImageFolder.
+  CHECK(Dataset::Open(*root, "vf", DatasetFormat::kAuto).status().code() ==
+        absl::StatusCode::kFailedPrecondition);
   auto m = Dataset::Open(*root, "vols/list.txt", DatasetFormat::kManifest, volumes);
   REQUIRE(m.ok());
   CHECK(Entries(**m) == std::vector<Entry>{{"vols/ct/a.nii.gz", -1}});

@@ -148,6 +148,11 @@ absl::Status IndexManifest(const DataRoot& root, const std::string& file, bool l
 // Indexes the Medical Segmentation Decathlon dataset.json at the canonical
 // file path `file`. See Dataset::Open.
 absl::Status IndexDecathlon(const DataRoot& root, const std::string& file, DatasetIndex* out);
+// kVolumeFolder: the volume files beneath `images` by path, each with the
+// label volume of the same relative path beneath `masks` (when not empty;
+// volumes without one are left out, with a warning).
+absl::Status IndexVolumeFolder(const DataRoot& root, const std::string& images,
+                               const std::string& masks, DatasetIndex* out);
 // kHdf5 / kLmdb: `file` is the HDF5 file or the LMDB's data.mdb; raw_shape
 // gets the raw images' height, width and channels (0s: encoded).
 absl::Status IndexRecords(const DataRoot& root, DatasetFormat format, const std::string& file,

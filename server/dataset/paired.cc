@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <string>
 #include <string_view>
@@ -123,6 +124,51 @@ absl::Status IndexPairedFolders(const DataRoot& root, const std::string& images,
             image_suffix.empty() ? "" : image_suffix, ">.<ext> pairs with the mask <path>",
             mask_suffix, ".png; ", image_files.size(), " file(s) and ", mask_files.size(),
             " mask file(s) seen)"));
+  }
+  return absl::OkStatus();
+}
+
+bool HasVolumeExtension(std::string_view file) {
+  std::string lower(file);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (const char* e : {".nii", ".nii.gz", ".npy", ".npz", ".h5", ".hdf5"}) {
+    if (EndsWith(lower, e)) return true;
+  }
+  return false;
+}
+
+absl::Status IndexVolumeFolder(const DataRoot& root, const std::string& images,
+                               const std::string& masks, DatasetIndex* out) {
+  std::vector<std::string> files, label_files;
+  if (absl::Status st = ListFiles(root, images, out, &files); !st.ok()) return st;
+  if (!masks.empty()) {
+    if (absl::Status st = ListFiles(root, masks, out, &label_files); !st.ok()) return st;
+  }
+  const std::unordered_set<std::string> labels(label_files.begin(), label_files.end());
+  uint64_t unpaired = 0, seen = 0;
+  std::string first_unpaired;
+  for (const std::string& file : files) {
+    if (!HasVolumeExtension(file)) continue;
+    ++seen;
+    if (!masks.empty() && labels.count(file) == 0) {
+      if (unpaired++ == 0) first_unpaired = file;
+      continue;
+    }
+    out->paths.append(JoinPath(images, file));
+    if (!masks.empty()) out->SetMask(JoinPath(masks, file));
+    out->EndEntry(-1);
+  }
+  if (unpaired != 0) {
+    out->warnings.push_back(Cat(unpaired, " volume(s) in '", images, "' have no label of the same "
+                                "name in '", masks, "' (the first: '", first_unpaired,
+                                "'); they are left out"));
+  }
+  if (out->size() == 0) {
+    return absl::FailedPreconditionError(
+        masks.empty()
+            ? Cat("'", images, "' holds no volume file (.nii, .nii.gz, .npy, .npz, .h5)")
+            : Cat("no volume in '", images, "' has a label of the same name in '", masks, "' (",
+                  seen, " volume file(s) and ", label_files.size(), " label file(s) seen)"));
   }
   return absl::OkStatus();
 }

@@ -357,6 +357,11 @@ absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) 
   if (prober_ != nullptr) {
     io.index_records = [this](const RecordTarget& t) { return prober_->IndexRecords(t); };
   }
+  if (!request->volume.has_value() && req.format() == v1::DATASET_FORMAT_VOLUME_FOLDER) {
+    return absl::InvalidArgumentError(
+        "a folder of volumes is a volume session's dataset: give volumes (stoker.volume's "
+        "Compose as transform=)");
+  }
   if (request->volume.has_value() && (req.format() == v1::DATASET_FORMAT_IMAGE_FOLDER ||
                                       req.format() == v1::DATASET_FORMAT_HDF5 ||
                                       req.format() == v1::DATASET_FORMAT_LMDB ||
@@ -364,8 +369,9 @@ absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) 
                                       req.format() == v1::DATASET_FORMAT_COCO ||
                                       req.format() == v1::DATASET_FORMAT_PAIRED_FOLDERS)) {
     return absl::InvalidArgumentError(
-        "volumes: a volume session reads a Decathlon dataset.json or a manifest "
-        "\"#columns: image label\" of volume files");
+        "volumes: a volume session reads a Decathlon dataset.json, a manifest "
+        "\"#columns: image label\" of volume files, or a folder of volumes (masks= its "
+        "labels' folder)");
   }
   if (request->clip.has_value()) {
     if (prober_ == nullptr) {

@@ -531,3 +531,24 @@ def test_a_record_file_is_not_a_volume_dataset(stoker, daemon_factory, tmp_path)
     with pytest.raises(stoker.InvalidRequestError, match="is a record file.*manifest"):
         with stoker.Loader("x.h5", transform=compose, socket=daemon.socket) as loader:
             next(iter(loader))
+
+
+def test_a_folder_of_volumes_with_its_labels_folder(stoker, task, daemon_factory):
+    """Loader("Task09/imagesTr", masks="Task09/labelsTr"): the Decathlon's
+    folders without their dataset.json. The same files in the same order
+    as the dataset.json lists them, so the same batches for the same seed."""
+    root, d = task
+    daemon = daemon_factory(workers=2, data_root=str(root))
+    from stoker import volume as V
+    compose = spleen(V, patch=16, samples=2)
+    by_json = epoch_batches(stoker, daemon.socket, "Task09/dataset.json", compose, seed=6)
+    by_folder = epoch_batches(stoker, daemon.socket, "Task09/imagesTr", compose, seed=6,
+                              masks="Task09/labelsTr")
+    assert len(by_json) == len(by_folder) == 2
+    for (ia, a), (ib, b) in zip(by_json, by_folder):
+        assert np.array_equal(ia, ib)
+        assert torch.equal(a["image"], b["image"]) and torch.equal(a["label"], b["label"])
+    unlabelled = epoch_batches(stoker, daemon.socket, "Task09/imagesTr",
+                               V.Compose([V.RandSpatialCropd(keys=["image", "label"],
+                                                             roi_size=8)]), seed=6)
+    assert len(unlabelled) == 2 and unlabelled[0][1]["image"].shape == (2, 1, 8, 8, 8)

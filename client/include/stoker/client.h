@@ -78,6 +78,7 @@ enum class DatasetFormat {
   kDecathlon = 6,  // a Medical Segmentation Decathlon dataset.json (volumes)
   kHdf5 = 7,       // an HDF5 file's image array (AttachOptions::record_*)
   kLmdb = 8,       // an LMDB of encoded images
+  kVolumeFolder = 9,  // a folder of volumes (and masks: their labels' folder)
 };
 enum class FailurePolicy { kSkip = 1, kError = 2 };
 
