@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import photo_like, write_jpeg
+from conftest import photo_like
 
 torch = pytest.importorskip("torch")
 h5py = pytest.importorskip("h5py")
