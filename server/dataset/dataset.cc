@@ -74,6 +74,19 @@ bool EndsWithTar(std::string_view p) {
   return p.size() >= 4 && absl::EqualsIgnoreCase(ToAbsl(p.substr(p.size() - 4)), ".tar");
 }
 
+// `user_path` resolved (canonical, relative to the root), which must be a
+// directory: INVALID_ARGUMENT saying it is not one, and what it should be.
+absl::StatusOr<std::string> ResolveDir(const DataRoot& root, std::string_view user_path,
+                                       std::string_view what) {
+  absl::StatusOr<dataset_internal::ResolvedPath> dir =
+      dataset_internal::ResolveUserPath(root, user_path);
+  if (!dir.ok()) return dir.status();
+  if (!dir->is_dir) {
+    return absl::InvalidArgumentError(Cat("'", user_path, "' is not a directory (", what, ")"));
+  }
+  return std::move(dir->path);
+}
+
 // Whether the folder `dir` (canonical, relative to the root) is an LMDB's:
 // it holds a regular file data.mdb.
 bool HasLmdbData(const DataRoot& root, const std::string& dir) {
@@ -274,23 +287,14 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::Open(const DataRoot& roo
     }
   }
   if (format == DatasetFormat::kVolumeFolder) {
-    absl::StatusOr<dataset_internal::ResolvedPath> dir =
-        dataset_internal::ResolveUserPath(root, user_path);
+    absl::StatusOr<std::string> dir = ResolveDir(root, user_path, "a folder of volumes");
     if (!dir.ok()) return dir.status();
-    if (!dir->is_dir) {
-      return absl::InvalidArgumentError(
-          Cat("'", user_path, "' is not a directory (a folder of volumes)"));
-    }
-    name = std::move(dir->path);
+    name = *std::move(dir);
     if (!options.masks.empty()) {
-      absl::StatusOr<dataset_internal::ResolvedPath> labels =
-          dataset_internal::ResolveUserPath(root, options.masks);
+      absl::StatusOr<std::string> labels =
+          ResolveDir(root, options.masks, "the label volumes' folder");
       if (!labels.ok()) return labels.status();
-      if (!labels->is_dir) {
-        return absl::InvalidArgumentError(
-            Cat("'", options.masks, "' is not a directory (the label volumes' folder)"));
-      }
-      masks = std::move(labels->path);
+      masks = *std::move(labels);
     }
   } else if (format == DatasetFormat::kPairedFolders) {
     if (options.masks.empty()) {
@@ -307,14 +311,9 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::Open(const DataRoot& roo
     const std::string_view given[2] = {user_path, options.masks};
     std::string* const resolved[2] = {&name, &masks};
     for (int k = 0; k < 2; ++k) {
-      absl::StatusOr<dataset_internal::ResolvedPath> dir =
-          dataset_internal::ResolveUserPath(root, given[k]);
+      absl::StatusOr<std::string> dir = ResolveDir(root, given[k], "paired folders: images and masks");
       if (!dir.ok()) return dir.status();
-      if (!dir->is_dir) {
-        return absl::InvalidArgumentError(
-            Cat("'", given[k], "' is not a directory (paired folders: images and masks)"));
-      }
-      *resolved[k] = std::move(dir->path);
+      *resolved[k] = *std::move(dir);
     }
   } else if (format == DatasetFormat::kCoco) {
     if (options.annotations.empty()) {
@@ -322,13 +321,8 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::Open(const DataRoot& roo
           "a COCO dataset needs its instances JSON: give annotations= (the dataset path is the "
           "images folder)");
     }
-    absl::StatusOr<dataset_internal::ResolvedPath> images =
-        dataset_internal::ResolveUserPath(root, user_path);
+    absl::StatusOr<std::string> images = ResolveDir(root, user_path, "a COCO dataset's images folder");
     if (!images.ok()) return images.status();
-    if (!images->is_dir) {
-      return absl::InvalidArgumentError(
-          Cat("'", user_path, "' is not a directory (a COCO dataset's images folder)"));
-    }
     absl::StatusOr<dataset_internal::ResolvedPath> json =
         dataset_internal::ResolveUserPath(root, options.annotations);
     if (!json.ok()) return json.status();
@@ -336,7 +330,7 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::Open(const DataRoot& roo
       return absl::InvalidArgumentError(
           Cat("annotations '", options.annotations, "' is a directory, not a COCO JSON file"));
     }
-    name = std::move(images->path);
+    name = *std::move(images);
     annotations = std::move(json->path);
   } else if (format == DatasetFormat::kWebDataset) {
     absl::StatusOr<std::vector<std::string>> s = ResolveShards(root, user_path);
