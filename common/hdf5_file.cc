@@ -66,4 +66,23 @@ std::string Listing(hid_t file) {
   return out;
 }
 
+absl::StatusOr<hid_t> OpenDataset(hid_t file, const std::string& key, const std::string& missing,
+                                  const std::string& where) {
+  if (!PathExists(file, key)) {
+    return absl::NotFoundError(absl::StrCat(missing, " (it holds ", Listing(file), ")"));
+  }
+  H5O_info_t info;
+  if (H5Oget_info_by_name(file, key.c_str(), &info, H5P_DEFAULT) < 0 ||
+      info.type != H5O_TYPE_DATASET) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": '", key, "' is not a dataset (a group?)"));
+  }
+  const hid_t d = H5Dopen2(file, key.c_str(), H5P_DEFAULT);
+  if (d < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": dataset '", key, "' could not be opened"));
+  }
+  return d;
+}
+
 }  // namespace stoker::hdf5

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace stoker::hdf5 {
 
@@ -53,6 +54,13 @@ bool PathExists(hid_t file, const std::string& key);
 // The objects at the file's top level, "x, y" (at most 20), or "nothing":
 // for messages that say what a file holds.
 std::string Listing(hid_t file);
+
+// Opens the dataset `key` of `file`; the caller closes it (H5Dclose).
+// NOT_FOUND `missing` + " (it holds <Listing>)" when there is none;
+// INVALID_ARGUMENT, naming `where` and the key, when it is not a dataset (a
+// group) or cannot be opened.
+absl::StatusOr<hid_t> OpenDataset(hid_t file, const std::string& key, const std::string& missing,
+                                  const std::string& where);
 
 }  // namespace stoker::hdf5
 

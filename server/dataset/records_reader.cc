@@ -79,23 +79,10 @@ absl::Status OpenH5(int root_fd, const std::string& path, H5File* f) {
 
 absl::StatusOr<hid_t> OpenH5Dataset(const H5File& f, const std::string& path,
                                     const std::string& key, std::string_view what) {
-  if (!hdf5::PathExists(f.id, key)) {
-    return absl::NotFoundError(absl::StrCat("HDF5 file '", path, "' has no dataset '", key,
-                                            "' (the ", std::string(what), "; it holds ",
-                                            hdf5::Listing(f.id), ")"));
-  }
-  H5O_info_t info;
-  if (H5Oget_info_by_name(f.id, key.c_str(), &info, H5P_DEFAULT) < 0 ||
-      info.type != H5O_TYPE_DATASET) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", key, "' in HDF5 file '", path, "' is not a dataset (a group?)"));
-  }
-  const hid_t d = H5Dopen2(f.id, key.c_str(), H5P_DEFAULT);
-  if (d < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("dataset '", key, "' of HDF5 file '", path, "' could not be opened"));
-  }
-  return d;
+  return hdf5::OpenDataset(f.id, key,
+                           absl::StrCat("HDF5 file '", path, "' has no dataset '", key, "' for the ",
+                                        std::string(what)),
+                           absl::StrCat("HDF5 file '", path, "'"));
 }
 
 constexpr char kRepack[] =

@@ -73,17 +73,10 @@ absl::StatusOr<Volume> ReadDataset(hid_t file, const std::string& name, const st
                                    const VolumeLimits& limits,
                                    const std::array<double, 3>& spacing) {
   const std::string what = absl::StrCat(name, ":", key);
-  if (!hdf5::PathExists(file, key)) {
-    return absl::NotFoundError(absl::StrCat(name, ": no dataset '", key, "' (it holds ",
-                                            hdf5::Listing(file), ")"));
-  }
-  H5O_info_t info;
-  if (H5Oget_info_by_name(file, key.c_str(), &info, H5P_DEFAULT) < 0 ||
-      info.type != H5O_TYPE_DATASET) {
-    return absl::InvalidArgumentError(what + ": not a dataset (a group?)");
-  }
-  Hid d(H5Dopen2(file, key.c_str(), H5P_DEFAULT), H5Dclose);
-  if (!d.ok()) return absl::InvalidArgumentError(what + ": cannot be opened");
+  absl::StatusOr<hid_t> opened =
+      hdf5::OpenDataset(file, key, absl::StrCat(name, ": no dataset '", key, "'"), name);
+  if (!opened.ok()) return opened.status();
+  Hid d(*opened, H5Dclose);
   Hid type(H5Dget_type(d.get()), H5Tclose);
   hid_t native = -1;
   const std::string descr = type.ok() ? Descr(type.get(), &native) : "";
