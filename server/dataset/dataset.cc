@@ -353,7 +353,7 @@ absl::StatusOr<std::shared_ptr<const Dataset>> Dataset::Open(const DataRoot& roo
       case DatasetFormat::kAuto:
         format = resolved->is_dir ? (HasLmdbData(root, resolved->path) ? DatasetFormat::kLmdb
                                                                        : DatasetFormat::kImageFolder)
-                 : ends({".h5", ".hdf5", ".he5", ".H5"}) ? DatasetFormat::kHdf5
+                 : NamedLikeHdf5(resolved->path)          ? DatasetFormat::kHdf5
                  : ends({".mdb", ".lmdb"})               ? DatasetFormat::kLmdb
                  : absl::EndsWith(resolved->path, ".json") ? DatasetFormat::kDecathlon
                                                        : DatasetFormat::kManifest;

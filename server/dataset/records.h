@@ -40,6 +40,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -106,6 +107,10 @@ inline constexpr uint64_t kMaxRecords = uint64_t{1} << 28;
 // chunks that split an image: the message names h5repack); OUT_OF_RANGE for
 // more than kMaxRecords samples or ranges past the file's end.
 absl::StatusOr<RecordIndex> IndexRecordFile(int root_fd, const RecordTarget& target);
+
+// Whether `path` is named as an HDF5 file is (.h5, .hdf5, .he5, .H5): how
+// AUTO picks kHdf5, and how a labels file is told from a text one.
+bool NamedLikeHdf5(std::string_view path);
 
 // The PNM header ("P5"/"P6") that makes `height` x `width` x `channels`
 // (1 or 3) raw bytes a PNM image: what a worker puts before a raw record's

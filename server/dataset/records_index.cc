@@ -83,6 +83,13 @@ absl::Status IndexRecords(const DataRoot& root, DatasetFormat format, const std:
 
 }  // namespace dataset_internal
 
+bool NamedLikeHdf5(std::string_view path) {
+  for (std::string_view e : {".h5", ".hdf5", ".he5", ".H5"}) {
+    if (path.size() >= e.size() && path.substr(path.size() - e.size()) == e) return true;
+  }
+  return false;
+}
+
 std::string PnmHeader(uint32_t height, uint32_t width, uint32_t channels) {
   return dataset_internal::Cat(channels == 1 ? "P5" : "P6", "\n", width, " ", height, "\n255\n");
 }

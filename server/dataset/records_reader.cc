@@ -40,13 +40,6 @@ absl::StatusOr<UniqueFd> OpenFile(int root_fd, const std::string& path, struct s
   return owned;
 }
 
-bool EndsWithAny(std::string_view s, std::initializer_list<std::string_view> ends) {
-  for (std::string_view e : ends) {
-    if (s.size() >= e.size() && s.substr(s.size() - e.size()) == e) return true;
-  }
-  return false;
-}
-
 // ---- HDF5 ----
 
 using hdf5::Hid;
@@ -389,7 +382,7 @@ absl::Status IndexHdf5(int root_fd, const RecordTarget& t, RecordIndex* out) {
     } else {
       labels.assign(n, -1);
     }
-  } else if (EndsWithAny(t.labels_file, {".h5", ".hdf5", ".he5", ".H5"})) {
+  } else if (NamedLikeHdf5(t.labels_file)) {
     H5File lf;
     read = OpenH5(root_fd, t.labels_file, &lf);
     if (read.ok()) read = ReadHdf5Labels(lf, t.labels_file, labels_key, n, &labels);
@@ -560,7 +553,7 @@ absl::Status IndexLmdb(int root_fd, const RecordTarget& t, RecordIndex* out) {
     out->labels.assign(n, -1);
     return absl::OkStatus();
   }
-  if (EndsWithAny(t.labels_file, {".h5", ".hdf5", ".he5", ".H5"})) {
+  if (NamedLikeHdf5(t.labels_file)) {
     H5File lf;
     if (absl::Status s = OpenH5(root_fd, t.labels_file, &lf); !s.ok()) return s;
     return ReadHdf5Labels(lf, t.labels_file,
