@@ -224,7 +224,10 @@ std::string DaemonFlagsHelp(std::string_view program) {
     }
     std::string def;
     if (f.spec->required()) {
-      def = "required";
+      def = f.spec->required_unless().empty()
+                ? std::string("required")
+                : absl::StrCat("required unless --",
+                               absl::StrReplaceAll(f.spec->required_unless(), {{"_", "-"}}));
     } else if (!f.spec->default_value().empty()) {
       def = absl::StrCat("default ", f.spec->default_value());
     }
@@ -329,6 +332,14 @@ absl::Status ParseDaemonFlags(const std::vector<std::string>& args, const EnvLoo
     if (absl::Status st = SetFlag(*g.flag, g.value, &out->config); !st.ok()) return st;
   }
   for (const DaemonFlag& f : flags) {
+    const google::protobuf::FieldDescriptor* unless =
+        f.spec->required_unless().empty()
+            ? nullptr
+            : v1::DaemonConfig::descriptor()->FindFieldByName(f.spec->required_unless());
+    if (unless != nullptr &&
+        out->config.GetReflection()->GetBool(out->config, unless)) {
+      continue;
+    }
     if (f.spec->required() && seen.count(&f) == 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--", f.name, " is required", from_env ? absl::StrCat(" (or ", f.env, ")") : "",

@@ -12,6 +12,7 @@
 
 #include "server/control/daemon_flags.h"
 #include "server/control/service.h"
+#include "server/remote/node_server.h"
 #include "spdlog/pattern_formatter.h"
 #include "spdlog/sinks/stdout_sinks.h"
 #include "spdlog/spdlog.h"
@@ -83,6 +84,21 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
+  if (c.decode_node()) {
+    // A decode node: only workers, behind the DecodeNode service
+    // (server/remote/node_server.h).
+    stoker::remote::NodeServer node(c);
+    if (absl::Status st = node.Start(); !st.ok()) {
+      spdlog::critical("cannot start: {}", st.ToString());
+      return 1;
+    }
+    int sig = 0;
+    while (sigwait(&set, &sig) == 0 && sig == SIGHUP) {
+    }
+    spdlog::info("received {}; shutting down", strsignal(sig));
+    node.Stop();
+    return 0;
+  }
   stoker::Server server(c);
   absl::Status st = server.Start();
   if (!st.ok()) {

@@ -295,6 +295,12 @@ absl::Status Engine::Start() {
     batch_.clock = clock_;
     pool_ = std::make_unique<WorkerPool>(launcher_, clock_, &poller_, config_.task_timeout_ms());
     if (absl::Status st = pool_->Start(n); !st.ok()) return st;
+    if (!config_.decode_nodes().empty()) {
+      auto remote = RemotePool::Create(config_, data_root_->fd(), clock_, &poller_,
+                                       env_.remote_launcher);
+      if (!remote.ok()) return remote.status();
+      remote_ = std::move(*remote);
+    }
     state_ = "serving";
   }
   dispatcher_ = std::thread([this] { DispatchLoop(); });
@@ -305,8 +311,10 @@ absl::Status Engine::Start() {
   return absl::OkStatus();
 }
 
-void Engine::MapRingsLocked(uint32_t w) {
-  for (auto& [sid, s] : sessions_) SendMapRing(*pool_, w, *s);
+void Engine::MapRingsLocked(uint32_t w) { MapRingsLocked(*pool_, w); }
+
+void Engine::MapRingsLocked(WorkerPool& pool, uint32_t w) {
+  for (auto& [sid, s] : sessions_) SendMapRing(pool, w, *s);
 }
 
 absl::Status Engine::RoomForSessionLocked() const {
@@ -459,6 +467,9 @@ absl::StatusOr<v1::AttachResponse> Engine::Attach(const v1::AttachRequest& req) 
   sessions_[s->id] = s;
   ++sessions_total_;
   for (uint32_t w = 0; w < pool_->size(); ++w) SendMapRing(*pool_, w, *s);
+  for (uint32_t w = 0; remote_ != nullptr && w < remote_->pool().size(); ++w) {
+    SendMapRing(remote_->pool(), w, *s);
+  }
   s->watcher = std::make_unique<ReleaseWatcher>(&s->ring->header()->release_count,
                                                 [this] { poller_.Wake(); });
 
@@ -513,6 +524,7 @@ void Engine::RemoveSessionLocked(const std::string& id, const std::string& why,
   worker::UnmapRingMsg m;
   m.ring_id = s->number;
   pool_->SendAll(&m, sizeof(m), -1);
+  if (remote_ != nullptr) remote_->pool().SendAll(&m, sizeof(m), -1);
   EndSession(*s, why, batch_, &in_flight_);
   v1::SessionStatus final_status;
   ExportSession(*s, clock_->NowNs(), false, &final_status);
@@ -596,18 +608,31 @@ void Engine::DispatchLocked() {
   std::vector<DaemonSession*> order;
   order.reserve(sessions_.size());
   for (auto& [id, s] : sessions_) order.push_back(s.get());
+  // Local workers first, then the remote ones (decode nodes) while their
+  // gate is open; they take image sessions only.
+  const size_t local = pool_->size();
+  const bool remote_open = remote_ != nullptr && remote_->open();
+  const size_t remote = remote_open ? remote_->pool().size() : 0;
   scheduler_.Round(
-      pool_->size(), order.size(),
+      local + remote, order.size(),
       [&](size_t w, uint32_t depth) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return pool_->CanTake(static_cast<uint32_t>(w), depth);
+        return w < local ? pool_->CanTake(static_cast<uint32_t>(w), depth)
+                         : remote_->pool().CanTake(static_cast<uint32_t>(w - local), depth);
       },
       [&](size_t i) { return !order[i]->queue.empty(); },
+      [&](size_t w, size_t i) {
+        return w < local || (order[i]->clips == nullptr && order[i]->plan.volume_field < 0);
+      },
       [&](size_t w, size_t i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        DispatchOneLocked(static_cast<uint32_t>(w), *order[i]);
+        if (w < local) {
+          DispatchOneLocked(*pool_, static_cast<uint32_t>(w), *order[i]);
+        } else {
+          DispatchOneLocked(remote_->pool(), static_cast<uint32_t>(w - local), *order[i]);
+        }
       });
 }
 
-void Engine::DispatchOneLocked(uint32_t w, DaemonSession& s) {
+void Engine::DispatchOneLocked(WorkerPool& pool, uint32_t w, DaemonSession& s) {
   SampleTask* t = s.queue.front();
   ReleaseReadahead(*t, batch_);
   worker::TaskMsg msg;
@@ -618,12 +643,12 @@ void Engine::DispatchOneLocked(uint32_t w, DaemonSession& s) {
     return;
   }
   msg.task_id = next_task_id_++;
-  if (transcode_cache_ != nullptr) {
+  if (transcode_cache_ != nullptr && &pool == pool_.get()) {
     msg.cache =
         transcode_cache_->WritesAllowed() ? worker::kTaskCacheReadWrite : worker::kTaskCacheRead;
   }
   // A failed send leaves the task queued (the worker is marked unsendable).
-  if (!pool_->SendTask(w, msg, bytes)) return;
+  if (!pool.SendTask(w, msg, bytes)) return;
   s.queue.pop_front();
   t->id = msg.task_id;
   t->in_flight = true;
@@ -637,7 +662,8 @@ DaemonSession* Engine::FindByNumberLocked(uint64_t number) {
   return nullptr;
 }
 
-void Engine::OnResultLocked(uint32_t w, const worker::ResultMsg& r) {
+void Engine::OnResultLocked(WorkerPool& pool, uint32_t w, const worker::ResultMsg& r) {
+  if (remote_ != nullptr && &pool == &remote_->pool()) remote_->CountResult(w, r);
   // First, whatever became of the task: an entry written is on disk.
   if (prepared_cache_ != nullptr && r.prepared_hit != 0) {
     prepared_cache_->Hit(r.prepared_entry_kind == worker::kPreparedVolume);
@@ -674,12 +700,13 @@ void Engine::OnResultLocked(uint32_t w, const worker::ResultMsg& r) {
   DaemonSession* s = FindByNumberLocked(t->session);
   if (s == nullptr) return;
   if (s->filling.count(t->seq) == 0) return;
-  pool_->CountSample(w, r.code == 0);
+  pool.CountSample(w, r.code == 0);
   CompleteSample(*s, *t, r, batch_);
 }
 
-void Engine::OnWorkerDeathLocked(uint32_t w, const std::string& cause) {
-  const WorkerDeath death = pool_->Bury(w, cause, stopping_.load());
+void Engine::OnWorkerDeathLocked(WorkerPool& pool, uint32_t w, const std::string& cause) {
+  const WorkerDeath death = pool.Bury(w, cause, stopping_.load());
+  if (remote_ != nullptr && &pool == &remote_->pool()) remote_->CountDeath(w);
   // The oldest task is the one the worker was on; the rest were only queued.
   bool first = true;
   std::vector<std::pair<DaemonSession*, SampleTask*>> requeue;
@@ -713,13 +740,22 @@ void Engine::DispatchLoop() {
   while (!stopping_.load()) {
     const std::vector<uint32_t> ready = poller_.Wait(50);
     absl::MutexLock l(&mu_);
-    for (uint32_t w : ready) {
-      const bool died = pool_->Service(
+    for (uint32_t id : ready) {
+      const bool remote = id >= RemotePool::kPollerIdBase;
+      if (remote && remote_ == nullptr) continue;
+      WorkerPool& pool = remote ? remote_->pool() : *pool_;
+      const uint32_t w = remote ? id - RemotePool::kPollerIdBase : id;
+      const bool died = pool.Service(
           w, [&](const worker::ResultMsg& r)
-                 ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { OnResultLocked(w, r); });
-      if (died) OnWorkerDeathLocked(w, "channel closed");
+                 ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { OnResultLocked(pool, w, r); });
+      if (died) OnWorkerDeathLocked(pool, w, "channel closed");
     }
     for (uint32_t w : pool_->Supervise(stopping_.load())) MapRingsLocked(w);
+    if (remote_ != nullptr) {
+      for (uint32_t w : remote_->pool().Supervise(stopping_.load())) {
+        MapRingsLocked(remote_->pool(), w);
+      }
+    }
     StartBatchesLocked();
     DispatchLocked();
     // Waiters on cv_ (KeepAlive streams, the ticker) are woken where their
@@ -750,6 +786,7 @@ void Engine::TickerLoop() {
         budget_ = *budget;
       }
       const int64_t now = clock_->NowNs();
+      if (now - gate_last_ns_ >= kTuneEveryNs) GateRemoteLocked(now);
       if (now - tune_last_ns_ >= kTuneEveryNs) AutotuneLocked(now);
       if (now - depth_last_ns_ >= kTuneEveryNs) DeepenRingsLocked(now);
       const TickVerdict v = Tick(sessions_, now, config_.keepalive_grace_ms());
@@ -801,6 +838,7 @@ v1::StatusResponse Engine::GetStatus(bool include_failures, bool include_dataset
     ExportWorkers(*pool_, &r);
     ExportAutotuneLocked(r.mutable_autotune());
   }
+  if (remote_ != nullptr) remote_->Export(&r);
   for (auto& [id, s] : sessions_) ExportSession(*s, now, include_failures, r.add_sessions());
   dataset_totals_.Export(r.sessions(), r.mutable_dataset_totals());
   if (include_dataset_failures) ExportDatasetFailures(failure_memory_, &r);
@@ -884,6 +922,7 @@ void Engine::Stop() {
   batch_.prefetch = nullptr;
   prefetch_.reset();
   if (pool_ != nullptr) pool_->Shutdown(2000);
+  if (remote_ != nullptr) remote_->pool().Shutdown(2000);
 }
 
 }  // namespace stoker

@@ -23,6 +23,8 @@
 //                     waits, the workers' busy time and the rate; pure
 //   cpu_budget        the CPUs the daemon may use (cgroup, affinity)
 //   ring_depth        when a session's ring deepens (a bursty trainer); pure
+//   remote_pool       --decode-nodes: a second pool whose workers are relays
+//                     to decode nodes; remote_gate: when it gets work
 //
 // Threads
 //   - gRPC handler threads call Attach / Detach / KeepAlive / GetStatus /
@@ -75,6 +77,7 @@
 #include "server/engine/failure_memory.h"
 #include "server/image/decode/decode_planner.h"
 #include "server/engine/prefetch.h"
+#include "server/engine/remote_pool.h"
 #include "server/engine/scheduler.h"
 #include "server/engine/session.h"
 #include "server/engine/transcode_cache.h"
@@ -107,6 +110,9 @@ struct EngineEnv {
   // stoker-worker processes, when the workers are real (with an injected
   // launcher and no prober, video sessions are refused).
   VideoProber* video_prober = nullptr;
+  // With --decode-nodes: starts the remote pool's workers. Null:
+  // stoker-relay processes beside this executable (remote_pool.h).
+  WorkerLauncher* remote_launcher = nullptr;
 };
 
 class Engine {
@@ -174,12 +180,19 @@ class Engine {
   void DispatchLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sends session `s`'s front sample to worker `w` (or fails it, or leaves
   // it queued when the send fails).
-  void DispatchOneLocked(uint32_t w, DaemonSession& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void OnResultLocked(uint32_t w, const worker::ResultMsg& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void OnWorkerDeathLocked(uint32_t w, const std::string& cause)
+  // `pool`: the local pool (pool_) or the remote one (remote_'s).
+  void DispatchOneLocked(WorkerPool& pool, uint32_t w, DaemonSession& s)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnResultLocked(WorkerPool& pool, uint32_t w, const worker::ResultMsg& r)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnWorkerDeathLocked(WorkerPool& pool, uint32_t w, const std::string& cause)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A worker just started: it learns every session's ring.
   void MapRingsLocked(uint32_t w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MapRingsLocked(WorkerPool& pool, uint32_t w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The remote pool's gate (remote_gate.h), once a second: the trainers'
+  // waits and the local workers' busy time since the last call.
+  void GateRemoteLocked(int64_t now_ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // limits' shm budget fields: the budget, and what the sessions hold.
   void RingBudgetLocked(AttachLimits* limits) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The budget as configured or read now (reads files: call outside mu_).
@@ -250,6 +263,10 @@ class Engine {
   std::map<std::string, std::shared_ptr<DaemonSession>> sessions_ ABSL_GUARDED_BY(mu_);
   // Made in Start(), then never replaced: only what it points to is guarded.
   std::unique_ptr<WorkerPool> pool_ ABSL_PT_GUARDED_BY(mu_);
+  // --decode-nodes: the decode nodes' relays (remote_pool.h); null without.
+  std::unique_ptr<RemotePool> remote_ ABSL_PT_GUARDED_BY(mu_);
+  int64_t gate_last_ns_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t gate_busy_ns_ ABSL_GUARDED_BY(mu_) = 0;
   Scheduler scheduler_ ABSL_GUARDED_BY(mu_);
   std::unordered_map<uint64_t, SampleTask*> in_flight_ ABSL_GUARDED_BY(mu_);  // by task id
   // What the sessions' state machine reaches beyond one session.

@@ -155,4 +155,31 @@ void Engine::ExportAutotuneLocked(v1::AutotuneStatus* out) const {
   ExportAutotune(p, out);
 }
 
+void Engine::GateRemoteLocked(int64_t now_ns) {
+  if (remote_ == nullptr) return;
+  const int64_t elapsed = now_ns - gate_last_ns_;
+  const int64_t busy = pool_->BusyNs(now_ns);
+  double wait_share = 0;
+  for (auto& [id, s] : sessions_) {
+    const uint64_t wait = s->ring->header()->client_wait_ns.load(std::memory_order_relaxed);
+    if (gate_last_ns_ != 0 && elapsed > 0 && wait >= s->gated_wait_ns) {
+      wait_share = std::max(
+          wait_share, std::min(1.0, static_cast<double>(wait - s->gated_wait_ns) / elapsed));
+    }
+    s->gated_wait_ns = wait;
+  }
+  const double busy_share =
+      gate_last_ns_ != 0 && elapsed > 0
+          ? static_cast<double>(busy - gate_busy_ns_) /
+                (static_cast<double>(elapsed) * std::max<uint32_t>(1, pool_->active()))
+          : 0;
+  const bool was = remote_->open();
+  if (remote_->Tick(now_ns, wait_share, busy_share) != was) {
+    spdlog::info("decode nodes {}", remote_->open() ? "take work" : "given back");
+    poller_.Wake();
+  }
+  gate_last_ns_ = now_ns;
+  gate_busy_ns_ = busy;
+}
+
 }  // namespace stoker

@@ -180,8 +180,10 @@ struct DaemonSession {
   // The workers' time re-coding this session's progressive files for the
   // transcode cache (not in any decode time).
   uint64_t transcode_ns = 0;
-  // The ring's client_wait_ns at the autotuner's last tick.
+  // The ring's client_wait_ns at the autotuner's last tick, and at the
+  // remote gate's (engine.cc, GateRemoteLocked).
   uint64_t tuned_wait_ns = 0;
+  uint64_t gated_wait_ns = 0;
   // Failed planned samples by FailSample's `kind`.
   std::map<std::string, uint64_t> failed_by_kind;
   // Bytes of input the workers read for this session (files, members, or

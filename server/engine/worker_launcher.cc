@@ -18,19 +18,24 @@ extern char** environ;
 
 namespace stoker {
 
+absl::StatusOr<std::string> BesideExecutable(const std::string& name) {
+  char self[4096];
+  ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return PosixError("readlink /proc/self/exe", errno);
+  self[n] = '\0';
+  std::string path(self);
+  path.resize(path.rfind('/') + 1);
+  path += name;
+  if (::access(path.c_str(), X_OK) != 0) return PosixError(name + " " + path, errno);
+  return path;
+}
+
 absl::StatusOr<std::string> WorkerBinaryPath(const std::string& configured) {
-  std::string binary = configured;
-  if (binary.empty()) {
-    char self[4096];
-    ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (n <= 0) return PosixError("readlink /proc/self/exe", errno);
-    self[n] = '\0';
-    std::string dir(self);
-    dir.resize(dir.rfind('/'));
-    binary = dir + "/stoker-worker";
+  if (configured.empty()) return BesideExecutable("stoker-worker");
+  if (::access(configured.c_str(), X_OK) != 0) {
+    return PosixError("worker binary " + configured, errno);
   }
-  if (::access(binary.c_str(), X_OK) != 0) return PosixError("worker binary " + binary, errno);
-  return binary;
+  return configured;
 }
 
 PosixSpawnLauncher::PosixSpawnLauncher(std::string binary, int data_root_fd, bool sandbox,
@@ -69,15 +74,18 @@ absl::StatusOr<LaunchedWorker> PosixSpawnLauncher::Launch(uint32_t worker_id) {
   if (volumes.valid()) posix_spawn_file_actions_adddup2(&fa, volumes.get(), worker::kPreparedCacheFd);
   std::string parent = std::to_string(::getpid());
   std::string id = std::to_string(worker_id);
-  char* argv[] = {const_cast<char*>(binary_.c_str()),
-                  const_cast<char*>("--parent"),
-                  parent.data(),
-                  const_cast<char*>("--id"),
-                  id.data(),
-                  const_cast<char*>(sandbox_ ? "--sandbox" : "--no-sandbox"),
-                  nullptr};
+  std::vector<std::string> extra;
+  if (extra_args_) extra = extra_args_(worker_id);
+  std::vector<char*> argv = {const_cast<char*>(binary_.c_str()),
+                             const_cast<char*>("--parent"),
+                             parent.data(),
+                             const_cast<char*>("--id"),
+                             id.data(),
+                             const_cast<char*>(sandbox_ ? "--sandbox" : "--no-sandbox")};
+  for (std::string& a : extra) argv.push_back(a.data());
+  argv.push_back(nullptr);
   pid_t pid = -1;
-  int rc = ::posix_spawn(&pid, binary_.c_str(), &fa, nullptr, argv, environ);
+  int rc = ::posix_spawn(&pid, binary_.c_str(), &fa, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&fa);
   if (rc != 0) return PosixError("posix_spawn " + binary_, rc);
   LaunchedWorker w;

@@ -11,7 +11,9 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/posix.h"
@@ -55,6 +57,9 @@ class WorkerLauncher {
 // stoker-worker beside this executable. Errors: readlink /proc/self/exe,
 // or the binary not executable (PosixError naming it).
 absl::StatusOr<std::string> WorkerBinaryPath(const std::string& configured);
+// `name` in this executable's folder (stoker-relay beside stokerd), if it is
+// executable; else the PosixError naming it.
+absl::StatusOr<std::string> BesideExecutable(const std::string& name);
 
 // Real processes: `binary` --parent <our pid> --id <id> --sandbox|--no-sandbox,
 // with the channel as worker::kChannelFd, `data_root_fd` as
@@ -68,6 +73,11 @@ class PosixSpawnLauncher : public WorkerLauncher {
   // worker::kTranscodeCacheFd and worker::kPreparedCacheFd.
   PosixSpawnLauncher(std::string binary, int data_root_fd, bool sandbox,
                      int transcode_cache_fd = -1, int volume_cache_fd = -1);
+  // Flags after the usual ones for worker `id` (stoker-relay's: its node,
+  // its credentials' files); set before the first Launch.
+  void set_extra_args(std::function<std::vector<std::string>(uint32_t id)> f) {
+    extra_args_ = std::move(f);
+  }
   absl::StatusOr<LaunchedWorker> Launch(uint32_t id) override;
   void Kill(pid_t pid) override;
   WorkerExit Reap(pid_t pid) override;
@@ -75,6 +85,7 @@ class PosixSpawnLauncher : public WorkerLauncher {
   double CpuSeconds(pid_t pid) override;
 
  private:
+  std::function<std::vector<std::string>(uint32_t)> extra_args_;
   const std::string binary_;
   const int data_root_fd_;
   const bool sandbox_;

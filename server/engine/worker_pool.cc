@@ -75,6 +75,11 @@ void ClassifyDeath(const std::string& cause, bool hung, const WorkerExit& e, std
   if (e.known && e.signaled) {
     *why = absl::StrCat(cause, ", killed by signal ", e.signal, " (", strsignal(e.signal), ")");
     if (e.signal != SIGKILL) *self_inflicted = true;
+  } else if (e.known && (e.exit_status == worker::kExitNodeLost ||
+                          e.exit_status == worker::kExitNodeBad)) {
+    *why = absl::StrCat(cause, e.exit_status == worker::kExitNodeLost
+                                   ? ", its decode node was lost"
+                                   : ", its decode node answered something malformed");
   } else if (e.known) {
     *why = absl::StrCat(cause, ", exited with status ", e.exit_status);
     *self_inflicted = true;
@@ -84,8 +89,12 @@ void ClassifyDeath(const std::string& cause, bool hung, const WorkerExit& e, std
 // --- WorkerPool ---
 
 WorkerPool::WorkerPool(WorkerLauncher* launcher, Clock* clock, Poller* poller,
-                       uint32_t task_timeout_ms)
-    : launcher_(launcher), clock_(clock), poller_(poller), task_timeout_ms_(task_timeout_ms) {}
+                       uint32_t task_timeout_ms, uint32_t poller_id_base)
+    : launcher_(launcher),
+      clock_(clock),
+      poller_(poller),
+      task_timeout_ms_(task_timeout_ms),
+      poller_id_base_(poller_id_base) {}
 
 absl::Status WorkerPool::Start(uint32_t count) {
   for (uint32_t i = 0; i < count; ++i) {
@@ -107,11 +116,12 @@ absl::Status WorkerPool::Launch(WorkerSlot& w) {
   w.hung = false;
   w.unsendable = false;
   w.full = false;
+  w.greeted = false;
   w.state = "idle";
   w.in_flight.clear();
   w.started_ns = clock_->NowNs();
   w.last_progress_ns = w.started_ns;
-  poller_->Add(w.channel.get(), w.id);
+  poller_->Add(w.channel.get(), poller_id_base_ + w.id);
   spdlog::debug("worker {} started, pid {}", w.id, w.pid);
   return absl::OkStatus();
 }
@@ -119,7 +129,7 @@ absl::Status WorkerPool::Launch(WorkerSlot& w) {
 bool WorkerPool::CanTake(uint32_t id, uint32_t depth) const {
   const WorkerSlot& w = *workers_[id];
   return !(w.dead || w.hung || w.unsendable || w.full || w.retiring || w.retired ||
-           w.in_flight.size() > depth);
+           (wait_for_hello_ && !w.greeted) || w.in_flight.size() > depth);
 }
 
 uint32_t WorkerPool::active() const {
@@ -239,7 +249,10 @@ bool WorkerPool::Service(uint32_t id,
     if (got <= 0) return true;
     uint32_t type;
     std::memcpy(&type, buf, sizeof(type));
-    if (type == worker::kHello && got == sizeof(worker::HelloMsg)) continue;
+    if (type == worker::kHello && got == sizeof(worker::HelloMsg)) {
+      w.greeted = true;
+      continue;
+    }
     if (type != worker::kResult || got != sizeof(worker::ResultMsg)) {
       spdlog::error("worker {} sent a malformed message; replacing it", w.id);
       return true;

@@ -119,6 +119,7 @@ struct WorkerSlot {
   bool hung = false;        // killed by us: it hung, or answered out of order
   bool unsendable = false;  // a send to it failed; its death comes by epoll
   bool full = false;        // its channel's buffer is full; cleared by its next result
+  bool greeted = false;     // its kHello has come (see WorkerPool::set_wait_for_hello)
   uint64_t restarts = 0;
   uint64_t crashes = 0;
   uint64_t samples_done = 0;
@@ -151,7 +152,10 @@ void ClassifyDeath(const std::string& cause, bool hung, const WorkerExit& exit, 
 class WorkerPool {
  public:
   // `launcher`, `clock` and `poller` are borrowed and must outlive the pool.
-  WorkerPool(WorkerLauncher* launcher, Clock* clock, Poller* poller, uint32_t task_timeout_ms);
+  // Slot `id`'s channel is `poller_id_base` + id in the Poller (two pools
+  // share one: the engine's local and remote ones).
+  WorkerPool(WorkerLauncher* launcher, Clock* clock, Poller* poller, uint32_t task_timeout_ms,
+             uint32_t poller_id_base = 0);
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
 
@@ -173,8 +177,16 @@ class WorkerPool {
   const WorkerSlot& worker(uint32_t id) const { return *workers_[id]; }
   uint64_t restarts_total() const { return restarts_total_; }
 
+  // A worker takes tasks only once it has said kHello: a relay
+  // (server/remote/relay.h) says it once its decode node is connected, so
+  // no task waits on a node that cannot be reached. Off by default (a local
+  // worker's tasks wait in its socket while it starts).
+  void set_wait_for_hello(bool on) { wait_for_hello_ = on; }
+  uint32_t poller_id_base() const { return poller_id_base_; }
+
   // Whether worker `id` may take a task at queue depth `depth`: alive, not
-  // hung, unsendable or full, holding at most `depth` tasks.
+  // hung, unsendable or full (nor, with set_wait_for_hello, yet to say
+  // kHello), holding at most `depth` tasks.
   bool CanTake(uint32_t id, uint32_t depth) const;
   // Sends the first `bytes` of `msg` (a task); on success it is in flight.
   // False when the send failed: the worker is marked full when its channel's
@@ -220,6 +232,8 @@ class WorkerPool {
   Clock* const clock_;
   Poller* const poller_;
   const uint32_t task_timeout_ms_;
+  const uint32_t poller_id_base_;
+  bool wait_for_hello_ = false;
   // Supervise runs every loop (at least every 50 ms): a longer gap is the
   // daemon's own.
   static constexpr int64_t kStalledNs = 2'000'000'000;

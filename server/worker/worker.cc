@@ -150,6 +150,17 @@ bool BoxesFit(const TaskMsg& t, uint64_t bytes) {
 }
 
 // Whether a multi-view task's output rooms lie within its ring's `bytes`.
+// An inline task's inputs (TaskMsg.inline_input) lie in the ring: the
+// image's is not empty, the mask's is there when the task has a mask.
+bool InlineFits(const TaskMsg& t, uint64_t bytes) {
+  const auto fits = [bytes](uint64_t offset, uint64_t length) {
+    return offset <= bytes && length <= bytes - offset;
+  };
+  return t.input_length != 0 && fits(t.input_offset, t.input_length) &&
+         (t.mask_path_bytes == 0 ||
+          (t.mask_input_length != 0 && fits(t.mask_input_offset, t.mask_input_length)));
+}
+
 bool ViewsFit(const TaskMsg& t, uint64_t bytes) {
   if (t.params.view_count > image::kMaxViews) return false;
   const uint32_t n = image::OutputCount(t.params);
@@ -169,24 +180,32 @@ class MaskWriter {
  public:
   explicit MaskWriter(int root_fd) : root_fd_(root_fd) {}
 
-  absl::Status Write(const TaskMsg& t, std::string_view path, const image::SampleSteps& steps,
-                     const image::SampleResult& res, uint8_t* out, ResultMsg* r) {
-    absl::Status st = Run(t, path, steps, res, out, r);
+  // `inline_bytes`: the mask's encoded bytes (TaskMsg.inline_input), else
+  // null and it is read from `path`.
+  absl::Status Write(const TaskMsg& t, std::string_view path, const uint8_t* inline_bytes,
+                     const image::SampleSteps& steps, const image::SampleResult& res,
+                     uint8_t* out, ResultMsg* r) {
+    absl::Status st = Run(t, path, inline_bytes, steps, res, out, r);
     if (st.ok()) return st;
     return absl::Status(st.code(), absl::StrCat("mask ", std::string(path), ": ", st.message()));
   }
 
  private:
-  absl::Status Run(const TaskMsg& t, std::string_view path, const image::SampleSteps& steps,
-                   const image::SampleResult& res, uint8_t* out, ResultMsg* r) {
-    Input in;
-    if (absl::Status s = OpenChecked(root_fd_, path, t.mask_has_range != 0, t.mask_file_offset,
-                                     t.mask_file_length, t.max_file_bytes, &in);
-        !s.ok()) {
-      return s;
+  absl::Status Run(const TaskMsg& t, std::string_view path, const uint8_t* inline_bytes,
+                   const image::SampleSteps& steps, const image::SampleResult& res, uint8_t* out,
+                   ResultMsg* r) {
+    if (inline_bytes != nullptr) {
+      file_.assign(inline_bytes, inline_bytes + t.mask_input_length);
+    } else {
+      Input in;
+      if (absl::Status s = OpenChecked(root_fd_, path, t.mask_has_range != 0, t.mask_file_offset,
+                                       t.mask_file_length, t.max_file_bytes, &in);
+          !s.ok()) {
+        return s;
+      }
+      if (absl::Status s = ReadRange(in.fd.get(), in.begin, in.length, &file_); !s.ok()) return s;
     }
-    if (absl::Status s = ReadRange(in.fd.get(), in.begin, in.length, &file_); !s.ok()) return s;
-    r->input_bytes += in.length;
+    r->input_bytes += file_.size();
     const image::ImageFormat format = image::SniffFormat(file_.data(), file_.size());
     if (decoders_.count(format) == 0) decoders_[format] = image::MakeDecoder(format);
     image::ImageDecoder* dec = decoders_[format].get();
@@ -480,7 +499,8 @@ int Serve(const WorkerFds& fds) {
                                         t.mask_out_capacity > it->second.bytes - t.mask_out_offset)) ||
             (t.has_boxes != 0 && !BoxesFit(t, it->second.bytes)) ||
             (t.params.view_count != 0 &&
-             (t.mask_path_bytes != 0 || t.has_boxes != 0 || !ViewsFit(t, it->second.bytes)))) {
+             (t.mask_path_bytes != 0 || t.has_boxes != 0 || !ViewsFit(t, it->second.bytes))) ||
+            (t.inline_input != 0 && !InlineFits(t, it->second.bytes))) {
           SetReason(&r, absl::StatusCode::kInternal, "task names memory outside its ring");
           if (!SendAll(fds.channel, &r, sizeof(r))) return 1;
           break;
@@ -503,12 +523,14 @@ int Serve(const WorkerFds& fds) {
         }
         int64_t t0 = MonotonicNs();
         Input in;
-        absl::Status st = OpenInput(fds.data_root, t, path, &in);
+        const uint8_t* ring_base = static_cast<const uint8_t*>(it->second.map.addr());
+        absl::Status st = t.inline_input != 0 ? absl::OkStatus()
+                                              : OpenInput(fds.data_root, t, path, &in);
         // An evaluation pipeline's image: its output from the prepared
         // cache, or computed below and kept there.
         std::string prepared_name;
         uint64_t prepared_id = 0, prepared_key = 0;
-        if (st.ok() && t.prepared_recipe != 0 && fds.prepared_cache >= 0) {
+        if (st.ok() && t.prepared_recipe != 0 && fds.prepared_cache >= 0 && t.inline_input == 0) {
           ImageEntryIds(t.prepared_recipe,
                         IdentityOf(path, in.st, t.has_range != 0, t.file_offset, t.file_length),
                         &prepared_id, &prepared_key);
@@ -536,7 +558,10 @@ int Serve(const WorkerFds& fds) {
         const uint8_t* jpeg = nullptr;
         size_t jpeg_bytes = 0;
         bool baseline_copy = false;
-        if (st.ok() && t.cache != kTaskCacheOff && fds.transcode_cache >= 0) {
+        if (t.inline_input != 0) {
+          jpeg = ring_base + t.input_offset;
+          jpeg_bytes = t.input_length;
+        } else if (st.ok() && t.cache != kTaskCacheOff && fds.transcode_cache >= 0) {
           size_t offset = 0;
           if (cache.Lookup(t, path, in, &entry, &offset, &jpeg_bytes, &r)) {
             jpeg = entry.data() + offset;
@@ -619,7 +644,9 @@ int Serve(const WorkerFds& fds) {
           if (st.ok() && t.mask_path_bytes != 0) {
             const int64_t m0 = MonotonicNs();
             uint8_t* mask_out = static_cast<uint8_t*>(it->second.map.addr()) + t.mask_out_offset;
-            st = masks.Write(t, mask_path, steps, res, mask_out, &r);
+            st = masks.Write(t, mask_path,
+                             t.inline_input != 0 ? ring_base + t.mask_input_offset : nullptr,
+                             steps, res, mask_out, &r);
             r.augment_ns += static_cast<uint64_t>(MonotonicNs() - m0);
           }
           if (st.ok() && t.has_boxes != 0) {

@@ -155,6 +155,16 @@ struct TaskMsg {
   // one): its output is read from, or written to, the prepared cache
   // (server/worker/image_entry.h), keyed by this and the file's identity.
   uint64_t prepared_recipe = 0;
+  // Inputs held in the ring instead of read from files (a decode node's
+  // tasks, server/remote/decode_node.h): the image's encoded bytes are
+  // [input_offset, + input_length) of the ring's data area, the mask's
+  // [mask_input_offset, + mask_input_length); the paths then only name the
+  // sample in reasons. No cache is used. 0: the paths are read.
+  uint32_t inline_input = 0;
+  uint64_t input_offset = 0;
+  uint64_t input_length = 0;
+  uint64_t mask_input_offset = 0;
+  uint64_t mask_input_length = 0;
   // The image's path then the mask's, relative to the data root; sent
   // truncated to path_bytes + mask_path_bytes.
   char path[kMaxPathBytes];
@@ -213,6 +223,14 @@ struct ProbePtsMsg {
   uint32_t count = 0;  // values used
   int64_t values[kProbePtsPerMsg];
 };
+
+// Exit statuses of a remote pool's worker (stoker-relay,
+// server/remote/relay.h) that are its decode node's doing, not its sample's:
+// the node was lost (unreachable, its stream ended, silent too long), or it
+// answered something malformed. The pool redoes the tasks without counting
+// a crash against them.
+inline constexpr int kExitNodeLost = 75;
+inline constexpr int kExitNodeBad = 76;
 
 enum FaultKind : uint32_t { kFaultNone = 0, kFaultCrash = 1, kFaultHang = 2 };
 

@@ -1,0 +1,415 @@
+#include "server/remote/decode_node.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "server/remote/wire.h"
+#include "spdlog/spdlog.h"
+
+namespace stoker::remote {
+namespace {
+
+constexpr uint64_t kArenaRing = 1;
+
+uint64_t Align(uint64_t n) { return (n + 63) / 64 * 64; }
+
+}  // namespace
+
+DecodeNode::DecodeNode(WorkerLauncher* launcher, Clock* clock, DecodeNodeOptions o)
+    : launcher_(launcher), clock_(clock), options_(std::move(o)), arena_(options_.arena_bytes) {}
+
+DecodeNode::~DecodeNode() { Stop(); }
+
+absl::Status DecodeNode::Start() {
+  arena_fd_ = UniqueFd(::memfd_create("stoker-decode-arena", MFD_CLOEXEC));
+  if (!arena_fd_.valid()) return PosixError("memfd_create", errno);
+  if (::ftruncate(arena_fd_.get(), static_cast<off_t>(arena_.capacity())) != 0) {
+    return PosixError("ftruncate the arena", errno);
+  }
+  if (absl::Status st = MapShared(arena_fd_.get(), 0, arena_.capacity(), &arena_map_); !st.ok()) {
+    return st;
+  }
+  if (absl::Status st = poller_.Init(); !st.ok()) return st;
+  {
+    absl::MutexLock l(&mu_);
+    pool_ = std::make_unique<WorkerPool>(launcher_, clock_, &poller_, options_.task_timeout_ms);
+    if (absl::Status st = pool_->Start(options_.workers); !st.ok()) return st;
+    for (uint32_t w = 0; w < pool_->size(); ++w) MapArenaLocked(w);
+  }
+  dispatcher_ = std::thread([this] { DispatchLoop(); });
+  return absl::OkStatus();
+}
+
+void DecodeNode::Stop() {
+  if (stopping_.exchange(true)) return;
+  {
+    absl::MutexLock l(&mu_);
+    changed_.SignalAll();
+  }
+  poller_.Wake();
+  if (dispatcher_.joinable()) dispatcher_.join();
+  absl::MutexLock l(&mu_);
+  if (pool_ != nullptr) pool_->Shutdown(2000);
+}
+
+DecodeNodeStats DecodeNode::stats() const {
+  absl::MutexLock l(&mu_);
+  DecodeNodeStats s = stats_;
+  s.worker_restarts = pool_ != nullptr ? pool_->restarts_total() : 0;
+  s.arena_used = arena_.used();
+  return s;
+}
+
+void DecodeNode::MapArenaLocked(uint32_t w) {
+  worker::MapRingMsg m;
+  m.ring_id = kArenaRing;
+  m.data_offset = 0;
+  m.data_bytes = arena_.capacity();
+  m.populate_bytes = 1;  // faulted in as tasks use it
+  pool_->Send(w, &m, sizeof(m), arena_fd_.get());
+}
+
+grpc::Status DecodeNode::Info(grpc::ServerContext* ctx, const v1::DecodeNodeInfoRequest*,
+                              v1::DecodeNodeInfo* out) {
+  if (grpc::Status st = CheckCall(*ctx, options_.token); !st.ok()) return st;
+  out->set_workers(options_.workers);
+  out->set_version(STOKER_VERSION);
+  out->set_fingerprint(ProtocolFingerprint());
+  return grpc::Status::OK;
+}
+
+absl::Status DecodeNode::Submit(Stream* s, const v1::DecodeTask& req) {
+  auto t = std::make_shared<Task>();
+  t->msg = std::make_unique<worker::TaskMsg>();
+  worker::TaskMsg& m = *t->msg;
+  if (absl::Status st = ParseTask(req.task(), options_.max_task_bytes, &m); !st.ok()) return st;
+  t->msg_bytes = req.task().size();
+  const bool has_mask = m.mask_path_bytes != 0;
+  if (req.input().empty() && !req.mask().empty()) {
+    return absl::InvalidArgumentError("a mask's bytes without its image's");
+  }
+  if (!req.input().empty() && has_mask && req.mask().empty()) {
+    return absl::InvalidArgumentError("a task with a mask whose bytes were not sent");
+  }
+  if (req.input().size() > options_.max_task_bytes || req.mask().size() > options_.max_task_bytes) {
+    return absl::InvalidArgumentError("an input over the node's limit");
+  }
+  const uint64_t box_bytes = m.has_boxes != 0 ? BoxBytes(m.box_count) : 0;
+  if (req.boxes().size() != box_bytes) {
+    return absl::InvalidArgumentError("boxes of the wrong size");
+  }
+  // The task's range: inputs, then each output's room.
+  uint64_t at = 0;
+  const uint64_t input_at = at;
+  at += Align(req.input().size());
+  const uint64_t mask_input_at = at;
+  at += Align(req.mask().size());
+  const uint64_t out_at = at;
+  uint64_t view_at[image::kMaxViews] = {};
+  if (m.params.view_count != 0) {
+    for (uint32_t k = 0; k < image::OutputCount(m.params); ++k) {
+      view_at[k] = at;
+      at += Align(m.view_out_capacity[k]);
+    }
+  } else {
+    at += Align(m.out_capacity);
+  }
+  const uint64_t mask_out_at = at;
+  at += has_mask ? Align(m.mask_out_capacity) : 0;
+  const uint64_t box_at = at;
+  at += Align(uint64_t{m.box_count} * 16) * (m.has_boxes != 0);
+  const uint64_t label_at = at;
+  at += Align(uint64_t{m.box_count} * 8) * (m.has_boxes != 0);
+  const uint64_t flag_at = at;
+  at += Align(m.box_count) * (m.has_boxes != 0);
+  const uint64_t total = at;
+
+  t->trainer_id = m.task_id;
+  t->stream = s;
+  {
+    absl::MutexLock l(&mu_);
+    stats_.bytes_in += req.input().size() + req.mask().size();
+    if (total > arena_.capacity()) {
+      // Answered at once: the node could never hold it.
+      t->done = true;
+      t->result = worker::ResultMsg{};
+      t->result.task_id = m.task_id;
+      t->result.code = static_cast<uint32_t>(absl::StatusCode::kResourceExhausted);
+      worker::CopyText(absl::StrCat("the sample needs ", total, " bytes of the decode node's ",
+                                    arena_.capacity(), " of task memory"),
+                       t->result.reason);
+      t->arena_offset = UINT64_MAX;
+      ++stats_.tasks_failed;
+      s->order.push_back(t);
+      changed_.SignalAll();
+      return absl::OkStatus();
+    }
+    std::optional<uint64_t> off;
+    while (!(off = arena_.Allocate(total)).has_value()) {
+      if (stopping_.load() || s->dropped) return absl::CancelledError("the stream ended");
+      changed_.Wait(&mu_);
+    }
+    t->arena_offset = *off;
+  }
+  uint8_t* base = static_cast<uint8_t*>(arena_map_.addr()) + t->arena_offset;
+  std::memcpy(base + input_at, req.input().data(), req.input().size());
+  std::memcpy(base + mask_input_at, req.mask().data(), req.mask().size());
+  if (m.has_boxes != 0) {
+    const char* b = req.boxes().data();
+    std::memcpy(base + box_at, b, size_t{m.box_count} * 16);
+    std::memcpy(base + label_at, b + size_t{m.box_count} * 16, size_t{m.box_count} * 8);
+    std::memcpy(base + flag_at, b + size_t{m.box_count} * 24, m.box_count);
+  }
+  const uint64_t o = t->arena_offset;
+  m.ring_id = kArenaRing;
+  m.out_offset = o + out_at;
+  for (uint32_t k = 0; m.params.view_count != 0 && k < image::OutputCount(m.params); ++k) {
+    m.view_out_offset[k] = o + view_at[k];
+  }
+  if (m.params.view_count != 0) {
+    m.out_offset = m.view_out_offset[0];
+    m.out_capacity = m.view_out_capacity[0];
+  }
+  m.mask_out_offset = o + mask_out_at;
+  m.box_out_offset = o + box_at;
+  m.box_label_out_offset = o + label_at;
+  m.box_flag_out_offset = o + flag_at;
+  m.inline_input = req.input().empty() ? 0 : 1;
+  m.input_offset = o + input_at;
+  m.input_length = req.input().size();
+  m.mask_input_offset = o + mask_input_at;
+  m.mask_input_length = req.mask().size();
+  if (m.inline_input != 0) {
+    // The trainer made a raw record an image before shipping it.
+    m.has_range = 0;
+    m.raw_height = m.raw_width = m.raw_channels = 0;
+    m.mask_has_range = 0;
+  }
+  m.cache = worker::kTaskCacheOff;
+  m.prepared_recipe = 0;
+  m.simulate_latency_us = 0;
+  if (!options_.keep_faults) m.fault = worker::kFaultNone;
+
+  absl::MutexLock l(&mu_);
+  if (stopping_.load() || s->dropped) {
+    arena_.Free(t->arena_offset);
+    changed_.SignalAll();
+    return absl::CancelledError("the stream ended");
+  }
+  t->id = next_id_++;
+  m.task_id = t->id;
+  t->queued = true;
+  s->order.push_back(t);
+  queue_.push_back(t);
+  poller_.Wake();
+  return absl::OkStatus();
+}
+
+void DecodeNode::Answer(const Task& t, v1::DecodeResult* out) const {
+  worker::ResultMsg r = t.result;
+  r.task_id = t.trainer_id;
+  out->set_result(std::string(reinterpret_cast<const char*>(&r), sizeof(r)));
+  if (r.code != 0 || t.arena_offset == UINT64_MAX) return;
+  const worker::TaskMsg& m = *t.msg;
+  const uint8_t* base = static_cast<const uint8_t*>(arena_map_.addr());
+  std::string* output = out->mutable_output();
+  if (m.params.view_count != 0) {
+    for (uint32_t k = 0; k < image::OutputCount(m.params); ++k) {
+      output->append(reinterpret_cast<const char*>(base + m.view_out_offset[k]),
+                     m.view_out_capacity[k]);
+    }
+  } else {
+    output->assign(reinterpret_cast<const char*>(base + m.out_offset),
+                   std::min<uint64_t>(r.bytes, m.out_capacity));
+  }
+  if (r.mask_bytes != 0) {
+    out->set_mask(reinterpret_cast<const char*>(base + m.mask_out_offset),
+                  std::min<uint64_t>(r.mask_bytes, m.mask_out_capacity));
+  }
+  if (m.has_boxes != 0) {
+    std::string* b = out->mutable_boxes();
+    b->append(reinterpret_cast<const char*>(base + m.box_out_offset), size_t{m.box_count} * 16);
+    b->append(reinterpret_cast<const char*>(base + m.box_label_out_offset),
+              size_t{m.box_count} * 8);
+    b->append(reinterpret_cast<const char*>(base + m.box_flag_out_offset), m.box_count);
+  }
+}
+
+grpc::Status DecodeNode::Decode(
+    grpc::ServerContext* ctx, grpc::ServerReaderWriter<v1::DecodeResult, v1::DecodeTask>* stream) {
+  if (grpc::Status st = CheckCall(*ctx, options_.token); !st.ok()) return st;
+  Stream s;
+  {
+    absl::MutexLock l(&mu_);
+    ++stats_.streams_open;
+    ++stats_.streams_total;
+  }
+  std::thread reader([&] {
+    v1::DecodeTask req;
+    while (stream->Read(&req)) {
+      absl::Status st = Submit(&s, req);
+      if (!st.ok()) {
+        absl::MutexLock l(&mu_);
+        s.error = std::string(st.message());
+        break;
+      }
+    }
+    absl::MutexLock l(&mu_);
+    s.reader_done = true;
+    changed_.SignalAll();
+  });
+  grpc::Status end = grpc::Status::OK;
+  mu_.Lock();
+  for (;;) {
+    if (stopping_.load()) {
+      end = grpc::Status(grpc::StatusCode::UNAVAILABLE, "the decode node is stopping");
+      break;
+    }
+    if (!s.error.empty()) {
+      end = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, s.error);
+      break;
+    }
+    if (ctx->IsCancelled()) break;
+    if (!s.order.empty() && s.order.front()->done) {
+      std::shared_ptr<Task> t = std::move(s.order.front());
+      s.order.pop_front();
+      v1::DecodeResult res;
+      mu_.Unlock();
+      Answer(*t, &res);
+      const size_t bytes = res.output().size() + res.mask().size();
+      const bool ok = stream->Write(res);
+      mu_.Lock();
+      if (t->arena_offset != UINT64_MAX) arena_.Free(t->arena_offset);
+      t->arena_offset = UINT64_MAX;
+      stats_.bytes_out += bytes;
+      changed_.SignalAll();
+      if (!ok) break;
+      continue;
+    }
+    if (s.reader_done && s.order.empty()) break;
+    changed_.WaitWithTimeout(&mu_, absl::Milliseconds(100));
+  }
+  DropStreamLocked(&s);
+  --stats_.streams_open;
+  mu_.Unlock();
+  ctx->TryCancel();
+  reader.join();
+  mu_.Lock();
+  // A reader that was still submitting when the stream was dropped.
+  DropStreamLocked(&s);
+  mu_.Unlock();
+  return end;
+}
+
+void DecodeNode::DropStreamLocked(Stream* s) {
+  for (auto& t : s->order) {
+    t->stream = nullptr;
+    if (t->queued) {
+      queue_.erase(std::find(queue_.begin(), queue_.end(), t));
+      t->queued = false;
+    }
+    if (!t->in_flight && t->arena_offset != UINT64_MAX) {
+      arena_.Free(t->arena_offset);
+      t->arena_offset = UINT64_MAX;
+    }
+  }
+  s->order.clear();
+  s->dropped = true;
+  changed_.SignalAll();
+}
+
+void DecodeNode::FinishLocked(Task& t) {
+  t.done = true;
+  t.in_flight = false;
+  if (t.result.code == 0) {
+    ++stats_.tasks_done;
+  } else {
+    ++stats_.tasks_failed;
+  }
+  if (t.stream == nullptr && t.arena_offset != UINT64_MAX) {  // orphaned
+    arena_.Free(t.arena_offset);
+    t.arena_offset = UINT64_MAX;
+  }
+  changed_.SignalAll();
+}
+
+void DecodeNode::OnResultLocked(const worker::ResultMsg& r) {
+  auto it = in_flight_.find(r.task_id);
+  if (it == in_flight_.end()) return;
+  std::shared_ptr<Task> t = std::move(it->second);
+  in_flight_.erase(it);
+  t->result = r;
+  FinishLocked(*t);
+}
+
+void DecodeNode::OnDeathLocked(uint32_t w, const std::string& cause) {
+  const WorkerDeath death = pool_->Bury(w, cause, stopping_.load());
+  bool first = true;
+  std::vector<std::shared_ptr<Task>> requeue;
+  for (uint64_t id : death.tasks) {
+    auto it = in_flight_.find(id);
+    if (it == in_flight_.end()) {
+      first = false;
+      continue;
+    }
+    std::shared_ptr<Task> t = std::move(it->second);
+    in_flight_.erase(it);
+    t->in_flight = false;
+    const bool on_it = first;
+    first = false;
+    if (t->stream == nullptr) {  // orphaned: nobody waits for it
+      if (t->arena_offset != UINT64_MAX) arena_.Free(t->arena_offset);
+      t->arena_offset = UINT64_MAX;
+      continue;
+    }
+    if (on_it && t->crashes.Count(death.self_inflicted)) {
+      t->result = worker::ResultMsg{};
+      t->result.code = static_cast<uint32_t>(absl::StatusCode::kInternal);
+      worker::CopyText(absl::StrCat("a decode node worker died ", t->crashes.deaths,
+                                    " times on this file (last: ", death.why, ")"),
+                       t->result.reason);
+      FinishLocked(*t);
+      continue;
+    }
+    requeue.push_back(std::move(t));
+  }
+  for (auto it = requeue.rbegin(); it != requeue.rend(); ++it) {
+    (*it)->queued = true;
+    queue_.push_front(std::move(*it));
+  }
+}
+
+void DecodeNode::DispatchLoop() {
+  while (!stopping_.load()) {
+    const std::vector<uint32_t> ready = poller_.Wait(50);
+    absl::MutexLock l(&mu_);
+    for (uint32_t w : ready) {
+      const bool died = pool_->Service(
+          w, [&](const worker::ResultMsg& r)
+                 ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { OnResultLocked(r); });
+      if (died) OnDeathLocked(w, "channel closed");
+    }
+    for (uint32_t w : pool_->Supervise(stopping_.load())) MapArenaLocked(w);
+    for (uint32_t depth = 0; depth < options_.queue_depth && !queue_.empty(); ++depth) {
+      for (uint32_t w = 0; w < pool_->size() && !queue_.empty(); ++w) {
+        if (!pool_->CanTake(w, depth)) continue;
+        std::shared_ptr<Task> t = queue_.front();
+        if (!pool_->SendTask(w, *t->msg, t->msg_bytes)) continue;
+        queue_.pop_front();
+        t->queued = false;
+        t->in_flight = true;
+        in_flight_[t->id] = std::move(t);
+      }
+    }
+  }
+}
+
+}  // namespace stoker::remote

@@ -1,0 +1,97 @@
+#include "server/remote/node_server.h"
+
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/resource_quota.h"
+#include "grpcpp/server_builder.h"
+#include "server/engine/cpu_budget.h"
+#include "server/remote/wire.h"
+#include "spdlog/spdlog.h"
+
+namespace stoker::remote {
+
+NodeServer::NodeServer(v1::DaemonConfig c) : config_(std::move(c)) {}
+
+NodeServer::~NodeServer() { Stop(); }
+
+absl::Status NodeServer::Start() {
+  if (absl::Status st = CheckDecodeFlags(config_); !st.ok()) return st;
+  auto root = DataRoot::Open(config_.data_root());
+  if (!root.ok()) return root.status();
+  root_ = std::move(*root);
+  auto binary = WorkerBinaryPath(config_.worker_binary());
+  if (!binary.ok()) return binary.status();
+  launcher_ = std::make_unique<PosixSpawnLauncher>(*binary, root_->fd(), config_.worker_sandbox());
+  DecodeNodeOptions o;
+  const CpuBudget budget = ReadCpuBudget(SystemCpuBudgetEnv());
+  o.workers = config_.workers() != 0
+                  ? config_.workers()
+                  : std::max<uint32_t>(1, static_cast<uint32_t>(budget.cpus + 0.5));
+  o.queue_depth = config_.worker_queue_depth();
+  o.task_timeout_ms = config_.task_timeout_ms();
+  o.max_task_bytes = config_.max_file_bytes();
+  o.keep_faults =
+      !config_.fault_crash_substring().empty() || !config_.fault_hang_substring().empty();
+  if (!config_.decode_token_file().empty()) {
+    auto token = ReadToken(config_.decode_token_file());
+    if (!token.ok()) return token.status();
+    o.token = *token;
+  }
+  auto creds = NodeServerCredentials(config_);
+  if (!creds.ok()) return creds.status();
+  node_ = std::make_unique<DecodeNode>(launcher_.get(), SystemClock(), o);
+  if (absl::Status st = node_->Start(); !st.ok()) return st;
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(config_.listen(), *creds, &port_);
+  int status_port = 0;
+  if (!config_.status_addr().empty()) {
+    builder.AddListeningPort(config_.status_addr(), grpc::InsecureServerCredentials(),
+                             &status_port);
+  }
+  builder.RegisterService(node_.get());
+  builder.SetMaxReceiveMessageSize(static_cast<int>(
+      std::min<uint64_t>(2 * config_.max_file_bytes() + (1 << 20), INT32_MAX)));
+  builder.SetMaxSendMessageSize(INT32_MAX);
+  // Two threads per stream (decode_node.h), for many trainers' relays.
+  grpc::ResourceQuota quota("stoker-decode-node");
+  quota.SetMaxThreads(1024);
+  builder.SetResourceQuota(quota);
+  grpc_ = builder.BuildAndStart();
+  if (grpc_ == nullptr || port_ == 0 || (!config_.status_addr().empty() && status_port == 0)) {
+    node_->Stop();
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", config_.listen(),
+                     config_.status_addr().empty() ? "" : " or ", config_.status_addr()));
+  }
+  grpc_->GetHealthCheckService()->SetServingStatus(true);
+  spdlog::info("stokerd {} decode node: {} worker(s), listening on {} (port {}, {}){}",
+               STOKER_VERSION, o.workers, config_.listen(), port_,
+               config_.tls_ca().empty() ? "clear text, token (development mode)" : "mutual TLS",
+               status_port != 0 ? absl::StrCat("; health on ", config_.status_addr()) : "");
+  return absl::OkStatus();
+}
+
+void NodeServer::Stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  if (grpc_ != nullptr) grpc_->GetHealthCheckService()->SetServingStatus(false);
+  if (node_ != nullptr) node_->Stop();  // streams end: their handlers return
+  if (grpc_ != nullptr) {
+    grpc_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    grpc_->Wait();
+  }
+  if (node_ != nullptr) {
+    const DecodeNodeStats s = node_->stats();
+    spdlog::info("decode node stopped: {} tasks done, {} failed, {} streams, {} MiB in, {} MiB out",
+                 s.tasks_done, s.tasks_failed, s.streams_total, s.bytes_in >> 20,
+                 s.bytes_out >> 20);
+  }
+}
+
+}  // namespace stoker::remote

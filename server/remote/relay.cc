@@ -1,0 +1,329 @@
+#include "server/remote/relay.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/posix.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/support/channel_arguments.h"
+#include "server/dataset/records.h"
+#include "server/remote/wire.h"
+#include "server/worker/worker_input.h"
+#include "server/worker/worker_protocol.h"
+#include "stoker/v1/decode.grpc.pb.h"
+
+namespace stoker::remote {
+namespace {
+
+struct Held {
+  std::unique_ptr<worker::TaskMsg> task;
+  bool local = false;  // answered here (its input could not be read)
+  worker::ResultMsg result;
+};
+
+[[noreturn]] void Quit(const RelayOptions& o, int status, const std::string& why) {
+  std::fprintf(stderr, "stoker-relay %u (%s): %s\n", o.id, o.node.c_str(), why.c_str());
+  std::fflush(stderr);
+  ::_exit(status);
+}
+
+bool SendAll(int channel, const void* msg, size_t bytes) {
+  for (;;) {
+    const ssize_t n = ::send(channel, msg, bytes, MSG_NOSIGNAL);
+    if (n == static_cast<ssize_t>(bytes)) return true;
+    if (n < 0 && errno == EINTR) continue;
+    return false;
+  }
+}
+
+absl::Status ReadPart(int root, std::string_view path, bool has_range, uint64_t offset,
+                      uint64_t length, uint64_t max_bytes, std::string* out) {
+  worker::Input in;
+  if (absl::Status st = worker::OpenChecked(root, path, has_range, offset, length, max_bytes, &in);
+      !st.ok()) {
+    return st;
+  }
+  out->resize(in.length);
+  absl::StatusOr<size_t> got = ReadFullyAt(in.fd.get(), in.begin, out->data(), in.length, "the file");
+  if (!got.ok()) return got.status();
+  if (*got != in.length) return absl::DataLossError("file shrank while being read");
+  return absl::OkStatus();
+}
+
+// The task's encoded input, as the worker would read it (a raw record made
+// the PNM image of its pixels).
+absl::Status ReadInputs(const worker::TaskMsg& t, int root, v1::DecodeTask* req) {
+  std::string_view path(t.path, t.path_bytes);
+  std::string* input = req->mutable_input();
+  if (absl::Status st = ReadPart(root, path, t.has_range != 0, t.file_offset, t.file_length,
+                                 t.max_file_bytes, input);
+      !st.ok()) {
+    return st;
+  }
+  if (t.raw_channels != 0) {
+    const uint64_t pixels = uint64_t{t.raw_height} * t.raw_width * t.raw_channels;
+    if ((t.raw_channels != 1 && t.raw_channels != 3) || input->size() != pixels) {
+      return absl::InvalidArgumentError(absl::StrCat("a raw record of ", input->size(),
+                                                     " bytes is not ", t.raw_height, "x",
+                                                     t.raw_width, "x", t.raw_channels, " pixels"));
+    }
+    input->insert(0, PnmHeader(t.raw_height, t.raw_width, t.raw_channels));
+  }
+  if (t.mask_path_bytes != 0) {
+    std::string_view mask(t.path + t.path_bytes, t.mask_path_bytes);
+    absl::Status st = ReadPart(root, mask, t.mask_has_range != 0, t.mask_file_offset,
+                               t.mask_file_length, t.max_file_bytes, req->mutable_mask());
+    if (!st.ok()) {
+      return absl::Status(st.code(), absl::StrCat("mask ", std::string(mask), ": ", st.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+class Relay {
+ public:
+  Relay(const RelayOptions& o, int channel, int root) : o_(o), channel_(channel), root_(root) {}
+
+  int Run() {
+    auto creds = RelayChannelCredentials(o_.tls_ca, o_.tls_cert, o_.tls_key);
+    if (!creds.ok()) Quit(o_, kRelayExitNodeLost, std::string(creds.status().message()));
+    std::string token;
+    if (!o_.token_file.empty()) {
+      auto t = ReadToken(o_.token_file);
+      if (!t.ok()) Quit(o_, kRelayExitNodeLost, std::string(t.status().message()));
+      token = *t;
+    }
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 1000);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, static_cast<int>(o_.timeout_ms));
+    args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+    args.SetMaxReceiveMessageSize(512 << 20);
+    args.SetMaxSendMessageSize(512 << 20);
+    args.SetLoadBalancingPolicyName("round_robin");
+    auto channel = grpc::CreateCustomChannel(NodeTarget(o_.node), *creds, args);
+    if (!channel->WaitForConnected(std::chrono::system_clock::now() +
+                                   std::chrono::milliseconds(o_.timeout_ms))) {
+      Quit(o_, kRelayExitNodeLost, "cannot connect");
+    }
+    auto stub = v1::DecodeNode::NewStub(channel);
+    ctx_.AddMetadata(kFingerprintKey, ProtocolFingerprint());
+    if (!token.empty()) ctx_.AddMetadata(kTokenKey, token);
+    stream_ = stub->Decode(&ctx_);
+    worker::HelloMsg hello;
+    hello.pid = ::getpid();
+    if (!SendAll(channel_, &hello, sizeof(hello))) return 0;
+    std::thread([this] { ReadAnswers(); }).detach();
+    std::thread([this] { Watch(); }).detach();
+    return ReadChannel();
+  }
+
+ private:
+  int ReadChannel() {
+    auto buf = std::make_unique<worker::TaskMsg>();
+    char* raw = reinterpret_cast<char*>(buf.get());
+    for (;;) {
+      UniqueFd fd;
+      const ssize_t n = ReceiveWithFd(channel_, raw, sizeof(worker::TaskMsg), &fd);
+      if (n <= 0) Quit(o_, 0, "the daemon is gone");
+      uint32_t type;
+      if (static_cast<size_t>(n) < sizeof(type)) return 2;
+      std::memcpy(&type, raw, sizeof(type));
+      if (type == worker::kMapRing) {
+        if (static_cast<size_t>(n) != sizeof(worker::MapRingMsg) || !fd.valid()) return 2;
+        worker::MapRingMsg m;
+        std::memcpy(&m, raw, sizeof(m));
+        Mapping map;
+        if (!MapShared(fd.get(), m.data_offset, m.data_bytes, &map).ok()) return 3;
+        std::lock_guard<std::mutex> l(mu_);
+        rings_[m.ring_id] = std::move(map);
+      } else if (type == worker::kUnmapRing) {
+        if (static_cast<size_t>(n) != sizeof(worker::UnmapRingMsg)) return 2;
+        worker::UnmapRingMsg m;
+        std::memcpy(&m, raw, sizeof(m));
+        std::lock_guard<std::mutex> l(mu_);
+        rings_.erase(m.ring_id);
+      } else if (type == worker::kShutdown) {
+        ctx_.TryCancel();
+        Quit(o_, 0, "asked to exit");
+      } else if (type == worker::kTask) {
+        const worker::TaskMsg& t = *buf;
+        if (static_cast<size_t>(n) < worker::TaskHeaderBytes() ||
+            t.path_bytes > worker::kMaxPathBytes ||
+            t.mask_path_bytes > worker::kMaxPathBytes - t.path_bytes ||
+            static_cast<size_t>(n) != worker::TaskHeaderBytes() + t.path_bytes + t.mask_path_bytes) {
+          return 2;
+        }
+        Submit(t, static_cast<size_t>(n));
+      } else {
+        return 2;
+      }
+    }
+  }
+
+  void Submit(const worker::TaskMsg& t, size_t bytes) {
+    Held h;
+    h.task = std::make_unique<worker::TaskMsg>();
+    std::memcpy(h.task.get(), &t, bytes);
+    v1::DecodeTask req;
+    req.set_task(reinterpret_cast<const char*>(&t), bytes);
+    absl::Status st = o_.shared_root ? absl::OkStatus() : ReadInputs(t, root_, &req);
+    if (st.ok() && t.has_boxes != 0) {
+      std::lock_guard<std::mutex> l(mu_);
+      const Mapping* ring = Ring(t);
+      if (ring == nullptr) {
+        st = absl::InternalError("task names memory outside its ring");
+      } else {
+        const uint8_t* base = static_cast<const uint8_t*>(ring->addr());
+        std::string* b = req.mutable_boxes();
+        b->append(reinterpret_cast<const char*>(base + t.box_out_offset), size_t{t.box_count} * 16);
+        b->append(reinterpret_cast<const char*>(base + t.box_label_out_offset),
+                  size_t{t.box_count} * 8);
+        b->append(reinterpret_cast<const char*>(base + t.box_flag_out_offset), t.box_count);
+      }
+    }
+    if (!st.ok()) {
+      h.local = true;
+      h.result = worker::ResultMsg{};
+      h.result.task_id = t.task_id;
+      h.result.code = static_cast<uint32_t>(st.code());
+      worker::CopyText(std::string(st.message()), h.result.reason);
+      std::lock_guard<std::mutex> l(mu_);
+      if (held_.empty()) progress_ns_ = MonotonicNs();
+      held_.push_back(std::move(h));
+      FlushLocalLocked();
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (held_.empty()) progress_ns_ = MonotonicNs();
+      held_.push_back(std::move(h));
+    }
+    if (!stream_->Write(req)) Quit(o_, kRelayExitNodeLost, "the stream to the node broke");
+  }
+
+  // A ring the task's rooms lie in, all of them; null if none.
+  const Mapping* Ring(const worker::TaskMsg& t) const {
+    auto it = rings_.find(t.ring_id);
+    if (it == rings_.end()) return nullptr;
+    const uint64_t size = it->second.bytes();
+    const auto fits = [size](uint64_t off, uint64_t len) { return off <= size && len <= size - off; };
+    bool ok = t.params.view_count != 0 ? true : fits(t.out_offset, t.out_capacity);
+    for (uint32_t k = 0; t.params.view_count != 0 && k < image::OutputCount(t.params); ++k) {
+      ok = ok && fits(t.view_out_offset[k], t.view_out_capacity[k]);
+    }
+    if (t.mask_path_bytes != 0) ok = ok && fits(t.mask_out_offset, t.mask_out_capacity);
+    if (t.has_boxes != 0) {
+      ok = ok && fits(t.box_out_offset, uint64_t{t.box_count} * 16) &&
+           fits(t.box_label_out_offset, uint64_t{t.box_count} * 8) &&
+           fits(t.box_flag_out_offset, t.box_count);
+    }
+    return ok ? &it->second : nullptr;
+  }
+
+  // Sends the answers made here that are now due.
+  void FlushLocalLocked() {
+    while (!held_.empty() && held_.front().local) {
+      if (!SendAll(channel_, &held_.front().result, sizeof(worker::ResultMsg))) {
+        Quit(o_, 0, "the daemon is gone");
+      }
+      held_.pop_front();
+      progress_ns_ = MonotonicNs();
+    }
+  }
+
+  void ReadAnswers() {
+    v1::DecodeResult res;
+    while (stream_->Read(&res)) {
+      std::lock_guard<std::mutex> l(mu_);
+      if (held_.empty() || held_.front().local) {
+        Quit(o_, kRelayExitNodeBad, "an answer to no task");
+      }
+      const worker::TaskMsg& t = *held_.front().task;
+      worker::ResultMsg r;
+      if (absl::Status st = CheckResult(t, res, &r); !st.ok()) {
+        Quit(o_, kRelayExitNodeBad, absl::StrCat("cut off: ", st.message()));
+      }
+      if (r.code == 0) {
+        const Mapping* ring = Ring(t);
+        if (ring == nullptr) {
+          // The session went while the node worked; the pool drops the answer.
+          r.code = static_cast<uint32_t>(absl::StatusCode::kInternal);
+          worker::CopyText("task names memory outside its ring", r.reason);
+        } else {
+          uint8_t* base = static_cast<uint8_t*>(ring->addr());
+          const std::string& out = res.output();
+          if (t.params.view_count != 0) {
+            uint64_t at = 0;
+            for (uint32_t k = 0; k < image::OutputCount(t.params); ++k) {
+              std::memcpy(base + t.view_out_offset[k], out.data() + at, t.view_out_capacity[k]);
+              at += t.view_out_capacity[k];
+            }
+          } else {
+            std::memcpy(base + t.out_offset, out.data(), out.size());
+          }
+          std::memcpy(base + t.mask_out_offset, res.mask().data(), res.mask().size());
+          if (t.has_boxes != 0) {
+            const char* b = res.boxes().data();
+            std::memcpy(base + t.box_out_offset, b, size_t{t.box_count} * 16);
+            std::memcpy(base + t.box_label_out_offset, b + size_t{t.box_count} * 16,
+                        size_t{t.box_count} * 8);
+            std::memcpy(base + t.box_flag_out_offset, b + size_t{t.box_count} * 24, t.box_count);
+          }
+        }
+      }
+      if (!SendAll(channel_, &r, sizeof(r))) Quit(o_, 0, "the daemon is gone");
+      held_.pop_front();
+      progress_ns_ = MonotonicNs();
+      FlushLocalLocked();
+    }
+    const grpc::Status st = stream_->Finish();
+    Quit(o_, kRelayExitNodeLost,
+         absl::StrCat("the node ended the stream: ", st.error_message(), " (code ",
+                      static_cast<int>(st.error_code()), ")"));
+  }
+
+  void Watch() {
+    const int64_t limit = int64_t{o_.timeout_ms} * 1'000'000;
+    for (;;) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      std::lock_guard<std::mutex> l(mu_);
+      if (!held_.empty() && MonotonicNs() - progress_ns_ > limit) {
+        Quit(o_, kRelayExitNodeLost,
+             absl::StrCat("no answer for ", o_.timeout_ms, " ms while holding ", held_.size(),
+                          " task(s)"));
+      }
+    }
+  }
+
+  const RelayOptions o_;
+  const int channel_;
+  const int root_;
+  grpc::ClientContext ctx_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::DecodeTask, v1::DecodeResult>> stream_;
+  std::mutex mu_;
+  std::unordered_map<uint64_t, Mapping> rings_;
+  std::deque<Held> held_;
+  int64_t progress_ns_ = 0;
+};
+
+}  // namespace
+
+int RunRelay(const RelayOptions& o, int channel, int data_root) {
+  Relay relay(o, channel, data_root);
+  return relay.Run();
+}
+
+}  // namespace stoker::remote
