@@ -83,6 +83,15 @@ grpc::Status DecodeNode::Info(grpc::ServerContext* ctx, const v1::DecodeNodeInfo
   out->set_workers(options_.workers);
   out->set_version(STOKER_VERSION);
   out->set_fingerprint(ProtocolFingerprint());
+  const DecodeNodeStats s = stats();
+  out->set_streams_open(static_cast<uint32_t>(s.streams_open));
+  out->set_streams_total(s.streams_total);
+  out->set_tasks_done(s.tasks_done);
+  out->set_tasks_failed(s.tasks_failed);
+  out->set_bytes_in(s.bytes_in);
+  out->set_bytes_out(s.bytes_out);
+  out->set_worker_restarts(s.worker_restarts);
+  out->set_arena_used_bytes(s.arena_used);
   return grpc::Status::OK;
 }
 
@@ -254,15 +263,10 @@ grpc::Status DecodeNode::Decode(
   }
   std::thread reader([&] {
     v1::DecodeTask req;
-    while (stream->Read(&req)) {
-      absl::Status st = Submit(&s, req);
-      if (!st.ok()) {
-        absl::MutexLock l(&mu_);
-        s.error = std::string(st.message());
-        break;
-      }
-    }
+    absl::Status st;
+    while (st.ok() && stream->Read(&req)) st = Submit(&s, req);
     absl::MutexLock l(&mu_);
+    if (!st.ok() && st.code() != absl::StatusCode::kCancelled) s.error = std::string(st.message());
     s.reader_done = true;
     changed_.SignalAll();
   });
@@ -299,8 +303,11 @@ grpc::Status DecodeNode::Decode(
   }
   DropStreamLocked(&s);
   --stats_.streams_open;
+  // A reader still in Read (the stream was cut, or the node stops) is woken
+  // by the cancellation; one that ended keeps the status to return.
+  const bool reading = !s.reader_done;
   mu_.Unlock();
-  ctx->TryCancel();
+  if (reading) ctx->TryCancel();
   reader.join();
   mu_.Lock();
   // A reader that was still submitting when the stream was dropped.

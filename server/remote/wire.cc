@@ -137,6 +137,15 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> RelayChannelCredential
 
 grpc::Status CheckCall(const grpc::ServerContext& ctx, const std::string& token) {
   const auto& md = ctx.client_metadata();
+  // The token first: a peer without it learns nothing, not even the build.
+  if (!token.empty()) {
+    auto t = md.find(kTokenKey);
+    if (t == md.end() ||
+        !ConstantTimeEqual(std::string_view(t->second.data(), t->second.size()), token)) {
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                          "the decode token is missing or wrong (--decode-token-file)");
+    }
+  }
   auto fp = md.find(kFingerprintKey);
   const std::string ours = ProtocolFingerprint();
   if (fp == md.end() || std::string_view(fp->second.data(), fp->second.size()) != ours) {
@@ -146,14 +155,6 @@ grpc::Status CheckCall(const grpc::ServerContext& ctx, const std::string& token)
                      fp == md.end() ? std::string("an unknown build")
                                     : std::string(fp->second.data(), fp->second.size()),
                      ": run the same stoker version on both"));
-  }
-  if (!token.empty()) {
-    auto t = md.find(kTokenKey);
-    if (t == md.end() ||
-        !ConstantTimeEqual(std::string_view(t->second.data(), t->second.size()), token)) {
-      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                          "the decode token is missing or wrong (--decode-token-file)");
-    }
   }
   return grpc::Status::OK;
 }

@@ -65,8 +65,9 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> NodeServerCredentials(
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> RelayChannelCredentials(
     const std::string& ca, const std::string& cert, const std::string& key);
 
-// A node's check of a call: the fingerprint, and the token when `token` is
-// not empty. FAILED_PRECONDITION (another build) or UNAUTHENTICATED.
+// A node's check of a call: the token when `token` is not empty
+// (UNAUTHENTICATED; checked first, so that a peer without it learns
+// nothing), then the fingerprint (FAILED_PRECONDITION naming both builds).
 grpc::Status CheckCall(const grpc::ServerContext& ctx, const std::string& token);
 
 // A detection task's boxes as they cross: box_count x (16 + 8 + 1) bytes.

@@ -1,0 +1,330 @@
+"""Decode nodes (stokerd --decode-node, a trainer daemon's --decode-nodes)
+against real daemons over real TCP on this machine: the same batches as one
+node pixel for pixel, each fault (a node killed, silent, restarted, lying;
+the trainer killed) and each security case (mutual TLS, the token, peers
+without either). The same cases in network namespaces, over veth links with
+rates and partitions: test_decode_netns.py.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import signal
+import tempfile
+import time
+
+import numpy as np
+import pytest
+
+from conftest import make_dataset, wait_until
+from decode_nodes import (DecodeNode, RogueNode, call_info, channel, fingerprint_of,
+                          make_certs, trainer_auth, write_token)
+
+PIPELINE = {"pipeline": "train", "size": 56}
+BATCH = 4
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    root = tempfile.mkdtemp(prefix="stkdn", dir="/tmp")
+    data = os.path.join(root, "data")
+    make_dataset(os.path.join(data, "ds"), classes=3, per_class=40, sizes=(64, 320), seed=5)
+    yield {"root": root, "data": data, "token": write_token(root),
+           "certs": make_certs(os.path.join(root, "certs"))}
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def digests(stoker, socket, epochs=2, on_batch=None, seed=7, gaps=None):
+    """One digest per batch (pixels and labels) of a shuffled train run;
+    every sample must be ok. on_batch(i) runs after batch i is read."""
+    s = stoker.Client(socket).attach("ds", batch_size=BATCH, shuffle=True, seed=seed,
+                                     epochs=epochs, pipeline=dict(PIPELINE))
+    out = []
+    last = time.monotonic()
+    try:
+        while True:
+            try:
+                raw = s.next(60000)
+            except stoker.EndOfData:
+                break
+            now = time.monotonic()
+            if gaps is not None:
+                gaps.append(now - last)
+            last = now
+            assert raw[3].tolist() == [0] * len(raw[3]), f"batch {len(out)}: {raw[3]}"
+            h = hashlib.sha256(np.ascontiguousarray(raw[0]["image"][0]).tobytes())
+            h.update(np.ascontiguousarray(raw[0]["label"][0]).tobytes())
+            out.append(h.hexdigest())
+            if on_batch is not None:
+                on_batch(len(out) - 1)
+    finally:
+        s.detach()
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference(stoker, build_dir, corpus):
+    """The batches of one node alone (2 local workers)."""
+    from conftest import start_daemon
+    d = start_daemon(build_dir, data_root=corpus["data"], workers=2)
+    try:
+        return digests(stoker, d.socket)
+    finally:
+        d.stop()
+
+
+def node_status(stoker, socket):
+    st = stoker.Client(socket).status()
+    return st.get("decode_nodes", []), st
+
+
+def remote_done(stoker, socket) -> int:
+    nodes, _ = node_status(stoker, socket)
+    return sum(int(n.get("samples_done", 0)) for n in nodes)
+
+
+def trainer(daemon_factory, corpus, node_ports, *, workers=1, when="always", tls=False,
+            extra=()):
+    return daemon_factory(
+        workers=workers, data_root=corpus["data"],
+        extra_args=["--decode-nodes", ",".join(f"127.0.0.1:{p}" for p in node_ports),
+                    "--decode-when", when,
+                    *trainer_auth(corpus["certs"] if tls else None, corpus["token"]),
+                    *extra])
+
+
+def start_node(build_dir, corpus, tls=False, **kw):
+    workdir = tempfile.mkdtemp(prefix="stkn", dir=corpus["root"])
+    kw.setdefault("data_root", os.path.join(workdir, "root"))
+    return DecodeNode(build_dir, workdir, certs=corpus["certs"] if tls else None,
+                      token=None if tls else corpus["token"], **kw).start()
+
+
+@pytest.fixture
+def nodes():
+    started = []
+    yield started
+    for n in started:
+        n.kill()
+
+
+def test_same_batches_with_a_decode_node_shipping_samples(stoker, build_dir, corpus, reference,
+                                                          daemon_factory, nodes):
+    node = start_node(build_dir, corpus)
+    nodes.append(node)
+    t = trainer(daemon_factory, corpus, [node.port])
+    assert digests(stoker, t.socket) == reference
+    status, st = node_status(stoker, t.socket)
+    assert len(status) == 1 and status[0]["address"] == f"127.0.0.1:{node.port}"
+    assert int(status[0]["samples_done"]) > 0, status
+    assert int(status[0]["bytes_sent"]) > 0 and int(status[0]["bytes_received"]) > 0
+    assert st["decode_nodes_open"] and "always" in st["decode_nodes_reason"]
+    remote_workers = [w for w in st["workers"] if w.get("node")]
+    assert len(remote_workers) == 2 and all(w["state"] != "connecting" for w in remote_workers)
+    info = node.info()
+    assert info["tasks_done"] == int(status[0]["samples_done"])
+    assert info["workers"] == 2
+
+
+def test_same_batches_reading_a_shared_data_root(stoker, build_dir, corpus, reference,
+                                                 daemon_factory, nodes):
+    node = start_node(build_dir, corpus, data_root=corpus["data"])
+    nodes.append(node)
+    t = trainer(daemon_factory, corpus, [node.port], extra=["--decode-shared-root"])
+    assert digests(stoker, t.socket) == reference
+    status, _ = node_status(stoker, t.socket)
+    assert int(status[0]["samples_done"]) > 0
+    assert int(status[0]["bytes_sent"]) == 0  # the node read its own copy
+
+
+def test_two_nodes_over_mutual_tls(stoker, build_dir, corpus, reference, daemon_factory, nodes):
+    a = start_node(build_dir, corpus, tls=True)
+    b = start_node(build_dir, corpus, tls=True, workers=1)
+    nodes += [a, b]
+    t = trainer(daemon_factory, corpus, [a.port, b.port], tls=True,
+                extra=["--decode-node-workers", "2"])
+    assert digests(stoker, t.socket) == reference
+    status, _ = node_status(stoker, t.socket)
+    assert [int(s["samples_done"]) > 0 for s in status] == [True, True], status
+
+
+def test_peers_without_credentials_are_refused(build_dir, corpus, nodes):
+    import grpc
+    certs = corpus["certs"]
+    tls = start_node(build_dir, corpus, tls=True)
+    nodes.append(tls)
+    # The right client certificate: served (the control for what follows).
+    ch = channel(tls.port, certs, "trainer")
+    fp = fingerprint_of(ch)
+    assert call_info(ch, [("stoker-protocol", fp)])["workers"] == 2
+    ch.close()
+    for client, plain in (("rogue", False), (None, False), (None, True)):
+        ch = channel(tls.port, None if plain else certs, client)
+        with pytest.raises(grpc.RpcError) as e:
+            call_info(ch, [("stoker-protocol", fp)], timeout=3)
+        assert e.value.code() in (grpc.StatusCode.UNAVAILABLE,
+                                  grpc.StatusCode.DEADLINE_EXCEEDED), (client, plain, e.value)
+        # Nor can it submit a task.
+        decode = ch.stream_stream("/stoker.v1.DecodeNode/Decode",
+                                  request_serializer=lambda b: b, response_deserializer=lambda b: b)
+        with pytest.raises(grpc.RpcError):
+            list(decode(iter([b"\x0a\x01x"]), timeout=3))
+        ch.close()
+    # Token mode: a wrong or missing token is refused before anything else.
+    tok = start_node(build_dir, corpus)
+    nodes.append(tok)
+    ch = channel(tok.port)
+    for md in ([], [("stoker-token", "wrong-token-wrong-token")]):
+        with pytest.raises(grpc.RpcError) as e:
+            call_info(ch, [*md, ("stoker-protocol", fp)])
+        assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert "token" in e.value.details()
+        decode = ch.stream_stream("/stoker.v1.DecodeNode/Decode",
+                                  request_serializer=lambda b: b, response_deserializer=lambda b: b)
+        with pytest.raises(grpc.RpcError) as e:
+            list(decode(iter([b"\x0a\x01x"]), metadata=md, timeout=3))
+        assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    # The right token, another build: refused naming the fix.
+    with pytest.raises(grpc.RpcError) as e:
+        call_info(ch, [*tok.metadata(), ("stoker-protocol", "stoker-0.0.0/other")])
+    assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "same stoker version" in e.value.details()
+    # A malformed task from an authenticated peer ends its stream, not the node.
+    decode = ch.stream_stream("/stoker.v1.DecodeNode/Decode",
+                              request_serializer=lambda b: b, response_deserializer=lambda b: b)
+    with pytest.raises(grpc.RpcError) as e:
+        list(decode(iter([b"\x0a\x03abc"]), metadata=[*tok.metadata(), ("stoker-protocol", fp)],
+                    timeout=5))
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    ch.close()
+    assert tok.info()["streams_open"] == 0
+
+
+def test_a_node_killed_mid_epoch(stoker, build_dir, corpus, reference, daemon_factory, nodes):
+    node = start_node(build_dir, corpus)
+    nodes.append(node)
+    t = trainer(daemon_factory, corpus, [node.port], extra=["--decode-node-timeout-ms", "2000"])
+    gaps = []
+
+    def kill_it(i):
+        if i == 2:
+            assert remote_done(stoker, t.socket) > 0
+            node.kill()
+
+    assert digests(stoker, t.socket, on_batch=kill_it, gaps=gaps) == reference
+    status, st = node_status(stoker, t.socket)
+    assert int(status[0]["lost"]) >= 1
+    assert int(status[0]["connected"]) == 0
+    assert max(gaps) < 20, gaps  # never near a hang: redone locally
+    assert "decode node was lost" in open(t.log_path).read()
+
+
+def test_a_silent_node_is_cut_off_then_a_restarted_one_rejoins(stoker, build_dir, corpus,
+                                                                reference, daemon_factory, nodes):
+    node = start_node(build_dir, corpus)
+    nodes.append(node)
+    t = trainer(daemon_factory, corpus, [node.port], extra=["--decode-node-timeout-ms", "1000"])
+
+    def pause_it(i):
+        if i == 2:
+            node.pause()  # no answers, no packets: as a partition
+
+    try:
+        assert digests(stoker, t.socket, on_batch=pause_it) == reference
+    finally:
+        node.resume()
+    status, _ = node_status(stoker, t.socket)
+    assert int(status[0]["lost"]) >= 1
+    # Restarted on the same port: the relays connect again and take work.
+    port = node.port
+    node.kill()
+    again = start_node(build_dir, corpus, port=port)
+    nodes.append(again)
+    wait_until(lambda: int(node_status(stoker, t.socket)[0][0]["connected"]) == 2, 30,
+               "the relays to reconnect")
+    before = remote_done(stoker, t.socket)
+    assert digests(stoker, t.socket, seed=8, epochs=1)
+    assert remote_done(stoker, t.socket) > before
+
+
+def test_a_node_that_answers_garbage_is_cut_off(stoker, build_dir, corpus, reference,
+                                                daemon_factory):
+    rogue = RogueNode()
+    try:
+        t = trainer(daemon_factory, corpus, [rogue.port], extra=["--decode-node-workers", "2"])
+        assert digests(stoker, t.socket) == reference
+        status, _ = node_status(stoker, t.socket)
+        assert rogue.tasks > 0
+        assert int(status[0]["lost"]) >= 1 and int(status[0]["samples_done"]) == 0
+        log = open(t.log_path).read()
+        assert "answered something malformed" in log
+    finally:
+        rogue.stop()
+
+
+def test_a_killed_trainer_leaves_the_node_clean(stoker, build_dir, corpus, daemon_factory, nodes):
+    node = start_node(build_dir, corpus)
+    nodes.append(node)
+    t = trainer(daemon_factory, corpus, [node.port])
+    s = stoker.Client(t.socket).attach("ds", batch_size=BATCH, shuffle=True, seed=1, epochs=50,
+                                       pipeline=dict(PIPELINE))
+    for _ in range(3):
+        s.next(30000)
+    wait_until(lambda: node.info()["streams_open"] == 2, 10, "both relays' streams")
+    t.kill()  # SIGKILL: its relays go with their channels
+    wait_until(lambda: node.info()["streams_open"] == 0, 15, "the node to drop the streams")
+    info = node.info()
+    assert info["arena_used_bytes"] == 0
+    assert node.proc.poll() is None
+    # And it serves the next trainer.
+    t2 = trainer(daemon_factory, corpus, [node.port])
+    assert len(digests(stoker, t2.socket, epochs=1)) == 30
+
+
+def test_a_sample_that_crashes_node_workers_fails_as_it_would_locally(stoker, build_dir, corpus,
+                                                                      daemon_factory, nodes):
+    fault = ["--fault-crash-substring", "img_0007"]
+    local = daemon_factory(workers=2, data_root=corpus["data"], extra_args=fault)
+    want = digests_with_failures(stoker, local.socket)
+    node = start_node(build_dir, corpus, extra_args=fault)
+    nodes.append(node)
+    t = trainer(daemon_factory, corpus, [node.port], extra=fault)
+    assert digests_with_failures(stoker, t.socket) == want
+    assert node.info()["worker_restarts"] >= 1
+
+
+def digests_with_failures(stoker, socket):
+    s = stoker.Client(socket).attach("ds", batch_size=BATCH, shuffle=True, seed=3, epochs=1,
+                                     pipeline=dict(PIPELINE))
+    out = []
+    try:
+        while True:
+            try:
+                raw = s.next(60000)
+            except stoker.EndOfData:
+                break
+            h = hashlib.sha256(np.ascontiguousarray(raw[0]["image"][0]).tobytes())
+            h.update(np.ascontiguousarray(raw[0]["label"][0]).tobytes())
+            out.append(h.hexdigest())
+        st = stoker.Client(socket).status()["sessions"][0]
+    finally:
+        s.detach()
+    assert int(st.get("samples_failed", 0)) >= 1, st
+    return out
+
+
+def test_stalled_trainers_open_the_gate(stoker, build_dir, corpus, daemon_factory, nodes):
+    node = start_node(build_dir, corpus)
+    nodes.append(node)
+    t = trainer(daemon_factory, corpus, [node.port], when="stalled")
+    _, st = node_status(stoker, t.socket)
+    assert not st["decode_nodes_open"]
+    deadline = time.monotonic() + 60
+    seed = 0
+    while remote_done(stoker, t.socket) == 0 and time.monotonic() < deadline:
+        digests(stoker, t.socket, epochs=2, seed=seed)  # as fast as it can: one worker stalls it
+        seed += 1
+    assert remote_done(stoker, t.socket) > 0
+    _, st = node_status(stoker, t.socket)
+    assert "waited" in st["decode_nodes_reason"] or st["decode_nodes_reason"].startswith("closed")
