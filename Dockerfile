@@ -56,10 +56,11 @@ RUN --mount=type=cache,target=/ccache,id=stoker-ccache \
     cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
       -DSTOKER_PYTHON=OFF -DSTOKER_CUDA=OFF \
- && cmake --build build -j "$(nproc)" --target stokerd stoker-worker stokerctl \
+ && cmake --build build -j "$(nproc)" --target stokerd stoker-worker stoker-relay stokerctl \
  && mkdir -p /out \
  && strip -o /out/stokerd build/bin/stokerd \
  && strip -o /out/stoker-worker build/bin/stoker-worker \
+ && strip -o /out/stoker-relay build/bin/stoker-relay \
  && strip -o /out/stokerctl build/bin/stokerctl \
  && rm -rf build
 
@@ -90,7 +91,7 @@ RUN groupadd --system --gid 10001 stoker \
  && install -d -o stoker -g stoker -m 0700 /var/cache/stoker \
  && install -d -m 0755 /data
 
-COPY --from=build /out/stokerd /out/stoker-worker /out/stokerctl /usr/local/bin/
+COPY --from=build /out/stokerd /out/stoker-worker /out/stoker-relay /out/stokerctl /usr/local/bin/
 COPY docker/entrypoint.sh /usr/local/bin/stoker-entrypoint
 
 LABEL org.opencontainers.image.title="stokerd" \

@@ -4,7 +4,8 @@
 # second container of the same image that shares only the socket folder, and
 # checks health, the HEALTHCHECK, the non-root user, a clean SIGTERM shutdown
 # (exit 0, nothing in /dev/shm, no socket left), that a 1 MB /dev/shm does not
-# limit the rings and that --ring-budget-mb does.
+# limit the rings and that --ring-budget-mb does, and a decode node serving a
+# second sidecar.
 #
 #   scripts/container-test.sh        (from anywhere; needs podman or a Docker engine)
 #
@@ -53,7 +54,8 @@ cleanup() {
   # One at a time: podman 4.3 removes none of several names when one is missing.
   local c rm_flags=(-f)
   [[ $engine == podman ]] && rm_flags+=(-t 0)
-  for c in "$sidecar" "$sidecar-small" "$sidecar-budget" "$id-client"; do
+  for c in "$sidecar" "$sidecar-small" "$sidecar-budget" "$sidecar-remote" "$id-client" \
+    "$id-node"; do
     "$engine" rm "${rm_flags[@]}" "$c" >/dev/null 2>&1 || true
   done
   if [[ $built == 1 && ${STOKER_KEEP:-0} != 1 ]]; then
@@ -254,4 +256,49 @@ grep -q 'ring-budget-mb' <<<"$big" || fail "the refusal does not say what to do:
 echo "    too big for the budget: ${big#stokerctl: }"
 "$engine" stop -t 30 "$sidecar-budget" >/dev/null 2>"$work/stop.err" || { cat "$work/stop.err" >&2; fail "stop failed"; }
 echo "    exit code $("$engine" inspect --format '{{.State.ExitCode}}' "$sidecar-budget")"
+logs_from=""
+
+# A decode node from the same image, and a sidecar that sends it work
+# (docker/k8s/decode-nodes.yaml's pair, with the development token instead of
+# TLS): the sidecar shares the node's network namespace and dials it on
+# 127.0.0.1; every sample of an epoch is delivered and the node decoded some.
+echo "==> a decode node and a sidecar that uses it"
+node=$id-node
+printf '%s\n' "$(od -An -tx1 -N24 /dev/urandom | tr -d ' \n')" > "$work/token"
+chmod 0644 "$work/token"  # the containers' uid 10001 reads it (a test; a Secret in production)
+# Its health on --status-addr, where the image's HEALTHCHECK asks when
+# STOKER_SOCKET names that address (a decode node has no Unix socket).
+"$engine" run -d --name "$node" "${hardening[@]}" -v "$work/token:/etc/stoker/token:ro" \
+  -e STOKER_SOCKET=127.0.0.1:9090 "$image" --decode-node --listen 127.0.0.1:7070 \
+  --status-addr 127.0.0.1:9090 --decode-token-file /etc/stoker/token --workers 1 \
+  >/dev/null 2>"$work/run.err" || { cat "$work/run.err" >&2; fail "cannot start the decode node"; }
+logs_from=$node
+deadline=$(($(date +%s) + 60))
+until "$engine" logs "$node" 2>&1 | grep -q 'decode node: .* listening on'; do
+  [[ $("$engine" inspect --format '{{.State.Running}}' "$node") == true ]] ||
+    fail "the decode node exited before listening"
+  (($(date +%s) < deadline)) || fail "the decode node is not listening after 60 s"
+  sleep 0.5
+done
+if [[ $engine == podman ]]; then
+  podman healthcheck run "$node" >/dev/null || fail "podman healthcheck run failed on the decode node"
+  echo "    the decode node's HEALTHCHECK (stokerctl health on --status-addr): healthy"
+fi
+start_serving "$sidecar-remote" --network "container:$node" -v "$work/token:/etc/stoker/token:ro" \
+  -- --decode-nodes 127.0.0.1:7070 --decode-token-file /etc/stoker/token --decode-when always \
+  --workers 1
+out=$("${client[@]}" --size 64 --batch-size 4) || fail "an epoch through a decode node: $out"
+samples=$(sed -n 's/.*"samples":\([0-9]*\).*/\1/p' <<<"$out")
+[[ $samples == "$n" ]] || fail "consumed $samples samples through the decode node, want $n"
+remote=$("$engine" exec "$sidecar-remote" stokerctl status --json |
+  /usr/bin/python3 -c 'import json,sys; print(sum(int(d.get("samples_done", 0)) for d in json.load(sys.stdin).get("decode_nodes", [])))')
+((remote > 0)) || fail "the decode node decoded no sample"
+echo "    $samples samples, $remote of them decoded by the decode node"
+"$engine" stop -t 30 "$sidecar-remote" >/dev/null 2>"$work/stop.err" || { cat "$work/stop.err" >&2; fail "stop failed"; }
+code=$("$engine" inspect --format '{{.State.ExitCode}}' "$sidecar-remote")
+[[ $code == 0 ]] || fail "the sidecar exited with $code, want 0"
+"$engine" stop -t 30 "$node" >/dev/null 2>"$work/stop.err" || { cat "$work/stop.err" >&2; fail "stop failed"; }
+code=$("$engine" inspect --format '{{.State.ExitCode}}' "$node")
+[[ $code == 0 ]] || fail "the decode node exited with $code, want 0"
+echo "    both stopped cleanly"
 logs_from=""

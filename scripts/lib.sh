@@ -13,7 +13,7 @@ STOKER_PACKAGES=(
   python3-torch python3-torchvision python3-matplotlib python3-prometheus-client
   python3-nibabel python3-scipy
   libhdf5-dev liblmdb-dev python3-h5py python3-lmdb
-  python3-grpcio openssl iproute2
+  python3-grpcio openssl iproute2 python3-kubernetes python3-yaml
   time
   procps
 )

@@ -131,6 +131,44 @@ std::string RenderMetrics(const v1::StatusResponse& st) {
     w.Sample("prepared_cache_evictions_total", "", pc.evictions());
   }
 
+  if (st.decode_nodes_size() > 0) {
+    w.Family("decode_nodes_open", "gauge",
+             "1 while decode nodes get work (--decode-when: always, or while trainers wait).");
+    w.Sample("decode_nodes_open", "", st.decode_nodes_open() ? 1 : 0);
+    struct NodeSeries {
+      const char* name;
+      const char* type;
+      const char* help;
+      double (*value)(const v1::DecodeNodeStatus&);
+    };
+    static const NodeSeries kNode[] = {
+        {"decode_node_connected", "gauge", "Relays connected to the decode node now.",
+         [](const v1::DecodeNodeStatus& d) { return double(d.connected()); }},
+        {"decode_node_samples_total", "counter", "Samples the decode node decoded for us.",
+         [](const v1::DecodeNodeStatus& d) { return double(d.samples_done()); }},
+        {"decode_node_samples_failed_total", "counter",
+         "Samples that failed on the decode node (the samples' fault).",
+         [](const v1::DecodeNodeStatus& d) { return double(d.samples_failed()); }},
+        {"decode_node_sent_bytes_total", "counter", "Encoded input shipped to the decode node.",
+         [](const v1::DecodeNodeStatus& d) { return double(d.bytes_sent()); }},
+        {"decode_node_received_bytes_total", "counter", "Samples received from the decode node.",
+         [](const v1::DecodeNodeStatus& d) { return double(d.bytes_received()); }},
+        {"decode_node_lost_total", "counter",
+         "Relays to the decode node ended: unreachable, silent or malformed (tasks redone).",
+         [](const v1::DecodeNodeStatus& d) { return double(d.lost()); }},
+        {"decode_node_decode_seconds_total", "counter",
+         "The decode node's decode and augment time for us.",
+         [](const v1::DecodeNodeStatus& d) { return d.decode_seconds(); }},
+    };
+    for (const NodeSeries& series : kNode) {
+      w.Family(series.name, series.type, series.help);
+      for (const auto& d : st.decode_nodes()) {
+        w.Sample(series.name, absl::StrCat("node=\"", Escape(d.address()), "\""),
+                 series.value(d));
+      }
+    }
+  }
+
   struct Counter {
     const char* name;
     const char* type;

@@ -42,6 +42,27 @@ v1::StatusResponse Example() {
   return st;
 }
 
+TEST_CASE("metrics: decode nodes, one series per node") {
+  v1::StatusResponse st = Example();
+  CHECK(RenderMetrics(st).find("decode_node") == std::string::npos);  // none configured
+  st.set_decode_nodes_open(true);
+  auto* d = st.add_decode_nodes();
+  d->set_address("10.0.0.7:7070");
+  d->set_connected(3);
+  d->set_samples_done(420);
+  d->set_bytes_sent(9000);
+  d->set_lost(2);
+  const std::string m = RenderMetrics(st);
+  CHECK(m.find("stoker_decode_nodes_open 1\n") != std::string::npos);
+  CHECK(m.find("stoker_decode_node_samples_total{node=\"10.0.0.7:7070\"} 420\n") !=
+        std::string::npos);
+  CHECK(m.find("stoker_decode_node_connected{node=\"10.0.0.7:7070\"} 3\n") != std::string::npos);
+  CHECK(m.find("stoker_decode_node_sent_bytes_total{node=\"10.0.0.7:7070\"} 9000\n") !=
+        std::string::npos);
+  CHECK(m.find("stoker_decode_node_lost_total{node=\"10.0.0.7:7070\"} 2\n") != std::string::npos);
+  CHECK(m.find("# TYPE stoker_decode_node_lost_total counter\n") != std::string::npos);
+}
+
 TEST_CASE("metrics: the text format of a status") {
   const std::string m = RenderMetrics(Example());
   const std::string who = R"(session="ab-1",client="train \"v2\"\nrun",rank="3")";

@@ -300,6 +300,9 @@ absl::Status Engine::Start() {
                                        env_.remote_launcher);
       if (!remote.ok()) return remote.status();
       remote_ = std::move(*remote);
+      RemotePool* r = remote_.get();
+      // Reads only what never changes after Create: safe outside mu_.
+      resolve_decode_nodes_ = [r] { return r->Resolve(); };
     }
     state_ = "serving";
   }
@@ -769,9 +772,16 @@ void Engine::TickerLoop() {
   constexpr int64_t kTuneEveryNs = 1'000'000'000;
   constexpr int64_t kBudgetEveryNs = 10'000'000'000;
   int64_t budget_read_ns = MonotonicNs();
+  int64_t resolved_ns = MonotonicNs();
   while (!stopping_.load()) {
     std::vector<std::shared_ptr<DaemonSession>> removed;
     std::optional<CpuBudget> budget;
+    // The decode nodes' names, resolved again (DNS: outside mu_).
+    std::optional<std::vector<std::vector<std::string>>> resolved;
+    if (resolve_decode_nodes_ && MonotonicNs() - resolved_ns >= RemotePool::kResolveEveryNs) {
+      resolved = resolve_decode_nodes_();
+      resolved_ns = MonotonicNs();
+    }
     if (config_.cpu_budget() == 0 && MonotonicNs() - budget_read_ns >= kBudgetEveryNs) {
       budget = ReadBudget();  // files: outside mu_
       budget_read_ns = MonotonicNs();
@@ -784,6 +794,10 @@ void Engine::TickerLoop() {
                        budget->source);
         }
         budget_ = *budget;
+      }
+      if (resolved.has_value() && remote_ != nullptr) {
+        for (uint32_t w : remote_->Refresh(*resolved)) MapRingsLocked(remote_->pool(), w);
+        poller_.Wake();
       }
       const int64_t now = clock_->NowNs();
       if (now - gate_last_ns_ >= kTuneEveryNs) GateRemoteLocked(now);

@@ -265,6 +265,8 @@ class Engine {
   std::unique_ptr<WorkerPool> pool_ ABSL_PT_GUARDED_BY(mu_);
   // --decode-nodes: the decode nodes' relays (remote_pool.h); null without.
   std::unique_ptr<RemotePool> remote_ ABSL_PT_GUARDED_BY(mu_);
+  // Set in Start with remote_: resolves its entries (the ticker, outside mu_).
+  std::function<std::vector<std::vector<std::string>>()> resolve_decode_nodes_;
   int64_t gate_last_ns_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t gate_busy_ns_ ABSL_GUARDED_BY(mu_) = 0;
   Scheduler scheduler_ ABSL_GUARDED_BY(mu_);

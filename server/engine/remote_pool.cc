@@ -1,7 +1,13 @@
 #include "server/engine/remote_pool.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <chrono>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -41,23 +47,58 @@ uint32_t AskWorkers(const v1::DaemonConfig& c, const std::string& node, const st
 
 }  // namespace
 
-RemotePool::RemotePool(std::vector<std::string> nodes, uint32_t slots_per_node, bool always)
-    : nodes_(std::move(nodes)),
+std::vector<std::string> ResolveNode(const std::string& entry) {
+  if (remote::NodeTarget(entry) == entry) return {entry};  // a gRPC target as given
+  const size_t colon = entry.rfind(':');
+  if (colon == std::string::npos) return {};
+  std::string host = entry.substr(0, colon);
+  const std::string port = entry.substr(colon + 1);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), port.c_str(), &hints, &res) != 0) return {};
+  std::vector<std::string> out;
+  for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
+    char ip[INET6_ADDRSTRLEN] = {};
+    if (a->ai_family == AF_INET) {
+      ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr, ip, sizeof(ip));
+      out.push_back(absl::StrCat("ipv4:", ip, ":", port));
+    } else if (a->ai_family == AF_INET6) {
+      ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_addr, ip,
+                  sizeof(ip));
+      out.push_back(absl::StrCat("ipv6:[", ip, "]:", port));
+    }
+  }
+  ::freeaddrinfo(res);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+RemotePool::RemotePool(std::vector<std::string> entries, uint32_t slots_per_node, bool always,
+                       NodeResolver resolver)
+    : entries_(std::move(entries)),
       slots_per_node_(slots_per_node),
-      tallies_(nodes_.size()),
+      resolver_(resolver ? std::move(resolver) : NodeResolver(ResolveNode)),
+      tallies_(entries_.size()),
       gate_(always) {}
 
 absl::StatusOr<std::unique_ptr<RemotePool>> RemotePool::Create(const v1::DaemonConfig& c,
                                                                int data_root_fd, Clock* clock,
                                                                Poller* poller,
-                                                               WorkerLauncher* launcher) {
+                                                               WorkerLauncher* launcher,
+                                                               NodeResolver resolver) {
   if (absl::Status st = remote::CheckDecodeFlags(c); !st.ok()) return st;
-  std::vector<std::string> nodes;
+  std::vector<std::string> entries;
   for (absl::string_view part : absl::StrSplit(c.decode_nodes(), ',')) {
     part = absl::StripAsciiWhitespace(part);
-    if (!part.empty()) nodes.emplace_back(part);
+    if (!part.empty()) entries.emplace_back(part);
   }
-  if (nodes.empty()) {
+  if (entries.empty()) {
     return absl::InvalidArgumentError("--decode-nodes names no node (HOST:PORT[,HOST:PORT...])");
   }
   std::string token;
@@ -73,44 +114,116 @@ absl::StatusOr<std::unique_ptr<RemotePool>> RemotePool::Create(const v1::DaemonC
   }
   uint32_t slots = c.decode_node_workers();
   if (slots == 0) {
-    for (const std::string& n : nodes) slots = std::max(slots, AskWorkers(c, n, token));
+    for (const std::string& n : entries) slots = std::max(slots, AskWorkers(c, n, token));
     if (slots == 0) slots = kDefaultSlots;
   }
-  std::unique_ptr<RemotePool> p(new RemotePool(nodes, slots, c.decode_when() == "always"));
+  std::unique_ptr<RemotePool> p(
+      new RemotePool(entries, slots, c.decode_when() == "always", std::move(resolver)));
   p->shared_root_ = c.decode_shared_root();
   if (launcher == nullptr) {
     auto binary = BesideExecutable("stoker-relay");
     if (!binary.ok()) return binary.status();
     p->own_launcher_ = std::make_unique<PosixSpawnLauncher>(*binary, data_root_fd, false);
-    const std::vector<std::string> node_list = nodes;
-    p->own_launcher_->set_extra_args([c, node_list, slots](uint32_t id) {
-      std::vector<std::string> a = {"--node", node_list[(id / slots) % node_list.size()],
-                                    "--timeout-ms", std::to_string(c.decode_node_timeout_ms())};
-      if (c.decode_shared_root()) a.push_back("--shared-root");
+    RemotePool* self = p.get();
+    p->own_launcher_->set_extra_args([c, self](uint32_t id) {
+      const Address& a = self->addresses_[self->slot_address_[id]];
+      std::vector<std::string> args = {"--node", a.target, "--timeout-ms",
+                                       std::to_string(c.decode_node_timeout_ms())};
+      if (!a.tls_name.empty()) args.insert(args.end(), {"--tls-name", a.tls_name});
+      if (c.decode_shared_root()) args.push_back("--shared-root");
       if (!c.tls_ca().empty()) {
-        a.insert(a.end(), {"--tls-ca", c.tls_ca(), "--tls-cert", c.tls_cert(), "--tls-key",
-                           c.tls_key()});
+        args.insert(args.end(), {"--tls-ca", c.tls_ca(), "--tls-cert", c.tls_cert(),
+                                 "--tls-key", c.tls_key()});
       }
-      if (!c.decode_token_file().empty()) a.insert(a.end(), {"--token-file", c.decode_token_file()});
-      return a;
+      if (!c.decode_token_file().empty()) {
+        args.insert(args.end(), {"--token-file", c.decode_token_file()});
+      }
+      return args;
     });
     launcher = p->own_launcher_.get();
   }
   p->pool_ = std::make_unique<WorkerPool>(launcher, clock, poller, c.task_timeout_ms(),
                                           kPollerIdBase);
   p->pool_->set_wait_for_hello(true);
-  if (absl::Status st = p->pool_->Start(slots * static_cast<uint32_t>(nodes.size())); !st.ok()) {
-    return st;
+  const auto resolved = p->Resolve();
+  for (uint32_t e = 0; e < p->entries_.size(); ++e) {
+    // Not resolved now: the name itself, which the relay resolves (and
+    // retries) until Refresh finds its addresses.
+    const std::vector<std::string> targets =
+        resolved[e].empty() ? std::vector<std::string>{remote::NodeTarget(p->entries_[e])}
+                            : resolved[e];
+    for (const std::string& t : targets) p->AddAddress(e, t);
   }
-  spdlog::info("decode nodes: {} x {} remote worker(s) ({}; {}), given work {}",
-               nodes.size(), slots, c.decode_nodes(),
+  spdlog::info("decode nodes: {} at {} address(es), {} relay(s) each ({}), given work {}",
+               c.decode_nodes(), p->addresses_.size(), slots,
                c.decode_shared_root() ? "they read their own data root" : "samples shipped",
                c.decode_when() == "always" ? "always" : "while trainers wait for data");
   return p;
 }
 
+const std::string& RemotePool::node_of(uint32_t slot) const {
+  return entries_[addresses_[slot_address_[slot]].entry];
+}
+
+std::vector<uint32_t> RemotePool::AddAddress(uint32_t e, const std::string& target) {
+  Address a;
+  a.entry = e;
+  a.target = target;
+  // Dialled by address: the certificate is checked against the entry's host.
+  if (target != entries_[e] && target != remote::NodeTarget(entries_[e])) {
+    const std::string& entry = entries_[e];
+    std::string host = entry.substr(0, entry.rfind(':'));
+    if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+    a.tls_name = host;
+  }
+  addresses_.push_back(std::move(a));
+  std::vector<uint32_t> launched;
+  for (uint32_t i = 0; i < slots_per_node_; ++i) {
+    slot_address_.push_back(static_cast<uint32_t>(addresses_.size() - 1));
+    if (auto id = pool_->Add(); id.has_value()) launched.push_back(*id);
+  }
+  return launched;
+}
+
+std::vector<std::vector<std::string>> RemotePool::Resolve() const {
+  std::vector<std::vector<std::string>> out;
+  out.reserve(entries_.size());
+  for (const std::string& e : entries_) out.push_back(resolver_(e));
+  return out;
+}
+
+std::vector<uint32_t> RemotePool::Refresh(const std::vector<std::vector<std::string>>& resolved) {
+  std::vector<uint32_t> launched;
+  for (uint32_t e = 0; e < entries_.size() && e < resolved.size(); ++e) {
+    if (resolved[e].empty()) continue;  // a DNS failure: keep what we have
+    const std::set<std::string> now(resolved[e].begin(), resolved[e].end());
+    std::set<std::string> have;
+    for (size_t i = 0; i < addresses_.size(); ++i) {
+      Address& a = addresses_[i];
+      if (a.entry != e || !a.live) continue;
+      if (now.count(a.target) != 0) {
+        have.insert(a.target);
+        continue;
+      }
+      a.live = false;  // gone from the name: its relays finish and retire
+      for (uint32_t s = 0; s < slot_address_.size(); ++s) {
+        if (slot_address_[s] == i) pool_->Retire(s);
+      }
+      spdlog::info("decode node {}: {} no longer resolves; its relays retire", entries_[e],
+                   a.target);
+    }
+    for (const std::string& t : now) {
+      if (have.count(t) != 0) continue;
+      spdlog::info("decode node {}: new address {}: {} relay(s)", entries_[e], t,
+                   slots_per_node_);
+      for (uint32_t id : AddAddress(e, t)) launched.push_back(id);
+    }
+  }
+  return launched;
+}
+
 void RemotePool::CountResult(uint32_t slot, const worker::ResultMsg& r) {
-  NodeTally& t = tallies_[slot / slots_per_node_];
+  NodeTally& t = tallies_[addresses_[slot_address_[slot]].entry];
   if (r.code == 0) {
     ++t.done;
     t.received += r.bytes + r.mask_bytes;
@@ -121,7 +234,9 @@ void RemotePool::CountResult(uint32_t slot, const worker::ResultMsg& r) {
   if (!shared_root_) t.sent += r.input_bytes;
 }
 
-void RemotePool::CountDeath(uint32_t slot) { ++tallies_[slot / slots_per_node_].lost; }
+void RemotePool::CountDeath(uint32_t slot) {
+  ++tallies_[addresses_[slot_address_[slot]].entry].lost;
+}
 
 bool RemotePool::Tick(int64_t now_ns, double wait_share, double local_busy_share) {
   const int64_t elapsed = now_ns - tick_ns_;
@@ -134,27 +249,33 @@ bool RemotePool::Tick(int64_t now_ns, double wait_share, double local_busy_share
 }
 
 void RemotePool::Export(v1::StatusResponse* r) const {
-  std::vector<uint32_t> connected(nodes_.size());
+  std::vector<uint32_t> connected(entries_.size()), slots(entries_.size());
   for (uint32_t i = 0; i < pool_->size(); ++i) {
     const WorkerSlot& w = pool_->worker(i);
+    if (w.retired) continue;
+    const uint32_t e = addresses_[slot_address_[i]].entry;
     auto* ws = r->add_workers();
     ws->set_id(w.id);
     ws->set_pid(w.dead ? 0 : w.pid);
-    ws->set_state(w.dead ? "restarting" : !w.greeted ? "connecting" : w.state);
+    ws->set_state(w.dead       ? "restarting"
+                  : w.retiring ? "retiring"
+                  : !w.greeted ? "connecting"
+                               : w.state);
     ws->set_restarts(w.restarts);
     ws->set_crashes(w.crashes);
     ws->set_samples_done(w.samples_done);
     ws->set_samples_failed(w.samples_failed);
     ws->set_in_flight(static_cast<uint32_t>(w.in_flight.size()));
     ws->set_cpu_seconds(pool_->CpuSeconds(i));
-    ws->set_node(node_of(i));
-    if (!w.dead && w.greeted) ++connected[i / slots_per_node_];
+    ws->set_node(absl::StrCat(entries_[e], " (", address_of(i), ")"));
+    if (!w.retiring) ++slots[e];
+    if (!w.dead && w.greeted && !w.retiring) ++connected[e];
   }
-  for (size_t n = 0; n < nodes_.size(); ++n) {
+  for (size_t n = 0; n < entries_.size(); ++n) {
     const NodeTally& t = tallies_[n];
     auto* d = r->add_decode_nodes();
-    d->set_address(nodes_[n]);
-    d->set_slots(slots_per_node_);
+    d->set_address(entries_[n]);
+    d->set_slots(slots[n]);
     d->set_connected(connected[n]);
     d->set_samples_done(t.done);
     d->set_samples_failed(t.failed);

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
@@ -190,6 +191,30 @@ std::vector<uint32_t> WorkerPool::Resize(uint32_t count) {
     ++have;
   }
   return launched;
+}
+
+void WorkerPool::Retire(uint32_t id) {
+  WorkerSlot& w = *workers_[id];
+  if (w.retiring || w.retired) return;
+  w.shutdown_sent = false;
+  if (w.dead) {  // waiting to restart: nothing to stop
+    w.retired = true;
+    w.state = "retired";
+  } else {
+    w.retiring = true;
+    w.state = "retiring";
+  }
+  spdlog::debug("worker {} (pid {}) retiring", w.id, w.dead ? 0 : w.pid);
+}
+
+std::optional<uint32_t> WorkerPool::Add() {
+  auto w = std::make_unique<WorkerSlot>();
+  w->id = static_cast<uint32_t>(workers_.size());
+  const bool ok = Launch(*w).ok();
+  if (!ok) w->respawn_at_ns = clock_->NowNs() + 1000000000LL;
+  workers_.push_back(std::move(w));
+  if (!ok) return std::nullopt;
+  return static_cast<uint32_t>(workers_.size() - 1);
 }
 
 int64_t WorkerPool::BusyNs(int64_t now_ns) const {

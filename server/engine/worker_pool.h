@@ -52,6 +52,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -171,6 +172,12 @@ class WorkerPool {
   // launched (the caller tells them the rings); a launch that fails leaves
   // its slot dead, for Supervise to retry.
   std::vector<uint32_t> Resize(uint32_t count);
+  // Retires slot `id` as Resize retires the highest (its tasks finish
+  // first), and a new slot past the last: its id once launched, nullopt when
+  // the launch failed (Supervise retries it; its id is size() - 1). The
+  // remote pool's, whose slots stand for addresses that come and go.
+  void Retire(uint32_t id);
+  std::optional<uint32_t> Add();
   // Worker-nanoseconds spent holding tasks, every slot since it was made,
   // up to `now_ns` (the autotuner's busy load).
   int64_t BusyNs(int64_t now_ns) const;

@@ -24,17 +24,21 @@ uint64_t Align(uint64_t n) { return (n + 63) / 64 * 64; }
 }  // namespace
 
 DecodeNode::DecodeNode(WorkerLauncher* launcher, Clock* clock, DecodeNodeOptions o)
-    : launcher_(launcher), clock_(clock), options_(std::move(o)), arena_(options_.arena_bytes) {}
+    : launcher_(launcher),
+      clock_(clock),
+      options_(std::move(o)),
+      arena_bytes_(Arena(options_.arena_bytes).capacity()),
+      arena_(options_.arena_bytes) {}
 
 DecodeNode::~DecodeNode() { Stop(); }
 
 absl::Status DecodeNode::Start() {
   arena_fd_ = UniqueFd(::memfd_create("stoker-decode-arena", MFD_CLOEXEC));
   if (!arena_fd_.valid()) return PosixError("memfd_create", errno);
-  if (::ftruncate(arena_fd_.get(), static_cast<off_t>(arena_.capacity())) != 0) {
+  if (::ftruncate(arena_fd_.get(), static_cast<off_t>(arena_bytes_)) != 0) {
     return PosixError("ftruncate the arena", errno);
   }
-  if (absl::Status st = MapShared(arena_fd_.get(), 0, arena_.capacity(), &arena_map_); !st.ok()) {
+  if (absl::Status st = MapShared(arena_fd_.get(), 0, arena_bytes_, &arena_map_); !st.ok()) {
     return st;
   }
   if (absl::Status st = poller_.Init(); !st.ok()) return st;

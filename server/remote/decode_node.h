@@ -135,6 +135,7 @@ class DecodeNode final : public v1::DecodeNode::Service {
   WorkerLauncher* const launcher_;
   Clock* const clock_;
   const DecodeNodeOptions options_;
+  const uint64_t arena_bytes_;  // the arena's size (Arena::capacity)
   UniqueFd arena_fd_;
   Mapping arena_map_;
   Poller poller_;

@@ -112,7 +112,7 @@ class Relay {
     args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
     args.SetMaxReceiveMessageSize(512 << 20);
     args.SetMaxSendMessageSize(512 << 20);
-    args.SetLoadBalancingPolicyName("round_robin");
+    if (!o_.tls_name.empty()) args.SetSslTargetNameOverride(o_.tls_name);
     auto channel = grpc::CreateCustomChannel(NodeTarget(o_.node), *creds, args);
     if (!channel->WaitForConnected(std::chrono::system_clock::now() +
                                    std::chrono::milliseconds(o_.timeout_ms))) {

@@ -32,7 +32,8 @@
 namespace stoker::remote {
 
 struct RelayOptions {
-  std::string node;  // HOST:PORT, or a gRPC target (dns:///name:port)
+  std::string node;  // HOST:PORT, or a gRPC target (ipv4:10.0.0.5:7070, dns:///name:port)
+  std::string tls_name;  // the name the node's certificate must bear ("": the target's host)
   uint32_t id = 0;   // the pool's slot (logs)
   std::string tls_ca, tls_cert, tls_key;  // all or none
   std::string token_file;                 // with no TLS

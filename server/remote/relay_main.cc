@@ -29,6 +29,8 @@ int main(int argc, char** argv) {
       o.id = static_cast<uint32_t>(std::strtoul(value().c_str(), nullptr, 10));
     } else if (a == "--parent") {
       value();  // the channel closing tells the relay its daemon is gone
+    } else if (a == "--tls-name") {
+      o.tls_name = value();
     } else if (a == "--tls-ca") {
       o.tls_ca = value();
     } else if (a == "--tls-cert") {

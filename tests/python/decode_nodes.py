@@ -21,9 +21,10 @@ INFO = "/stoker.v1.DecodeNode/Info"
 DECODE = "/stoker.v1.DecodeNode/Decode"
 
 
-def make_certs(folder: str) -> Dict[str, str]:
-    """A CA, a node certificate for 127.0.0.1/localhost, a trainer (client)
-    certificate, and a rogue client certificate signed by another CA."""
+def make_certs(folder: str, node_ips: Iterable[str] = ()) -> Dict[str, str]:
+    """A CA, a node certificate for 127.0.0.1/localhost (and `node_ips`), a
+    trainer (client) certificate, and a rogue client certificate signed by
+    another CA."""
     os.makedirs(folder, exist_ok=True)
     p = lambda name: os.path.join(folder, name)  # noqa: E731
 
@@ -47,7 +48,8 @@ def make_certs(folder: str) -> Dict[str, str]:
 
     ca("ca")
     ca("rogue-ca")
-    leaf("node", "ca", "IP:127.0.0.1,DNS:localhost")
+    leaf("node", "ca", ",".join(["IP:127.0.0.1", "DNS:localhost",
+                                 *(f"IP:{ip}" for ip in node_ips)]))
     leaf("trainer", "ca", "DNS:trainer")
     leaf("rogue", "rogue-ca", "DNS:trainer")
     for name in os.listdir(folder):
@@ -110,11 +112,12 @@ INFO_FIELDS = {1: "workers", 2: "version", 3: "fingerprint", 4: "streams_open",
                9: "bytes_out", 10: "worker_restarts", 11: "arena_used_bytes"}
 
 
-def channel(port: int, certs: Optional[Dict[str, str]] = None, client: str = "trainer"):
+def channel(port: int, certs: Optional[Dict[str, str]] = None, client: str = "trainer",
+            host: str = "127.0.0.1"):
     """A grpc channel to the node: TLS with `client`'s certificate ("trainer",
     "rogue", or None for no client certificate) when `certs`, else clear text."""
     import grpc
-    target = f"127.0.0.1:{port}"
+    target = f"{host}:{port}"
     if certs is None:
         return grpc.insecure_channel(target)
     read = lambda k: open(certs[k], "rb").read()  # noqa: E731
@@ -159,8 +162,13 @@ class DecodeNode:
 
     def __init__(self, build_dir: str, workdir: str, data_root: str, workers: int = 2,
                  certs: Optional[Dict[str, str]] = None, token: Optional[str] = None,
-                 port: int = 0, extra_args: Iterable[str] = ()) -> None:
+                 port: int = 0, extra_args: Iterable[str] = (), host: str = "127.0.0.1",
+                 wrap=None) -> None:
+        """`host`: the address it listens on and is dialled at; `wrap`: makes
+        its command run elsewhere (netns.Node.wrap: in a namespace, under a
+        CPU quota)."""
         self.build_dir, self.workdir, self.data_root = build_dir, workdir, data_root
+        self.host, self.wrap = host, wrap
         self.workers, self.certs, self.token = workers, certs, token
         self.port = port
         self.extra_args = list(extra_args)
@@ -171,10 +179,15 @@ class DecodeNode:
         auth = (["--tls-ca", self.certs["ca"], "--tls-cert", self.certs["node_cert"],
                  "--tls-key", self.certs["node_key"]] if self.certs is not None
                 else ["--decode-token-file", self.token])
-        return [os.path.join(self.build_dir, "bin", "stokerd"), "--decode-node", "--listen",
-                f"127.0.0.1:{self.port}", "--data-root", self.data_root, "--workers",
-                str(self.workers), *auth, *self.extra_args,
-                *os.environ.get("STOKER_TEST_DAEMON_ARGS", "").split()]
+        cmd = [os.path.join(self.build_dir, "bin", "stokerd"), "--decode-node", "--listen",
+               f"{self.host}:{self.port}", "--data-root", self.data_root, "--workers",
+               str(self.workers), *auth, *self.extra_args,
+               *os.environ.get("STOKER_TEST_DAEMON_ARGS", "").split()]
+        return self.wrap(cmd) if self.wrap is not None else cmd
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
 
     def start(self, timeout_s: float = 20.0) -> "DecodeNode":
         os.makedirs(self.data_root, exist_ok=True)
@@ -199,7 +212,7 @@ class DecodeNode:
         return [("stoker-token", open(self.token).read().strip())] if self.token else []
 
     def info(self) -> Dict[str, object]:
-        ch = channel(self.port, self.certs)
+        ch = channel(self.port, self.certs, host=self.host)
         try:
             md = self.metadata()
             return call_info(ch, [*md, ("stoker-protocol", fingerprint_of(ch, md))])

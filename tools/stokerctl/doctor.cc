@@ -15,6 +15,40 @@ namespace stoker::ctl {
 
 namespace {
 
+// What decode nodes (README.md, "More CPUs than one node has") would do for
+// a trainer the workers bind: borrow other machines' CPUs when this node
+// has none to add; with decode nodes, whether they are connected and used.
+std::string DecodeNodeAdvice(const v1::StatusResponse& st) {
+  const v1::AutotuneStatus& at = st.autotune();
+  if (st.decode_nodes_size() == 0) {
+    if (at.mode() == "auto" && at.workers() < at.max_workers()) return "";
+    return absl::StrFormat(
+        "decode nodes: this node's %.2f CPUs are all in use; other machines' CPUs can decode "
+        "for it (stokerd --decode-node on them, --decode-nodes here: README, \"More CPUs than "
+        "one node has\")",
+        at.cpu_budget());
+  }
+  uint32_t slots = 0, connected = 0;
+  for (const v1::DecodeNodeStatus& d : st.decode_nodes()) {
+    slots += d.slots();
+    connected += d.connected();
+  }
+  if (connected == 0) {
+    return absl::StrFormat(
+        "decode nodes: none of the %d relay(s) to %d node(s) is connected (stokerctl status "
+        "lists them; the log says why: unreachable, refused, or cut off)",
+        slots, st.decode_nodes_size());
+  }
+  if (!st.decode_nodes_open()) {
+    return absl::StrCat("decode nodes: connected but given no work: ",
+                        st.decode_nodes_reason());
+  }
+  return absl::StrFormat(
+      "more decode nodes: the %d connected relay(s) to %d node(s) are in use; add nodes (or "
+      "raise the decode Deployment's replicas)",
+      connected, st.decode_nodes_size());
+}
+
 constexpr double kPartlyShare = 0.05;
 constexpr double kBoundShare = 0.30;
 constexpr double kStormRate = 0.05;
@@ -171,6 +205,9 @@ Diagnosis Diagnose(const v1::StatusResponse& before, const v1::StatusResponse& a
               "(224 is %.0f%% of it)",
               absl::StrJoin(s.pipeline().size(), "x"), 100.0 * 224 * 224 / area));
         }
+      }
+      if (const std::string nodes = DecodeNodeAdvice(after); !nodes.empty()) {
+        sd.advice.push_back(nodes);
       }
     }
     if (sd.failure_rate >= kStormRate) {

@@ -78,6 +78,30 @@ TEST_CASE("doctor: a starved trainer is data-bound, by decode, at the budget") {
   CHECK(json.find("\"bound\":\"decode\"") != std::string::npos);
 }
 
+TEST_CASE("doctor: a node out of CPUs is pointed at decode nodes, and told how they fare") {
+  const auto a = Status(100, 10, 10000, 100);
+  auto b = Status(110, 16, 12000, 130, 0.1, 3.4, 0.5);
+  const auto advice = [&](const v1::StatusResponse& after) {
+    const Diagnosis d = Diagnose(a, after, 10);
+    return d.sessions[0].advice.back();
+  };
+  CHECK(advice(b).find("decode nodes: this node's 5.00 CPUs are all in use") == 0);
+  CHECK(advice(b).find("--decode-nodes") != std::string::npos);
+  auto* n = b.add_decode_nodes();
+  n->set_address("10.0.0.7:7070");
+  n->set_slots(8);
+  CHECK(advice(b).find("none of the 8 relay(s) to 1 node(s) is connected") != std::string::npos);
+  n->set_connected(8);
+  b.set_decode_nodes_reason("closed: no trainer has waited yet");
+  CHECK(advice(b) == "decode nodes: connected but given no work: closed: no trainer has waited yet");
+  b.set_decode_nodes_open(true);
+  CHECK(advice(b).find("more decode nodes: the 8 connected relay(s)") == 0);
+  // Still growing the local pool: no word of decode nodes yet.
+  auto growing = Status(110, 16, 12000, 130, 0.1, 3.4, 0.5);
+  growing.mutable_autotune()->set_workers(2);
+  CHECK(advice(growing).find("decode nodes") == std::string::npos);
+}
+
 TEST_CASE("doctor: a fed trainer is healthy, the consumer is the bound") {
   const Diagnosis d = Diagnose(Status(100, 10, 10000, 100), Status(110, 10.1, 11000, 110), 10);
   CHECK(d.verdict == Verdict::kHealthy);

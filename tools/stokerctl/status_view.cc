@@ -302,7 +302,9 @@ std::string RenderStatus(const v1::StatusResponse& s, size_t width) {
   constexpr int kAlways = Column::kAlways;
   std::vector<std::vector<std::string>> rows;
   for (const auto& x : s.workers()) {
-    rows.push_back({absl::StrCat(x.id()), absl::StrCat(x.pid()), x.state(),
+    // A remote worker (a relay to a decode node): "r<id>", its node below.
+    rows.push_back({absl::StrCat(x.node().empty() ? "" : "r", x.id()), absl::StrCat(x.pid()),
+                    x.state(),
                     absl::StrCat(x.in_flight()), absl::StrCat(x.samples_done()),
                     absl::StrCat(x.samples_failed()), absl::StrCat(x.restarts()),
                     absl::StrFormat("%.1fs", x.cpu_seconds())});
@@ -310,6 +312,22 @@ std::string RenderStatus(const v1::StatusResponse& s, size_t width) {
   out += LayoutTable({{"WORKER"}, {"PID", 3}, {"STATE"}, {"IN-FLIGHT", 1}, {"DONE"},
                       {"FAILED"}, {"RESTARTS", 2}, {"CPU", 4}},
                      rows, width);
+  if (s.decode_nodes_size() > 0) {
+    out += "\n" + Shorten(absl::StrCat("decode nodes (relays r*): ", s.decode_nodes_reason()),
+                          width, Trim::kTail) +
+           "\n";
+    rows.clear();
+    for (const auto& d : s.decode_nodes()) {
+      rows.push_back({d.address(), absl::StrCat(d.connected(), "/", d.slots()),
+                      absl::StrCat(d.samples_done()), absl::StrCat(d.samples_failed()),
+                      absl::StrCat(d.lost()), absl::StrFormat("%.0f", d.samples_per_second()),
+                      absl::StrFormat("%.1fM", d.bytes_sent() / 1048576.0),
+                      absl::StrFormat("%.1fM", d.bytes_received() / 1048576.0)});
+    }
+    out += LayoutTable({{"NODE"}, {"CONNECTED"}, {"DONE"}, {"FAILED", 2}, {"LOST", 1},
+                        {"RATE", 1}, {"SENT", 3}, {"RECEIVED", 3}},
+                       rows, width);
+  }
   if (s.sessions_size() == 0) {
     out += "\nno sessions\n";
   } else {

@@ -209,6 +209,38 @@ TEST_CASE("RenderStatus shows the prepared cache") {
                                   "float32, labels uint8") != std::string::npos);
 }
 
+TEST_CASE("RenderStatus shows the decode nodes and marks the remote workers") {
+  v1::StatusResponse s = Busy();
+  CHECK(RenderStatus(s, 100).find("decode nodes") == std::string::npos);  // none
+  auto* w = s.add_workers();
+  w->set_id(0);
+  w->set_pid(4242);
+  w->set_state("busy");
+  w->set_node("stoker-decode.default.svc.cluster.local:7070");
+  s.set_decode_nodes_open(true);
+  s.set_decode_nodes_reason("open: a trainer waited 40% of a second for data");
+  auto* d = s.add_decode_nodes();
+  d->set_address("stoker-decode.default.svc.cluster.local:7070");
+  d->set_slots(16);
+  d->set_connected(12);
+  d->set_samples_done(123456);
+  d->set_lost(3);
+  d->set_bytes_sent(3u << 20);
+  for (size_t width : {80, 200}) {
+    const std::string text = RenderStatus(s, width);
+    for (const std::string& line : Lines(text)) {
+      INFO(line);
+      CHECK(Chars(line) <= width);
+    }
+    CHECK(text.find("decode nodes (relays r*): open: a trainer waited") != std::string::npos);
+    CHECK(text.find("12/16") != std::string::npos);
+    CHECK(text.find("123456") != std::string::npos);
+    CHECK(text.find("r0") != std::string::npos);
+  }
+  CHECK(RenderStatus(s, 200).find("stoker-decode.default.svc.cluster.local:7070") !=
+        std::string::npos);
+}
+
 TEST_CASE("RenderStatus shows the transcode cache and each session's decode paths") {
   v1::StatusResponse s = Busy();
   CHECK(RenderStatus(s, 100).find("transcode cache") == std::string::npos);  // off

@@ -1,0 +1,284 @@
+#!/usr/bin/python3
+"""Decode nodes: a trainer node short of CPU, then one and two decode nodes of
+the same size added (README.md, "More CPUs than one node has").
+
+    sudo /usr/bin/python3 bench/scaleout.py [--build build] [--rounds 3] [--batches 12]
+        [--trainer-cpus 0.5] [--node-cpus 0.5] [--rate-mbit 10000] [--out bench]
+
+Each machine is simulated on this one (tests/python/netns.py): every decode
+node runs in its own network namespace behind a veth link limited by tc tbf
+to --rate-mbit, and under a cgroup CPU quota of --node-cpus; the trainer
+node's stokerd (its workers and its relays) runs under a quota of
+--trainer-cpus. Decode traffic is mutual TLS (certificates made here with
+openssl), the samples shipped by the trainer node (the default), the nodes
+given work while the trainer waits (--decode-when stalled, the default).
+Needs root.
+
+The set: bench/data/imagenet_like (bench/make_data.py: 2,000 ImageNet-like
+JPEGs, textured, 1 in 5 progressive). The pipeline: train (RandomResizedCrop
+224 + flip), batch 64, served uint8 NHWC, what a GPU trainer's sidecar
+serves (its Loader(device='cuda') normalizes on the GPU, so uint8 is what
+crosses the network). The consumer (this process) only touches each batch.
+
+Rows, measured in turn each round (medians over --rounds):
+  DataLoader       torchvision ImageFolder + DataLoader, train f32, its
+                   workers under the trainer node's quota (as many as its
+                   CPUs, at least 1)
+  stoker alone     the trainer node's stokerd, no decode nodes
+  + 1 node, + 2 nodes
+For each: images/s; for the decode rows, the share decoded remotely and the
+bytes per remote image on the wire (the veth links' counters: TLS, HTTP/2
+and TCP included) against the payload (the encoded input shipped, the uint8
+sample returned). Writes bench/SCALEOUT.md and bench/scaleout.json. Nothing
+here asserts a timing. tc's netem (latency, loss) is a kernel module these
+machines lack, so the link adds no latency here (SCALEOUT.md: what that
+leaves unmeasured).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any, Dict, List
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(REPO, "tests", "python"))
+import make_data  # noqa: E402
+import netns  # noqa: E402
+from daemon_launcher import DaemonProcess  # noqa: E402
+from decode_nodes import DecodeNode, make_certs, trainer_auth  # noqa: E402
+
+BATCH = 64
+PORT = 7070
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+class Trainer(DaemonProcess):
+    """The trainer node's stokerd, under a CPU quota."""
+
+    def __init__(self, build: str, data: str, limit: netns.CpuLimit, workers: int,
+                 extra: List[str]) -> None:
+        super().__init__(build, data, tempfile.mkdtemp(prefix="stkscaleout", dir="/tmp"),
+                         settings=dict(workers=workers, log_level="info"), extra_args=extra)
+        self.limit = limit
+
+    def command(self) -> List[str]:
+        return self.limit.wrap(super().command())
+
+
+def nic_bytes(ifname: str) -> int:
+    total = 0
+    for d in ("rx_bytes", "tx_bytes"):
+        with open(f"/sys/class/net/{ifname}/statistics/{d}") as f:
+            total += int(f.read())
+    return total
+
+
+def measure_stoker(stoker, socket: str, dataset: str, batches: int, links: List[str],
+                   want_remote: bool) -> Dict[str, Any]:
+    client = stoker.Client(socket)
+
+    def remote() -> Dict[str, int]:
+        nodes = client.status().get("decode_nodes", [])
+        return {k: sum(int(n.get(k, 0)) for n in nodes)
+                for k in ("samples_done", "bytes_sent", "bytes_received")}
+
+    loader = stoker.Loader(dataset, socket=socket, batch_size=BATCH, shuffle=True,
+                           pipeline="train", dtype="uint8", layout="nhwc", drop_last=True,
+                           timeout_ms=180000)
+    it = iter(_cycle(loader))
+    # Warm up: until the decode nodes take work (the gate opens on a stall).
+    deadline = time.monotonic() + 30
+    for _ in range(3):
+        next(it)
+    while want_remote and remote()["samples_done"] == 0 and time.monotonic() < deadline:
+        next(it)
+    for _ in range(2):
+        next(it)
+    r0, w0, t0 = remote(), sum(nic_bytes(i) for i in links), time.perf_counter()
+    images = 0
+    for _ in range(batches):
+        b = next(it)
+        images += int(b[0].shape[0])
+    dt = time.perf_counter() - t0
+    r1, w1 = remote(), sum(nic_bytes(i) for i in links)
+    loader.close()
+    done = r1["samples_done"] - r0["samples_done"]
+    return dict(images_per_s=images / dt, images=images, seconds=dt,
+                remote_share=done / images if images else 0.0,
+                wire_bytes_per_remote=(w1 - w0) / done if done else None,
+                sent_per_remote=(r1["bytes_sent"] - r0["bytes_sent"]) / done if done else None,
+                received_per_remote=((r1["bytes_received"] - r0["bytes_received"]) / done
+                                     if done else None))
+
+
+def _cycle(loader):
+    while True:
+        yield from loader
+
+
+def measure_dataloader(root: str, limit: netns.CpuLimit, workers: int,
+                       batches: int) -> Dict[str, Any]:
+    import torchvision.transforms as T
+    from torch.utils.data import DataLoader
+    from torchvision.datasets import ImageFolder
+    tf = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(),
+                    T.Normalize(MEAN, STD)])
+    loader = DataLoader(ImageFolder(root, transform=tf), batch_size=BATCH, shuffle=True,
+                        num_workers=workers, persistent_workers=True, prefetch_factor=2,
+                        drop_last=True)
+    it = iter(loader)
+    for w in it._workers:  # noqa: SLF001  (the trainer node's CPUs, as stokerd's)
+        limit.add(w.pid)
+    for _ in range(3):
+        next(it)
+    t0 = time.perf_counter()
+    images = 0
+    for _ in range(batches):
+        images += int(next(it)[0].shape[0])
+    dt = time.perf_counter() - t0
+    it._shutdown_workers()  # noqa: SLF001
+    return dict(images_per_s=images / dt, images=images, seconds=dt)
+
+
+def cpu_model() -> str:
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return "?"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--build", default=os.path.join(REPO, "build"))
+    ap.add_argument("--data", default=os.path.join(HERE, "data"))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--batches", type=int, default=12)
+    ap.add_argument("--trainer-cpus", type=float, default=0.5)
+    ap.add_argument("--node-cpus", type=float, default=0.5)
+    ap.add_argument("--rate-mbit", type=float, default=10000)
+    ap.add_argument("--out", default=HERE)
+    a = ap.parse_args()
+    ok, why = netns.available()
+    if not ok:
+        log(f"cannot simulate machines here: {why}")
+        return 2
+    sys.path.insert(0, os.path.join(a.build, "python"))
+    import stoker
+    data = os.path.abspath(a.data)
+    made = make_data._make_imagefolder(os.path.join(data, "imagenet_like"), 10, 200,
+                                       make_data._small_job, 1, os.cpu_count() or 1,
+                                       "imagenet-like")
+    st = made["stats"]
+    root = tempfile.mkdtemp(prefix="stkscaleout", dir="/tmp")
+    host = netns.Host()
+    started: List[Any] = []
+    try:
+        links = [host.node(cpus=a.node_cpus, rate_mbit=a.rate_mbit) for _ in range(2)]
+        certs = make_certs(os.path.join(root, "certs"), node_ips=[n.address for n in links])
+        node_workers = max(1, round(a.node_cpus))
+        for i, n in enumerate(links):
+            work = os.path.join(root, f"node{i}")
+            d = DecodeNode(a.build, work, os.path.join(work, "root"), workers=node_workers,
+                           certs=certs, port=PORT, host=n.address, wrap=n.wrap)
+            os.makedirs(work, exist_ok=True)
+            started.append(d.start())
+        workers = max(1, round(a.trainer_cpus))
+        trainers = {}
+        for name, k in (("stoker alone", 0), ("+ 1 node", 1), ("+ 2 nodes", 2)):
+            extra = []
+            if k:
+                extra = ["--decode-nodes", ",".join(d.address for d in started[:k]),
+                         *trainer_auth(certs)]
+            t = Trainer(a.build, data, host.cpu_limit(a.trainer_cpus), workers, extra)
+            t.start()
+            started.append(t)
+            trainers[name] = (t, [n.host_if for n in links[:k]])
+        dl_limit = host.cpu_limit(a.trainer_cpus)
+        rows: Dict[str, List[Dict[str, Any]]] = {"DataLoader": [], **{k: [] for k in trainers}}
+        for r in range(a.rounds):
+            log(f"==> round {r + 1}/{a.rounds}")
+            res = measure_dataloader(os.path.join(data, "imagenet_like"), dl_limit, workers,
+                                     a.batches)
+            rows["DataLoader"].append(res)
+            log(f"    DataLoader: {res['images_per_s']:.1f} images/s")
+            for name, (t, ifs) in trainers.items():
+                res = measure_stoker(stoker, t.socket, "imagenet_like", a.batches, ifs,
+                                     want_remote=bool(ifs))
+                rows[name].append(res)
+                log(f"    {name}: {res['images_per_s']:.1f} images/s, "
+                    f"{100 * res['remote_share']:.0f}% remote")
+        med = {k: statistics.median(x["images_per_s"] for x in v) for k, v in rows.items()}
+
+        def med_of(name: str, key: str):
+            vals = [x[key] for x in rows[name] if x.get(key) is not None]
+            return statistics.median(vals) if vals else None
+
+        out = dict(cpu=cpu_model(), cores=os.cpu_count(), args=vars(a), dataset=dict(
+            files=st["files"], mean_kb=st["mean_kb"], mean_w=st["mean_w"], mean_h=st["mean_h"]),
+            rows=rows, median_images_per_s=med)
+        with open(os.path.join(a.out, "scaleout.json"), "w") as f:
+            json.dump(out, f, indent=1)
+        alone = med["stoker alone"]
+        lines = [
+            "# Decode nodes: more CPUs than one node has",
+            "",
+            f"`sudo /usr/bin/python3 bench/scaleout.py` ({cpu_model()}, {os.cpu_count()} cores; "
+            f"{a.rounds} rounds of {a.batches} batches of {BATCH}, medians). The trainer node "
+            f"held to {a.trainer_cpus} CPU, each decode node to {a.node_cpus} CPU in its own "
+            f"network namespace behind a {a.rate_mbit:g} Mbit/s veth link (tc tbf); mutual TLS; "
+            f"samples shipped by the trainer node; train pipeline (RandomResizedCrop 224 + "
+            f"flip) served uint8 NHWC as to a GPU trainer; the ImageNet-like set "
+            f"({st['files']} JPEGs, {st['mean_w']:.0f}x{st['mean_h']:.0f} px, "
+            f"{st['mean_kb']:.0f} KB mean, 1 in 5 progressive, textured).",
+            "",
+            "| row | images/s | vs stoker alone | vs DataLoader | decoded remotely | "
+            "wire bytes per remote image | payload sent + received |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for name in rows:
+            share = med_of(name, "remote_share")
+            wire = med_of(name, "wire_bytes_per_remote")
+            sent, recv = med_of(name, "sent_per_remote"), med_of(name, "received_per_remote")
+            lines.append(
+                f"| {name} | {med[name]:.1f} | {med[name] / alone:.2f}x | "
+                f"{med[name] / med['DataLoader']:.2f}x | "
+                f"{'' if share is None or name == 'DataLoader' else f'{100 * share:.0f}%'} | "
+                f"{'' if wire is None else f'{wire / 1024:.0f} KiB'} | "
+                f"{'' if sent is None else f'{sent / 1024:.0f} + {recv / 1024:.0f} KiB'} |")
+        target = med["+ 2 nodes"] / alone
+        lines += ["", f"Two added nodes: **{target:.2f}x** the trainer node alone (target 2.5x, "
+                      "ideal 3x)."]
+        with open(os.path.join(a.out, "SCALEOUT.md"), "w") as f:
+            f.write("\n".join(lines) + "\n")
+        log("\n".join(lines))
+        log(f"two decode nodes vs the trainer node alone: {target:.2f}x")
+    finally:
+        for s in started:
+            try:
+                if isinstance(s, DecodeNode):
+                    s.kill()
+                else:
+                    s.stop(timeout_s=30)
+                    shutil.rmtree(s.workdir, ignore_errors=True)
+            except Exception as e:  # noqa: BLE001
+                log(f"!! stopping {s}: {e}")
+        host.close()
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,218 @@
+// The decode node's service without a network or a process: an in-process
+// gRPC channel, fake workers (threads, testing/fake_launcher.h) scripted to
+// answer, crash or hang.
+
+#include "server/remote/decode_node.h"
+
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <string>
+
+#include "grpcpp/server_builder.h"
+#include "server/remote/wire.h"
+#include "stoker/ring_layout.h"
+#include "testing/fake_launcher.h"
+
+namespace stoker::remote {
+namespace {
+
+using testing::FakeLauncher;
+
+constexpr uint32_t kSide = 8;
+constexpr uint64_t kOut = kSide * kSide * 3;
+
+v1::DecodeTask Task(uint64_t id, uint64_t index, uint64_t out_capacity = kOut) {
+  worker::TaskMsg t{};
+  t.type = worker::kTask;
+  t.task_id = id;
+  t.key.dataset_index = index;
+  t.params.out_height = kSide;
+  t.params.out_width = kSide;
+  t.params.dtype = ring::kUint8;
+  t.out_offset = 1 << 20;  // the trainer's offsets: the node replaces them
+  t.out_capacity = out_capacity;
+  const std::string path = "train/img_" + std::to_string(index) + ".jpg";
+  t.path_bytes = static_cast<uint32_t>(path.size());
+  std::memcpy(t.path, path.data(), path.size());
+  v1::DecodeTask req;
+  req.set_task(reinterpret_cast<const char*>(&t), worker::TaskHeaderBytes() + t.path_bytes);
+  req.set_input(std::string(5000, 'j'));  // the encoded bytes, shipped
+  return req;
+}
+
+struct Node {
+  explicit Node(FakeLauncher::Script script, uint32_t task_timeout_ms = 30000)
+      : launcher(std::move(script)) {
+    DecodeNodeOptions o;
+    o.workers = 2;
+    o.arena_bytes = 8 << 20;
+    o.task_timeout_ms = task_timeout_ms;
+    node = std::make_unique<DecodeNode>(&launcher, SystemClock(), o);
+    REQUIRE(node->Start().ok());
+    grpc::ServerBuilder b;
+    b.RegisterService(node.get());
+    server = b.BuildAndStart();
+    REQUIRE(server != nullptr);
+    stub = v1::DecodeNode::NewStub(server->InProcessChannel(grpc::ChannelArguments()));
+  }
+  ~Node() {
+    node->Stop();
+    server->Shutdown();
+    server->Wait();
+  }
+  void Sign(grpc::ClientContext* ctx) { ctx->AddMetadata(kFingerprintKey, ProtocolFingerprint()); }
+  bool WaitFor(const std::function<bool(const DecodeNodeStats&)>& cond) {
+    for (int i = 0; i < 500; ++i) {
+      if (cond(node->stats())) return true;
+      ::usleep(10000);
+    }
+    return false;
+  }
+
+  FakeLauncher launcher;
+  std::unique_ptr<DecodeNode> node;
+  std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<v1::DecodeNode::Stub> stub;
+};
+
+worker::ResultMsg ResultOf(const v1::DecodeResult& res) {
+  worker::ResultMsg r;
+  REQUIRE(res.result().size() == sizeof(r));
+  std::memcpy(&r, res.result().data(), sizeof(r));
+  return r;
+}
+
+TEST_CASE("decode node: answers in the order sent, the outputs from its workers, nothing kept") {
+  Node n(nullptr);
+  grpc::ClientContext ctx;
+  n.Sign(&ctx);
+  auto stream = n.stub->Decode(&ctx);
+  for (uint64_t i = 0; i < 20; ++i) REQUIRE(stream->Write(Task(100 + i, i)));
+  stream->WritesDone();
+  v1::DecodeResult res;
+  for (uint64_t i = 0; i < 20; ++i) {
+    REQUIRE(stream->Read(&res));
+    const worker::ResultMsg r = ResultOf(res);
+    CHECK(r.task_id == 100 + i);  // the trainer's id, in its order
+    CHECK(r.code == 0);
+    CHECK(res.output() == std::string(kOut, static_cast<char>(FakeLauncher::PatternByte(i))));
+  }
+  CHECK_FALSE(stream->Read(&res));
+  CHECK(stream->Finish().ok());
+  const DecodeNodeStats s = n.node->stats();
+  CHECK(s.tasks_done == 20);
+  CHECK(s.bytes_in == 20 * 5000);
+  CHECK(s.bytes_out == 20 * kOut);
+  CHECK(s.arena_used == 0);
+  CHECK(n.WaitFor([](const DecodeNodeStats& x) { return x.streams_open == 0; }));
+}
+
+TEST_CASE("decode node: a sample that crashes its workers is answered failed, the rest decoded") {
+  Node n([](uint32_t, const worker::TaskMsg& t, const std::string&) {
+    FakeLauncher::Reply r;
+    if (t.key.dataset_index == 3) r.act = FakeLauncher::Act::kCrash;
+    return r;
+  });
+  grpc::ClientContext ctx;
+  n.Sign(&ctx);
+  auto stream = n.stub->Decode(&ctx);
+  for (uint64_t i = 0; i < 6; ++i) REQUIRE(stream->Write(Task(i, i)));
+  stream->WritesDone();
+  v1::DecodeResult res;
+  for (uint64_t i = 0; i < 6; ++i) {
+    REQUIRE(stream->Read(&res));
+    const worker::ResultMsg r = ResultOf(res);
+    CHECK(r.task_id == i);
+    if (i == 3) {
+      CHECK(r.code == static_cast<uint32_t>(absl::StatusCode::kInternal));
+      CHECK(std::string(r.reason).find("a decode node worker died 2 times") == 0);
+      CHECK(res.output().empty());
+    } else {
+      CHECK(r.code == 0);
+    }
+  }
+  CHECK(stream->Finish().ok());
+  CHECK(n.node->stats().worker_restarts >= 2);
+}
+
+TEST_CASE("decode node: a stream cut with work on its workers leaves no task memory behind") {
+  Node n(
+      [](uint32_t, const worker::TaskMsg& t, const std::string&) {
+        FakeLauncher::Reply r;
+        if (t.key.dataset_index == 1) r.act = FakeLauncher::Act::kHang;
+        return r;
+      },
+      /*task_timeout_ms=*/300);
+  {
+    grpc::ClientContext ctx;
+    n.Sign(&ctx);
+    auto stream = n.stub->Decode(&ctx);
+    for (uint64_t i = 0; i < 4; ++i) REQUIRE(stream->Write(Task(i, i)));
+    REQUIRE(n.WaitFor([](const DecodeNodeStats& x) { return x.arena_used > 0; }));
+    ctx.TryCancel();  // the trainer went away
+    v1::DecodeResult res;
+    while (stream->Read(&res)) {
+    }
+    stream->Finish();
+  }
+  CHECK(n.WaitFor([](const DecodeNodeStats& x) { return x.streams_open == 0; }));
+  // The hung worker is replaced (task timeout); its orphaned task's memory
+  // goes with it.
+  CHECK(n.WaitFor([](const DecodeNodeStats& x) { return x.arena_used == 0; }));
+  // And the node serves the next stream.
+  grpc::ClientContext ctx;
+  n.Sign(&ctx);
+  auto stream = n.stub->Decode(&ctx);
+  REQUIRE(stream->Write(Task(9, 7)));
+  stream->WritesDone();
+  v1::DecodeResult res;
+  REQUIRE(stream->Read(&res));
+  CHECK(ResultOf(res).code == 0);
+  CHECK(stream->Finish().ok());
+}
+
+TEST_CASE("decode node: malformed tasks, another build and oversized tasks") {
+  Node n(nullptr);
+  {
+    grpc::ClientContext ctx;
+    n.Sign(&ctx);
+    auto stream = n.stub->Decode(&ctx);
+    v1::DecodeTask bad;
+    bad.set_task("not a task");
+    stream->Write(bad);
+    stream->WritesDone();
+    v1::DecodeResult res;
+    CHECK_FALSE(stream->Read(&res));
+    const grpc::Status st = stream->Finish();
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata(kFingerprintKey, "stoker-0.0.1/elsewhere");
+    auto stream = n.stub->Decode(&ctx);
+    v1::DecodeResult res;
+    CHECK_FALSE(stream->Read(&res));
+    CHECK(stream->Finish().error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  }
+  {
+    // Bigger than the node's whole task memory: answered failed at once.
+    grpc::ClientContext ctx;
+    n.Sign(&ctx);
+    auto stream = n.stub->Decode(&ctx);
+    REQUIRE(stream->Write(Task(5, 5, /*out_capacity=*/9 << 20)));
+    REQUIRE(stream->Write(Task(6, 6)));
+    stream->WritesDone();
+    v1::DecodeResult res;
+    REQUIRE(stream->Read(&res));
+    CHECK(ResultOf(res).code == static_cast<uint32_t>(absl::StatusCode::kResourceExhausted));
+    REQUIRE(stream->Read(&res));
+    CHECK(ResultOf(res).code == 0);
+    CHECK(stream->Finish().ok());
+  }
+  CHECK(n.node->stats().arena_used == 0);
+}
+
+}  // namespace
+}  // namespace stoker::remote
