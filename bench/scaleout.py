@@ -60,6 +60,34 @@ PORT = 7070
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
+READING = """## Reading it
+
+- **What binds.** The trainer node's quota: its stokerd, its local worker
+  and its relays share it. A remote image costs it a relay's work (read the
+  file, send it, take the answer, copy it into the ring) instead of a
+  decode, so decode nodes raise what it delivers by the ratio of the two;
+  and each decode node delivers what its quota allows after its own server's
+  work (the "decode nodes stokerd" row: gRPC, TLS and the task's copies).
+- **Why two nodes give less than 2.5x here.** Transport costs CPU on both
+  ends that is large next to a decode this cheap: a RandomResizedCrop 224
+  of a ~400x350 JPEG decodes at a reduced DCT scale in about 1.5 ms of CPU,
+  while each remote image costs the trainer node's relay about 0.5 ms and
+  the node's server about 0.7 ms. `perf record -g` of the relays and of a
+  node's stokerd during the timed batches (2026-12-06): about half of their
+  CPU in the kernel (thread wake-ups and futexes: gRPC's synchronous API
+  hands each message between threads; socket copies), a sixth in libcrypto
+  (TLS), a sixth in libc's memmove (the message copies), a tenth in gRPC.
+  Costlier decodes (full-size photos, video, volumes) gain more; the ways to
+  cut the transport cost are in the issue's notes: the callback API (no
+  thread hand-offs), several samples per message, `--decode-shared-root`
+  (no input sent), and `--decode-token-file` on a trusted network (no TLS).
+- **The link.** tbf limits the rate only; tc's netem (latency, loss) is not
+  in these machines' kernels, so a 1 ms link's cost is not measured here:
+  each relay keeps `--worker-queue-depth` tasks at its node, which hides a
+  round trip as long as a sample's decode.
+"""
+
+
 def log(msg: str) -> None:
     print(msg, flush=True)
 
@@ -77,6 +105,60 @@ class Trainer(DaemonProcess):
         return self.limit.wrap(super().command())
 
 
+def proc_cpu(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            x = f.read().rsplit(")", 1)[1].split()
+        return (int(x[11]) + int(x[12])) / os.sysconf("SC_CLK_TCK")
+    except OSError:
+        return 0.0
+
+
+def proc_tree(pid: int) -> List[int]:
+    """`pid` and its descendants (children of any of its threads)."""
+    out = [pid]
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for t in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{t}/children") as f:
+                for c in f.read().split():
+                    out += proc_tree(int(c))
+        except OSError:
+            pass
+    return out
+
+
+def comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return "?"
+
+
+class CpuSplit:
+    """CPU seconds by role over a window: the trainer node's stokerd, its
+    workers and its relays; the decode nodes' stokerd and workers."""
+
+    def __init__(self, trainer_pid: int, node_pids: List[int]) -> None:
+        self.roles: Dict[int, str] = {}
+        for p in proc_tree(trainer_pid):
+            self.roles[p] = f"trainer node {comm(p)}"
+        for n in node_pids:
+            for p in proc_tree(n):
+                self.roles[p] = f"decode nodes {comm(p)}"
+        self.start = {p: proc_cpu(p) for p in self.roles}
+
+    def seconds(self) -> Dict[str, float]:
+        out: Dict[str, float] = {}
+        for p, role in self.roles.items():
+            out[role] = out.get(role, 0.0) + proc_cpu(p) - self.start[p]
+        return out
+
+
 def nic_bytes(ifname: str) -> int:
     total = 0
     for d in ("rx_bytes", "tx_bytes"):
@@ -86,7 +168,7 @@ def nic_bytes(ifname: str) -> int:
 
 
 def measure_stoker(stoker, socket: str, dataset: str, batches: int, links: List[str],
-                   want_remote: bool) -> Dict[str, Any]:
+                   want_remote: bool, split: Any = None) -> Dict[str, Any]:
     client = stoker.Client(socket)
 
     def remote() -> Dict[str, int]:
@@ -106,6 +188,7 @@ def measure_stoker(stoker, socket: str, dataset: str, batches: int, links: List[
         next(it)
     for _ in range(2):
         next(it)
+    cpu = split() if split is not None else None
     r0, w0, t0 = remote(), sum(nic_bytes(i) for i in links), time.perf_counter()
     images = 0
     for _ in range(batches):
@@ -113,9 +196,11 @@ def measure_stoker(stoker, socket: str, dataset: str, batches: int, links: List[
         images += int(b[0].shape[0])
     dt = time.perf_counter() - t0
     r1, w1 = remote(), sum(nic_bytes(i) for i in links)
+    cpu_ms = ({k: 1000 * v / images for k, v in cpu.seconds().items()}
+              if cpu is not None and images else None)
     loader.close()
     done = r1["samples_done"] - r0["samples_done"]
-    return dict(images_per_s=images / dt, images=images, seconds=dt,
+    return dict(images_per_s=images / dt, images=images, seconds=dt, cpu_ms_per_image=cpu_ms,
                 remote_share=done / images if images else 0.0,
                 wire_bytes_per_remote=(w1 - w0) / done if done else None,
                 sent_per_remote=(r1["bytes_sent"] - r0["bytes_sent"]) / done if done else None,
@@ -215,8 +300,10 @@ def main() -> int:
             rows["DataLoader"].append(res)
             log(f"    DataLoader: {res['images_per_s']:.1f} images/s")
             for name, (t, ifs) in trainers.items():
+                nodes_used = [d.proc.pid for d in started[:len(ifs)]]
                 res = measure_stoker(stoker, t.socket, "imagenet_like", a.batches, ifs,
-                                     want_remote=bool(ifs))
+                                     want_remote=bool(ifs),
+                                     split=lambda: CpuSplit(t.pid, nodes_used))
                 rows[name].append(res)
                 log(f"    {name}: {res['images_per_s']:.1f} images/s, "
                     f"{100 * res['remote_share']:.0f}% remote")
@@ -260,7 +347,21 @@ def main() -> int:
                 f"{'' if sent is None else f'{sent / 1024:.0f} + {recv / 1024:.0f} KiB'} |")
         target = med["+ 2 nodes"] / alone
         lines += ["", f"Two added nodes: **{target:.2f}x** the trainer node alone (target 2.5x, "
-                      "ideal 3x)."]
+                      "ideal 3x).", "",
+                  "Where the CPU went, per image delivered (ms of CPU, medians; /proc of each "
+                  "process over the timed batches):", "",
+                  "| process | " + " | ".join(trainers) + " |",
+                  "|---|" + "---|" * len(trainers)]
+        roles = sorted({k for name in trainers for x in rows[name]
+                        for k in (x.get("cpu_ms_per_image") or {})})
+        for role in roles:
+            cells = []
+            for name in trainers:
+                vals = [x["cpu_ms_per_image"].get(role, 0.0) for x in rows[name]
+                        if x.get("cpu_ms_per_image")]
+                cells.append(f"{statistics.median(vals):.2f}" if vals else "")
+            lines.append(f"| {role} | " + " | ".join(cells) + " |")
+        lines += ["", READING]
         with open(os.path.join(a.out, "SCALEOUT.md"), "w") as f:
             f.write("\n".join(lines) + "\n")
         log("\n".join(lines))
