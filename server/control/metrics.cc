@@ -160,6 +160,12 @@ std::string RenderMetrics(const v1::StatusResponse& st) {
          "The decode node's decode and augment time for us.",
          [](const v1::DecodeNodeStatus& d) { return d.decode_seconds(); }},
     };
+    w.Family("decode_node_latency_seconds", "histogram",
+             "From a task's dispatch to a decode node's relay to its answer.");
+    for (const auto& d : st.decode_nodes()) {
+      w.Histogram("decode_node_latency_seconds",
+                  absl::StrCat("node=\"", Escape(d.address()), "\""), d.latency());
+    }
     for (const NodeSeries& series : kNode) {
       w.Family(series.name, series.type, series.help);
       for (const auto& d : st.decode_nodes()) {

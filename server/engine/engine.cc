@@ -652,6 +652,7 @@ void Engine::DispatchOneLocked(WorkerPool& pool, uint32_t w, DaemonSession& s) {
   }
   // A failed send leaves the task queued (the worker is marked unsendable).
   if (!pool.SendTask(w, msg, bytes)) return;
+  if (remote_ != nullptr && &pool == &remote_->pool()) remote_->Sent(msg.task_id, clock_->NowNs());
   s.queue.pop_front();
   t->id = msg.task_id;
   t->in_flight = true;
@@ -666,7 +667,7 @@ DaemonSession* Engine::FindByNumberLocked(uint64_t number) {
 }
 
 void Engine::OnResultLocked(WorkerPool& pool, uint32_t w, const worker::ResultMsg& r) {
-  if (remote_ != nullptr && &pool == &remote_->pool()) remote_->CountResult(w, r);
+  if (remote_ != nullptr && &pool == &remote_->pool()) remote_->CountResult(w, r, clock_->NowNs());
   // First, whatever became of the task: an entry written is on disk.
   if (prepared_cache_ != nullptr && r.prepared_hit != 0) {
     prepared_cache_->Hit(r.prepared_entry_kind == worker::kPreparedVolume);
@@ -709,7 +710,7 @@ void Engine::OnResultLocked(WorkerPool& pool, uint32_t w, const worker::ResultMs
 
 void Engine::OnWorkerDeathLocked(WorkerPool& pool, uint32_t w, const std::string& cause) {
   const WorkerDeath death = pool.Bury(w, cause, stopping_.load());
-  if (remote_ != nullptr && &pool == &remote_->pool()) remote_->CountDeath(w);
+  if (remote_ != nullptr && &pool == &remote_->pool()) remote_->CountDeath(w, death.tasks);
   // The oldest task is the one the worker was on; the rest were only queued.
   bool first = true;
   std::vector<std::pair<DaemonSession*, SampleTask*>> requeue;

@@ -222,8 +222,12 @@ std::vector<uint32_t> RemotePool::Refresh(const std::vector<std::vector<std::str
   return launched;
 }
 
-void RemotePool::CountResult(uint32_t slot, const worker::ResultMsg& r) {
+void RemotePool::CountResult(uint32_t slot, const worker::ResultMsg& r, int64_t now_ns) {
   NodeTally& t = tallies_[addresses_[slot_address_[slot]].entry];
+  if (auto it = sent_ns_.find(r.task_id); it != sent_ns_.end()) {
+    t.latency.Add(static_cast<uint64_t>(std::max<int64_t>(0, now_ns - it->second)));
+    sent_ns_.erase(it);
+  }
   if (r.code == 0) {
     ++t.done;
     t.received += r.bytes + r.mask_bytes;
@@ -234,8 +238,9 @@ void RemotePool::CountResult(uint32_t slot, const worker::ResultMsg& r) {
   if (!shared_root_) t.sent += r.input_bytes;
 }
 
-void RemotePool::CountDeath(uint32_t slot) {
+void RemotePool::CountDeath(uint32_t slot, const std::vector<uint64_t>& tasks) {
   ++tallies_[addresses_[slot_address_[slot]].entry].lost;
+  for (uint64_t id : tasks) sent_ns_.erase(id);
 }
 
 bool RemotePool::Tick(int64_t now_ns, double wait_share, double local_busy_share) {
@@ -284,6 +289,7 @@ void RemotePool::Export(v1::StatusResponse* r) const {
     d->set_lost(t.lost);
     d->set_decode_seconds(static_cast<double>(t.decode_ns) / 1e9);
     d->set_samples_per_second(t.rate);
+    *d->mutable_latency() = Summarize(t.latency);
   }
   r->set_decode_nodes_open(gate_.open());
   r->set_decode_nodes_reason(gate_.reason());

@@ -29,10 +29,12 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/clock.h"
+#include "server/engine/latency.h"
 #include "server/engine/remote_gate.h"
 #include "server/engine/worker_launcher.h"
 #include "server/engine/worker_pool.h"
@@ -80,9 +82,11 @@ class RemotePool {
   // tells them the rings).
   std::vector<uint32_t> Refresh(const std::vector<std::vector<std::string>>& resolved);
 
-  // A relay's answer; its death.
-  void CountResult(uint32_t slot, const worker::ResultMsg& r);
-  void CountDeath(uint32_t slot);
+  // A task sent to relay `slot` at `now_ns`; its answer (the latency is
+  // the difference); the relay's death, with the tasks it held.
+  void Sent(uint64_t task_id, int64_t now_ns) { sent_ns_[task_id] = now_ns; }
+  void CountResult(uint32_t slot, const worker::ResultMsg& r, int64_t now_ns);
+  void CountDeath(uint32_t slot, const std::vector<uint64_t>& tasks);
 
   // The ticker's second: feeds the gate, and the per-node rates.
   bool Tick(int64_t now_ns, double wait_share, double local_busy_share);
@@ -97,6 +101,7 @@ class RemotePool {
     uint64_t done = 0, failed = 0, sent = 0, received = 0, lost = 0, decode_ns = 0;
     uint64_t done_at_tick = 0;
     double rate = 0;
+    LatencyHistogram latency;
   };
   struct Address {
     uint32_t entry = 0;
@@ -118,6 +123,7 @@ class RemotePool {
   std::vector<uint32_t> slot_address_;   // by slot: its index in addresses_
   std::vector<NodeTally> tallies_;       // by entry
   RemoteGate gate_;
+  std::unordered_map<uint64_t, int64_t> sent_ns_;  // by task id, while in flight
   bool shared_root_ = false;
   int64_t tick_ns_ = 0;
 };

@@ -119,16 +119,23 @@ TEST_CASE("remote pool: results and deaths count against their name, a name with
   ok.decode_ns = 2'000'000;
   worker::ResultMsg failed{};
   failed.code = 3;
-  f.pool->CountResult(0, ok);
-  f.pool->CountResult(3, ok);
-  f.pool->CountResult(4, failed);
-  f.pool->CountDeath(5);
+  ok.task_id = 11;
+  f.pool->Sent(11, 1'000'000);
+  f.pool->CountResult(0, ok, 4'000'000);  // 3 ms after it was sent
+  ok.task_id = 12;
+  f.pool->CountResult(3, ok, 5'000'000);  // never Sent: no latency
+  f.pool->CountResult(4, failed, 5'000'000);
+  f.pool->Sent(13, 1'000'000);
+  f.pool->CountDeath(5, {13});
   CHECK(f.pool->Tick(1'000'000'000, 0, 0));  // always open
-  f.pool->CountResult(1, ok);
+  ok.task_id = 13;
+  f.pool->CountResult(1, ok, 9'000'000'000);  // its relay died: forgotten
   f.pool->Tick(2'000'000'000, 0, 0);
   v1::StatusResponse st;
   f.pool->Export(&st);
   CHECK(st.decode_nodes(0).samples_done() == 3);
+  CHECK(st.decode_nodes(0).latency().count() == 1);
+  CHECK(st.decode_nodes(0).latency().mean_ms() == Approx(3.0));
   CHECK(st.decode_nodes(0).bytes_received() == 3000);
   CHECK(st.decode_nodes(0).bytes_sent() == 900);
   CHECK(st.decode_nodes(0).samples_per_second() == Approx(1.0));

@@ -70,17 +70,23 @@ absl::Status NodeServer::Start() {
                      config_.status_addr().empty() ? "" : " or ", config_.status_addr()));
   }
   grpc_->GetHealthCheckService()->SetServingStatus(true);
+  grpc_->GetHealthCheckService()->SetServingStatus("stoker.v1.DecodeNode", true);
   spdlog::info("stokerd {} decode node: {} worker(s), listening on {} (port {}, {}){}",
                STOKER_VERSION, o.workers, config_.listen(), port_,
                config_.tls_ca().empty() ? "clear text, token (development mode)" : "mutual TLS",
-               status_port != 0 ? absl::StrCat("; health on ", config_.status_addr()) : "");
+               status_port != 0 ? absl::StrCat("; health on ", config_.status_addr(), " (port ",
+                                               status_port, ")")
+                                : "");
   return absl::OkStatus();
 }
 
 void NodeServer::Stop() {
   if (stopped_) return;
   stopped_ = true;
-  if (grpc_ != nullptr) grpc_->GetHealthCheckService()->SetServingStatus(false);
+  if (grpc_ != nullptr) {
+    grpc_->GetHealthCheckService()->SetServingStatus(false);
+    grpc_->GetHealthCheckService()->SetServingStatus("stoker.v1.DecodeNode", false);
+  }
   if (node_ != nullptr) node_->Stop();  // streams end: their handlers return
   if (grpc_ != nullptr) {
     grpc_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));

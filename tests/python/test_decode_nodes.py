@@ -8,6 +8,7 @@ rates and partitions: test_decode_netns.py.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import tempfile
@@ -146,6 +147,25 @@ def test_two_nodes_over_mutual_tls(stoker, build_dir, corpus, reference, daemon_
     assert digests(stoker, t.socket) == reference
     status, _ = node_status(stoker, t.socket)
     assert [int(s["samples_done"]) > 0 for s in status] == [True, True], status
+
+
+def test_the_node_answers_health_on_its_status_address(build_dir, corpus, nodes):
+    import re
+    import subprocess
+    node = start_node(build_dir, corpus, tls=True, extra_args=["--status-addr", "127.0.0.1:0"])
+    nodes.append(node)
+    port = re.search(r"health on \S+ \(port (\d+)\)", open(node.log_path).read()).group(1)
+    out = subprocess.run([os.path.join(build_dir, "bin", "stokerctl"), "health", "--socket",
+                          f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "SERVING (decode node)"
+    node.pause()  # a node that does not answer is not healthy
+    try:
+        out = subprocess.run([os.path.join(build_dir, "bin", "stokerctl"), "health", "--socket",
+                              f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=60)
+        assert out.returncode != 0
+    finally:
+        node.resume()
 
 
 def test_peers_without_credentials_are_refused(build_dir, corpus, nodes):
@@ -327,3 +347,93 @@ def test_stalled_trainers_open_the_gate(stoker, build_dir, corpus, daemon_factor
     assert remote_done(stoker, t.socket) > 0
     _, st = node_status(stoker, t.socket)
     assert "waited" in st["decode_nodes_reason"] or st["decode_nodes_reason"].startswith("closed")
+
+
+def _loader_batches(stoker, daemon, n=None, token=None, seed=11):
+    """Batches of a Loader over the corpus (indices, pixels, labels, statuses),
+    `n` of them (None: two epochs), from `token` if given; and the state
+    after them."""
+    ld = stoker.Loader(os.path.join(daemon.data_root, "ds"), socket=daemon.socket,
+                       batch_size=8, pipeline="train", size=48, seed=seed, shuffle=True,
+                       epochs=None, ring_slots=3)
+    out = []
+    with ld:
+        if token is not None:
+            ld.load_state_dict(token)
+        want = n if n is not None else 2 * len(ld)
+        it = iter(ld.iter_batches())  # one epoch; kept open while the state is read
+        while len(out) < want:
+            try:
+                v = next(it)
+            except StopIteration:
+                it = iter(ld.iter_batches())
+                continue
+            out.append((v.epoch, v.batch_in_epoch, v.indices.copy(), v.images.numpy().copy(),
+                        v.labels.numpy().copy(), v.statuses.copy()))
+            del v
+        state = json.loads(json.dumps(ld.state_dict()))
+    return out, state
+
+
+def test_resume_with_decode_nodes_is_exact(stoker, build_dir, corpus, daemon_factory, nodes):
+    local = daemon_factory(workers=2, data_root=corpus["data"])
+    want, _ = _loader_batches(stoker, local)
+    local.stop()
+    a, b = start_node(build_dir, corpus), start_node(build_dir, corpus, workers=1)
+    nodes += [a, b]
+    # Stopped after 5 batches with one node; resumed by another daemon with
+    # two nodes and another seed given (the token wins).
+    t1 = trainer(daemon_factory, corpus, [a.port])
+    first, token = _loader_batches(stoker, t1, n=5)
+    assert (token["epoch"], token["batch"]) == (0, 5), token
+    t1.stop()
+    t2 = trainer(daemon_factory, corpus, [a.port, b.port], workers=2)
+    rest, _ = _loader_batches(stoker, t2, n=len(want) - 5, token=token, seed=999)
+    got = first + rest
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g[:2] == w[:2]
+        np.testing.assert_array_equal(g[2], w[2])
+        np.testing.assert_array_equal(g[4], w[4])
+        assert np.array_equal(g[3], w[3]), f"pixels of batch {g[:2]} differ"
+    assert remote_done(stoker, t2.socket) > 0
+
+
+def test_a_node_never_reads_outside_its_data_root(stoker, build_dir, corpus, daemon_factory,
+                                                  nodes):
+    """With --decode-shared-root the node reads each task's path beneath its
+    own --data-root: a path there that leads outside (a symlink to a file
+    elsewhere) fails as a sample, named, and nothing is read from outside."""
+    root = tempfile.mkdtemp(prefix="stknr", dir=corpus["root"])
+    shutil.copytree(os.path.join(corpus["data"], "ds"), os.path.join(root, "ds"))
+    outside = os.path.join(corpus["root"], "outside.jpg")
+    shutil.copy(os.path.join(corpus["data"], "ds", "class_00", "img_0000.jpg"), outside)
+    victim = os.path.join(root, "ds", "class_01", "img_0003.jpg")
+    os.unlink(victim)
+    os.symlink(outside, victim)
+    node = start_node(build_dir, corpus, data_root=root)
+    nodes.append(node)
+    t = trainer(daemon_factory, corpus, [node.port], workers=1,
+                extra=["--decode-shared-root", "--decode-node-workers", "2"])
+    # The sample goes to the local worker or to the node, epoch by epoch:
+    # read until the node has met it (an epoch is a second or so).
+    failures = []
+    for epoch in range(20):
+        s = stoker.Client(t.socket).attach("ds", batch_size=BATCH, shuffle=True, seed=epoch,
+                                           epochs=1, pipeline=dict(PIPELINE))
+        try:
+            while True:
+                try:
+                    s.next(60000)
+                except stoker.EndOfData:
+                    break
+            st = stoker.Client(t.socket).status(include_failures=True)
+            failures += [f for x in st.get("sessions", []) for f in x.get("failures", [])]
+        finally:
+            s.detach()
+        if node.info()["tasks_failed"] > 0:
+            break
+    assert node.info()["tasks_failed"] > 0, "the node never met the sample in 20 epochs"
+    assert failures and all("img_0003" in f["path"] for f in failures), failures
+    assert any("leaves the data root" in f["reason"] for f in failures), failures
+    assert int(node_status(stoker, t.socket)[0][0]["samples_failed"]) == node.info()["tasks_failed"]

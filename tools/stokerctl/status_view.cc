@@ -321,11 +321,12 @@ std::string RenderStatus(const v1::StatusResponse& s, size_t width) {
       rows.push_back({d.address(), absl::StrCat(d.connected(), "/", d.slots()),
                       absl::StrCat(d.samples_done()), absl::StrCat(d.samples_failed()),
                       absl::StrCat(d.lost()), absl::StrFormat("%.0f", d.samples_per_second()),
+                      Ms(d.latency()),
                       absl::StrFormat("%.1fM", d.bytes_sent() / 1048576.0),
                       absl::StrFormat("%.1fM", d.bytes_received() / 1048576.0)});
     }
     out += LayoutTable({{"NODE"}, {"CONNECTED"}, {"DONE"}, {"FAILED", 2}, {"LOST", 1},
-                        {"RATE", 1}, {"SENT", 3}, {"RECEIVED", 3}},
+                        {"RATE", 1}, {"LATENCY", 2}, {"SENT", 3}, {"RECEIVED", 3}},
                        rows, width);
   }
   if (s.sessions_size() == 0) {

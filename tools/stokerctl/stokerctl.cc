@@ -7,7 +7,7 @@
 //                     [--allow-empty] [--skip-unsupported-formats] [--json] [--hold]
 //   stokerctl status  --socket PATH|HOST:PORT [--json] [--failures]
 //   stokerctl top     --socket PATH|HOST:PORT [--interval-ms N] [--iterations N]
-//   stokerctl health  --socket PATH|HOST:PORT
+//   stokerctl health  --socket PATH|HOST:PORT   (a decode node: its --status-addr)
 //   stokerctl doctor  --socket PATH|HOST:PORT [--window-s S] [--json]
 
 #include <unistd.h>
@@ -291,6 +291,14 @@ int main(int argc, char** argv) {
     auto c = stoker::Client::Connect(health_socket);
     if (!c.ok()) return Fail(c.status());
     absl::Status st = (*c)->Health();
+    if (st.code() == absl::StatusCode::kNotFound) {
+      // A decode node (stokerd --decode-node on its --status-addr) serves
+      // no sessions: its own service is what is healthy or not.
+      if ((*c)->Health("stoker.v1.DecodeNode").ok()) {
+        std::printf("SERVING (decode node)\n");
+        return 0;
+      }
+    }
     if (!st.ok()) return Fail(st);
     std::printf("SERVING\n");
     return 0;
