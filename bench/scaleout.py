@@ -53,6 +53,7 @@ sys.path.insert(0, os.path.join(REPO, "tests", "python"))
 import make_data  # noqa: E402
 import netns  # noqa: E402
 from daemon_launcher import DaemonProcess  # noqa: E402
+from proc_tree import below  # noqa: E402
 from decode_nodes import DecodeNode, make_certs, trainer_auth  # noqa: E402
 
 BATCH = 64
@@ -105,57 +106,26 @@ class Trainer(DaemonProcess):
         return self.limit.wrap(super().command())
 
 
-def proc_cpu(pid: int) -> float:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            x = f.read().rsplit(")", 1)[1].split()
-        return (int(x[11]) + int(x[12])) / os.sysconf("SC_CLK_TCK")
-    except OSError:
-        return 0.0
-
-
-def proc_tree(pid: int) -> List[int]:
-    """`pid` and its descendants (children of any of its threads)."""
-    out = [pid]
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
-    for t in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{t}/children") as f:
-                for c in f.read().split():
-                    out += proc_tree(int(c))
-        except OSError:
-            pass
-    return out
-
-
-def comm(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/comm") as f:
-            return f.read().strip()
-    except OSError:
-        return "?"
-
-
 class CpuSplit:
     """CPU seconds by role over a window: the trainer node's stokerd, its
     workers and its relays; the decode nodes' stokerd and workers."""
 
     def __init__(self, trainer_pid: int, node_pids: List[int]) -> None:
-        self.roles: Dict[int, str] = {}
-        for p in proc_tree(trainer_pid):
-            self.roles[p] = f"trainer node {comm(p)}"
-        for n in node_pids:
-            for p in proc_tree(n):
-                self.roles[p] = f"decode nodes {comm(p)}"
-        self.start = {p: proc_cpu(p) for p in self.roles}
+        self.trees = [("trainer node", trainer_pid)] + [("decode nodes", p) for p in node_pids]
+        self.start = self._now()
+
+    def _now(self) -> Dict[int, Any]:
+        out = {}
+        for role, root in self.trees:
+            for pid, (name, cpu) in below(root).items():
+                out[pid] = (f"{role} {name}", cpu)
+        return out
 
     def seconds(self) -> Dict[str, float]:
         out: Dict[str, float] = {}
-        for p, role in self.roles.items():
-            out[role] = out.get(role, 0.0) + proc_cpu(p) - self.start[p]
+        for pid, (role, cpu) in self._now().items():
+            if pid in self.start:  # a process started since: not in the window's split
+                out[role] = out.get(role, 0.0) + cpu - self.start[pid][1]
         return out
 
 

@@ -6,6 +6,7 @@ node that answers garbage.
     certs = make_certs(dir)                  # {"ca", "node_cert", ...: paths}
     node = DecodeNode(build, workdir, data_root, tls=certs).start()
     node.port; node.info(); node.kill(); node.pause(); node.resume()
+    digests(stoker, socket, ...)             # one hash per batch: same batches, same list
 """
 from __future__ import annotations
 
@@ -15,10 +16,47 @@ import signal
 import subprocess
 import time
 from concurrent import futures
-from typing import Dict, Iterable, Optional
+from typing import Callable, Dict, Iterable, List, Optional
 
 INFO = "/stoker.v1.DecodeNode/Info"
+PIPELINE = {"pipeline": "train", "size": 56}
+BATCH = 4
 DECODE = "/stoker.v1.DecodeNode/Decode"
+
+
+def digests(stoker, socket: str, epochs: int = 2, seed: int = 7, dataset: str = "ds",
+            on_batch: Optional[Callable[[int], None]] = None, gaps: Optional[List[float]] = None,
+            all_ok: bool = True) -> List[str]:
+    """One hash per batch (pixels and labels) of a shuffled train run of
+    `dataset` (PIPELINE, BATCH); with `all_ok` every sample must be ok.
+    on_batch(i) runs after batch i is read; `gaps` gets each batch's wait."""
+    import hashlib
+
+    import numpy as np
+    s = stoker.Client(socket).attach(dataset, batch_size=BATCH, shuffle=True, seed=seed,
+                                     epochs=epochs, pipeline=dict(PIPELINE))
+    out: List[str] = []
+    last = time.monotonic()
+    try:
+        while True:
+            try:
+                raw = s.next(60000)
+            except stoker.EndOfData:
+                break
+            now = time.monotonic()
+            if gaps is not None:
+                gaps.append(now - last)
+            last = now
+            if all_ok:
+                assert raw[3].tolist() == [0] * len(raw[3]), f"batch {len(out)}: {raw[3]}"
+            h = hashlib.sha256(np.ascontiguousarray(raw[0]["image"][0]).tobytes())
+            h.update(np.ascontiguousarray(raw[0]["label"][0]).tobytes())
+            out.append(h.hexdigest())
+            if on_batch is not None:
+                on_batch(len(out) - 1)
+    finally:
+        s.detach()
+    return out
 
 
 def make_certs(folder: str, node_ips: Iterable[str] = ()) -> Dict[str, str]:

@@ -7,7 +7,6 @@ rates and partitions: test_decode_netns.py.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -18,11 +17,8 @@ import numpy as np
 import pytest
 
 from conftest import make_dataset, wait_until
-from decode_nodes import (DecodeNode, RogueNode, call_info, channel, fingerprint_of,
-                          make_certs, trainer_auth, write_token)
-
-PIPELINE = {"pipeline": "train", "size": 56}
-BATCH = 4
+from decode_nodes import (BATCH, PIPELINE, DecodeNode, RogueNode, call_info, channel, digests,
+                          fingerprint_of, make_certs, trainer_auth, write_token)
 
 
 @pytest.fixture(scope="module")
@@ -33,34 +29,6 @@ def corpus():
     yield {"root": root, "data": data, "token": write_token(root),
            "certs": make_certs(os.path.join(root, "certs"))}
     shutil.rmtree(root, ignore_errors=True)
-
-
-def digests(stoker, socket, epochs=2, on_batch=None, seed=7, gaps=None):
-    """One digest per batch (pixels and labels) of a shuffled train run;
-    every sample must be ok. on_batch(i) runs after batch i is read."""
-    s = stoker.Client(socket).attach("ds", batch_size=BATCH, shuffle=True, seed=seed,
-                                     epochs=epochs, pipeline=dict(PIPELINE))
-    out = []
-    last = time.monotonic()
-    try:
-        while True:
-            try:
-                raw = s.next(60000)
-            except stoker.EndOfData:
-                break
-            now = time.monotonic()
-            if gaps is not None:
-                gaps.append(now - last)
-            last = now
-            assert raw[3].tolist() == [0] * len(raw[3]), f"batch {len(out)}: {raw[3]}"
-            h = hashlib.sha256(np.ascontiguousarray(raw[0]["image"][0]).tobytes())
-            h.update(np.ascontiguousarray(raw[0]["label"][0]).tobytes())
-            out.append(h.hexdigest())
-            if on_batch is not None:
-                on_batch(len(out) - 1)
-    finally:
-        s.detach()
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -305,32 +273,13 @@ def test_a_sample_that_crashes_node_workers_fails_as_it_would_locally(stoker, bu
                                                                       daemon_factory, nodes):
     fault = ["--fault-crash-substring", "img_0007"]
     local = daemon_factory(workers=2, data_root=corpus["data"], extra_args=fault)
-    want = digests_with_failures(stoker, local.socket)
+    want = digests(stoker, local.socket, epochs=1, seed=3, all_ok=False)
+    assert int(stoker.Client(local.socket).status()["dataset_totals"][0]["samples_failed"]) >= 1
     node = start_node(build_dir, corpus, extra_args=fault)
     nodes.append(node)
     t = trainer(daemon_factory, corpus, [node.port], extra=fault)
-    assert digests_with_failures(stoker, t.socket) == want
+    assert digests(stoker, t.socket, epochs=1, seed=3, all_ok=False) == want
     assert node.info()["worker_restarts"] >= 1
-
-
-def digests_with_failures(stoker, socket):
-    s = stoker.Client(socket).attach("ds", batch_size=BATCH, shuffle=True, seed=3, epochs=1,
-                                     pipeline=dict(PIPELINE))
-    out = []
-    try:
-        while True:
-            try:
-                raw = s.next(60000)
-            except stoker.EndOfData:
-                break
-            h = hashlib.sha256(np.ascontiguousarray(raw[0]["image"][0]).tobytes())
-            h.update(np.ascontiguousarray(raw[0]["label"][0]).tobytes())
-            out.append(h.hexdigest())
-        st = stoker.Client(socket).status()["sessions"][0]
-    finally:
-        s.detach()
-    assert int(st.get("samples_failed", 0)) >= 1, st
-    return out
 
 
 def test_stalled_trainers_open_the_gate(stoker, build_dir, corpus, daemon_factory, nodes):
