@@ -14,7 +14,7 @@
 #include "absl/strings/strip.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
-#include "server/remote/relay.h"
+#include "server/engine/status_export.h"
 #include "server/remote/wire.h"
 #include "spdlog/spdlog.h"
 #include "stoker/v1/decode.grpc.pb.h"
@@ -22,7 +22,7 @@
 namespace stoker {
 namespace {
 
-constexpr uint32_t kDefaultSlots = 2;
+constexpr uint32_t kDefaultRelaysPerAddress = 2;
 
 // The node's workers by its Info, or 0 when it cannot be asked.
 uint32_t AskWorkers(const v1::DaemonConfig& c, const std::string& node, const std::string& token) {
@@ -38,7 +38,7 @@ uint32_t AskWorkers(const v1::DaemonConfig& c, const std::string& node, const st
   const grpc::Status st = stub->Info(&ctx, req, &info);
   if (!st.ok()) {
     spdlog::warn("decode node {}: {} (code {}); assuming {} workers until it answers", node,
-                 st.error_message(), static_cast<int>(st.error_code()), kDefaultSlots);
+                 st.error_message(), static_cast<int>(st.error_code()), kDefaultRelaysPerAddress);
     return 0;
   }
   spdlog::info("decode node {}: stoker {}, {} workers", node, info.version(), info.workers());
@@ -115,7 +115,7 @@ absl::StatusOr<std::unique_ptr<RemotePool>> RemotePool::Create(const v1::DaemonC
   uint32_t slots = c.decode_node_workers();
   if (slots == 0) {
     for (const std::string& n : entries) slots = std::max(slots, AskWorkers(c, n, token));
-    if (slots == 0) slots = kDefaultSlots;
+    if (slots == 0) slots = kDefaultRelaysPerAddress;
   }
   std::unique_ptr<RemotePool> p(
       new RemotePool(entries, slots, c.decode_when() == "always", std::move(resolver)));
@@ -260,18 +260,8 @@ void RemotePool::Export(v1::StatusResponse* r) const {
     if (w.retired) continue;
     const uint32_t e = addresses_[slot_address_[i]].entry;
     auto* ws = r->add_workers();
-    ws->set_id(w.id);
-    ws->set_pid(w.dead ? 0 : w.pid);
-    ws->set_state(w.dead       ? "restarting"
-                  : w.retiring ? "retiring"
-                  : !w.greeted ? "connecting"
-                               : w.state);
-    ws->set_restarts(w.restarts);
-    ws->set_crashes(w.crashes);
-    ws->set_samples_done(w.samples_done);
-    ws->set_samples_failed(w.samples_failed);
-    ws->set_in_flight(static_cast<uint32_t>(w.in_flight.size()));
-    ws->set_cpu_seconds(pool_->CpuSeconds(i));
+    ExportWorker(*pool_, i, ws);
+    if (!w.dead && !w.retiring && !w.greeted) ws->set_state("connecting");
     ws->set_node(absl::StrCat(entries_[e], " (", address_of(i), ")"));
     if (!w.retiring) ++slots[e];
     if (!w.dead && w.greeted && !w.retiring) ++connected[e];

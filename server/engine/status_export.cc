@@ -87,20 +87,23 @@ void ExportDecodeCalibration(const image::DecodeCalibration& cal, const std::str
   out->set_seconds(cal.seconds);
 }
 
+void ExportWorker(const WorkerPool& pool, uint32_t i, v1::WorkerStatus* ws) {
+  const WorkerSlot& w = pool.worker(i);
+  ws->set_id(w.id);
+  ws->set_pid(w.dead ? 0 : w.pid);
+  ws->set_state(w.dead ? "restarting" : w.retiring ? "retiring" : w.state);
+  ws->set_restarts(w.restarts);
+  ws->set_crashes(w.crashes);
+  ws->set_samples_done(w.samples_done);
+  ws->set_samples_failed(w.samples_failed);
+  ws->set_in_flight(static_cast<uint32_t>(w.in_flight.size()));
+  ws->set_cpu_seconds(pool.CpuSeconds(i));
+}
+
 void ExportWorkers(const WorkerPool& pool, v1::StatusResponse* r) {
   for (uint32_t i = 0; i < pool.size(); ++i) {
-    const WorkerSlot& w = pool.worker(i);
-    if (w.retired) continue;  // shrunk away (--workers auto)
-    auto* ws = r->add_workers();
-    ws->set_id(w.id);
-    ws->set_pid(w.dead ? 0 : w.pid);
-    ws->set_state(w.dead ? "restarting" : w.retiring ? "retiring" : w.state);
-    ws->set_restarts(w.restarts);
-    ws->set_crashes(w.crashes);
-    ws->set_samples_done(w.samples_done);
-    ws->set_samples_failed(w.samples_failed);
-    ws->set_in_flight(static_cast<uint32_t>(w.in_flight.size()));
-    ws->set_cpu_seconds(pool.CpuSeconds(i));
+    if (pool.worker(i).retired) continue;  // shrunk away (--workers auto)
+    ExportWorker(pool, i, r->add_workers());
   }
 }
 

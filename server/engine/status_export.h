@@ -48,6 +48,9 @@ void ExportDecodeCalibration(const image::DecodeCalibration& cal, const std::str
 // "restarting", 0 CPU seconds; a retiring one "retiring"; a retired one is
 // left out).
 void ExportWorkers(const WorkerPool& pool, v1::StatusResponse* out);
+// One slot of `pool` (the remote pool's too, remote_pool.h, which adds its
+// node).
+void ExportWorker(const WorkerPool& pool, uint32_t slot, v1::WorkerStatus* out);
 
 // How the pool is sized (v1::AutotuneStatus). `tuner` null: --workers N.
 // `active` workers now; `max_workers`, `reserved_cpus`, `trainers`: as the
