@@ -313,7 +313,7 @@ class RogueNode:
     """A decode node that answers every task with a result of the wrong size
     (a node cut off for a malformed answer); Info answers 2 workers."""
 
-    def __init__(self) -> None:
+    def __init__(self, address: str = "127.0.0.1:0") -> None:
         import grpc
         self.tasks = 0
         rogue = self
@@ -335,8 +335,18 @@ class RogueNode:
         })
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
         self.server.add_generic_rpc_handlers((handler,))
-        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        self.port = self.server.add_insecure_port(address)
         self.server.start()
 
     def stop(self) -> None:
         self.server.stop(0)
+
+
+if __name__ == "__main__":
+    # `decode_nodes.py rogue HOST:PORT`: a RogueNode as a process of its own
+    # (in a network namespace: netns.Node.wrap_net); prints "listening".
+    import sys
+    assert sys.argv[1:2] == ["rogue"], "usage: decode_nodes.py rogue HOST:PORT"
+    node = RogueNode(sys.argv[2])
+    print("listening", flush=True)
+    node.server.wait_for_termination()

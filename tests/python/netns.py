@@ -6,7 +6,9 @@ a cgroup. Everything it creates it removes (close(), or the `with` block).
 
 Needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN) and iproute2; `available()` says
 whether this machine allows it, and why not. Latency and loss need tc's
-netem, a kernel module these machines' kernels lack (`netem_available()`).
+netem, a kernel module these machines' kernels lack (`netem_available()`);
+latency is added instead by delay_proxy.py run in the node's namespace
+(`Node.delay_proxy`), in front of the node's port.
 
     with Host() as host:
         n = host.node(cpus=0.5, rate_mbit=10000)
@@ -156,12 +158,29 @@ class Node:
             else:
                 self._in(*cmd)
 
+    def delay_proxy(self, port: int, target_port: int, delay_ms: float):
+        """A delay_proxy.py in this namespace: `port` on the node's address
+        forwards to `target_port` there, `delay_ms` later each way. The
+        process (started, listening); the caller kills it."""
+        here = os.path.dirname(os.path.abspath(__file__))
+        p = subprocess.Popen(self.wrap_net(["/usr/bin/python3", os.path.join(here, "delay_proxy.py"),
+                                            self.address, str(port), self.address,
+                                            str(target_port), str(delay_ms)]),
+                             stdout=subprocess.PIPE, text=True)
+        assert p.stdout.readline().strip() == "listening"
+        return p
+
     def partition(self) -> None:
         """No packets either way (the link down); connections hang, not reset."""
         _run("ip", "link", "set", self.host_if, "down")
 
     def heal(self) -> None:
         _run("ip", "link", "set", self.host_if, "up")
+
+    def wrap_net(self, cmd: List[str]) -> List[str]:
+        """`cmd` run in this namespace, outside its CPU quota (a helper of the
+        harness, such as delay_proxy.py)."""
+        return ["ip", "netns", "exec", self.ns, *cmd]
 
     def wrap(self, cmd: List[str]) -> List[str]:
         """`cmd` run in this namespace (and under its CPU quota)."""

@@ -1,18 +1,19 @@
 """Decode nodes as separate machines: each node in its own network namespace,
 over a veth link (tc tbf rate limits), its CPU held by a cgroup quota
 (tests/python/netns.py); the trainer daemon in this namespace. The cases of
-test_decode_nodes.py that the network shapes: the same batches over two
-slow-CPU nodes with mutual TLS, a partition (no packets, connections left
-hanging rather than reset), a link so slow the node falls behind, a node
-restarted behind a healed link, a peer without a certificate from another
-namespace. Skipped where namespaces cannot be made (not root); tc's netem
-(latency, loss) is a kernel module these machines lack, so latency is not
-shaped here (bench/SCALEOUT.md says what that leaves unmeasured).
+test_decode_nodes.py, across a network: the same batches over two slow-CPU
+nodes with mutual TLS, and over a link with latency (delay_proxy.py: tc's
+netem is not in these machines' kernels); a partition (no packets,
+connections left hanging rather than reset); a link so slow the node falls
+behind; a node restarted behind a healed link; a node that answers garbage;
+a killed trainer; a peer without a certificate. Skipped where namespaces
+cannot be made (not root).
 """
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import tempfile
 
 import pytest
@@ -20,7 +21,7 @@ import pytest
 import netns
 from conftest import make_dataset, start_daemon, wait_until
 from decode_nodes import (DecodeNode, call_info, channel, digests, fingerprint_of, make_certs,
-                          trainer_auth)
+                          trainer_auth, write_token)
 
 ok, why = netns.available()
 pytestmark = pytest.mark.skipif(not ok, reason=f"network namespaces: {why}")
@@ -42,7 +43,8 @@ def corpus(host):
     make_dataset(os.path.join(data, "ds"), classes=3, per_class=30, sizes=(64, 320), seed=9)
     nodes = [host.node(cpus=0.5, rate_mbit=1000) for _ in range(2)]
     certs = make_certs(os.path.join(root, "certs"), node_ips=[n.address for n in nodes])
-    yield {"root": root, "data": data, "certs": certs, "nodes": nodes}
+    yield {"root": root, "data": data, "certs": certs, "nodes": nodes,
+           "token": write_token(root)}
     shutil.rmtree(root, ignore_errors=True)
 
 
@@ -81,9 +83,15 @@ def remote(stoker, socket):
 
 
 def trainer(daemon_factory, corpus, addresses, extra=()):
-    return daemon_factory(workers=1, data_root=corpus["data"], extra_args=[
+    """A trainer daemon with these decode nodes, once their relays are
+    connected (so that the batches read next are shared with them)."""
+    import stoker
+    t = daemon_factory(workers=1, data_root=corpus["data"], extra_args=[
         "--decode-nodes", ",".join(addresses), "--decode-when", "always",
         "--decode-node-workers", "2", *trainer_auth(corpus["certs"]), *extra])
+    wait_until(lambda: all(int(n["connected"]) == 2 for n in remote(stoker, t.socket)), 30,
+               "the relays to connect")
+    return t
 
 
 def test_two_namespaced_nodes_give_the_same_batches(stoker, corpus, reference, nodes,
@@ -155,3 +163,54 @@ def test_a_peer_without_a_certificate_gets_nothing(corpus, nodes):
         with pytest.raises(grpc.RpcError):
             call_info(ch, [("stoker-protocol", fp)], timeout=3)
         ch.close()
+
+
+def test_a_link_with_latency_gives_the_same_batches(stoker, corpus, reference, nodes,
+                                                    daemon_factory):
+    a = nodes(0)
+    link = corpus["nodes"][0]
+    proxy = link.delay_proxy(PORT + 1, PORT, delay_ms=5)  # 10 ms a round trip
+    try:
+        t = trainer(daemon_factory, corpus, [f"{link.address}:{PORT + 1}"])
+        assert digests(stoker, t.socket, epochs=1, seed=11) == reference
+        st = remote(stoker, t.socket)[0]
+        assert int(st["samples_done"]) > 0 and int(st["lost"]) == 0
+        assert st["latency"]["mean_ms"] >= 10  # the round trip, and then some
+    finally:
+        proxy.kill()
+        proxy.wait()
+    del a
+
+
+def test_a_namespaced_node_that_answers_garbage_is_cut_off(stoker, corpus, reference,
+                                                           daemon_factory):
+    link = corpus["nodes"][1]
+    here = os.path.dirname(os.path.abspath(__file__))
+    rogue = subprocess.Popen(link.wrap_net(["/usr/bin/python3", os.path.join(here, "decode_nodes.py"),
+                                            "rogue", f"{link.address}:{PORT + 2}"]),
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert rogue.stdout.readline().strip() == "listening"
+        t = daemon_factory(workers=1, data_root=corpus["data"], extra_args=[
+            "--decode-nodes", f"{link.address}:{PORT + 2}", "--decode-when", "always",
+            "--decode-node-workers", "2", "--decode-token-file", corpus["token"]])
+        assert digests(stoker, t.socket, epochs=1, seed=11) == reference
+        st = remote(stoker, t.socket)[0]
+        assert int(st["lost"]) >= 1 and int(st["samples_done"]) == 0
+    finally:
+        rogue.kill()
+        rogue.wait()
+
+
+def test_a_killed_trainer_leaves_the_namespaced_node_clean(stoker, corpus, nodes,
+                                                           daemon_factory):
+    a = nodes(0)
+    t = trainer(daemon_factory, corpus, [a.address])
+    s = stoker.Client(t.socket).attach("ds", batch_size=4, shuffle=True, seed=1, epochs=50,
+                                       pipeline={"pipeline": "train", "size": 56})
+    for _ in range(3):
+        s.next(30000)
+    wait_until(lambda: a.info()["streams_open"] == 2, 10, "both relays' streams")
+    t.kill()
+    wait_until(lambda: a.info()["streams_open"] == 0, 15, "the node to drop the streams")
+    assert a.info()["arena_used_bytes"] == 0

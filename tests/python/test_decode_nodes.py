@@ -53,13 +53,22 @@ def remote_done(stoker, socket) -> int:
 
 
 def trainer(daemon_factory, corpus, node_ports, *, workers=1, when="always", tls=False,
-            extra=()):
-    return daemon_factory(
+            extra=(), connected=True):
+    """A trainer daemon with decode nodes on these ports; with `connected`,
+    returned once every relay is connected (so that the batches read next
+    are shared with the nodes)."""
+    t = daemon_factory(
         workers=workers, data_root=corpus["data"],
         extra_args=["--decode-nodes", ",".join(f"127.0.0.1:{p}" for p in node_ports),
                     "--decode-when", when,
                     *trainer_auth(corpus["certs"] if tls else None, corpus["token"]),
                     *extra])
+    if connected:
+        import stoker
+        wait_until(lambda: all(int(n["connected"]) == int(n["slots"])
+                               for n in node_status(stoker, t.socket)[0]), 30,
+                   "the relays to connect")
+    return t
 
 
 def start_node(build_dir, corpus, tls=False, **kw):
@@ -239,7 +248,8 @@ def test_a_node_that_answers_garbage_is_cut_off(stoker, build_dir, corpus, refer
                                                 daemon_factory):
     rogue = RogueNode()
     try:
-        t = trainer(daemon_factory, corpus, [rogue.port], extra=["--decode-node-workers", "2"])
+        t = trainer(daemon_factory, corpus, [rogue.port], extra=["--decode-node-workers", "2"],
+                    connected=False)
         assert digests(stoker, t.socket) == reference
         status, _ = node_status(stoker, t.socket)
         assert rogue.tasks > 0
