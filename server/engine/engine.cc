@@ -612,7 +612,7 @@ void Engine::DispatchLocked() {
   order.reserve(sessions_.size());
   for (auto& [id, s] : sessions_) order.push_back(s.get());
   // Local workers first, then the remote ones (decode nodes) while their
-  // gate is open; they take image sessions only.
+  // gate is open.
   const size_t local = pool_->size();
   const bool remote_open = remote_ != nullptr && remote_->open();
   const size_t remote = remote_open ? remote_->pool().size() : 0;
@@ -624,7 +624,11 @@ void Engine::DispatchLocked() {
       },
       [&](size_t i) { return !order[i]->queue.empty(); },
       [&](size_t w, size_t i) {
-        return w < local || (order[i]->clips == nullptr && order[i]->plan.volume_field < 0);
+        // Clips and volumes go to decode nodes only when they read them
+        // from their own data root: shipping a video or a CT per sample
+        // would cost more than decoding it here.
+        return w < local || config_.decode_shared_root() ||
+               (order[i]->clips == nullptr && order[i]->plan.volume_field < 0);
       },
       [&](size_t w, size_t i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         if (w < local) {

@@ -105,11 +105,16 @@ absl::Status DecodeNode::Submit(Stream* s, const v1::DecodeTask& req) {
   worker::TaskMsg& m = *t->msg;
   if (absl::Status st = ParseTask(req.task(), options_.max_task_bytes, &m); !st.ok()) return st;
   t->msg_bytes = req.task().size();
-  const bool has_mask = m.mask_path_bytes != 0;
+  const bool has_mask = m.mask_path_bytes != 0 || m.has_volume != 0;
+  if ((m.clip.params.frames != 0 || m.has_volume != 0) && !req.input().empty()) {
+    return absl::InvalidArgumentError(
+        "video clips and volumes are read by the decode node from its own data root "
+        "(--decode-shared-root), not shipped");
+  }
   if (req.input().empty() && !req.mask().empty()) {
     return absl::InvalidArgumentError("a mask's bytes without its image's");
   }
-  if (!req.input().empty() && has_mask && req.mask().empty()) {
+  if (!req.input().empty() && m.mask_path_bytes != 0 && req.mask().empty()) {
     return absl::InvalidArgumentError("a task with a mask whose bytes were not sent");
   }
   if (req.input().size() > options_.max_task_bytes || req.mask().size() > options_.max_task_bytes) {

@@ -197,6 +197,25 @@ TEST_CASE("decode node: malformed tasks, another build and oversized tasks") {
     CHECK(stream->Finish().error_code() == grpc::StatusCode::FAILED_PRECONDITION);
   }
   {
+    // A video clip with its file shipped: refused (clips are read from the
+    // node's own data root).
+    grpc::ClientContext ctx;
+    n.Sign(&ctx);
+    auto stream = n.stub->Decode(&ctx);
+    v1::DecodeTask clip = Task(4, 4);
+    worker::TaskMsg t;
+    std::memcpy(&t, clip.task().data(), clip.task().size());
+    t.clip.params.frames = 8;
+    clip.set_task(reinterpret_cast<const char*>(&t), clip.task().size());
+    stream->Write(clip);
+    stream->WritesDone();
+    v1::DecodeResult res;
+    CHECK_FALSE(stream->Read(&res));
+    const grpc::Status st = stream->Finish();
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK(st.error_message().find("--decode-shared-root") != std::string::npos);
+  }
+  {
     // Bigger than the node's whole task memory: answered failed at once.
     grpc::ClientContext ctx;
     n.Sign(&ctx);

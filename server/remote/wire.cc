@@ -170,9 +170,6 @@ absl::Status ParseTask(std::string_view bytes, uint64_t max_bytes, worker::TaskM
       bytes.size() != worker::TaskHeaderBytes() + t->path_bytes + t->mask_path_bytes) {
     return absl::InvalidArgumentError("a task whose paths do not add up");
   }
-  if (t->clip.params.frames != 0 || t->has_volume != 0) {
-    return absl::InvalidArgumentError("video clips and volumes are decoded on the trainer node");
-  }
   if (t->params.view_count > image::kMaxViews) {
     return absl::InvalidArgumentError("a task with too many views");
   }

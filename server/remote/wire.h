@@ -74,8 +74,8 @@ grpc::Status CheckCall(const grpc::ServerContext& ctx, const std::string& token)
 inline uint64_t BoxBytes(uint32_t count) { return uint64_t{count} * 25; }
 
 // The node's reading of a task's bytes: a whole header, paths whose lengths
-// add up, capacities under `max_bytes` each, no video clip or volume (which
-// stay on the trainer node). INVALID_ARGUMENT saying what is wrong.
+// add up, capacities under `max_bytes` each. INVALID_ARGUMENT saying what
+// is wrong.
 absl::Status ParseTask(std::string_view bytes, uint64_t max_bytes, worker::TaskMsg* out);
 
 // The output bytes a result answers for `t`: its views' rooms in full, one

@@ -16,9 +16,16 @@ import time
 import numpy as np
 import pytest
 
+import test_video_loader
+import test_volume_loader
 from conftest import make_dataset, wait_until
 from decode_nodes import (BATCH, PIPELINE, DecodeNode, RogueNode, call_info, channel, digests,
                           fingerprint_of, make_certs, trainer_auth, write_token)
+
+
+# The video and volume suites' datasets, for the media test below.
+kinetics_root = test_video_loader.kinetics_root
+task = test_volume_loader.task
 
 
 @pytest.fixture(scope="module")
@@ -396,3 +403,51 @@ def test_a_node_never_reads_outside_its_data_root(stoker, build_dir, corpus, dae
     assert failures and all("img_0003" in f["path"] for f in failures), failures
     assert any("leaves the data root" in f["reason"] for f in failures), failures
     assert int(node_status(stoker, t.socket)[0][0]["samples_failed"]) == node.info()["tasks_failed"]
+
+
+def test_video_clips_and_volumes_go_to_nodes_that_share_the_data_root(
+        stoker, build_dir, corpus, daemon_factory, nodes, kinetics_root, task):
+    """With --decode-shared-root, clip and volume sessions use decode nodes
+    too (each node reads the video or the volume from its own data root):
+    the same clips and patches as a node alone."""
+    import torch
+    from stoker import volume as V
+    from test_video_loader import EXTENSIONS, eval_preset
+    from test_volume_loader import epoch_batches, spleen
+
+    def clips(socket):
+        out = []
+        with stoker.Loader(str(kinetics_root / "train"), frames_per_clip=8, step_between_clips=8,
+                           transform=eval_preset(), extensions=EXTENSIONS, socket=socket,
+                           batch_size=2, epochs=1, shuffle=True, seed=3) as loader:
+            for x, y in loader:
+                out.append((x.clone(), y.clone()))
+        return out
+
+    volume_root, _ = task
+    compose = spleen(V, extra=[V.RandFlipd(keys=["image", "label"], prob=0.5, spatial_axis=[0])])
+    for root, run in ((str(kinetics_root), clips),
+                      (str(volume_root), lambda socket: epoch_batches(
+                          stoker, socket, "Task09/dataset.json", compose, seed=5, epochs=2,
+                          shuffle=True))):
+        local = daemon_factory(workers=1, data_root=root)
+        want = run(local.socket)
+        local.stop()
+        node = start_node(build_dir, corpus, data_root=root)
+        nodes.append(node)
+        t = daemon_factory(workers=1, data_root=root, extra_args=[
+            "--decode-nodes", f"127.0.0.1:{node.port}", "--decode-when", "always",
+            "--decode-shared-root", "--decode-node-workers", "2",
+            *trainer_auth(None, corpus["token"])])
+        wait_until(lambda: int(node_status(stoker, t.socket)[0][0]["connected"]) == 2, 30,
+                   "the relays to connect")
+        got = run(t.socket)
+        assert len(got) == len(want) > 0
+        for g, w in zip(got, want):
+            if isinstance(g[1], dict):  # volumes: (indices, {image, label})
+                assert np.array_equal(g[0], w[0])
+                assert all(torch.equal(g[1][k], w[1][k]) for k in w[1])
+            else:  # clips: (clips, labels)
+                assert torch.equal(g[0], w[0]) and torch.equal(g[1], w[1])
+        assert remote_done(stoker, t.socket) > 0, root
+        t.stop()
