@@ -156,6 +156,10 @@ std::string RenderMetrics(const v1::StatusResponse& st) {
         {"decode_node_lost_total", "counter",
          "Relays to the decode node ended: unreachable, silent or malformed (tasks redone).",
          [](const v1::DecodeNodeStatus& d) { return double(d.lost()); }},
+        {"decode_node_stolen_total", "counter",
+         "Times tasks were taken back from the decode node: it fell behind while local workers "
+         "had room.",
+         [](const v1::DecodeNodeStatus& d) { return double(d.stolen()); }},
         {"decode_node_decode_seconds_total", "counter",
          "The decode node's decode and augment time for us.",
          [](const v1::DecodeNodeStatus& d) { return d.decode_seconds(); }},

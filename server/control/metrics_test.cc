@@ -52,7 +52,10 @@ TEST_CASE("metrics: decode nodes, one series per node") {
   d->set_samples_done(420);
   d->set_bytes_sent(9000);
   d->set_lost(2);
+  d->set_stolen(1);
   const std::string m = RenderMetrics(st);
+  CHECK(m.find("stoker_decode_node_stolen_total{node=\"10.0.0.7:7070\"} 1\n") !=
+        std::string::npos);
   CHECK(m.find("stoker_decode_nodes_open 1\n") != std::string::npos);
   CHECK(m.find("stoker_decode_node_samples_total{node=\"10.0.0.7:7070\"} 420\n") !=
         std::string::npos);

@@ -759,6 +759,7 @@ void Engine::DispatchLoop() {
       if (died) OnWorkerDeathLocked(pool, w, "channel closed");
     }
     for (uint32_t w : pool_->Supervise(stopping_.load())) MapRingsLocked(w);
+    if (remote_ != nullptr) StealBackLocked();
     if (remote_ != nullptr) {
       for (uint32_t w : remote_->pool().Supervise(stopping_.load())) {
         MapRingsLocked(remote_->pool(), w);

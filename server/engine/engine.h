@@ -190,6 +190,9 @@ class Engine {
   // A worker just started: it learns every session's ring.
   void MapRingsLocked(uint32_t w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MapRingsLocked(WorkerPool& pool, uint32_t w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes tasks back from decode nodes that fell behind while the local
+  // workers have room (RemotePool::Laggards).
+  void StealBackLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The remote pool's gate (remote_gate.h), once a second: the trainers'
   // waits and the local workers' busy time since the last call.
   void GateRemoteLocked(int64_t now_ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -182,4 +182,18 @@ void Engine::GateRemoteLocked(int64_t now_ns) {
   gate_busy_ns_ = busy;
 }
 
+void Engine::StealBackLocked() {
+  bool queued = false;
+  for (const auto& [id, s] : sessions_) queued = queued || !s->queue.empty();
+  bool room = false;
+  for (uint32_t w = 0; w < pool_->size() && !room; ++w) room = pool_->CanTake(w, 0);
+  for (uint32_t w : remote_->Laggards(clock_->NowNs(), room && !queued)) {
+    spdlog::info("decode node {}: relay {} fell behind ({} task(s) held); its tasks are redone "
+                 "here",
+                 remote_->node_of(w), w, remote_->pool().worker(w).in_flight.size());
+    remote_->CountStolen(w);
+    remote_->pool().Stop(w);
+  }
+}
+
 }  // namespace stoker

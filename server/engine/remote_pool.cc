@@ -243,6 +243,23 @@ void RemotePool::CountDeath(uint32_t slot, const std::vector<uint64_t>& tasks) {
   for (uint64_t id : tasks) sent_ns_.erase(id);
 }
 
+std::vector<uint32_t> RemotePool::Laggards(int64_t now_ns, bool local_idle) const {
+  std::vector<uint32_t> out;
+  if (!local_idle) return out;
+  for (uint32_t i = 0; i < pool_->size(); ++i) {
+    const WorkerSlot& w = pool_->worker(i);
+    if (w.dead || w.hung || w.stopped || w.in_flight.empty()) continue;
+    auto sent = sent_ns_.find(w.in_flight.front());
+    if (sent == sent_ns_.end()) continue;
+    const v1::LatencySummary l = Summarize(tallies_[addresses_[slot_address_[i]].entry].latency);
+    const int64_t typical = l.count() >= 16 ? static_cast<int64_t>(l.p50_ms() * 1e6) : 0;
+    const int64_t limit =
+        std::max<int64_t>(kStealFloorNs, static_cast<int64_t>(kStealAfter) * typical);
+    if (now_ns - sent->second > limit) out.push_back(i);
+  }
+  return out;
+}
+
 bool RemotePool::Tick(int64_t now_ns, double wait_share, double local_busy_share) {
   const int64_t elapsed = now_ns - tick_ns_;
   for (NodeTally& t : tallies_) {
@@ -277,6 +294,7 @@ void RemotePool::Export(v1::StatusResponse* r) const {
     d->set_bytes_sent(t.sent);
     d->set_bytes_received(t.received);
     d->set_lost(t.lost);
+    d->set_stolen(t.stolen);
     d->set_decode_seconds(static_cast<double>(t.decode_ns) / 1e9);
     d->set_samples_per_second(t.rate);
     *d->mutable_latency() = Summarize(t.latency);

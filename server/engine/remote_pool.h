@@ -88,6 +88,16 @@ class RemotePool {
   void CountResult(uint32_t slot, const worker::ResultMsg& r, int64_t now_ns);
   void CountDeath(uint32_t slot, const std::vector<uint64_t>& tasks);
 
+  // Relays that fell behind: each holds a task sent over kStealAfter x its
+  // node's median latency ago (at least kStealFloorNs), while the local
+  // workers have room and no sample waits to be sent (`local_idle`): better
+  // redone here than waited for. The engine stops them (WorkerPool::Stop:
+  // no blame) and their tasks go back to the queue; CountStolen counts it.
+  std::vector<uint32_t> Laggards(int64_t now_ns, bool local_idle) const;
+  void CountStolen(uint32_t slot) { ++tallies_[addresses_[slot_address_[slot]].entry].stolen; }
+  static constexpr int64_t kStealFloorNs = 500'000'000;
+  static constexpr uint64_t kStealAfter = 4;
+
   // The ticker's second: feeds the gate, and the per-node rates.
   bool Tick(int64_t now_ns, double wait_share, double local_busy_share);
   bool open() const { return gate_.open(); }
@@ -98,7 +108,7 @@ class RemotePool {
 
  private:
   struct NodeTally {
-    uint64_t done = 0, failed = 0, sent = 0, received = 0, lost = 0, decode_ns = 0;
+    uint64_t done = 0, failed = 0, sent = 0, received = 0, lost = 0, decode_ns = 0, stolen = 0;
     uint64_t done_at_tick = 0;
     double rate = 0;
     LatencyHistogram latency;

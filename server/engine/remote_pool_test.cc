@@ -144,6 +144,37 @@ TEST_CASE("remote pool: results and deaths count against their name, a name with
   CHECK(st.decode_nodes_open());
 }
 
+TEST_CASE("remote pool: a relay holding a task too long while local workers idle is a laggard") {
+  Fixture f;
+  f.Create();
+  worker::TaskMsg t{};
+  t.type = worker::kTask;
+  t.task_id = 77;
+  REQUIRE(f.pool->pool().SendTask(0, t, worker::TaskHeaderBytes()));
+  const int64_t t0 = 1'000'000'000;
+  f.pool->Sent(77, t0);
+  const int64_t floor = RemotePool::kStealFloorNs;
+  CHECK(f.pool->Laggards(t0 + floor - 1, true).empty());
+  CHECK(f.pool->Laggards(t0 + floor + 1, true) == std::vector<uint32_t>{0});
+  CHECK(f.pool->Laggards(t0 + 10 * floor, false).empty());  // local workers busy: wait
+  // Its node answers in 200 ms as a rule: four times that, not the floor.
+  worker::ResultMsg r{};
+  for (uint64_t id = 100; id < 120; ++id) {
+    f.pool->Sent(id, 0);
+    r.task_id = id;
+    f.pool->CountResult(1, r, 200'000'000);
+  }
+  CHECK(f.pool->Laggards(t0 + floor + 1, true).empty());
+  CHECK(f.pool->Laggards(t0 + 4 * 262'144'000 + 1, true) == std::vector<uint32_t>{0});
+  // Stopped: taken back once, not again while its death is on its way.
+  f.pool->CountStolen(0);
+  f.pool->pool().Stop(0);
+  CHECK(f.pool->Laggards(t0 + 10 * floor, true).empty());
+  v1::StatusResponse st;
+  f.pool->Export(&st);
+  CHECK(st.decode_nodes(0).stolen() == 1);
+}
+
 TEST_CASE("ResolveNode: a gRPC target is itself, a name becomes its addresses") {
   CHECK(ResolveNode("ipv4:10.1.2.3:7070") == std::vector<std::string>{"ipv4:10.1.2.3:7070"});
   CHECK(ResolveNode("127.0.0.1:7070") == std::vector<std::string>{"ipv4:127.0.0.1:7070"});

@@ -118,6 +118,7 @@ absl::Status WorkerPool::Launch(WorkerSlot& w) {
   w.unsendable = false;
   w.full = false;
   w.greeted = false;
+  w.stopped = false;
   w.state = "idle";
   w.in_flight.clear();
   w.started_ns = clock_->NowNs();
@@ -129,7 +130,7 @@ absl::Status WorkerPool::Launch(WorkerSlot& w) {
 
 bool WorkerPool::CanTake(uint32_t id, uint32_t depth) const {
   const WorkerSlot& w = *workers_[id];
-  return !(w.dead || w.hung || w.unsendable || w.full || w.retiring || w.retired ||
+  return !(w.dead || w.hung || w.stopped || w.unsendable || w.full || w.retiring || w.retired ||
            (wait_for_hello_ && !w.greeted) || w.in_flight.size() > depth);
 }
 
@@ -205,6 +206,13 @@ void WorkerPool::Retire(uint32_t id) {
     w.state = "retiring";
   }
   spdlog::debug("worker {} (pid {}) retiring", w.id, w.dead ? 0 : w.pid);
+}
+
+void WorkerPool::Stop(uint32_t id) {
+  WorkerSlot& w = *workers_[id];
+  if (w.dead || w.stopped) return;
+  w.stopped = true;
+  launcher_->Kill(w.pid);
 }
 
 std::optional<uint32_t> WorkerPool::Add() {

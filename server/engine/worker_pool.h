@@ -121,6 +121,7 @@ struct WorkerSlot {
   bool unsendable = false;  // a send to it failed; its death comes by epoll
   bool full = false;        // its channel's buffer is full; cleared by its next result
   bool greeted = false;     // its kHello has come (see WorkerPool::set_wait_for_hello)
+  bool stopped = false;     // killed by Stop (no blame); its death is on its way
   uint64_t restarts = 0;
   uint64_t crashes = 0;
   uint64_t samples_done = 0;
@@ -178,6 +179,10 @@ class WorkerPool {
   // remote pool's, whose slots stand for addresses that come and go.
   void Retire(uint32_t id);
   std::optional<uint32_t> Add();
+  // Kills worker `id` without blaming its sample (SIGKILL, not hung): its
+  // tasks are redone when its death arrives (Service / Bury). The remote
+  // pool's, to take tasks back from a decode node that fell behind.
+  void Stop(uint32_t id);
   // Worker-nanoseconds spent holding tasks, every slot since it was made,
   // up to `now_ns` (the autotuner's busy load).
   int64_t BusyNs(int64_t now_ns) const;

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import tempfile
 import time
 
@@ -249,6 +250,33 @@ def test_a_silent_node_is_cut_off_then_a_restarted_one_rejoins(stoker, build_dir
     before = remote_done(stoker, t.socket)
     assert digests(stoker, t.socket, seed=8, epochs=1)
     assert remote_done(stoker, t.socket) > before
+
+
+def test_tasks_are_taken_back_from_a_node_that_falls_behind(stoker, build_dir, corpus, reference,
+                                                            daemon_factory, nodes):
+    """The node keeps its stream (it answers gRPC's pings) but its workers
+    stop: the relay's silence timeout is far off (60 s), yet the tasks come
+    back once they are held 0.5 s with local workers idle."""
+    from decode_nodes import _children
+    node = start_node(build_dir, corpus)
+    nodes.append(node)
+    t = trainer(daemon_factory, corpus, [node.port], extra=["--decode-node-timeout-ms", "60000"])
+    stopped = []
+
+    def stall(i):
+        if i == 2:
+            for pid in _children(node.proc.pid):  # the node's workers, not the node
+                os.kill(pid, signal.SIGSTOP)
+                stopped.append(pid)
+
+    try:
+        assert digests(stoker, t.socket, on_batch=stall) == reference
+    finally:
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
+    st = node_status(stoker, t.socket)[0][0]
+    assert int(st["stolen"]) >= 1, st
+    assert "fell behind" in open(t.log_path).read()
 
 
 def test_a_node_that_answers_garbage_is_cut_off(stoker, build_dir, corpus, reference,
