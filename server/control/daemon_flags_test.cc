@@ -138,6 +138,10 @@ TEST_CASE("bad flags: each error names the flag and what it takes") {
 
   absl::Status st = Parse({"--data-root", "d"}, &p);
   CHECK(st.message().find("--socket is required") == 0);
+  // A decode node serves no sessions: no --socket needed.
+  REQUIRE(Parse({"--decode-node", "--listen", "0.0.0.0:7070", "--data-root", "d"}, &p).ok());
+  CHECK(p.config.decode_node());
+  CHECK(p.config.socket().empty());
 }
 
 TEST_CASE("stokerd --from-env: STOKER_<NAME> for each flag not given, and a flag given wins") {

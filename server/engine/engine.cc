@@ -22,6 +22,7 @@
 #include "server/worker/image_entry.h"
 #include "server/engine/ring_owner.h"
 #include "server/engine/status_export.h"
+#include "server/remote/wire.h"
 #include "server/worker/worker_protocol.h"
 #include "spdlog/spdlog.h"
 #include "pipeline/pipeline_spec.h"
@@ -132,6 +133,7 @@ uint32_t Engine::attaches_waiting() const {
 
 absl::Status Engine::Start() {
   start_ns_ = clock_->NowNs();
+  if (absl::Status st = remote::CheckDecodeFlags(config_); !st.ok()) return st;
   auto root = DataRoot::Open(config_.data_root());
   if (!root.ok()) return root.status();
   data_root_ = std::move(*root);
