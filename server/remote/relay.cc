@@ -33,9 +33,12 @@ struct Held {
   worker::ResultMsg result;
 };
 
+// Ends the relay; a non-zero `status` says why on stderr (the daemon's log).
 [[noreturn]] void Quit(const RelayOptions& o, int status, const std::string& why) {
-  std::fprintf(stderr, "stoker-relay %u (%s): %s\n", o.id, o.node.c_str(), why.c_str());
-  std::fflush(stderr);
+  if (status != 0) {
+    std::fprintf(stderr, "stoker-relay %u (%s): %s\n", o.id, o.node.c_str(), why.c_str());
+    std::fflush(stderr);
+  }
   ::_exit(status);
 }
 
