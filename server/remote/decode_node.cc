@@ -103,8 +103,10 @@ absl::Status DecodeNode::Submit(Stream* s, const v1::DecodeTask& req) {
   auto t = std::make_shared<Task>();
   t->msg = std::make_unique<worker::TaskMsg>();
   worker::TaskMsg& m = *t->msg;
-  if (absl::Status st = ParseTask(req.task(), options_.max_task_bytes, &m); !st.ok()) return st;
-  t->msg_bytes = req.task().size();
+  if (absl::Status st = ParseTask(req.task(), options_.max_task_bytes, &m, &t->msg_bytes);
+      !st.ok()) {
+    return st;
+  }
   const bool has_mask = m.mask_path_bytes != 0 || m.has_volume != 0;
   if ((m.clip.params.frames != 0 || m.has_volume != 0) && !req.input().empty()) {
     return absl::InvalidArgumentError(

@@ -37,7 +37,7 @@ v1::DecodeTask Task(uint64_t id, uint64_t index, uint64_t out_capacity = kOut) {
   t.path_bytes = static_cast<uint32_t>(path.size());
   std::memcpy(t.path, path.data(), path.size());
   v1::DecodeTask req;
-  req.set_task(reinterpret_cast<const char*>(&t), worker::TaskHeaderBytes() + t.path_bytes);
+  req.set_task(PackTask(t, worker::TaskHeaderBytes() + t.path_bytes));
   req.set_input(std::string(5000, 'j'));  // the encoded bytes, shipped
   return req;
 }
@@ -204,9 +204,10 @@ TEST_CASE("decode node: malformed tasks, another build and oversized tasks") {
     auto stream = n.stub->Decode(&ctx);
     v1::DecodeTask clip = Task(4, 4);
     worker::TaskMsg t;
-    std::memcpy(&t, clip.task().data(), clip.task().size());
+    size_t n = 0;
+    REQUIRE(ParseTask(clip.task(), 1 << 30, &t, &n).ok());
     t.clip.params.frames = 8;
-    clip.set_task(reinterpret_cast<const char*>(&t), clip.task().size());
+    clip.set_task(PackTask(t, n));
     stream->Write(clip);
     stream->WritesDone();
     v1::DecodeResult res;

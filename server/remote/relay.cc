@@ -181,7 +181,7 @@ class Relay {
     h.task = std::make_unique<worker::TaskMsg>();
     std::memcpy(h.task.get(), &t, bytes);
     v1::DecodeTask req;
-    req.set_task(reinterpret_cast<const char*>(&t), bytes);
+    req.set_task(PackTask(t, bytes));
     absl::Status st = o_.shared_root ? absl::OkStatus() : ReadInputs(t, root_, &req);
     if (st.ok() && t.has_boxes != 0) {
       std::lock_guard<std::mutex> l(mu_);

@@ -65,34 +65,43 @@ worker::TaskMsg ImageTask(const char* path) {
 }
 
 std::string Bytes(const worker::TaskMsg& t) {
-  return std::string(reinterpret_cast<const char*>(&t),
-                     worker::TaskHeaderBytes() + t.path_bytes + t.mask_path_bytes);
+  return PackTask(t, worker::TaskHeaderBytes() + t.path_bytes + t.mask_path_bytes);
 }
 
 TEST_CASE("a node refuses tasks that do not add up") {
   worker::TaskMsg t = ImageTask("train/a.jpg");
+  t.params.out_height = 224;
+  t.key.seed = 0x0102030405060708ull;
   worker::TaskMsg out;
-  CHECK(ParseTask(Bytes(t), 1 << 30, &out).ok());
+  size_t n = 0;
+  const std::string packed = Bytes(t);
+  REQUIRE(ParseTask(packed, 1 << 30, &out, &n).ok());
+  CHECK(n == worker::TaskHeaderBytes() + t.path_bytes);
+  CHECK(std::memcmp(&out, &t, n) == 0);  // byte for byte
+  CHECK(packed.size() < n / 10);         // the zeros left out
   CHECK(std::string_view(out.path, out.path_bytes) == "train/a.jpg");
-  // Short, long, wrong path lengths.
-  CHECK(ParseTask(Bytes(t).substr(0, 100), 1 << 30, &out).code() ==
+  // Cut short, a literal past the end, runs past a TaskMsg, wrong path lengths.
+  CHECK(ParseTask(packed.substr(0, packed.size() - 3), 1 << 30, &out, &n).code() ==
         absl::StatusCode::kInvalidArgument);
-  std::string longer = Bytes(t) + "x";
-  CHECK_FALSE(ParseTask(longer, 1 << 30, &out).ok());
+  CHECK_FALSE(ParseTask(packed + "x", 1 << 30, &out, &n).ok());
+  std::string huge(8, '\0');
+  const uint32_t big = sizeof(worker::TaskMsg) + 1;
+  std::memcpy(huge.data(), &big, 4);
+  CHECK(ParseTask(huge, 1 << 30, &out, &n).message().find("larger than a task") !=
+        std::string::npos);
+  CHECK_FALSE(ParseTask("not a task", 1 << 30, &out, &n).ok());
+  CHECK_FALSE(ParseTask("", 1 << 30, &out, &n).ok());
   worker::TaskMsg bad = t;
   bad.mask_path_bytes = worker::kMaxPathBytes;
-  CHECK_FALSE(ParseTask(Bytes(t), 1 << 30, &out).ok() == false);
-  CHECK_FALSE(ParseTask(std::string(reinterpret_cast<const char*>(&bad),
-                                    worker::TaskHeaderBytes() + t.path_bytes),
-                        1 << 30, &out)
-                  .ok());
+  CHECK_FALSE(
+      ParseTask(PackTask(bad, worker::TaskHeaderBytes() + t.path_bytes), 1 << 30, &out, &n).ok());
   // Over the node's output limit.
-  CHECK(ParseTask(Bytes(t), 1000, &out).message().find("limit") != std::string::npos);
+  CHECK(ParseTask(Bytes(t), 1000, &out, &n).message().find("limit") != std::string::npos);
   // A video clip, a volume: read from the node's data root (its Submit
   // refuses them shipped: decode_node_test).
   worker::TaskMsg clip = t;
   clip.clip.params.frames = 8;
-  CHECK(ParseTask(Bytes(clip), 1 << 30, &out).ok());
+  CHECK(ParseTask(Bytes(clip), 1 << 30, &out, &n).ok());
 }
 
 v1::DecodeResult Answer(const worker::ResultMsg& r, std::string output) {

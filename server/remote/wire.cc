@@ -159,15 +159,64 @@ grpc::Status CheckCall(const grpc::ServerContext& ctx, const std::string& token)
   return grpc::Status::OK;
 }
 
-absl::Status ParseTask(std::string_view bytes, uint64_t max_bytes, worker::TaskMsg* t) {
-  using worker::kMaxPathBytes;
-  if (bytes.size() < worker::TaskHeaderBytes() || bytes.size() > sizeof(worker::TaskMsg)) {
-    return absl::InvalidArgumentError(absl::StrCat("a task of ", bytes.size(), " bytes"));
+std::string PackTask(const worker::TaskMsg& t, size_t bytes) {
+  // Runs of fewer zeros than this stay in the literal: a pair costs 8 bytes.
+  constexpr size_t kMinRun = 16;
+  const auto* p = reinterpret_cast<const uint8_t*>(&t);
+  std::string out;
+  out.reserve(bytes / 8 + 64);
+  const auto put32 = [&out](uint32_t v) {
+    char b[4];
+    std::memcpy(b, &v, 4);  // little-endian hosts only (x86-64, aarch64)
+    out.append(b, 4);
+  };
+  size_t at = 0;
+  while (at < bytes) {
+    size_t zeros = 0;
+    while (at + zeros < bytes && p[at + zeros] == 0) ++zeros;
+    size_t lit = 0;
+    for (size_t run = 0; at + zeros + lit < bytes; ++lit) {
+      run = p[at + zeros + lit] == 0 ? run + 1 : 0;
+      if (run == kMinRun) {
+        lit -= kMinRun - 1;
+        break;
+      }
+    }
+    put32(static_cast<uint32_t>(zeros));
+    put32(static_cast<uint32_t>(lit));
+    out.append(reinterpret_cast<const char*>(p + at + zeros), lit);
+    at += zeros + lit;
   }
-  std::memcpy(t, bytes.data(), bytes.size());
+  return out;
+}
+
+absl::Status ParseTask(std::string_view packed, uint64_t max_bytes, worker::TaskMsg* t,
+                       size_t* out_bytes) {
+  using worker::kMaxPathBytes;
+  auto* p = reinterpret_cast<uint8_t*>(t);
+  size_t bytes = 0, at = 0;
+  while (at < packed.size()) {
+    uint32_t zeros, lit;
+    if (packed.size() - at < 8) return absl::InvalidArgumentError("a task cut short");
+    std::memcpy(&zeros, packed.data() + at, 4);
+    std::memcpy(&lit, packed.data() + at + 4, 4);
+    at += 8;
+    if (zeros > sizeof(worker::TaskMsg) - bytes ||
+        lit > sizeof(worker::TaskMsg) - bytes - zeros || lit > packed.size() - at) {
+      return absl::InvalidArgumentError("a task larger than a task");
+    }
+    std::memset(p + bytes, 0, zeros);
+    std::memcpy(p + bytes + zeros, packed.data() + at, lit);
+    bytes += zeros + lit;
+    at += lit;
+  }
+  if (bytes < worker::TaskHeaderBytes()) {
+    return absl::InvalidArgumentError(absl::StrCat("a task of ", bytes, " bytes"));
+  }
+  *out_bytes = bytes;
   if (t->type != worker::kTask || t->path_bytes > kMaxPathBytes ||
       t->mask_path_bytes > kMaxPathBytes - t->path_bytes ||
-      bytes.size() != worker::TaskHeaderBytes() + t->path_bytes + t->mask_path_bytes) {
+      bytes != worker::TaskHeaderBytes() + t->path_bytes + t->mask_path_bytes) {
     return absl::InvalidArgumentError("a task whose paths do not add up");
   }
   if (t->params.view_count > image::kMaxViews) {

@@ -73,10 +73,18 @@ grpc::Status CheckCall(const grpc::ServerContext& ctx, const std::string& token)
 // A detection task's boxes as they cross: box_count x (16 + 8 + 1) bytes.
 inline uint64_t BoxBytes(uint32_t count) { return uint64_t{count} * 25; }
 
-// The node's reading of a task's bytes: a whole header, paths whose lengths
-// add up, capacities under `max_bytes` each. INVALID_ARGUMENT saying what
-// is wrong.
-absl::Status ParseTask(std::string_view bytes, uint64_t max_bytes, worker::TaskMsg* out);
+// A task as DecodeTask.task carries it: the TaskMsg's first `bytes` bytes
+// (header and paths) with runs of zeros left out, since the op lists and
+// their parameters are mostly zeros (a 20 KB header crosses as a few
+// hundred bytes). Pairs of little-endian uint32 (zeros, literal bytes), each
+// followed by its literal bytes.
+std::string PackTask(const worker::TaskMsg& t, size_t bytes);
+
+// The node's reading of a packed task: it unpacks to at most a TaskMsg, a
+// whole header, paths whose lengths add up, capacities under `max_bytes`
+// each. INVALID_ARGUMENT saying what is wrong.
+absl::Status ParseTask(std::string_view packed, uint64_t max_bytes, worker::TaskMsg* out,
+                       size_t* bytes);
 
 // The output bytes a result answers for `t`: its views' rooms in full, one
 // after another, or result.bytes of the sample.
