@@ -479,3 +479,55 @@ def test_video_clips_and_volumes_go_to_nodes_that_share_the_data_root(
                 assert torch.equal(g[0], w[0]) and torch.equal(g[1], w[1])
         assert remote_done(stoker, t.socket) > 0, root
         t.stop()
+
+
+def test_masks_boxes_and_views_cross_to_a_node_and_back(stoker, build_dir, corpus, daemon_factory,
+                                                        nodes, tmp_path):
+    """What a sample carries besides its image: a WebDataset shard whose
+    members hold a mask and boxes (byte ranges of the tar, shipped), and a
+    two-view SimCLR pipeline: the same batches through a node as alone."""
+    import torch
+    from test_boxes import write_shard
+    from test_multiview import simclr
+    root = tmp_path / "data"
+    write_shard(root, tmp_path / "loose")
+    shutil.copytree(os.path.join(corpus["data"], "ds"), root / "ds")
+
+    def batches(socket, node=None):
+        out = []
+        with stoker.Loader("shard.tar", socket=socket, batch_size=3, size=32, seed=6, epochs=3,
+                           output="dict") as ld:
+            for _ in range(3):
+                for b in ld:
+                    out.append({k: v.clone() if isinstance(v, torch.Tensor) else
+                                [x.clone() for x in v] for k, v in b.items()})
+        done = node.info()["tasks_done"] if node is not None else 0
+        assert node is None or done > 0, "the node decoded none of the shard's samples"
+        with stoker.Loader("ds", transform=stoker.MultiView([simclr(48), simclr(32)]),
+                           socket=socket, batch_size=4, seed=2, epochs=1) as ld:
+            for views, labels in ld:
+                out.append({"views": [v.clone() for v in views], "labels": labels.clone()})
+        assert node is None or node.info()["tasks_done"] > done, "nor any two-view sample"
+        return out
+
+    def same(a, b):
+        if isinstance(a, torch.Tensor):
+            return torch.equal(a, b)
+        if isinstance(a, list):
+            return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+
+    local = daemon_factory(workers=1, data_root=str(root))
+    want = batches(local.socket)
+    local.stop()
+    node = start_node(build_dir, corpus)
+    nodes.append(node)
+    t = daemon_factory(workers=1, data_root=str(root), extra_args=[
+        "--decode-nodes", f"127.0.0.1:{node.port}", "--decode-when", "always",
+        "--decode-node-workers", "2", *trainer_auth(None, corpus["token"])])
+    wait_until(lambda: int(node_status(stoker, t.socket)[0][0]["connected"]) == 2, 30,
+               "the relays to connect")
+    got = batches(t.socket, node)
+    assert len(got) == len(want) > 0
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert same(g, w), f"batch {i} differs"
