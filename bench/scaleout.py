@@ -74,9 +74,9 @@ READING = """## Reading it
   work (the "decode nodes stokerd" row: gRPC, TLS and the task's copies).
 - **Why two nodes give less than 2.5x here.** Transport costs CPU on both
   ends that is large next to a decode this cheap: a RandomResizedCrop 224
-  of a ~400x350 JPEG decodes at a reduced DCT scale in about 1.5 ms of CPU,
-  while each remote image costs the trainer node's relay about 0.5 ms and
-  the node's server about 0.7 ms. `perf record -g` of the relays and of a
+  of a ~400x350 JPEG decodes at a reduced DCT scale in about 1.7 ms of CPU,
+  while each remote image costs the trainer node's relay about 0.35-0.5 ms
+  and the node's server about 0.5-0.8 ms. `perf record -g` of the relays and of a
   node's stokerd during the timed batches (2026-12-06): about half of their
   CPU in the kernel (thread wake-ups and futexes: gRPC's synchronous API
   hands each message between threads; socket copies), a sixth in libcrypto
@@ -89,8 +89,8 @@ READING = """## Reading it
   relay (delay_proxy.py) in front of each node, since tc's netem is not in
   these machines' kernels, and compare with and without its delay (the
   relay's own cost is in both). Each stoker-relay keeps
-  `--worker-queue-depth` tasks at its node, which hides a round trip shorter
-  than about a sample's decode.
+  `--decode-node-queue-depth` tasks (4) at its node, which hides a round
+  trip shorter than a few samples' decodes.
 """
 
 

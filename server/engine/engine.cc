@@ -117,7 +117,10 @@ Engine::Engine(v1::DaemonConfig config, EngineEnv env)
     : env_(env),
       clock_(env.clock != nullptr ? env.clock : SystemClock()),
       config_(std::move(config)),
-      scheduler_(config_.worker_queue_depth()) {}
+      // Rounds go as deep as the deeper of the local workers' queue and the
+      // relays' credits; each pool takes tasks to its own depth.
+      scheduler_(std::max(config_.worker_queue_depth(),
+                          config_.decode_nodes().empty() ? 0u : config_.decode_node_queue_depth())) {}
 
 Engine::~Engine() { Stop(); }
 
@@ -621,8 +624,10 @@ void Engine::DispatchLocked() {
   scheduler_.Round(
       local + remote, order.size(),
       [&](size_t w, uint32_t depth) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return w < local ? pool_->CanTake(static_cast<uint32_t>(w), depth)
-                         : remote_->pool().CanTake(static_cast<uint32_t>(w - local), depth);
+        return w < local ? depth < std::max(1u, config_.worker_queue_depth()) &&
+                               pool_->CanTake(static_cast<uint32_t>(w), depth)
+                         : depth < std::max(1u, config_.decode_node_queue_depth()) &&
+                               remote_->pool().CanTake(static_cast<uint32_t>(w - local), depth);
       },
       [&](size_t i) { return !order[i]->queue.empty(); },
       [&](size_t w, size_t i) {
