@@ -182,12 +182,6 @@ absl::Status DecodeNode::Submit(Stream* s, const v1::DecodeTask& req) {
   uint8_t* base = static_cast<uint8_t*>(arena_map_.addr()) + t->arena_offset;
   std::memcpy(base + input_at, req.input().data(), req.input().size());
   std::memcpy(base + mask_input_at, req.mask().data(), req.mask().size());
-  if (m.has_boxes != 0) {
-    const char* b = req.boxes().data();
-    std::memcpy(base + box_at, b, size_t{m.box_count} * 16);
-    std::memcpy(base + label_at, b + size_t{m.box_count} * 16, size_t{m.box_count} * 8);
-    std::memcpy(base + flag_at, b + size_t{m.box_count} * 24, m.box_count);
-  }
   const uint64_t o = t->arena_offset;
   m.ring_id = kArenaRing;
   m.out_offset = o + out_at;
@@ -202,6 +196,7 @@ absl::Status DecodeNode::Submit(Stream* s, const v1::DecodeTask& req) {
   m.box_out_offset = o + box_at;
   m.box_label_out_offset = o + label_at;
   m.box_flag_out_offset = o + flag_at;
+  if (m.has_boxes != 0) PlaceBoxes(m, req.boxes(), static_cast<uint8_t*>(arena_map_.addr()));
   m.inline_input = req.input().empty() ? 0 : 1;
   m.input_offset = o + input_at;
   m.input_length = req.input().size();
@@ -254,13 +249,7 @@ void DecodeNode::Answer(const Task& t, v1::DecodeResult* out) const {
     out->set_mask(reinterpret_cast<const char*>(base + m.mask_out_offset),
                   std::min<uint64_t>(r.mask_bytes, m.mask_out_capacity));
   }
-  if (m.has_boxes != 0) {
-    std::string* b = out->mutable_boxes();
-    b->append(reinterpret_cast<const char*>(base + m.box_out_offset), size_t{m.box_count} * 16);
-    b->append(reinterpret_cast<const char*>(base + m.box_label_out_offset),
-              size_t{m.box_count} * 8);
-    b->append(reinterpret_cast<const char*>(base + m.box_flag_out_offset), m.box_count);
-  }
+  if (m.has_boxes != 0) AppendBoxes(m, base, out->mutable_boxes());
 }
 
 grpc::Status DecodeNode::Decode(

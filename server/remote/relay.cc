@@ -189,12 +189,7 @@ class Relay {
       if (ring == nullptr) {
         st = absl::InternalError("task names memory outside its ring");
       } else {
-        const uint8_t* base = static_cast<const uint8_t*>(ring->addr());
-        std::string* b = req.mutable_boxes();
-        b->append(reinterpret_cast<const char*>(base + t.box_out_offset), size_t{t.box_count} * 16);
-        b->append(reinterpret_cast<const char*>(base + t.box_label_out_offset),
-                  size_t{t.box_count} * 8);
-        b->append(reinterpret_cast<const char*>(base + t.box_flag_out_offset), t.box_count);
+        AppendBoxes(t, static_cast<const uint8_t*>(ring->addr()), req.mutable_boxes());
       }
     }
     if (!st.ok()) {
@@ -278,13 +273,7 @@ class Relay {
             std::memcpy(base + t.out_offset, out.data(), out.size());
           }
           std::memcpy(base + t.mask_out_offset, res.mask().data(), res.mask().size());
-          if (t.has_boxes != 0) {
-            const char* b = res.boxes().data();
-            std::memcpy(base + t.box_out_offset, b, size_t{t.box_count} * 16);
-            std::memcpy(base + t.box_label_out_offset, b + size_t{t.box_count} * 16,
-                        size_t{t.box_count} * 8);
-            std::memcpy(base + t.box_flag_out_offset, b + size_t{t.box_count} * 24, t.box_count);
-          }
+          if (t.has_boxes != 0) PlaceBoxes(t, res.boxes(), base);
         }
       }
       if (!SendAll(channel_, &r, sizeof(r))) Quit(o_, 0, "the daemon is gone");

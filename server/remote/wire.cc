@@ -234,6 +234,20 @@ absl::Status ParseTask(std::string_view packed, uint64_t max_bytes, worker::Task
   return absl::OkStatus();
 }
 
+void AppendBoxes(const worker::TaskMsg& t, const uint8_t* base, std::string* out) {
+  const size_t n = t.box_count;
+  out->append(reinterpret_cast<const char*>(base + t.box_out_offset), n * 16);
+  out->append(reinterpret_cast<const char*>(base + t.box_label_out_offset), n * 8);
+  out->append(reinterpret_cast<const char*>(base + t.box_flag_out_offset), n);
+}
+
+void PlaceBoxes(const worker::TaskMsg& t, std::string_view boxes, uint8_t* base) {
+  const size_t n = t.box_count;
+  std::memcpy(base + t.box_out_offset, boxes.data(), n * 16);
+  std::memcpy(base + t.box_label_out_offset, boxes.data() + n * 16, n * 8);
+  std::memcpy(base + t.box_flag_out_offset, boxes.data() + n * 24, n);
+}
+
 uint64_t OutputBytes(const worker::TaskMsg& t, const worker::ResultMsg& r) {
   if (t.params.view_count == 0) return r.bytes;
   uint64_t n = 0;

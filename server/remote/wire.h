@@ -70,8 +70,15 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> RelayChannelCredential
 // nothing), then the fingerprint (FAILED_PRECONDITION naming both builds).
 grpc::Status CheckCall(const grpc::ServerContext& ctx, const std::string& token);
 
-// A detection task's boxes as they cross: box_count x (16 + 8 + 1) bytes.
+// A detection task's boxes as they cross: box_count x (16 + 8 + 1) bytes,
+// the XYXY floats, then the int64 labels, then the uint8 flags.
 inline uint64_t BoxBytes(uint32_t count) { return uint64_t{count} * 25; }
+// Appends `t`'s boxes, read at its box offsets from `base` (a ring's data
+// area, or the node's arena), in that layout.
+void AppendBoxes(const worker::TaskMsg& t, const uint8_t* base, std::string* out);
+// Writes `boxes` (BoxBytes(t.box_count) of them, checked by the caller) to
+// `t`'s box offsets from `base`.
+void PlaceBoxes(const worker::TaskMsg& t, std::string_view boxes, uint8_t* base);
 
 // A task as DecodeTask.task carries it: the TaskMsg's first `bytes` bytes
 // (header and paths) with runs of zeros left out, since the op lists and
