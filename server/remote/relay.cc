@@ -42,15 +42,6 @@ struct Held {
   ::_exit(status);
 }
 
-bool SendAll(int channel, const void* msg, size_t bytes) {
-  for (;;) {
-    const ssize_t n = ::send(channel, msg, bytes, MSG_NOSIGNAL);
-    if (n == static_cast<ssize_t>(bytes)) return true;
-    if (n < 0 && errno == EINTR) continue;
-    return false;
-  }
-}
-
 absl::Status ReadPart(int root, std::string_view path, bool has_range, uint64_t offset,
                       uint64_t length, uint64_t max_bytes, std::string* out) {
   worker::Input in;
@@ -127,7 +118,7 @@ class Relay {
     stream_ = stub->Decode(&ctx_);
     worker::HelloMsg hello;
     hello.pid = ::getpid();
-    if (!SendAll(channel_, &hello, sizeof(hello))) return 0;
+    if (!worker::SendMessage(channel_, &hello, sizeof(hello))) return 0;
     std::thread([this] { ReadAnswers(); }).detach();
     std::thread([this] { Watch(); }).detach();
     return ReadChannel();
@@ -162,14 +153,8 @@ class Relay {
         ctx_.TryCancel();
         Quit(o_, 0, "asked to exit");
       } else if (type == worker::kTask) {
-        const worker::TaskMsg& t = *buf;
-        if (static_cast<size_t>(n) < worker::TaskHeaderBytes() ||
-            t.path_bytes > worker::kMaxPathBytes ||
-            t.mask_path_bytes > worker::kMaxPathBytes - t.path_bytes ||
-            static_cast<size_t>(n) != worker::TaskHeaderBytes() + t.path_bytes + t.mask_path_bytes) {
-          return 2;
-        }
-        Submit(t, static_cast<size_t>(n));
+        if (!worker::TaskBytesAddUp(*buf, static_cast<size_t>(n))) return 2;
+        Submit(*buf, static_cast<size_t>(n));
       } else {
         return 2;
       }
@@ -212,29 +197,18 @@ class Relay {
     if (!stream_->Write(req)) Quit(o_, kRelayExitNodeLost, "the stream to the node broke");
   }
 
-  // A ring the task's rooms lie in, all of them; null if none.
+  // A ring the task's rooms lie in, all of them (as the worker checks
+  // them); null if none.
   const Mapping* Ring(const worker::TaskMsg& t) const {
     auto it = rings_.find(t.ring_id);
-    if (it == rings_.end()) return nullptr;
-    const uint64_t size = it->second.bytes();
-    const auto fits = [size](uint64_t off, uint64_t len) { return off <= size && len <= size - off; };
-    bool ok = t.params.view_count != 0 ? true : fits(t.out_offset, t.out_capacity);
-    for (uint32_t k = 0; t.params.view_count != 0 && k < image::OutputCount(t.params); ++k) {
-      ok = ok && fits(t.view_out_offset[k], t.view_out_capacity[k]);
-    }
-    if (t.mask_path_bytes != 0) ok = ok && fits(t.mask_out_offset, t.mask_out_capacity);
-    if (t.has_boxes != 0) {
-      ok = ok && fits(t.box_out_offset, uint64_t{t.box_count} * 16) &&
-           fits(t.box_label_out_offset, uint64_t{t.box_count} * 8) &&
-           fits(t.box_flag_out_offset, t.box_count);
-    }
-    return ok ? &it->second : nullptr;
+    if (it == rings_.end() || !worker::TaskFitsRing(t, it->second.bytes())) return nullptr;
+    return &it->second;
   }
 
   // Sends the answers made here that are now due.
   void FlushLocalLocked() {
     while (!held_.empty() && held_.front().local) {
-      if (!SendAll(channel_, &held_.front().result, sizeof(worker::ResultMsg))) {
+      if (!worker::SendMessage(channel_, &held_.front().result, sizeof(worker::ResultMsg))) {
         Quit(o_, 0, "the daemon is gone");
       }
       held_.pop_front();
@@ -276,7 +250,7 @@ class Relay {
           if (t.has_boxes != 0) PlaceBoxes(t, res.boxes(), base);
         }
       }
-      if (!SendAll(channel_, &r, sizeof(r))) Quit(o_, 0, "the daemon is gone");
+      if (!worker::SendMessage(channel_, &r, sizeof(r))) Quit(o_, 0, "the daemon is gone");
       held_.pop_front();
       progress_ns_ = MonotonicNs();
       FlushLocalLocked();

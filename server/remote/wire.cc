@@ -192,7 +192,6 @@ std::string PackTask(const worker::TaskMsg& t, size_t bytes) {
 
 absl::Status ParseTask(std::string_view packed, uint64_t max_bytes, worker::TaskMsg* t,
                        size_t* out_bytes) {
-  using worker::kMaxPathBytes;
   auto* p = reinterpret_cast<uint8_t*>(t);
   size_t bytes = 0, at = 0;
   while (at < packed.size()) {
@@ -214,9 +213,7 @@ absl::Status ParseTask(std::string_view packed, uint64_t max_bytes, worker::Task
     return absl::InvalidArgumentError(absl::StrCat("a task of ", bytes, " bytes"));
   }
   *out_bytes = bytes;
-  if (t->type != worker::kTask || t->path_bytes > kMaxPathBytes ||
-      t->mask_path_bytes > kMaxPathBytes - t->path_bytes ||
-      bytes != worker::TaskHeaderBytes() + t->path_bytes + t->mask_path_bytes) {
+  if (t->type != worker::kTask || !worker::TaskBytesAddUp(*t, bytes)) {
     return absl::InvalidArgumentError("a task whose paths do not add up");
   }
   if (t->params.view_count > image::kMaxViews) {

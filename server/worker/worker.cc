@@ -140,38 +140,8 @@ void ProbeRecords(const ProbeMsg& m, int data_root, ProbeResultMsg* r,
   r->frames = values->size();
 }
 
-// Whether a task's box arrays lie within its ring's `bytes` of data, aligned.
-bool BoxesFit(const TaskMsg& t, uint64_t bytes) {
-  const uint64_t n = t.box_count;  // < 2^32: the products below do not wrap
-  return t.box_out_offset <= bytes && 16 * n <= bytes - t.box_out_offset &&
-         t.box_label_out_offset <= bytes && 8 * n <= bytes - t.box_label_out_offset &&
-         t.box_flag_out_offset <= bytes && n <= bytes - t.box_flag_out_offset &&
-         t.box_out_offset % alignof(float) == 0 && t.box_label_out_offset % alignof(int64_t) == 0;
-}
 
-// Whether a multi-view task's output rooms lie within its ring's `bytes`.
-// An inline task's inputs (TaskMsg.inline_input) lie in the ring: the
-// image's is not empty, the mask's is there when the task has a mask.
-bool InlineFits(const TaskMsg& t, uint64_t bytes) {
-  const auto fits = [bytes](uint64_t offset, uint64_t length) {
-    return offset <= bytes && length <= bytes - offset;
-  };
-  return t.input_length != 0 && fits(t.input_offset, t.input_length) &&
-         (t.mask_path_bytes == 0 ||
-          (t.mask_input_length != 0 && fits(t.mask_input_offset, t.mask_input_length)));
-}
 
-bool ViewsFit(const TaskMsg& t, uint64_t bytes) {
-  if (t.params.view_count > image::kMaxViews) return false;
-  const uint32_t n = image::OutputCount(t.params);
-  if (n > image::kMaxViews) return false;
-  for (uint32_t k = 0; k < n; ++k) {
-    if (t.view_out_offset[k] > bytes || t.view_out_capacity[k] > bytes - t.view_out_offset[k]) {
-      return false;
-    }
-  }
-  return true;
-}
 
 // A sample's mask (TaskMsg.mask_*): its label map, moved by the image's
 // steps, written into the ring as the session's mask dtype. The reasons
@@ -380,14 +350,6 @@ class CacheClient {
   const int dir_fd_;
 };
 
-bool SendAll(int channel, const void* msg, size_t bytes) {
-  for (;;) {
-    ssize_t n = ::send(channel, msg, bytes, MSG_NOSIGNAL);
-    if (n == static_cast<ssize_t>(bytes)) return true;
-    if (n < 0 && errno == EINTR) continue;
-    return false;
-  }
-}
 
 }  // namespace
 
@@ -410,7 +372,7 @@ int Serve(const WorkerFds& fds) {
 
   HelloMsg hello;
   hello.pid = ::getpid();
-  if (!SendAll(fds.channel, &hello, sizeof(hello))) return 1;
+  if (!SendMessage(fds.channel, &hello, sizeof(hello))) return 1;
 
   for (;;) {
     UniqueFd owned_fd;
@@ -465,13 +427,13 @@ int Serve(const WorkerFds& fds) {
         } else {
           ProbeRecords(m, fds.data_root, &r, &probe_values);
         }
-        if (!SendAll(fds.channel, &r, sizeof(r))) return 1;
+        if (!SendMessage(fds.channel, &r, sizeof(r))) return 1;
         ProbePtsMsg chunk;
         for (size_t at = 0; at < probe_values.size(); at += kProbePtsPerMsg) {
           chunk.count = static_cast<uint32_t>(
               std::min<size_t>(kProbePtsPerMsg, probe_values.size() - at));
           std::memcpy(chunk.values, probe_values.data() + at, chunk.count * sizeof(int64_t));
-          if (!SendAll(fds.channel, &chunk,
+          if (!SendMessage(fds.channel, &chunk,
                        offsetof(ProbePtsMsg, values) + chunk.count * sizeof(int64_t))) {
             return 1;
           }
@@ -481,28 +443,16 @@ int Serve(const WorkerFds& fds) {
       }
       case kTask: {
         const TaskMsg& t = *msg_buf;
-        if (static_cast<size_t>(n) < TaskHeaderBytes() || t.path_bytes > kMaxPathBytes ||
-            t.mask_path_bytes > kMaxPathBytes - t.path_bytes ||
-            static_cast<size_t>(n) != TaskHeaderBytes() + t.path_bytes + t.mask_path_bytes) {
-          return 2;
-        }
+        if (!TaskBytesAddUp(t, static_cast<size_t>(n))) return 2;
         std::string_view path(t.path, t.path_bytes);
         std::string_view mask_path(t.path + t.path_bytes, t.mask_path_bytes);
         ResultMsg r{};
         r.task_id = t.task_id;
         r.reason[0] = '\0';
         auto it = rings.find(t.ring_id);
-        if (it == rings.end() || t.out_offset > it->second.bytes ||
-            t.out_capacity > it->second.bytes - t.out_offset ||
-            ((t.mask_path_bytes != 0 || t.has_volume != 0) &&
-             (t.mask_out_offset > it->second.bytes ||
-                                        t.mask_out_capacity > it->second.bytes - t.mask_out_offset)) ||
-            (t.has_boxes != 0 && !BoxesFit(t, it->second.bytes)) ||
-            (t.params.view_count != 0 &&
-             (t.mask_path_bytes != 0 || t.has_boxes != 0 || !ViewsFit(t, it->second.bytes))) ||
-            (t.inline_input != 0 && !InlineFits(t, it->second.bytes))) {
+        if (it == rings.end() || !TaskFitsRing(t, it->second.bytes)) {
           SetReason(&r, absl::StatusCode::kInternal, "task names memory outside its ring");
-          if (!SendAll(fds.channel, &r, sizeof(r))) return 1;
+          if (!SendMessage(fds.channel, &r, sizeof(r))) return 1;
           break;
         }
         if (t.fault == kFaultCrash) ::abort();
@@ -511,13 +461,13 @@ int Serve(const WorkerFds& fds) {
           uint8_t* base = static_cast<uint8_t*>(it->second.map.addr());
           volumes.Run(t, path, mask_path, fds.data_root, fds.prepared_cache, base + t.out_offset,
                       t.mask_out_capacity != 0 ? base + t.mask_out_offset : nullptr, &r);
-          if (!SendAll(fds.channel, &r, sizeof(r))) return 1;
+          if (!SendMessage(fds.channel, &r, sizeof(r))) return 1;
           break;
         }
         if (t.clip.params.frames != 0) {  // a video session's clip
           clips.Run(t, path, fds.data_root,
                     static_cast<uint8_t*>(it->second.map.addr()) + t.out_offset, &r);
-          if (!SendAll(fds.channel, &r, sizeof(r))) return 1;
+          if (!SendMessage(fds.channel, &r, sizeof(r))) return 1;
           clips.Trim(size_t{256} << 20);
           break;
         }
@@ -549,7 +499,7 @@ int Serve(const WorkerFds& fds) {
             r.prepared_hit = 1;
             r.prepared_entry_kind = kPreparedImage;
             r.read_ns = static_cast<uint64_t>(MonotonicNs() - t0);
-            if (!SendAll(fds.channel, &r, sizeof(r))) return 1;
+            if (!SendMessage(fds.channel, &r, sizeof(r))) return 1;
             break;
           }
         }
@@ -676,7 +626,7 @@ int Serve(const WorkerFds& fds) {
           }
         }
         if (!st.ok()) SetReason(&r, st.code(), std::string(st.message()));
-        if (!SendAll(fds.channel, &r, sizeof(r))) return 1;
+        if (!SendMessage(fds.channel, &r, sizeof(r))) return 1;
         // Keep the read buffers from pinning a huge file's memory forever,
         // nor the working buffers a huge image's.
         for (auto* b : {&input, &entry, &copy}) {

@@ -20,7 +20,11 @@
 #ifndef STOKER_SERVER_WORKER_WORKER_PROTOCOL_H_
 #define STOKER_SERVER_WORKER_WORKER_PROTOCOL_H_
 
+#include <sys/socket.h>
+#include <sys/types.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -295,6 +299,66 @@ inline void CopyText(std::string_view text, char (&out)[kReasonBytes]) {
 }
 
 inline constexpr uint64_t ProbeHeaderBytes() { return offsetof(ProbeMsg, path); }
+
+// Whether a received task of `n` bytes is whole: its header, and paths whose
+// lengths add up to the rest. Read by whoever takes tasks off a channel or
+// the network (the worker, stoker-relay, a decode node).
+inline bool TaskBytesAddUp(const TaskMsg& t, size_t n) {
+  return n >= TaskHeaderBytes() && t.path_bytes <= kMaxPathBytes &&
+         t.mask_path_bytes <= kMaxPathBytes - t.path_bytes &&
+         n == TaskHeaderBytes() + t.path_bytes + t.mask_path_bytes;
+}
+
+// Whether every room task `t` names (its output or views, its mask or
+// label, its boxes, its inline inputs) lies inside a ring of `ring_bytes`
+// bytes, and the rooms go together (views have no mask or boxes). A task
+// that fails it is answered "task names memory outside its ring".
+inline bool TaskFitsRing(const TaskMsg& t, uint64_t ring_bytes) {
+  const auto fits = [ring_bytes](uint64_t offset, uint64_t length) {
+    return offset <= ring_bytes && length <= ring_bytes - offset;
+  };
+  if (!fits(t.out_offset, t.out_capacity)) return false;
+  if ((t.mask_path_bytes != 0 || t.has_volume != 0) &&
+      !fits(t.mask_out_offset, t.mask_out_capacity)) {
+    return false;
+  }
+  if (t.has_boxes != 0) {
+    const uint64_t n = t.box_count;  // < 2^32: the products below do not wrap
+    if (!fits(t.box_out_offset, 16 * n) || !fits(t.box_label_out_offset, 8 * n) ||
+        !fits(t.box_flag_out_offset, n) || t.box_out_offset % alignof(float) != 0 ||
+        t.box_label_out_offset % alignof(int64_t) != 0) {
+      return false;
+    }
+  }
+  if (t.params.view_count != 0) {
+    if (t.mask_path_bytes != 0 || t.has_boxes != 0 || t.params.view_count > image::kMaxViews) {
+      return false;
+    }
+    const uint32_t views = image::OutputCount(t.params);
+    if (views > image::kMaxViews) return false;
+    for (uint32_t k = 0; k < views; ++k) {
+      if (!fits(t.view_out_offset[k], t.view_out_capacity[k])) return false;
+    }
+  }
+  if (t.inline_input != 0 &&
+      (t.input_length == 0 || !fits(t.input_offset, t.input_length) ||
+       (t.mask_path_bytes != 0 &&
+        (t.mask_input_length == 0 || !fits(t.mask_input_offset, t.mask_input_length))))) {
+    return false;
+  }
+  return true;
+}
+
+// Sends one message on a worker channel, waiting while its buffer is full
+// (retrying EINTR); false when the peer is gone.
+inline bool SendMessage(int channel, const void* msg, size_t bytes) {
+  for (;;) {
+    const ssize_t n = ::send(channel, msg, bytes, MSG_NOSIGNAL);
+    if (n == static_cast<ssize_t>(bytes)) return true;
+    if (n < 0 && errno == EINTR) continue;
+    return false;
+  }
+}
 
 // The structs cross as bytes. A task (the op list is most of its header)
 // must stay one small datagram: far under the socket's send buffer, so that
