@@ -18,7 +18,6 @@
 #include "common/posix.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/support/channel_arguments.h"
-#include "server/dataset/records.h"
 #include "server/remote/wire.h"
 #include "server/worker/worker_input.h"
 #include "server/worker/worker_protocol.h"
@@ -49,31 +48,29 @@ absl::Status ReadPart(int root, std::string_view path, bool has_range, uint64_t 
       !st.ok()) {
     return st;
   }
-  out->resize(in.length);
-  absl::StatusOr<size_t> got = ReadFullyAt(in.fd.get(), in.begin, out->data(), in.length, "the file");
-  if (!got.ok()) return got.status();
-  if (*got != in.length) return absl::DataLossError("file shrank while being read");
-  return absl::OkStatus();
+  return worker::ReadWhole(in, [out](size_t n) {
+    out->resize(n);
+    return reinterpret_cast<uint8_t*>(out->data());
+  });
 }
 
 // The task's encoded input, as the worker would read it (a raw record made
 // the PNM image of its pixels).
 absl::Status ReadInputs(const worker::TaskMsg& t, int root, v1::DecodeTask* req) {
-  std::string_view path(t.path, t.path_bytes);
-  std::string* input = req->mutable_input();
-  if (absl::Status st = ReadPart(root, path, t.has_range != 0, t.file_offset, t.file_length,
-                                 t.max_file_bytes, input);
+  worker::Input in;
+  if (absl::Status st = worker::OpenChecked(root, std::string_view(t.path, t.path_bytes),
+                                            t.has_range != 0, t.file_offset, t.file_length,
+                                            t.max_file_bytes, &in);
       !st.ok()) {
     return st;
   }
-  if (t.raw_channels != 0) {
-    const uint64_t pixels = uint64_t{t.raw_height} * t.raw_width * t.raw_channels;
-    if ((t.raw_channels != 1 && t.raw_channels != 3) || input->size() != pixels) {
-      return absl::InvalidArgumentError(absl::StrCat("a raw record of ", input->size(),
-                                                     " bytes is not ", t.raw_height, "x",
-                                                     t.raw_width, "x", t.raw_channels, " pixels"));
-    }
-    input->insert(0, PnmHeader(t.raw_height, t.raw_width, t.raw_channels));
+  std::string* input = req->mutable_input();
+  if (absl::Status st = worker::ReadTaskInput(t, in, [input](size_t n) {
+        input->resize(n);
+        return reinterpret_cast<uint8_t*>(input->data());
+      });
+      !st.ok()) {
+    return st;
   }
   if (t.mask_path_bytes != 0) {
     std::string_view mask(t.path + t.path_bytes, t.mask_path_bytes);

@@ -67,21 +67,10 @@ absl::Status ReadInput(const TaskMsg& t, const Input& in, std::vector<uint8_t>* 
   if (t.simulate_latency_us != 0 && !Cached(in.fd.get(), in.begin)) {
     ::usleep(t.simulate_latency_us);
   }
-  if (t.raw_channels == 0) return ReadRange(in.fd.get(), in.begin, in.length, buf);
-  const uint64_t pixels = uint64_t{t.raw_height} * t.raw_width * t.raw_channels;
-  if ((t.raw_channels != 1 && t.raw_channels != 3) || in.length != pixels) {
-    return absl::InvalidArgumentError(absl::StrCat("a raw record of ", in.length, " bytes is not ",
-                                                   t.raw_height, "x", t.raw_width, "x",
-                                                   t.raw_channels, " pixels"));
-  }
-  const std::string header = PnmHeader(t.raw_height, t.raw_width, t.raw_channels);
-  buf->resize(header.size() + pixels);
-  std::memcpy(buf->data(), header.data(), header.size());
-  absl::StatusOr<size_t> got =
-      ReadFullyAt(in.fd.get(), in.begin, buf->data() + header.size(), pixels, "the file");
-  if (!got.ok()) return got.status();
-  if (*got != pixels) return absl::DataLossError("file shrank while being read");
-  return absl::OkStatus();
+  return ReadTaskInput(t, in, [buf](size_t n) {
+    buf->resize(n);
+    return buf->data();
+  });
 }
 
 // Indexes a record file (kProbeHdf5 / kProbeLmdb): `values` gets (offset,

@@ -1,9 +1,12 @@
 #include "server/worker/worker_input.h"
 
 #include <cerrno>
+#include <cstring>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "server/dataset/dataset.h"
+#include "server/dataset/records.h"
 
 namespace stoker::worker {
 
@@ -30,6 +33,28 @@ absl::Status OpenChecked(int root_fd, std::string_view path, bool has_range, uin
         absl::StrCat("file is ", in->length, " bytes, over the cap of ", max_file_bytes));
   }
   return absl::OkStatus();
+}
+
+absl::Status ReadWhole(const Input& in, Room room) {
+  absl::StatusOr<size_t> got = ReadFullyAt(in.fd.get(), in.begin, room(in.length), in.length,
+                                           "the file");
+  if (!got.ok()) return got.status();
+  if (*got != in.length) return absl::DataLossError("file shrank while being read");
+  return absl::OkStatus();
+}
+
+absl::Status ReadTaskInput(const TaskMsg& t, const Input& in, Room room) {
+  if (t.raw_channels == 0) return ReadWhole(in, room);
+  const uint64_t pixels = uint64_t{t.raw_height} * t.raw_width * t.raw_channels;
+  if ((t.raw_channels != 1 && t.raw_channels != 3) || in.length != pixels) {
+    return absl::InvalidArgumentError(absl::StrCat("a raw record of ", in.length, " bytes is not ",
+                                                   t.raw_height, "x", t.raw_width, "x",
+                                                   t.raw_channels, " pixels"));
+  }
+  const std::string header = PnmHeader(t.raw_height, t.raw_width, t.raw_channels);
+  uint8_t* out = room(header.size() + pixels);
+  std::memcpy(out, header.data(), header.size());
+  return ReadWhole(in, [out, &header](size_t) { return out + header.size(); });
 }
 
 }  // namespace stoker::worker

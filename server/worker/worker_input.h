@@ -11,8 +11,10 @@
 #include <cstdint>
 #include <string_view>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "common/posix.h"
+#include "server/worker/worker_protocol.h"
 
 namespace stoker::worker {
 
@@ -30,6 +32,21 @@ struct Input {
 // RESOURCE_EXHAUSTED over the cap, OpenBeneath's errors.
 absl::Status OpenChecked(int root_fd, std::string_view path, bool has_range, uint64_t offset,
                          uint64_t length, uint64_t max_file_bytes, Input* in);
+
+// Where a read puts its bytes: `room(n)` returns n writable bytes (a
+// vector's or a string's, resized to n).
+using Room = absl::FunctionRef<uint8_t*(size_t n)>;
+
+// Reads the opened range whole into room(in.length). DATA_LOSS when the
+// file shrank while being read, the read's errno otherwise.
+absl::Status ReadWhole(const Input& in, Room room);
+
+// A task's input as the decoders take it: the opened range, or for a raw
+// record (TaskMsg.raw_channels != 0) the PNM image of its pixels (header,
+// then the pixels read after it). INVALID_ARGUMENT when the range is not
+// raw_height x raw_width x raw_channels bytes; ReadWhole's errors. The
+// worker's and stoker-relay's (which ships it to a decode node).
+absl::Status ReadTaskInput(const TaskMsg& t, const Input& in, Room room);
 
 }  // namespace stoker::worker
 

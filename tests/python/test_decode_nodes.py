@@ -531,3 +531,37 @@ def test_masks_boxes_and_views_cross_to_a_node_and_back(stoker, build_dir, corpu
     assert len(got) == len(want) > 0
     for i, (g, w) in enumerate(zip(got, want)):
         assert same(g, w), f"batch {i} differs"
+
+
+def test_raw_records_are_shipped_as_the_images_of_their_pixels(stoker, build_dir, corpus,
+                                                               daemon_factory, nodes, tmp_path):
+    """An HDF5 array of raw pixels (PCam's layout): the relay ships each row
+    as the PNM image of it, as a local worker reads it: the same batches."""
+    import torch
+    h5py = pytest.importorskip("h5py")
+    root = tmp_path / "data"
+    root.mkdir()
+    rng = np.random.default_rng(4)
+    with h5py.File(root / "x.h5", "w") as f:
+        f["x"] = rng.integers(0, 256, (40, 32, 32, 3), dtype=np.uint8)
+        f["y"] = rng.integers(0, 2, (40,), dtype=np.uint8)
+
+    def batches(socket):
+        with stoker.Loader("x.h5", socket=socket, batch_size=4, pipeline="train", size=24,
+                           seed=3, shuffle=True, epochs=1) as ld:
+            return [(x.clone(), y.clone()) for x, y in ld]
+
+    local = daemon_factory(workers=1, data_root=str(root))
+    want = batches(local.socket)
+    local.stop()
+    node = start_node(build_dir, corpus)
+    nodes.append(node)
+    t = daemon_factory(workers=1, data_root=str(root), extra_args=[
+        "--decode-nodes", f"127.0.0.1:{node.port}", "--decode-when", "always",
+        "--decode-node-workers", "2", *trainer_auth(None, corpus["token"])])
+    wait_until(lambda: int(node_status(stoker, t.socket)[0][0]["connected"]) == 2, 30,
+               "the relays to connect")
+    got = batches(t.socket)
+    assert len(got) == len(want) == 10
+    assert all(torch.equal(g[0], w[0]) and torch.equal(g[1], w[1]) for g, w in zip(got, want))
+    assert node.info()["tasks_done"] > 0
