@@ -111,10 +111,12 @@ ENV STOKER_SOCKET=/run/stoker/stoker.sock \
     STOKER_WORKERS=auto \
     STOKER_RESERVE_CPUS=0 \
     STOKER_INDEX_CACHE=/var/cache/stoker \
-    STOKER_TRANSCODE_CACHE=/var/cache/stoker/transcode
+    STOKER_TRANSCODE_CACHE=/var/cache/stoker/transcode \
+    STOKER_PREPARED_CACHE=/var/cache/stoker/prepared
 
-# /var/cache/stoker: dataset indexes and the transcode cache's baseline copies
-# (transcode/), kept across restarts when it is a volume.
+# /var/cache/stoker: dataset indexes, the transcode cache's baseline copies
+# (transcode/) and prepared volumes (prepared/), kept across restarts when it
+# is a volume.
 VOLUME ["/run/stoker", "/data", "/var/cache/stoker"]
 USER 10001:10001
 WORKDIR /run/stoker

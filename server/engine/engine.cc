@@ -33,17 +33,6 @@ namespace stoker {
 
 namespace {
 
-// A cache's budget when none is given: `most`, and at most a quarter of
-// its file system's free space now.
-uint64_t DefaultCacheBudget(int dir_fd, uint64_t most) {
-  uint64_t budget = most;
-  struct statvfs vfs;
-  if (::fstatvfs(dir_fd, &vfs) == 0) {
-    budget = std::min<uint64_t>(budget, uint64_t{vfs.f_bavail} * vfs.f_frsize / 4);
-  }
-  return budget;
-}
-
 // Memory a new ring may take (rings are memfds: memory_available.h).
 std::optional<uint64_t> RingMemoryAvailable() {
   return MemoryAvailableBytes(SystemMemoryTexts());
@@ -160,26 +149,16 @@ absl::Status Engine::Start() {
     }
   }
   if (!config_.prepared_cache().empty()) {
-    auto fd = OpenCacheDirectory(config_.prepared_cache());
-    if (fd.ok()) {
-      prepared_cache_fd_ = UniqueFd(*fd);
-      prepared_cache_dir_ = PosixCacheDir(prepared_cache_fd_.get());
-      if (config_.prepared_cache_mb() == 0) {
-        config_.set_prepared_cache_mb(
-            DefaultCacheBudget(prepared_cache_fd_.get(), uint64_t{64} << 30) / 1048576.0);
-      }
+    auto cache = OpenPreparedCache(config_.prepared_cache(), config_.prepared_cache_mb(), WallNs());
+    if (cache.ok()) {
+      prepared_cache_fd_ = std::move(cache->fd);
+      prepared_cache_dir_ = std::move(cache->dir);
+      prepared_cache_ = std::move(cache->budget);
+      config_.set_prepared_cache_mb(cache->mb);  // status shows the budget in effect
       task_options_.prepared_cache = true;
-      prepared_cache_ = std::make_unique<PreparedCacheBudget>(
-          prepared_cache_dir_.get(), static_cast<uint64_t>(config_.prepared_cache_mb() * 1048576.0));
-      if (absl::Status st = prepared_cache_->Load(WallNs()); !st.ok()) {
-        spdlog::warn("prepared cache {}: {}", config_.prepared_cache(), st.ToString());
-      }
-      const PreparedCacheBudget::Stats vs = prepared_cache_->stats();
-      spdlog::info("prepared cache {}: {} entries, {:.1f} of {:.0f} MiB", config_.prepared_cache(),
-                   vs.entries, vs.bytes / 1048576.0, config_.prepared_cache_mb());
     } else {
       spdlog::warn("prepared cache {} cannot be used ({}); volumes and eval images are prepared every epoch",
-                   config_.prepared_cache(), fd.status().ToString());
+                   config_.prepared_cache(), cache.status().ToString());
       config_.clear_prepared_cache();
     }
   }
@@ -630,13 +609,6 @@ void Engine::DispatchLocked() {
                                remote_->pool().CanTake(static_cast<uint32_t>(w - local), depth);
       },
       [&](size_t i) { return !order[i]->queue.empty(); },
-      [&](size_t w, size_t i) {
-        // Clips and volumes go to decode nodes only when they read them
-        // from their own data root: shipping a video or a CT per sample
-        // would cost more than decoding it here.
-        return w < local || config_.decode_shared_root() ||
-               (order[i]->clips == nullptr && order[i]->plan.volume_field < 0);
-      },
       [&](size_t w, size_t i) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         if (w < local) {
           DispatchOneLocked(*pool_, static_cast<uint32_t>(w), *order[i]);
@@ -680,15 +652,7 @@ DaemonSession* Engine::FindByNumberLocked(uint64_t number) {
 void Engine::OnResultLocked(WorkerPool& pool, uint32_t w, const worker::ResultMsg& r) {
   if (remote_ != nullptr && &pool == &remote_->pool()) remote_->CountResult(w, r, clock_->NowNs());
   // First, whatever became of the task: an entry written is on disk.
-  if (prepared_cache_ != nullptr && r.prepared_hit != 0) {
-    prepared_cache_->Hit(r.prepared_entry_kind == worker::kPreparedVolume);
-  }
-  if (prepared_cache_ != nullptr && r.prepared_entry_bytes != 0) {
-    prepared_cache_->Added(r.prepared_entry_kind == worker::kPreparedImage
-                               ? worker::ImageEntryName(r.prepared_entry_id)
-                               : volume::VolumeEntryName(r.prepared_entry_id),
-                           r.prepared_entry_bytes);
-  }
+  if (prepared_cache_ != nullptr) prepared_cache_->Report(r);
   if (transcode_cache_ != nullptr && r.cache_event != kCacheNone) {
     CacheReport cr;
     cr.event = static_cast<CacheEvent>(r.cache_event);

@@ -4,6 +4,8 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "server/worker/image_entry.h"
+#include "spdlog/spdlog.h"
 
 namespace stoker {
 
@@ -65,6 +67,35 @@ void PreparedCacheBudget::EvictLocked() {
 void PreparedCacheBudget::Hit(bool volume) {
   absl::MutexLock l(&mu_);
   ++(volume ? stats_.volume_hits : stats_.image_hits);
+}
+
+void PreparedCacheBudget::Report(const worker::ResultMsg& r) {
+  if (r.prepared_hit != 0) Hit(r.prepared_entry_kind == worker::kPreparedVolume);
+  if (r.prepared_entry_bytes != 0) {
+    Added(r.prepared_entry_kind == worker::kPreparedImage
+              ? worker::ImageEntryName(r.prepared_entry_id)
+              : volume::VolumeEntryName(r.prepared_entry_id),
+          r.prepared_entry_bytes);
+  }
+}
+
+absl::StatusOr<PreparedCache> OpenPreparedCache(const std::string& path, double mb,
+                                                int64_t wall_now_ns) {
+  auto fd = OpenCacheDirectory(path);
+  if (!fd.ok()) return fd.status();
+  PreparedCache c;
+  c.fd = UniqueFd(*fd);
+  c.dir = PosixCacheDir(c.fd.get());
+  c.mb = mb != 0 ? mb : DefaultCacheBudget(c.fd.get(), uint64_t{64} << 30) / 1048576.0;
+  c.budget = std::make_unique<PreparedCacheBudget>(c.dir.get(),
+                                                   static_cast<uint64_t>(c.mb * 1048576.0));
+  if (absl::Status st = c.budget->Load(wall_now_ns); !st.ok()) {
+    spdlog::warn("prepared cache {}: {}", path, st.ToString());
+  }
+  const PreparedCacheBudget::Stats vs = c.budget->stats();
+  spdlog::info("prepared cache {}: {} entries, {:.1f} of {:.0f} MiB", path, vs.entries,
+               vs.bytes / 1048576.0, c.mb);
+  return c;
 }
 
 PreparedCacheBudget::Stats PreparedCacheBudget::stats() const {

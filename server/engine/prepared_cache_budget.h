@@ -18,12 +18,16 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/posix.h"
 #include "server/engine/transcode_cache.h"
+#include "server/worker/worker_protocol.h"
 #include "server/volume/volume_cache.h"  // VolumeEntryName
 
 namespace stoker {
@@ -54,6 +58,9 @@ class PreparedCacheBudget {
   void Added(const std::string& name, uint64_t bytes);
   // A worker served a sample from an entry (volume: a .stkv, else a .stki).
   void Hit(bool volume);
+  // What a worker's answer says of the cache: Hit for an entry served,
+  // Added for one written.
+  void Report(const worker::ResultMsg& r);
   Stats stats() const;
 
  private:
@@ -68,6 +75,20 @@ class PreparedCacheBudget {
   std::deque<Entry> entries_ ABSL_GUARDED_BY(mu_);  // oldest first
   Stats stats_ ABSL_GUARDED_BY(mu_);
 };
+
+// --prepared-cache as a daemon or a decode node opens it: the folder
+// (created 0700 with its parents), a budget of `mb` MiB (0: 65536, at most a
+// quarter of its file system's free space), loaded (`wall_now_ns`: the
+// temporaries' age). Errors: the folder cannot be made or opened; a folder
+// that cannot be listed is a warning in the log, not an error.
+struct PreparedCache {
+  UniqueFd fd;  // O_DIRECTORY: the workers' worker::kPreparedCacheFd
+  std::unique_ptr<CacheDir> dir;
+  std::unique_ptr<PreparedCacheBudget> budget;
+  double mb = 0;  // the budget in effect
+};
+absl::StatusOr<PreparedCache> OpenPreparedCache(const std::string& path, double mb,
+                                                int64_t wall_now_ns);
 
 }  // namespace stoker
 

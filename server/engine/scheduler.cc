@@ -17,19 +17,11 @@ void Scheduler::Round(size_t workers, size_t sessions,
                       absl::FunctionRef<bool(size_t, uint32_t)> can_take,
                       absl::FunctionRef<bool(size_t)> has_work,
                       absl::FunctionRef<void(size_t, size_t)> assign) {
-  Round(workers, sessions, can_take, has_work, [](size_t, size_t) { return true; }, assign);
-}
-
-void Scheduler::Round(size_t workers, size_t sessions,
-                      absl::FunctionRef<bool(size_t, uint32_t)> can_take,
-                      absl::FunctionRef<bool(size_t)> has_work,
-                      absl::FunctionRef<bool(size_t, size_t)> accepts,
-                      absl::FunctionRef<void(size_t, size_t)> assign) {
   if (sessions == 0) return;
   for (uint32_t depth = 0; depth < depth_; ++depth) {
     for (size_t w = 0; w < workers; ++w) {
       if (!can_take(w, depth)) continue;
-      const size_t pick = Pick(sessions, [&](size_t s) { return has_work(s) && accepts(w, s); });
+      const size_t pick = Pick(sessions, has_work);
       if (pick != kNone) {
         assign(w, pick);
         continue;

@@ -43,13 +43,6 @@ class Scheduler {
   void Round(size_t workers, size_t sessions, absl::FunctionRef<bool(size_t, uint32_t)> can_take,
              absl::FunctionRef<bool(size_t)> has_work,
              absl::FunctionRef<void(size_t, size_t)> assign);
-  // The same, where worker w takes session s's samples only if accepts(w,
-  // s) (a remote worker takes no video or volume session's): a worker
-  // that accepts none of the sessions with work is passed over.
-  void Round(size_t workers, size_t sessions, absl::FunctionRef<bool(size_t, uint32_t)> can_take,
-             absl::FunctionRef<bool(size_t)> has_work,
-             absl::FunctionRef<bool(size_t, size_t)> accepts,
-             absl::FunctionRef<void(size_t, size_t)> assign);
 
   uint32_t queue_depth() const { return depth_; }
 

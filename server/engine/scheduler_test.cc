@@ -110,39 +110,6 @@ TEST_CASE("a round ends when no session has work, and skips workers that cannot 
   CHECK_FALSE(assigned);
 }
 
-TEST_CASE("a worker takes only the sessions it accepts, and the others still get theirs") {
-  Scheduler sched(1);
-  // Workers 2 and 3 are remote: they accept session 1 only (session 0 is a
-  // video session, decoded on the trainer node).
-  std::vector<int> queues;
-  const auto round = [&] {
-    std::vector<uint32_t> held = {0, 0, 0, 0};
-    std::vector<std::pair<size_t, size_t>> got;
-    sched.Round(
-        4, 2, [&](size_t w, uint32_t depth) { return held[w] <= depth; },
-        [&](size_t s) { return queues[s] > 0; },
-        [](size_t w, size_t s) { return w < 2 || s == 1; },
-        [&](size_t w, size_t s) {
-          --queues[s];
-          ++held[w];
-          got.emplace_back(w, s);
-        });
-    return got;
-  };
-  queues = {5, 5};
-  auto got = round();
-  REQUIRE(got.size() == 4);
-  CHECK(got[2] == std::make_pair(size_t{2}, size_t{1}));
-  CHECK(got[3] == std::make_pair(size_t{3}, size_t{1}));
-  // Only session 0 has work: the remote workers are passed over, the round
-  // goes on to the end.
-  queues = {5, 0};
-  got = round();
-  REQUIRE(got.size() == 2);
-  CHECK(got[0].first == 0);
-  CHECK(got[1].first == 1);
-}
-
 TEST_CASE("Pick keeps its place when sessions come and go") {
   Scheduler sched(1);
   auto all = [](size_t) { return true; };

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -233,6 +234,15 @@ class PosixDir : public CacheDir {
 };
 
 }  // namespace
+
+uint64_t DefaultCacheBudget(int dir_fd, uint64_t most) {
+  uint64_t budget = most;
+  struct statvfs vfs;
+  if (::fstatvfs(dir_fd, &vfs) == 0) {
+    budget = std::min<uint64_t>(budget, uint64_t{vfs.f_bavail} * vfs.f_frsize / 4);
+  }
+  return budget;
+}
 
 absl::StatusOr<int> OpenCacheDirectory(const std::string& path) {
   std::error_code ec;

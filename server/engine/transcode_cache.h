@@ -171,6 +171,10 @@ class CacheDir {
 // FAILED_PRECONDITION when another user owns it or it is not a folder.
 absl::StatusOr<int> OpenCacheDirectory(const std::string& path);
 
+// A cache's budget when none is given: `most`, and at most a quarter of the
+// free space now on the file system of folder `dir_fd`.
+uint64_t DefaultCacheBudget(int dir_fd, uint64_t most);
+
 // The real DIR, as the open directory `dir_fd` (borrowed: must outlive it).
 std::unique_ptr<CacheDir> PosixCacheDir(int dir_fd);
 

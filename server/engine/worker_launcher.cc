@@ -61,8 +61,11 @@ absl::StatusOr<LaunchedWorker> PosixSpawnLauncher::Launch(uint32_t worker_id) {
   if (transcode_cache_fd_ >= 0) cache = UniqueFd(::fcntl(transcode_cache_fd_, F_DUPFD_CLOEXEC, 10));
   UniqueFd volumes;
   if (prepared_cache_fd_ >= 0) volumes = UniqueFd(::fcntl(prepared_cache_fd_, F_DUPFD_CLOEXEC, 10));
+  UniqueFd shipped;
+  if (shipped_files_fd_ >= 0) shipped = UniqueFd(::fcntl(shipped_files_fd_, F_DUPFD_CLOEXEC, 10));
   if (!theirs.valid() || !root.valid() || (transcode_cache_fd_ >= 0 && !cache.valid()) ||
-      (prepared_cache_fd_ >= 0 && !volumes.valid())) {
+      (prepared_cache_fd_ >= 0 && !volumes.valid()) ||
+      (shipped_files_fd_ >= 0 && !shipped.valid())) {
     return PosixError("fcntl F_DUPFD_CLOEXEC", errno);
   }
 
@@ -72,6 +75,7 @@ absl::StatusOr<LaunchedWorker> PosixSpawnLauncher::Launch(uint32_t worker_id) {
   posix_spawn_file_actions_adddup2(&fa, root.get(), worker::kDataRootFd);
   if (cache.valid()) posix_spawn_file_actions_adddup2(&fa, cache.get(), worker::kTranscodeCacheFd);
   if (volumes.valid()) posix_spawn_file_actions_adddup2(&fa, volumes.get(), worker::kPreparedCacheFd);
+  if (shipped.valid()) posix_spawn_file_actions_adddup2(&fa, shipped.get(), worker::kShippedFilesFd);
   std::string parent = std::to_string(::getpid());
   std::string id = std::to_string(worker_id);
   std::vector<std::string> extra;

@@ -78,6 +78,9 @@ class PosixSpawnLauncher : public WorkerLauncher {
   void set_extra_args(std::function<std::vector<std::string>(uint32_t id)> f) {
     extra_args_ = std::move(f);
   }
+  // A decode node's store of shipped files (borrowed, O_DIRECTORY), given
+  // to each worker as worker::kShippedFilesFd; set before the first Launch.
+  void set_shipped_files_fd(int fd) { shipped_files_fd_ = fd; }
   absl::StatusOr<LaunchedWorker> Launch(uint32_t id) override;
   void Kill(pid_t pid) override;
   WorkerExit Reap(pid_t pid) override;
@@ -91,6 +94,7 @@ class PosixSpawnLauncher : public WorkerLauncher {
   const bool sandbox_;
   const int transcode_cache_fd_;
   const int prepared_cache_fd_;
+  int shipped_files_fd_ = -1;
 };
 
 }  // namespace stoker

@@ -23,9 +23,11 @@ uint64_t Align(uint64_t n) { return (n + 63) / 64 * 64; }
 
 }  // namespace
 
-DecodeNode::DecodeNode(WorkerLauncher* launcher, Clock* clock, DecodeNodeOptions o)
-    : launcher_(launcher),
-      clock_(clock),
+DecodeNode::DecodeNode(DecodeNodeEnv env, DecodeNodeOptions o)
+    : launcher_(env.launcher),
+      clock_(env.clock),
+      files_(env.files),
+      prepared_(env.prepared),
       options_(std::move(o)),
       arena_bytes_(Arena(options_.arena_bytes).capacity()),
       arena_(options_.arena_bytes) {}
@@ -69,6 +71,12 @@ DecodeNodeStats DecodeNode::stats() const {
   DecodeNodeStats s = stats_;
   s.worker_restarts = pool_ != nullptr ? pool_->restarts_total() : 0;
   s.arena_used = arena_.used();
+  if (files_ != nullptr) s.files = files_->stats();
+  if (prepared_ != nullptr) {
+    const PreparedCacheBudget::Stats p = prepared_->stats();
+    s.prepared_entries = p.entries;
+    s.prepared_hits = p.volume_hits + p.image_hits;
+  }
   return s;
 }
 
@@ -96,10 +104,81 @@ grpc::Status DecodeNode::Info(grpc::ServerContext* ctx, const v1::DecodeNodeInfo
   out->set_bytes_out(s.bytes_out);
   out->set_worker_restarts(s.worker_restarts);
   out->set_arena_used_bytes(s.arena_used);
+  out->set_files_held(s.files.files);
+  out->set_files_bytes(s.files.bytes);
+  out->set_files_received(s.files.received);
+  out->set_prepared_entries(s.prepared_entries);
+  out->set_prepared_hits(s.prepared_hits);
   return grpc::Status::OK;
 }
 
+grpc::Status DecodeNode::Has(grpc::ServerContext* ctx, const v1::HasFilesRequest* req,
+                             v1::HasFilesReply* out) {
+  if (grpc::Status st = CheckCall(*ctx, options_.token); !st.ok()) return st;
+  if (files_ == nullptr) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "this decode node takes no shipped files: use --decode-shared-root");
+  }
+  if (req->keys_size() > 4096) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "more than 4096 keys in one question");
+  }
+  const std::vector<std::string> keys(req->keys().begin(), req->keys().end());
+  for (bool have : files_->Has(keys)) out->add_have(have);
+  out->set_max_bytes(files_->budget());
+  return grpc::Status::OK;
+}
+
+absl::Status DecodeNode::Receive(Stream* s, const v1::FileChunk& c) {
+  if (files_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "this decode node takes no shipped files: use --decode-shared-root");
+  }
+  if (c.offset() == 0) {
+    auto up = files_->Begin(c.key(), c.size());
+    if (!up.ok()) return up.status();
+    s->upload = *std::move(up);
+  } else if (s->upload == nullptr || s->upload->key() != c.key() ||
+             s->upload->size() != c.size() || s->upload->written() != c.offset()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shipped file ", c.key(), ": a piece at ", c.offset(), " out of order"));
+  }
+  if (absl::Status st = s->upload->Append(c.data()); !st.ok()) return st;
+  {
+    absl::MutexLock l(&mu_);
+    stats_.bytes_in += c.data().size();
+  }
+  if (s->upload->written() < s->upload->size()) return absl::OkStatus();
+  return files_->Commit(std::move(s->upload));
+}
+
+absl::Status DecodeNode::PinFiles(const worker::TaskMsg& m, std::vector<std::string>* keys) {
+  if (files_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "this decode node takes no shipped files: use --decode-shared-root");
+  }
+  if (m.clip.params.frames == 0 && m.has_volume == 0) {
+    return absl::InvalidArgumentError("shipped files for a task that is not a clip or a volume");
+  }
+  for (std::string_view k : TaskFiles(m)) keys->emplace_back(k);
+  for (const std::string& k : *keys) {
+    if (!IsStoreKey(k)) return absl::InvalidArgumentError("a shipped task names a file by no key");
+  }
+  if (keys->empty()) return absl::InvalidArgumentError("a shipped task names no file");
+  if (absl::Status st = files_->Acquire(*keys); !st.ok()) {
+    keys->clear();
+    return absl::FailedPreconditionError(st.message());
+  }
+  return absl::OkStatus();
+}
+
+void DecodeNode::UnpinFilesLocked(Task& t) {
+  if (t.files.empty()) return;
+  files_->Release(t.files);
+  t.files.clear();
+}
+
 absl::Status DecodeNode::Submit(Stream* s, const v1::DecodeTask& req) {
+  if (req.task().empty() && req.has_file()) return Receive(s, req.file());
   auto t = std::make_shared<Task>();
   t->msg = std::make_unique<worker::TaskMsg>();
   worker::TaskMsg& m = *t->msg;
@@ -110,8 +189,8 @@ absl::Status DecodeNode::Submit(Stream* s, const v1::DecodeTask& req) {
   const bool has_mask = m.mask_path_bytes != 0 || m.has_volume != 0;
   if ((m.clip.params.frames != 0 || m.has_volume != 0) && !req.input().empty()) {
     return absl::InvalidArgumentError(
-        "video clips and volumes are read by the decode node from its own data root "
-        "(--decode-shared-root), not shipped");
+        "a video clip's or a volume's files are shipped whole (DecodeTask.file), not as the "
+        "task's input");
   }
   if (req.input().empty() && !req.mask().empty()) {
     return absl::InvalidArgumentError("a mask's bytes without its image's");
@@ -154,10 +233,14 @@ absl::Status DecodeNode::Submit(Stream* s, const v1::DecodeTask& req) {
 
   t->trainer_id = m.task_id;
   t->stream = s;
+  if (m.shipped_files != 0) {
+    if (absl::Status st = PinFiles(m, &t->files); !st.ok()) return st;
+  }
   {
     absl::MutexLock l(&mu_);
     stats_.bytes_in += req.input().size() + req.mask().size();
     if (total > arena_.capacity()) {
+      UnpinFilesLocked(*t);
       // Answered at once: the node could never hold it.
       t->done = true;
       t->result = worker::ResultMsg{};
@@ -174,7 +257,10 @@ absl::Status DecodeNode::Submit(Stream* s, const v1::DecodeTask& req) {
     }
     std::optional<uint64_t> off;
     while (!(off = arena_.Allocate(total)).has_value()) {
-      if (stopping_.load() || s->dropped) return absl::CancelledError("the stream ended");
+      if (stopping_.load() || s->dropped) {
+        UnpinFilesLocked(*t);
+        return absl::CancelledError("the stream ended");
+      }
       changed_.Wait(&mu_);
     }
     t->arena_offset = *off;
@@ -216,6 +302,7 @@ absl::Status DecodeNode::Submit(Stream* s, const v1::DecodeTask& req) {
   absl::MutexLock l(&mu_);
   if (stopping_.load() || s->dropped) {
     arena_.Free(t->arena_offset);
+    UnpinFilesLocked(*t);
     changed_.SignalAll();
     return absl::CancelledError("the stream ended");
   }
@@ -327,6 +414,7 @@ void DecodeNode::DropStreamLocked(Stream* s) {
       arena_.Free(t->arena_offset);
       t->arena_offset = UINT64_MAX;
     }
+    if (!t->in_flight) UnpinFilesLocked(*t);
   }
   s->order.clear();
   s->dropped = true;
@@ -336,6 +424,7 @@ void DecodeNode::DropStreamLocked(Stream* s) {
 void DecodeNode::FinishLocked(Task& t) {
   t.done = true;
   t.in_flight = false;
+  UnpinFilesLocked(t);
   if (t.result.code == 0) {
     ++stats_.tasks_done;
   } else {
@@ -353,6 +442,7 @@ void DecodeNode::OnResultLocked(const worker::ResultMsg& r) {
   if (it == in_flight_.end()) return;
   std::shared_ptr<Task> t = std::move(it->second);
   in_flight_.erase(it);
+  if (prepared_ != nullptr) prepared_->Report(r);
   t->result = r;
   FinishLocked(*t);
 }
@@ -375,6 +465,7 @@ void DecodeNode::OnDeathLocked(uint32_t w, const std::string& cause) {
     if (t->stream == nullptr) {  // orphaned: nobody waits for it
       if (t->arena_offset != UINT64_MAX) arena_.Free(t->arena_offset);
       t->arena_offset = UINT64_MAX;
+      UnpinFilesLocked(*t);
       continue;
     }
     if (on_it && t->crashes.Count(death.self_inflicted)) {

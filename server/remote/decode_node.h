@@ -13,7 +13,11 @@
 //      RESOURCE_EXHAUSTED at once.
 //   3. The inputs are copied in (the trainer's encoded bytes; none when it
 //      reads from the node's own data root), the task's offsets rewritten to
-//      the range, its caches and faults cleared, and it is queued.
+//      the range, its caches and faults cleared, and it is queued. A clip or
+//      volume whose files were shipped (TaskMsg.shipped_files) pins them in
+//      the store (file_store.h) until it is answered or dropped; a piece of a
+//      shipped file (DecodeTask.file) is written to the store, and answered
+//      by nothing.
 //   4. The dispatcher sends queued tasks to workers (WorkerPool, as
 //      stokerd's own; the arena is every worker's one ring); a worker's
 //      death redoes its tasks here, and a sample that kills kMaxSelfCrashes
@@ -41,6 +45,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -48,8 +53,10 @@
 #include "common/clock.h"
 #include "common/posix.h"
 #include "server/engine/worker_launcher.h"
+#include "server/engine/prepared_cache_budget.h"
 #include "server/engine/worker_pool.h"
 #include "server/remote/arena.h"
+#include "server/remote/file_store.h"
 #include "stoker/v1/decode.grpc.pb.h"
 
 namespace stoker::remote {
@@ -74,12 +81,29 @@ struct DecodeNodeStats {
   uint64_t bytes_out = 0;
   uint64_t worker_restarts = 0;
   uint64_t arena_used = 0;
+  FileStoreStats files;
+  uint64_t prepared_entries = 0;
+  uint64_t prepared_hits = 0;
+};
+
+// What a node works with, all borrowed (they must outlive it), injected as
+// leveldb injects its Env.
+struct DecodeNodeEnv {
+  WorkerLauncher* launcher = nullptr;
+  Clock* clock = nullptr;
+  // Where shipped clips' and volumes' files go (the launcher gives its
+  // folder to the workers); null: they are refused, naming
+  // --decode-shared-root.
+  FileStore* files = nullptr;
+  // The node's --prepared-cache (the launcher gives its folder to the
+  // workers): volumes are prepared once per node, not once per patch; null:
+  // none.
+  PreparedCacheBudget* prepared = nullptr;
 };
 
 class DecodeNode final : public v1::DecodeNode::Service {
  public:
-  // `launcher` and `clock` are borrowed and must outlive the node.
-  DecodeNode(WorkerLauncher* launcher, Clock* clock, DecodeNodeOptions o);
+  DecodeNode(DecodeNodeEnv env, DecodeNodeOptions o);
   ~DecodeNode() override;
   DecodeNode(const DecodeNode&) = delete;
   DecodeNode& operator=(const DecodeNode&) = delete;
@@ -96,6 +120,8 @@ class DecodeNode final : public v1::DecodeNode::Service {
   grpc::Status Decode(
       grpc::ServerContext* ctx,
       grpc::ServerReaderWriter<v1::DecodeResult, v1::DecodeTask>* stream) override;
+  grpc::Status Has(grpc::ServerContext* ctx, const v1::HasFilesRequest* req,
+                   v1::HasFilesReply* out) override;
 
  private:
   struct Stream;
@@ -111,16 +137,23 @@ class DecodeNode final : public v1::DecodeNode::Service {
     bool done = false;
     worker::ResultMsg result;
     CrashTally crashes;
+    std::vector<std::string> files;  // shipped files it pins (released when answered)
   };
   struct Stream {
     std::deque<std::shared_ptr<Task>> order;  // as sent; answered from the front
     bool reader_done = false;
     bool dropped = false;  // step 6 ran: takes no more tasks
     std::string error;  // a malformed task: the stream's end status
+    std::unique_ptr<FileStore::Upload> upload;  // a shipped file coming in (the reader's)
   };
 
   // Steps 1-3 for one request (the reader). Not OK: end the stream.
   absl::Status Submit(Stream* s, const v1::DecodeTask& req) ABSL_LOCKS_EXCLUDED(mu_);
+  // A piece of a shipped file (the reader).
+  absl::Status Receive(Stream* s, const v1::FileChunk& chunk) ABSL_LOCKS_EXCLUDED(mu_);
+  // The store keys a shipped task names, checked, and pinned.
+  absl::Status PinFiles(const worker::TaskMsg& m, std::vector<std::string>* keys);
+  void UnpinFilesLocked(Task& t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The dispatcher (step 4).
   void DispatchLoop();
   void OnResultLocked(const worker::ResultMsg& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -134,6 +167,8 @@ class DecodeNode final : public v1::DecodeNode::Service {
 
   WorkerLauncher* const launcher_;
   Clock* const clock_;
+  FileStore* const files_;
+  PreparedCacheBudget* const prepared_;
   const DecodeNodeOptions options_;
   const uint64_t arena_bytes_;  // the arena's size (Arena::capacity)
   UniqueFd arena_fd_;

@@ -1,5 +1,6 @@
 #include "server/remote/node_server.h"
 
+#include <cstdlib>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -12,6 +13,13 @@
 #include "spdlog/spdlog.h"
 
 namespace stoker::remote {
+namespace {
+
+// A shipped file a relay was told the node has is kept at least this long:
+// the relay's task that reads it comes well before.
+constexpr int64_t kKeepShippedNs = int64_t{60} * 1'000'000'000;
+
+}  // namespace
 
 NodeServer::NodeServer(v1::DaemonConfig c) : config_(std::move(c)) {}
 
@@ -24,7 +32,18 @@ absl::Status NodeServer::Start() {
   root_ = std::move(*root);
   auto binary = WorkerBinaryPath(config_.worker_binary());
   if (!binary.ok()) return binary.status();
-  launcher_ = std::make_unique<PosixSpawnLauncher>(*binary, root_->fd(), config_.worker_sandbox());
+  if (!config_.prepared_cache().empty()) {
+    auto cache = OpenPreparedCache(config_.prepared_cache(), config_.prepared_cache_mb(), WallNs());
+    if (cache.ok()) {
+      prepared_ = *std::move(cache);
+    } else {
+      spdlog::warn("prepared cache {} cannot be used ({}); volumes are prepared for every patch",
+                   config_.prepared_cache(), cache.status().ToString());
+    }
+  }
+  launcher_ = std::make_unique<PosixSpawnLauncher>(*binary, root_->fd(), config_.worker_sandbox(),
+                                                   /*transcode_cache_fd=*/-1,
+                                                   prepared_.fd.valid() ? prepared_.fd.get() : -1);
   DecodeNodeOptions o;
   const CpuBudget budget = ReadCpuBudget(SystemCpuBudgetEnv());
   o.workers = config_.workers() != 0
@@ -42,7 +61,19 @@ absl::Status NodeServer::Start() {
   }
   auto creds = NodeServerCredentials(config_);
   if (!creds.ok()) return creds.status();
-  node_ = std::make_unique<DecodeNode>(launcher_.get(), SystemClock(), o);
+  const char* tmp = std::getenv("TMPDIR");
+  auto files = FileStore::Create(tmp != nullptr && tmp[0] == '/' ? tmp : "/tmp",
+                                 static_cast<uint64_t>(config_.decode_files_mb() * 1048576.0),
+                                 SystemClock(), kKeepShippedNs);
+  if (!files.ok()) return files.status();
+  files_ = *std::move(files);
+  launcher_->set_shipped_files_fd(files_->dir_fd());
+  DecodeNodeEnv env;
+  env.launcher = launcher_.get();
+  env.clock = SystemClock();
+  env.files = files_.get();
+  env.prepared = prepared_.budget.get();
+  node_ = std::make_unique<DecodeNode>(env, o);
   if (absl::Status st = node_->Start(); !st.ok()) return st;
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -71,6 +102,8 @@ absl::Status NodeServer::Start() {
   }
   grpc_->GetHealthCheckService()->SetServingStatus(true);
   grpc_->GetHealthCheckService()->SetServingStatus("stoker.v1.DecodeNode", true);
+  spdlog::info("shipped videos and volumes kept in {} (at most {} MiB)", files_->path(),
+               files_->budget() >> 20);
   spdlog::info("stokerd {} decode node: {} worker(s), listening on {} (port {}, {}){}",
                STOKER_VERSION, o.workers, config_.listen(), port_,
                config_.tls_ca().empty() ? "clear text, token (development mode)" : "mutual TLS",
@@ -94,9 +127,11 @@ void NodeServer::Stop() {
   }
   if (node_ != nullptr) {
     const DecodeNodeStats s = node_->stats();
-    spdlog::info("decode node stopped: {} tasks done, {} failed, {} streams, {} MiB in, {} MiB out",
-                 s.tasks_done, s.tasks_failed, s.streams_total, s.bytes_in >> 20,
-                 s.bytes_out >> 20);
+    spdlog::info(
+        "decode node stopped: {} tasks done, {} failed, {} streams, {} MiB in, {} MiB out, {} "
+        "shipped files received",
+        s.tasks_done, s.tasks_failed, s.streams_total, s.bytes_in >> 20, s.bytes_out >> 20,
+        s.files.received);
   }
 }
 

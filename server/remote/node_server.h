@@ -3,7 +3,9 @@
 // standard health service there and, in clear text for Kubernetes probes, on
 // --status-addr; the workers are ordinary stoker-workers confined to
 // --data-root (where a node reads samples itself, --decode-shared-root on
-// the trainers).
+// the trainers) and to the store of files trainers ship (file_store.h, a
+// private folder under $TMPDIR, --decode-files-mb) and its --prepared-cache
+// (a volume is prepared once per node, not once per patch).
 //
 // Thread safety: Start and Stop from one thread.
 
@@ -34,7 +36,9 @@ class NodeServer {
  private:
   const v1::DaemonConfig config_;
   std::unique_ptr<DataRoot> root_;
+  PreparedCache prepared_;  // --prepared-cache: volumes prepared once per node
   std::unique_ptr<PosixSpawnLauncher> launcher_;
+  std::unique_ptr<FileStore> files_;  // shipped videos and volumes; outlives node_
   std::unique_ptr<DecodeNode> node_;
   std::unique_ptr<grpc::Server> grpc_;
   int port_ = 0;

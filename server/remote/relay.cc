@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -12,6 +13,8 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -30,7 +33,17 @@ struct Held {
   std::unique_ptr<worker::TaskMsg> task;
   bool local = false;  // answered here (its input could not be read)
   worker::ResultMsg result;
+  // A shipped clip's or volume's files: (store key, path) for the node's
+  // reasons, which name the keys.
+  std::vector<std::pair<std::string, std::string>> shipped;
 };
+
+// A shipped file's pieces on the stream.
+constexpr size_t kPieceBytes = size_t{4} << 20;
+// Whether the node still has a file this relay sent or was told of is asked
+// again after this long; the node keeps a file a minute from each question
+// (file_store.h), so a task never names one it dropped.
+constexpr int64_t kRecheckNs = int64_t{30} * 1'000'000'000;
 
 // Ends the relay; a non-zero `status` says why on stderr (the daemon's log).
 [[noreturn]] void Quit(const RelayOptions& o, int status, const std::string& why) {
@@ -90,11 +103,10 @@ class Relay {
   int Run() {
     auto creds = RelayChannelCredentials(o_.tls_ca, o_.tls_cert, o_.tls_key);
     if (!creds.ok()) Quit(o_, kRelayExitNodeLost, std::string(creds.status().message()));
-    std::string token;
     if (!o_.token_file.empty()) {
       auto t = ReadToken(o_.token_file);
       if (!t.ok()) Quit(o_, kRelayExitNodeLost, std::string(t.status().message()));
-      token = *t;
+      token_ = *t;
     }
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 1000);
@@ -109,10 +121,9 @@ class Relay {
                                    std::chrono::milliseconds(o_.timeout_ms))) {
       Quit(o_, kRelayExitNodeLost, "cannot connect");
     }
-    auto stub = v1::DecodeNode::NewStub(channel);
-    ctx_.AddMetadata(kFingerprintKey, ProtocolFingerprint());
-    if (!token.empty()) ctx_.AddMetadata(kTokenKey, token);
-    stream_ = stub->Decode(&ctx_);
+    stub_ = v1::DecodeNode::NewStub(channel);
+    Sign(&ctx_);
+    stream_ = stub_->Decode(&ctx_);
     worker::HelloMsg hello;
     hello.pid = ::getpid();
     if (!worker::SendMessage(channel_, &hello, sizeof(hello))) return 0;
@@ -122,6 +133,126 @@ class Relay {
   }
 
  private:
+  void Sign(grpc::ClientContext* ctx) const {
+    ctx->AddMetadata(kFingerprintKey, ProtocolFingerprint());
+    if (!token_.empty()) ctx->AddMetadata(kTokenKey, token_);
+  }
+
+  // A clip's or a volume's files, sent whole to the node unless it has them
+  // (decode.proto, Has and FileChunk); `out` becomes the task naming them by
+  // store key. Errors are the sample's (a file that cannot be read, one
+  // larger than the node takes); a node that cannot be asked ends the relay.
+  absl::Status ShipFiles(const worker::TaskMsg& t, worker::TaskMsg* out, size_t* out_bytes,
+                         Held* h) {
+    struct File {
+      std::string_view path;
+      worker::Input in;
+      std::string key;
+    };
+    std::vector<File> files;
+    const bool clip = t.clip.params.frames != 0;
+    for (std::string_view path : TaskFiles(t)) {
+      File f;
+      f.path = path;
+      // A clip's video may be a range of a shard; a volume's files are whole.
+      const bool range = clip && t.has_range != 0;
+      if (absl::Status st = worker::OpenChecked(root_, path, range, t.file_offset, t.file_length,
+                                                0, &f.in);
+          !st.ok()) {
+        return st;
+      }
+      f.key = ShippedFileKey(path, f.in.st, range, f.in.begin, f.in.length);
+      files.push_back(std::move(f));
+    }
+    const int64_t now = MonotonicNs();
+    v1::HasFilesRequest ask;
+    for (const File& f : files) {
+      auto it = confirmed_.find(f.key);
+      if (it == confirmed_.end() || now - it->second > kRecheckNs) ask.add_keys(f.key);
+    }
+    if (ask.keys_size() != 0) {
+      grpc::ClientContext ctx;
+      Sign(&ctx);
+      ctx.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::milliseconds(o_.timeout_ms));
+      v1::HasFilesReply have;
+      const grpc::Status st = stub_->Has(&ctx, ask, &have);
+      if (!st.ok()) {
+        Quit(o_, kRelayExitNodeLost, absl::StrCat("asking for shipped files: ", st.error_message()));
+      }
+      if (have.have_size() != ask.keys_size()) Quit(o_, kRelayExitNodeBad, "a wrong Has answer");
+      for (int k = 0; k < ask.keys_size(); ++k) {
+        if (have.have(k)) {
+          confirmed_[ask.keys(k)] = now;
+          continue;
+        }
+        const File& f = *std::find_if(files.begin(), files.end(),
+                                      [&](const File& x) { return x.key == ask.keys(k); });
+        if (f.in.length > have.max_bytes()) {
+          return absl::ResourceExhaustedError(absl::StrCat(
+              std::string(f.path), ": ", f.in.length, " bytes, more than the decode node ",
+              o_.node, " keeps (", have.max_bytes(), ": its --decode-files-mb)"));
+        }
+        if (absl::Status sent = Send(f.path, f.in, f.key); !sent.ok()) return sent;
+        confirmed_[f.key] = MonotonicNs();
+      }
+    }
+    // The task as the node reads it: the same, its files named by key.
+    const size_t header = worker::TaskHeaderBytes();
+    std::memcpy(static_cast<void*>(out), &t, header);
+    std::string image, mask;
+    const size_t image_files = files.size() - (t.mask_path_bytes != 0 ? 1 : 0);
+    for (size_t i = 0; i < files.size(); ++i) {
+      std::string& part = i < image_files ? image : mask;
+      if (!part.empty()) part.push_back('\0');
+      part += files[i].key;
+      h->shipped.emplace_back(files[i].key, std::string(files[i].path));
+    }
+    if (image.size() + mask.size() > worker::kMaxPathBytes) {
+      return absl::InvalidArgumentError("too many files for one task");
+    }
+    out->path_bytes = static_cast<uint32_t>(image.size());
+    out->mask_path_bytes = static_cast<uint32_t>(mask.size());
+    std::memcpy(out->path, image.data(), image.size());
+    std::memcpy(out->path + image.size(), mask.data(), mask.size());
+    out->has_range = 0;
+    out->file_offset = 0;
+    out->file_length = 0;
+    out->shipped_files = 1;
+    *out_bytes = header + image.size() + mask.size();
+    return absl::OkStatus();
+  }
+
+  // One file's pieces, on the stream (only this thread writes to it).
+  absl::Status Send(std::string_view path, const worker::Input& in, const std::string& key) {
+    v1::DecodeTask piece;
+    v1::FileChunk* c = piece.mutable_file();
+    c->set_key(key);
+    c->set_size(in.length);
+    std::string* data = c->mutable_data();
+    for (uint64_t at = 0; at < in.length;) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(kPieceBytes, in.length - at));
+      data->resize(n);
+      size_t got = 0;
+      while (got < n) {
+        const ssize_t r = ::pread(in.fd.get(), data->data() + got, n - got,
+                                  static_cast<off_t>(in.begin + at + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return PosixError(absl::StrCat("read ", std::string(path)), errno);
+        if (r == 0) {
+          return absl::DataLossError(absl::StrCat(std::string(path), ": shrank while read"));
+        }
+        got += static_cast<size_t>(r);
+      }
+      c->set_offset(at);
+      if (!stream_->Write(piece)) Quit(o_, kRelayExitNodeLost, "the stream to the node broke");
+      at += n;
+      std::lock_guard<std::mutex> l(mu_);
+      progress_ns_ = MonotonicNs();  // a long upload is progress, not silence
+    }
+    return absl::OkStatus();
+  }
+
   int ReadChannel() {
     auto buf = std::make_unique<worker::TaskMsg>();
     char* raw = reinterpret_cast<char*>(buf.get());
@@ -163,8 +294,17 @@ class Relay {
     h.task = std::make_unique<worker::TaskMsg>();
     std::memcpy(h.task.get(), &t, bytes);
     v1::DecodeTask req;
-    req.set_task(PackTask(t, bytes));
-    absl::Status st = o_.shared_root ? absl::OkStatus() : ReadInputs(t, root_, &req);
+    absl::Status st;
+    if (o_.shared_root) {
+      req.set_task(PackTask(t, bytes));
+    } else if (t.clip.params.frames != 0 || t.has_volume != 0) {
+      size_t shipped_bytes = 0;
+      st = ShipFiles(t, shipped_.get(), &shipped_bytes, &h);
+      if (st.ok()) req.set_task(PackTask(*shipped_, shipped_bytes));
+    } else {
+      req.set_task(PackTask(t, bytes));
+      st = ReadInputs(t, root_, &req);
+    }
     if (st.ok() && t.has_boxes != 0) {
       std::lock_guard<std::mutex> l(mu_);
       const Mapping* ring = Ring(t);
@@ -225,6 +365,17 @@ class Relay {
       if (absl::Status st = CheckResult(t, res, &r); !st.ok()) {
         Quit(o_, kRelayExitNodeBad, absl::StrCat("cut off: ", st.message()));
       }
+      if (r.code != 0 && !held_.front().shipped.empty()) {
+        // The node's reason names the files by key: name them by path.
+        std::string why(r.reason);
+        for (const auto& [key, path] : held_.front().shipped) {
+          for (size_t at = why.find(key); at != std::string::npos; at = why.find(key, at)) {
+            why.replace(at, key.size(), path);
+            at += path.size();
+          }
+        }
+        worker::CopyText(why, r.reason);
+      }
       if (r.code == 0) {
         const Mapping* ring = Ring(t);
         if (ring == nullptr) {
@@ -274,8 +425,14 @@ class Relay {
   const RelayOptions o_;
   const int channel_;
   const int root_;
+  std::string token_;
+  std::unique_ptr<v1::DecodeNode::Stub> stub_;
   grpc::ClientContext ctx_;
   std::unique_ptr<grpc::ClientReaderWriter<v1::DecodeTask, v1::DecodeResult>> stream_;
+  // The reader thread's: shipped files the node has (key -> when it said so
+  // or they were sent), and the task rewritten to name them.
+  std::unordered_map<std::string, int64_t> confirmed_;
+  std::unique_ptr<worker::TaskMsg> shipped_ = std::make_unique<worker::TaskMsg>();
   std::mutex mu_;
   std::unordered_map<uint64_t, Mapping> rings_;
   std::deque<Held> held_;

@@ -1,5 +1,6 @@
 #include "server/remote/wire.h"
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -8,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "grpcpp/security/server_credentials.h"
+#include "server/engine/transcode_cache.h"
 
 namespace stoker::remote {
 namespace {
@@ -286,6 +288,24 @@ absl::Status CheckResult(const worker::TaskMsg& t, const v1::DecodeResult& res,
     return absl::DataLossError("boxes of the wrong size");
   }
   return absl::OkStatus();
+}
+
+std::string ShippedFileKey(std::string_view path, const struct stat& st, bool has_range,
+                           uint64_t offset, uint64_t length) {
+  return CacheEntryName(CacheKeyFor(IdentityOf(path, st, has_range, offset, length))).substr(0, 32);
+}
+
+std::vector<std::string_view> TaskFiles(const worker::TaskMsg& t) {
+  std::vector<std::string_view> files;
+  const std::string_view all(t.path, t.path_bytes + t.mask_path_bytes);
+  for (std::string_view part : {all.substr(0, t.path_bytes), all.substr(t.path_bytes)}) {
+    for (size_t at = 0; at < part.size();) {
+      const size_t end = std::min(part.find('\0', at), part.size());
+      files.push_back(part.substr(at, end - at));
+      at = end + 1;
+    }
+  }
+  return files;
 }
 
 }  // namespace stoker::remote

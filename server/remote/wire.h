@@ -10,10 +10,13 @@
 #ifndef STOKER_SERVER_REMOTE_WIRE_H_
 #define STOKER_SERVER_REMOTE_WIRE_H_
 
+#include <sys/stat.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -103,6 +106,17 @@ uint64_t OutputBytes(const worker::TaskMsg& t, const worker::ResultMsg& r);
 // DATA_LOSS naming what is wrong (the relay then cuts the node off).
 absl::Status CheckResult(const worker::TaskMsg& t, const v1::DecodeResult& res,
                          worker::ResultMsg* r);
+
+// A shipped file's store key (file_store.h): 32 lowercase hex digits of the
+// file's identity on the trainer node (transcode_cache.h, IdentityOf: its
+// path, byte range, size, mtime and inode), so a changed file is sent anew.
+std::string ShippedFileKey(std::string_view path, const struct stat& st, bool has_range,
+                           uint64_t offset, uint64_t length);
+
+// The files a clip or volume task reads, in the order a shipped task names
+// them by key: the image's (a volume's channels, NUL-separated in its path)
+// then the mask's (a volume's label).
+std::vector<std::string_view> TaskFiles(const worker::TaskMsg& t);
 
 }  // namespace stoker::remote
 

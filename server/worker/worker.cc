@@ -446,15 +446,22 @@ int Serve(const WorkerFds& fds) {
         }
         if (t.fault == kFaultCrash) ::abort();
         if (t.fault == kFaultHang) ::pause();
+        // A decode node's clip or volume whose files were shipped to it.
+        const int files_root = t.shipped_files != 0 ? fds.shipped_files : fds.data_root;
+        if (t.shipped_files != 0 && files_root < 0) {
+          SetReason(&r, absl::StatusCode::kInternal, "shipped files, but no store to read them from");
+          if (!SendMessage(fds.channel, &r, sizeof(r))) return 1;
+          break;
+        }
         if (t.has_volume != 0) {  // a volume session's sample
           uint8_t* base = static_cast<uint8_t*>(it->second.map.addr());
-          volumes.Run(t, path, mask_path, fds.data_root, fds.prepared_cache, base + t.out_offset,
+          volumes.Run(t, path, mask_path, files_root, fds.prepared_cache, base + t.out_offset,
                       t.mask_out_capacity != 0 ? base + t.mask_out_offset : nullptr, &r);
           if (!SendMessage(fds.channel, &r, sizeof(r))) return 1;
           break;
         }
         if (t.clip.params.frames != 0) {  // a video session's clip
-          clips.Run(t, path, fds.data_root,
+          clips.Run(t, path, files_root,
                     static_cast<uint8_t*>(it->second.map.addr()) + t.out_offset, &r);
           if (!SendMessage(fds.channel, &r, sizeof(r))) return 1;
           clips.Trim(size_t{256} << 20);

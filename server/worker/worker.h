@@ -28,6 +28,7 @@ struct WorkerFds {
   int data_root = -1;        // O_DIRECTORY: every file is opened beneath it
   int transcode_cache = -1;  // O_DIRECTORY of the transcode cache; -1: none
   int prepared_cache = -1;   // O_DIRECTORY of the prepared cache; -1: none
+  int shipped_files = -1;    // O_DIRECTORY of a decode node's shipped files; -1: none
 };
 
 // Serves until the daemon is done. Returns the process's exit status: 0

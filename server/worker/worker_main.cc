@@ -43,6 +43,9 @@ int main(int argc, char** argv) {
   const int volumes = ::fcntl(stoker::worker::kPreparedCacheFd, F_GETFD) >= 0
                           ? stoker::worker::kPreparedCacheFd
                           : -1;
+  const int shipped = ::fcntl(stoker::worker::kShippedFilesFd, F_GETFD) >= 0
+                          ? stoker::worker::kShippedFilesFd
+                          : -1;
   if (sandbox && stoker::WorkerSandboxAvailable()) {
     absl::Status st = stoker::ApplyWorkerSandbox();
     if (!st.ok()) {
@@ -51,5 +54,5 @@ int main(int argc, char** argv) {
     }
   }
   return stoker::worker::Serve(
-      {stoker::worker::kChannelFd, stoker::worker::kDataRootFd, cache, volumes});
+      {stoker::worker::kChannelFd, stoker::worker::kDataRootFd, cache, volumes, shipped});
 }

@@ -42,6 +42,7 @@ inline constexpr int kChannelFd = 3;   // the worker's end of its socketpair
 inline constexpr int kDataRootFd = 4;  // the daemon's --data-root, O_DIRECTORY
 inline constexpr int kTranscodeCacheFd = 5;  // --transcode-cache DIR, O_DIRECTORY (if set)
 inline constexpr int kPreparedCacheFd = 6;     // --prepared-cache DIR, O_DIRECTORY (if set)
+inline constexpr int kShippedFilesFd = 7;  // a decode node's shipped files, O_DIRECTORY (nodes only)
 inline constexpr uint32_t kMaxPathBytes = 4096;
 inline constexpr uint32_t kReasonBytes = 480;
 
@@ -165,6 +166,10 @@ struct TaskMsg {
   // [mask_input_offset, + mask_input_length); the paths then only name the
   // sample in reasons. No cache is used. 0: the paths are read.
   uint32_t inline_input = 0;
+  // A clip's or a volume's files were shipped to a decode node
+  // (server/remote/file_store.h): the paths are store keys, read beneath
+  // kShippedFilesFd, not the data root.
+  uint32_t shipped_files = 0;
   uint64_t input_offset = 0;
   uint64_t input_length = 0;
   uint64_t mask_input_offset = 0;

@@ -147,7 +147,9 @@ def parse_proto(data: bytes) -> Dict[int, object]:
 
 INFO_FIELDS = {1: "workers", 2: "version", 3: "fingerprint", 4: "streams_open",
                5: "streams_total", 6: "tasks_done", 7: "tasks_failed", 8: "bytes_in",
-               9: "bytes_out", 10: "worker_restarts", 11: "arena_used_bytes"}
+               9: "bytes_out", 10: "worker_restarts", 11: "arena_used_bytes",
+               12: "files_held", 13: "files_bytes", 14: "files_received",
+               15: "prepared_entries", 16: "prepared_hits"}
 
 
 def channel(port: int, certs: Optional[Dict[str, str]] = None, client: str = "trainer",
@@ -266,6 +268,13 @@ class DecodeNode:
         for pid in _children(self.proc.pid):
             os.kill(pid, signal.SIGCONT)
         os.kill(self.proc.pid, signal.SIGCONT)
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        """SIGTERM, as Kubernetes stops a pod: the node ends its streams,
+        its workers and its store."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=timeout_s)
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

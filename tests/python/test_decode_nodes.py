@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -433,11 +434,24 @@ def test_a_node_never_reads_outside_its_data_root(stoker, build_dir, corpus, dae
     assert int(node_status(stoker, t.socket)[0][0]["samples_failed"]) == node.info()["tasks_failed"]
 
 
-def test_video_clips_and_volumes_go_to_nodes_that_share_the_data_root(
-        stoker, build_dir, corpus, daemon_factory, nodes, kinetics_root, task):
-    """With --decode-shared-root, clip and volume sessions use decode nodes
-    too (each node reads the video or the volume from its own data root):
-    the same clips and patches as a node alone."""
+def store_of(node) -> str:
+    """The folder a decode node keeps shipped files in (from its log)."""
+    m = re.search(r"shipped videos and volumes kept in (\S+) ", open(node.log_path).read())
+    assert m, node.log_tail()
+    return m.group(1)
+
+
+def count_files(root: str) -> int:
+    return sum(len(files) for _, _, files in os.walk(root))
+
+
+@pytest.mark.parametrize("mode", ["shipped", "shared"])
+def test_video_clips_and_volumes_go_to_decode_nodes(
+        stoker, build_dir, corpus, daemon_factory, nodes, kinetics_root, task, mode):
+    """Clip and volume sessions use decode nodes: the same clips and patches
+    as a node alone. Shipped (the default), each video or volume file crosses
+    once per node, whole, and is kept in the node's store, which its stop
+    removes; with --decode-shared-root each node reads its own data root."""
     import torch
     from stoker import volume as V
     from test_video_loader import EXTENSIONS, eval_preset
@@ -461,11 +475,14 @@ def test_video_clips_and_volumes_go_to_nodes_that_share_the_data_root(
         local = daemon_factory(workers=1, data_root=root)
         want = run(local.socket)
         local.stop()
-        node = start_node(build_dir, corpus, data_root=root)
+        shipped = mode == "shipped"
+        # Shipped, the node's own data root is empty: everything it reads
+        # came over the stream.
+        node = start_node(build_dir, corpus, **({} if shipped else {"data_root": root}))
         nodes.append(node)
         t = daemon_factory(workers=1, data_root=root, extra_args=[
             "--decode-nodes", f"127.0.0.1:{node.port}", "--decode-when", "always",
-            "--decode-shared-root", "--decode-node-workers", "2",
+            *([] if shipped else ["--decode-shared-root"]), "--decode-node-workers", "2",
             *trainer_auth(None, corpus["token"])])
         wait_until(lambda: int(node_status(stoker, t.socket)[0][0]["connected"]) == 2, 30,
                    "the relays to connect")
@@ -478,7 +495,61 @@ def test_video_clips_and_volumes_go_to_nodes_that_share_the_data_root(
             else:  # clips: (clips, labels)
                 assert torch.equal(g[0], w[0]) and torch.equal(g[1], w[1])
         assert remote_done(stoker, t.socket) > 0, root
-        t.stop()
+        info = node.info()
+        if shipped:
+            # Each file at most once (the volumes were read for two epochs),
+            # and every one kept; none read from the node's own root.
+            store = store_of(node)
+            assert 0 < info["files_received"] <= count_files(root), (info, root)
+            assert info["files_held"] == info["files_received"] == count_files(store)
+            again = run(t.socket)
+            assert len(again) == len(got)
+            after = node.info()
+            assert after["files_received"] == info["files_received"]
+            if root == str(volume_root):
+                # Prepared once per node (its --prepared-cache), then served.
+                assert 0 < after["prepared_entries"] <= 4 and after["prepared_hits"] > 0, after
+            t.stop()
+            node.stop()
+            assert not os.path.exists(store), "the node left its shipped files behind"
+        else:
+            assert info["files_received"] == 0
+            t.stop()
+
+
+def test_a_shipped_volume_that_fails_is_named_by_its_path(stoker, build_dir, corpus,
+                                                           daemon_factory, nodes, task, tmp_path):
+    """A corrupt volume decoded on a node fails as a sample, named by its
+    path on the trainer node (not by its store key); the epoch completes."""
+    root, _ = task
+    work = tmp_path / "data"
+    shutil.copytree(root, work)
+    (work / "Task09" / "imagesTr" / "ct_1.nii.gz").write_bytes(b"\x1f\x8b" + os.urandom(300))
+    node = start_node(build_dir, corpus)
+    nodes.append(node)
+    # No local worker does volume work: every sample goes to the node.
+    t = daemon_factory(workers=1, data_root=str(work), extra_args=[
+        "--decode-nodes", f"127.0.0.1:{node.port}", "--decode-when", "always",
+        "--decode-node-workers", "2", *trainer_auth(None, corpus["token"])])
+    wait_until(lambda: int(node_status(stoker, t.socket)[0][0]["connected"]) == 2, 30,
+               "the relays to connect")
+    from stoker import volume as V
+    from test_volume_loader import spleen
+    failures = []
+    for seed in range(10):
+        with stoker.Loader("Task09/dataset.json", transform=spleen(V), socket=t.socket,
+                           batch_size=2, seed=seed, epochs=1, shuffle=True) as loader:
+            assert len(list(loader)) == 2  # failures replaced, not fatal
+            st = stoker.Client(t.socket).status(include_failures=True)
+            failures += [f for x in st.get("sessions", []) for f in x.get("failures", [])]
+        if node.info()["tasks_failed"] > 0:
+            break
+    assert node.info()["tasks_failed"] > 0, "the node never met the volume in 10 epochs"
+    assert failures, "no failure reported"
+    for f in failures:
+        assert "ct_1.nii.gz" in f["path"], f
+        assert not re.search(r"[0-9a-f]{32}", f["reason"]), f
+        assert "ct_1.nii.gz" in f["reason"], f
 
 
 def test_masks_boxes_and_views_cross_to_a_node_and_back(stoker, build_dir, corpus, daemon_factory,
