@@ -58,7 +58,8 @@ void DecodeNode::Stop() {
   if (stopping_.exchange(true)) return;
   {
     absl::MutexLock l(&mu_);
-    changed_.SignalAll();
+    freed_.SignalAll();
+    for (Stream* s : streams_) s->ready.Signal();
   }
   poller_.Wake();
   if (dispatcher_.joinable()) dispatcher_.join();
@@ -252,7 +253,7 @@ absl::Status DecodeNode::Submit(Stream* s, const v1::DecodeTask& req) {
       t->arena_offset = UINT64_MAX;
       ++stats_.tasks_failed;
       s->order.push_back(t);
-      changed_.SignalAll();
+      s->ready.Signal();
       return absl::OkStatus();
     }
     std::optional<uint64_t> off;
@@ -261,7 +262,7 @@ absl::Status DecodeNode::Submit(Stream* s, const v1::DecodeTask& req) {
         UnpinFilesLocked(*t);
         return absl::CancelledError("the stream ended");
       }
-      changed_.Wait(&mu_);
+      freed_.Wait(&mu_);
     }
     t->arena_offset = *off;
   }
@@ -303,7 +304,7 @@ absl::Status DecodeNode::Submit(Stream* s, const v1::DecodeTask& req) {
   if (stopping_.load() || s->dropped) {
     arena_.Free(t->arena_offset);
     UnpinFilesLocked(*t);
-    changed_.SignalAll();
+    freed_.SignalAll();
     return absl::CancelledError("the stream ended");
   }
   t->id = next_id_++;
@@ -346,6 +347,7 @@ grpc::Status DecodeNode::Decode(
   {
     absl::MutexLock l(&mu_);
     ++stats_.streams_open;
+    streams_.insert(&s);
     ++stats_.streams_total;
   }
   std::thread reader([&] {
@@ -355,7 +357,7 @@ grpc::Status DecodeNode::Decode(
     absl::MutexLock l(&mu_);
     if (!st.ok() && st.code() != absl::StatusCode::kCancelled) s.error = std::string(st.message());
     s.reader_done = true;
-    changed_.SignalAll();
+    s.ready.Signal();
   });
   grpc::Status end = grpc::Status::OK;
   mu_.Lock();
@@ -372,24 +374,28 @@ grpc::Status DecodeNode::Decode(
     if (!s.order.empty() && s.order.front()->done) {
       std::shared_ptr<Task> t = std::move(s.order.front());
       s.order.pop_front();
+      // The next answer is ready too: let gRPC send both together.
+      grpc::WriteOptions options;
+      if (!s.order.empty() && s.order.front()->done) options.set_buffer_hint();
       v1::DecodeResult res;
       mu_.Unlock();
       Answer(*t, &res);
       const size_t bytes = res.output().size() + res.mask().size();
-      const bool ok = stream->Write(res);
+      const bool ok = stream->Write(res, options);
       mu_.Lock();
       if (t->arena_offset != UINT64_MAX) arena_.Free(t->arena_offset);
       t->arena_offset = UINT64_MAX;
       stats_.bytes_out += bytes;
-      changed_.SignalAll();
+      freed_.SignalAll();
       if (!ok) break;
       continue;
     }
     if (s.reader_done && s.order.empty()) break;
-    changed_.WaitWithTimeout(&mu_, absl::Milliseconds(100));
+    s.ready.WaitWithTimeout(&mu_, absl::Milliseconds(100));
   }
   DropStreamLocked(&s);
   --stats_.streams_open;
+  streams_.erase(&s);
   // A reader still in Read (the stream was cut, or the node stops) is woken
   // by the cancellation; one that ended keeps the status to return.
   const bool reading = !s.reader_done;
@@ -418,7 +424,7 @@ void DecodeNode::DropStreamLocked(Stream* s) {
   }
   s->order.clear();
   s->dropped = true;
-  changed_.SignalAll();
+  freed_.SignalAll();  // its reader may wait for task memory
 }
 
 void DecodeNode::FinishLocked(Task& t) {
@@ -433,8 +439,9 @@ void DecodeNode::FinishLocked(Task& t) {
   if (t.stream == nullptr && t.arena_offset != UINT64_MAX) {  // orphaned
     arena_.Free(t.arena_offset);
     t.arena_offset = UINT64_MAX;
+    freed_.SignalAll();
   }
-  changed_.SignalAll();
+  if (t.stream != nullptr) t.stream->ready.Signal();
 }
 
 void DecodeNode::OnResultLocked(const worker::ResultMsg& r) {
@@ -466,6 +473,7 @@ void DecodeNode::OnDeathLocked(uint32_t w, const std::string& cause) {
       if (t->arena_offset != UINT64_MAX) arena_.Free(t->arena_offset);
       t->arena_offset = UINT64_MAX;
       UnpinFilesLocked(*t);
+      freed_.SignalAll();
       continue;
     }
     if (on_it && t->crashes.Count(death.self_inflicted)) {

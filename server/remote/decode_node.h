@@ -33,7 +33,9 @@
 // Threads: gRPC handler threads (two per stream: the handler writes, a
 // thread it starts reads), one dispatcher. One lock (mu_) guards the pool,
 // the arena, the queue and the streams; inputs and outputs are copied
-// outside it. Clang's -Wthread-safety checks the annotations.
+// outside it. Each stream's handler waits on its own condition, readers
+// waiting for task memory on another. Clang's -Wthread-safety checks the
+// annotations.
 
 #ifndef STOKER_SERVER_REMOTE_DECODE_NODE_H_
 #define STOKER_SERVER_REMOTE_DECODE_NODE_H_
@@ -43,6 +45,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -145,6 +148,9 @@ class DecodeNode final : public v1::DecodeNode::Service {
     bool dropped = false;  // step 6 ran: takes no more tasks
     std::string error;  // a malformed task: the stream's end status
     std::unique_ptr<FileStore::Upload> upload;  // a shipped file coming in (the reader's)
+    // Its handler's wake-up: its oldest task finished, its reader ended, the
+    // node stops (one stream's answer wakes no other stream's handler).
+    absl::CondVar ready;
   };
 
   // Steps 1-3 for one request (the reader). Not OK: end the stream.
@@ -178,7 +184,8 @@ class DecodeNode final : public v1::DecodeNode::Service {
   std::atomic<bool> stopping_{false};
 
   mutable absl::Mutex mu_;
-  absl::CondVar changed_;  // a task finished, a range was freed, a stream ended
+  absl::CondVar freed_;  // arena memory was freed (or the node stops)
+  std::set<Stream*> streams_ ABSL_GUARDED_BY(mu_);  // open, each woken by Stop
   std::unique_ptr<WorkerPool> pool_ ABSL_GUARDED_BY(mu_);
   Arena arena_ ABSL_GUARDED_BY(mu_);
   std::deque<std::shared_ptr<Task>> queue_ ABSL_GUARDED_BY(mu_);
