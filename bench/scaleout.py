@@ -81,10 +81,14 @@ READING = """## Reading it
   their CPU in the kernel (the socket copies of TCP receive, task switches
   and epoll wake-ups of gRPC's synchronous API), 22% libc (16% memmove:
   the message copies), 20% libcrypto and libssl (TLS), 12% gRPC, 3.5% the
-  relay's own code; no single hot spot. The node's server cost about a
-  fifth less per image (0.35-0.47 ms against 0.53 ms for two nodes, in
-  four runs) once each stream's handler had its own wake-up and answers
-  ready together went out together (gRPC's buffer hint).
+  relay's own code; no single hot spot. The node's server costs about a
+  third less per image since each stream's handler has its own wake-up
+  (0.35-0.47 ms against 0.53 ms for two nodes, in five runs of
+  2026-12-06; four of them also sent answers ready together with gRPC's
+  buffer hint, since removed: a hinted Write of the synchronous API can wait
+  for the next write, and streams through a delay stalled). Runs on this shared host differ: two nodes gave 1.58x to
+  1.96x the trainer node alone in those five runs (mostly through the
+  "stoker alone" row, 291-341 images/s).
   Costlier decodes (full-size photos, video, volumes) gain more; the ways to
   cut the transport cost are in the issue's notes: the callback API (no
   thread hand-offs), several samples per message, `--decode-shared-root`

@@ -374,14 +374,14 @@ grpc::Status DecodeNode::Decode(
     if (!s.order.empty() && s.order.front()->done) {
       std::shared_ptr<Task> t = std::move(s.order.front());
       s.order.pop_front();
-      // The next answer is ready too: let gRPC send both together.
-      grpc::WriteOptions options;
-      if (!s.order.empty() && s.order.front()->done) options.set_buffer_hint();
+      // (No buffer hint for answers ready together: a hinted Write of the
+      // synchronous API may wait for the next write, which this thread
+      // would make.)
       v1::DecodeResult res;
       mu_.Unlock();
       Answer(*t, &res);
       const size_t bytes = res.output().size() + res.mask().size();
-      const bool ok = stream->Write(res, options);
+      const bool ok = stream->Write(res);
       mu_.Lock();
       if (t->arena_offset != UINT64_MAX) arena_.Free(t->arena_offset);
       t->arena_offset = UINT64_MAX;

@@ -269,13 +269,6 @@ class DecodeNode:
             os.kill(pid, signal.SIGCONT)
         os.kill(self.proc.pid, signal.SIGCONT)
 
-    def stop(self, timeout_s: float = 20.0) -> None:
-        """SIGTERM, as Kubernetes stops a pod: the node ends its streams,
-        its workers and its store."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=timeout_s)
-
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             kids = _children(self.proc.pid)

@@ -517,6 +517,31 @@ def test_video_clips_and_volumes_go_to_decode_nodes(
             t.stop()
 
 
+def test_a_killed_nodes_store_is_removed_by_the_next_node(build_dir, corpus, nodes, tmp_path,
+                                                         monkeypatch):
+    """The shipped-file store of a node that was killed (SIGKILL: no chance
+    to clean up) is removed by the next node started on the machine; a
+    stopped node removes its own; a live node's is never touched."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    first = start_node(build_dir, corpus)
+    nodes.append(first)
+    live = start_node(build_dir, corpus)
+    nodes.append(live)
+    killed_store, live_store = store_of(first), store_of(live)
+    assert os.path.dirname(killed_store) == str(tmp_path)
+    with open(os.path.join(killed_store, "0123456789abcdef0123456789abcdef"), "wb") as f:
+        f.write(b"a video left behind")
+    first.kill()  # waits for its workers, which hold the store's lock too
+    assert os.path.isdir(killed_store)
+    after = start_node(build_dir, corpus)
+    nodes.append(after)
+    assert not os.path.exists(killed_store), "a killed node's store was left"
+    assert os.path.isdir(live_store), "a live node's store was removed"
+    for n in (live, after):
+        n.stop()
+    assert os.listdir(tmp_path) == []
+
+
 def test_a_shipped_volume_that_fails_is_named_by_its_path(stoker, build_dir, corpus,
                                                            daemon_factory, nodes, task, tmp_path):
     """A corrupt volume decoded on a node fails as a sample, named by its
