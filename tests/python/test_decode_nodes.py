@@ -62,12 +62,12 @@ def remote_done(stoker, socket) -> int:
 
 
 def trainer(daemon_factory, corpus, node_ports, *, workers=1, when="always", tls=False,
-            extra=(), connected=True):
-    """A trainer daemon with decode nodes on these ports; with `connected`,
-    returned once every relay is connected (so that the batches read next
-    are shared with the nodes)."""
+            extra=(), connected=True, data_root=None):
+    """A trainer daemon with decode nodes on these ports (over `data_root`,
+    default the corpus'); with `connected`, returned once every relay is
+    connected (so that the batches read next are shared with the nodes)."""
     t = daemon_factory(
-        workers=workers, data_root=corpus["data"],
+        workers=workers, data_root=data_root or corpus["data"],
         extra_args=["--decode-nodes", ",".join(f"127.0.0.1:{p}" for p in node_ports),
                     "--decode-when", when,
                     *trainer_auth(corpus["certs"] if tls else None, corpus["token"]),
@@ -480,12 +480,8 @@ def test_video_clips_and_volumes_go_to_decode_nodes(
         # came over the stream.
         node = start_node(build_dir, corpus, **({} if shipped else {"data_root": root}))
         nodes.append(node)
-        t = daemon_factory(workers=1, data_root=root, extra_args=[
-            "--decode-nodes", f"127.0.0.1:{node.port}", "--decode-when", "always",
-            *([] if shipped else ["--decode-shared-root"]), "--decode-node-workers", "2",
-            *trainer_auth(None, corpus["token"])])
-        wait_until(lambda: int(node_status(stoker, t.socket)[0][0]["connected"]) == 2, 30,
-                   "the relays to connect")
+        t = trainer(daemon_factory, corpus, [node.port], data_root=root, extra=[
+            *([] if shipped else ["--decode-shared-root"]), "--decode-node-workers", "2"])
         got = run(t.socket)
         assert len(got) == len(want) > 0
         for g, w in zip(got, want):
@@ -552,12 +548,8 @@ def test_a_shipped_volume_that_fails_is_named_by_its_path(stoker, build_dir, cor
     (work / "Task09" / "imagesTr" / "ct_1.nii.gz").write_bytes(b"\x1f\x8b" + os.urandom(300))
     node = start_node(build_dir, corpus)
     nodes.append(node)
-    # No local worker does volume work: every sample goes to the node.
-    t = daemon_factory(workers=1, data_root=str(work), extra_args=[
-        "--decode-nodes", f"127.0.0.1:{node.port}", "--decode-when", "always",
-        "--decode-node-workers", "2", *trainer_auth(None, corpus["token"])])
-    wait_until(lambda: int(node_status(stoker, t.socket)[0][0]["connected"]) == 2, 30,
-               "the relays to connect")
+    t = trainer(daemon_factory, corpus, [node.port], data_root=str(work),
+                extra=["--decode-node-workers", "2"])
     from stoker import volume as V
     from test_volume_loader import spleen
     failures = []
@@ -618,11 +610,8 @@ def test_masks_boxes_and_views_cross_to_a_node_and_back(stoker, build_dir, corpu
     local.stop()
     node = start_node(build_dir, corpus)
     nodes.append(node)
-    t = daemon_factory(workers=1, data_root=str(root), extra_args=[
-        "--decode-nodes", f"127.0.0.1:{node.port}", "--decode-when", "always",
-        "--decode-node-workers", "2", *trainer_auth(None, corpus["token"])])
-    wait_until(lambda: int(node_status(stoker, t.socket)[0][0]["connected"]) == 2, 30,
-               "the relays to connect")
+    t = trainer(daemon_factory, corpus, [node.port], data_root=str(root),
+                extra=["--decode-node-workers", "2"])
     got = batches(t.socket, node)
     assert len(got) == len(want) > 0
     for i, (g, w) in enumerate(zip(got, want)):
@@ -652,11 +641,8 @@ def test_raw_records_are_shipped_as_the_images_of_their_pixels(stoker, build_dir
     local.stop()
     node = start_node(build_dir, corpus)
     nodes.append(node)
-    t = daemon_factory(workers=1, data_root=str(root), extra_args=[
-        "--decode-nodes", f"127.0.0.1:{node.port}", "--decode-when", "always",
-        "--decode-node-workers", "2", *trainer_auth(None, corpus["token"])])
-    wait_until(lambda: int(node_status(stoker, t.socket)[0][0]["connected"]) == 2, 30,
-               "the relays to connect")
+    t = trainer(daemon_factory, corpus, [node.port], data_root=str(root),
+                extra=["--decode-node-workers", "2"])
     got = batches(t.socket)
     assert len(got) == len(want) == 10
     assert all(torch.equal(g[0], w[0]) and torch.equal(g[1], w[1]) for g, w in zip(got, want))
