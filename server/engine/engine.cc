@@ -1,7 +1,6 @@
 #include "server/engine/engine.h"
 
 #include <fcntl.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>

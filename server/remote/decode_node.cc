@@ -18,6 +18,7 @@ namespace stoker::remote {
 namespace {
 
 constexpr uint64_t kArenaRing = 1;
+constexpr char kNoStore[] = "this decode node takes no shipped files: use --decode-shared-root";
 
 uint64_t Align(uint64_t n) { return (n + 63) / 64 * 64; }
 
@@ -117,8 +118,7 @@ grpc::Status DecodeNode::Has(grpc::ServerContext* ctx, const v1::HasFilesRequest
                              v1::HasFilesReply* out) {
   if (grpc::Status st = CheckCall(*ctx, options_.token); !st.ok()) return st;
   if (files_ == nullptr) {
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        "this decode node takes no shipped files: use --decode-shared-root");
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, kNoStore);
   }
   if (req->keys_size() > 4096) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "more than 4096 keys in one question");
@@ -131,8 +131,7 @@ grpc::Status DecodeNode::Has(grpc::ServerContext* ctx, const v1::HasFilesRequest
 
 absl::Status DecodeNode::Receive(Stream* s, const v1::FileChunk& c) {
   if (files_ == nullptr) {
-    return absl::FailedPreconditionError(
-        "this decode node takes no shipped files: use --decode-shared-root");
+    return absl::FailedPreconditionError(kNoStore);
   }
   if (c.offset() == 0) {
     auto up = files_->Begin(c.key(), c.size());
@@ -154,8 +153,7 @@ absl::Status DecodeNode::Receive(Stream* s, const v1::FileChunk& c) {
 
 absl::Status DecodeNode::PinFiles(const worker::TaskMsg& m, std::vector<std::string>* keys) {
   if (files_ == nullptr) {
-    return absl::FailedPreconditionError(
-        "this decode node takes no shipped files: use --decode-shared-root");
+    return absl::FailedPreconditionError(kNoStore);
   }
   if (m.clip.params.frames == 0 && m.has_volume == 0) {
     return absl::InvalidArgumentError("shipped files for a task that is not a clip or a volume");

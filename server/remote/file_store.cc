@@ -46,10 +46,11 @@ namespace {
 
 constexpr char kFolderPrefix[] = "stoker-shipped-";
 
-// The names in folder `dir` but "." and "..".
+// The names in folder `dir` but "." and "..". Read through a descriptor of
+// its own: a dup would share (and move) `dir`'s offset.
 std::vector<std::string> Names(int dir) {
   std::vector<std::string> names;
-  const int fd = ::dup(dir);
+  const int fd = ::openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return names;
   DIR* d = ::fdopendir(fd);
   if (d == nullptr) {

@@ -1,6 +1,5 @@
 #include "server/remote/wire.h"
 
-#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -296,14 +295,10 @@ std::string ShippedFileKey(std::string_view path, const struct stat& st, bool ha
 }
 
 std::vector<std::string_view> TaskFiles(const worker::TaskMsg& t) {
-  std::vector<std::string_view> files;
-  const std::string_view all(t.path, t.path_bytes + t.mask_path_bytes);
-  for (std::string_view part : {all.substr(0, t.path_bytes), all.substr(t.path_bytes)}) {
-    for (size_t at = 0; at < part.size();) {
-      const size_t end = std::min(part.find('\0', at), part.size());
-      files.push_back(part.substr(at, end - at));
-      at = end + 1;
-    }
+  std::vector<std::string_view> files =
+      worker::SplitPathFiles(std::string_view(t.path, t.path_bytes));
+  if (t.mask_path_bytes != 0) {
+    files.push_back(std::string_view(t.path + t.path_bytes, t.mask_path_bytes));
   }
   return files;
 }

@@ -114,8 +114,8 @@ std::string ShippedFileKey(std::string_view path, const struct stat& st, bool ha
                            uint64_t offset, uint64_t length);
 
 // The files a clip or volume task reads, in the order a shipped task names
-// them by key: the image's (a volume's channels, NUL-separated in its path)
-// then the mask's (a volume's label).
+// them by key: the image's (worker::SplitPathFiles: a volume's channels)
+// then the mask's (a volume's label), if it has one.
 std::vector<std::string_view> TaskFiles(const worker::TaskMsg& t);
 
 }  // namespace stoker::remote

@@ -73,15 +73,8 @@ void VolumeWork::Run(const TaskMsg& t, std::string_view path, std::string_view l
     return;
   }
   const int64_t t0 = MonotonicNs();
-  // An image given as several files (its channels, NUL-separated: a
-  // Decathlon entry's list) is read file by file.
-  std::vector<std::string_view> files;
-  for (size_t at = 0;;) {
-    const size_t end = path.find('\0', at);
-    files.push_back(path.substr(at, end == std::string_view::npos ? end : end - at));
-    if (end == std::string_view::npos) break;
-    at = end + 1;
-  }
+  // An image given as several files (its channels) is read file by file.
+  const std::vector<std::string_view> files = SplitPathFiles(path);
   std::vector<Source> images;
   for (std::string_view file : files) {
     absl::StatusOr<Source> image = Open(data_root, file);

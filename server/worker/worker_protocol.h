@@ -30,6 +30,7 @@
 #include <cstring>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include "server/dataset/video_table.h"
 #include "server/image/pipeline.h"
@@ -304,6 +305,19 @@ inline void CopyText(std::string_view text, char (&out)[kReasonBytes]) {
 }
 
 inline constexpr uint64_t ProbeHeaderBytes() { return offsetof(ProbeMsg, path); }
+
+// The files a task path names: a volume's channels are NUL-separated (a
+// Decathlon entry's list), anything else is one file. Every part is kept,
+// empty ones included (a file that cannot be opened: the sample's failure).
+inline std::vector<std::string_view> SplitPathFiles(std::string_view path) {
+  std::vector<std::string_view> files;
+  for (size_t at = 0;;) {
+    const size_t end = path.find('\0', at);
+    files.push_back(path.substr(at, end == std::string_view::npos ? end : end - at));
+    if (end == std::string_view::npos) return files;
+    at = end + 1;
+  }
+}
 
 // Whether a received task of `n` bytes is whole: its header, and paths whose
 // lengths add up to the rest. Read by whoever takes tasks off a channel or
